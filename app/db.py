@@ -1,0 +1,83 @@
+"""Engine and sessions. One engine per process; migrations applied on start.
+
+SQLite (the embedded default) runs with WAL, foreign keys and a busy timeout
+so that several learners can write at once; PostgreSQL needs nothing extra.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, create_engine
+
+from app.settings import ROOT, get_settings
+
+_engine: Engine | None = None
+_lock = threading.Lock()
+
+
+def make_engine(url: str, **kwargs) -> Engine:
+    """Create an engine; for SQLite also the folder, WAL and pragmas."""
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[-1]
+        if path and path != ":memory:" and not path.startswith("file:"):
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        kwargs.setdefault("connect_args", {"check_same_thread": False, "timeout": 30})
+    engine = create_engine(url, **kwargs)
+    if engine.dialect.name == "sqlite":
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn, _record):  # noqa: ANN001
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.close()
+    return engine
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the newest Alembic revision."""
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config(str(ROOT / "alembic.ini"))
+    cfg.set_main_option("script_location", str(ROOT / "app" / "migrations"))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+
+
+def get_engine() -> Engine:
+    """The process-wide engine, created and migrated on first use."""
+    global _engine
+    with _lock:
+        if _engine is None:
+            engine = make_engine(get_settings().database_url)
+            migrate(engine)
+            _engine = engine
+        return _engine
+
+
+def set_engine(engine: Engine | None) -> None:
+    """Swap the process-wide engine (tests)."""
+    global _engine
+    with _lock:
+        _engine = engine
+
+
+@contextmanager
+def session_scope() -> Iterator[Session]:
+    """A session that commits on success and rolls back on error."""
+    with Session(get_engine(), expire_on_commit=False) as session:
+        try:
+            yield session
+            session.commit()
+        except Exception:
+            session.rollback()
+            raise

@@ -1,0 +1,126 @@
+"""Database tables (sqlmodel). Schema changes go through Alembic migrations
+in ``app/migrations``; run ``alembic revision --autogenerate`` after editing."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, Column, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    """Timezone-aware UTC now; sqlmodel stores datetimes as UTC."""
+    return datetime.now(UTC)
+
+
+class Learner(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    email: str = Field(index=True, unique=True, max_length=254)
+    display_name: str = Field(default="", max_length=200)
+    password_hash: str
+    is_admin: bool = False
+    language: str = Field(default="en", max_length=8)
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class LoginSession(SQLModel, table=True):
+    """A "stay signed in" session; the browser keeps only a signed token id."""
+
+    id: str = Field(primary_key=True, max_length=64)
+    learner_id: int = Field(foreign_key="learner.id", index=True)
+    created_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime
+    revoked_at: datetime | None = None
+
+
+class SigninFailure(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    email: str = Field(index=True, max_length=254)
+    at: datetime = Field(default_factory=utcnow, index=True)
+
+
+class LessonProgress(SQLModel, table=True):
+    __table_args__ = (UniqueConstraint("learner_id", "section_id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    learner_id: int = Field(foreign_key="learner.id", index=True)
+    section_id: str = Field(max_length=64)
+    completed_at: datetime = Field(default_factory=utcnow)
+
+
+class LabRun(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    learner_id: int | None = Field(default=None, foreign_key="learner.id", index=True)
+    lab: str = Field(max_length=32)
+    params: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
+    machine: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
+    # queued | running | done | failed | cancelled
+    status: str = Field(default="queued", max_length=16, index=True)
+    result: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    error: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    created_at: datetime = Field(default_factory=utcnow)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+class QuizAttempt(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    learner_id: int = Field(foreign_key="learner.id", index=True)
+    course_id: str = Field(default="data-parallelism", max_length=64)
+    seed: int
+    language: str = Field(default="en", max_length=8)
+    # The drawn questions: ids, drawn parameter values and option order.
+    plan: list[dict[str, Any]] = Field(default_factory=list, sa_column=Column(JSON))
+    practice: bool = False
+    # in_progress | finished
+    status: str = Field(default="in_progress", max_length=16, index=True)
+    score: float | None = None
+    passed: bool | None = None
+    started_at: datetime = Field(default_factory=utcnow)
+    finished_at: datetime | None = None
+
+
+class QuizAnswer(SQLModel, table=True):
+    # One answer per question of an attempt: a second submission of the same
+    # question (another tab, a double click) is refused by the database.
+    __table_args__ = (UniqueConstraint("attempt_id", "position"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    attempt_id: int = Field(foreign_key="quizattempt.id", index=True)
+    position: int
+    question_id: str = Field(max_length=96)
+    response: Any = Field(default=None, sa_column=Column(JSON))
+    correct: bool
+    credit: float = 0.0
+    answered_at: datetime = Field(default_factory=utcnow)
+
+
+class Certificate(SQLModel, table=True):
+    id: str = Field(primary_key=True, max_length=40)
+    learner_id: int | None = Field(default=None, foreign_key="learner.id", index=True)
+    attempt_id: int | None = Field(default=None, foreign_key="quizattempt.id")
+    name: str = Field(max_length=400)
+    course_id: str = Field(max_length=64)
+    score: float
+    language: str = Field(max_length=8)
+    pass_date: str = Field(max_length=10)  # ISO date, part of the signed payload
+    key_id: str = Field(max_length=32)
+    payload: str  # canonical JSON that was signed
+    signature: str  # base64url Ed25519 signature over payload
+    issued_at: datetime = Field(default_factory=utcnow)
+    revoked_at: datetime | None = None
+    revoked_reason: str | None = Field(default=None, max_length=500)
+    replaced_by: str | None = Field(default=None, max_length=40)
+
+
+class CertificateEvent(SQLModel, table=True):
+    """Audit log: who did what to a certificate, when and why."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    certificate_id: str = Field(foreign_key="certificate.id", index=True, max_length=40)
+    action: str = Field(max_length=16)  # issued | revoked | reissued
+    actor_id: int | None = Field(default=None, foreign_key="learner.id")
+    reason: str | None = Field(default=None, max_length=500)
+    at: datetime = Field(default_factory=utcnow)
