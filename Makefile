@@ -1,0 +1,59 @@
+# make run   — create .venv, install, migrate, start the app on http://localhost:8501
+# make test  — install the app and test tools (Chromium too, as root), lint, run every test
+# make bench — measure the platform and its labs (see benchmarks/)
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+PORT    ?= 8501
+STAMP   := $(VENV)/.installed
+DEVSTAMP := $(VENV)/.installed-dev
+
+.PHONY: run test lint bench migrate system-deps clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(STAMP): requirements.txt | $(BIN)/python
+	$(BIN)/pip install -q -r requirements.txt
+	touch $@
+
+$(DEVSTAMP): requirements.txt requirements-dev.txt | $(BIN)/python
+	$(BIN)/pip install -q -r requirements-dev.txt
+	touch $(STAMP) $@
+
+migrate: $(STAMP)
+	$(BIN)/python -c "from app.db import get_engine; get_engine()"
+
+run: migrate
+	$(BIN)/streamlit run app/main.py --server.port $(PORT) --server.headless true \
+		--browser.gatherUsageStats false
+
+# Debian packages the tests use: Chromium for the browser tests, poppler for
+# rendering certificate PDFs, PostgreSQL for the postgres-marked tests.
+system-deps:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		missing=""; \
+		command -v chromium >/dev/null || missing="$$missing chromium"; \
+		command -v pdftoppm >/dev/null || missing="$$missing poppler-utils"; \
+		[ -x /usr/lib/postgresql/*/bin/initdb ] 2>/dev/null || missing="$$missing postgresql"; \
+		if [ -n "$$missing" ]; then \
+			echo "installing:$$missing"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+		fi; \
+	else \
+		command -v chromium >/dev/null || echo "note: no chromium; browser tests will be skipped (apt-get install chromium)"; \
+	fi
+
+lint: $(DEVSTAMP)
+	$(BIN)/ruff check .
+
+test: $(DEVSTAMP) system-deps lint
+	$(BIN)/python -m quizzes check
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks $(ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache test-artifacts

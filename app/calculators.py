@@ -1,0 +1,150 @@
+"""The numbers behind the lessons' interactive pieces. Plain functions, no UI.
+
+Units: bytes, seconds, bytes per second. The formulas are the course's:
+ring all-reduce sends 2(n-1)/n x S per device in 2(n-1) steps, and the
+alpha-beta model T = 2(n-1) alpha + 2(n-1)/n x S / B.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GB = 1e9
+
+# Bytes per parameter for (weights, gradients) and extra master weights,
+# by training precision. bf16 mixed precision keeps an fp32 master copy.
+PRECISIONS = {
+    "fp32": {"weights": 4, "grads": 4, "master": 0},
+    "bf16-mixed": {"weights": 2, "grads": 2, "master": 4},
+}
+# Optimizer state bytes per parameter (fp32 state).
+OPTIMIZERS = {"sgd": 0, "sgd-momentum": 4, "adam": 8}
+# Common device memory sizes in GB (decimal, as vendors state them).
+DEVICES = {"24 GB (RTX 4090 / L4)": 24, "80 GB (H100)": 80, "141 GB (H200)": 141}
+# Typical links: per-message latency alpha (s) and one-way bandwidth B (B/s).
+LINKS = {
+    "loopback-gloo": (50e-6, 0.5 * GB),
+    "pcie4": (10e-6, 16 * GB),
+    "nvlink4": (3e-6, 450 * GB),
+    "infiniband-ndr": (8e-6, 50 * GB),
+}
+
+
+@dataclass(frozen=True)
+class Memory:
+    weights: float
+    grads: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.grads + self.optimizer
+
+
+def memory_per_device(params: float, precision: str = "fp32", optimizer: str = "adam") -> Memory:
+    """Bytes each data-parallel replica holds for the model state (no activations).
+
+    >>> memory_per_device(1e9, "fp32", "adam").total / 1e9
+    16.0
+    """
+    p = PRECISIONS[precision]
+    return Memory(
+        weights=params * (p["weights"] + p["master"]),
+        grads=params * p["grads"],
+        optimizer=params * OPTIMIZERS[optimizer],
+    )
+
+
+def fits(memory: Memory, device_gb: float) -> bool:
+    return memory.total <= device_gb * GB
+
+
+def max_params(device_gb: float, precision: str = "fp32", optimizer: str = "adam") -> float:
+    """The largest parameter count whose model state fits on one device."""
+    return device_gb * GB / memory_per_device(1, precision, optimizer).total
+
+
+@dataclass(frozen=True)
+class RingTraffic:
+    world_size: int
+    buffer_bytes: float
+    chunk_bytes: float
+    steps: int
+    sent_per_device: float
+    received_per_device: float
+    total_on_links: float
+
+
+def ring_traffic(world_size: int, buffer_bytes: float) -> RingTraffic:
+    """What a ring all-reduce of ``buffer_bytes`` costs each of ``world_size`` devices."""
+    n = world_size
+    per_device = 2 * (n - 1) / n * buffer_bytes
+    return RingTraffic(
+        world_size=n, buffer_bytes=buffer_bytes, chunk_bytes=buffer_bytes / n,
+        steps=2 * (n - 1), sent_per_device=per_device, received_per_device=per_device,
+        total_on_links=n * per_device,
+    )
+
+
+def ring_allreduce_time(world_size: int, buffer_bytes: float, alpha: float, bandwidth: float) -> float:
+    """Alpha-beta estimate: T = 2(n-1) alpha + 2(n-1)/n x S / B."""
+    n = world_size
+    if n <= 1:
+        return 0.0
+    return 2 * (n - 1) * alpha + 2 * (n - 1) / n * buffer_bytes / bandwidth
+
+
+def busbw(buffer_bytes: float, seconds: float, world_size: int) -> float:
+    """nccl-tests bus bandwidth of an all-reduce: algbw x 2(n-1)/n."""
+    n = world_size
+    return buffer_bytes / seconds * 2 * (n - 1) / n
+
+
+@dataclass(frozen=True)
+class ScalingPoint:
+    world_size: int
+    step_time: float
+    comm_time: float
+    exposed_comm: float
+    throughput: float  # samples per second, whole job
+    efficiency: float
+
+
+def scaling(
+    *, params: float, bytes_per_grad: int, link: str, compute_time: float, batch_per_device: int,
+    overlap: float, world_sizes: list[int],
+) -> list[ScalingPoint]:
+    """Throughput and scaling efficiency against the device count.
+
+    Each step computes for ``compute_time`` seconds (forward + backward), then
+    all-reduces the gradients; a fraction ``overlap`` of the backward pass
+    (taken as two thirds of the compute) hides communication, as DDP's
+    buckets do.
+    """
+    alpha, bandwidth = LINKS[link]
+    grad_bytes = params * bytes_per_grad
+    base = batch_per_device / compute_time
+    points = []
+    for n in world_sizes:
+        comm = ring_allreduce_time(n, grad_bytes, alpha, bandwidth)
+        hidden = min(comm, overlap * compute_time * 2 / 3)
+        step = compute_time + comm - hidden
+        throughput = n * batch_per_device / step
+        points.append(ScalingPoint(n, step, comm, comm - hidden, throughput, throughput / (n * base)))
+    return points
+
+
+def ring_schedule(world_size: int) -> list[list[tuple[int, int, int, str]]]:
+    """The textbook ring all-reduce: per step, the (src, dst, chunk, phase) sends.
+
+    In reduce-scatter step s rank r sends chunk (r - s) mod n to rank r+1; in
+    all-gather step s it sends chunk (r + 1 - s) mod n. After reduce-scatter
+    rank r owns the fully reduced chunk (r + 1) mod n.
+    """
+    n = world_size
+    steps = []
+    for s in range(n - 1):
+        steps.append([(r, (r + 1) % n, (r - s) % n, "reduce-scatter") for r in range(n)])
+    for s in range(n - 1):
+        steps.append([(r, (r + 1) % n, (r + 1 - s) % n, "all-gather") for r in range(n)])
+    return steps

@@ -1,0 +1,20 @@
+"""Stored lab runs: what the learner ran and measured."""
+
+from __future__ import annotations
+
+from sqlmodel import Session, select
+
+from app.models import LabRun
+
+
+def scaling_points(*, session: Session, learner_id: int) -> list[tuple[int, float]]:
+    """(world size, scaling efficiency) pairs from the learner's finished DDP runs."""
+    rows = session.exec(
+        select(LabRun).where(LabRun.learner_id == learner_id, LabRun.lab == "ddp", LabRun.status == "done")
+    )
+    points: dict[int, float] = {}
+    for run in rows:
+        for entry in (run.result or {}).get("scaling", []) or []:
+            if "world_size" in entry and "efficiency" in entry:
+                points[int(entry["world_size"])] = float(entry["efficiency"])
+    return sorted(points.items())

@@ -1,0 +1,49 @@
+"""Entry point: ``streamlit run app/main.py``.
+
+Sets up the language, the signed-in learner and the navigation; each page
+under ``app/pages`` is a thin script over the plain modules.
+"""
+
+import sys
+from pathlib import Path
+
+# `streamlit run app/main.py` puts app/ itself on sys.path; we import the
+# project as packages (app, labs, quizzes, certificates) from its root.
+_ROOT = str(Path(__file__).resolve().parent.parent)
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+import streamlit as st  # noqa: E402
+
+from app import ui  # noqa: E402
+from app.db import get_engine  # noqa: E402
+
+st.set_page_config(page_title="Data Parallelism Academy", page_icon=":material/hub:", layout="wide")
+get_engine()  # creates the database and applies migrations on first start
+
+code = ui.lang()
+who = ui.learner()
+t = ui.t
+
+pages = [
+    st.Page("pages/home.py", title=t("nav.home"), icon=":material/home:", default=True),
+    st.Page("pages/lessons.py", title=t("nav.lessons"), icon=":material/menu_book:", url_path="lessons"),
+    st.Page("pages/labs.py", title=t("nav.labs"), icon=":material/science:", url_path="labs"),
+    st.Page("pages/quiz.py", title=t("nav.quiz"), icon=":material/quiz:", url_path="quiz"),
+    st.Page(
+        "pages/certificate.py", title=t("nav.certificate"), icon=":material/workspace_premium:",
+        url_path="certificate",
+    ),
+    st.Page("pages/verify.py", title=t("nav.verify"), icon=":material/verified:", url_path="verify"),
+    st.Page("pages/account.py", title=t("nav.account"), icon=":material/person:", url_path="account"),
+]
+if who is not None and who.is_admin:
+    # Non-admins do not get the page at all: /admin falls back to Home for them.
+    pages.append(
+        st.Page("pages/admin.py", title=t("nav.admin"), icon=":material/shield_person:", url_path="admin")
+    )
+
+page = st.navigation(pages)
+ui.sidebar(code, who)
+page.run()
+ui.flush_cookie()

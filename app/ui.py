@@ -1,0 +1,214 @@
+"""Streamlit glue shared by every page: language, signed-in learner, sidebar.
+
+Pages stay thin: they lay out widgets and call plain modules (``app.accounts``,
+``quizzes``, ``certificates``, ``labs``) that import without Streamlit.
+"""
+
+from __future__ import annotations
+
+import json
+
+import streamlit as st
+
+from app import i18n
+from app.accounts import close_session, learner_for_token, open_session
+from app.db import session_scope
+from app.models import Learner
+from app.settings import get_settings
+
+COOKIE = "dpa_session"
+
+
+def lang() -> str:
+    """The learner's language: ``?lang=`` in the URL, else the last choice, else the browser."""
+    state = st.session_state
+    asked = st.query_params.get("lang")
+    code = i18n.normalise_lang(asked)
+    if asked and code is None:
+        state["_bad_lang"] = asked
+    if code is None:
+        code = state.get("lang")
+    if code is None:
+        code = i18n.normalise_lang(st.context.locale) or i18n.DEFAULT_LANG
+    state["lang"] = code
+    if st.query_params.get("lang") != code:
+        st.query_params["lang"] = code  # keeps the choice across refreshes and shared links
+    return code
+
+
+def t(key: str, **values) -> str:
+    return i18n.t(key, st.session_state.get("lang", i18n.DEFAULT_LANG), **values)
+
+
+def learner() -> Learner | None:
+    """The signed-in learner, restored from the browser's session cookie after a refresh."""
+    state = st.session_state
+    if "learner_id" not in state:
+        state["learner_id"] = None
+        token = st.context.cookies.get(COOKIE) if st.context.cookies else None
+        if token:
+            with session_scope() as session:
+                found = learner_for_token(session=session, token=token)
+                if found is not None:
+                    state["learner_id"], state["session_token"] = found.id, token
+    if state["learner_id"] is None:
+        return None
+    with session_scope() as session:
+        found = session.get(Learner, state["learner_id"])
+    if found is None:
+        state["learner_id"] = None
+    return found
+
+
+def _set_cookie(value: str, max_age: int) -> None:
+    # Streamlit cannot set cookies from Python; a tiny script does it in the
+    # page. The value is a signed token naming a revocable server session.
+    st.html(
+        "<script>document.cookie = "
+        + json.dumps(f"{COOKIE}={value}; path=/; max-age={max_age}; SameSite=Strict")
+        + ";</script>",
+        unsafe_allow_javascript=True,
+    )
+
+
+def sign_in_as(found: Learner) -> None:
+    with session_scope() as session:
+        token = open_session(session=session, learner_id=found.id)
+    st.session_state["learner_id"] = found.id
+    st.session_state["session_token"] = token
+    st.session_state["_pending_cookie"] = token
+
+
+def sign_out() -> None:
+    token = st.session_state.get("session_token") or st.context.cookies.get(COOKIE)
+    if token:
+        with session_scope() as session:
+            close_session(session=session, token=token)
+    for key in ("learner_id", "session_token", "quiz_attempt_id"):
+        st.session_state.pop(key, None)
+    st.session_state["learner_id"] = None
+    st.session_state["_pending_cookie"] = ""
+
+
+def flush_cookie() -> None:
+    """Write (or clear) the session cookie decided during this run."""
+    token = st.session_state.pop("_pending_cookie", None)
+    if token is None:
+        return
+    _set_cookie(token, get_settings().session_days * 86400 if token else 0)
+
+
+def sidebar(code: str, who: Learner | None) -> None:
+    names = i18n.languages()
+    with st.sidebar:
+        choice = st.selectbox(
+            t("nav.language"), list(names), index=list(names).index(code),
+            format_func=lambda c: names[c], key="lang_select",
+        )
+        if choice != code:
+            st.session_state["lang"] = choice
+            st.query_params["lang"] = choice
+            st.rerun()
+        if who is None:
+            st.caption(t("account.guest"))
+        else:
+            st.caption(t("account.signed_in_as", name=who.display_name or who.email))
+    bad = st.session_state.pop("_bad_lang", None)
+    if bad:
+        st.warning(t("common.unknown_language", code=bad[:20]))
+
+
+def require_learner(reason_key: str) -> Learner | None:
+    """The signed-in learner, or a message with a way to sign in (then None)."""
+    who = learner()
+    if who is None:
+        st.info(t(reason_key))
+        st.page_link(PAGE_PATHS["account"], label=t("nav.account"), icon=":material/login:")
+    return who
+
+
+PAGE_PATHS = {
+    "home": "pages/home.py",
+    "lessons": "pages/lessons.py",
+    "labs": "pages/labs.py",
+    "quiz": "pages/quiz.py",
+    "certificate": "pages/certificate.py",
+    "verify": "pages/verify.py",
+    "account": "pages/account.py",
+    "admin": "pages/admin.py",
+}
+
+
+def link(page: str, label: str, icon: str | None = None, **params: str) -> None:
+    """A link to one of our pages that keeps the language in the URL."""
+    params = {"lang": st.session_state.get("lang", i18n.DEFAULT_LANG), **params}
+    st.page_link(PAGE_PATHS[page], label=label, icon=icon, query_params=params)
+
+
+def done_sections(who: Learner | None) -> set[str]:
+    """Finished lesson sections: from the database, or this visit's for a guest."""
+    if who is None:
+        return set(st.session_state.setdefault("guest_done", set()))
+    from app.lessons import completed
+
+    with session_scope() as session:
+        return completed(session=session, learner_id=who.id)
+
+
+def set_done(who: Learner | None, section_id: str, done: bool) -> None:
+    if who is None:
+        guest = st.session_state.setdefault("guest_done", set())
+        (guest.add if done else guest.discard)(section_id)
+        return
+    from app.lessons import mark_done, mark_undone
+
+    with session_scope() as session:
+        (mark_done if done else mark_undone)(session=session, learner_id=who.id, section_id=section_id)
+
+
+def my_scaling_points(who: Learner | None) -> list[tuple[int, float]]:
+    """(world size, scaling efficiency) from the learner's stored DDP lab runs."""
+    if who is None:
+        return []
+    from app.labruns import scaling_points
+
+    with session_scope() as session:
+        return scaling_points(session=session, learner_id=who.id)
+
+
+def home_status(who: Learner | None) -> None:
+    """Quiz, certificate and lab status cards on Home (sign-in gated parts say so)."""
+    from sqlmodel import func, select
+
+    from app.models import LabRun
+
+    c1, c2, c3 = st.columns(3)
+    with c3.container(border=True):
+        st.markdown(f"**{t('home.labs_status')}**")
+        runs = 0
+        if who is not None:
+            with session_scope() as session:
+                runs = session.exec(select(func.count()).where(LabRun.learner_id == who.id)).one()
+        st.write(t("home.labs_runs", count=runs) if runs else t("home.labs_none"))
+    try:
+        from quizzes import store as quiz_store
+    except ImportError:  # the quiz package is not installed in this build
+        return
+    with c1.container(border=True):
+        st.markdown(f"**{t('home.quiz_status')}**")
+        best = None
+        if who is not None:
+            with session_scope() as session:
+                best = quiz_store.best_attempt(session=session, learner_id=who.id)
+        if best is None:
+            st.write(t("home.quiz_none"))
+        elif best.passed:
+            st.write(t("home.quiz_passed", score=round(best.score)))
+        else:
+            st.write(t("home.quiz_best", score=round(best.score), pass_mark=get_settings().quiz_pass_percent))
+    with c2.container(border=True):
+        st.markdown(f"**{t('home.cert_status')}**")
+        passed = best is not None and best.passed
+        st.write(t("home.cert_ready") if passed else t("home.cert_locked"))
+        if passed:
+            link("certificate", t("nav.certificate"), ":material/workspace_premium:")

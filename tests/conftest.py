@@ -1,0 +1,119 @@
+"""Shared test setup: every test session gets its own database and secrets.
+
+Tests run on CPU, gloo and SQLite. GPU tests are opt-in (``-m gpu``).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+_TMP = Path(tempfile.mkdtemp(prefix="dpa-tests-"))
+os.environ["DATABASE_URL"] = f"sqlite:///{_TMP / 'session.db'}"
+os.environ["SECRETS_DIR"] = str(_TMP / "secrets")
+os.environ.setdefault("PUBLIC_URL", "http://localhost:8501")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+
+
+@pytest.fixture
+def engine():
+    """A migrated in-memory SQLite engine shared by all sessions of one test."""
+    from sqlalchemy.pool import StaticPool
+
+    from app.db import make_engine, migrate
+
+    eng = make_engine("sqlite://", poolclass=StaticPool)
+    migrate(eng)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def session(engine):
+    from sqlmodel import Session
+
+    with Session(engine, expire_on_commit=False) as s:
+        yield s
+
+
+@pytest.fixture
+def app_db(tmp_path, monkeypatch):
+    """Point the app's process-wide engine at a fresh file database."""
+    from app import db
+    from app.settings import get_settings
+
+    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path / 'app.db'}")
+    get_settings.cache_clear()
+    db.set_engine(None)
+    yield db.get_engine()
+    db.get_engine().dispose()
+    db.set_engine(None)
+    monkeypatch.undo()
+    get_settings.cache_clear()
+
+
+@pytest.fixture(scope="session")
+def artifacts() -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS
+
+
+def _start_temp_postgres(base: Path) -> tuple[str, callable] | None:
+    """Start a throw-away PostgreSQL cluster from Debian's binaries, if installed."""
+    import glob
+    import shutil
+    import socket
+    import subprocess
+
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if not found:
+        return None
+    bindir = Path(found[-1]).parent
+    data = base / "pgdata"
+    run_as: list[str] = []
+    if os.geteuid() == 0:  # postgres refuses to run as root: use its own user
+        if shutil.which("runuser") is None:
+            return None
+        run_as = ["runuser", "-u", "postgres", "--"]
+        base.mkdir(parents=True, exist_ok=True)
+        shutil.chown(base, "postgres")
+        os.chmod(base, 0o755)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    subprocess.run([*run_as, str(bindir / "initdb"), "-D", str(data), "-U", "dpa", "-A", "trust"],
+                   check=True, capture_output=True)
+    subprocess.run([*run_as, str(bindir / "pg_ctl"), "-D", str(data), "-w", "-l", str(base / "log"),
+                    "-o", f"-p {port} -k {base} -c listen_addresses=127.0.0.1", "start"],
+                   check=True, capture_output=True)
+
+    def stop() -> None:
+        subprocess.run([*run_as, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "stop"],
+                       capture_output=True)
+
+    return f"postgresql+psycopg://dpa@127.0.0.1:{port}/postgres", stop
+
+
+@pytest.fixture(scope="session")
+def postgres_url(tmp_path_factory):
+    """TEST_POSTGRES_URL, or a temporary local cluster; skip when neither is possible."""
+    url = os.environ.get("TEST_POSTGRES_URL")
+    if url:
+        yield url
+        return
+    base = Path(tempfile.mkdtemp(prefix="dpa-pg-"))
+    try:
+        started = _start_temp_postgres(base)
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"could not start a local PostgreSQL: {exc}")
+    if started is None:
+        pytest.skip("no PostgreSQL server: set TEST_POSTGRES_URL or install Debian's postgresql")
+    url, stop = started
+    yield url
+    stop()

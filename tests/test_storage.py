@@ -1,0 +1,70 @@
+"""Storage: migrations, SQLite pragmas, round trips, PostgreSQL when reachable."""
+
+import os
+
+import pytest
+from sqlalchemy import inspect, text
+from sqlmodel import Session, select
+
+from app.db import make_engine, migrate
+from app.models import LabRun, Learner, LessonProgress
+
+
+def test_migrations_create_every_table(engine):
+    from sqlmodel import SQLModel
+
+    assert set(SQLModel.metadata.tables) <= set(inspect(engine).get_table_names())
+
+
+def test_sqlite_runs_with_wal_foreign_keys_and_busy_timeout(tmp_path):
+    eng = make_engine(f"sqlite:///{tmp_path / 'x.db'}")
+    with eng.connect() as conn:
+        assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+        assert conn.execute(text("PRAGMA foreign_keys")).scalar() == 1
+        assert conn.execute(text("PRAGMA busy_timeout")).scalar() >= 5000
+
+
+def test_foreign_keys_enforced(session):
+    from sqlalchemy.exc import IntegrityError
+
+    session.add(LessonProgress(learner_id=999, section_id="overview"))
+    with pytest.raises(IntegrityError):
+        session.commit()
+
+
+def test_progress_round_trip_is_idempotent(session):
+    from app import lessons
+
+    learner = Learner(email="p@example.org", password_hash="x")
+    session.add(learner)
+    session.commit()
+    lessons.mark_done(session=session, learner_id=learner.id, section_id="overview")
+    lessons.mark_done(session=session, learner_id=learner.id, section_id="overview")
+    assert lessons.completed(session=session, learner_id=learner.id) == {"overview"}
+    lessons.mark_undone(session=session, learner_id=learner.id, section_id="overview")
+    assert lessons.completed(session=session, learner_id=learner.id) == set()
+
+
+def test_json_columns_round_trip(session):
+    run = LabRun(lab="ring", params={"world_size": 2}, result={"trace": [[1, 2]], "名": "张伟"})
+    session.add(run)
+    session.commit()
+    session.expunge_all()
+    again = session.exec(select(LabRun)).one()
+    assert again.params == {"world_size": 2} and again.result["名"] == "张伟"
+    assert again.created_at.tzinfo is not None
+
+
+@pytest.mark.postgres
+def test_postgres_migrations_and_round_trip(postgres_url):
+    eng = make_engine(postgres_url)
+    migrate(eng)
+    migrate(eng)  # applying twice is a no-op
+    with Session(eng) as s:
+        s.add(Learner(email=f"pg-{os.getpid()}@example.org", password_hash="h", display_name="Zoë 张伟"))
+        s.commit()
+        found = s.exec(select(Learner).where(Learner.email == f"pg-{os.getpid()}@example.org")).one()
+        assert found.display_name == "Zoë 张伟"
+        s.delete(found)
+        s.commit()
+    eng.dispose()
