@@ -117,3 +117,72 @@ def postgres_url(tmp_path_factory):
     url, stop = started
     yield url
     stop()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    """The real app under ``streamlit run`` on a free port with a temporary database."""
+    import shutil
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    if shutil.which("chromium") is None:
+        pytest.skip("no system Chromium (Debian package 'chromium')")
+    base = tmp_path_factory.mktemp("server")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{base / 'app.db'}", "SECRETS_DIR": str(base / "secrets"),
+           "PUBLIC_URL": f"http://127.0.0.1:{port}", "ADMIN_EMAILS": "admin@example.org"}
+    log = open(base / "server.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"), "--server.port", str(port),
+         "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
+         "--server.fileWatcherType", "none"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
+                if resp.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("the app did not start: " + (base / "server.log").read_text()[-2000:])
+    yield type("Server", (), {"url": url, "base": base, "env": env, "proc": proc, "port": port})
+    import signal
+
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+    log.close()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """The system Chromium driven by Playwright (``playwright install`` is not needed)."""
+    import shutil
+
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.skip("no system Chromium (Debian package 'chromium')")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(
+            executable_path=chromium,
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--disable-dev-shm-usage"],
+        )
+        yield b
+        b.close()

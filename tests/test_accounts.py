@@ -89,7 +89,6 @@ def test_admin_from_settings(session, monkeypatch):
 
 def test_admin_cli(app_db):
     from app.admin import main
-
     from app.db import session_scope
 
     with session_scope() as s:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from app import i18n
-
-from pathlib import Path
 
 MAIN = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
 PAGES = ["home", "lessons", "labs", "quiz", "certificate", "verify", "account"]

@@ -1,0 +1,80 @@
+"""A real browser: language switch sticks across a reload; an account survives a refresh."""
+
+import re
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+
+def wait_app(page):
+    """Wait until Streamlit has finished running the script."""
+    page.wait_for_selector('[data-testid="stApp"]', timeout=30000)
+    page.wait_for_function(
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=30000
+    )
+    page.wait_for_timeout(300)
+
+
+def test_switch_to_chinese_and_reload(server, browser, artifacts):
+    ctx = browser.new_context(locale="en-US", viewport={"width": 1300, "height": 900})
+    page = ctx.new_page()
+    page.goto(server.url)
+    wait_app(page)
+    page.get_by_text("Course map").wait_for()
+    page.get_by_test_id("stSidebar").get_by_role("combobox").first.click()
+    page.get_by_role("option", name="简体中文").click()
+    page.get_by_text("课程地图").wait_for(timeout=20000)
+    assert "lang=zh" in page.url
+    page.screenshot(path=str(artifacts / "smoke-zh.png"), full_page=True)
+    page.reload()
+    wait_app(page)
+    page.get_by_text("课程地图").wait_for(timeout=20000)
+    ctx.close()
+
+
+def test_browser_locale_is_the_default(server, browser):
+    ctx = browser.new_context(locale="nl-NL")
+    page = ctx.new_page()
+    page.goto(server.url)
+    page.get_by_text("Cursusoverzicht").wait_for(timeout=30000)
+    ctx.close()
+
+
+def test_account_survives_refresh(server, browser, artifacts):
+    ctx = browser.new_context(locale="en-US", viewport={"width": 1300, "height": 900})
+    page = ctx.new_page()
+    page.goto(f"{server.url}/account?lang=en")
+    wait_app(page)
+    page.get_by_role("tab", name="Create an account").click()
+    form = page.get_by_test_id("stForm").filter(has_text="Create account")
+    form.get_by_role("textbox", name="Name (as it should appear on your certificate)", exact=True).fill("Zoë Ødegård")
+    form.get_by_role("textbox", name="E-mail address", exact=True).fill("zoe@example.org")
+    form.get_by_role("textbox", name="Password", exact=True).fill("a long enough password")
+    form.get_by_role("button", name="Create account").click()
+    page.get_by_text("Your account is ready").wait_for(timeout=20000)
+    page.wait_for_function("() => document.cookie.includes('dpa_session=')", timeout=10000)
+    cookie = next(c for c in ctx.cookies() if c["name"] == "dpa_session")
+    assert "zoe" not in cookie["value"] and "password" not in cookie["value"]
+    page.reload()
+    wait_app(page)
+    page.get_by_text(re.compile("Signed in as Zoë Ødegård")).wait_for(timeout=20000)
+    page.screenshot(path=str(artifacts / "smoke-account.png"), full_page=True)
+    # Signing out ends the session for good, also after a refresh.
+    page.get_by_role("button", name="Sign out").click()
+    page.get_by_text("You are signed out.").wait_for(timeout=20000)
+    page.reload()
+    wait_app(page)
+    page.get_by_role("tab", name="Sign in").wait_for(timeout=20000)
+    # A new sign-in in a fresh browser finds the account.
+    ctx2 = browser.new_context(locale="en-US")
+    p2 = ctx2.new_page()
+    p2.goto(f"{server.url}/account?lang=en")
+    wait_app(p2)
+    form = p2.get_by_test_id("stForm").filter(has_text="Sign in")
+    form.get_by_role("textbox", name="E-mail address", exact=True).fill("zoe@example.org")
+    form.get_by_role("textbox", name="Password", exact=True).fill("a long enough password")
+    form.get_by_role("button", name="Sign in").click()
+    p2.get_by_text(re.compile("Welcome, Zoë Ødegård")).wait_for(timeout=20000)
+    ctx2.close()
+    ctx.close()
