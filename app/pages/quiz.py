@@ -1,8 +1,234 @@
-"""Quiz: filled in by its own issue; until then it says so and does nothing."""
+"""Quiz: one question at a time, instant feedback, score, review, practice."""
 
 import streamlit as st
 
-from app import ui
+from app import lessons, ui
+from app.db import session_scope
+from app.settings import get_settings
+from quizzes import store
+from quizzes.bank import load_bank
+from quizzes.engine import QuizError, public_question
 
-st.title(ui.t("nav.quiz"))
-st.info(ui.t("coming.body"))
+t = ui.t
+code = st.session_state["lang"]
+st.title(t("nav.quiz"))
+who = ui.require_learner("quiz.need_account")
+if who is None:
+    st.stop()
+
+settings = get_settings()
+bank = load_bank()
+titles = {s.id: s.title for s in lessons.sections(code)}
+state = st.session_state
+
+
+def show_feedback(fb, key: str) -> None:
+    """Right or wrong, why, the right answer, and the section to read."""
+    if fb.duplicate:
+        st.info(t("quiz.duplicate"))
+    if fb.correct:
+        st.success(t("quiz.right"))
+    elif fb.credit > 0:
+        st.warning(t("quiz.partly", percent=round(fb.credit * 100)))
+    else:
+        st.error(t("quiz.wrong"))
+    st.markdown(t("quiz.your_answer", answer=", ".join(fb.given) or t("quiz.unanswered")))
+    if not fb.correct:
+        st.markdown(t("quiz.correct_answer", answer=" → ".join(fb.correct_answer)
+                      if fb.type == "ordering" else ", ".join(fb.correct_answer)))
+    chosen = [o for o in fb.explanations if o.chosen]
+    right = [o for o in fb.explanations if o.correct and not o.chosen]
+    for heading, options in ((t("quiz.why_chosen"), chosen), (t("quiz.why_correct"), right)):
+        if options:
+            st.markdown(f"**{heading}**")
+            for option in options:
+                mark = "✅" if option.correct else "❌"
+                st.markdown(f"{mark} *{option.text}* — {option.explain}")
+    if fb.explanation:
+        st.markdown(f"**{t('quiz.explanation')}**: {fb.explanation}")
+    ui.link("lessons", t("quiz.read_section", title=titles.get(fb.topic, fb.topic)),
+            ":material/menu_book:", section=fb.topic)
+
+
+def answer_widget(question, key: str):
+    """The input for one question; returns the response, or None when incomplete."""
+    if question.type == "single":
+        labels = dict(question.options)
+        return st.radio(t("quiz.choose_one"), list(labels), index=None,
+                        format_func=labels.get, key=key)
+    if question.type == "multiple":
+        st.caption(t("quiz.choose_many"))
+        picked = [k for k, text in question.options if st.checkbox(text, key=f"{key}_{k}")]
+        return picked or None
+    if question.type == "numeric":
+        label = t("quiz.number_label", unit=question.unit) if question.unit else t("quiz.number_label_plain")
+        text = st.text_input(label, key=key, max_chars=64, help=t("quiz.number_help"))
+        return text if text.strip() else None
+    labels = dict(question.items)
+    st.caption(t("quiz.order_hint"))
+    order = st.multiselect(t("quiz.order_label"), list(labels), format_func=labels.get, key=key)
+    return order if len(order) == len(labels) else ("incomplete" if order else None)
+
+
+def show_summary(summary) -> None:
+    st.subheader(t("quiz.score", score=round(summary.score), correct=summary.correct, total=summary.total))
+    if summary.practice:
+        st.info(t("quiz.practice_done", correct=summary.correct, total=summary.total))
+    elif summary.passed:
+        st.success(t("quiz.passed", pass_mark=settings.quiz_pass_percent))
+        ui.link("certificate", t("quiz.claim"), ":material/workspace_premium:")
+    else:
+        st.error(t("quiz.failed", pass_mark=settings.quiz_pass_percent))
+
+
+def show_review(attempt_id: int) -> None:
+    with session_scope() as session:
+        items = store.review(session=session, attempt_id=attempt_id, lang=code, learner_id=who.id, bank=bank)
+    for item in items:
+        if item.question is None or item.feedback is None:
+            continue
+        mark = "✅" if item.correct else "❌"
+        with st.expander(f"{mark} {t('quiz.question_of', n=item.position + 1, total=len(items))}: "
+                         f"{item.question.text[:90]}"):
+            st.markdown(item.question.text)
+            show_feedback(item.feedback, f"review_{attempt_id}_{item.position}")
+
+
+# --- a just-finished attempt: score, review, next steps -------------------------------
+finished_id = state.get("quiz_finished_id")
+if finished_id is not None:
+    with session_scope() as session:
+        summary = store.attempt_summary(session=session, attempt_id=finished_id, learner_id=who.id)
+        missed = store.missed_questions(session=session, attempt_id=finished_id, learner_id=who.id)
+    show_summary(summary)
+    st.markdown(f"#### {t('quiz.review')}")
+    show_review(finished_id)
+    c1, c2 = st.columns(2)
+    if missed and c1.button(t("quiz.practice_start", count=len(missed)), icon=":material/replay:"):
+        with session_scope() as session:
+            store.start_attempt(session=session, learner_id=who.id, lang=code,
+                                practice_question_ids=missed, bank=bank)
+        state.pop("quiz_finished_id")
+        state["quiz_practice"] = True
+        st.rerun()
+    if not summary.passed and c2.button(t("quiz.start"), type="primary", key="again"):
+        state.pop("quiz_finished_id")
+        state["quiz_practice"] = False
+        with session_scope() as session:
+            store.start_attempt(session=session, learner_id=who.id, lang=code, k=settings.quiz_questions,
+                                bank=bank)
+        st.rerun()
+    if st.button(t("quiz.back"), key="back_overview", icon=":material/arrow_back:"):
+        state.pop("quiz_finished_id")
+        st.rerun()
+    st.stop()
+
+# --- the attempt in progress (graded, or practice) ------------------------------------
+practice = bool(state.get("quiz_practice"))
+with session_scope() as session:
+    attempt = store.current_attempt(session=session, learner_id=who.id, practice=practice)
+    if attempt is None and practice:
+        state["quiz_practice"] = practice = False
+        attempt = store.current_attempt(session=session, learner_id=who.id)
+    history = store.attempt_history(session=session, learner_id=who.id)
+    best = store.best_attempt(session=session, learner_id=who.id)
+
+if attempt is None:
+    st.write(t("quiz.intro", count=settings.quiz_questions, pass_mark=settings.quiz_pass_percent))
+    if best is not None:
+        st.info(t("quiz.best", score=round(best.score),
+                  result=t("quiz.result_pass") if best.passed else t("quiz.result_fail")))
+        if best.passed:
+            ui.link("certificate", t("quiz.claim"), ":material/workspace_premium:")
+    if st.button(t("quiz.start"), type="primary", icon=":material/play_arrow:"):
+        with session_scope() as session:
+            store.start_attempt(session=session, learner_id=who.id, lang=code, k=settings.quiz_questions,
+                                bank=bank)
+        st.rerun()
+    last = next((h for h in history if h.status == store.FINISHED), None)
+    if last is not None:
+        with session_scope() as session:
+            missed = store.missed_questions(session=session, attempt_id=last.attempt_id, learner_id=who.id)
+        if missed and st.button(t("quiz.practice_start", count=len(missed)), icon=":material/replay:"):
+            with session_scope() as session:
+                store.start_attempt(session=session, learner_id=who.id, lang=code,
+                                    practice_question_ids=missed, bank=bank)
+            state["quiz_practice"] = True
+            st.rerun()
+else:
+    if attempt.practice:
+        st.info(t("quiz.practice_banner"))
+    with session_scope() as session:
+        answered = store.answered_feedback(session=session, attempt_id=attempt.id, learner_id=who.id,
+                                           lang=code, bank=bank)
+    total = len(attempt.plan)
+    if not attempt.practice and answered and "quiz_pos" not in state:
+        st.caption(t("quiz.resume_note"))
+    pos_key = f"quiz_pos_{attempt.id}"
+    first_open = next((i for i in range(total) if i not in answered), total - 1)
+    pos = state[pos_key] = min(state.get(pos_key, first_open), total - 1)
+    st.progress(len(answered) / total, text=t("quiz.answered_of", answered=len(answered), total=total))
+
+    question = public_question(attempt.plan[pos], bank, code)
+    with st.container(border=True):
+        st.caption(t("quiz.question_of", n=pos + 1, total=total) + f" · {titles.get(question.topic, '')}")
+        st.markdown(f"#### {question.text}")
+        if pos in answered:
+            show_feedback(answered[pos], f"fb_{attempt.id}_{pos}")
+        else:
+            response = answer_widget(question, f"ans_{attempt.id}_{pos}")
+            if st.button(t("quiz.submit"), type="primary", key=f"submit_{attempt.id}_{pos}"):
+                if response is None:
+                    st.warning(t("quiz.need_choice"))
+                elif response == "incomplete":
+                    st.warning(t("quiz.need_all_items"))
+                else:
+                    try:
+                        with session_scope() as session:
+                            store.record_answer(session=session, attempt_id=attempt.id, learner_id=who.id,
+                                                position=pos, response=response, lang=code, bank=bank)
+                        st.rerun()
+                    except QuizError as err:
+                        st.error(err.message(code))
+
+    c1, c2, c3 = st.columns(3)
+    if pos > 0 and c1.button(t("quiz.previous"), key="prev_q"):
+        state[pos_key] = pos - 1
+        st.rerun()
+    if pos < total - 1 and c2.button(t("quiz.next"), key="next_q", type="primary" if pos in answered else "secondary"):
+        state[pos_key] = pos + 1
+        st.rerun()
+    unanswered = total - len(answered)
+
+    def finish() -> None:
+        with session_scope() as session:
+            store.finish_attempt(session=session, attempt_id=attempt.id, learner_id=who.id)
+        state["quiz_finished_id"] = attempt.id
+        state.pop(pos_key, None)
+        state["quiz_practice"] = False
+
+    if unanswered == 0:
+        if c3.button(t("quiz.finish"), type="primary", icon=":material/flag:", key="finish"):
+            finish()
+            st.rerun()
+    else:
+        with c3.popover(t("quiz.finish_early", count=unanswered)):
+            if st.button(t("quiz.finish_confirm"), key="finish_early"):
+                finish()
+                st.rerun()
+    if attempt.practice and st.button(t("quiz.practice_end"), key="end_practice"):
+        finish()
+        st.rerun()
+
+st.divider()
+st.markdown(f"#### {t('quiz.history')}")
+if not any(h.status == store.FINISHED for h in history):
+    st.caption(t("quiz.no_history"))
+for h in history:
+    if h.status != store.FINISHED:
+        continue
+    row = t("quiz.history_row", id=h.attempt_id, date=f"{h.finished_at:%Y-%m-%d %H:%M}", score=round(h.score),
+            result=t("quiz.result_pass") if h.passed else t("quiz.result_fail"))
+    if st.button(row, key=f"hist_{h.attempt_id}", icon=":material/history:"):
+        state["quiz_finished_id"] = h.attempt_id
+        st.rerun()

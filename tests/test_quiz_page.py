@@ -1,0 +1,145 @@
+"""The quiz page in AppTest: right and wrong feedback, finish, review, practice, resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlmodel import select
+from streamlit.testing.v1 import AppTest
+
+from app import i18n
+from app.accounts import sign_up
+from app.db import session_scope
+from app.models import QuizAnswer, QuizAttempt
+from quizzes.bank import load_bank
+from tests.quizkey import right_answer, wrong_answer
+
+MAIN = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
+
+
+def open_quiz(learner_id: int, lang: str) -> AppTest:
+    at = AppTest.from_file(MAIN, default_timeout=60)
+    at.query_params["lang"] = lang
+    at.session_state["learner_id"] = learner_id
+    at.run()
+    at.switch_page("pages/quiz.py")
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def click(at: AppTest, label: str) -> None:
+    [b for b in at.button if b.label == label][0].click()
+    at.run()
+    assert not at.exception, at.exception
+
+
+def current(learner_id: int) -> QuizAttempt:
+    with session_scope() as s:
+        return s.exec(select(QuizAttempt).where(QuizAttempt.learner_id == learner_id,
+                                                QuizAttempt.status == "in_progress")).one()
+
+
+def answer(at: AppTest, attempt: QuizAttempt, pos: int, response, lang: str) -> None:
+    key = f"ans_{attempt.id}_{pos}"
+    qtype = load_bank().questions[attempt.plan[pos]["question_id"]].type
+    if qtype == "single":
+        at.radio(key=key).set_value(response)
+    elif qtype == "multiple":
+        for box in at.checkbox:
+            if box.key and box.key.startswith(key + "_"):
+                box.set_value(box.key.rsplit("_", 1)[1] in response)
+    elif qtype == "numeric":
+        at.text_input(key=key).input(response)
+    else:
+        at.multiselect(key=key).set_value(response)
+    click(at, i18n.t("quiz.submit", lang))
+
+
+def play(at, learner_id, lang, plan_answers):
+    attempt = current(learner_id)
+    bank = load_bank()
+    for pos, item in enumerate(attempt.plan):
+        good = plan_answers(pos)
+        response = (right_answer if good else wrong_answer)(item, bank, lang)
+        answer(at, attempt, pos, response, lang)
+        feedback = [s.value for s in at.success] if good else [e.value for e in at.error]
+        expected = i18n.t("quiz.right" if good else "quiz.wrong", lang)
+        assert expected in feedback, (pos, item["question_id"], response)
+        if pos < len(attempt.plan) - 1:
+            click(at, i18n.t("quiz.next", lang))
+    return attempt
+
+
+@pytest.mark.parametrize("lang", ["en", "zh", "nl"])
+def test_right_and_wrong_feedback_fail_practise_then_pass(app_db, lang):
+    with session_scope() as s:
+        learner = sign_up(session=s, email=f"quiz-{lang}@example.org", password="long enough pw")
+    at = open_quiz(learner.id, lang)
+    click(at, i18n.t("quiz.start", lang))
+    first = play(at, learner.id, lang, lambda pos: pos % 2 == 0)  # half wrong: fails
+    click(at, i18n.t("quiz.finish", lang))
+    assert any(i18n.t("quiz.failed", lang, pass_mark=80) == e.value for e in at.error)
+    # Review lists every question; practise the missed ones (ungraded).
+    assert len(at.expander) >= len(first.plan)
+    missed = len(first.plan) // 2
+    click(at, i18n.t("quiz.practice_start", lang, count=missed))
+    assert i18n.t("quiz.practice_banner", lang) in [i.value for i in at.info]
+    play(at, learner.id, lang, lambda pos: True)
+    click(at, i18n.t("quiz.finish", lang))
+    click(at, i18n.t("quiz.back", lang))
+    click(at, i18n.t("quiz.start", lang))
+    play(at, learner.id, lang, lambda pos: True)
+    click(at, i18n.t("quiz.finish", lang))
+    assert i18n.t("quiz.passed", lang, pass_mark=80) in [s.value for s in at.success]
+    with session_scope() as s:
+        graded = s.exec(select(QuizAttempt).where(QuizAttempt.learner_id == learner.id,
+                                                  QuizAttempt.practice == False)).all()  # noqa: E712
+        assert sorted(a.passed for a in graded) == [False, True]
+        for a in graded:
+            answers = s.exec(select(QuizAnswer).where(QuizAnswer.attempt_id == a.id)).all()
+            assert len(answers) == len(a.plan)
+
+
+def test_attempt_resumes_after_refresh(app_db):
+    with session_scope() as s:
+        learner = sign_up(session=s, email="resume@example.org", password="long enough pw")
+    at = open_quiz(learner.id, "en")
+    click(at, "Start a new attempt")
+    attempt = current(learner.id)
+    answer(at, attempt, 0, right_answer(attempt.plan[0], load_bank(), "en"), "en")
+    # A refresh is a brand-new session: the attempt and its answer are still there.
+    again = open_quiz(learner.id, "en")
+    assert any("1 of" in p.text for p in again.get("progress")) or again.get("progress")
+    assert current(learner.id).id == attempt.id
+    assert i18n.t("quiz.question_of", "en", n=2, total=len(attempt.plan)) in "".join(c.value for c in again.caption)
+
+
+def test_garbage_numeric_answer_gets_a_message_and_loses_nothing(app_db):
+    with session_scope() as s:
+        learner = sign_up(session=s, email="garbage@example.org", password="long enough pw")
+    at = open_quiz(learner.id, "en")
+    click(at, "Start a new attempt")
+    attempt = current(learner.id)
+    bank = load_bank()
+    pos = next((i for i, item in enumerate(attempt.plan)
+                if bank.questions[item["question_id"]].type == "numeric"), None)
+    if pos is None:
+        pytest.skip("no numeric question drawn")
+    for _ in range(pos):
+        click(at, "Next question")
+    answer(at, attempt, pos, "twelve<script>", "en")
+    assert at.error and "not a number" in at.error[0].value
+    with session_scope() as s:
+        assert s.exec(select(QuizAnswer).where(QuizAnswer.attempt_id == attempt.id)).all() == []
+
+
+def test_quiz_needs_an_account(app_db):
+    at = AppTest.from_file(MAIN, default_timeout=60)
+    at.query_params["lang"] = "en"
+    at.run()
+    at.switch_page("pages/quiz.py")
+    at.run()
+    assert i18n.t("quiz.need_account", "en") in [i.value for i in at.info]
+    assert not [b for b in at.button if b.label == "Start a new attempt"]
