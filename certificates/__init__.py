@@ -1,0 +1,85 @@
+"""Signed PDF certificates with a typo-checked ID, a QR code, public
+verification (online and offline), revocation and reissue.
+
+    python -m certificates issue --name "Zoë Ødegård" --score 92 --lang en --out zoe.pdf
+    python -m certificates verify zoe.pdf          # offline signature check
+    python -m certificates verify --id DP-...      # database, sees revocation
+
+Pages call the functions re-exported here; nothing in this package imports
+Streamlit.
+"""
+
+from certificates.i18n import LANGS, format_date, format_score, texts
+from certificates.ids import IdTypo, InvalidId, MalformedId, new_id, parse_id
+from certificates.keys import (
+    PublicKeyInfo,
+    active_key,
+    export_public_keys_json,
+    public_key_info,
+    rotate_key,
+)
+from certificates.store import (
+    STATUSES,
+    AlreadyRevoked,
+    CertificateError,
+    CertificateNotFound,
+    InvalidInput,
+    InvalidName,
+    NotAllowed,
+    NotEligible,
+    VerifyResult,
+    certificates_of,
+    clean_name,
+    eligible_attempt,
+    events_of,
+    get_certificate,
+    issue_certificate,
+    issue_for_learner,
+    lookup,
+    pdf_filename,
+    reissue,
+    render_pdf,
+    revoke,
+    verify_link,
+    verify_pdf,
+)
+
+__all__ = [
+    "LANGS",
+    "STATUSES",
+    "AlreadyRevoked",
+    "CertificateError",
+    "CertificateNotFound",
+    "IdTypo",
+    "InvalidId",
+    "InvalidInput",
+    "InvalidName",
+    "MalformedId",
+    "NotAllowed",
+    "NotEligible",
+    "PublicKeyInfo",
+    "VerifyResult",
+    "active_key",
+    "certificates_of",
+    "clean_name",
+    "eligible_attempt",
+    "events_of",
+    "export_public_keys_json",
+    "format_date",
+    "format_score",
+    "get_certificate",
+    "issue_certificate",
+    "issue_for_learner",
+    "lookup",
+    "new_id",
+    "parse_id",
+    "pdf_filename",
+    "public_key_info",
+    "reissue",
+    "render_pdf",
+    "revoke",
+    "rotate_key",
+    "texts",
+    "verify_link",
+    "verify_pdf",
+]

@@ -1,0 +1,181 @@
+"""Certificates from the command line (admins, tests and offline checkers).
+
+    python -m certificates issue --name NAME --score N --lang en|zh|nl --out FILE.pdf [--learner EMAIL]
+    python -m certificates verify FILE.pdf [--keys KEYS.json]   # offline, no database
+    python -m certificates verify --id ID                       # database, sees revocation
+    python -m certificates revoke ID --reason TEXT
+    python -m certificates rotate-key
+    python -m certificates public-key [--json]
+
+``verify`` exits 0 only for a valid certificate. The database is
+DATABASE_URL's (migrated on first use); keys live under SECRETS_DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from certificates import ids, keys, store
+from certificates.i18n import LANGS
+
+
+def _show(result: store.VerifyResult, *, offline: bool) -> int:
+    if not result.valid:
+        print(f"NOT VALID ({result.status}){': ' + result.detail if result.detail else ''}")
+        if result.status == "revoked":
+            print(f"  revoked at: {result.revoked_at:%Y-%m-%d %H:%M} UTC")
+            print(f"  reason:     {result.revoked_reason}")
+            if result.replaced_by:
+                print(f"  replaced by: {result.replaced_by}")
+        if result.name:
+            print(f"  name:       {result.name}")
+        return 1
+    print(f"VALID {result.id}")
+    print(f"  name:       {result.name}")
+    print(f"  course:     {result.course_title} ({result.course})")
+    print(f"  score:      {result.score}%")
+    print(f"  passed on:  {result.pass_date}")
+    print(f"  language:   {result.lang}")
+    print(f"  issuer:     {result.issuer} (key {result.key_id})")
+    if result.issued_at:
+        print(f"  issued at:  {result.issued_at:%Y-%m-%d %H:%M} UTC")
+    if offline:
+        print("  (offline signature check; revocation is only visible with --id)")
+    return 0
+
+
+def _session():
+    from sqlmodel import Session
+
+    from app.db import get_engine
+
+    return Session(get_engine(), expire_on_commit=False)
+
+
+def cmd_issue(args: argparse.Namespace) -> int:
+    from sqlmodel import select
+
+    from app.models import Learner
+
+    with _session() as session:
+        if args.learner:
+            learner = session.exec(
+                select(Learner).where(Learner.email == args.learner.strip().lower())
+            ).first()
+            if learner is None:
+                print(f"no learner with e-mail {args.learner}", file=sys.stderr)
+                return 1
+            attempt = store.eligible_attempt(session=session, learner_id=learner.id)
+            if attempt is None:
+                print(f"{args.learner} has no passed quiz attempt", file=sys.stderr)
+                return 1
+            score = args.score if args.score is not None else store.attempt_percent(attempt)
+            cert = store.issue_certificate(
+                session=session,
+                learner_id=learner.id,
+                attempt_id=attempt.id,
+                name=args.name,
+                lang=args.lang,
+                score=score,
+                pass_date=args.date or store.attempt_date(attempt),
+            )
+        else:
+            if args.score is None:
+                print("--score is required without --learner", file=sys.stderr)
+                return 2
+            cert = store.issue_certificate(
+                session=session,
+                learner_id=None,
+                attempt_id=None,
+                name=args.name,
+                lang=args.lang,
+                score=args.score,
+                pass_date=args.date or datetime.now(UTC).date().isoformat(),
+            )
+        Path(args.out).write_bytes(store.render_pdf(cert))
+    print(cert.id)
+    print(f"  wrote {args.out}")
+    print(f"  verify at {store.verify_link(cert)}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    if args.id:
+        with _session() as session:
+            return _show(store.lookup(session=session, text=args.id), offline=False)
+    if not args.file:
+        print("give a PDF file or --id ID", file=sys.stderr)
+        return 2
+    data = Path(args.file).read_bytes()
+    return _show(store.verify_pdf(data, keys_file=args.keys), offline=True)
+
+
+def cmd_revoke(args: argparse.Namespace) -> int:
+    with _session() as session:
+        cert = store.revoke(session=session, cert_id=args.id, actor_id=None, reason=args.reason)
+    print(f"revoked {cert.id}: {cert.revoked_reason}")
+    return 0
+
+
+def cmd_rotate_key(args: argparse.Namespace) -> int:
+    key = keys.rotate_key()
+    print(f"new active key {key.kid}; old keys stay for verifying")
+    return 0
+
+
+def cmd_public_key(args: argparse.Namespace) -> int:
+    if args.json:
+        print(keys.export_public_keys_json())
+        return 0
+    for info in keys.public_key_info():
+        print(f"# kid {info.kid}{' (active)' if info.active else ''}; raw base64 {info.raw_b64}")
+        print(info.pem, end="")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m certificates", description=__doc__.split("\n")[0]
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("issue", help="issue a certificate and write its PDF")
+    p.add_argument("--name", required=True)
+    p.add_argument("--score", type=float, help="percent (default with --learner: the attempt's)")
+    p.add_argument("--lang", choices=LANGS, default="en")
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--learner", metavar="EMAIL", help="tie it to this learner's passed attempt")
+    p.add_argument("--date", help="pass date YYYY-MM-DD (default: the attempt's, or today)")
+    p.set_defaults(func=cmd_issue)
+
+    p = sub.add_parser("verify", help="check a PDF offline, or an ID in the database")
+    p.add_argument("file", nargs="?", type=Path)
+    p.add_argument("--id", help="look the ID up in the database (sees revocation)")
+    p.add_argument("--keys", type=Path, help="extra public keys file (from public-key --json)")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("revoke", help="revoke a certificate")
+    p.add_argument("id")
+    p.add_argument("--reason", required=True)
+    p.set_defaults(func=cmd_revoke)
+
+    p = sub.add_parser("rotate-key", help="make a new active issuer key")
+    p.set_defaults(func=cmd_rotate_key)
+
+    p = sub.add_parser("public-key", help="print the issuer public keys")
+    p.add_argument("--json", action="store_true", help="JSON for verify --keys")
+    p.set_defaults(func=cmd_public_key)
+
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (store.CertificateError, ids.InvalidId) as e:
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""Issuer keys: Ed25519, kept under ``settings.secrets_dir`` with owner-only
+permissions, created on first use.
+
+    <secrets_dir>/certificate-keys/          0700
+        <kid>.key   private key, PKCS#8 PEM  0600
+        <kid>.pub   public key, PEM          0600
+        active      the kid that signs new certificates
+
+The key id (kid) is a short hash of the public key and is part of every
+signed payload, so rotating (``python -m certificates rotate-key``) only
+changes which key signs from now on: old public keys stay and keep old
+certificates verifiable.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
+
+from app.settings import get_settings
+
+KEYS_SUBDIR = "certificate-keys"
+
+
+@dataclass(frozen=True)
+class IssuerKey:
+    kid: str
+    public: Ed25519PublicKey
+    private: Ed25519PrivateKey | None = None  # None for public-only keys
+
+
+def key_id(public: Ed25519PublicKey) -> str:
+    """16 hex digits of SHA-256 over the raw 32-byte public key."""
+    return hashlib.sha256(raw_public(public)).hexdigest()[:16]
+
+
+def raw_public(public: Ed25519PublicKey) -> bytes:
+    return public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def public_pem(public: Ed25519PublicKey) -> str:
+    return public.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    ).decode("ascii")
+
+
+def keys_dir(secrets_dir: Path | None = None) -> Path:
+    """The key folder, created 0700 (and its parent too, if missing)."""
+    base = Path(secrets_dir or get_settings().secrets_dir)
+    if not base.exists():
+        base.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(base, 0o700)  # mkdir's mode is filtered through the umask
+    path = base / KEYS_SUBDIR
+    path.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
+
+
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """Serialise key creation between processes (two first requests at once)."""
+    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def _create(folder: Path) -> IssuerKey:
+    private = Ed25519PrivateKey.generate()
+    public = private.public_key()
+    kid = key_id(public)
+    _write_private(
+        folder / f"{kid}.key",
+        private.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ),
+    )
+    _write_private(folder / f"{kid}.pub", public_pem(public).encode("ascii"))
+    tmp = folder / "active.tmp"
+    tmp.unlink(missing_ok=True)
+    _write_private(tmp, kid.encode("ascii"))
+    os.replace(tmp, folder / "active")
+    return IssuerKey(kid=kid, public=public, private=private)
+
+
+def _load_private(folder: Path, kid: str) -> IssuerKey:
+    private = serialization.load_pem_private_key((folder / f"{kid}.key").read_bytes(), None)
+    if not isinstance(private, Ed25519PrivateKey):
+        raise ValueError(f"{kid}.key is not an Ed25519 key")
+    return IssuerKey(kid=kid, public=private.public_key(), private=private)
+
+
+def active_key(secrets_dir: Path | None = None) -> IssuerKey:
+    """The key that signs new certificates; created on first use."""
+    folder = keys_dir(secrets_dir)
+    active = folder / "active"
+    if not active.exists():
+        with _locked(folder):
+            if not active.exists():
+                return _create(folder)
+    return _load_private(folder, active.read_text().strip())
+
+
+def rotate_key(secrets_dir: Path | None = None) -> IssuerKey:
+    """Make a new active key; the old ones stay for verifying."""
+    folder = keys_dir(secrets_dir)
+    with _locked(folder):
+        return _create(folder)
+
+
+def local_public_keys(secrets_dir: Path | None = None) -> dict[str, Ed25519PublicKey]:
+    """Every public key in the key folder, by kid. Creates nothing: an offline
+    verifier with only an exported keys file has no folder at all."""
+    folder = Path(secrets_dir or get_settings().secrets_dir) / KEYS_SUBDIR
+    found = {}
+    for path in sorted(folder.glob("*.pub")):
+        public = serialization.load_pem_public_key(path.read_bytes())
+        if isinstance(public, Ed25519PublicKey):
+            found[key_id(public)] = public
+    return found
+
+
+def load_public_keys_file(path: Path) -> dict[str, Ed25519PublicKey]:
+    """Public keys exported by ``python -m certificates public-key``: either
+    JSON ``{"keys": [{"kid": ..., "raw": <base64>}, ...]}`` or PEM blocks."""
+    text = Path(path).read_text()
+    found = {}
+    if text.lstrip().startswith("{"):
+        for entry in json.loads(text)["keys"]:
+            public = Ed25519PublicKey.from_public_bytes(base64.b64decode(entry["raw"]))
+            found[key_id(public)] = public
+        return found
+    for block in text.split("-----END PUBLIC KEY-----"):
+        if "-----BEGIN PUBLIC KEY-----" in block:
+            pem = (block.strip() + "\n-----END PUBLIC KEY-----\n").encode("ascii")
+            public = serialization.load_pem_public_key(pem)
+            if isinstance(public, Ed25519PublicKey):
+                found[key_id(public)] = public
+    return found
+
+
+def public_keys(
+    secrets_dir: Path | None = None, extra_file: Path | None = None
+) -> dict[str, Ed25519PublicKey]:
+    """The keys a verifier trusts: the local key folder plus an optional file."""
+    found = local_public_keys(secrets_dir)
+    if extra_file is not None:
+        found.update(load_public_keys_file(extra_file))
+    return found
+
+
+@dataclass(frozen=True)
+class PublicKeyInfo:
+    """One public key as shown on the Verify page and exported."""
+
+    kid: str
+    pem: str
+    raw_b64: str  # standard base64 of the 32 raw bytes
+    active: bool
+
+
+def public_key_info(secrets_dir: Path | None = None) -> list[PublicKeyInfo]:
+    """All public keys, the active one first."""
+    active = active_key(secrets_dir).kid
+    infos = [
+        PublicKeyInfo(
+            kid=kid,
+            pem=public_pem(public),
+            raw_b64=base64.b64encode(raw_public(public)).decode("ascii"),
+            active=kid == active,
+        )
+        for kid, public in local_public_keys(secrets_dir).items()
+    ]
+    return sorted(infos, key=lambda info: not info.active)
+
+
+def export_public_keys_json(secrets_dir: Path | None = None) -> str:
+    """The JSON form that ``load_public_keys_file`` reads back."""
+    keys = [
+        {"kid": info.kid, "raw": info.raw_b64, "active": info.active}
+        for info in public_key_info(secrets_dir)
+    ]
+    return json.dumps({"alg": "Ed25519", "keys": keys}, indent=2)

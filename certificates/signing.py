@@ -1,0 +1,116 @@
+"""The signed payload of a certificate.
+
+The payload is canonical JSON (sorted keys, no spaces, UTF-8) of
+
+    {"course", "id", "issuer", "kid", "lang", "name", "pass_date", "score", "v"}
+
+signed with the issuer's Ed25519 key. The signature covers the exact bytes,
+so a verifier never re-serialises: it checks the bytes it was given, then
+reads them. ``kid`` names the key, so rotated keys keep working.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from certificates import keys
+
+VERSION = 1
+FIELDS = ("course", "id", "issuer", "kid", "lang", "name", "pass_date", "score", "v")
+
+
+class SignatureError(ValueError):
+    """The payload or its signature cannot be trusted; ``kind`` says why."""
+
+    kind = "bad_signature"
+
+
+class UnknownKey(SignatureError):
+    kind = "unknown_key"
+
+
+@dataclass(frozen=True)
+class Signed:
+    payload: str  # canonical JSON, exactly the bytes that were signed (UTF-8)
+    signature: str  # base64url, no padding
+    kid: str
+
+
+def canonical(payload: dict[str, Any]) -> bytes:
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
+        "utf-8"
+    )
+
+
+def b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def b64url_decode(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def make_payload(
+    *, cert_id: str, name: str, course: str, score: float, pass_date: str, lang: str, issuer: str
+) -> dict[str, Any]:
+    """The payload without ``kid`` (``sign`` adds the signing key's)."""
+    # Whole scores as integers, others to one decimal: stable JSON numbers.
+    score = round(float(score), 1)
+    return {
+        "course": course,
+        "id": cert_id,
+        "issuer": issuer,
+        "lang": lang,
+        "name": name,
+        "pass_date": pass_date,
+        "score": int(score) if score.is_integer() else score,
+        "v": VERSION,
+    }
+
+
+def sign(payload: dict[str, Any], *, secrets_dir: Path | None = None) -> Signed:
+    """Sign with the active issuer key, setting ``kid`` in the payload."""
+    key = keys.active_key(secrets_dir)
+    assert key.private is not None
+    data = canonical({**payload, "kid": key.kid})
+    return Signed(
+        payload=data.decode("utf-8"), signature=b64url(key.private.sign(data)), kid=key.kid
+    )
+
+
+def verify(
+    payload_bytes: bytes, signature: str | bytes, public_keys: dict[str, Ed25519PublicKey]
+) -> dict[str, Any]:
+    """The payload as a dict if the signature is good, else ``SignatureError``.
+
+    ``signature`` is base64url text or the raw 64 bytes.
+    """
+    try:
+        payload = json.loads(payload_bytes.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SignatureError(f"payload is not JSON: {e}") from e
+    if not isinstance(payload, dict) or set(payload) != set(FIELDS):
+        raise SignatureError("payload does not have the certificate fields")
+    if payload["v"] != VERSION:
+        raise SignatureError(f"unknown payload version {payload['v']!r}")
+    public = public_keys.get(payload["kid"]) if isinstance(payload["kid"], str) else None
+    if public is None:
+        raise UnknownKey(f"signed by unknown key {payload['kid']!r}")
+    if isinstance(signature, str):
+        try:
+            signature = b64url_decode(signature)
+        except (binascii.Error, ValueError) as e:
+            raise SignatureError("signature is not base64url") from e
+    try:
+        public.verify(signature, payload_bytes)
+    except InvalidSignature as e:
+        raise SignatureError("signature does not match the payload") from e
+    return payload

@@ -1,0 +1,149 @@
+"""``python -m certificates`` end to end, in subprocesses, on a temporary
+SQLite file and a temporary secrets folder."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlmodel import Session
+
+from app.db import make_engine, migrate
+from app.models import Learner, QuizAttempt
+from certificates.ids import parse_id
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def env(tmp_path):
+    return {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'academy.db'}",
+        "SECRETS_DIR": str(tmp_path / "secrets"),
+        "PUBLIC_URL": "https://academy.example",
+        "PYTHONPATH": str(ROOT),
+    }
+
+
+def cli(env, *args, cwd=ROOT):
+    return subprocess.run(
+        [sys.executable, "-m", "certificates", *map(str, args)],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_issue_verify_revoke_round_trip(env, tmp_path):
+    out = tmp_path / "zoe.pdf"
+    issued = cli(
+        env, "issue", "--name", "Zoë Ødegård", "--score", "92", "--lang", "en", "--out", out
+    )
+    assert issued.returncode == 0, issued.stderr
+    cert_id = issued.stdout.split()[0]
+    assert parse_id(cert_id) == cert_id
+    assert f"https://academy.example/verify?id={cert_id}" in issued.stdout
+
+    offline = cli(env, "verify", out)
+    assert offline.returncode == 0, offline.stdout + offline.stderr
+    assert "VALID" in offline.stdout and "Zoë Ødegård" in offline.stdout
+
+    online = cli(env, "verify", "--id", cert_id.lower())
+    assert online.returncode == 0 and "Zoë Ødegård" in online.stdout
+
+    typo = cert_id[:-1] + ("0" if cert_id[-1] != "0" else "1")
+    assert cli(env, "verify", "--id", typo).returncode == 1
+    assert "typo" in cli(env, "verify", "--id", typo).stdout
+
+    revoked = cli(env, "revoke", cert_id, "--reason", "issued by mistake")
+    assert revoked.returncode == 0, revoked.stderr
+    after = cli(env, "verify", "--id", cert_id)
+    assert (
+        after.returncode == 1 and "revoked" in after.stdout and "issued by mistake" in after.stdout
+    )
+
+    # Rotation: the old PDF still verifies offline.
+    assert cli(env, "rotate-key").returncode == 0
+    assert cli(env, "verify", out).returncode == 0
+
+
+def test_offline_verify_with_only_an_exported_key(env, tmp_path):
+    out = tmp_path / "c.pdf"
+    assert (
+        cli(
+            env, "issue", "--name", "张伟", "--score", "88", "--lang", "zh", "--out", out
+        ).returncode
+        == 0
+    )
+    keys = tmp_path / "keys.json"
+    exported = cli(env, "public-key", "--json")
+    assert exported.returncode == 0
+    keys.write_text(exported.stdout)
+    stranger = {**env, "SECRETS_DIR": str(tmp_path / "stranger")}
+    assert cli(stranger, "verify", out).returncode == 1  # no key known
+    checked = cli(stranger, "verify", out, "--keys", keys)
+    assert checked.returncode == 0 and "张伟" in checked.stdout
+    assert not (tmp_path / "stranger").exists()  # a verifier creates no keys
+
+
+def test_tampered_pdf_fails(env, tmp_path):
+    out = tmp_path / "c.pdf"
+    assert (
+        cli(
+            env,
+            "issue",
+            "--name",
+            "Nguyễn Thị Minh Khai",
+            "--score",
+            "90",
+            "--lang",
+            "nl",
+            "--out",
+            out,
+        ).returncode
+        == 0
+    )
+    data = out.read_bytes()
+    bad = tmp_path / "bad.pdf"
+    bad.write_bytes(data.replace(b"dp-certificate:eyJ", b"dp-certificate:eyK"))
+    assert cli(env, "verify", bad).returncode == 1
+    assert cli(env, "verify", tmp_path / "c.pdf").returncode == 0
+
+
+def test_issue_for_a_learner(env, tmp_path):
+    engine = make_engine(env["DATABASE_URL"])
+    migrate(engine)
+    with Session(engine) as s:
+        learner = Learner(email="khai@example.org", password_hash="x")
+        s.add(learner)
+        s.commit()
+        s.refresh(learner)
+        s.add(QuizAttempt(learner_id=learner.id, seed=1, status="finished", score=85, passed=True))
+        s.commit()
+    engine.dispose()
+    out = tmp_path / "k.pdf"
+    missing = cli(
+        env, "issue", "--name", "X", "--lang", "en", "--out", out, "--learner", "nobody@example.org"
+    )
+    assert missing.returncode == 1 and "no learner" in missing.stderr
+    ok = cli(
+        env,
+        "issue",
+        "--name",
+        "Nguyễn Thị Minh Khai",
+        "--lang",
+        "nl",
+        "--out",
+        out,
+        "--learner",
+        "khai@example.org",
+    )
+    assert ok.returncode == 0, ok.stderr
+    shown = cli(env, "verify", "--id", ok.stdout.split()[0])
+    assert shown.returncode == 0 and "85" in shown.stdout and "khai@example.org" not in shown.stdout

@@ -1,0 +1,126 @@
+"""Certificate IDs: shape, forgiving reading, and the check digits."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+from certificates.ids import (
+    ALPHABET,
+    IdTypo,
+    MalformedId,
+    check_digits,
+    format_id,
+    new_id,
+    parse_id,
+)
+
+SHAPE = re.compile(r"^DP-([0-9A-HJKMNP-TV-Z]{4}-){4}[0-9A-HJKMNP-TV-Z]{2}$")
+
+
+def test_new_ids_have_the_shape_and_parse_to_themselves():
+    seen = set()
+    for _ in range(2000):
+        cert_id = new_id()
+        assert SHAPE.match(cert_id), cert_id
+        assert parse_id(cert_id) == cert_id
+        seen.add(cert_id)
+    assert len(seen) == 2000
+
+
+def test_80_random_bits_in_the_body():
+    body = "".join(new_id().split("-")[1:5])
+    assert len(body) * 5 == 80
+
+
+@pytest.mark.parametrize(
+    "typed",
+    [
+        "{id}",
+        "{id_lower}",
+        "  {id}  ",
+        "{plain}",  # no dashes at all
+        "{no_prefix}",  # no DP
+        "DP {spaced}",  # spaces instead of dashes
+        "DP--{id_body}",  # extra dashes
+        "https://academy.example/verify?id={id}",  # a pasted link
+    ],
+)
+def test_reading_is_forgiving(typed):
+    cert_id = "DP-0123-4567-89AB-CDEF-" + check_digits("0123456789ABCDEF")
+    body = cert_id[3:]
+    text = typed.format(
+        id=cert_id,
+        id_lower=cert_id.lower(),
+        plain=cert_id.replace("-", ""),
+        no_prefix=body,
+        spaced=body.replace("-", " "),
+        id_body=body,
+    )
+    assert parse_id(text) == cert_id
+
+
+def test_i_l_o_read_as_1_and_0():
+    body = "1010101010101010"
+    cert_id = format_id(body)
+    typed = cert_id.replace("1", "I", 3).replace("1", "l", 2).replace("0", "O", 4)
+    assert typed != cert_id
+    assert parse_id(typed) == cert_id
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "DP-",
+        "hello",
+        "DP-1234",
+        "DP-0123-4567-89AB-CDEF-0123-4567",
+        "DP-0123-4567-89AB-CDEU-00",
+        "DP-0123-4567-89AB-CD#F-00",
+        "XX-0123-4567-89AB-CDEF-00",
+        "DP-0123-4567-89AB-CDEF-Ü0",
+    ],
+)
+def test_malformed(text):
+    with pytest.raises(MalformedId):
+        parse_id(text)
+
+
+def test_every_single_substitution_is_a_typo():
+    rng = random.Random(1)
+    for _ in range(200):
+        cert_id = new_id()
+        digits = cert_id.replace("-", "")[2:]
+        for pos in range(len(digits)):
+            for ch in ALPHABET:
+                if ch == digits[pos]:
+                    continue
+                typed = digits[:pos] + ch + digits[pos + 1 :]
+                with pytest.raises(IdTypo):
+                    parse_id(typed)
+        # and a random one in the printed form
+        pos = rng.choice([i for i, c in enumerate(cert_id) if i > 2 and c != "-"])
+        ch = rng.choice([c for c in ALPHABET if c != cert_id[pos]])
+        with pytest.raises(IdTypo):
+            parse_id(cert_id[:pos] + ch + cert_id[pos + 1 :])
+
+
+def test_every_adjacent_swap_is_caught():
+    for _ in range(500):
+        digits = new_id().replace("-", "")[2:]
+        for pos in range(len(digits) - 1):
+            if digits[pos] == digits[pos + 1]:
+                continue
+            swapped = digits[:pos] + digits[pos + 1] + digits[pos] + digits[pos + 2 :]
+            with pytest.raises(IdTypo):
+                parse_id(swapped)
+
+
+def test_check_digits_stay_below_the_prime():
+    # 1021 to 1023 would be a second spelling of 0 to 2: never produced, never accepted
+    for _ in range(5000):
+        check = new_id()[-2:]
+        assert ALPHABET.index(check[0]) * 32 + ALPHABET.index(check[1]) < 1021

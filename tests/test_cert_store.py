@@ -1,0 +1,352 @@
+"""Issuing, lookup, revocation, reissue and offline PDF checks over SQLite."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import random
+from datetime import UTC, datetime
+
+import pytest
+from pypdf import PdfReader, PdfWriter
+from sqlalchemy.pool import StaticPool
+from sqlmodel import Session
+
+from app.db import make_engine, migrate
+from app.models import Certificate, Learner, QuizAttempt
+from app.settings import get_settings
+from certificates import ids, keys, pdf, signing, store
+from certificates.ids import ALPHABET
+
+
+@pytest.fixture(autouse=True)
+def secrets(tmp_path, monkeypatch):
+    monkeypatch.setenv("SECRETS_DIR", str(tmp_path / "secrets"))
+    monkeypatch.setenv("PUBLIC_URL", "https://academy.example/")
+    get_settings.cache_clear()
+    yield tmp_path / "secrets"
+    get_settings.cache_clear()
+
+
+@pytest.fixture
+def session():
+    engine = make_engine("sqlite://", poolclass=StaticPool)
+    migrate(engine)
+    with Session(engine, expire_on_commit=False) as s:
+        yield s
+    engine.dispose()
+
+
+def add_learner(session, email="zoe@example.org", admin=False) -> Learner:
+    learner = Learner(email=email, display_name="Zoë", password_hash="x", is_admin=admin)
+    session.add(learner)
+    session.commit()
+    session.refresh(learner)
+    return learner
+
+
+def add_attempt(session, learner, *, score=90.0, passed=True, practice=False, status="finished"):
+    attempt = QuizAttempt(
+        learner_id=learner.id,
+        seed=1,
+        practice=practice,
+        status=status,
+        score=score,
+        passed=passed,
+        finished_at=datetime(2025, 11, 30, 12, 0, tzinfo=UTC),
+    )
+    session.add(attempt)
+    session.commit()
+    session.refresh(attempt)
+    return attempt
+
+
+def issue(session, learner=None, attempt=None, name="Zoë Ødegård", lang="en"):
+    return store.issue_certificate(
+        session=session,
+        learner_id=learner.id if learner else None,
+        attempt_id=attempt.id if attempt else None,
+        name=name,
+        lang=lang,
+        score=attempt.score if attempt else 95,
+        pass_date="2025-11-30",
+    )
+
+
+def test_issue_and_lookup_round_trip(session):
+    learner = add_learner(session)
+    attempt = add_attempt(session, learner)
+    cert = issue(session, learner, attempt)
+    assert ids.parse_id(cert.id) == cert.id
+    result = store.lookup(session=session, text=cert.id.lower().replace("-", " "))
+    assert result.status == "valid" and result.valid
+    assert (result.name, result.course, result.score, result.pass_date, result.lang) == (
+        "Zoë Ødegård",
+        "data-parallelism",
+        90,
+        "2025-11-30",
+        "en",
+    )
+    assert result.course_title == "Data Parallelism"
+    assert result.issued_at is not None and result.revoked_at is None
+    # public fields only: nothing of the learner's account
+    values = [str(v) for v in dataclasses.asdict(result).values()]
+    assert not any("zoe@example.org" in v for v in values)
+    assert [e.action for e in store.events_of(session=session, cert_id=cert.id)] == ["issued"]
+
+
+def test_only_a_passed_finished_real_attempt_gets_a_certificate(session):
+    learner = add_learner(session)
+    other = add_learner(session, "other@example.org")
+    failed = add_attempt(session, learner, score=50, passed=False)
+    practice = add_attempt(session, learner, practice=True)
+    unfinished = add_attempt(session, learner, passed=None, status="in_progress")
+    theirs = add_attempt(session, other)
+    assert store.eligible_attempt(session=session, learner_id=learner.id) is None
+    for attempt in (failed, practice, unfinished, theirs):
+        with pytest.raises(store.NotEligible):
+            issue(session, learner, attempt)
+    with pytest.raises(store.NotEligible):
+        store.issue_certificate(
+            session=session,
+            learner_id=learner.id,
+            attempt_id=None,
+            name="Zoë",
+            lang="en",
+            score=90,
+            pass_date="2025-11-30",
+        )
+    with pytest.raises(store.NotEligible):
+        store.issue_for_learner(session=session, learner_id=learner.id, name="Zoë", lang="en")
+    best = add_attempt(session, learner, score=0.95)  # stored as a fraction
+    add_attempt(session, learner, score=0.85)
+    assert store.eligible_attempt(session=session, learner_id=learner.id).id == best.id
+    cert = store.issue_for_learner(session=session, learner_id=learner.id, name="Zoë", lang="nl")
+    assert cert.score == 95 and cert.attempt_id == best.id and cert.pass_date == "2025-11-30"
+
+
+def test_issuing_twice_returns_the_same_certificate(session):
+    learner = add_learner(session)
+    attempt = add_attempt(session, learner)
+    first = issue(session, learner, attempt)
+    assert issue(session, learner, attempt).id == first.id
+    assert issue(session, learner, attempt, lang="zh").id != first.id
+    assert len(store.certificates_of(session=session, learner_id=learner.id)) == 2
+
+
+@pytest.mark.parametrize(
+    "name", ["", "   ", "a" * 201, "Ann\x00", "Bob\u0007", "Ravi \u0915", "\u05d0\u05d1"]
+)
+def test_bad_names_are_refused(session, name):
+    with pytest.raises(store.InvalidName):
+        issue(session, name=name)
+
+
+def test_names_are_normalised():
+    assert store.clean_name("  Nguye\u0302\u0303n   Thi\u0323  ") == "Nguyễn Thị"
+
+
+def test_bad_language_score_and_date(session):
+    with pytest.raises(store.InvalidInput):
+        issue(session, lang="fr")
+    for score, date in ((101, "2025-11-30"), (-1, "2025-11-30"), (90, "30/11/2025")):
+        with pytest.raises(store.InvalidInput):
+            store.issue_certificate(
+                session=session,
+                learner_id=None,
+                attempt_id=None,
+                name="Zoë",
+                lang="en",
+                score=score,
+                pass_date=date,
+            )
+
+
+def test_id_collision_retries(session, monkeypatch):
+    taken = issue(session)
+    fresh = ids.new_id()
+    sequence = iter([taken.id, fresh])
+    monkeypatch.setattr(store.ids, "new_id", lambda: next(sequence))
+    assert issue(session, name="Another").id == fresh
+
+
+def test_revoked_shows_revoked_with_when_and_why(session):
+    admin = add_learner(session, "admin@example.org", admin=True)
+    learner = add_learner(session)
+    cert = issue(session, learner, add_attempt(session, learner))
+    with pytest.raises(store.NotAllowed):
+        store.revoke(session=session, cert_id=cert.id, actor_id=learner.id, reason="no")
+    with pytest.raises(store.InvalidInput):
+        store.revoke(session=session, cert_id=cert.id, actor_id=admin.id, reason="  ")
+    store.revoke(session=session, cert_id=cert.id, actor_id=admin.id, reason="cheating")
+    result = store.lookup(session=session, text=cert.id)
+    assert result.status == "revoked" and not result.valid
+    assert result.revoked_reason == "cheating" and result.revoked_at is not None
+    with pytest.raises(store.AlreadyRevoked):
+        store.revoke(session=session, cert_id=cert.id, actor_id=admin.id, reason="again")
+    events = store.events_of(session=session, cert_id=cert.id)
+    assert [(e.action, e.actor_id, e.reason) for e in events] == [
+        ("issued", learner.id, None),
+        ("revoked", admin.id, "cheating"),
+    ]
+
+
+def test_reissue_links_old_and_new(session):
+    learner = add_learner(session)
+    other = add_learner(session, "other@example.org")
+    old = issue(session, learner, add_attempt(session, learner))
+    with pytest.raises(store.NotAllowed):
+        store.reissue(session=session, cert_id=old.id, learner_id=other.id, new_name="X", lang="en")
+    new = store.reissue(
+        session=session, cert_id=old.id, learner_id=learner.id, new_name="Zoë Berg", lang="nl"
+    )
+    assert new.id != old.id
+    assert (new.name, new.language, new.score, new.pass_date) == (
+        "Zoë Berg",
+        "nl",
+        90,
+        "2025-11-30",
+    )
+    old_result = store.lookup(session=session, text=old.id)
+    assert old_result.status == "revoked"
+    assert old_result.revoked_reason == "reissued" and old_result.replaced_by == new.id
+    assert store.lookup(session=session, text=new.id).status == "valid"
+    assert [e.action for e in store.events_of(session=session, cert_id=old.id)] == [
+        "issued",
+        "reissued",
+    ]
+    assert store.events_of(session=session, cert_id=new.id)[0].reason == f"reissue of {old.id}"
+    with pytest.raises(store.AlreadyRevoked):
+        store.reissue(
+            session=session, cert_id=old.id, learner_id=learner.id, new_name="Y", lang="en"
+        )
+    assert [c.id for c in store.certificates_of(session=session, learner_id=learner.id)] == [
+        new.id,
+        old.id,
+    ]
+
+
+def test_lookup_statuses_before_the_database(session):
+    assert store.lookup(session=session, text="hello").status == "malformed"
+    cert = issue(session)
+    typo = cert.id[:-4] + ("0" if cert.id[-4] != "0" else "1") + cert.id[-3:]
+    assert store.lookup(session=session, text=typo).status == "typo"
+    assert store.lookup(session=session, text=ids.new_id()).status == "not_found"
+
+
+def test_ten_thousand_random_and_mutated_ids_are_never_valid(session):
+    rng = random.Random(6)
+    real = [issue(session, name=f"Learner {i}").id for i in range(20)]
+    digits = lambda cert_id: cert_id.replace("-", "")[2:]  # noqa: E731
+    candidates: list[tuple[str, str]] = []
+    while len(candidates) < 10_000:
+        base = digits(rng.choice(real))
+        kind = rng.choice(["random", "random-shape", "substitute", "swap", "truncate", "insert"])
+        if kind == "random":
+            n = rng.randint(0, 30)
+            text = "".join(rng.choice(ALPHABET + "ILOU-_ #%<>é张") for _ in range(n))
+        elif kind == "random-shape":
+            text = ids.format_id("".join(rng.choice(ALPHABET) for _ in range(16)))[:-2] + "".join(
+                rng.choice(ALPHABET) for _ in range(2)
+            )
+        elif kind == "substitute":
+            pos = rng.randrange(len(base))
+            text = base[:pos] + rng.choice(ALPHABET.replace(base[pos], "")) + base[pos + 1 :]
+        elif kind == "swap":
+            pos = rng.randrange(len(base) - 1)
+            if base[pos] == base[pos + 1]:
+                continue
+            text = base[:pos] + base[pos + 1] + base[pos] + base[pos + 2 :]
+        elif kind == "truncate":
+            text = base[: rng.randrange(len(base))]
+        else:
+            pos = rng.randrange(len(base) + 1)
+            text = base[:pos] + rng.choice(ALPHABET) + base[pos:]
+        if kind != "random" or not any(text.upper().endswith(digits(r)) for r in real):
+            candidates.append((kind, text))
+    seen = {}
+    for kind, text in candidates:
+        result = store.lookup(session=session, text=text)
+        assert result.status != "valid", (kind, text)
+        assert result.status in {"not_found", "malformed", "typo"}
+        if kind in ("substitute", "swap"):
+            assert result.status == "typo", (kind, text)
+        seen[result.status] = seen.get(result.status, 0) + 1
+    assert seen["malformed"] and seen["typo"]
+
+
+def test_a_tampered_database_row_does_not_verify(session):
+    cert = issue(session)
+    row = session.get(Certificate, cert.id)
+    row.payload = row.payload.replace("Zoë Ødegård", "Mallory")
+    session.add(row)
+    session.commit()
+    result = store.lookup(session=session, text=cert.id)
+    assert result.status == "bad_signature" and result.name is None
+
+
+def test_verify_pdf_offline_round_trip(session, secrets, tmp_path):
+    cert = issue(session, name="张伟", lang="zh")
+    data = store.render_pdf(cert)
+    assert store.verify_link(cert) == f"https://academy.example/verify?id={cert.id}"
+    result = store.verify_pdf(data)
+    assert result.valid and result.name == "张伟" and result.id == cert.id
+    assert result.course_title == "数据并行"
+    # Offline means offline: a verifier with only the exported public keys.
+    keys_file = tmp_path / "keys.json"
+    keys_file.write_text(keys.export_public_keys_json())
+    assert store.verify_pdf(data, keys_file=keys_file, secrets_dir=tmp_path / "none").valid
+    assert store.verify_pdf(data, secrets_dir=tmp_path / "none").status == "unknown_key"
+
+
+def _with_keywords(data: bytes, keywords: str) -> bytes:
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(data)))
+    writer.add_metadata({"/Keywords": keywords})
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def test_verify_pdf_rejects_tampering(session):
+    cert = issue(session)
+    data = store.render_pdf(cert)
+    keywords = PdfReader(io.BytesIO(data)).metadata["/Keywords"]
+    payload, signature = pdf.extract_token(keywords)
+
+    forged = payload.replace("Zoë Ødegård".encode(), b"Mallory")
+    result = store.verify_pdf(_with_keywords(data, pdf.embed_token(forged.decode(), signature)))
+    assert result.status == "bad_signature"
+
+    sig = bytearray(signing.b64url_decode(signature))
+    sig[5] ^= 0x40
+    bad_sig = pdf.embed_token(payload.decode(), signing.b64url(bytes(sig)))
+    assert store.verify_pdf(_with_keywords(data, bad_sig)).status == "bad_signature"
+
+    assert store.verify_pdf(_with_keywords(data, "nothing here")).status == "no_payload"
+    assert store.verify_pdf(b"%PDF-1.4 garbage").status == "no_payload"
+    assert store.verify_pdf(b"not a pdf").status == "no_payload"
+
+    # A genuine token moved onto another certificate's page: the print differs.
+    other = store.render_pdf(issue(session, name="Someone Else"))
+    moved = _with_keywords(other, keywords)
+    assert store.verify_pdf(moved).status == "mismatch"
+
+
+def test_verify_pdf_checks_the_id_check_digits(session):
+    # A validly signed payload whose ID has bad check digits (a buggy or
+    # hostile issuer) is still refused.
+    cert_id = ids.new_id()
+    bad_id = cert_id[:-2] + ("00" if cert_id[-2:] != "00" else "11")
+    signed = signing.sign(
+        signing.make_payload(
+            cert_id=bad_id,
+            name="Zoë",
+            course="data-parallelism",
+            score=90,
+            pass_date="2025-11-30",
+            lang="en",
+            issuer="Data Parallelism Academy",
+        )
+    )
+    data = pdf.render(payload=signed.payload, signature=signed.signature, public_url="https://x")
+    assert store.verify_pdf(data).status == "typo"
