@@ -44,7 +44,7 @@ def languages() -> dict[str, str]:
     return {c: catalog(c).get("meta.name", c) for c in codes}
 
 
-def t(key: str, lang: str, **values: Any) -> str:
+def t(key: str, lang: str, /, **values: Any) -> str:
     """The text for ``key`` in ``lang``, English if that language lacks it."""
     text = catalog(lang).get(key)
     if text is None:

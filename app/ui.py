@@ -36,7 +36,7 @@ def lang() -> str:
     return code
 
 
-def t(key: str, **values) -> str:
+def t(key: str, /, **values) -> str:
     return i18n.t(key, st.session_state.get("lang", i18n.DEFAULT_LANG), **values)
 
 

@@ -3,10 +3,11 @@
 import streamlit as st
 from sqlmodel import func, select
 
+import certificates as certs
 from app import i18n, ui
 from app.accounts import AccountError, make_admin
 from app.db import session_scope
-from app.models import Learner
+from app.models import CertificateEvent, Learner
 
 t = ui.t
 who = ui.learner()
@@ -39,3 +40,31 @@ if not any(problems.values()):
 for code, keys in problems.items():
     if keys:
         st.warning(t("admin.content_missing", lang=code, count=len(keys), keys=", ".join(keys[:10])))
+
+st.header(t("admin_certs.title"))
+with st.form("revoke"):
+    st.markdown(f"**{t('admin_certs.revoke')}**")
+    cert_id = st.text_input(t("admin_certs.cert_id"), max_chars=200)
+    reason = st.text_input(t("admin_certs.reason"), max_chars=500)
+    if st.form_submit_button(t("admin_certs.revoke_button"), type="primary"):
+        if not reason.strip():
+            st.error(t("admin_certs.need_reason"))
+        else:
+            try:
+                clean_id = certs.parse_id(cert_id)
+                with session_scope() as session:
+                    certs.revoke(session=session, cert_id=clean_id, actor_id=who.id, reason=reason.strip())
+                st.success(t("admin_certs.revoked", id=clean_id))
+            except certs.InvalidId:
+                st.error(certs.texts(st.session_state["lang"])["status"]["malformed"])
+            except certs.CertificateNotFound:
+                st.error(t("admin_certs.not_found"))
+            except certs.AlreadyRevoked:
+                st.warning(t("admin_certs.already"))
+
+st.subheader(t("admin_certs.events"))
+with session_scope() as session:
+    events = session.exec(select(CertificateEvent).order_by(CertificateEvent.id.desc()).limit(20)).all()
+for ev in events:
+    st.text(t("admin_certs.event_row", at=f"{ev.at:%Y-%m-%d %H:%M}", action=ev.action,
+              id=ev.certificate_id, reason=ev.reason or ""))

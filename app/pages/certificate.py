@@ -1,8 +1,92 @@
-"""Certificate: filled in by its own issue; until then it says so and does nothing."""
+"""Certificate: claim it after passing, download the PDF, share the link, reissue."""
 
 import streamlit as st
 
+import certificates as certs
 from app import ui
+from app.db import session_scope
+from app.settings import get_settings
 
-st.title(ui.t("nav.certificate"))
-st.info(ui.t("coming.body"))
+t = ui.t
+code = st.session_state["lang"]
+st.title(t("nav.certificate"))
+who = ui.require_learner("certificate.need_account")
+if who is None:
+    st.stop()
+
+with session_scope() as session:
+    attempt = certs.eligible_attempt(session=session, learner_id=who.id)
+    mine = certs.certificates_of(session=session, learner_id=who.id)
+
+# No passed attempt: nothing can be claimed here, whatever the URL says.
+if attempt is None:
+    st.info(t("certificate.locked", pass_mark=get_settings().quiz_pass_percent))
+    ui.link("quiz", t("certificate.to_quiz"), ":material/quiz:")
+    st.stop()
+
+lang_names = certs.texts(code)["languages"]
+
+
+def explain(err: certs.CertificateError) -> str:
+    if isinstance(err, certs.InvalidName) and err.chars:
+        return t("certificate.bad_name", detail=t("certificate.bad_chars", chars=" ".join(err.chars[:10])))
+    return t("certificate.bad_name", detail=str(err))
+
+
+with st.container(border=True):
+    st.write(t("certificate.eligible", score=round(attempt.score)))
+    with st.form("issue"):
+        name = st.text_input(t("certificate.name"), value=who.display_name, max_chars=200,
+                             help=t("certificate.name_help"))
+        cert_lang = st.selectbox(t("certificate.language"), list(certs.LANGS),
+                                 index=list(certs.LANGS).index(code) if code in certs.LANGS else 0,
+                                 format_func=lambda c: lang_names.get(c, c))
+        if st.form_submit_button(t("certificate.create"), type="primary", icon=":material/workspace_premium:"):
+            if not name.strip():
+                st.error(t("certificate.empty_name"))
+            else:
+                try:
+                    with session_scope() as session:
+                        certs.issue_for_learner(session=session, learner_id=who.id, name=name, lang=cert_lang)
+                    st.session_state["_cert_created"] = True
+                    st.rerun()
+                except certs.CertificateError as err:
+                    st.error(explain(err))
+
+if st.session_state.pop("_cert_created", False):
+    st.success(t("certificate.created"))
+
+st.subheader(t("certificate.yours"))
+if not mine:
+    st.caption(t("certificate.none_yet"))
+for cert in mine:
+    revoked = cert.revoked_at is not None
+    with st.container(border=True):
+        status = t("certificate.status_revoked") if revoked else t("certificate.status_valid")
+        st.markdown(f"**{cert.id}** · {status}")
+        st.text(cert.name)
+        st.caption(t("certificate.issued_on", date=f"{cert.issued_at:%Y-%m-%d}",
+                     lang=lang_names.get(cert.language, cert.language)))
+        if revoked:
+            continue
+        st.download_button(t("certificate.download"), data=certs.render_pdf(cert),
+                           file_name=certs.pdf_filename(cert), mime="application/pdf",
+                           icon=":material/download:", key=f"dl_{cert.id}", on_click="ignore")
+        st.caption(t("certificate.link"))
+        st.code(certs.verify_link(cert), language=None)
+        with st.expander(t("certificate.reissue")):
+            st.caption(t("certificate.reissue_help"))
+            with st.form(f"reissue_{cert.id}"):
+                new_name = st.text_input(t("certificate.name"), value=cert.name, max_chars=200)
+                if st.form_submit_button(t("certificate.reissue_button")):
+                    try:
+                        with session_scope() as session:
+                            certs.reissue(session=session, cert_id=cert.id, learner_id=who.id,
+                                          new_name=new_name, lang=cert.language)
+                        st.session_state["_cert_reissued"] = True
+                        st.rerun()
+                    except certs.CertificateError as err:
+                        st.error(explain(err))
+
+if st.session_state.pop("_cert_reissued", False):
+    st.success(t("certificate.reissued"))

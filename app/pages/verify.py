@@ -1,8 +1,84 @@
-"""Verify: filled in by its own issue; until then it says so and does nothing."""
+"""Verify (public, no sign-in): by ID, by the QR link (?id=), or a PDF offline."""
 
 import streamlit as st
 
+import certificates as certs
 from app import ui
+from app.db import session_scope
 
-st.title(ui.t("nav.verify"))
-st.info(ui.t("coming.body"))
+t = ui.t
+code = st.session_state["lang"]
+ctext = certs.texts(code)
+st.title(t("nav.verify"))
+st.write(t("verify.intro"))
+
+
+def show(result: certs.VerifyResult) -> None:
+    status = ctext["status"]
+    if result.status == "valid":
+        st.success(status["valid"])
+    elif result.status == "revoked":
+        st.error(status["revoked"].format(date=f"{result.revoked_at:%Y-%m-%d}" if result.revoked_at else "?"))
+    elif result.status in ("not_found", "typo"):
+        st.warning(status[result.status])
+    else:
+        st.error(status.get(result.status, result.status))
+    if result.name is None:
+        return
+    labels = ctext["labels"]
+    rows = {
+        labels["name"]: result.name,
+        labels["course"]: result.course_title or result.course,
+        labels["score"]: certs.format_score(result.score, code) + " %" if result.score is not None else "",
+        labels["date"]: certs.format_date(result.pass_date, code) if result.pass_date else "",
+        labels["language"]: ctext["languages"].get(result.lang, result.lang),
+    }
+    if result.issued_at:
+        rows[labels["issued"]] = f"{result.issued_at:%Y-%m-%d}"
+    if result.revoked_reason:
+        reason = result.revoked_reason
+        rows[labels["reason"]] = ctext["reasons"]["reissued"] if reason == "reissued" else reason
+    if result.replaced_by:
+        rows[labels["replaced_by"]] = result.replaced_by
+    st.markdown("\n".join(f"- **{k}:** {_plain(v)}" for k, v in rows.items()))
+
+
+def _plain(value: str) -> str:
+    """Show names as typed: escape Markdown so '*' or '<b>' print literally."""
+    out = str(value)
+    for ch in "\\`*_{}[]()<>#+-.!|~$":
+        out = out.replace(ch, "\\" + ch)
+    return out
+
+
+asked = st.query_params.get("id", "")
+with st.form("verify"):
+    typed = st.text_input(t("verify.id_label"), value=asked[:200], max_chars=200,
+                          placeholder=t("verify.id_placeholder"))
+    submitted = st.form_submit_button(t("verify.check"), type="primary", icon=":material/verified:")
+if submitted:
+    st.query_params["id"] = typed.strip()[:200]
+    asked = typed
+if asked.strip():
+    with session_scope() as session:
+        show(certs.lookup(session=session, text=asked[:200]))
+
+st.divider()
+upload = st.file_uploader(t("verify.pdf_label"), type=["pdf"])
+if upload is not None:
+    st.markdown(f"**{t('verify.pdf_result')}**")
+    try:
+        result = certs.verify_pdf(upload.getvalue())
+    except Exception:  # noqa: BLE001  (any unreadable upload gets the same clear answer)
+        st.error(t("verify.pdf_unreadable"))
+    else:
+        show(result)
+        st.caption(ctext["status"]["offline_note"])
+
+with st.expander(t("verify.public_keys")):
+    st.caption(t("verify.public_keys_help"))
+    for info in certs.public_key_info():
+        st.markdown(f"`{info.kid}` · {t('verify.active') if info.active else t('verify.retired')}")
+        st.code(info.pem, language=None)
+    st.download_button(t("verify.download_keys"), certs.export_public_keys_json(),
+                       file_name="dp-academy-public-keys.json", mime="application/json", on_click="ignore")
