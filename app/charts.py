@@ -170,3 +170,83 @@ def ring_figure(
         }],
     )
     return fig
+
+
+def trace_steps(traces: Sequence[Sequence[dict]]) -> tuple[list[list[Send]], list[float]]:
+    """Sends per step and each step's measured duration, from the ranks' own traces.
+
+    ``traces[r]`` is rank r's list of step records (step, phase, send_chunk,
+    send_to, t_start, t_end) on the shared clock. A step lasts from the first
+    rank starting it to the last rank finishing it.
+    """
+    by_step: dict[int, list[dict]] = {}
+    for rank, records in enumerate(traces):
+        for rec in records:
+            by_step.setdefault(int(rec["step"]), []).append({**rec, "rank": rank})
+    steps, durations = [], []
+    for k in sorted(by_step):
+        recs = by_step[k]
+        steps.append([(r["rank"], int(r["send_to"]), int(r["send_chunk"]), r["phase"]) for r in recs])
+        durations.append(max(r["t_end"] for r in recs) - min(r["t_start"] for r in recs))
+    return steps, durations
+
+
+def step_time_figure(measured: Sequence[float], predicted: Sequence[float], labels: dict[str, str]) -> go.Figure:
+    """Measured step times beside the alpha-beta prediction (milliseconds)."""
+    xs = list(range(1, len(measured) + 1))
+    fig = go.Figure()
+    fig.add_bar(x=xs, y=[m * 1e3 for m in measured], name=labels["measured"])
+    fig.add_scatter(x=xs, y=[p * 1e3 for p in predicted], mode="lines+markers", name=labels["theory"])
+    fig.update_layout(height=300, xaxis_title=labels["step"], yaxis_title="ms", margin={"t": 20},
+                      legend={"orientation": "h"})
+    return fig
+
+
+def busbw_figure(rows: Sequence[dict], *, world_size: int, fit: dict | None, labels: dict[str, str],
+                 reference: tuple[float, float] | None = None) -> go.Figure:
+    """busbw against message size (log x) per implementation, with the fitted model."""
+    fig = go.Figure()
+    impls = []
+    for row in rows:
+        if row["impl"] not in impls and row.get("collective", "all_reduce") == "all_reduce":
+            impls.append(row["impl"])
+    for impl in impls:
+        mine = [r for r in rows if r["impl"] == impl]
+        fig.add_scatter(x=[r["size"] for r in mine], y=[r["busbw"] for r in mine], mode="lines+markers",
+                        name=labels.get(impl, impl))
+    n = world_size
+    if fit and fit.get("alpha_s") is not None and fit.get("bandwidth_Bps") and n > 1:
+        sizes = sorted({r["size"] for r in rows})
+        model = []
+        for size in sizes:
+            t = 2 * (n - 1) * fit["alpha_s"] + 2 * (n - 1) / n * size / fit["bandwidth_Bps"]
+            model.append(size / t * 2 * (n - 1) / n / 1e9)
+        fig.add_scatter(x=sizes, y=model, mode="lines", line={"dash": "dot"}, name=labels["fit"])
+    if reference:
+        fig.add_hrect(y0=reference[0], y1=reference[1], fillcolor="green", opacity=0.12, line_width=0,
+                      annotation_text=labels["reference"], annotation_position="top left")
+    fig.update_layout(height=380, xaxis_type="log", yaxis_type="log", xaxis_title=labels["size"],
+                      yaxis_title="busbw (GB/s)", margin={"t": 20}, legend={"orientation": "h"})
+    return fig
+
+
+def breakdown_figure(parts: dict[str, dict[str, float]], labels: dict[str, str]) -> go.Figure:
+    """Stacked per-step time (ms): forward, backward, exposed communication, optimizer."""
+    fig = go.Figure()
+    names = list(parts)
+    for part in ("forward", "backward", "exposed_comm", "optimizer"):
+        fig.add_bar(x=[labels[n] for n in names], y=[parts[n].get(part, 0.0) for n in names], name=labels[part])
+    fig.update_layout(barmode="stack", height=320, yaxis_title="ms", margin={"t": 20},
+                      legend={"orientation": "h"})
+    return fig
+
+
+def lines_figure(series: dict[str, Sequence[float]], *, x_title: str, y_title: str,
+                 xs: Sequence[float] | None = None, log_x: bool = False) -> go.Figure:
+    fig = go.Figure()
+    for name, ys in series.items():
+        fig.add_scatter(x=list(xs) if xs is not None else list(range(1, len(ys) + 1)), y=list(ys),
+                        mode="lines+markers", name=name)
+    fig.update_layout(height=300, xaxis_title=x_title, yaxis_title=y_title, margin={"t": 20},
+                      legend={"orientation": "h"}, xaxis_type="log" if log_x else None)
+    return fig

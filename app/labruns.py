@@ -14,7 +14,8 @@ def scaling_points(*, session: Session, learner_id: int) -> list[tuple[int, floa
     )
     points: dict[int, float] = {}
     for run in rows:
-        for entry in (run.result or {}).get("scaling", []) or []:
+        rows = (((run.result or {}).get("summary") or {}).get("sections") or {}).get("scaling", {})
+        for entry in rows.get("rows", []) if isinstance(rows, dict) else []:
             if "world_size" in entry and "efficiency" in entry:
                 points[int(entry["world_size"])] = float(entry["efficiency"])
     return sorted(points.items())

@@ -212,3 +212,13 @@ def home_status(who: Learner | None) -> None:
         st.write(t("home.cert_ready") if passed else t("home.cert_locked"))
         if passed:
             link("certificate", t("nav.certificate"), ":material/workspace_premium:")
+
+
+def labeler(prefix: str):
+    """A ``format_func`` for option keys: ``prefix + key`` translated in today's language.
+
+    The language is bound now, since Streamlit may call the function outside
+    this script run (AppTest does).
+    """
+    code = st.session_state.get("lang", i18n.DEFAULT_LANG)
+    return lambda key: i18n.t(f"{prefix}{key}", code)

@@ -7,7 +7,7 @@ import streamlit as st
 
 from app import calculators as calc
 from app.charts import ring_figure
-from app.ui import t
+from app.ui import labeler, t
 
 
 def ring_labels() -> dict[str, str]:
@@ -20,9 +20,9 @@ def memory_calculator() -> None:
     c1, c2, c3 = st.columns(3)
     billions = c1.number_input(t("widgets.memory.params"), 0.01, 2000.0, 7.0, step=0.5, key="mem_params")
     precision = c2.selectbox(t("widgets.memory.precision"), list(calc.PRECISIONS),
-                             format_func=lambda p: t(f"widgets.precision.{p}"), key="mem_prec")
+                             format_func=labeler("widgets.precision."), key="mem_prec")
     optimizer = c3.selectbox(t("widgets.memory.optimizer"), list(calc.OPTIMIZERS), index=2,
-                             format_func=lambda o: t(f"widgets.optimizer.{o}"), key="mem_opt")
+                             format_func=labeler("widgets.optimizer."), key="mem_opt")
     mem = calc.memory_per_device(billions * 1e9, precision, optimizer)
     fig = go.Figure()
     for part, value in (("weights", mem.weights), ("grads", mem.grads), ("optimizer_state", mem.optimizer)):
@@ -70,7 +70,7 @@ def scaling_explorer(measured: list[tuple[int, float]] | None = None) -> None:
     c1, c2, c3 = st.columns(3)
     millions = c1.number_input(t("widgets.scaling.params"), 0.1, 100000.0, 25.6, key="sc_params")
     link = c2.selectbox(t("widgets.scaling.link"), list(calc.LINKS), index=2,
-                        format_func=lambda k: t(f"widgets.links.{k}"), key="sc_link")
+                        format_func=labeler("widgets.links."), key="sc_link")
     bytes_per_grad = c3.selectbox(t("widgets.scaling.precision"), [4, 2],
                                   format_func=lambda b: "fp32" if b == 4 else "bf16", key="sc_prec")
     c4, c5, c6 = st.columns(3)

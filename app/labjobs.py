@@ -1,0 +1,325 @@
+"""Running labs for the web app: a queue with a global limit, outside Streamlit.
+
+Each lab runs as its own process group, ``python -m labs LAB ... --events F
+--out G``, started by a worker thread of this module, never by the Streamlit
+script thread. A rerun or page switch does not touch it; the page polls
+:func:`status`. Cancel kills the whole process group. At most
+``Settings.lab_concurrency`` labs run at once; the rest wait in FIFO order.
+Every run is a :class:`~app.models.LabRun` row: queued, running, then done,
+failed or cancelled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlmodel import select
+
+from app.db import session_scope
+from app.models import LabRun, utcnow
+from app.settings import ROOT, get_settings
+
+LABS = ("ring", "bench", "ddp")
+# Parameters a learner may set, per lab, mapped to the CLI's flags.
+FLAGS = {
+    "world_size": "--world-size", "backend": "--backend", "size": "--size", "dtype": "--dtype",
+    "op": "--op", "fail_rank": "--fail-rank", "fail_at_step": "--fail-at-step",
+    "fail_mode": "--fail-mode", "min_bytes": "--min-bytes", "max_bytes": "--max-bytes",
+    "steps": "--steps", "algo": "--algo",
+}
+ALLOWED = {
+    "ring": {"world_size", "backend", "size", "dtype", "op", "algo", "fail_rank", "fail_at_step", "fail_mode"},
+    "bench": {"world_size", "backend", "min_bytes", "max_bytes", "fail_rank", "fail_at_step", "fail_mode"},
+    "ddp": {"world_size", "backend", "steps", "fail_rank", "fail_at_step", "fail_mode"},
+}
+
+
+class LabRequestError(ValueError):
+    """The request cannot be run as asked (the page shows ``code`` translated)."""
+
+    def __init__(self, code: str, **values: Any):
+        super().__init__(code)
+        self.code, self.values = code, values
+
+
+@dataclass
+class Job:
+    run_id: int
+    lab: str
+    params: dict[str, Any]
+    workdir: Path
+    proc: subprocess.Popen | None = None
+    cancelled: bool = False
+    started: float | None = None
+    events_read: int = 0
+    last_event: dict[str, Any] | None = None
+    lines: list[str] = field(default_factory=list)
+
+
+class _Manager:
+    def __init__(self) -> None:
+        self.lock = threading.Condition()
+        self.queue: deque[Job] = deque()
+        self.running: dict[int, Job] = {}
+        self.jobs: dict[int, Job] = {}
+        self.workers: list[threading.Thread] = []
+
+    def ensure_workers(self) -> None:
+        want = get_settings().lab_concurrency
+        with self.lock:
+            self.workers = [w for w in self.workers if w.is_alive()]
+            while len(self.workers) < want:
+                worker = threading.Thread(target=self._work, name="lab-worker", daemon=True)
+                worker.start()
+                self.workers.append(worker)
+
+    def _work(self) -> None:
+        while True:
+            with self.lock:
+                while not self.queue:
+                    self.lock.wait()
+                job = self.queue.popleft()
+                if job.cancelled:
+                    continue
+                self.running[job.run_id] = job
+            try:
+                _run(job)
+            finally:
+                with self.lock:
+                    self.running.pop(job.run_id, None)
+                    self.lock.notify_all()
+
+
+_manager = _Manager()
+
+
+def validate(lab: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Keep only known parameters, with types and bounds checked."""
+    if lab not in LABS:
+        raise LabRequestError("labs.err_unknown_lab", lab=lab)
+    clean: dict[str, Any] = {}
+    for key, value in params.items():
+        if value is None or key not in ALLOWED[lab]:
+            continue
+        clean[key] = value
+    ws = int(clean.get("world_size", 2))
+    if not 1 <= ws <= get_settings().lab_max_world_size:
+        raise LabRequestError("labs.err_world_size", max=get_settings().lab_max_world_size)
+    clean["world_size"] = ws
+    if "fail_rank" in clean and not 0 <= int(clean["fail_rank"]) < ws:
+        raise LabRequestError("labs.err_fail_rank", max=ws - 1)
+    for key in ("size", "min_bytes", "max_bytes"):
+        if key in clean and not 8 <= int(clean[key]) <= 256 * 2**20:
+            raise LabRequestError("labs.err_size")
+    return clean
+
+
+def command(lab: str, params: dict[str, Any], workdir: Path) -> list[str]:
+    args = [sys.executable, "-m", "labs", lab, "--json", "--timeout", str(get_settings().lab_timeout_s),
+            "--events", str(workdir / "events.jsonl"), "--out", str(workdir / "result.json")]
+    for key, value in params.items():
+        args += [FLAGS[key], str(value)]
+    return args
+
+
+def submit(*, lab: str, params: dict[str, Any], learner_id: int | None, machine: dict[str, Any]) -> int:
+    """Queue a lab run; returns its LabRun id."""
+    clean = validate(lab, params)
+    with session_scope() as session:
+        run = LabRun(learner_id=learner_id, lab=lab, params=clean, machine=machine, status="queued")
+        session.add(run)
+        session.flush()
+        run_id = run.id
+    job = Job(run_id=run_id, lab=lab, params=clean, workdir=Path(tempfile.mkdtemp(prefix=f"lab-{run_id}-")))
+    _manager.ensure_workers()
+    with _manager.lock:
+        _manager.jobs[run_id] = job
+        _manager.queue.append(job)
+        _manager.lock.notify_all()
+    return run_id
+
+
+def _set(run_id: int, **fields: Any) -> None:
+    with session_scope() as session:
+        run = session.get(LabRun, run_id)
+        for key, value in fields.items():
+            setattr(run, key, value)
+        session.add(run)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """Stop the lab's whole process group: the CLI and every rank it spawned."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=5)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _run(job: Job) -> None:
+    _set(job.run_id, status="running", started_at=utcnow())
+    job.started = time.monotonic()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    log = open(job.workdir / "output.log", "w")  # noqa: SIM115
+    try:
+        job.proc = subprocess.Popen(
+            command(job.lab, job.params, job.workdir), cwd=ROOT, env=env, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        # The CLI bounds itself; this is the backstop if even that hangs.
+        limit = get_settings().lab_timeout_s + 30
+        while job.proc.poll() is None:
+            if job.cancelled or time.monotonic() - job.started > limit:
+                _kill(job.proc)
+                break
+            time.sleep(0.2)
+    finally:
+        log.close()
+    result = _read_json(job.workdir / "result.json")
+    output = (job.workdir / "output.log").read_text(errors="replace")[-4000:]
+    if job.cancelled:
+        _set(job.run_id, status="cancelled", finished_at=utcnow(), error={"kind": "cancelled"})
+    elif result is not None and job.proc.returncode == 0 and not result.get("error"):
+        _set(job.run_id, status="done", finished_at=utcnow(), result=result)
+    else:
+        error = (result or {}).get("error") or {
+            "kind": "crash", "message": output.strip().splitlines()[-1] if output.strip() else "",
+            "exit_code": job.proc.returncode,
+        }
+        _set(job.run_id, status="failed", finished_at=utcnow(), error=error, result=result)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    """The lab's JSON; Infinity/NaN (e.g. an unfittable bandwidth) become None,
+    since PostgreSQL's JSON type does not accept them."""
+    try:
+        return json.loads(path.read_text(), parse_constant=lambda _name: None)
+    except (OSError, ValueError):
+        return None
+
+
+def progress(run_id: int) -> dict[str, Any] | None:
+    """The newest progress event of a running lab."""
+    job = _manager.jobs.get(run_id)
+    if job is None:
+        return None
+    path = job.workdir / "events.jsonl"
+    try:
+        with path.open() as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return job.last_event
+    for line in reversed(lines):
+        try:
+            job.last_event = json.loads(line)
+            break
+        except ValueError:
+            continue  # a line still being written
+    return job.last_event
+
+
+def queue_position(run_id: int) -> int | None:
+    """1 for the next to start; None when not waiting."""
+    with _manager.lock:
+        for i, job in enumerate(_manager.queue, 1):
+            if job.run_id == run_id:
+                return i
+    return None
+
+
+def cancel(run_id: int) -> bool:
+    job = _manager.jobs.get(run_id)
+    if job is None:
+        return False
+    with _manager.lock:
+        job.cancelled = True
+        if job in _manager.queue:
+            _manager.queue.remove(job)
+            _set(run_id, status="cancelled", finished_at=utcnow(), error={"kind": "cancelled"})
+    return True
+
+
+def get_run(run_id: int) -> LabRun | None:
+    with session_scope() as session:
+        return session.get(LabRun, run_id)
+
+
+def child_pids(run_id: int) -> list[int]:
+    """Process ids still alive in the run's process group (for tests and checks)."""
+    job = _manager.jobs.get(run_id)
+    if job is None or job.proc is None:
+        return []
+    pgid = job.proc.pid
+    alive = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getpgid(int(entry.name)) == pgid:
+                    alive.append(int(entry.name))
+            except (ProcessLookupError, PermissionError):
+                continue
+    return alive
+
+
+def recover_after_restart() -> int:
+    """Runs left queued or running by a previous server process can never finish: say so."""
+    with session_scope() as session:
+        stale = session.exec(select(LabRun).where(LabRun.status.in_(("queued", "running")))).all()
+        live = set(_manager.jobs)
+        count = 0
+        for run in stale:
+            if run.id not in live:
+                run.status, run.finished_at = "failed", utcnow()
+                run.error = {"kind": "restart"}
+                session.add(run)
+                count += 1
+    return count
+
+
+def history(*, learner_id: int, limit: int = 20) -> list[LabRun]:
+    with session_scope() as session:
+        stmt = select(LabRun).where(LabRun.learner_id == learner_id).order_by(LabRun.id.desc()).limit(limit)
+        return list(session.exec(stmt))
+
+
+def runs(run_ids: list[int]) -> list[LabRun]:
+    """A guest's runs of this visit, newest first."""
+    if not run_ids:
+        return []
+    with session_scope() as session:
+        return list(session.exec(select(LabRun).where(LabRun.id.in_(run_ids)).order_by(LabRun.id.desc())))
+
+
+def latest_result(learner_id: int | None, lab: str) -> dict[str, Any] | None:
+    if learner_id is None:
+        return None
+    with session_scope() as session:
+        run = session.exec(select(LabRun).where(LabRun.learner_id == learner_id, LabRun.lab == lab,
+                                                LabRun.status == "done").order_by(LabRun.id.desc())).first()
+        return run.result if run else None
+
+
+_recovered = threading.Event()
+
+
+def recover_after_restart_once() -> None:
+    """Called by the page: the first call in a server process tidies stale runs."""
+    if not _recovered.is_set():
+        _recovered.set()
+        recover_after_restart()

@@ -1,0 +1,206 @@
+"""Results of a lab run on the page: metrics, plots and the ring animation.
+
+Figures come from ``app.charts``; the numbers are the ones the processes
+measured (``LabRun.result``), never recomputed or canned.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import streamlit as st
+
+from app import calculators as calc
+from app import charts
+from app.models import LabRun
+from app.ui import t
+from app.widgets import ring_labels
+
+NVLINK_REFERENCE = (360.0, 480.0)  # GB/s busbw, NCCL all-reduce on 8 x H100/H200
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.4g} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def _fit(latest_bench: dict | None) -> tuple[float, float]:
+    """alpha (s) and B (B/s): from the learner's last benchmark, else typical loopback gloo."""
+    fit = ((latest_bench or {}).get("summary") or {}).get("fit", {}).get("all_reduce") or {}
+    if fit.get("alpha_s") and fit.get("bandwidth_Bps"):
+        return fit["alpha_s"], fit["bandwidth_Bps"]
+    return calc.LINKS["loopback-gloo"]
+
+
+def ring(run: LabRun, latest_bench: dict | None) -> None:
+    s = run.result["summary"]
+    n = s["world_size"]
+    c1, c2, c3 = st.columns(3)
+    c1.metric(t("labs.ring.total"), f"{s['total_time_s'] * 1e3:.2f} ms")
+    c2.metric(t("labs.ring.builtin"), f"{s['builtin_time_s'] * 1e3:.2f} ms")
+    c3.metric(t("labs.ring.busbw"), f"{s['busbw_GBps']:.4f} GB/s")
+    (st.success if s["correct"] else st.error)(
+        t("labs.ring.correct", ok="✓" if s["correct"] else "✗", err=s.get("max_abs_err") or 0.0))
+    if n < 2:
+        st.info(t("labs.ring.one_rank"))
+        return
+    steps, durations = charts.trace_steps(s["traces"])
+    st.markdown(f"**{t('labs.ring.animation')}**")
+    speed = st.select_slider(t("labs.ring.speed"), [0.25, 0.5, 1.0, 2.0, 4.0], value=1.0,
+                             format_func=lambda v: f"{v}×", key=f"speed_{run.id}")
+    paced = [d / speed for d in durations]
+    fig = charts.ring_figure(n, steps, labels=ring_labels(), step_durations=paced,
+                             chunk_sizes=[_fmt_bytes(c * s["element_size"]) for c in s["chunk_numels"]])
+    st.plotly_chart(fig, key=f"ring_{run.id}")
+    alpha, bandwidth = _fit(latest_bench)
+    chunk_bytes = max(s["chunk_numels"]) * s["element_size"]
+    predicted = [alpha + chunk_bytes / bandwidth for _ in steps]
+    st.markdown(f"**{t('labs.ring.theory')}**")
+    st.plotly_chart(charts.step_time_figure(durations, predicted, {
+        "measured": t("labs.ring.measured"), "theory": t("labs.ring.theory_line"),
+        "step": t("widgets.ring.step")}), key=f"steps_{run.id}")
+    with st.expander(t("labs.ring.trace")):
+        st.dataframe([{"rank": r, **rec} for r, recs in enumerate(s["traces"]) for rec in recs],
+                     hide_index=True)
+
+
+def bench(run: LabRun) -> None:
+    s = run.result["summary"]
+    rows = s["rows"]
+    st.markdown(f"**{t('labs.bench.table')}**")
+    st.dataframe([{"size": r["size"], "count": r["count"], "type": r["dtype"], "impl": r["impl"],
+                   "collective": r.get("collective", ""), "time (us)": round(r["time_us"], 1),
+                   "algbw (GB/s)": round(r["algbw"], 4), "busbw (GB/s)": round(r["busbw"], 4),
+                   "#wrong": r["wrong"]} for r in rows], hide_index=True)
+    labels = {"ring": t("labs.bench.ring"), "naive": t("labs.bench.naive"),
+              "all_reduce": t("labs.bench.all_reduce"), "fit": t("labs.bench.fit_line"),
+              "reference": t("labs.bench.reference"), "size": t("labs.bench.size_axis")}
+    fit = (s.get("fit") or {}).get("all_reduce")
+    st.markdown(f"**{t('labs.bench.plot')}**")
+    st.plotly_chart(charts.busbw_figure(rows, world_size=s["world_size"], fit=fit, labels=labels,
+                                        reference=NVLINK_REFERENCE), key=f"busbw_{run.id}")
+    if fit and fit.get("alpha_s") is not None and fit.get("bandwidth_GBps"):
+        st.caption(t("labs.bench.fit", alpha=fit["alpha_s"] * 1e6, bw=fit["bandwidth_GBps"]))
+    ratios = s.get("ring_vs_all_reduce") or []
+    if ratios and ratios[-1].get("ratio") is not None:
+        st.write(t("labs.bench.ratio", ratio=ratios[-1]["ratio"], size=_fmt_bytes(ratios[-1]["size"])))
+    mine = max((r["busbw"] for r in rows if r["impl"] == "all_reduce"), default=0.0)
+    if mine > 0:
+        st.info(t("labs.bench.gap", mine=mine, times=sum(NVLINK_REFERENCE) / 2 / mine))
+
+
+def ddp(run: LabRun) -> None:
+    sec = run.result["summary"]["sections"]
+    eq = sec.get("equivalence")
+    if eq:
+        n = run.result["summary"]["world_size"]
+        st.markdown(f"**{t('labs.ddp.equivalence', n=n, b=eq['batch_per_rank'], nb=eq['global_batch'])}**")
+        if eq["equivalent"]:
+            st.success(t("labs.ddp.equivalence_ok", diff=eq["max_abs_diff_vs_single_process"],
+                         tol=eq["tolerance"], same="✓" if eq["ranks_identical"] else "✗"))
+        else:
+            st.error(t("labs.ddp.equivalence_bad", diff=eq["max_abs_diff_vs_single_process"], tol=eq["tolerance"]))
+        st.plotly_chart(charts.lines_figure(
+            {t("labs.ddp.loss_ranks", n=n): eq["losses"], t("labs.ddp.loss_single"): eq["single_process_losses"]},
+            x_title=t("widgets.ring.step"), y_title=t("labs.ddp.loss")), key=f"loss_{run.id}")
+    bd = sec.get("breakdown")
+    if bd:
+        st.markdown(f"**{t('labs.ddp.breakdown')}**")
+        names = {k: t(f"labs.ddp.{k}") for k in ("naive", "ddp", "forward", "backward", "exposed_comm", "optimizer")}
+        st.plotly_chart(charts.breakdown_figure({"naive": bd["naive"], "ddp": bd["ddp"]}, names),
+                        key=f"bd_{run.id}")
+        st.caption(t("labs.ddp.hidden", ms=bd.get("comm_hidden_by_overlap", 0.0)))
+    buckets = sec.get("buckets")
+    if buckets:
+        st.markdown(f"**{t('labs.ddp.buckets')}**")
+        st.dataframe([{"bucket_cap_mb": r["bucket_cap_mb"], t("labs.ddp.bucket_calls"): r["allreduce_calls_per_step"],
+                       t("labs.ddp.bucket_ms"): round(r["step_ms"], 3)} for r in buckets["rows"]], hide_index=True)
+    ns = sec.get("no_sync")
+    if ns:
+        st.write(t("labs.ddp.no_sync", calls_ns=ns["no_sync"]["allreduce_calls_per_optimizer_step"],
+                   calls=ns["sync_every_micro_batch"]["allreduce_calls_per_optimizer_step"],
+                   bytes_ns=f"{ns['no_sync']['bytes_per_optimizer_step']:,}",
+                   bytes=f"{ns['sync_every_micro_batch']['bytes_per_optimizer_step']:,}"))
+    fp = sec.get("fp16")
+    if fp:
+        st.write(t("labs.ddp.fp16", ratio=fp["bytes_ratio"], loss16=fp["fp16"]["final_loss"],
+                   loss32=fp["fp32"]["final_loss"]))
+    sampler = sec.get("sampler")
+    if sampler:
+        st.write(t("labs.ddp.sampler", same="✓" if sampler.get("same_order_next_epoch_without_set_epoch") else "✗"))
+    sc = sec.get("scaling")
+    if sc and sc.get("rows"):
+        st.markdown(f"**{t('labs.ddp.scaling')}**")
+        st.dataframe([{t("labs.ddp.world"): r["world_size"], t("labs.ddp.throughput"): round(r["samples_per_s"]),
+                       t("labs.ddp.efficiency"): f"{r['efficiency']:.0%}"} for r in sc["rows"]], hide_index=True)
+        st.caption(t("labs.ddp.scaling_note"))
+
+
+def downloads(run: LabRun) -> None:
+    """The run as JSON, and its main table as CSV."""
+    payload = {"id": run.id, "lab": run.lab, "params": run.params, "machine": run.machine,
+               "status": run.status, "result": run.result, "error": run.error,
+               "created_at": run.created_at.isoformat()}
+    c1, c2 = st.columns(2)
+    c1.download_button(t("labs.download_json"), json.dumps(payload, indent=1, default=str),
+                       file_name=f"lab-{run.id}-{run.lab}.json", mime="application/json",
+                       key=f"json_{run.id}", on_click="ignore")
+    rows = _csv_rows(run)
+    if rows:
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+        c2.download_button(t("labs.download_csv"), buf.getvalue(), file_name=f"lab-{run.id}-{run.lab}.csv",
+                           mime="text/csv", key=f"csv_{run.id}", on_click="ignore")
+
+
+def _csv_rows(run: LabRun) -> list[dict]:
+    s = (run.result or {}).get("summary") or {}
+    if run.lab == "bench":
+        return list(s.get("rows", []))
+    if run.lab == "ring":
+        return [{"rank": r, **rec} for r, recs in enumerate(s.get("traces", [])) for rec in recs]
+    if run.lab == "ddp":
+        return list(((s.get("sections") or {}).get("scaling") or {}).get("rows", []))
+    return []
+
+
+def failure(run: LabRun) -> None:
+    """A clear message naming the rank and what happened, and why the others hang."""
+    err = run.error or {}
+    kind = err.get("kind", "crash")
+    if kind == "cancelled":
+        st.warning(t("labs.cancelled"))
+        return
+    if kind == "restart":
+        st.warning(t("labs.restart"))
+        return
+    st.error(t("labs.failed"))
+    rank = err.get("rank")
+    if rank is not None:
+        info = next((r for r in err.get("ranks", []) if r.get("rank") == rank), {})
+        st.error(t("labs.failed_rank", rank=rank, what=t(f"labs.failed_kind.{kind}"),
+                   step=info.get("step", "?"), phase=info.get("phase") or "?"))
+    if kind in ("crash", "hang", "timeout"):
+        st.info(t("labs.why_hang"))
+    with st.expander(t("labs.technical")):
+        st.code(err.get("message", ""), language=None)
+
+
+def show_run(run: LabRun, latest_bench: dict | None) -> None:
+    machine = run.machine or {}
+    st.caption(t("labs.machine", cpus=machine.get("cpu_count", "?"), torch=machine.get("torch", "?"),
+                 backend=(run.result or {}).get("backend") or machine.get("default_backend", "?")))
+    if run.status != "done":
+        failure(run)
+        return
+    res = run.result
+    st.success(t("labs.done", seconds=res.get("wall_s", 0.0), overhead=res.get("overhead_s", 0.0)))
+    {"ring": lambda: ring(run, latest_bench), "bench": lambda: bench(run), "ddp": lambda: ddp(run)}[run.lab]()
+    downloads(run)

@@ -1,0 +1,141 @@
+"""Labs in the browser's code paths: page runs, animation from a real trace, queue, cancel, failure."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from app import charts, i18n, labjobs
+from app.widgets import ring_labels  # noqa: F401  (imports the page helpers the figures use)
+
+MAIN = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
+LABELS = {k: k for k in ["rank", "chunk", "holds", "start", "play", "pause", "step", "reduce-scatter",
+                         "all-gather"]}
+
+
+def wait(run_id: int, timeout: float = 90) -> str:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        status = labjobs.get_run(run_id).status
+        if status not in ("queued", "running"):
+            return status
+        time.sleep(0.2)
+    raise AssertionError(f"run {run_id} did not finish")
+
+
+def open_labs(lang: str = "en") -> AppTest:
+    at = AppTest.from_file(MAIN, default_timeout=60)
+    at.query_params["lang"] = lang
+    at.run()
+    at.switch_page("pages/labs.py")
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def poll(at: AppTest, until, timeout: float = 90) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        at.run()
+        assert not at.exception, at.exception
+        if until(at):
+            return
+        time.sleep(0.5)
+    raise AssertionError("the page never showed the expected result")
+
+
+def test_page_runs_a_two_rank_ring_and_shows_the_animation(app_db):
+    at = open_labs("zh")
+    [b for b in at.button if b.label == i18n.t("labs.run", "zh")][0].click()
+    at.run()
+    poll(at, lambda a: len(a.get("plotly_chart")) >= 2)
+    assert any(i18n.t("labs.done", "zh", seconds=0, overhead=0)[:4] in s.value for s in at.success)
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert len(spec["frames"]) == 2 * (2 - 1) + 1
+
+
+def test_animation_replays_a_real_four_rank_trace(app_db):
+    run_id = labjobs.submit(lab="ring", params={"world_size": 4, "size": 4 * 1001}, learner_id=None, machine={})
+    assert wait(run_id) == "done"
+    summary = labjobs.get_run(run_id).result["summary"]
+    assert summary["correct"]
+    steps, durations = charts.trace_steps(summary["traces"])
+    assert len(steps) == 6 and all(d > 0 for d in durations)
+    assert len(set(summary["chunk_numels"])) > 1, "uneven chunks are exercised"
+    fig = charts.ring_figure(4, steps, labels=LABELS, step_durations=durations)
+    assert len(fig.frames) == 7
+    for k in range(1, 7):
+        sends = next(tr for tr in fig.frames[k].data if tr.name == "sends")
+        shown = sorted(tuple(c[:3]) for c in sends.customdata)
+        expected = sorted(
+            (r, rec["send_to"], rec["send_chunk"]) for r, recs in enumerate(summary["traces"])
+            for rec in recs if rec["step"] == k - 1
+        )
+        assert shown == expected, k
+        assert len(fig.frames[k].layout.annotations) == 4
+    final = next(tr for tr in fig.frames[-1].data if tr.name == "chunks")
+    assert all(c[2] == 4 for c in final.customdata), "every chunk complete on every rank"
+    first = next(tr for tr in fig.frames[0].data if tr.name == "chunks")
+    assert all(c[2] == 1 for c in first.customdata)
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 5, 8])
+def test_schedule_replay_completes_for_any_world_size(world_size):
+    from app.calculators import ring_schedule
+
+    states = charts.replay(world_size, ring_schedule(world_size))
+    after_rs = states[world_size - 1].counts()
+    for r in range(world_size):
+        assert after_rs[r][(r + 1) % world_size] == world_size
+    assert all(c == world_size for row in states[-1].counts() for c in row)
+
+
+def test_second_lab_waits_its_turn_and_cancel_leaves_no_process(app_db, monkeypatch):
+    monkeypatch.setenv("LAB_MAX_CONCURRENT", "1")
+    from app.settings import get_settings
+
+    get_settings.cache_clear()
+    hang = labjobs.submit(lab="ring", params={"world_size": 2, "fail_mode": "hang", "fail_rank": 1,
+                                              "fail_at_step": 0}, learner_id=None, machine={})
+    second = labjobs.submit(lab="ring", params={"world_size": 2}, learner_id=None, machine={})
+    deadline = time.time() + 30
+    while labjobs.get_run(hang).status != "running" and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)
+    assert labjobs.get_run(second).status == "queued"
+    assert labjobs.queue_position(second) == 1
+    pids = labjobs.child_pids(hang)
+    assert pids, "the hanging lab has live processes"
+    labjobs.cancel(hang)
+    assert wait(hang) == "cancelled"
+    assert labjobs.child_pids(hang) == []
+    assert wait(second) == "done"
+
+
+def test_injected_crash_shows_a_message_naming_the_rank(app_db):
+    at = open_labs("en")
+    run_id = labjobs.submit(lab="ring", params={"world_size": 2, "fail_mode": "crash", "fail_rank": 1,
+                                                "fail_at_step": 1}, learner_id=None, machine={})
+    assert wait(run_id) == "failed"
+    at.session_state["lab_run_id"] = run_id
+    at.run()
+    errors = [e.value for e in at.error]
+    assert i18n.t("labs.failed", "en") in errors
+    assert any(e.startswith("Rank 1 crashed at step 1") for e in errors), errors
+    assert i18n.t("labs.why_hang", "en") in [i.value for i in at.info]
+    assert labjobs.child_pids(run_id) == []
+
+
+def test_bad_requests_are_refused_clearly():
+    with pytest.raises(labjobs.LabRequestError) as err:
+        labjobs.validate("ring", {"world_size": 99})
+    assert err.value.code == "labs.err_world_size"
+    with pytest.raises(labjobs.LabRequestError):
+        labjobs.validate("rm -rf", {})
+    with pytest.raises(labjobs.LabRequestError):
+        labjobs.validate("ring", {"world_size": 2, "fail_rank": 5})
+    assert "evil" not in labjobs.validate("ring", {"world_size": 2, "evil": "; rm -rf /"})
