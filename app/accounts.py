@@ -63,12 +63,13 @@ def sign_up(
     if len(password) > MAX_PASSWORD:
         raise AccountError("account.err_password_long")
     display_name = " ".join((display_name or "").split())[:200]
+    password_hash = hash_password(password)  # before any query: no connection held while hashing
     if session.exec(select(Learner).where(Learner.email == email)).first():
         raise AccountError("account.err_duplicate")
     learner = Learner(
         email=email,
         display_name=display_name,
-        password_hash=hash_password(password),
+        password_hash=password_hash,
         is_admin=email in get_settings().admin_email_set,
         language=language,
     )
@@ -94,8 +95,10 @@ def sign_in(*, session: Session, email: str, password: str) -> Learner:
     if _recent_failures(session, email) >= get_settings().signin_max_failures:
         raise AccountError("account.err_rate_limited")
     learner = session.exec(select(Learner).where(Learner.email == email)).first()
+    stored_hash = learner.password_hash if learner else _DUMMY_HASH
+    session.commit()  # end the read: no connection held while hashing (seconds under load)
     # Hash even for an unknown address so timing does not reveal which exist.
-    ok = check_password(learner.password_hash if learner else _DUMMY_HASH, password)
+    ok = check_password(stored_hash, password)
     if not (learner and ok):
         session.add(SigninFailure(email=email))
         session.commit()

@@ -1,7 +1,9 @@
 """Entry point: ``streamlit run app/main.py``.
 
 Sets up the language, the signed-in learner and the navigation; each page
-under ``app/pages`` is a thin script over the plain modules.
+under ``app/views`` is a thin script over the plain modules. (The folder is
+not called ``pages``: Streamlit would then run a page requested by URL on a
+fresh server without this script, the old multipage mode.)
 """
 
 import sys
@@ -26,21 +28,21 @@ who = ui.learner()
 t = ui.t
 
 pages = [
-    st.Page("pages/home.py", title=t("nav.home"), icon=":material/home:", default=True),
-    st.Page("pages/lessons.py", title=t("nav.lessons"), icon=":material/menu_book:", url_path="lessons"),
-    st.Page("pages/labs.py", title=t("nav.labs"), icon=":material/science:", url_path="labs"),
-    st.Page("pages/quiz.py", title=t("nav.quiz"), icon=":material/quiz:", url_path="quiz"),
+    st.Page("views/home.py", title=t("nav.home"), icon=":material/home:", default=True),
+    st.Page("views/lessons.py", title=t("nav.lessons"), icon=":material/menu_book:", url_path="lessons"),
+    st.Page("views/labs.py", title=t("nav.labs"), icon=":material/science:", url_path="labs"),
+    st.Page("views/quiz.py", title=t("nav.quiz"), icon=":material/quiz:", url_path="quiz"),
     st.Page(
-        "pages/certificate.py", title=t("nav.certificate"), icon=":material/workspace_premium:",
+        "views/certificate.py", title=t("nav.certificate"), icon=":material/workspace_premium:",
         url_path="certificate",
     ),
-    st.Page("pages/verify.py", title=t("nav.verify"), icon=":material/verified:", url_path="verify"),
-    st.Page("pages/account.py", title=t("nav.account"), icon=":material/person:", url_path="account"),
+    st.Page("views/verify.py", title=t("nav.verify"), icon=":material/verified:", url_path="verify"),
+    st.Page("views/account.py", title=t("nav.account"), icon=":material/person:", url_path="account"),
 ]
 if who is not None and who.is_admin:
     # Non-admins do not get the page at all: /admin falls back to Home for them.
     pages.append(
-        st.Page("pages/admin.py", title=t("nav.admin"), icon=":material/shield_person:", url_path="admin")
+        st.Page("views/admin.py", title=t("nav.admin"), icon=":material/shield_person:", url_path="admin")
     )
 
 page = st.navigation(pages)

@@ -128,14 +128,14 @@ def require_learner(reason_key: str) -> Learner | None:
 
 
 PAGE_PATHS = {
-    "home": "pages/home.py",
-    "lessons": "pages/lessons.py",
-    "labs": "pages/labs.py",
-    "quiz": "pages/quiz.py",
-    "certificate": "pages/certificate.py",
-    "verify": "pages/verify.py",
-    "account": "pages/account.py",
-    "admin": "pages/admin.py",
+    "home": "views/home.py",
+    "lessons": "views/lessons.py",
+    "labs": "views/labs.py",
+    "quiz": "views/quiz.py",
+    "certificate": "views/certificate.py",
+    "verify": "views/verify.py",
+    "account": "views/account.py",
+    "admin": "views/admin.py",
 }
 
 

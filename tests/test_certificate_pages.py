@@ -38,7 +38,7 @@ def open_page(page: str, lang: str, learner_id: int | None = None, **params) -> 
     if learner_id is not None:
         at.session_state["learner_id"] = learner_id
     at.run()
-    at.switch_page(f"pages/{page}.py")
+    at.switch_page(f"views/{page}.py")
     at.run()
     assert not at.exception, at.exception
     return at

@@ -31,7 +31,7 @@ def open_labs(lang: str = "en") -> AppTest:
     at = AppTest.from_file(MAIN, default_timeout=60)
     at.query_params["lang"] = lang
     at.run()
-    at.switch_page("pages/labs.py")
+    at.switch_page("views/labs.py")
     at.run()
     assert not at.exception, at.exception
     return at

@@ -20,7 +20,7 @@ def run_page(page: str, lang: str, **params) -> AppTest:
         at.query_params[key] = value
     at.run()
     if page != "home":
-        at.switch_page(f"pages/{page}.py")
+        at.switch_page(f"views/{page}.py")
         at.run()
     return at
 
@@ -54,7 +54,7 @@ def test_unknown_language_falls_back_with_a_message(app_db):
 
 
 def test_admin_page_refuses_non_admins(app_db):
-    at = AppTest.from_file(str(Path(MAIN).parent / "pages" / "admin.py"), default_timeout=30)
+    at = AppTest.from_file(str(Path(MAIN).parent / "views" / "admin.py"), default_timeout=30)
     at.session_state["lang"] = "en"
     at.session_state["learner_id"] = None
     at.run()

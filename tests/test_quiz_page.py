@@ -23,7 +23,7 @@ def open_quiz(learner_id: int, lang: str) -> AppTest:
     at.query_params["lang"] = lang
     at.session_state["learner_id"] = learner_id
     at.run()
-    at.switch_page("pages/quiz.py")
+    at.switch_page("views/quiz.py")
     at.run()
     assert not at.exception, at.exception
     return at
@@ -139,7 +139,7 @@ def test_quiz_needs_an_account(app_db):
     at = AppTest.from_file(MAIN, default_timeout=60)
     at.query_params["lang"] = "en"
     at.run()
-    at.switch_page("pages/quiz.py")
+    at.switch_page("views/quiz.py")
     at.run()
     assert i18n.t("quiz.need_account", "en") in [i.value for i in at.info]
     assert not [b for b in at.button if b.label == "Start a new attempt"]
