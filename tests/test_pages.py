@@ -102,3 +102,9 @@ def test_every_lesson_section_renders(app_db, lang):
         assert not at.exception, (section.id, at.exception)
         assert at.title[0].value == f"{number}. {section.title}"
         assert len(texts(at)) > 500, f"{lang}/{section.id} looks empty"
+
+
+def test_no_pages_folder_beside_the_entry_script():
+    """A `pages/` folder would make Streamlit run a URL like /verify without main.py
+    on a fresh server (its old multipage mode): the QR link would fail."""
+    assert not (Path(MAIN).parent / "pages").exists()
