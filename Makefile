@@ -12,7 +12,6 @@ DEVSTAMP := $(VENV)/.installed-dev
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
 
 $(STAMP): requirements.txt | $(BIN)/python
 	$(BIN)/pip install -q -r requirements.txt
@@ -30,13 +29,15 @@ run: migrate
 		--browser.gatherUsageStats false
 
 # Debian packages the tests use: Chromium for the browser tests, poppler for
-# rendering certificate PDFs, PostgreSQL for the postgres-marked tests.
+# rendering certificate PDFs, zbar to decode their QR codes, PostgreSQL for
+# the postgres-marked tests.
 system-deps:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		missing=""; \
 		command -v chromium >/dev/null || missing="$$missing chromium"; \
 		command -v pdftoppm >/dev/null || missing="$$missing poppler-utils"; \
-		[ -x /usr/lib/postgresql/*/bin/initdb ] 2>/dev/null || missing="$$missing postgresql"; \
+		command -v zbarimg >/dev/null || missing="$$missing zbar-tools"; \
+		ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 		if [ -n "$$missing" ]; then \
 			echo "installing:$$missing"; \
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \

@@ -22,7 +22,7 @@ from app.models import Learner, LoginSession, SigninFailure, utcnow
 from app.settings import get_settings
 
 _hasher = PasswordHasher()
-EMAIL_RE = re.compile(r"^[^@\s<>\"']{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9-]{1,63})+$")
+EMAIL_RE = re.compile(r"^[^@\s<>\"'\x00-\x1f\x7f\u202a-\u202e\u2066-\u2069]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9-]{1,63})+$")
 MIN_PASSWORD = 10
 MAX_PASSWORD = 1024
 

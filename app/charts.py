@@ -154,10 +154,10 @@ def ring_figure(
         updatemenus=[{
             "type": "buttons", "direction": "left", "x": 0.0, "y": -0.02, "xanchor": "left",
             "buttons": [
-                {"label": f"▶ {labels['play']}", "method": "animate",
+                {"label": labels["play"], "method": "animate",
                  "args": [None, {"frame": [{"duration": d, "redraw": True} for d in durations],
                                  "transition": {"duration": 150}, "fromcurrent": True}]},
-                {"label": f"⏸ {labels['pause']}", "method": "animate",
+                {"label": labels["pause"], "method": "animate",
                  "args": [[None], {"frame": {"duration": 0, "redraw": False}, "mode": "immediate"}]},
             ],
         }],

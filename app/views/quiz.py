@@ -42,7 +42,7 @@ def show_feedback(fb, key: str) -> None:
         if options:
             st.markdown(f"**{heading}**")
             for option in options:
-                mark = "✅" if option.correct else "❌"
+                mark = ":material/check_circle:" if option.correct else ":material/cancel:"
                 st.markdown(f"{mark} *{option.text}* — {option.explain}")
     if fb.explanation:
         st.markdown(f"**{t('quiz.explanation')}**: {fb.explanation}")
@@ -87,9 +87,9 @@ def show_review(attempt_id: int) -> None:
     for item in items:
         if item.question is None or item.feedback is None:
             continue
-        mark = "✅" if item.correct else "❌"
-        with st.expander(f"{mark} {t('quiz.question_of', n=item.position + 1, total=len(items))}: "
-                         f"{item.question.text[:90]}"):
+        with st.expander(f"{t('quiz.question_of', n=item.position + 1, total=len(items))}: "
+                         f"{item.question.text[:90]}",
+                         icon=":material/check_circle:" if item.correct else ":material/cancel:"):
             st.markdown(item.question.text)
             show_feedback(item.feedback, f"review_{attempt_id}_{item.position}")
 
@@ -162,9 +162,9 @@ else:
         answered = store.answered_feedback(session=session, attempt_id=attempt.id, learner_id=who.id,
                                            lang=code, bank=bank)
     total = len(attempt.plan)
-    if not attempt.practice and answered and "quiz_pos" not in state:
-        st.caption(t("quiz.resume_note"))
     pos_key = f"quiz_pos_{attempt.id}"
+    if not attempt.practice and answered and pos_key not in state:
+        st.caption(t("quiz.resume_note"))  # a refresh or a new tab: we continue where they were
     first_open = next((i for i in range(total) if i not in answered), total - 1)
     pos = state[pos_key] = min(state.get(pos_key, first_open), total - 1)
     st.progress(len(answered) / total, text=t("quiz.answered_of", answered=len(answered), total=total))
