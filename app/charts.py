@@ -112,6 +112,11 @@ def ring_figure(
         notes = []
         for src, dst, chunk, _phase in steps[k - 1]:
             (x0, y0), (x1, y1) = ranks[src], ranks[dst]
+            # Shift each arrow a little to its right, so that the two directions
+            # between the same pair of ranks (n = 2) do not cover each other.
+            length = math.hypot(x1 - x0, y1 - y0) or 1.0
+            ox, oy = 0.07 * (y1 - y0) / length, -0.07 * (x1 - x0) / length
+            x0, y0, x1, y1 = x0 + ox, y0 + oy, x1 + ox, y1 + oy
             notes.append({
                 "x": x0 + 0.82 * (x1 - x0), "y": y0 + 0.82 * (y1 - y0),
                 "ax": x0 + 0.18 * (x1 - x0), "ay": y0 + 0.18 * (y1 - y0),

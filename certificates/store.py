@@ -26,6 +26,7 @@ from certificates import ids, keys, pdf, signing
 from certificates.i18n import LANGS, texts
 
 NAME_MAX = 200  # characters, after normalisation
+BIDI_CONTROLS = set("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")  # would make a name read reversed
 REASON_MAX = 500
 
 # VerifyResult.status values. Only "valid" is good news.
@@ -109,7 +110,7 @@ def clean_name(name: str) -> str:
         raise InvalidName("name is empty")
     if len(name) > NAME_MAX:
         raise InvalidName(f"name is longer than {NAME_MAX} characters")
-    bad = [c for c in name if unicodedata.category(c) in ("Cc", "Cs", "Co", "Cn")]
+    bad = [c for c in name if unicodedata.category(c) in ("Cc", "Cs", "Co", "Cn") or c in BIDI_CONTROLS]
     if bad:
         raise InvalidName("name contains control or unassigned characters", bad)
     missing = pdf.unprintable_chars(name)
