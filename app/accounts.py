@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import unicodedata
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -37,6 +38,14 @@ class AccountError(Exception):
         return self.code
 
 
+def clean_display_name(name: str) -> str:
+    """NFC, single spaces, at most 200 characters, without control or bidi-format
+    characters (which would garble the name on pages and certificates)."""
+    name = unicodedata.normalize("NFC", name or "")
+    name = "".join(ch for ch in name if unicodedata.category(ch) not in ("Cc", "Cf"))
+    return " ".join(name.split())[:200]
+
+
 def normalise_email(email: str) -> str:
     return (email or "").strip().lower()
 
@@ -62,7 +71,7 @@ def sign_up(
         raise AccountError("account.err_password_short")
     if len(password) > MAX_PASSWORD:
         raise AccountError("account.err_password_long")
-    display_name = " ".join((display_name or "").split())[:200]
+    display_name = clean_display_name(display_name)
     password_hash = hash_password(password)  # before any query: no connection held while hashing
     if session.exec(select(Learner).where(Learner.email == email)).first():
         raise AccountError("account.err_duplicate")

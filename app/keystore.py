@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import tempfile
 from pathlib import Path
 
 from app.settings import get_settings
@@ -17,10 +18,26 @@ def secrets_dir() -> Path:
 
 
 def session_secret() -> bytes:
-    """The key that signs browser session tokens."""
-    path = secrets_dir() / "session.key"
+    """The key that signs browser session tokens.
+
+    Two first requests may race to create it: each writes a complete key to a
+    private temporary file and links it into place; the loser of the link
+    reads the winner's key, so nobody ever sees a half-written (empty) key.
+    """
+    folder = secrets_dir()
+    path = folder / "session.key"
     if not path.exists():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(secrets.token_hex(32))
-    return path.read_text().strip().encode()
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".session-", suffix=".tmp")  # 0600
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_hex(32))
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass
+        finally:
+            os.unlink(tmp)
+    key = path.read_text().strip()
+    if not key:
+        raise RuntimeError(f"{path} is empty: delete it to make a new session key")
+    return key.encode()

@@ -112,7 +112,7 @@ def sidebar(code: str, who: Learner | None) -> None:
         if who is None:
             st.caption(t("account.guest"))
         else:
-            st.caption(t("account.signed_in_as", name=who.display_name or who.email))
+            st.caption(t("account.signed_in_as", name=plain(who.display_name or who.email)))
     bad = st.session_state.pop("_bad_lang", None)
     if bad:
         st.warning(t("common.unknown_language", code=bad[:20]))
@@ -222,3 +222,11 @@ def labeler(prefix: str):
     """
     code = st.session_state.get("lang", i18n.DEFAULT_LANG)
     return lambda key: i18n.t(f"{prefix}{key}", code)
+
+
+def plain(value: object) -> str:
+    """Text for a Markdown element, shown as typed: '*', '_' or '<b>' stay literal."""
+    out = str(value)
+    for ch in "\\`*_{}[]()<>#+-.!|~$:":
+        out = out.replace(ch, "\\" + ch)
+    return out

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from app import ui
-from app.accounts import AccountError, sign_in, sign_up
+from app.accounts import AccountError, clean_display_name, sign_in, sign_up
 from app.db import session_scope
 from app.models import Learner
 from app.settings import get_settings
@@ -46,7 +46,7 @@ if who is None:
 else:
     if st.session_state.pop("_account_created", False):
         st.success(t("account.created"))
-    st.subheader(t("account.welcome", name=who.display_name or who.email))
+    st.subheader(t("account.welcome", name=ui.plain(who.display_name or who.email)))
     st.caption(t("account.stay_signed_in", days=get_settings().session_days))
     with st.form("profile"):
         st.markdown(f"**{t('account.profile')}**")
@@ -55,7 +55,7 @@ else:
         if st.form_submit_button(t("account.save_profile")):
             with session_scope() as session:
                 row = session.get(Learner, who.id)
-                row.display_name = " ".join(name.split())[:200]
+                row.display_name = clean_display_name(name)
                 row.language = st.session_state["lang"]
                 session.add(row)
             st.success(t("account.profile_saved"))

@@ -27,6 +27,13 @@ if attempt is None:
 lang_names = certs.texts(code)["languages"]
 
 
+@st.cache_data(max_entries=256, show_spinner=False)
+def _pdf(cert_id: str) -> bytes:
+    """A certificate never changes once issued (a new name is a new ID), so its PDF is cached."""
+    with session_scope() as session:
+        return certs.render_pdf(certs.get_certificate(session=session, cert_id=cert_id))
+
+
 def explain(err: certs.CertificateError) -> str:
     if isinstance(err, certs.InvalidName) and err.chars:
         return t("certificate.bad_name", detail=t("certificate.bad_chars", chars=" ".join(err.chars[:10])))
@@ -69,7 +76,7 @@ for cert in mine:
                      lang=lang_names.get(cert.language, cert.language)))
         if revoked:
             continue
-        st.download_button(t("certificate.download"), data=certs.render_pdf(cert),
+        st.download_button(t("certificate.download"), data=_pdf(cert.id),
                            file_name=certs.pdf_filename(cert), mime="application/pdf",
                            icon=":material/download:", key=f"dl_{cert.id}", on_click="ignore")
         st.caption(t("certificate.link"))

@@ -1,6 +1,7 @@
 """Quiz: one question at a time, instant feedback, score, review, practice."""
 
 import streamlit as st
+from sqlalchemy.exc import OperationalError
 
 from app import lessons, ui
 from app.db import session_scope
@@ -190,6 +191,8 @@ else:
                         st.rerun()
                     except QuizError as err:
                         st.error(err.message(code))
+                    except OperationalError:  # e.g. SQLite still locked after its busy timeout
+                        st.error(t("common.busy"))
 
     c1, c2, c3 = st.columns(3)
     if pos > 0 and c1.button(t("quiz.previous"), key="prev_q"):
@@ -201,8 +204,12 @@ else:
     unanswered = total - len(answered)
 
     def finish() -> None:
-        with session_scope() as session:
-            store.finish_attempt(session=session, attempt_id=attempt.id, learner_id=who.id)
+        try:
+            with session_scope() as session:
+                store.finish_attempt(session=session, attempt_id=attempt.id, learner_id=who.id)
+        except OperationalError:
+            st.error(t("common.busy"))
+            st.stop()
         state["quiz_finished_id"] = attempt.id
         state.pop(pos_key, None)
         state["quiz_practice"] = False

@@ -40,15 +40,7 @@ def show(result: certs.VerifyResult) -> None:
         rows[labels["reason"]] = ctext["reasons"]["reissued"] if reason == "reissued" else reason
     if result.replaced_by:
         rows[labels["replaced_by"]] = result.replaced_by
-    st.markdown("\n".join(f"- **{k}:** {_plain(v)}" for k, v in rows.items()))
-
-
-def _plain(value: str) -> str:
-    """Show names as typed: escape Markdown so '*' or '<b>' print literally."""
-    out = str(value)
-    for ch in "\\`*_{}[]()<>#+-.!|~$":
-        out = out.replace(ch, "\\" + ch)
-    return out
+    st.markdown("\n".join(f"- **{k}:** {ui.plain(v)}" for k, v in rows.items()))
 
 
 asked = st.query_params.get("id", "")

@@ -1,0 +1,344 @@
+"""Faults: the database locked during quiz submission, the server restarted mid-quiz,
+a lab rank that crashes or hangs. Each ends clearly, with nothing lost or duplicated."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from sqlalchemy import event
+from sqlalchemy.exc import OperationalError
+from sqlmodel import select
+from streamlit.testing.v1 import AppTest
+
+from app import db, i18n, ui
+from app.accounts import sign_up
+from app.db import session_scope
+from app.models import QuizAnswer, QuizAttempt
+from quizzes import store
+from quizzes.bank import load_bank
+from quizzes.engine import public_question
+from tests.quizkey import right_answer
+
+ROOT = Path(__file__).resolve().parent.parent
+MAIN = str(ROOT / "app" / "main.py")
+
+
+def start_quiz(email: str) -> tuple[int, QuizAttempt]:
+    with session_scope() as s:
+        learner = sign_up(session=s, email=email, password="long enough pw")
+        attempt = store.start_attempt(session=s, learner_id=learner.id, lang="en", bank=load_bank())
+    return learner.id, attempt
+
+
+def submit(learner_id: int, attempt: QuizAttempt, pos: int):
+    """What the quiz page does on Submit: one session_scope around record_answer."""
+    bank = load_bank()
+    with session_scope() as s:
+        return store.record_answer(session=s, attempt_id=attempt.id, learner_id=learner_id, position=pos,
+                                   response=right_answer(attempt.plan[pos], bank, "en"), lang="en", bank=bank)
+
+
+def db_path() -> str:
+    return str(db.get_engine().url.database)
+
+
+def stored(attempt_id: int) -> list[int]:
+    """The answered positions, read over a connection of its own."""
+    with sqlite3.connect(db_path()) as conn:
+        rows = conn.execute("SELECT position FROM quizanswer WHERE attempt_id = ? ORDER BY position",
+                            (attempt_id,)).fetchall()
+    return [r[0] for r in rows]
+
+
+def attempt_row(attempt_id: int) -> tuple:
+    with sqlite3.connect(db_path()) as conn:
+        return conn.execute("SELECT status, score, finished_at FROM quizattempt WHERE id = ?",
+                            (attempt_id,)).fetchone()
+
+
+def exclusive_lock() -> sqlite3.Connection:
+    """Another connection holding the database's write lock, as a long transaction would."""
+    conn = sqlite3.connect(db_path(), isolation_level=None)
+    conn.execute("BEGIN EXCLUSIVE")
+    return conn
+
+
+@pytest.fixture
+def short_busy_timeout(app_db):
+    """The app's engine on the same file, giving up on a lock after 0.3 s instead of 30 s."""
+    engine = db.make_engine(str(app_db.url), connect_args={"check_same_thread": False, "timeout": 0.3})
+
+    @event.listens_for(engine, "connect")
+    def _short(dbapi_conn, _record):  # noqa: ANN001 - runs after make_engine's own pragmas
+        dbapi_conn.execute("PRAGMA busy_timeout=300")
+
+    db.set_engine(engine)
+    yield engine
+    engine.dispose()
+    db.set_engine(app_db)
+
+
+# --- the database locked during submission ---------------------------------------------------
+
+
+def test_submission_waits_out_a_brief_lock(app_db):
+    learner_id, attempt = start_quiz("brief-lock@example.org")
+    lock = exclusive_lock()
+    outcome: dict = {}
+
+    def answer() -> None:
+        try:
+            outcome["feedback"] = submit(learner_id, attempt, 0)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=answer)
+    worker.start()
+    time.sleep(1.5)  # the lock outlives a few of SQLite's busy retries
+    assert worker.is_alive() and stored(attempt.id) == [], "the answer should wait for the lock"
+    lock.execute("COMMIT")
+    lock.close()
+    worker.join(timeout=30)
+    assert "error" not in outcome, outcome.get("error")
+    assert outcome["feedback"].correct and not outcome["feedback"].duplicate
+    assert stored(attempt.id) == [0]
+
+
+def test_lock_past_the_busy_timeout_fails_cleanly_then_a_retry_works(short_busy_timeout):
+    learner_id, attempt = start_quiz("long-lock@example.org")
+    submit(learner_id, attempt, 0)
+    lock = exclusive_lock()
+    try:
+        with pytest.raises(OperationalError, match="database is locked"):
+            submit(learner_id, attempt, 1)
+        with pytest.raises(OperationalError, match="database is locked"), session_scope() as s:
+            store.finish_attempt(session=s, attempt_id=attempt.id, learner_id=learner_id)
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+    # Nothing half-written: the earlier answer is there, the refused one is not, the attempt is open.
+    assert stored(attempt.id) == [0]
+    assert attempt_row(attempt.id) == ("in_progress", None, None)
+    # The same submission again, now that the lock is gone, is stored once.
+    first, again = submit(learner_id, attempt, 1), submit(learner_id, attempt, 1)  # and a double click
+    assert first.correct and not first.duplicate and again.duplicate
+    assert stored(attempt.id) == [0, 1]
+    with session_scope() as s:
+        summary = store.finish_attempt(session=s, attempt_id=attempt.id, learner_id=learner_id)
+    assert (summary.status, summary.answered, summary.correct) == ("finished", 2, 2)
+
+
+def test_quiz_page_says_so_when_the_database_stays_locked(short_busy_timeout):
+    learner_id, attempt = start_quiz("page-lock@example.org")
+    bank = load_bank()
+    pos = next(i for i, item in enumerate(attempt.plan) if bank.questions[item["question_id"]].type == "single")
+    at = AppTest.from_file(MAIN, default_timeout=60)
+    at.query_params["lang"] = "en"
+    at.session_state["learner_id"] = learner_id
+    at.session_state[f"quiz_pos_{attempt.id}"] = pos
+    at.run()
+    at.switch_page(ui.PAGE_PATHS["quiz"])
+    at.run()
+    assert not at.exception
+    at.radio(key=f"ans_{attempt.id}_{pos}").set_value(right_answer(attempt.plan[pos], bank, "en"))
+    lock = exclusive_lock()
+    try:
+        [b for b in at.button if b.label == i18n.t("quiz.submit", "en")][0].click()
+        at.run()
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+    assert stored(attempt.id) == []
+    assert not at.exception, at.exception[0].message
+    assert at.error
+
+
+# --- the server restarted mid-quiz -----------------------------------------------------------
+
+
+class AppServer:
+    """The real app under ``streamlit run``; it can be killed and started again on the
+    same port, database and secrets."""
+
+    def __init__(self, base: Path):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.base = base
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, "DATABASE_URL": f"sqlite:///{base / 'app.db'}",
+                    "SECRETS_DIR": str(base / "secrets"), "PUBLIC_URL": self.url}
+        self.proc: subprocess.Popen | None = None
+        self.log = base / "server.log"
+
+    def start(self) -> None:
+        with open(self.log, "a") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "streamlit", "run", MAIN, "--server.port", str(self.port),
+                 "--server.address", "127.0.0.1", "--server.headless", "true",
+                 "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
+                cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.url}/_stcore/health", timeout=2):
+                    return
+            except OSError:
+                time.sleep(0.3)
+        self.stop()
+        pytest.fail("the app did not start: " + self.log.read_text()[-2000:])
+
+    def kill(self) -> None:
+        """As a crash or an OOM kill would: no chance to clean up."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+@pytest.fixture
+def app_server(tmp_path):
+    import shutil
+
+    if shutil.which("chromium") is None:
+        pytest.skip("no system Chromium (Debian package 'chromium')")
+    srv = AppServer(tmp_path)
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def give(page, question, response) -> None:  # noqa: ANN001
+    """Answer the question on screen through its widgets (options by position), then Submit."""
+    from tests import browserkit as kit
+
+    m, keys = kit.main(page), "abcdefghijklmnopqrstuvwxyz"
+    if question.type == "single":
+        m.get_by_test_id("stRadioOption").nth(keys.index(response)).click()
+    elif question.type == "multiple":
+        for key in response:
+            m.get_by_test_id("stCheckbox").nth(keys.index(key)).locator("label").click()
+            kit.wait_app(page)
+    elif question.type == "numeric":
+        box = m.get_by_test_id("stTextInput").get_by_role("textbox")
+        box.fill(response)
+        box.press("Enter")
+    else:
+        items, select = dict(question.items), m.get_by_test_id("stMultiSelect")
+        for n, key in enumerate(response, 1):
+            if not page.get_by_role("listbox").is_visible():
+                select.get_by_role("combobox").click()
+            page.get_by_role("listbox").get_by_role("option", name=items[key], exact=True).click()
+            select.locator(f'[data-tag-index="{n - 1}"]').wait_for()  # the chip: its rerun is done
+        page.keyboard.press("Escape")
+    kit.wait_app(page)
+    kit.button(m, "quiz.submit", "en").click()
+
+
+@pytest.mark.browser
+def test_server_restart_mid_quiz_resumes_the_attempt(app_server, browser, artifacts):
+    from tests import browserkit as kit
+
+    t = lambda key, **v: i18n.t(key, "en", **v)  # noqa: E731
+    email, bank = "restart@example.org", load_bank()
+    ctx = browser.new_context(locale="en-US", viewport={"width": 1300, "height": 900})
+    page = ctx.new_page()
+    page.goto(f"{app_server.url}/account?lang=en")
+    kit.wait_app(page)
+    kit.sign_up(page, "en", name="Rei Start", email=email, password="a long enough password")
+    kit.nav(page, "nav.quiz", "en")
+    kit.button(kit.main(page), "quiz.start", "en").click()
+    kit.see(page, re.compile(re.escape(t("quiz.question_of", n=1, total=12))))
+    kit.wait_app(page)
+    attempt = kit.open_attempt(app_server.env["DATABASE_URL"], email)
+    total = len(attempt.plan)
+    give(page, public_question(attempt.plan[0], bank, "en"), right_answer(attempt.plan[0], bank, "en"))
+    kit.alert(page, t("quiz.right"))
+
+    app_server.kill()
+    app_server.start()
+    page.reload()
+    kit.wait_app(page)
+    # Still signed in (the cookie's session is in the database), on the same attempt, one answer kept.
+    page.get_by_test_id("stSidebar").get_by_text(t("account.signed_in_as", name="Rei Start")).wait_for()
+    kit.see(page, t("quiz.answered_of", answered=1, total=total))
+    kit.see(page, re.compile(re.escape(t("quiz.question_of", n=2, total=total))))
+    page.screenshot(path=str(artifacts / "fault-restart-resumed.png"), full_page=True)
+    give(page, public_question(attempt.plan[1], bank, "en"), right_answer(attempt.plan[1], bank, "en"))
+    kit.alert(page, t("quiz.right"))
+    kit.see(page, t("quiz.answered_of", answered=2, total=total))
+    ctx.close()
+
+    engine = db.make_engine(app_server.env["DATABASE_URL"])
+    try:
+        from sqlmodel import Session
+
+        with Session(engine) as s:
+            attempts = s.exec(select(QuizAttempt).where(QuizAttempt.learner_id == attempt.learner_id)).all()
+            answers = s.exec(select(QuizAnswer).where(QuizAnswer.attempt_id == attempt.id)).all()
+    finally:
+        engine.dispose()
+    assert [a.id for a in attempts] == [attempt.id]
+    assert sorted(a.position for a in answers) == [0, 1]
+    assert "Traceback" not in app_server.log.read_text()
+
+
+# --- a lab rank that crashes or hangs ------------------------------------------------------------
+
+
+def _group(pgid: int) -> list[str]:
+    """Processes still in a process group, with their state (zombies included)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:
+            found.append(f"{stat.parent.name} ({fields[0]})")
+    return found
+
+
+@pytest.mark.parametrize("mode", ["crash", "hang"])
+def test_lab_rank_failure_is_named_and_leaves_nothing_behind(mode):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "labs", "ring", "--world-size", "2", "--fail-rank", "1", "--fail-at-step", "1",
+         "--fail-mode", mode, "--timeout", "20", "--hang-timeout", "3", "--json"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    try:
+        out, err = proc.communicate(timeout=60)  # a safety net; the lab's own limit is 20 s
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"the lab ({mode}) did not end by itself")
+    assert proc.returncode == 1, err
+    outcome = json.loads(out)
+    error = outcome["error"]
+    # The failure itself, not the 20 s timeout, ended the run, and it names the rank.
+    assert outcome["ok"] is False and error["kind"] == mode and error["rank"] == 1
+    assert error["message"].startswith(f"rank 1 {'died' if mode == 'crash' else 'hung'}")
+    assert f"error ({mode} on rank 1)" in err
+    assert len(error["pids"]) == 2
+    assert _group(proc.pid) == [], "processes of the lab outlived it"

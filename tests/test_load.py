@@ -1,0 +1,65 @@
+"""Thirty learners and five browsers at once: every acknowledged write is stored exactly once.
+
+The learners are threads calling the app's own functions on the database of
+the real app under ``streamlit run``, while browser contexts sign up and
+verify certificates on it. Only correctness is asserted; the timings are
+what ``python -m benchmarks.load`` reports.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from benchmarks.load import run_load
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+@pytest.fixture
+def on_server_db(server, monkeypatch):
+    """This process uses the server's database and secrets (issuer keys shared)."""
+    from app import db
+    from app.settings import get_settings
+
+    for key in ("DATABASE_URL", "SECRETS_DIR", "PUBLIC_URL"):
+        monkeypatch.setenv(key, server.env[key])
+    get_settings.cache_clear()
+    db.set_engine(None)
+    yield db.get_engine()
+    db.get_engine().dispose()
+    db.set_engine(None)
+    monkeypatch.undo()
+    get_settings.cache_clear()
+
+
+def test_thirty_learners_and_five_browsers(server, on_server_db):
+    log = server.base / "server.log"
+    log_start = log.stat().st_size
+    result = run_load(learners=30, browsers=5, seconds=2, url=server.url)
+
+    assert result["journal_mode"] == "wal"
+    assert result["errors"] == []
+    assert result["problems"] == []
+    acked = result["acknowledged"]
+    assert acked["learners"] >= 31  # every thread finished at least one learner, plus the seed
+    assert acked["certificates"] == acked["learners"]  # each learner passed in the end
+    assert acked["answers"] >= 12 * acked["learners"]
+    assert acked["browser_sign_ups"] >= 5 and acked["browser_verifies"] >= 5
+    assert {"sign_up", "sign_in", "record_answer", "finish_attempt", "issue_certificate", "lookup",
+            "browser_sign_up", "browser_verify"} <= set(result["ops"])
+    with open(log, errors="replace") as fh:
+        fh.seek(log_start)
+        assert "Traceback" not in fh.read()
+
+    # The same facts straight from the file, without the app's models.
+    path = server.env["DATABASE_URL"].removeprefix("sqlite:///")
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT email FROM learner GROUP BY email HAVING COUNT(*) > 1").fetchall() == []
+        assert conn.execute("SELECT attempt_id, position FROM quizanswer GROUP BY attempt_id, position "
+                            "HAVING COUNT(*) > 1").fetchall() == []
+        assert conn.execute("SELECT learner_id FROM quizattempt WHERE status = 'in_progress' AND "
+                            "learner_id IN (SELECT id FROM learner WHERE email LIKE 'load%')").fetchall() == []
+        assert conn.execute("SELECT learner_id, attempt_id, name, language FROM certificate "
+                            "WHERE revoked_at IS NULL GROUP BY 1, 2, 3, 4 HAVING COUNT(*) > 1").fetchall() == []

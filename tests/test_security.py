@@ -1,0 +1,408 @@
+"""Security: no answer key before answering (page and websocket), admin pages and actions
+refuse non-admins, passwords only as Argon2 hashes, the signing key nowhere public,
+sign-in rate limited."""
+
+from __future__ import annotations
+
+import base64
+import html
+import re
+import sqlite3
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from sqlmodel import Session, select
+from streamlit.testing.v1 import AppTest
+
+import certificates as certs
+from app import i18n, ui
+from app.accounts import sign_up
+from app.db import session_scope
+from app.models import CertificateEvent, Learner
+from quizzes.bank import load_bank
+from quizzes.engine import public_question
+from tests.quizkey import wrong_answer
+from tests.test_load import on_server_db  # noqa: F401 - fixture: this process on the server's database
+
+ROOT = Path(__file__).resolve().parent.parent
+MAIN = str(ROOT / "app" / "main.py")
+PASSWORD = "a long enough password"
+
+
+def t(key: str, **values) -> str:
+    return i18n.t(key, "en", **values)
+
+
+def record_frames(page) -> list[bytes]:  # noqa: ANN001
+    """Every websocket frame the page receives from the server, from now on."""
+    frames: list[bytes] = []
+
+    def on_socket(ws) -> None:  # noqa: ANN001
+        ws.on("framereceived", lambda data: frames.append(data if isinstance(data, bytes) else data.encode()))
+
+    page.on("websocket", on_socket)
+    return frames
+
+
+def dom(page) -> str:  # noqa: ANN001
+    """The page's HTML, hidden parts included, with entities decoded."""
+    return html.unescape(page.content())
+
+
+def new_page(browser):  # noqa: ANN001
+    ctx = browser.new_context(locale="en-US", viewport={"width": 1300, "height": 900})
+    return ctx, ctx.new_page()
+
+
+# --- no answer key before the answer --------------------------------------------------------
+
+
+def _chunk(text: str) -> str | None:
+    """The longest plain stretch of a Markdown text: found verbatim in frames and in the page."""
+    best = max((p.strip() for p in re.split(r"[*_`$\[\]{}()<>\\|#~]", text)), key=len)
+    return best if len(best) >= 15 else None
+
+
+def secrets_of(question, lang: str = "en") -> dict[str, str]:  # noqa: ANN001
+    """The texts of a question that say which answer is right: every option's and its own explanation
+    (numeric and ordering questions have only the latter, single-choice ones only the former)."""
+    found = {f"option {i}": _chunk(o.explain.get(lang, "")) for i, o in enumerate(question.options)}
+    found["question"] = _chunk((question.explain or {}).get(lang, ""))
+    return {k: v for k, v in found.items() if v}
+
+
+RIGHT_MARK = ":material/check_circle:"  # the quiz page's mark of a right option, as sent
+FEEDBACK_MARKERS = (RIGHT_MARK, t("quiz.why_correct"), t("quiz.why_chosen"), t("quiz.correct_answer", answer="").strip())
+
+
+@pytest.mark.browser
+def test_no_explanation_or_key_reaches_the_browser_before_the_answer(server, browser, artifacts):
+    from tests import browserkit as kit
+    from tests.test_faults import give
+
+    email, bank = "keyless@example.org", load_bank()
+    ctx, page = new_page(browser)
+    frames = record_frames(page)
+    page.goto(f"{server.url}/account?lang=en")
+    kit.wait_app(page)
+    kit.sign_up(page, "en", name="Kay Less", email=email, password=PASSWORD)
+    kit.nav(page, "nav.quiz", "en")
+    kit.button(kit.main(page), "quiz.start", "en").click()
+    kit.see(page, re.compile(re.escape(t("quiz.question_of", n=1, total=12))))
+    kit.wait_app(page)
+    attempt = kit.open_attempt(server.env["DATABASE_URL"], email)
+    questions = [bank.questions[item["question_id"]] for item in attempt.plan]
+    # View questions up to the first single-choice one, answering none of them.
+    pos = next(i for i, q in enumerate(questions) if q.type == "single")
+    for n in range(pos):
+        kit.button(kit.main(page), "quiz.next", "en").click()
+        kit.see(page, re.compile(re.escape(t("quiz.question_of", n=n + 2, total=len(questions)))))
+    kit.wait_app(page)
+
+    def in_frames(texts) -> list[str]:  # noqa: ANN001
+        received = b"".join(frames)
+        return [s for s in texts if s.encode() in received]
+
+    def in_page(texts) -> list[str]:  # noqa: ANN001
+        shown = dom(page)
+        return [s for s in texts if s in shown]
+
+    def leaks(texts) -> list[str]:  # noqa: ANN001
+        return sorted(set(in_frames(texts)) | set(in_page(texts)))
+
+    on_screen = [_chunk(public_question(attempt.plan[pos], bank, "en").text)]
+    assert in_frames(on_screen) == in_page(on_screen) == on_screen  # what we search is what arrives
+
+    every_secret = [s for q in questions for s in secrets_of(q).values()]
+    assert len(every_secret) >= 12
+    assert leaks(every_secret) == []
+    assert leaks(FEEDBACK_MARKERS) == []
+
+    # Answer it (wrongly): now its explanations arrive, the others' still do not.
+    item = attempt.plan[pos]
+    give(page, public_question(item, bank, "en"), wrong_answer(item, bank, "en"))
+    kit.alert(page, t("quiz.wrong"))
+    kit.wait_app(page)
+    page.screenshot(path=str(artifacts / "security-explanation-after-answer.png"), full_page=True)
+    q = questions[pos]
+    chosen_idx = item["options"]["abcdefghijklmnopqrstuvwxyz".index(wrong_answer(item, bank, "en"))]
+    right_idx = next(i for i, o in enumerate(q.options) if o.correct)
+    shown_now = {k: v for k, v in secrets_of(q).items() if k in ("question", f"option {chosen_idx}", f"option {right_idx}")}
+    assert f"option {chosen_idx}" in shown_now and f"option {right_idx}" in shown_now
+    assert in_frames(shown_now.values()) == in_page(shown_now.values()) == list(shown_now.values())
+    assert in_frames([RIGHT_MARK, t("quiz.why_correct")]) == [RIGHT_MARK, t("quiz.why_correct")]
+    others = [s for i, other in enumerate(questions) if i != pos for s in secrets_of(other).values()]
+    assert leaks(others) == []
+    ctx.close()
+
+
+# --- admin pages and actions ----------------------------------------------------------------------
+
+ADMIN_TEXTS = (t("admin.make_admin_email"), t("admin.content"), t("admin_certs.revoke"), t("admin_certs.events"))
+
+
+def _nav_links(page) -> list[str]:  # noqa: ANN001
+    """The page names in the sidebar navigation (each link also holds its icon's name)."""
+    links = page.get_by_test_id("stSidebarNav").get_by_role("link").all_inner_texts()
+    return [text.strip().splitlines()[-1] for text in links]
+
+
+def _make_learner(email: str, *, admin: bool = False) -> int:
+    with session_scope() as s:
+        learner = sign_up(session=s, email=email, password=PASSWORD, display_name=email.split("@")[0])
+        learner.is_admin = admin
+        s.add(learner)
+    return learner.id
+
+
+def _sign_in(page, server, email: str, password: str = PASSWORD) -> None:  # noqa: ANN001
+    from tests import browserkit as kit
+
+    page.goto(f"{server.url}/account?lang=en")
+    kit.wait_app(page)
+    form = page.get_by_test_id("stForm").filter(has=page.get_by_role("button", name=t("account.sign_in")))
+    form.get_by_role("textbox", name=t("account.email"), exact=True).fill(email)
+    form.get_by_role("textbox", name=t("account.password"), exact=True).fill(password)
+    form.get_by_role("button", name=t("account.sign_in")).click()
+
+
+@pytest.mark.browser
+def test_admin_page_is_not_there_for_guests_and_learners(server, browser, on_server_db):  # noqa: F811
+    from tests import browserkit as kit
+
+    _make_learner("plain-learner@example.org")
+    _make_learner("real-admin@example.org", admin=True)
+    for who in (None, "plain-learner@example.org", "real-admin@example.org"):
+        ctx, page = new_page(browser)
+        if who is not None:
+            _sign_in(page, server, who)
+            kit.see(page, re.compile(re.escape(t("account.welcome", name=who.split("@")[0]))))
+        page.goto(f"{server.url}/admin?lang=en")
+        kit.wait_app(page)
+        if who == "real-admin@example.org":  # the control: the same URL works for an admin
+            kit.see(page, t("admin.make_admin_email"))
+            assert t("nav.admin") in _nav_links(page)
+        else:
+            kit.see(page, t("home.course_map"))  # fell back to Home
+            assert not re.search(r"/admin(\?|$)", page.url), page.url
+            assert t("nav.admin") not in _nav_links(page)
+            shown = page.locator("body").inner_text()
+            assert not [text for text in ADMIN_TEXTS if text in shown], who
+        ctx.close()
+
+
+def test_admin_page_and_its_forms_refuse_non_admins(app_db):
+    learner_id = _make_learner("learner@example.org")
+    admin_id = _make_learner("boss@example.org", admin=True)
+
+    def open_as(who: int) -> AppTest:
+        at = AppTest.from_file(MAIN, default_timeout=60)
+        at.query_params["lang"] = "en"
+        at.session_state["learner_id"] = who
+        at.run()
+        return at
+
+    with pytest.raises(ValueError, match="Could not find a navigation page"):  # not registered for them
+        open_as(learner_id).switch_page(ui.PAGE_PATHS["admin"])
+    # The script run directly (as if Streamlit were tricked into it) stops before any form.
+    direct = AppTest.from_file(str(ROOT / "app" / ui.PAGE_PATHS["admin"]), default_timeout=60)
+    direct.session_state["lang"] = "en"
+    direct.session_state["learner_id"] = learner_id
+    direct.run()
+    assert [e.value for e in direct.error] == [t("admin.refused")]
+    assert not direct.text_input and not direct.button
+
+    # An admin gets the forms; demoted, the next rerun refuses them too.
+    at = open_as(admin_id)
+    at.switch_page(ui.PAGE_PATHS["admin"])
+    at.run()
+    assert not at.exception and t("admin.learners") in [h.value for h in at.header]
+    at.text_input[0].input("learner@example.org")
+    with session_scope() as s:
+        boss = s.get(Learner, admin_id)
+        boss.is_admin = False
+        s.add(boss)
+    [b for b in at.button if b.label == t("admin.make_admin")][0].click()
+    at.run()
+    assert not [s.value for s in at.success]
+    with session_scope() as s:
+        assert s.exec(select(Learner.email).where(Learner.is_admin)).all() == []
+
+
+def test_revoking_needs_an_admin(session):
+    learner = sign_up(session=session, email="someone@example.org", password=PASSWORD)
+    cert = certs.issue_certificate(session=session, learner_id=None, attempt_id=None, name="Ada Lovelace",
+                                   lang="en", score=95, pass_date="2026-01-15")
+    for actor in (learner.id, 999_999):
+        with pytest.raises(certs.NotAllowed):
+            certs.revoke(session=session, cert_id=cert.id, actor_id=actor, reason="I do not like it")
+    assert certs.lookup(session=session, text=cert.id).status == "valid"
+    actions = session.exec(select(CertificateEvent.action).where(CertificateEvent.certificate_id == cert.id)).all()
+    assert actions == ["issued"]
+
+
+# --- passwords ------------------------------------------------------------------------------------
+
+
+@pytest.mark.browser
+def test_password_is_stored_only_as_an_argon2_hash(server, browser):
+    from argon2 import PasswordHasher
+
+    from tests import browserkit as kit
+
+    password = "correct horse battery staple 7f3a"
+    ctx, page = new_page(browser)
+    frames = record_frames(page)
+    page.goto(f"{server.url}/account?lang=en")
+    kit.wait_app(page)
+    kit.sign_up(page, "en", name="Hash Only", email="hash-only@example.org", password=password)
+    ctx.close()
+    db_file = Path(server.env["DATABASE_URL"].removeprefix("sqlite:///"))
+    for path in db_file.parent.glob(db_file.name + "*"):  # the database, its WAL and shared memory
+        assert password.encode() not in path.read_bytes(), path.name
+    with sqlite3.connect(db_file) as conn:
+        (stored,) = conn.execute("SELECT password_hash FROM learner WHERE email = 'hash-only@example.org'").fetchone()
+    assert stored.startswith("$argon2id$") and PasswordHasher().verify(stored, password)
+    assert password not in (server.base / "server.log").read_text(errors="replace")
+    assert password.encode() not in b"".join(frames)  # never echoed back to the browser
+
+
+# --- the certificate signing key -----------------------------------------------------------------
+
+
+PEM_PRIVATE = [b"-----BEGIN " + kind + b"PRIVATE KEY-----" for kind in (b"", b"OPENSSH ", b"EC ", b"RSA ")]
+
+
+def _key_material(secrets_dir: Path) -> list[bytes]:
+    """Every private key of a secrets folder in the forms it could leak in."""
+    from cryptography.hazmat.primitives import serialization
+
+    found = []
+    for path in (secrets_dir / "certificate-keys").glob("*.key"):
+        pem = path.read_bytes()
+        key = serialization.load_pem_private_key(pem, None)
+        raw = key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                                serialization.NoEncryption())
+        body = b"".join(line for line in pem.splitlines() if not line.startswith(b"-----"))
+        found += [body, raw, raw.hex().encode(), base64.b64encode(raw).rstrip(b"="),
+                  base64.urlsafe_b64encode(raw).rstrip(b"=")]
+    assert found, "no private key in " + str(secrets_dir)
+    return found
+
+
+@pytest.mark.browser
+def test_signing_key_is_in_no_page_log_or_repository(server, browser, on_server_db):  # noqa: F811
+    from tests import browserkit as kit
+
+    with session_scope() as s:
+        cert = certs.issue_certificate(session=s, learner_id=None, attempt_id=None, name="Key Keeper",
+                                       lang="en", score=90, pass_date="2026-02-01")
+    secret = _key_material(Path(server.env["SECRETS_DIR"]))
+
+    ctx, page = new_page(browser)
+    frames = record_frames(page)
+    page.goto(f"{server.url}/verify?lang=en&id={cert.id}")
+    kit.wait_app(page)
+    kit.alert(page, certs.texts("en")["status"]["valid"])
+    page.get_by_text(t("verify.public_keys")).click()  # open the public keys
+    page.get_by_text("BEGIN PUBLIC KEY").first.wait_for()
+    received, shown = b"".join(frames), dom(page).encode()
+    ctx.close()
+    assert b"PRIVATE KEY" not in received and b"PRIVATE KEY" not in shown
+    assert [s for s in secret if s in received or s in shown] == []
+    assert b"PRIVATE KEY" not in certs.export_public_keys_json().encode()
+
+    log = (server.base / "server.log").read_bytes()
+    assert [s for s in secret if s in log] == [] and b"PRIVATE KEY" not in log
+
+    # The repository: nothing tracked or about to be, and the default secrets folder is ignored.
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
+    offenders = []
+    for name in filter(None, listed):
+        path = ROOT / name.decode()
+        if path.is_file():
+            data = path.read_bytes()
+            if any(marker in data for marker in PEM_PRIVATE) or any(s in data for s in secret):
+                offenders.append(name.decode())
+    assert offenders == []
+    ignored = subprocess.run(["git", "check-ignore", "-q", "data/secrets/certificate-keys/x.key"], cwd=ROOT)
+    assert ignored.returncode == 0, "the default secrets folder is not ignored by git"
+
+
+def test_session_key_is_never_empty_when_two_requests_create_it(tmp_path, monkeypatch):
+    """Two first requests at once: both must get the one real key (an empty one signs forgeable tokens)."""
+    from app import keystore
+    from app.settings import get_settings
+
+    monkeypatch.setenv("SECRETS_DIR", str(tmp_path / "secrets"))
+    get_settings.cache_clear()
+    real_token_hex = keystore.secrets.token_hex
+
+    def slow_token_hex(n: int) -> str:  # widen the window between creating the file and writing it
+        time.sleep(0.2)
+        return real_token_hex(n)
+
+    monkeypatch.setattr(keystore.secrets, "token_hex", slow_token_hex)
+    got: list[bytes | Exception] = []
+    start = threading.Barrier(8)
+
+    def first_request() -> None:
+        start.wait()
+        try:
+            got.append(keystore.session_secret())
+        except Exception as exc:  # noqa: BLE001
+            got.append(exc)
+
+    threads = [threading.Thread(target=first_request) for _ in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    monkeypatch.undo()
+    get_settings.cache_clear()
+    assert all(isinstance(g, bytes) and len(g) == 64 for g in got), got
+    assert len(set(got)) == 1
+
+
+# --- sign-in rate limit ----------------------------------------------------------------------------
+
+
+@pytest.mark.browser
+def test_sixth_wrong_sign_in_is_rate_limited(server, browser, on_server_db):  # noqa: F811
+    from app.settings import get_settings
+    from tests import browserkit as kit
+
+    email = "limited@example.org"
+    _make_learner(email)
+    db_file = server.env["DATABASE_URL"].removeprefix("sqlite:///")
+
+    def failures() -> int:
+        with sqlite3.connect(db_file) as conn:
+            return conn.execute("SELECT COUNT(*) FROM signinfailure WHERE email = ?", (email,)).fetchone()[0]
+
+    ctx, page = new_page(browser)
+    limit = get_settings().signin_max_failures
+    for n in range(1, limit + 1):
+        _sign_in(page, server, email, "wrong password, try again")
+        kit.alert(page, t("account.err_credentials"))
+        for _ in range(100):
+            if failures() == n:
+                break
+            page.wait_for_timeout(100)
+        assert failures() == n
+    # The sixth is refused before the password is even checked.
+    _sign_in(page, server, email, "wrong password, try again")
+    kit.alert(page, t("account.err_rate_limited"))
+    kit.wait_app(page)
+    assert t("account.sign_out") not in page.locator("body").inner_text()
+    assert failures() == limit
+    ctx.close()
+    with Session(on_server_db) as s:  # the account is locked for now, even with the right password
+        from app.accounts import AccountError, sign_in
+
+        with pytest.raises(AccountError, match="rate_limited"):
+            sign_in(session=s, email=email, password=PASSWORD)
