@@ -1,0 +1,14 @@
+"""Hands-on labs for the Data Parallelism course: real processes, real collectives.
+
+- ``labs.ring``: a hand-written ring all-reduce (and the naive one) checked
+  against ``torch.distributed.all_reduce``, with a per-step trace.
+- ``labs.bench``: an nccl-tests-style sweep of message sizes, algbw/busbw and
+  an alpha-beta fit.
+- ``labs.ddp``: DistributedDataParallel on a small MLP, measured.
+- ``labs.launch``: runs any of them on N local processes, watches them and
+  returns a structured result or error.
+
+Run them with ``python -m labs ring|bench|ddp --world-size N`` or under
+``torchrun``; see each module's docstring. Importing this package is cheap:
+nothing here imports torch until a lab module is imported.
+"""

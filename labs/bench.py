@@ -1,0 +1,332 @@
+"""An nccl-tests-style sweep: our ring, the naive ring and torch's collectives.
+
+Launch:
+
+    python -m labs bench --world-size 4                                  # 1 KiB .. 64 MiB, x4
+    python -m labs bench --world-size 2 --min-bytes 1048576 --max-bytes 67108864 --factor 2
+    python -m labs bench --world-size 2 --impls ring all_reduce --json
+    torchrun --standalone --nproc-per-node 4 -m labs.bench --max-bytes 16777216
+
+Every row is one message size and one implementation, timed over ``iters``
+back-to-back calls after ``warmup`` untimed ones; the time reported is the
+slowest rank's mean. Definitions as in nccl-tests (size S bytes, time t):
+
+    algbw = S / t
+    busbw = algbw * 2(n-1)/n    for all-reduce (ring, naive, all_reduce)
+    busbw = algbw * (n-1)/n     for reduce-scatter and all-gather
+
+For reduce-scatter S is the whole input (n chunks); for all-gather the whole
+output. busbw is the rate each rank's link had to sustain with a ring, so it
+can be compared across n and with the link's speed. ``#wrong`` counts
+elements that differ from the exact answer in a separate checked call.
+
+The alpha-beta model of a ring all-reduce is T = 2(n-1) alpha + 2(n-1)/n * S/B
+(alpha: per-step latency, B: link bandwidth); `fit_alpha_beta` fits it to the
+rows by least squares on relative error, so small and large sizes count alike.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from labs.ring import DTYPES, naive_allreduce, ring_allreduce
+
+IMPLS = ("ring", "naive", "all_reduce", "reduce_scatter", "all_gather")
+# Which collective each implementation performs (for busbw and the fit).
+COLLECTIVE = {"ring": "all_reduce", "naive": "all_reduce", "all_reduce": "all_reduce",
+              "reduce_scatter": "reduce_scatter", "all_gather": "all_gather"}
+# torch 2.13 renamed reduce_scatter_tensor/all_gather_into_tensor; use whichever exists.
+_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+# --------------------------------------------------------------------------
+# Pure arithmetic: no processes needed
+
+
+def sweep_sizes(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
+    """Message sizes from min_bytes, times factor, up to max_bytes (inclusive)."""
+    if min_bytes <= 0 or max_bytes < min_bytes or factor < 2:
+        raise ValueError("need 0 < min_bytes <= max_bytes and factor >= 2")
+    sizes, size = [], min_bytes
+    while size <= max_bytes:
+        sizes.append(size)
+        size *= factor
+    return sizes
+
+
+def algbw(size_bytes: float, time_s: float) -> float:
+    """Algorithm bandwidth in GB/s (1e9 bytes per second)."""
+    return size_bytes / time_s / 1e9
+
+
+def bus_factor(collective: str, world_size: int) -> float:
+    """busbw / algbw for a collective on n ranks (nccl-tests' definitions)."""
+    n = world_size
+    if collective == "all_reduce":
+        return 2 * (n - 1) / n
+    if collective in ("reduce_scatter", "all_gather"):
+        return (n - 1) / n
+    raise ValueError(f"unknown collective {collective!r}")
+
+
+def busbw(size_bytes: float, time_s: float, world_size: int, collective: str = "all_reduce") -> float:
+    """Bus bandwidth in GB/s: what each rank's link carried, per second."""
+    return algbw(size_bytes, time_s) * bus_factor(collective, world_size)
+
+
+def model_time(size_bytes: float, alpha_s: float, bandwidth_Bps: float, world_size: int,
+               collective: str = "all_reduce") -> float:
+    """Alpha-beta time: steps * alpha + traffic per rank / B.
+
+    Ring all-reduce: 2(n-1) steps and 2(n-1)/n * S bytes per rank;
+    reduce-scatter and all-gather: half of each.
+    """
+    n = world_size
+    steps = 2 * (n - 1) if collective == "all_reduce" else n - 1
+    return steps * alpha_s + bus_factor(collective, n) * size_bytes / bandwidth_Bps
+
+
+def fit_alpha_beta(sizes: list[float], times: list[float], world_size: int,
+                   collective: str = "all_reduce") -> dict | None:
+    """Fit alpha (s) and B (bytes/s) of `model_time` to measured (size, time) pairs.
+
+    T = a + b*S is linear, with a = steps*alpha and b = factor/B; we minimise
+    the relative residuals sum(((a + b*S) - T) / T)^2 so that microsecond rows
+    weigh as much as second-long ones. Returns None when there is nothing to
+    fit (one rank, or fewer than two sizes).
+    """
+    n = world_size
+    if n < 2 or len(sizes) < 2 or len(sizes) != len(times):
+        return None
+    steps = 2 * (n - 1) if collective == "all_reduce" else n - 1
+    # Weighted least squares with weights 1/T^2: solve the 2x2 normal equations.
+    sw = sws = swss = swt = swst = 0.0
+    for s, t in zip(sizes, times, strict=True):
+        w = 1.0 / (t * t)
+        sw += w
+        sws += w * s
+        swss += w * s * s
+        swt += w * t
+        swst += w * s * t
+    det = sw * swss - sws * sws
+    if det == 0:
+        return None
+    a = (swss * swt - sws * swst) / det
+    b = (sw * swst - sws * swt) / det
+    alpha = a / steps
+    bandwidth = bus_factor(collective, n) / b if b > 0 else math.inf
+    residuals = [((a + b * s) - t) / t for s, t in zip(sizes, times, strict=True)]
+    return {"alpha_s": alpha, "bandwidth_Bps": bandwidth,
+            "bandwidth_GBps": bandwidth / 1e9, "steps": steps, "collective": collective,
+            "rms_rel_err": math.sqrt(sum(r * r for r in residuals) / len(residuals)),
+            "points": len(sizes)}
+
+
+# --------------------------------------------------------------------------
+# The lab
+
+
+@dataclass
+class Params:
+    min_bytes: int = 1 << 10
+    max_bytes: int = 64 << 20
+    factor: int = 4
+    dtype: str = "float32"
+    op: str = "sum"
+    warmup: int = 2
+    iters: int = 5
+    impls: list[str] = field(default_factory=lambda: list(IMPLS))
+
+    def __post_init__(self) -> None:
+        sweep_sizes(self.min_bytes, self.max_bytes, self.factor)  # raises if nonsense
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, not {self.dtype!r}")
+        if self.op not in ("sum", "avg"):
+            raise ValueError(f"op must be sum or avg, not {self.op!r}")
+        if self.op == "avg" and not DTYPES[self.dtype].is_floating_point:
+            raise ValueError(f"op avg needs a floating-point dtype, not {self.dtype}")
+        unknown = set(self.impls) - set(IMPLS)
+        if unknown or not self.impls:
+            raise ValueError(f"impls must be among {IMPLS}, not {sorted(unknown)}")
+        if self.warmup < 0 or self.iters < 1:
+            raise ValueError("need warmup >= 0 and iters >= 1")
+
+
+def check(params: Params, world_size: int) -> None:
+    if world_size > 8:
+        raise ValueError(f"the bench lab runs on 1 to 8 ranks, not {world_size}")
+
+
+def _pattern(numel: int, period_values: torch.Tensor, dtype, device) -> torch.Tensor:
+    """``period_values`` repeated to ``numel`` elements: one pass, no big temporaries."""
+    reps = -(-numel // len(period_values)) if numel else 0
+    return period_values.to(dtype).repeat(reps)[:numel].to(device)
+
+
+def _fill(t: torch.Tensor, rank: int) -> torch.Tensor:
+    """Small integers that every dtype adds exactly: (i mod 7) - 3 + rank."""
+    return t.copy_(_pattern(t.numel(), torch.arange(7) - 3 + rank, t.dtype, t.device))
+
+
+def _expected(numel: int, world: int, op: str, dtype, device) -> torch.Tensor:
+    total = ((torch.arange(7) - 3) * world + world * (world - 1) // 2).double()
+    return _pattern(numel, total / world if op == "avg" else total, dtype, device)
+
+
+def _runner(impl: str, numel: int, world: int, rank: int, params: Params, device):
+    """Buffers and a zero-argument call for one row; also which result to check."""
+    dtype = DTYPES[params.dtype]
+    red = dist.ReduceOp.AVG if params.op == "avg" else dist.ReduceOp.SUM
+    if impl in ("ring", "naive", "all_reduce"):
+        buf = torch.empty(numel, dtype=dtype, device=device)
+        fn = {"ring": ring_allreduce, "naive": naive_allreduce}.get(impl)
+        call = (lambda: fn(buf, op=params.op)) if fn else (lambda: dist.all_reduce(buf, op=red))
+        return buf, buf, call, (0, numel)
+    if impl == "reduce_scatter":
+        inp = torch.empty(numel, dtype=dtype, device=device)
+        out = torch.empty(numel // world, dtype=dtype, device=device)
+        lo = rank * (numel // world)
+        return inp, out, (lambda: _reduce_scatter(out, inp, op=red)), (lo, lo + numel // world)
+    # all_gather: each rank contributes its chunk of the "expected" result
+    chunk = numel // world
+    inp = torch.empty(chunk, dtype=dtype, device=device)
+    out = torch.empty(chunk * world, dtype=dtype, device=device)
+    return inp, out, (lambda: _all_gather(out, inp)), None
+
+
+def run_rank(ctx, params: Params) -> dict:
+    world, rank = ctx.world_size, ctx.rank
+    dtype = DTYPES[params.dtype]
+    elem = dtype.itemsize
+    sizes = sweep_sizes(params.min_bytes, params.max_bytes, params.factor)
+    total = len(sizes) * len(params.impls)
+    rows, work = [], 0.0
+    done = 0
+    for size in sizes:
+        for impl in params.impls:
+            ctx.progress(done, total, impl, f"{size} B")
+            collective = COLLECTIVE[impl]
+            numel = size // elem
+            if collective != "all_reduce":
+                numel -= numel % world  # n equal chunks, as nccl-tests does
+            inp, out, call, check_range = _runner(impl, numel, world, rank, params, ctx.device)
+            with ctx.communicating():
+                _fill(inp, rank)
+                for _ in range(params.warmup):
+                    call()
+                # Still alive (a large row can take seconds); never inside the timed loop.
+                ctx.progress(done, total, impl, f"{size} B: timing {params.iters} calls")
+                dist.barrier()
+                t0 = time.perf_counter()
+                for _ in range(params.iters):
+                    call()
+                if ctx.device.type == "cuda":
+                    torch.cuda.synchronize()
+                elapsed = time.perf_counter() - t0
+                # The slowest rank sets the collective's time.
+                slowest = torch.tensor([elapsed], dtype=torch.float64, device=ctx.device)
+                dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+                elapsed = float(slowest)
+                # A separate, checked call on fresh input.
+                _fill(inp, rank)
+                call()
+            ctx.progress(done, total, impl, f"{size} B: checking the result")
+            wrong = _count_wrong(impl, out, check_range, numel, world, params, ctx.device)
+            wrong_t = torch.tensor([wrong], dtype=torch.int64, device=ctx.device)
+            with ctx.communicating():
+                dist.all_reduce(wrong_t)
+            work += elapsed
+            t = elapsed / params.iters
+            nbytes = numel * elem
+            rows.append({"size": nbytes, "count": numel, "dtype": params.dtype,
+                         "op": params.op if collective != "all_gather" else "none",
+                         "impl": impl, "collective": collective, "time_us": t * 1e6,
+                         "algbw": algbw(nbytes, t) if nbytes else 0.0,
+                         "busbw": busbw(nbytes, t, world, collective) if nbytes else 0.0,
+                         "wrong": int(wrong_t)})
+            done += 1
+    ctx.progress(total, total, "done")
+    return {"rank": rank, "rows": rows if rank == 0 else [], "work_s": work}
+
+
+def _count_wrong(impl, out, check_range, numel, world, params, device) -> int:
+    dtype = DTYPES[params.dtype]
+    if impl == "all_gather":
+        # Rank r sent (i mod 7) - 3 + r for i in its chunk: rebuild that.
+        chunk = numel // world
+        expected = torch.cat([_pattern(chunk, torch.arange(7) - 3 + r, dtype, device)
+                              for r in range(world)])
+    else:
+        lo, hi = check_range
+        expected = _expected(numel, world, params.op, dtype, device)[lo:hi]
+    if params.op == "avg":  # a division: allow its rounding
+        return int((~torch.isclose(out, expected, rtol=1e-2, atol=1e-6)).sum())
+    return int((out != expected).sum())  # small integers add exactly in every dtype
+
+
+def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: str) -> dict:
+    rows = ranks[0]["rows"]
+    fits = {}
+    for impl in params.impls:
+        mine = [r for r in rows if r["impl"] == impl and r["size"] > 0]
+        fits[impl] = fit_alpha_beta([r["size"] for r in mine], [r["time_us"] / 1e6 for r in mine],
+                                    world_size, COLLECTIVE[impl])
+    by_key = {(r["impl"], r["size"]): r for r in rows}
+    compare = []
+    if "ring" in params.impls and "all_reduce" in params.impls:
+        for r in rows:
+            if r["impl"] == "ring" and ("all_reduce", r["size"]) in by_key:
+                builtin = by_key[("all_reduce", r["size"])]
+                compare.append({"size": r["size"], "ring_busbw": r["busbw"],
+                                "all_reduce_busbw": builtin["busbw"],
+                                "ratio": r["busbw"] / builtin["busbw"] if builtin["busbw"] else None})
+    return {"lab": "bench", "world_size": world_size, "backend": backend, "dtype": params.dtype,
+            "op": params.op, "warmup": params.warmup, "iters": params.iters,
+            "sizes": sorted({r["size"] for r in rows}), "rows": rows, "fit": fits,
+            "ring_vs_all_reduce": compare,
+            "wrong": sum(r["wrong"] for r in rows),
+            "notes": {"busbw": "all-reduce: algbw*2(n-1)/n; reduce-scatter, all-gather: "
+                               "algbw*(n-1)/n",
+                      "reduce_scatter": f"torch.distributed.{_reduce_scatter.__name__}",
+                      "all_gather": f"torch.distributed.{_all_gather.__name__}"}}
+
+
+def format_text(summary: dict) -> str:
+    s = summary
+    lines = [f"# collective sweep: {s['world_size']} ranks, {s['backend']}, {s['dtype']}, "
+             f"op {s['op']}, warmup {s['warmup']}, iters {s['iters']}",
+             f"# {'size':>12} {'count':>12} {'type':>9} {'redop':>6} {'impl':>15} "
+             f"{'time':>11} {'algbw':>8} {'busbw':>8} {'#wrong':>7}",
+             f"# {'(B)':>12} {'(elements)':>12} {'':>9} {'':>6} {'':>15} "
+             f"{'(us)':>11} {'(GB/s)':>8} {'(GB/s)':>8}"]
+    for r in s["rows"]:
+        lines.append(f"  {r['size']:>12} {r['count']:>12} {r['dtype']:>9} {r['op']:>6} "
+                     f"{r['impl']:>15} {r['time_us']:>11.1f} {r['algbw']:>8.3f} "
+                     f"{r['busbw']:>8.3f} {r['wrong']:>7}")
+    lines.append(f"# out of bounds values: {s['wrong']}")
+    lines.append("# alpha-beta fit, T = steps*alpha + (busbw factor)*S/B:")
+    for impl, fit in s["fit"].items():
+        if fit is None:
+            lines.append(f"#   {impl:>15}: no fit (needs 2+ ranks and 2+ sizes)")
+        else:
+            lines.append(f"#   {impl:>15}: alpha = {fit['alpha_s'] * 1e6:9.1f} us, "
+                         f"B = {fit['bandwidth_GBps']:7.3f} GB/s "
+                         f"(rms relative error {fit['rms_rel_err']:.0%})")
+    if s["ring_vs_all_reduce"]:
+        lines.append("# our ring vs dist.all_reduce (busbw ratio): " + ", ".join(
+            f"{c['size']}: {c['ratio']:.2f}" for c in s["ring_vs_all_reduce"] if c["ratio"]))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from labs.__main__ import main
+
+    sys.exit(main(["bench", *sys.argv[1:]]))

@@ -1,0 +1,617 @@
+"""DistributedDataParallel on a small MLP, measured section by section.
+
+Launch:
+
+    python -m labs ddp --world-size 2                        # every section, ~10-30 s on 2 cores
+    python -m labs ddp --world-size 4 --sections equivalence scaling
+    python -m labs ddp --world-size 2 --json --out ddp.json
+    torchrun --standalone --nproc-per-node 2 -m labs.ddp     # the same lab under torchrun
+
+The data: a synthetic classification set (Gaussian blobs, one per class)
+generated from a fixed seed on every rank, so nothing is downloaded and every
+launcher sees the same samples. The model: an MLP (``depth`` hidden layers).
+
+Sections (each returns numbers; run a subset with ``--sections``):
+
+- ``equivalence``: n ranks with batch b reach the weights one process reaches
+  with batch n*b (max difference vs ``tolerance``), and the ranks hold
+  bit-identical weights after every step.
+- ``sampler``: how DistributedSampler shards the data, and that without
+  ``set_epoch`` every epoch visits the samples in the same order.
+- ``breakdown``: per-step forward / backward / exposed communication /
+  optimizer for `naive_sync_gradients` (backward, then one all-reduce per
+  parameter) and for DDP, whose bucketed all-reduces overlap backward.
+- ``buckets``: step time and all-reduce calls per step vs ``bucket_cap_mb``.
+- ``no_sync``: gradient accumulation over k micro-batches with one
+  all-reduce per optimizer step instead of k, and the same gradients.
+- ``fp16``: the fp16 compression comm hook: half the bytes on the wire, and
+  the loss beside the fp32 run's.
+- ``scaling``: throughput and scaling efficiency on 1, 2, 4 ranks (subgroups
+  of this run; fixed batch per rank).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch._dynamo  # noqa: F401 - DDP imports it on first use; a forked rank inherits it
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import (
+    allreduce_hook,
+    fp16_compress_hook,
+)
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.nn.utils import parameters_to_vector
+from torch.utils.data import DistributedSampler
+
+SECTIONS = ("equivalence", "sampler", "breakdown", "buckets", "no_sync", "fp16", "scaling")
+
+
+# --------------------------------------------------------------------------
+# The two functions the lessons show
+
+
+def naive_sync_gradients(model, world_size):
+    """Average gradients across ranks by hand, after backward has finished.
+
+    One blocking all-reduce per parameter, one after another: correct, but
+    the communication starts only when all of backward is done, so none of
+    it overlaps with computation, and small tensors pay the latency each.
+    """
+    for param in model.parameters():
+        if param.grad is not None:
+            dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
+            param.grad /= world_size
+
+
+def ddp_train_step(model, optimizer, inputs, targets):
+    """One training step of a DistributedDataParallel model; returns the local loss.
+
+    It reads like single-process code. DDP's autograd hooks start an
+    all-reduce for each gradient bucket as soon as backward has filled it,
+    while backward carries on with earlier layers; when ``backward()``
+    returns, every rank holds the same averaged gradients, so the optimizer
+    steps keep the replicas identical.
+    """
+    optimizer.zero_grad(set_to_none=True)
+    loss = F.cross_entropy(model(inputs), targets)
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+
+
+# --------------------------------------------------------------------------
+# Parameters, data, model
+
+
+@dataclass
+class Params:
+    samples: int = 2048
+    features: int = 32
+    classes: int = 4
+    hidden: int = 128
+    depth: int = 3  # hidden layers
+    batch: int = 32  # per rank
+    steps: int = 12  # measured steps per section
+    warmup: int = 2  # unmeasured steps before timing
+    lr: float = 0.05
+    seed: int = 0
+    tolerance: float = 1e-5  # max |w_ddp - w_single| allowed in `equivalence`
+    bucket_caps_mb: list[float] = field(default_factory=lambda: [0.01, 0.05, 0.25, 25.0])
+    accumulation: int = 4  # micro-batches per optimizer step in `no_sync`
+    scaling_world_sizes: list[int] = field(default_factory=lambda: [1, 2, 4])
+    sections: list[str] = field(default_factory=lambda: list(SECTIONS))
+
+    def __post_init__(self) -> None:
+        unknown = set(self.sections) - set(SECTIONS)
+        if unknown or not self.sections:
+            raise ValueError(f"sections must be among {SECTIONS}, not {sorted(unknown)}")
+        for name in ("samples", "features", "classes", "hidden", "depth", "batch", "steps",
+                     "accumulation"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if self.warmup < 0 or self.lr <= 0 or self.tolerance <= 0:
+            raise ValueError("need warmup >= 0, lr > 0 and tolerance > 0")
+        if any(c <= 0 for c in self.bucket_caps_mb):
+            raise ValueError("bucket caps must be > 0 MB")
+
+
+def check(params: Params, world_size: int) -> None:
+    if params.samples < world_size * params.batch:
+        raise ValueError(f"{params.samples} samples cannot fill a batch of {params.batch} "
+                         f"on each of {world_size} ranks")
+
+
+def make_dataset(p: Params) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gaussian blobs: class c is centred on a random point, spread 1. Same on every rank."""
+    gen = torch.Generator().manual_seed(p.seed)
+    centres = 2.0 * torch.randn(p.classes, p.features, generator=gen)
+    labels = torch.randint(0, p.classes, (p.samples,), generator=gen)
+    inputs = centres[labels] + torch.randn(p.samples, p.features, generator=gen)
+    return inputs, labels
+
+
+def make_model(p: Params) -> nn.Module:
+    """The MLP, initialised from the seed: every rank builds the same weights."""
+    torch.manual_seed(p.seed)
+    layers, width = [], p.features
+    for _ in range(p.depth):
+        layers += [nn.Linear(width, p.hidden), nn.ReLU()]
+        width = p.hidden
+    layers.append(nn.Linear(width, p.classes))
+    return nn.Sequential(*layers)
+
+
+def shard_batches(p: Params, *, world_size: int, rank: int, count: int) -> list[list[int]]:
+    """The index batches rank ``rank`` trains on, epoch after epoch, via DistributedSampler."""
+    sampler = DistributedSampler(range(p.samples), num_replicas=world_size, rank=rank,
+                                 shuffle=True, seed=p.seed, drop_last=True)
+    batches, epoch = [], 0
+    while len(batches) < count:
+        sampler.set_epoch(epoch)  # a new shuffle each epoch (see the sampler section)
+        order = list(sampler)
+        batches += [order[i:i + p.batch] for i in range(0, len(order) - p.batch + 1, p.batch)]
+        epoch += 1
+    return batches[:count]
+
+
+# --------------------------------------------------------------------------
+# Helpers for measuring
+
+
+class _Ticker:
+    """Counts steps across sections and reports them (fault injection fires here)."""
+
+    def __init__(self, ctx, total: int):
+        self.ctx, self.total, self.done = ctx, total, 0
+
+    def __call__(self, phase: str, n: int = 1) -> None:
+        self.ctx.progress(self.done, self.total, phase)
+        self.done += n
+
+
+def _plan(p: Params, world: int) -> dict[str, int]:
+    """Progress ticks per section, so that fractions are right from the start."""
+    run = p.warmup + p.steps
+    sizes = [k for k in p.scaling_world_sizes if k <= world]
+    ticks = {"equivalence": p.steps, "sampler": 1, "breakdown": 3 * run,
+             "buckets": len(p.bucket_caps_mb) * run,
+             "no_sync": 2 * max(1, p.steps // p.accumulation), "fp16": 2 * p.steps,
+             "scaling": len(sizes) * run}
+    return {s: ticks[s] for s in p.sections}
+
+
+def _wrap(ctx, p: Params, **kwargs) -> DDP:
+    """A fresh model on this rank's device, wrapped in DDP (which copies rank 0's weights)."""
+    model = make_model(p).to(ctx.device)
+    device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+    return DDP(model, device_ids=device_ids, **kwargs)
+
+
+def _clock(ctx) -> float:
+    """perf_counter, after the GPU has finished what was queued (a no-op on CPU)."""
+    if ctx.device.type == "cuda":
+        torch.cuda.synchronize(ctx.device)
+    return time.perf_counter()
+
+
+def _max_over_ranks(ctx, values: list[float], group=None) -> list[float]:
+    t = torch.tensor(values, dtype=torch.float64, device=ctx.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return t.tolist()
+
+
+def _median_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1e3 if samples else 0.0
+
+
+def _counting_hook(hook, counter: dict, wire_bytes_per_elem: int, process_group=None):
+    """Wrap a comm hook to count the all-reduces it launches and the bytes it hands over."""
+
+    def counted(_state, bucket):
+        counter["calls"] += 1
+        counter["bytes"] += bucket.buffer().numel() * wire_bytes_per_elem
+        return hook(process_group, bucket)
+
+    return counted
+
+
+def _flat(model: nn.Module) -> torch.Tensor:
+    return parameters_to_vector(model.parameters()).detach().clone()
+
+
+# --------------------------------------------------------------------------
+# Sections
+
+
+def _equivalence(ctx, p, data, tick) -> dict:
+    inputs, labels = data
+    world, rank = ctx.world_size, ctx.rank
+    model = _wrap(ctx, p)
+    opt = torch.optim.SGD(model.parameters(), lr=p.lr)
+    mine = shard_batches(p, world_size=world, rank=rank, count=p.steps)
+    if rank == 0:  # the single process with the global batch n*b, run beside rank 0
+        every = [shard_batches(p, world_size=world, rank=r, count=p.steps) for r in range(world)]
+        single = make_model(p).to(ctx.device)
+        single_opt = torch.optim.SGD(single.parameters(), lr=p.lr)
+    rank_diff, losses, single_losses = 0.0, [], []
+    for step in range(p.steps):
+        tick("equivalence")
+        loss = ddp_train_step(model, opt, inputs[mine[step]], labels[mine[step]])
+        # Are the replicas still identical? Compare with rank 0's weights.
+        flat = _flat(model.module)
+        ref = flat.clone()
+        dist.broadcast(ref, 0)
+        rank_diff = max(rank_diff, _max_over_ranks(ctx, [float((flat - ref).abs().max())])[0])
+        dist.all_reduce(loss)
+        losses.append(float(loss) / world)
+        if rank == 0:
+            batch = [i for r in range(world) for i in every[r][step]]
+            single_opt.zero_grad()
+            single_loss = F.cross_entropy(single(inputs[batch]), labels[batch])
+            single_loss.backward()
+            single_opt.step()
+            single_losses.append(float(single_loss))
+    if rank != 0:
+        return {}
+    diff = float((_flat(model.module) - _flat(single)).abs().max())
+    return {"steps": p.steps, "batch_per_rank": p.batch, "global_batch": p.batch * world,
+            "max_abs_diff_vs_single_process": diff, "tolerance": p.tolerance,
+            "equivalent": diff <= p.tolerance,
+            "max_abs_diff_between_ranks": rank_diff, "ranks_identical": rank_diff == 0.0,
+            "losses": losses, "single_process_losses": single_losses}
+
+
+def _sampler(ctx, p, data, tick) -> dict:
+    tick("sampler")
+    world, rank = ctx.world_size, ctx.rank
+    show = 8
+    orders = {}
+    for use_set_epoch in (True, False):
+        sampler = DistributedSampler(range(p.samples), num_replicas=world, rank=rank,
+                                     shuffle=True, seed=p.seed)
+        epochs = []
+        for epoch in range(3):
+            if use_set_epoch:
+                sampler.set_epoch(epoch)
+            epochs.append(list(sampler))
+        orders[use_set_epoch] = epochs
+    shards = [None] * world
+    dist.all_gather_object(shards, orders[True][0])
+    if rank != 0:
+        return {}
+    seen = [i for shard in shards for i in shard]
+
+    def same_positions(a, b):
+        return sum(x == y for x, y in zip(a, b, strict=True)) / len(a)
+
+    with_, without = orders[True], orders[False]
+    return {
+        "samples": p.samples, "shard_size": len(shards[0]),
+        "shards_disjoint": len(set(seen)) == len(seen),
+        "samples_covered": len(set(seen)), "padded": len(seen) - len(set(seen)),
+        "first_indices_per_rank_epoch0": [s[:show] for s in shards],
+        "rank0_with_set_epoch": [e[:show] for e in with_],
+        "rank0_without_set_epoch": [e[:show] for e in without],
+        "same_order_next_epoch_with_set_epoch": with_[0] == with_[1],
+        "same_order_next_epoch_without_set_epoch": without[0] == without[1],
+        "positions_unchanged_epoch0_to_1": {"with_set_epoch": same_positions(with_[0], with_[1]),
+                                            "without_set_epoch": same_positions(without[0],
+                                                                                without[1])},
+    }
+
+
+def _breakdown(ctx, p, data, tick) -> dict:
+    inputs, labels = data
+    world, rank = ctx.world_size, ctx.rank
+    batches = shard_batches(p, world_size=world, rank=rank, count=p.warmup + p.steps)
+
+    def timed_loop(kind, model, opt):
+        rows = []
+        for i, idx in enumerate(batches):
+            tick(f"breakdown: {kind}")
+            x, y = inputs[idx], labels[idx]
+            dist.barrier()  # start each step together: we time the step, not the skew
+            opt.zero_grad(set_to_none=True)
+            sync = model.no_sync() if kind == "ddp compute only" else contextlib.nullcontext()
+            with sync:
+                t0 = _clock(ctx)
+                loss = F.cross_entropy(model(x), y)
+                t1 = _clock(ctx)
+                loss.backward()
+                t2 = _clock(ctx)
+            if kind == "naive":
+                naive_sync_gradients(model, world)
+            t3 = _clock(ctx)
+            if kind != "ddp compute only":
+                opt.step()
+            t4 = _clock(ctx)
+            if i >= p.warmup:
+                rows.append((t1 - t0, t2 - t1, t3 - t2, t4 - t3))
+        return [_median_ms([r[k] for r in rows]) for k in range(4)]
+
+    naive = make_model(p).to(ctx.device)
+    for param in naive.parameters():  # what DDP does for us: start from rank 0's weights
+        dist.broadcast(param.data, 0)
+    with ctx.communicating():
+        n_fwd, n_bwd, n_comm, n_opt = timed_loop("naive", naive,
+                                                 torch.optim.SGD(naive.parameters(), lr=p.lr))
+        ddp = _wrap(ctx, p)
+        d_fwd, d_bwd, _, d_opt = timed_loop("ddp", ddp, torch.optim.SGD(ddp.parameters(), lr=p.lr))
+        same = float((_flat(naive) - _flat(ddp.module)).abs().max())
+        # The same backward without DDP's all-reduces: pure compute.
+        _, c_bwd, _, _ = timed_loop("ddp compute only", ddp,
+                                    torch.optim.SGD(ddp.parameters(), lr=p.lr))
+    n_fwd, n_bwd, n_comm, n_opt, d_fwd, d_bwd, d_opt, c_bwd = _max_over_ranks(
+        ctx, [n_fwd, n_bwd, n_comm, n_opt, d_fwd, d_bwd, d_opt, c_bwd])
+    exposed = max(0.0, d_bwd - c_bwd)
+    n_params = sum(t.numel() for t in naive.parameters())
+    return {
+        "unit": "ms (median step, slowest rank)",
+        "parameters": n_params, "gradient_bytes": n_params * 4,
+        "tensors": len(list(naive.parameters())),
+        "naive": {"forward": n_fwd, "backward": n_bwd, "exposed_comm": n_comm,
+                  "optimizer": n_opt, "total": n_fwd + n_bwd + n_comm + n_opt},
+        "ddp": {"forward": d_fwd, "backward": c_bwd, "exposed_comm": exposed,
+                "optimizer": d_opt, "total": d_fwd + d_bwd + d_opt,
+                "backward_with_comm": d_bwd},
+        "comm_hidden_by_overlap": max(0.0, n_comm - exposed),
+        "max_abs_diff_naive_vs_ddp_weights": same,
+    }
+
+
+def _buckets(ctx, p, data, tick) -> dict:
+    inputs, labels = data
+    world, rank = ctx.world_size, ctx.rank
+    batches = shard_batches(p, world_size=world, rank=rank, count=p.warmup + p.steps)
+    rows = []
+    for cap in p.bucket_caps_mb:
+        model = _wrap(ctx, p, bucket_cap_mb=cap)
+        counter = {"calls": 0, "bytes": 0}
+        model.register_comm_hook(None, _counting_hook(allreduce_hook, counter, 4))
+        opt = torch.optim.SGD(model.parameters(), lr=p.lr)
+        times = []
+        with ctx.communicating():
+            for i, idx in enumerate(batches):
+                tick(f"buckets: {cap} MB")
+                counter.update(calls=0, bytes=0)
+                dist.barrier()
+                t0 = _clock(ctx)
+                ddp_train_step(model, opt, inputs[idx], labels[idx])
+                if i >= p.warmup:
+                    times.append(_clock(ctx) - t0)
+        step_ms = _max_over_ranks(ctx, [_median_ms(times)])[0]
+        # counter holds the last step: DDP rebuilds its buckets after the first one
+        rows.append({"bucket_cap_mb": cap, "allreduce_calls_per_step": counter["calls"],
+                     "bytes_per_step": counter["bytes"], "step_ms": step_ms})
+    return {"rows": rows, "default_bucket_cap_mb": 25,
+            "first_bucket_bytes": dist._DEFAULT_FIRST_BUCKET_BYTES} if rank == 0 else {}
+
+
+def _no_sync(ctx, p, data, tick) -> dict:
+    inputs, labels = data
+    world, rank = ctx.world_size, ctx.rank
+    k = p.accumulation
+    opt_steps = max(1, p.steps // k)
+    batches = shard_batches(p, world_size=world, rank=rank, count=opt_steps * k)
+    out, first_grads = {}, {}
+    for mode in ("no_sync", "sync_every_micro_batch"):
+        model = _wrap(ctx, p)
+        counter = {"calls": 0, "bytes": 0}
+        model.register_comm_hook(None, _counting_hook(allreduce_hook, counter, 4))
+        opt = torch.optim.SGD(model.parameters(), lr=p.lr)
+        times = []
+        with ctx.communicating():
+            for s in range(opt_steps):
+                tick(f"no_sync: {mode}")
+                counter.update(calls=0, bytes=0)
+                dist.barrier()
+                t0 = _clock(ctx)
+                opt.zero_grad(set_to_none=True)
+                for j in range(k):
+                    idx = batches[s * k + j]
+                    # Only the last micro-batch needs synchronised gradients: the
+                    # others just accumulate locally inside no_sync().
+                    skip = mode == "no_sync" and j < k - 1
+                    with model.no_sync() if skip else contextlib.nullcontext():
+                        loss = F.cross_entropy(model(inputs[idx]), labels[idx]) / k
+                        loss.backward()
+                if s == 0:
+                    first_grads[mode] = torch.cat([q.grad.flatten() for q in model.parameters()])
+                opt.step()
+                times.append(_clock(ctx) - t0)
+        out[mode] = {"allreduce_calls_per_optimizer_step": counter["calls"],
+                     "bytes_per_optimizer_step": counter["bytes"],
+                     "optimizer_step_ms": _max_over_ranks(ctx, [_median_ms(times)])[0]}
+    diff = float((first_grads["no_sync"] - first_grads["sync_every_micro_batch"]).abs().max())
+    if rank != 0:
+        return {}
+    return {"micro_batches": k, "optimizer_steps": opt_steps, **out,
+            "max_abs_grad_diff": diff}
+
+
+def _fp16(ctx, p, data, tick) -> dict:
+    inputs, labels = data
+    world, rank = ctx.world_size, ctx.rank
+    batches = shard_batches(p, world_size=world, rank=rank, count=p.steps)
+    runs, weights = {}, {}
+    for name, hook, wire in (("fp32", allreduce_hook, 4), ("fp16", fp16_compress_hook, 2)):
+        model = _wrap(ctx, p)
+        counter = {"calls": 0, "bytes": 0}
+        model.register_comm_hook(None, _counting_hook(hook, counter, wire))
+        opt = torch.optim.SGD(model.parameters(), lr=p.lr)
+        losses, times = [], []
+        with ctx.communicating():
+            for idx in batches:
+                tick(f"fp16: {name}")
+                t0 = _clock(ctx)
+                loss = ddp_train_step(model, opt, inputs[idx], labels[idx])
+                times.append(_clock(ctx) - t0)
+                dist.all_reduce(loss)
+                losses.append(float(loss) / world)
+        payload = counter["bytes"] / p.steps
+        runs[name] = {"payload_bytes_per_step": payload,
+                      "ring_bytes_sent_per_rank_per_step": payload * 2 * (world - 1) / world,
+                      "final_loss": losses[-1], "losses": losses,
+                      "step_ms": _max_over_ranks(ctx, [_median_ms(times)])[0]}
+        weights[name] = _flat(model.module)
+    if rank != 0:
+        return {}
+    return {**runs, "bytes_ratio": runs["fp16"]["payload_bytes_per_step"]
+            / runs["fp32"]["payload_bytes_per_step"],
+            "max_abs_weight_diff": float((weights["fp16"] - weights["fp32"]).abs().max())}
+
+
+def _scaling(ctx, p, data, tick) -> dict:
+    inputs, labels = data
+    world, rank = ctx.world_size, ctx.rank
+    rows = []
+    for k in [s for s in p.scaling_world_sizes if s <= world]:
+        group = dist.new_group(list(range(k)))  # every rank must call new_group
+        run = p.warmup + p.steps
+        if rank < k:
+            model = _wrap(ctx, p, process_group=group)
+            opt = torch.optim.SGD(model.parameters(), lr=p.lr)
+            batches = shard_batches(p, world_size=k, rank=rank, count=run)
+            with ctx.communicating():
+                for i, idx in enumerate(batches):
+                    tick(f"scaling: {k} rank(s)")
+                    if i == p.warmup:
+                        dist.barrier(group=group)
+                        t0 = _clock(ctx)
+                    ddp_train_step(model, opt, inputs[idx], labels[idx])
+                elapsed = _max_over_ranks(ctx, [_clock(ctx) - t0], group=group)[0]
+            if rank == 0:
+                rows.append({"world_size": k, "seconds": elapsed, "steps": p.steps,
+                             "samples_per_s": k * p.batch * p.steps / elapsed,
+                             "step_ms": elapsed / p.steps * 1e3})
+        else:
+            tick(f"scaling: idle while {k} rank(s) train", n=run)
+        with ctx.communicating():
+            dist.barrier()
+    if rank != 0:
+        return {}
+    base = rows[0]["samples_per_s"] / rows[0]["world_size"]
+    for row in rows:
+        row["speedup"] = row["samples_per_s"] / rows[0]["samples_per_s"]
+        row["efficiency"] = row["samples_per_s"] / (row["world_size"] * base)
+    return {"rows": rows, "batch_per_rank": p.batch,
+            "note": "weak scaling: each rank keeps its batch; all ranks share this machine's "
+                    "CPU cores, so efficiency here reflects the machine as much as DDP"}
+
+
+_RUN = {"equivalence": _equivalence, "sampler": _sampler, "breakdown": _breakdown,
+        "buckets": _buckets, "no_sync": _no_sync, "fp16": _fp16, "scaling": _scaling}
+
+
+def run_rank(ctx, params: Params) -> dict:
+    t0 = time.perf_counter()
+    data = tuple(t.to(ctx.device) for t in make_dataset(params))
+    plan = _plan(params, ctx.world_size)
+    tick = _Ticker(ctx, sum(plan.values()))
+    sections = {}
+    for name in params.sections:
+        start = tick.done
+        sections[name] = _RUN[name](ctx, params, data, tick)
+        tick.done = start + plan[name]  # keep the count exact whatever the section did
+    ctx.progress(tick.total, tick.total, "done")
+    model = make_model(params)
+    n_params = sum(t.numel() for t in model.parameters())
+    return {"rank": ctx.rank, "sections": sections if ctx.rank == 0 else {},
+            "parameters": n_params, "work_s": time.perf_counter() - t0}
+
+
+def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: str) -> dict:
+    return {"lab": "ddp", "world_size": world_size, "backend": backend,
+            "model": {"kind": "MLP", "depth": params.depth, "hidden": params.hidden,
+                      "parameters": ranks[0]["parameters"],
+                      "gradient_bytes": ranks[0]["parameters"] * 4},
+            "dataset": {"kind": "synthetic Gaussian blobs", "samples": params.samples,
+                        "features": params.features, "classes": params.classes,
+                        "seed": params.seed},
+            "sections": ranks[0]["sections"]}
+
+
+def format_text(summary: dict) -> str:
+    s, sec = summary, summary["sections"]
+    m = s["model"]
+    lines = [f"DDP lab: {s['world_size']} ranks, {s['backend']}; MLP {m['depth']}x{m['hidden']}, "
+             f"{m['parameters']} parameters ({m['gradient_bytes']} B of fp32 gradients)"]
+    if "equivalence" in sec:
+        e = sec["equivalence"]
+        lines += [f"\n[equivalence] {e['steps']} steps, {s['world_size']} x {e['batch_per_rank']} "
+                  f"vs one process with {e['global_batch']}",
+                  f"  max |w_ddp - w_single| = {e['max_abs_diff_vs_single_process']:.2e} "
+                  f"(tolerance {e['tolerance']:.0e}): "
+                  f"{'equivalent' if e['equivalent'] else 'NOT equivalent'}",
+                  f"  max |w_rank - w_rank0| over all steps = "
+                  f"{e['max_abs_diff_between_ranks']:.2e}"
+                  f" ({'identical' if e['ranks_identical'] else 'DIFFERENT'})",
+                  f"  loss: {e['losses'][0]:.4f} -> {e['losses'][-1]:.4f} "
+                  f"(single process: {e['single_process_losses'][-1]:.4f})"]
+    if "sampler" in sec:
+        d = sec["sampler"]
+        lines += [f"\n[sampler] {d['samples']} samples, {d['shard_size']} per rank, disjoint: "
+                  f"{d['shards_disjoint']}, padded: {d['padded']}"]
+        for r, first in enumerate(d["first_indices_per_rank_epoch0"]):
+            lines.append(f"  rank {r} epoch 0 starts {first}")
+        for label, key in (("with set_epoch", "rank0_with_set_epoch"),
+                           ("without set_epoch", "rank0_without_set_epoch")):
+            lines.append(f"  rank 0 {label}: " + " | ".join(str(e) for e in d[key]))
+        u = d["positions_unchanged_epoch0_to_1"]
+        lines.append(f"  same order in epoch 1 as in epoch 0: with set_epoch "
+                     f"{u['with_set_epoch']:.0%} of positions, without {u['without_set_epoch']:.0%}")
+    if "breakdown" in sec:
+        b = sec["breakdown"]
+        lines.append(f"\n[breakdown] {b['unit']}: forward / backward / exposed comm / "
+                     "optimizer = total")
+        for kind in ("naive", "ddp"):
+            r = b[kind]
+            lines.append(f"  {kind:<6} {r['forward']:7.3f} / {r['backward']:7.3f} / "
+                         f"{r['exposed_comm']:7.3f} / {r['optimizer']:7.3f} = {r['total']:7.3f}")
+        lines.append(f"  communication hidden by DDP's overlap: {b['comm_hidden_by_overlap']:.3f} ms;"
+                     f" naive and DDP weights differ by {b['max_abs_diff_naive_vs_ddp_weights']:.1e}")
+    if "buckets" in sec:
+        lines.append("\n[buckets] bucket_cap_mb -> all-reduce calls per step, step time")
+        for r in sec["buckets"]["rows"]:
+            lines.append(f"  {r['bucket_cap_mb']:>7} MB -> {r['allreduce_calls_per_step']:>3} "
+                         f"calls, {r['step_ms']:.3f} ms")
+    if "no_sync" in sec:
+        n = sec["no_sync"]
+        lines.append(f"\n[no_sync] {n['micro_batches']} micro-batches per optimizer step")
+        for mode in ("no_sync", "sync_every_micro_batch"):
+            r = n[mode]
+            lines.append(f"  {mode:<24} {r['allreduce_calls_per_optimizer_step']:>3} all-reduces, "
+                         f"{r['bytes_per_optimizer_step']:>9} B, {r['optimizer_step_ms']:.3f} ms")
+        lines.append(f"  max |grad difference| = {n['max_abs_grad_diff']:.1e}")
+    if "fp16" in sec:
+        f = sec["fp16"]
+        lines.append("\n[fp16] bytes handed to all-reduce per step, final loss")
+        for name in ("fp32", "fp16"):
+            r = f[name]
+            lines.append(f"  {name}: {r['payload_bytes_per_step']:>10.0f} B "
+                         f"({r['ring_bytes_sent_per_rank_per_step']:.0f} B sent per rank by a "
+                         f"ring), loss {r['final_loss']:.5f}, {r['step_ms']:.3f} ms/step")
+        lines.append(f"  bytes ratio {f['bytes_ratio']:.2f}; weights differ by "
+                     f"{f['max_abs_weight_diff']:.1e}")
+    if "scaling" in sec:
+        lines.append("\n[scaling] ranks -> samples/s, speedup, efficiency")
+        for r in sec["scaling"]["rows"]:
+            lines.append(f"  {r['world_size']} -> {r['samples_per_s']:9.0f}, "
+                         f"{r['speedup']:.2f}x, {r['efficiency']:.0%}")
+        lines.append(f"  ({sec['scaling']['note']})")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from labs.__main__ import main
+
+    sys.exit(main(["ddp", *sys.argv[1:]]))

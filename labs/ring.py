@@ -1,0 +1,349 @@
+"""Ring all-reduce by hand, beside the naive version, checked against dist.all_reduce.
+
+Launch (each prints what every rank sent at every step, and when):
+
+    python -m labs ring --world-size 4                      # our launcher, gloo on CPU
+    python -m labs ring --world-size 4 --size 65536 --dtype bfloat16 --op avg
+    python -m labs ring --world-size 4 --algo naive         # the tutorial's version
+    torchrun --standalone --nproc-per-node 4 -m labs.ring   # the same lab under torchrun
+    torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d \\
+        --rdzv-endpoint HOST:29500 -m labs.ring             # two machines, NCCL on GPUs
+
+`ring_allreduce` splits the tensor into n chunks and passes them around a
+logical ring: n-1 reduce-scatter steps leave each rank with one fully
+reduced chunk, n-1 all-gather steps hand those chunks to everyone. Every
+rank sends 2(n-1)/n of the buffer however large n is. `naive_allreduce`
+passes the whole tensor around the ring n-1 times instead: (n-1) times the
+buffer per rank.
+
+Trace times are seconds from a common origin: on one machine, rank 0's
+``time.perf_counter()`` (CLOCK_MONOTONIC, shared by every process) read right
+after a barrier, so a send on one rank and the matching receive on the next
+line up exactly; see `labs.launch.shared_clock_origin`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from labs.launch import shared_clock_origin
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64,
+          "bfloat16": torch.bfloat16, "int64": torch.int64}
+
+
+def ring_allreduce(tensor, *, op="sum", group=None, trace=None):
+    """All-reduce ``tensor`` in place over a ring of point-to-point messages; return it.
+
+    ``op`` is "sum" or "avg". If ``trace`` is a list, one dict per step is
+    appended to it (times are raw ``time.perf_counter()`` readings).
+    """
+    if op not in ("sum", "avg"):
+        raise ValueError(f"op must be 'sum' or 'avg', not {op!r}")
+    if op == "avg" and not tensor.is_floating_point():
+        raise ValueError("avg of an integer tensor is not an integer tensor; gloo refuses it too")
+    world = dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    right, left = (rank + 1) % world, (rank - 1) % world
+    # A flat view, so that any shape works and every chunk below is a view:
+    # writing into a chunk writes into the result.
+    flat = tensor.view(-1) if tensor.is_contiguous() else tensor.flatten()
+    # n chunks whose sizes differ by at most one element; some are empty when
+    # the tensor has fewer elements than there are ranks.
+    chunks = torch.tensor_split(flat, world)
+    incoming = torch.empty_like(chunks[0])  # chunk 0 is the largest
+
+    def exchange(send, into):
+        # isend first, then a blocking recv: every rank sends and receives at
+        # once. A ring of blocking sends would deadlock, because gloo's send
+        # waits until the peer has posted the matching recv.
+        request = dist.isend(send, group=group, group_dst=right)
+        dist.recv(into, group=group, group_src=left)
+        request.wait()
+
+    def record(step, phase, send_c, recv_c, t_start):
+        if trace is not None:
+            trace.append({
+                "step": step, "phase": phase,
+                "send_chunk": send_c, "recv_chunk": recv_c,
+                "send_to": right, "recv_from": left,
+                "bytes": chunks[send_c].numel() * flat.element_size(),
+                "recv_bytes": chunks[recv_c].numel() * flat.element_size(),
+                "t_start": t_start, "t_end": time.perf_counter(),
+            })
+
+    # Reduce-scatter, n-1 steps: pass one partial sum to the right, add the
+    # one arriving from the left. The chunk sent at step s already holds s+1
+    # ranks' contributions; after the last step it holds all n.
+    for s in range(world - 1):
+        send_c, recv_c = (rank - s) % world, (rank - s - 1) % world
+        t_start = time.perf_counter()
+        into = incoming[: chunks[recv_c].numel()]
+        exchange(chunks[send_c], into)
+        chunks[recv_c].add_(into)
+        record(s, "reduce-scatter", send_c, recv_c, t_start)
+
+    # Rank r now owns the finished chunk r+1. For an average, divide it here,
+    # once, on 1/n of the data, before it is shared.
+    if op == "avg":
+        chunks[(rank + 1) % world].div_(world)
+
+    # All-gather, n-1 steps: forward the finished chunk we got last and
+    # receive the next one straight into place. Nothing left to add.
+    for s in range(world - 1):
+        send_c, recv_c = (rank + 1 - s) % world, (rank - s) % world
+        t_start = time.perf_counter()
+        exchange(chunks[send_c], chunks[recv_c])
+        record(world - 1 + s, "all-gather", send_c, recv_c, t_start)
+
+    if not tensor.is_contiguous():
+        tensor.copy_(flat.view_as(tensor))  # we worked on a copy
+    return tensor
+
+
+def naive_allreduce(tensor, *, op="sum", group=None, trace=None):
+    """All-reduce ``tensor`` in place by passing the whole tensor around the ring.
+
+    As in the PyTorch distributed tutorial: n-1 steps, each sending the full
+    tensor. Same signature and trace format as `ring_allreduce`; the chunk
+    fields are None because nothing is split.
+    """
+    if op not in ("sum", "avg"):
+        raise ValueError(f"op must be 'sum' or 'avg', not {op!r}")
+    if op == "avg" and not tensor.is_floating_point():
+        raise ValueError("avg of an integer tensor is not an integer tensor; gloo refuses it too")
+    world = dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    right, left = (rank + 1) % world, (rank - 1) % world
+    outgoing = tensor.contiguous().clone()  # what we forward: first our own tensor
+    incoming = torch.empty_like(outgoing)
+    total = outgoing.clone()
+    for step in range(world - 1):
+        t_start = time.perf_counter()
+        request = dist.isend(outgoing, group=group, group_dst=right)
+        dist.recv(incoming, group=group, group_src=left)
+        request.wait()
+        total += incoming
+        # Forward what just arrived: after n-1 steps every rank's tensor has
+        # visited every other rank once.
+        outgoing, incoming = incoming, outgoing
+        t_end = time.perf_counter()
+        if trace is not None:
+            nbytes = outgoing.numel() * outgoing.element_size()
+            trace.append({
+                "step": step, "phase": "pass-around",
+                "send_chunk": None, "recv_chunk": None,
+                "send_to": right, "recv_from": left,
+                "bytes": nbytes, "recv_bytes": nbytes,
+                "t_start": t_start, "t_end": t_end,
+            })
+    if op == "avg":
+        total /= world
+    # Each rank adds the same numbers in its own order, so float results can
+    # differ in the last bits from rank to rank; the ring's cannot.
+    tensor.copy_(total)
+    return tensor
+
+
+# --------------------------------------------------------------------------
+# The lab around them
+
+
+@dataclass
+class Params:
+    size: int = 1 << 20  # bytes per rank
+    dtype: str = "float32"
+    op: str = "sum"
+    algo: str = "ring"  # "ring" or "naive"
+    seed: int = 0
+    warmup: int = 1  # untraced all-reduces before the traced one
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, not {self.dtype!r}")
+        if self.op not in ("sum", "avg"):
+            raise ValueError(f"op must be sum or avg, not {self.op!r}")
+        if self.algo not in ("ring", "naive"):
+            raise ValueError(f"algo must be ring or naive, not {self.algo!r}")
+        if self.op == "avg" and not DTYPES[self.dtype].is_floating_point:
+            raise ValueError(f"op avg needs a floating-point dtype, not {self.dtype}")
+        if self.size < 0 or self.warmup < 0:
+            raise ValueError("size and warmup must be >= 0")
+
+    @property
+    def numel(self) -> int:
+        return self.size // DTYPES[self.dtype].itemsize
+
+
+def check(params: Params, world_size: int) -> None:
+    if world_size > 8:
+        raise ValueError(f"the ring lab runs on 1 to 8 ranks, not {world_size}")
+
+
+def make_input(params: Params, rank: int, device="cpu") -> torch.Tensor:
+    """Each rank's input, reproducible from (seed, rank) under any launcher."""
+    gen = torch.Generator().manual_seed(params.seed * 1000 + rank)
+    if DTYPES[params.dtype].is_floating_point:
+        data = torch.randn(params.numel, generator=gen, dtype=torch.float64)
+    else:
+        data = torch.randint(-1000, 1000, (params.numel,), generator=gen)
+    return data.to(DTYPES[params.dtype]).to(device)
+
+
+def tolerance(abs_sum: torch.Tensor, dtype: torch.dtype, world_size: int) -> torch.Tensor:
+    """How far two correct all-reduces may differ, element by element.
+
+    Summing n numbers in a different order changes the result by at most
+    about (n-1) * eps * sum(|x_i|) each way; we allow twice n of that. Integer
+    sums are exact.
+    """
+    if not dtype.is_floating_point:
+        return torch.zeros_like(abs_sum, dtype=torch.float64)
+    eps = torch.finfo(dtype).eps
+    return 2 * world_size * eps * abs_sum.double()
+
+
+class _ProgressTrace(list):
+    """A trace list that also reports each finished step to the launcher."""
+
+    def __init__(self, ctx, total_steps: int):
+        super().__init__()
+        self.ctx, self.total_steps = ctx, total_steps
+
+    def append(self, record: dict) -> None:
+        super().append(record)
+        send = f"chunk {record['send_chunk']}" if record["send_chunk"] is not None else "tensor"
+        self.ctx.progress(len(self), self.total_steps, record["phase"],
+                          f"sent {send} ({record['bytes']} B) to rank {record['send_to']}")
+
+
+def run_rank(ctx, params: Params) -> dict:
+    allreduce = ring_allreduce if params.algo == "ring" else naive_allreduce
+    world, rank = ctx.world_size, ctx.rank
+    ring_steps = 2 * (world - 1) if params.algo == "ring" else world - 1
+    total_steps = ring_steps + 1  # the ring steps, then the check
+    original = make_input(params, rank, ctx.device)
+    for _ in range(params.warmup):
+        allreduce(original.clone(), op=params.op)
+
+    origin, clock = shared_clock_origin(ctx.device)
+    trace = _ProgressTrace(ctx, total_steps)
+    ctx.progress(0, total_steps, "reduce-scatter" if params.algo == "ring" else "pass-around")
+    ours = original.clone()
+    with ctx.communicating():
+        t0 = time.perf_counter()
+        allreduce(ours, op=params.op, trace=trace)
+        t1 = time.perf_counter()
+
+    # The reference: torch's own all-reduce on the same input.
+    reference = original.clone()
+    abs_sum = original.abs().to(torch.float64) if original.is_floating_point() else None
+    with ctx.communicating():
+        t2 = time.perf_counter()
+        dist.all_reduce(reference, op=dist.ReduceOp.AVG if params.op == "avg" else dist.ReduceOp.SUM)
+        t3 = time.perf_counter()
+        if abs_sum is not None:
+            dist.all_reduce(abs_sum)
+    err = (ours.double() - reference.double()).abs()
+    if abs_sum is None:
+        wrong = int((err > 0).sum())
+    else:
+        scale = abs_sum / world if params.op == "avg" else abs_sum
+        wrong = int((err > tolerance(scale, original.dtype, world)).sum())
+    ctx.progress(total_steps, total_steps, "check", f"{wrong} element(s) differ")
+    steps = [dict(rec, t_start=rec["t_start"] - origin, t_end=rec["t_end"] - origin)
+             for rec in trace]
+    small = params.numel <= 64  # tiny tensors: ship the numbers for the animation
+    return {
+        "rank": rank,
+        "steps": steps,
+        "time_s": t1 - t0,
+        "t_start": t0 - origin,
+        "t_end": t1 - origin,
+        "builtin_time_s": t3 - t2,
+        "max_abs_err": float(err.max()) if err.numel() else 0.0,
+        "wrong": wrong,
+        "checksum": hashlib.sha256(ours.cpu().contiguous().view(torch.uint8).numpy()).hexdigest(),
+        "clock": clock,
+        "input": original.double().tolist() if small else None,
+        "output": ours.double().tolist() if small else None,
+        "work_s": t1 - t0,
+    }
+
+
+def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: str) -> dict:
+    dtype = DTYPES[params.dtype]
+    numel = params.numel
+    chunk_numels = [c.numel() for c in torch.tensor_split(torch.empty(numel), world_size)]
+    total = max(r["t_end"] for r in ranks) - min(r["t_start"] for r in ranks)
+    size = numel * dtype.itemsize
+    algbw = size / total / 1e9 if total > 0 else 0.0
+    return {
+        "lab": "ring",
+        "algo": params.algo,
+        "world_size": world_size,
+        "backend": backend,
+        "numel": numel,
+        "dtype": params.dtype,
+        "element_size": dtype.itemsize,
+        "size_bytes": size,
+        "chunk_numels": chunk_numels,
+        "op": params.op,
+        "owner_after_reduce_scatter": {str(r): (r + 1) % world_size for r in range(world_size)},
+        "traces": [r["steps"] for r in ranks],
+        "total_time_s": total,
+        "builtin_time_s": max(r["builtin_time_s"] for r in ranks),
+        "algbw_GBps": algbw,
+        "busbw_GBps": algbw * 2 * (world_size - 1) / world_size,
+        "correct": all(r["wrong"] == 0 for r in ranks),
+        "wrong": sum(r["wrong"] for r in ranks),
+        "max_abs_err": max(r["max_abs_err"] for r in ranks),
+        "checksum": ranks[0]["checksum"],
+        "ranks_identical": len({r["checksum"] for r in ranks}) == 1,
+        "clock": ranks[0]["clock"],
+        "inputs": [r["input"] for r in ranks] if ranks[0]["input"] is not None else None,
+        "outputs": [r["output"] for r in ranks] if ranks[0]["output"] is not None else None,
+    }
+
+
+def format_text(summary: dict) -> str:
+    s = summary
+    lines = [
+        f"{s['algo']} all-reduce: {s['world_size']} ranks, {s['backend']}, {s['numel']} x "
+        f"{s['dtype']} ({s['size_bytes']} B), op={s['op']}",
+    ]
+    if s["algo"] == "ring":
+        lines.append(f"chunks (elements): {s['chunk_numels']}")
+    lines.append(f"{'step':>4}  {'phase':<14}  {'rank':>4}  {'sends':<10} {'to':>3}  "
+                 f"{'receives':<10} {'from':>4}  {'bytes':>10}  {'start us':>10}  {'end us':>10}")
+    for rank, steps in enumerate(s["traces"]):
+        for st in steps:
+            send = "tensor" if st["send_chunk"] is None else f"chunk {st['send_chunk']}"
+            recv = "tensor" if st["recv_chunk"] is None else f"chunk {st['recv_chunk']}"
+            lines.append(f"{st['step']:>4}  {st['phase']:<14}  {rank:>4}  {send:<10} "
+                         f"{st['send_to']:>3}  {recv:<10} {st['recv_from']:>4}  {st['bytes']:>10}  "
+                         f"{st['t_start'] * 1e6:>10.1f}  {st['t_end'] * 1e6:>10.1f}")
+    verdict = "correct" if s["correct"] else f"WRONG ({s['wrong']} elements)"
+    lines += [
+        f"result: {verdict}: max |ours - dist.all_reduce| = {s['max_abs_err']:.3g}; "
+        f"ranks bit-identical: {s['ranks_identical']}",
+        f"time: ours {s['total_time_s'] * 1e3:.3f} ms, dist.all_reduce "
+        f"{s['builtin_time_s'] * 1e3:.3f} ms; algbw {s['algbw_GBps']:.3f} GB/s, "
+        f"busbw {s['busbw_GBps']:.3f} GB/s",
+        f"checksum of the result: {s['checksum'][:16]}",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    # `torchrun ... -m labs.ring` and `python -m labs.ring`: the CLI does the rest.
+    import sys
+
+    from labs.__main__ import main
+
+    sys.exit(main(["ring", *sys.argv[1:]]))

@@ -1,0 +1,109 @@
+"""The benchmark's arithmetic (no processes) and the shape of its JSON (2 gloo ranks)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from labs import bench
+from labs.launch import run_lab
+
+
+def test_sweep_sizes_are_geometric_and_inclusive():
+    assert bench.sweep_sizes(1024, 64 << 20, 4) == [1024 * 4**k for k in range(9)]
+    assert bench.sweep_sizes(1 << 20, 1 << 20, 2) == [1 << 20]
+    with pytest.raises(ValueError):
+        bench.sweep_sizes(0, 10, 2)
+    with pytest.raises(ValueError):
+        bench.sweep_sizes(16, 8, 2)
+
+
+@pytest.mark.parametrize(("collective", "n", "factor"), [
+    ("all_reduce", 1, 0.0), ("all_reduce", 2, 1.0), ("all_reduce", 4, 1.5),
+    ("all_reduce", 8, 1.75), ("reduce_scatter", 4, 0.75), ("all_gather", 2, 0.5),
+])
+def test_busbw_uses_the_nccl_tests_factors(collective, n, factor):
+    size, seconds = 64 << 20, 0.125
+    assert bench.algbw(size, seconds) == pytest.approx(size / seconds / 1e9)
+    assert bench.busbw(size, seconds, n, collective) == pytest.approx(
+        size / seconds / 1e9 * factor)
+
+
+def test_busbw_rejects_unknown_collectives():
+    with pytest.raises(ValueError):
+        bench.bus_factor("broadcast", 4)
+
+
+@pytest.mark.parametrize("collective", ["all_reduce", "reduce_scatter"])
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_fit_recovers_alpha_and_bandwidth(n, collective):
+    alpha, bandwidth = 35e-6, 2.5e9
+    sizes = bench.sweep_sizes(1024, 256 << 20, 2)
+    times = [bench.model_time(s, alpha, bandwidth, n, collective) for s in sizes]
+    fit = bench.fit_alpha_beta(sizes, times, n, collective)
+    assert fit["alpha_s"] == pytest.approx(alpha, rel=1e-6)
+    assert fit["bandwidth_Bps"] == pytest.approx(bandwidth, rel=1e-6)
+    assert fit["rms_rel_err"] < 1e-9
+    assert fit["steps"] == (2 * (n - 1) if collective == "all_reduce" else n - 1)
+
+
+def test_fit_tolerates_noise_and_refuses_degenerate_input():
+    alpha, bandwidth, n = 100e-6, 0.8e9, 4
+    sizes = bench.sweep_sizes(1024, 64 << 20, 4)
+    noise = [1.05, 0.96, 1.02, 0.98, 1.04, 0.97, 1.01, 0.99, 1.03]
+    times = [bench.model_time(s, alpha, bandwidth, n) * e for s, e in zip(sizes, noise, strict=True)]
+    fit = bench.fit_alpha_beta(sizes, times, n)
+    assert fit["alpha_s"] == pytest.approx(alpha, rel=0.15)
+    assert fit["bandwidth_Bps"] == pytest.approx(bandwidth, rel=0.1)
+    assert bench.fit_alpha_beta(sizes, times, 1) is None  # one rank: no communication
+    assert bench.fit_alpha_beta(sizes[:1], times[:1], n) is None
+
+
+def test_params_validate():
+    with pytest.raises(ValueError):
+        bench.Params(impls=["ring", "tree"])
+    with pytest.raises(ValueError):
+        bench.Params(dtype="int64", op="avg")
+    with pytest.raises(ValueError):
+        bench.Params(iters=0)
+
+
+def test_bench_lab_json_shape_and_arithmetic():
+    params = bench.Params(min_bytes=1024, max_bytes=16384, factor=4, warmup=1, iters=2)
+    result = run_lab("bench", params, world_size=2, timeout=120)
+    assert result.ok, result
+    doc = json.loads(json.dumps(result.to_dict()))  # JSON all the way down
+    summary = doc["summary"]
+    assert summary["world_size"] == 2
+    assert summary["sizes"] == [1024, 4096, 16384]
+    rows = summary["rows"]
+    assert len(rows) == 3 * len(bench.IMPLS)
+    assert {r["impl"] for r in rows} == set(bench.IMPLS)
+    keys = {"size", "count", "dtype", "op", "impl", "collective", "time_us", "algbw", "busbw",
+            "wrong"}
+    for row in rows:
+        assert keys <= row.keys()
+        assert row["wrong"] == 0, row
+        assert row["size"] == row["count"] * 4
+        t = row["time_us"] / 1e6
+        assert row["algbw"] == pytest.approx(row["size"] / t / 1e9)
+        factor = 1.0 if row["collective"] == "all_reduce" else 0.5  # n = 2
+        assert row["busbw"] == pytest.approx(row["algbw"] * factor)
+    for impl, fit in summary["fit"].items():
+        assert fit is not None, impl
+        assert {"alpha_s", "bandwidth_Bps", "rms_rel_err"} <= fit.keys()
+        assert math.isfinite(fit["alpha_s"])
+    assert [c["size"] for c in summary["ring_vs_all_reduce"]] == summary["sizes"]
+    text = bench.format_text(summary)
+    assert "busbw" in text and "alpha" in text
+
+
+def test_bench_counts_wrong_results_for_other_dtypes():
+    params = bench.Params(min_bytes=4096, max_bytes=4096, factor=2, warmup=0, iters=1,
+                          dtype="bfloat16", op="avg", impls=["ring", "naive", "all_reduce"])
+    result = run_lab("bench", params, world_size=3, timeout=120)
+    assert result.ok, result
+    assert all(r["wrong"] == 0 for r in result.summary["rows"])
+    assert result.summary["fit"]["ring"] is None  # a single size: nothing to fit

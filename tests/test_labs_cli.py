@@ -1,0 +1,161 @@
+"""``python -m labs`` as the web app runs it: subprocess, JSON out, signals, no orphans."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TORCHRUN = Path(sys.executable).with_name("torchrun")
+
+
+def labs(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "labs", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+def _gone(pid: int, wait: float = 10.0) -> bool:
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        if state in ("Z", "X"):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+
+
+def _launch_event(events: Path, wait: float = 60.0) -> dict:
+    """Wait until the CLI has started its ranks and some rank has made progress."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        if events.exists():
+            lines = [json.loads(line) for line in events.read_text().splitlines() if line]
+            if lines and any(e["kind"] == "progress" for e in lines):
+                return lines[0]
+        time.sleep(0.1)
+    raise TimeoutError("the lab never started")
+
+
+def test_ring_json_smoke():
+    proc = labs("ring", "--world-size", "2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["ok"] and doc["summary"]["correct"] and doc["world_size"] == 2
+
+
+def test_text_output_events_and_out_file(tmp_path):
+    events, out = tmp_path / "events.jsonl", tmp_path / "out.json"
+    proc = labs("ring", "--world-size", "3", "--size", "96", "--dtype", "int64",
+                "--events", str(events), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "reduce-scatter" in proc.stdout and "all-gather" in proc.stdout
+    assert "correct" in proc.stdout
+    lines = [json.loads(line) for line in events.read_text().splitlines()]
+    assert lines[0]["phase"] == "launch" and len(lines[0]["pids"]) == 3
+    assert lines[-1]["phase"] == "done"
+    doc = json.loads(out.read_text())
+    assert doc["ok"] and doc["summary"]["numel"] == 12 and doc["summary"]["dtype"] == "int64"
+
+
+def test_bench_and_ddp_smoke():
+    proc = labs("bench", "--world-size", "2", "--size", "4096", "--iters", "1", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert len(json.loads(proc.stdout)["summary"]["rows"]) == 5
+    proc = labs("ddp", "--world-size", "2", "--sections", "equivalence", "--steps", "3")
+    assert proc.returncode == 0, proc.stderr
+    assert "equivalent" in proc.stdout
+
+
+def test_crash_exit_code_and_error_json(tmp_path):
+    out = tmp_path / "out.json"
+    proc = labs("ring", "--world-size", "3", "--fail-rank", "2", "--fail-at-step", "1",
+                "--out", str(out))
+    assert proc.returncode == 1
+    assert "rank 2" in proc.stderr and "crash" in proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc["ok"] is False and doc["error"]["kind"] == "crash" and doc["error"]["rank"] == 2
+    assert all(_gone(pid) for pid in doc["error"]["pids"])
+
+
+def test_hang_exit_code(tmp_path):
+    proc = labs("ring", "--world-size", "2", "--fail-rank", "1", "--fail-at-step", "1",
+                "--fail-mode", "hang", "--hang-timeout", "2", "--json")
+    assert proc.returncode == 1
+    doc = json.loads(proc.stdout)
+    assert doc["error"]["kind"] == "hang" and doc["error"]["rank"] == 1
+
+
+def test_invalid_requests_exit_2():
+    proc = labs("ring", "--world-size", "2", "--dtype", "int64", "--op", "avg", "--json")
+    assert proc.returncode == 2
+    assert json.loads(proc.stdout)["error"]["kind"] == "invalid"
+    proc = labs("ring", "--world-size", "12")
+    assert proc.returncode == 2 and "1 to 8" in proc.stderr
+
+
+def _start_hanging_cli(tmp_path, **popen):
+    events = tmp_path / "events.jsonl"
+    out = tmp_path / "out.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "labs", "ring", "--world-size", "3", "--fail-rank", "1",
+         "--fail-at-step", "1", "--fail-mode", "hang", "--hang-timeout", "300",
+         "--events", str(events), "--out", str(out)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    try:
+        pids = _launch_event(events)["pids"]
+    except BaseException:
+        proc.kill()
+        raise
+    return proc, pids, out
+
+
+def test_sigterm_to_the_cli_stops_every_rank(tmp_path):
+    proc, pids, out = _start_hanging_cli(tmp_path)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert "cancelled" in stderr
+    assert json.loads(out.read_text())["error"]["kind"] == "cancelled"
+    assert all(_gone(pid) for pid in pids)
+
+
+@pytest.mark.parametrize("how", ["kill the group", "kill the cli alone"])
+def test_sigkill_leaves_no_rank_behind(tmp_path, how):
+    proc, pids, _ = _start_hanging_cli(tmp_path, start_new_session=True)
+    if how == "kill the group":  # what the web app does to cancel
+        os.killpg(proc.pid, signal.SIGKILL)
+    else:  # the ranks notice their parent died (PR_SET_PDEATHSIG)
+        proc.kill()
+    proc.communicate(timeout=30)
+    assert all(_gone(pid) for pid in pids), pids
+
+
+@pytest.mark.skipif(not TORCHRUN.exists() and not shutil.which("torchrun"),
+                    reason="torchrun not installed")
+def test_torchrun_gives_the_same_answer_as_our_launcher(tmp_path):
+    torchrun = str(TORCHRUN) if TORCHRUN.exists() else shutil.which("torchrun")
+    out = tmp_path / "torchrun.json"
+    proc = subprocess.run(
+        [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "labs.ring", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=180,
+        env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "all-gather" in proc.stdout  # rank 0 printed the per-step table
+    via_torchrun = json.loads(out.read_text())
+    ours = json.loads(labs("ring", "--world-size", "2", "--json").stdout)
+    assert via_torchrun["launcher"] == "torchrun" and ours["launcher"] != "torchrun"
+    for key in ("checksum", "numel", "chunk_numels", "correct", "dtype", "op"):
+        assert via_torchrun["summary"][key] == ours["summary"][key], key

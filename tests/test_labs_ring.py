@@ -1,0 +1,294 @@
+"""Both hand-written rings agree with dist.all_reduce, and their traces add up.
+
+The property test keeps one process group per world size alive for all its
+examples (a `RingPool`): hypothesis draws a case, every rank runs it, the
+test checks the answers. Spawning processes per example would be far slower.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import json
+import multiprocessing
+import socket
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from labs import ring
+from labs.launch import run_lab
+
+CASE_TIMEOUT_S = 60
+
+
+def _run_case(case: dict, rank: int, world: int) -> dict:
+    dtype = ring.DTYPES[case["dtype"]]
+    gen = torch.Generator().manual_seed(case["seed"] * 100 + rank)
+    numel = case["numel"]
+    if dtype.is_floating_point:
+        x = torch.randn(numel, generator=gen, dtype=torch.float64).to(dtype)
+    else:
+        x = torch.randint(-10**6, 10**6, (numel,), generator=gen)
+    if case["layout"] == "transposed":  # a non-contiguous input
+        x = x.repeat(2).view(2, numel).t()
+    red = dist.ReduceOp.AVG if case["op"] == "avg" else dist.ReduceOp.SUM
+    expected = x.clone()
+    dist.all_reduce(expected, op=red)
+    expected_sum = x.clone()
+    dist.all_reduce(expected_sum)
+    abs_sum = x.abs().double()
+    dist.all_reduce(abs_sum)
+
+    class Snapshot(list):
+        """Copies the tensor right after the last reduce-scatter step."""
+
+        snapshot = None
+
+        def append(self, record):
+            super().append(record)
+            if record["phase"] == "reduce-scatter" and record["step"] == world - 2:
+                self.snapshot = ours.clone()
+
+    fn = ring.ring_allreduce if case["algo"] == "ring" else ring.naive_allreduce
+    ours = x.clone()
+    trace = Snapshot()
+    returned = fn(ours, op=case["op"], trace=trace)
+    scale = abs_sum / world if case["op"] == "avg" else abs_sum
+    bound = ring.tolerance(scale, dtype, world)
+    err = (ours.double() - expected.double()).abs()
+    out = {"ok": bool((err <= bound).all()), "max_err": float(err.max()) if numel else 0.0,
+           "same_object": returned is ours, "shape_kept": ours.shape == x.shape,
+           "trace": [dict(r) for r in trace], "checksum": ours.double().sum().item()}
+    if case["algo"] == "ring" and case["layout"] == "flat":
+        # Rank r should now own chunk r+1, fully reduced (before any averaging).
+        owned = (rank + 1) % world
+        snap = trace.snapshot if trace.snapshot is not None else x  # one rank: nothing to do
+        got = torch.tensor_split(snap, world)[owned]
+        want = torch.tensor_split(expected_sum, world)[owned]
+        tol = torch.tensor_split(ring.tolerance(abs_sum, dtype, world), world)[owned]
+        out["owned_chunk_reduced"] = bool(((got.double() - want.double()).abs() <= tol).all())
+    return out
+
+
+def _pool_worker(rank: int, world: int, port: int, listen_fd: int | None, conn) -> None:
+    torch.set_num_threads(1)
+    store = dist.TCPStore("127.0.0.1", port, world, rank == 0, timedelta(seconds=60),
+                          master_listen_fd=listen_fd)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=CASE_TIMEOUT_S))
+    while True:
+        case = conn.recv()
+        if case is None:
+            break
+        try:
+            conn.send(_run_case(case, rank, world))
+        except Exception as exc:  # report it; the test fails and closes the pool
+            conn.send({"error": repr(exc)})
+            break
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+class RingPool:
+    """``world`` ranks that stay up for a test module and run cases on request."""
+
+    def __init__(self, world: int):
+        self.world = world
+        mp = multiprocessing.get_context("fork")  # children inherit the imported torch
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))  # the OS picks a free port; we keep it bound
+        listener.listen(64)
+        port = listener.getsockname()[1]
+        self.conns, self.procs = [], []
+        for rank in range(world):
+            parent, child = mp.Pipe()
+            fd = listener.fileno() if rank == 0 else None
+            proc = mp.Process(target=_pool_worker, args=(rank, world, port, fd, child), daemon=True)
+            proc.start()
+            child.close()
+            self.conns.append(parent)
+            self.procs.append(proc)
+        listener.close()
+
+    def run(self, case: dict) -> list[dict]:
+        for conn in self.conns:
+            conn.send(case)
+        results = []
+        for rank, conn in enumerate(self.conns):
+            if not conn.poll(CASE_TIMEOUT_S):
+                raise TimeoutError(f"rank {rank} did not answer case {case}")
+            results.append(conn.recv())
+        return results
+
+    def close(self) -> None:
+        for conn in self.conns:
+            try:
+                conn.send(None)
+            except OSError:
+                pass
+        for proc in self.procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+
+
+@pytest.fixture(scope="module", params=[1, 2, 3, 4], ids=lambda n: f"world{n}")
+def pool(request):
+    p = RingPool(request.param)
+    yield p
+    p.close()
+
+
+cases = st.fixed_dictionaries({
+    # lengths below the world size give empty chunks; larger ones uneven chunks
+    "numel": st.one_of(st.integers(0, 6), st.integers(7, 5000)),
+    "dtype": st.sampled_from(sorted(ring.DTYPES)),
+    "op": st.sampled_from(["sum", "avg"]),
+    "algo": st.sampled_from(["ring", "naive"]),
+    "layout": st.sampled_from(["flat", "flat", "transposed"]),
+    "seed": st.integers(0, 2**16),
+}).filter(lambda c: not (c["op"] == "avg" and c["dtype"] == "int64"))
+
+
+def check_trace(traces: list[list[dict]], case: dict, world: int) -> None:
+    """Every send has the matching receive, with the chunks and bytes the algorithm says."""
+    elem = ring.DTYPES[case["dtype"]].itemsize
+    numel = case["numel"] * (2 if case["layout"] == "transposed" else 1)
+    chunk_bytes = [c.numel() * elem for c in torch.tensor_split(torch.empty(numel), world)]
+    expected_steps = 2 * (world - 1) if case["algo"] == "ring" else world - 1
+    for rank, trace in enumerate(traces):
+        assert [r["step"] for r in trace] == list(range(expected_steps))
+        for rec in trace:
+            assert rec["send_to"] == (rank + 1) % world
+            assert rec["recv_from"] == (rank - 1) % world
+            assert rec["t_end"] >= rec["t_start"]
+            if case["algo"] == "ring":
+                assert rec["bytes"] == chunk_bytes[rec["send_chunk"]]
+                assert rec["recv_bytes"] == chunk_bytes[rec["recv_chunk"]]
+            else:
+                assert rec["send_chunk"] is None and rec["bytes"] == numel * elem
+        if case["algo"] == "ring":
+            phases = [r["phase"] for r in trace]
+            assert phases == ["reduce-scatter"] * (world - 1) + ["all-gather"] * (world - 1)
+            # Each phase sends every chunk but one (r+1 in reduce-scatter, r+2 in
+            # all-gather): 2(n-1)/n of the buffer when the chunks are even.
+            total = numel * elem
+            sent = sum(r["bytes"] for r in trace)
+            if world > 1:
+                assert sent == 2 * total - chunk_bytes[(rank + 1) % world] - \
+                    chunk_bytes[(rank + 2) % world]
+    for rank, trace in enumerate(traces):
+        receiver = traces[(rank + 1) % world]
+        for rec in trace:
+            match = receiver[rec["step"]]
+            assert match["recv_from"] == rank
+            assert match["recv_chunk"] == rec["send_chunk"]
+            assert match["recv_bytes"] == rec["bytes"]
+            # One machine, one CLOCK_MONOTONIC: a message cannot arrive before it was sent.
+            assert match["t_end"] >= rec["t_start"]
+
+
+@settings(max_examples=25, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(case=cases)
+def test_rings_agree_with_dist_all_reduce(pool, case):
+    results = pool.run(case)
+    assert all("error" not in r for r in results), results
+    for rank, r in enumerate(results):
+        assert r["ok"], (rank, case, r["max_err"])
+        assert r["same_object"] and r["shape_kept"]
+        if "owned_chunk_reduced" in r:
+            assert r["owned_chunk_reduced"], (rank, case)
+    if case["algo"] == "ring":  # the ring hands every rank the same bits
+        assert len({r["checksum"] for r in results}) == 1
+    check_trace([r["trace"] for r in results], case, pool.world)
+
+
+@pytest.mark.parametrize("name", ["ring_allreduce", "naive_allreduce"])
+def test_lesson_functions_stand_alone(name):
+    """Lessons embed these functions' source: it needs nothing but torch, dist and time."""
+    func = getattr(ring, name)
+    tree = ast.parse(inspect.getsource(func))
+    fn = tree.body[0]
+    assert ast.get_docstring(fn)
+    bound = {a.arg for a in ast.walk(fn) if isinstance(a, ast.arg)}
+    bound |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)
+              and isinstance(n.ctx, ast.Store)}
+    bound |= {n.name for n in ast.walk(fn) if isinstance(n, ast.FunctionDef)}
+    used = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    assert used - bound - set(dir(builtins)) <= {"torch", "dist", "time"}
+
+
+def test_integer_average_is_refused():
+    with pytest.raises(ValueError, match="integer"):
+        ring.ring_allreduce(torch.ones(4, dtype=torch.int64), op="avg")
+    with pytest.raises(ValueError, match="op"):
+        ring.naive_allreduce(torch.ones(4), op="max")
+    with pytest.raises(ValueError):
+        ring.Params(dtype="int64", op="avg")
+
+
+@pytest.mark.parametrize("algo", ["ring", "naive"])
+def test_ring_lab_result_has_what_the_animation_needs(algo):
+    result = run_lab("ring", ring.Params(size=40, dtype="float32", algo=algo), world_size=3,
+                     timeout=60)
+    assert result.ok, result
+    doc = json.loads(json.dumps(result.to_dict()))
+    s = doc["summary"]
+    for key in ("world_size", "numel", "dtype", "element_size", "chunk_numels", "op", "traces",
+                "total_time_s", "correct", "max_abs_err", "backend", "inputs", "outputs",
+                "owner_after_reduce_scatter", "clock"):
+        assert key in s, key
+    assert s["world_size"] == 3 and s["numel"] == 10 and s["element_size"] == 4
+    assert s["chunk_numels"] == [4, 3, 3]
+    assert s["correct"] and s["backend"] == "gloo"
+    assert len(s["traces"]) == 3
+    assert all(len(t) == (4 if algo == "ring" else 2) for t in s["traces"])
+    assert s["owner_after_reduce_scatter"] == {"0": 1, "1": 2, "2": 0}
+    # Times are offsets from the shared origin, every step inside the run.
+    for trace in s["traces"]:
+        for rec in trace:
+            assert 0 <= rec["t_start"] <= rec["t_end"] <= s["total_time_s"] + 1.0
+    sums = [sum(col) for col in zip(*s["inputs"], strict=True)]
+    assert s["outputs"][0] == pytest.approx(sums, rel=1e-5, abs=1e-5)
+    assert doc["work_s"] <= doc["wall_s"]
+    assert doc["launcher"] in ("fork", "spawn")
+
+
+def test_ring_lab_on_one_rank():
+    result = run_lab("ring", {"size": 64, "op": "avg"}, world_size=1, timeout=60)
+    assert result.ok, result
+    assert result.summary["correct"] and result.summary["traces"] == [[]]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_ring_on_nccl_single_gpu():
+    result = run_lab("ring", {"size": 1 << 20}, world_size=1, backend="nccl", timeout=120)
+    assert result.ok, result
+    assert result.backend == "nccl" and result.summary["correct"]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")  # dead, waiting to be reaped
+
+
+def test_pool_helper_cleans_up():
+    p = RingPool(2)
+    pids = [proc.pid for proc in p.procs]
+    assert p.run({"numel": 5, "dtype": "int64", "op": "sum", "algo": "ring", "layout": "flat",
+                  "seed": 1})[0]["ok"]
+    p.close()
+    assert all(_gone(pid) for pid in pids)
