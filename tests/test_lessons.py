@@ -1,0 +1,144 @@
+"""Lesson content: every language complete and consistent; calculators right on hand-checked cases."""
+
+from __future__ import annotations
+
+import pytest
+
+from app import calculators as calc
+from app import i18n, lessons
+from quizzes.bank import load_bank
+
+LANGS = sorted(i18n.languages())
+KNOWN_WIDGETS = {"memory_calculator", "scaling_explorer", "ring_traffic", "ring_diagram"}
+
+
+def test_eleven_sections_in_english():
+    assert lessons.section_ids() == [
+        "overview", "training-step", "ring-allreduce", "ddp", "practice", "strategy",
+        "case-studies", "future", "risks", "roadmap", "faq",
+    ]
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_toc_matches_english(lang):
+    en = lessons.sections("en")
+    mine = lessons.sections(lang)
+    assert [s.id for s in mine] == [s.id for s in en]
+    assert [(s.lab, s.quiz_topic) for s in mine] == [(s.lab, s.quiz_topic) for s in en]
+    assert all(s.title.strip() and s.summary.strip() for s in mine)
+    assert (lessons.LESSON_DIR / lang / "toc.yaml").is_file()
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_every_section_has_its_own_non_empty_text(lang):
+    for section in lessons.sections(lang):
+        path = lessons.LESSON_DIR / lang / f"{section.id}.md"
+        assert path.is_file(), f"{lang} lacks {section.id}"
+        text = "".join(b.value for b in lessons.body(lang, section.id) if b.kind == "markdown")
+        assert len(text) > 1000, f"{lang}/{section.id} is too short"  # Chinese is dense: 1,000 characters is a page
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_directives_resolve(lang):
+    for section in lessons.sections(lang):
+        for block in lessons.body(lang, section.id):
+            if block.kind == "widget":
+                assert block.value in KNOWN_WIDGETS, (lang, section.id, block.value)
+            elif block.kind == "code":
+                assert "def " in lessons.function_source(block.value)
+
+
+def test_each_language_uses_the_same_widgets_and_code():
+    def used(lang):
+        return {s.id: sorted(b.value for b in lessons.body(lang, s.id) if b.kind != "markdown")
+                for s in lessons.sections(lang)}
+
+    for lang in LANGS:
+        assert used(lang) == used("en"), lang
+
+
+def test_links_to_labs_and_quiz_topics_resolve():
+    from app.labjobs import LABS
+
+    topics = {q.topic for q in load_bank().questions.values()}
+    for section in lessons.sections("en"):
+        assert section.lab is None or section.lab in LABS
+        assert section.quiz_topic in topics, f"no quiz question for {section.quiz_topic}"
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_glossary_present(lang):
+    entries = lessons.glossary(lang)
+    assert len(entries) >= 12
+    assert all(e.get("term") and e.get("en") and e.get("definition") for e in entries)
+
+
+def test_code_source_refuses_paths_outside_the_project():
+    with pytest.raises(ValueError):
+        lessons.function_source("../../etc/passwd::x")
+    with pytest.raises(LookupError):
+        lessons.function_source("labs/ring.py::no_such_function")
+
+
+# --- calculators, hand-checked ---------------------------------------------------------------
+
+def test_memory_one_billion_adam_fp32_is_16_gb():
+    mem = calc.memory_per_device(1e9, "fp32", "adam")
+    assert (mem.weights, mem.grads, mem.optimizer) == (4e9, 4e9, 8e9)
+    assert mem.total == 16e9
+
+
+def test_memory_bf16_mixed_adam_is_also_16_bytes_per_parameter():
+    mem = calc.memory_per_device(7e9, "bf16-mixed", "adam")
+    assert mem.weights == 7e9 * 6 and mem.grads == 7e9 * 2 and mem.optimizer == 7e9 * 8
+    assert mem.total == 112e9
+    assert not calc.fits(mem, 80) and calc.fits(mem, 141)
+
+
+def test_memory_sgd_has_no_optimizer_state():
+    assert calc.memory_per_device(1e6, "fp32", "sgd").total == 8e6
+    assert calc.memory_per_device(1e6, "fp32", "sgd-momentum").total == 12e6
+
+
+def test_largest_model_on_an_80_gb_device():
+    assert calc.max_params(80, "fp32", "adam") == pytest.approx(5e9)
+
+
+def test_ring_traffic_hundred_megabytes_on_eight_devices():
+    traffic = calc.ring_traffic(8, 100e6)
+    assert traffic.steps == 14
+    assert traffic.chunk_bytes == pytest.approx(12.5e6)
+    assert traffic.sent_per_device == pytest.approx(175e6)
+    assert traffic.total_on_links == pytest.approx(1.4e9)
+
+
+def test_ring_traffic_tends_to_twice_the_buffer():
+    assert calc.ring_traffic(1024, 1.0).sent_per_device == pytest.approx(2 * 1023 / 1024)
+
+
+def test_alpha_beta_time_and_busbw():
+    # 100 MB over 8 GPUs at 450 GB/s, no latency: 175 MB / 450 GB/s = 0.389 ms.
+    assert calc.ring_allreduce_time(8, 100e6, 0.0, 450e9) == pytest.approx(0.3889e-3, rel=1e-3)
+    assert calc.ring_allreduce_time(8, 0.0, 5e-6, 450e9) == pytest.approx(70e-6)
+    assert calc.ring_allreduce_time(1, 1e9, 1.0, 1.0) == 0.0
+    # 1 GB in 10 ms on 4 ranks: algbw 100 GB/s, busbw 150 GB/s.
+    assert calc.busbw(1e9, 0.01, 4) == pytest.approx(150e9)
+
+
+def test_scaling_is_perfect_without_communication_and_drops_with_a_slow_link():
+    fast = calc.scaling(params=25.6e6, bytes_per_grad=4, link="nvlink4", compute_time=0.1,
+                        batch_per_device=32, overlap=1.0, world_sizes=[1, 8])
+    assert fast[0].efficiency == 1.0 and fast[1].efficiency == pytest.approx(1.0)
+    slow = calc.scaling(params=25.6e6, bytes_per_grad=4, link="loopback-gloo", compute_time=0.1,
+                        batch_per_device=32, overlap=0.0, world_sizes=[1, 8])
+    comm = calc.ring_allreduce_time(8, 25.6e6 * 4, *calc.LINKS["loopback-gloo"])
+    assert slow[1].step_time == pytest.approx(0.1 + comm)
+    assert slow[1].efficiency == pytest.approx(0.1 / (0.1 + comm))
+    assert slow[1].throughput == pytest.approx(8 * 32 / (0.1 + comm))
+
+
+def test_textbook_schedule_owner_after_reduce_scatter():
+    for n in range(2, 9):
+        steps = calc.ring_schedule(n)
+        assert len(steps) == 2 * (n - 1)
+        assert all(len(step) == n for step in steps)
