@@ -323,3 +323,12 @@ def recover_after_restart_once() -> None:
     if not _recovered.is_set():
         _recovered.set()
         recover_after_restart()
+
+
+def active_run_id(*, learner_id: int) -> int | None:
+    """The learner's newest queued or running lab in this server process, if any."""
+    with session_scope() as session:
+        run = session.exec(select(LabRun).where(LabRun.learner_id == learner_id,
+                                                LabRun.status.in_(("queued", "running")))
+                           .order_by(LabRun.id.desc())).first()
+    return run.id if run is not None and run.id in _manager.jobs else None

@@ -139,3 +139,25 @@ def test_bad_requests_are_refused_clearly():
     with pytest.raises(labjobs.LabRequestError):
         labjobs.validate("ring", {"world_size": 2, "fail_rank": 5})
     assert "evil" not in labjobs.validate("ring", {"world_size": 2, "evil": "; rm -rf /"})
+
+
+def test_a_running_lab_comes_back_after_a_refresh(app_db):
+    from app.accounts import sign_up
+    from app.db import session_scope
+
+    with session_scope() as s:
+        learner = sign_up(session=s, email="lab-refresh@example.org", password="long enough pw")
+    run_id = labjobs.submit(lab="ring", params={"world_size": 2, "fail_mode": "hang", "fail_rank": 0,
+                                                "fail_at_step": 0}, learner_id=learner.id, machine={})
+    try:
+        at = AppTest.from_file(MAIN, default_timeout=60)  # a new browser session
+        at.query_params["lang"] = "en"
+        at.session_state["learner_id"] = learner.id
+        at.run()
+        at.switch_page("views/labs.py")
+        at.run()
+        assert at.session_state["lab_run_id"] == run_id
+        assert [b for b in at.button if b.label == i18n.t("labs.cancel", "en")]
+    finally:
+        labjobs.cancel(run_id)
+        assert wait(run_id) == "cancelled"

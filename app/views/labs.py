@@ -56,6 +56,9 @@ if submitted:
     except labjobs.LabRequestError as err:
         st.error(t(err.code, **err.values))
 
+if "lab_run_id" not in state and who is not None:
+    # A refresh or a new tab: bring back the learner's lab that is still going.
+    state["lab_run_id"] = labjobs.active_run_id(learner_id=who.id)
 run_id = state.get("lab_run_id")
 
 
