@@ -1,6 +1,6 @@
 """``make bench``: what the platform and its labs cost, each beside its yardstick.
 
-    make bench                      # full run, for reports (about 5 minutes on 2 cores)
+    make bench                      # full run, for reports (3-6 minutes on 2 cores)
     make bench ARGS=--quick         # under a minute: fewer sizes, iterations and pages
     python -m benchmarks --quick --json /tmp/bench.json
 

@@ -1,0 +1,117 @@
+"""``python -m benchmarks [--quick] [--json PATH]``: measure, print one table, write JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from benchmarks.common import Config, sandbox, unavailable
+
+DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "latest.json"
+
+
+def _machine() -> str:
+    import torch
+
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = " (" + " ".join(line.split(":", 1)[1].split()) + ")"
+                break
+    except OSError:
+        pass
+    return (f"{os.cpu_count()} CPUs{model}, {platform.system()}, Python "
+            f"{platform.python_version()}, torch {torch.__version__}")
+
+
+def _measure(name: str, fn: Callable[..., object], *args: object) -> object:
+    """Run one measurement; a failure becomes its "not available" reason."""
+    print(f"  {name} ...", end="", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    try:
+        result = fn(*args)
+    except Exception as exc:  # noqa: BLE001 - one broken part must not hide the others
+        result = unavailable(exc)
+    note = f" {result}" if isinstance(result, str) else ""
+    print(f" {time.perf_counter() - t0:.1f} s{note}", file=sys.stderr, flush=True)
+    return result
+
+
+def run(cfg: Config, base: Path) -> dict:
+    # Labs first: run_lab forks its ranks only while this process has a
+    # single thread, and Streamlit's AppTest starts threads.
+    from benchmarks import collectives, gpu, lab_costs, platform_costs
+
+    return {
+        "collectives": _measure("collectives", collectives.run, cfg),
+        "labs": {
+            "launch": _measure("lab launch", lab_costs.launch_overhead, cfg),
+            "first_event": _measure("first progress event", lab_costs.first_event, cfg),
+            "ddp": _measure("ddp", lab_costs.ddp, cfg),
+        },
+        "gpu": _measure("gpu", gpu.run, cfg),
+        "platform": {
+            "quiz": _measure("quiz", platform_costs.quiz_grading, cfg, base),
+            "certificate": _measure("certificates", platform_costs.certificate_issuance, cfg, base),
+            "verification": _measure("verification", platform_costs.verification_lookups, cfg,
+                                     base),
+            "pages": _measure("pages", platform_costs.page_renders, cfg, base),
+            "load": _measure("load", platform_costs.concurrent_load, cfg, base),
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="Measure the platform and its labs beside their yardsticks; print one "
+                    "table and write it as JSON.")
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer sizes, iterations and pages: under a minute on 2 cores")
+    parser.add_argument("--json", metavar="PATH", type=Path, default=DEFAULT_JSON,
+                        help="where the JSON goes (default benchmarks/results/latest.json)")
+    args = parser.parse_args(argv)
+    cfg = Config.quick_mode() if args.quick else Config()
+    base = sandbox()  # before anything reads the app's settings
+    started = datetime.now(UTC)
+    load_before = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    print(f"benchmarks ({'quick' if cfg.quick else 'full'} mode), scratch data in {base}",
+          file=sys.stderr)
+    try:
+        sections = run(cfg, base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    result = {
+        "meta": {
+            "mode": "quick" if cfg.quick else "full",
+            "date": started.strftime("%Y-%m-%d %H:%M UTC"),
+            "command": "python -m benchmarks" + (" --quick" if cfg.quick else ""),
+            "machine": _machine(),
+            "duration_s": time.perf_counter() - t0,
+            # Other work on the machine moves every figure: say how busy it was.
+            "load_average_1min": [load_before, os.getloadavg()[0]],
+            "shrunk": cfg.shrunk(),
+        },
+        **sections,
+    }
+    from benchmarks.report import markdown
+
+    print(markdown(result))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+    print(f"\nJSON: {args.json}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

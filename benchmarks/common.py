@@ -1,0 +1,116 @@
+"""What every section shares: the run's parameters, a sandbox, small timing helpers."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+KiB, MiB = 1 << 10, 1 << 20
+PAGES = ("home", "lessons", "labs", "quiz", "certificate", "verify", "account")
+LANGUAGES = ("en", "zh", "nl")
+
+
+@dataclass(frozen=True)
+class Config:
+    """How much each section measures. The defaults are the full run."""
+
+    quick: bool = False
+    # Collectives: the sweep runs from min_bytes (small sizes pin down the
+    # alpha-beta fit's latency) to max_bytes; the table shows report_from up.
+    world_sizes: tuple[int, ...] = (2, 4)
+    min_bytes: int = 1 * KiB
+    max_bytes: int = 64 * MiB
+    factor: int = 4
+    report_from: int = 1 * MiB
+    warmup: int = 2
+    iters: int = 5
+    sweeps: int = 3  # each figure: the median over this many sweeps
+    tcp_bytes: int = 256 * MiB
+    tcp_repeats: int = 5
+    # Labs.
+    lab_repeats: int = 3
+    ddp_world_sizes: tuple[int, ...] = (1, 2, 4)
+    ddp_steps: int | None = None  # None: labs.ddp's own default
+    # Platform.
+    quiz_attempts: int = 30
+    pdfs: int = 10
+    certificates: int = 100_000
+    lookups: int = 5_000
+    pages: tuple[str, ...] = PAGES
+    page_repeats: int = 3
+    load_learners: int = 20
+    load_browsers: int = 2
+    load_seconds: float = 30.0
+
+    @classmethod
+    def quick_mode(cls) -> Config:
+        return cls(quick=True, min_bytes=16 * KiB, max_bytes=8 * MiB, factor=8, warmup=1,
+                   iters=3, sweeps=1, tcp_bytes=64 * MiB, tcp_repeats=3, lab_repeats=1,
+                   ddp_steps=5, quiz_attempts=5, pdfs=2, certificates=10_000, lookups=1_000,
+                   pages=("home", "quiz", "verify"), page_repeats=1,
+                   load_learners=4, load_browsers=0, load_seconds=5.0)
+
+    def shrunk(self) -> list[str]:
+        """What this run measures less of than the full one: "name value (full value)"."""
+        full = Config()
+        return [f"{f.name} {_show(getattr(self, f.name))} ({_show(getattr(full, f.name))})"
+                for f in fields(self)
+                if f.name != "quick" and getattr(self, f.name) != getattr(full, f.name)]
+
+
+def _show(value: object) -> str:
+    if value is None:
+        return "lab default"
+    if isinstance(value, tuple):
+        return "/".join(str(v) for v in value)
+    if isinstance(value, int) and value >= MiB and value % MiB == 0:
+        return f"{value // MiB} MiB"
+    if isinstance(value, int) and value >= KiB and value % KiB == 0:
+        return f"{value // KiB} KiB"
+    if isinstance(value, int) and value >= 10_000:
+        return f"{value:,}"
+    return str(value)
+
+
+def sandbox() -> Path:
+    """Point the app at a throw-away database and secrets folder.
+
+    Called before any app module reads its settings, so a benchmark never
+    touches ``data/academy.db`` or the real issuer keys.
+    """
+    base = Path(tempfile.mkdtemp(prefix="dpa-bench-"))
+    os.environ["DATABASE_URL"] = f"sqlite:///{base / 'app.db'}"
+    os.environ["SECRETS_DIR"] = str(base / "secrets")
+    os.environ.setdefault("PUBLIC_URL", "http://localhost:8501")
+    return base
+
+
+def use_database(url: str) -> None:
+    """Make ``url`` the app's process-wide database (AppTest runs the app in-process)."""
+    from app import db
+    from app.settings import get_settings
+
+    os.environ["DATABASE_URL"] = url
+    get_settings.cache_clear()
+    db.set_engine(None)
+
+
+def unavailable(exc: BaseException) -> str:
+    """The reason a figure is missing, as it appears in the table and JSON."""
+    text = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
+    return f"not available: {text[:200]}"
+
+
+def timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def median_time(fn: Callable[[], object], repeats: int) -> float:
+    return statistics.median(timed(fn) for _ in range(max(1, repeats)))

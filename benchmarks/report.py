@@ -1,0 +1,235 @@
+"""The results as one Markdown table: figure, value, yardstick, and the two compared."""
+
+from __future__ import annotations
+
+from benchmarks.common import MiB
+
+Row = tuple[str, str, str, str, str]  # section, figure, value, yardstick, vs yardstick
+HEADER = ("section", "figure", "value", "yardstick", "vs yardstick")
+
+
+def _num(x: object, digits: int = 2) -> str:
+    if isinstance(x, str):
+        return _short(x)
+    x = float(x)
+    if abs(x) >= 10_000:
+        return f"{x:,.0f}"
+    if abs(x) >= 100:
+        return f"{x:.0f}"
+    if abs(x) >= 10:
+        return f"{x:.1f}"
+    return f"{x:.{digits}f}"
+
+
+def _pct(x: object) -> str:
+    return _short(x) if isinstance(x, str) else f"{float(x):.0%}"
+
+
+def _size(n: int) -> str:
+    return f"{n // MiB} MiB" if n >= MiB else f"{n // 1024} KiB"
+
+
+def _missing(section: str, figure: str, reason: object) -> Row:
+    return (section, figure, _short(reason), "", "")
+
+
+def _short(reason: object, limit: int = 90) -> str:
+    """A reason cut to fit a cell (the JSON keeps it whole)."""
+    text = str(reason)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def collectives(c: dict | str) -> list[Row]:
+    s = "collectives"
+    if isinstance(c, str):
+        return [_missing(s, "all-reduce busbw on gloo", c)]
+    rows: list[Row] = []
+    for n, run in c["world_sizes"].items():
+        if isinstance(run, str):
+            rows.append(_missing(s, f"all-reduce busbw, {n} ranks", run))
+            continue
+        tcp = run["tcp_loopback_GBps"]
+        low, high = run["tcp_loopback_range_GBps"]
+        rows.append((s, f"TCP loopback, one stream between 2 processes (before the {n}-rank sweeps)",
+                     f"{_num(tcp)} GB/s", f"range {_num(low)}..{_num(high)} GB/s",
+                     "the wire under gloo"))
+        for r in run["rows"]:
+            rows.append((
+                s, f"busbw {n} ranks, {_size(r['size_bytes'])}: ring · naive · built-in",
+                f"{_num(r['ring_busbw_GBps'])} · {_num(r['naive_busbw_GBps'])} · "
+                f"{_num(r['all_reduce_busbw_GBps'])} GB/s",
+                f"dist.all_reduce; TCP {_num(tcp)} GB/s",
+                f"ring/built-in {_num(r['ring_vs_all_reduce'])}x; of TCP "
+                f"{_pct(r['ring_of_tcp'])} · {_pct(r['naive_of_tcp'])} · {_pct(r['all_reduce_of_tcp'])}"))
+        fits = run["fit"]
+        alpha = " · ".join(_num(f["alpha_us"], 0) if isinstance(f, dict) else f
+                           for f in fits.values())
+        bw = " · ".join(_num(f["bandwidth_GBps"]) if isinstance(f, dict) else f
+                        for f in fits.values())
+        share = " · ".join(_pct(f["bandwidth_of_tcp"]) if isinstance(f, dict) else "-"
+                           for f in fits.values())
+        error = " · ".join(_pct(f["rms_rel_err"]) if isinstance(f, dict) else "-"
+                           for f in fits.values())
+        sizes = run["fit_sizes_bytes"]
+        rows.append((s, f"alpha-beta fit {n} ranks ({_size(sizes[0])}..{_size(sizes[-1])}): "
+                        "ring · naive · built-in",
+                     f"alpha {alpha} us; B {bw} GB/s", f"TCP {_num(tcp)} GB/s; rms error {error}",
+                     f"B of TCP {share}"))
+    return rows
+
+
+def labs(lab: dict) -> list[Row]:
+    s = "labs"
+    rows: list[Row] = []
+    launch = lab["launch"]
+    if isinstance(launch, str):
+        rows.append(_missing(s, "launch overhead, 4-rank lab", launch))
+    else:
+        rows.append((s, f"launch overhead, {launch['world_size']}-rank ring lab "
+                        f"({launch['launcher']}), wall - collective",
+                     f"{_num(launch['overhead_s'], 3)} s",
+                     f"wall {_num(launch['wall_s'], 3)} s; collective "
+                     f"{_num(launch['collective_s'] * 1e3)} ms",
+                     f"{_pct(launch['overhead_fraction'])} of wall"))
+        rows.append((s, "request to first progress event, in-process run_lab",
+                     f"{_num(launch['first_progress_in_process_s'] * 1e3)} ms", "", ""))
+    first = lab["first_event"]
+    if isinstance(first, str):
+        rows.append(_missing(s, "request to first progress event", first))
+    else:
+        rows.append((s, "request to first progress event, `python -m labs ring` (as the app)",
+                     f"{_num(first['first_progress_cli_s'])} s",
+                     f"`python -c 'import torch'` {_num(first['python_import_torch_s'])} s",
+                     f"{_num(first['first_progress_cli_s'] / first['python_import_torch_s'])}x"))
+    ddp = lab["ddp"]
+    if isinstance(ddp, str):
+        rows.append(_missing(s, "DDP scaling and overlap", ddp))
+    else:
+        sc = ddp["scaling"]
+        rows.append((s, "DDP weak-scaling efficiency, " + " · ".join(sc) + " ranks",
+                     " · ".join(_pct(v["efficiency"]) for v in sc.values()), "linear: 100%",
+                     "samples/s " + " · ".join(_num(v["samples_per_s"], 0) for v in sc.values())))
+        rows.append((s, f"DDP step, overlapped buckets vs naive sync ({ddp['breakdown_world_size']} ranks)",
+                     f"{_num(ddp['ddp_step_ms'])} ms", f"naive {_num(ddp['naive_step_ms'])} ms",
+                     f"{_num(ddp['overlap_vs_naive_step_ratio'])}x"))
+    return rows
+
+
+def platform(p: dict) -> list[Row]:
+    s = "platform"
+    rows: list[Row] = []
+    q = p["quiz"]
+    if isinstance(q, str):
+        rows.append(_missing(s, "quiz grading per attempt", q))
+    else:
+        rows.append((s, f"quiz attempt: draw + grade {q['questions']} answers, engine",
+                     f"{_num(q['engine_ms'])} ms", "", ""))
+        rows.append((s, "quiz attempt through the SQLite store (start, answers, finish)",
+                     f"{_num(q['store_sqlite_ms'])} ms", f"engine {_num(q['engine_ms'])} ms",
+                     f"{_num(q['store_vs_engine'])}x"))
+    c = p["certificate"]
+    if isinstance(c, str):
+        rows.append(_missing(s, "certificate issuance per PDF", c))
+    else:
+        rows.append((s, "certificate per PDF: issue (sign + store) + render",
+                     f"{_num(c['total_ms'])} ms",
+                     f"sign {_num(c['sign_ms'])} ms; QR {_num(c['qr_ms'])} ms; "
+                     f"render {_num(c['render_ms'])} ms",
+                     f"render {_pct(c['render_ms'] / c['total_ms'])} of it"))
+        rows.append((s, "certificate PDF size en · zh · nl",
+                     " · ".join(_num(v, 1) for v in c["pdf_kib"].values()) + " KiB", "", ""))
+    v = p["verification"]
+    if isinstance(v, str):
+        rows.append(_missing(s, "verification lookups per second", v))
+    else:
+        rows.append((s, f"verification lookups/s, {v['certificates']:,} certificates in SQLite",
+                     f"{_num(v['lookups_per_s'], 0)}/s ({_pct(v['valid_fraction'])} valid)",
+                     f"raw SELECT {_num(v['raw_select_per_s'], 0)}/s; "
+                     f"Ed25519 verify {_num(v['ed25519_verify_per_s'], 0)}/s",
+                     f"{_pct(v['lookups_per_s'] / v['raw_select_per_s'])} of SELECT"))
+    pg = p["pages"]
+    if isinstance(pg, str):
+        rows.append(_missing(s, "page render", pg))
+    else:
+        empty = pg["empty_script_ms"]
+        rows.append((s, "new session: first run of the app (home)",
+                     f"{_num(pg['new_session_ms'])} ms", "", ""))
+        for page, langs in pg["render_ms"].items():
+            times = [t for t in langs.values() if not isinstance(t, str)]
+            if not times:
+                rows.append(_missing(s, f"render {page}", next(iter(langs.values()))))
+                continue
+            ratio = f"{_num(max(times) / empty)}x (slowest)" if times else ""
+            rows.append((s, f"render {page}, en · zh · nl",
+                         " · ".join(_num(t) for t in langs.values()) + " ms",
+                         f"empty script {_num(empty)} ms", ratio))
+    ld = p["load"]
+    if isinstance(ld, str):
+        rows.append(_missing(s, "concurrent learners", ld))
+    else:
+        rows.extend(_load_rows(ld))
+    return rows
+
+
+# The operations a learner waits for, in the order of a journey, and their short names.
+LOAD_OPS = {"sign_in": "sign-in", "record_answer": "answer", "finish_attempt": "finish",
+            "issue_certificate": "certificate", "lookup": "lookup"}
+
+
+def _load_rows(ld: dict) -> list[Row]:
+    s = "platform"
+    ops = ld["ops"]
+    setup = f"{ld['learners']} threads, {ld['browsers']} browsers, {_num(ld['seconds'])} s"
+    rows: list[Row] = [
+        (s, f"concurrent learners ({setup}): throughput",
+         f"{_num(ld['ops_per_s'])} ops/s ({ld['total_ops']:,} calls)",
+         f"{len(ld['errors'])} errors, {len(ld['problems'])} lost or doubled writes", "")]
+    groups = [("threads", {k: v for k, v in LOAD_OPS.items() if k in ops}),
+              ("browsers", {k: k.removeprefix("browser_") for k in ops if k.startswith("browser_")})]
+    for who, names in groups:
+        if names:
+            rows.append((s, f"concurrent learners: p95 latency, {who}",
+                         " · ".join(f"{short} {_num(ops[k]['p95_ms'])}" for k, short in names.items())
+                         + " ms",
+                         "p50 " + " · ".join(_num(ops[k]["p50_ms"]) for k in names) + " ms", ""))
+    return rows
+
+
+def gpu(g: dict | str) -> list[Row]:
+    if isinstance(g, str):
+        return [_missing("gpu", "GPU section", g)]
+    if g["mode"] == "nccl":
+        return [("gpu", f"NCCL busbw {g['world_size']} GPUs, {_size(r['size_bytes'])}: "
+                        "ring · naive · built-in",
+                 f"{_num(r['ring_busbw_GBps'])} · {_num(r['naive_busbw_GBps'])} · "
+                 f"{_num(r['all_reduce_busbw_GBps'])} GB/s", "dist.all_reduce",
+                 f"ring/built-in {_num(r['ring_vs_all_reduce'])}x") for r in g["rows"]]
+    return [("gpu", f"single-GPU DDP step ({g['gpus'][0]})", f"{_num(g['ddp_step_ms'])} ms",
+             f"naive sync {_num(g['naive_step_ms'])} ms", f"{_num(g['ddp_vs_naive_step_ratio'])}x")]
+
+
+def rows(result: dict) -> list[Row]:
+    meta = result["meta"]
+    shrunk = "; ".join(meta["shrunk"])
+    out: list[Row] = [("run", "mode", meta["mode"], "full run" if shrunk else "",
+                       f"shrank (full run in brackets): {shrunk}" if shrunk else "")]
+    out += collectives(result["collectives"])
+    out += labs(result["labs"])
+    out += platform(result["platform"])
+    out += gpu(result["gpu"])
+    return out
+
+
+def markdown(result: dict) -> str:
+    """A heading line, then the table (columns padded, but the last one)."""
+    meta = result["meta"]
+    table = [HEADER, ("---",) * len(HEADER), *rows(result)]
+    widths = [max(len(r[i]) for r in table) for i in range(len(HEADER) - 1)] + [0]
+    lines = ["| " + " | ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)) + " |"
+             for r in table]
+    lines[1] = "| " + " | ".join("-" * max(3, w) for w in widths) + " |"
+    before, after = meta["load_average_1min"]
+    heading = (f"Benchmarks, {meta['mode']} mode, {meta['date']}, `{meta['command']}`, "
+               f"{meta['duration_s']:.0f} s: {meta['machine']}; load average {before:.1f} "
+               f"before, {after:.1f} after")
+    return heading + "\n\n" + "\n".join(lines)

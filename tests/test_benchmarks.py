@@ -1,0 +1,130 @@
+"""``python -m benchmarks --quick`` runs and its JSON has every figure.
+
+Timings are never asserted: each figure must be a number, or a string that
+says why it is missing ("skipped: ..." or "not available: ...").
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MiB = 1 << 20
+
+COLLECTIVE_ROW = ("size_bytes", "ring_busbw_GBps", "naive_busbw_GBps", "all_reduce_busbw_GBps",
+                  "ring_vs_all_reduce", "ring_of_tcp", "naive_of_tcp", "all_reduce_of_tcp")
+FIT = ("alpha_us", "bandwidth_GBps", "bandwidth_of_tcp")
+LAUNCH = ("wall_s", "collective_s", "overhead_s", "first_progress_in_process_s")
+FIRST_EVENT = ("first_progress_cli_s", "python_import_torch_s")
+DDP = ("naive_step_ms", "ddp_step_ms", "overlap_vs_naive_step_ratio")
+QUIZ = ("engine_ms", "store_sqlite_ms")
+CERTIFICATE = ("sign_ms", "qr_ms", "issue_ms", "render_ms", "total_ms")
+VERIFICATION = ("lookups_per_s", "raw_select_per_s", "ed25519_verify_per_s", "valid_fraction")
+LANGS = ("en", "zh", "nl")
+
+
+def is_reason(value) -> bool:
+    return isinstance(value, str) and value.startswith(("skipped", "not available"))
+
+
+def figure(value, where: str) -> None:
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    assert number or is_reason(value), f"{where}: {value!r} is neither a number nor a reason"
+
+
+def part(data, keys, where: str) -> bool:
+    """Check the figures `keys` of one part; False when the whole part is a reason."""
+    if is_reason(data):
+        return False
+    assert isinstance(data, dict), f"{where}: {data!r}"
+    for key in keys:
+        assert key in data, f"{where}: no {key!r}"
+        figure(data[key], f"{where}.{key}")
+    return True
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "bench.json"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc.stdout, json.loads(out.read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(360)
+def test_quick_prints_one_table(quick):
+    stdout, result = quick
+    assert "| section" in stdout
+    for key in ("mode", "date", "command", "machine", "duration_s", "load_average_1min", "shrunk"):
+        assert key in result["meta"], key
+    assert result["meta"]["mode"] == "quick"
+    assert result["meta"]["shrunk"], "quick mode must say what it shrank"
+    assert "shrank (full run in brackets):" in stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(360)
+def test_collectives_have_every_figure(quick):
+    c = quick[1]["collectives"]
+    if is_reason(c):
+        return
+    assert set(c["world_sizes"]) == {"2", "4"}
+    for n, run in c["world_sizes"].items():
+        where = f"collectives.{n}"
+        if not part(run, ("tcp_loopback_GBps", "min_ring_vs_all_reduce"), where):
+            continue
+        assert run["rows"] and all(r["size_bytes"] >= MiB for r in run["rows"])
+        for r in run["rows"]:
+            part(r, COLLECTIVE_ROW, f"{where}.{r['size_bytes']}")
+        assert set(run["fit"]) == {"ring", "naive", "all_reduce"}
+        for impl, fit in run["fit"].items():
+            part(fit, FIT, f"{where}.fit.{impl}")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(360)
+def test_labs_have_every_figure(quick):
+    labs = quick[1]["labs"]
+    part(labs["launch"], LAUNCH, "labs.launch")
+    part(labs["first_event"], FIRST_EVENT, "labs.first_event")
+    if part(labs["ddp"], DDP, "labs.ddp"):
+        assert set(labs["ddp"]["scaling"]) == {"1", "2", "4"}
+        for n, row in labs["ddp"]["scaling"].items():
+            part(row, ("efficiency", "samples_per_s"), f"labs.ddp.scaling.{n}")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(360)
+def test_platform_has_every_figure(quick):
+    p = quick[1]["platform"]
+    part(p["quiz"], QUIZ, "platform.quiz")
+    if part(p["certificate"], CERTIFICATE, "platform.certificate"):
+        part(p["certificate"]["pdf_kib"], LANGS, "platform.certificate.pdf_kib")
+    if part(p["verification"], VERIFICATION, "platform.verification"):
+        assert p["verification"]["certificates"] == 10_000  # quick mode's table
+    if part(p["pages"], ("empty_script_ms", "new_session_ms"), "platform.pages"):
+        assert p["pages"]["render_ms"], "no page rendered"
+        for page, langs in p["pages"]["render_ms"].items():
+            part(langs, LANGS, f"platform.pages.{page}")
+    if part(p["load"], ("ops_per_s",), "platform.load"):
+        for op, row in p["load"]["ops"].items():
+            part(row, ("ops_per_s", "p95_ms"), f"platform.load.{op}")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(360)
+def test_gpu_runs_or_says_why_not(quick):
+    import torch
+
+    g = quick[1]["gpu"]
+    if torch.cuda.is_available():
+        assert isinstance(g, dict) and g["mode"] in ("nccl", "single-gpu ddp") or is_reason(g)
+    else:
+        assert g == "skipped: no CUDA"
