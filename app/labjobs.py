@@ -126,7 +126,9 @@ def validate(lab: str, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def command(lab: str, params: dict[str, Any], workdir: Path) -> list[str]:
-    args = [sys.executable, "-m", "labs", lab, "--json", "--timeout", str(get_settings().lab_timeout_s),
+    settings = get_settings()
+    args = [sys.executable, "-m", "labs", lab, "--json", "--timeout", str(settings.lab_timeout_s),
+            "--hang-timeout", str(settings.lab_hang_timeout_s),
             "--events", str(workdir / "events.jsonl"), "--out", str(workdir / "result.json")]
     for key, value in params.items():
         args += [FLAGS[key], str(value)]

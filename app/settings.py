@@ -36,6 +36,9 @@ class Settings(BaseSettings):
     # the wall-clock limit of one run.
     lab_max_concurrent: int = 0
     lab_timeout_s: int = 120
+    # A rank that reports no progress and uses no CPU for this long counts as hung.
+    # Above the engine default of 10 s: a 64 MiB step on a busy 2-core machine can take that long.
+    lab_hang_timeout_s: int = 20
     lab_max_world_size: int = 8
     # Quiz: questions per attempt and the pass mark in percent.
     quiz_questions: int = 12
