@@ -78,3 +78,25 @@ def test_account_survives_refresh(server, browser, artifacts):
     p2.get_by_text(re.compile("Welcome, Zoë Ødegård")).wait_for(timeout=20000)
     ctx2.close()
     ctx.close()
+
+
+@pytest.mark.parametrize("lang", ["en", "zh", "nl"])
+def test_every_page_opens_in_the_browser(server, browser, artifacts, lang):
+    from app import i18n
+
+    ctx = browser.new_context(viewport={"width": 1300, "height": 900})
+    page = ctx.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    for path in ("", "lessons", "labs", "quiz", "certificate", "verify", "account"):
+        page.goto(f"{server.url}/{path}?lang={lang}")
+        wait_app(page)
+        title = i18n.t(f"nav.{path or 'home'}", lang) if path not in ("", "lessons") else None
+        if title:
+            page.get_by_role("heading", name=title).first.wait_for(timeout=30000)
+        else:
+            page.locator("h1").first.wait_for(timeout=30000)
+        assert not page.get_by_test_id("stException").count(), f"{lang} /{path} shows an exception"
+        page.screenshot(path=str(artifacts / f"page-{lang}-{path or 'home'}.png"))
+    assert errors == []
+    ctx.close()
