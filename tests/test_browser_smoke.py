@@ -96,6 +96,7 @@ def test_every_page_opens_in_the_browser(server, browser, artifacts, lang):
             page.get_by_role("heading", name=title).first.wait_for(timeout=30000)
         else:
             page.locator("h1").first.wait_for(timeout=30000)
+        page.wait_for_timeout(1500)  # let the rest of the page arrive before the check and the picture
         assert not page.get_by_test_id("stException").count(), f"{lang} /{path} shows an exception"
         page.screenshot(path=str(artifacts / f"page-{lang}-{path or 'home'}.png"))
     assert errors == []
