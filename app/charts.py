@@ -55,10 +55,10 @@ def _rank_xy(n: int) -> list[tuple[float, float]]:
 def _chunk_xy(n: int) -> list[tuple[float, float, int, int]]:
     """A small row of chunk squares outside each rank's node."""
     out = []
+    width = 0.09
     for r, (x, y) in enumerate(_rank_xy(n)):
-        radial = 1.32
-        cx, cy = x * radial, y * radial
-        width = 0.09
+        # Outside the node: further out sideways, since the row is horizontal.
+        cx, cy = x * (1.22 + n * width / 2), y * 1.32
         for c in range(n):
             out.append((cx + (c - (n - 1) / 2) * width, cy, r, c))
     return out
@@ -154,7 +154,7 @@ def ring_figure(
     fig = go.Figure(data=frames[0].data, frames=frames)
     fig.update_layout(
         title={"text": title(0)}, height=560, showlegend=False, margin={"l": 10, "r": 10, "t": 60, "b": 10},
-        xaxis={"visible": False, "range": [-1.8, 1.8]},
+        xaxis={"visible": False, "range": [-2.1, 2.1]},
         yaxis={"visible": False, "range": [-1.6, 1.6], "scaleanchor": "x"},
         updatemenus=[{
             "type": "buttons", "direction": "left", "x": 0.0, "y": -0.02, "xanchor": "left",
@@ -227,11 +227,19 @@ def busbw_figure(rows: Sequence[dict], *, world_size: int, fit: dict | None, lab
             t = 2 * (n - 1) * fit["alpha_s"] + 2 * (n - 1) / n * size / fit["bandwidth_Bps"]
             model.append(size / t * 2 * (n - 1) / n / 1e9)
         fig.add_scatter(x=sizes, y=model, mode="lines", line={"dash": "dot"}, name=labels["fit"])
+    yaxis: dict = {}
     if reference:
-        fig.add_hrect(y0=reference[0], y1=reference[1], fillcolor="green", opacity=0.12, line_width=0,
-                      annotation_text=labels["reference"], annotation_position="top left")
-    fig.update_layout(height=380, xaxis_type="log", yaxis_type="log", xaxis_title=labels["size"],
-                      yaxis_title="busbw (GB/s)", margin={"t": 20}, legend={"orientation": "h"})
+        sizes = sorted({r["size"] for r in rows}) or [1, 2]
+        fig.add_scatter(x=[sizes[0], sizes[-1], sizes[-1], sizes[0], sizes[0]],
+                        y=[reference[0], reference[0], reference[1], reference[1], reference[0]],
+                        fill="toself", mode="lines", line={"width": 0}, fillcolor="rgba(0,128,0,0.2)",
+                        name=labels["reference"], hoverinfo="name")
+        # Keep the reference band in view: the gap to it is the point of the plot.
+        lowest = min((r["busbw"] for r in rows if r["busbw"] > 0), default=1e-3)
+        yaxis = {"range": [math.log10(lowest / 2), math.log10(reference[1] * 2)]}
+    fig.update_layout(height=460, xaxis_type="log", yaxis_type="log", xaxis_title=labels["size"],
+                      yaxis_title="busbw (GB/s)", yaxis=yaxis, margin={"t": 20},
+                      legend={"orientation": "h", "y": -0.25, "x": 0})
     return fig
 
 
