@@ -10,7 +10,6 @@ as a hand-made websocket message would; Streamlit cuts them on the server.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 from sqlmodel import select
@@ -25,9 +24,10 @@ from app.ui import plain
 from quizzes import store
 from quizzes.bank import load_bank
 from quizzes.engine import draw_attempt, message
+from tests import apptest
+from tests.apptest import MAIN, press
 from tests.quizkey import right_answer
 
-MAIN = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
 PASSWORD = "long enough pw"
 
 HOSTILE = {
@@ -68,23 +68,9 @@ def t(key: str, **values) -> str:
 
 
 def open_page(page: str, learner_id: int | None = None, **params: str) -> AppTest:
-    at = AppTest.from_file(MAIN, default_timeout=60)
-    at.query_params["lang"] = "en"
-    for key, value in params.items():
-        at.query_params[key] = value
-    if learner_id is not None:
-        at.session_state["learner_id"] = learner_id
-    at.run()
-    if page != "home":
-        at.switch_page(ui.PAGE_PATHS[page])
-        at.run()
+    at = apptest.open_page(page, "en", learner_id, **params)
     assert not at.exception, at.exception
     return at
-
-
-def press(at: AppTest, label: str) -> None:
-    [b for b in at.button if b.label == label][0].click()
-    at.run()
 
 
 def messages(at: AppTest) -> list[str]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -13,9 +11,8 @@ from app.accounts import sign_up
 from app.db import session_scope
 from quizzes import store
 from quizzes.bank import load_bank
+from tests import apptest
 from tests.quizkey import right_answer
-
-MAIN = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
 
 
 def learner_who_passed(email: str, name: str = "Zoë Ødegård") -> int:
@@ -31,15 +28,7 @@ def learner_who_passed(email: str, name: str = "Zoë Ødegård") -> int:
 
 
 def open_page(page: str, lang: str, learner_id: int | None = None, **params) -> AppTest:
-    at = AppTest.from_file(MAIN, default_timeout=60)
-    at.query_params["lang"] = lang
-    for k, v in params.items():
-        at.query_params[k] = v
-    if learner_id is not None:
-        at.session_state["learner_id"] = learner_id
-    at.run()
-    at.switch_page(f"views/{page}.py")
-    at.run()
+    at = apptest.open_page(page, lang, learner_id, **params)
     assert not at.exception, at.exception
     return at
 

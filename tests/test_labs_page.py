@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from app import charts, i18n, labjobs
-from app.widgets import ring_labels  # noqa: F401  (imports the page helpers the figures use)
+from tests.apptest import MAIN, open_page
 
-MAIN = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
 LABELS = {k: k for k in ["rank", "chunk", "holds", "start", "play", "pause", "step", "reduce-scatter",
                          "all-gather"]}
 
@@ -28,11 +26,7 @@ def wait(run_id: int, timeout: float = 90) -> str:
 
 
 def open_labs(lang: str = "en") -> AppTest:
-    at = AppTest.from_file(MAIN, default_timeout=60)
-    at.query_params["lang"] = lang
-    at.run()
-    at.switch_page("views/labs.py")
-    at.run()
+    at = open_page("labs", lang)
     assert not at.exception, at.exception
     return at
 

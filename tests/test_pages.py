@@ -8,21 +8,13 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from app import i18n
+from tests.apptest import MAIN, open_page
 
-MAIN = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
 PAGES = ["home", "lessons", "labs", "quiz", "certificate", "verify", "account"]
 
 
 def run_page(page: str, lang: str, **params) -> AppTest:
-    at = AppTest.from_file(MAIN, default_timeout=60)
-    at.query_params["lang"] = lang
-    for key, value in params.items():
-        at.query_params[key] = value
-    at.run()
-    if page != "home":
-        at.switch_page(f"views/{page}.py")
-        at.run()
-    return at
+    return open_page(page, lang, **params)
 
 
 def texts(at: AppTest) -> str:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from sqlmodel import select
 from streamlit.testing.v1 import AppTest
@@ -13,25 +11,18 @@ from app.accounts import sign_up
 from app.db import session_scope
 from app.models import QuizAnswer, QuizAttempt
 from quizzes.bank import load_bank
+from tests.apptest import MAIN, open_page, press
 from tests.quizkey import right_answer, wrong_answer
-
-MAIN = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
 
 
 def open_quiz(learner_id: int, lang: str) -> AppTest:
-    at = AppTest.from_file(MAIN, default_timeout=60)
-    at.query_params["lang"] = lang
-    at.session_state["learner_id"] = learner_id
-    at.run()
-    at.switch_page("views/quiz.py")
-    at.run()
+    at = open_page("quiz", lang, learner_id)
     assert not at.exception, at.exception
     return at
 
 
 def click(at: AppTest, label: str) -> None:
-    [b for b in at.button if b.label == label][0].click()
-    at.run()
+    press(at, label)
     assert not at.exception, at.exception
 
 

@@ -1,0 +1,30 @@
+"""Opening the app's pages in Streamlit's AppTest, as the page tests share it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+MAIN = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
+
+
+def open_page(page: str, lang: str = "en", learner_id: int | None = None, **params: str) -> AppTest:
+    """Run main.py with ``?lang=`` and params, signed in as ``learner_id``, then switch to ``page``."""
+    at = AppTest.from_file(MAIN, default_timeout=60)
+    at.query_params["lang"] = lang
+    for key, value in params.items():
+        at.query_params[key] = value
+    if learner_id is not None:
+        at.session_state["learner_id"] = learner_id
+    at.run()
+    if page != "home":
+        at.switch_page(f"views/{page}.py")
+        at.run()
+    return at
+
+
+def press(at: AppTest, label: str) -> None:
+    """Click the button with this label and run the script again."""
+    [b for b in at.button if b.label == label][0].click()
+    at.run()
