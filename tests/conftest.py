@@ -42,13 +42,13 @@ def session(engine):
         yield s
 
 
-@pytest.fixture
-def app_db(tmp_path, monkeypatch):
-    """Point the app's process-wide engine at a fresh file database."""
+def use_database(monkeypatch, **env: str):
+    """Point the app's process-wide engine (and settings) at ``env``; undo afterwards."""
     from app import db
     from app.settings import get_settings
 
-    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path / 'app.db'}")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
     get_settings.cache_clear()
     db.set_engine(None)
     yield db.get_engine()
@@ -56,6 +56,12 @@ def app_db(tmp_path, monkeypatch):
     db.set_engine(None)
     monkeypatch.undo()
     get_settings.cache_clear()
+
+
+@pytest.fixture
+def app_db(tmp_path, monkeypatch):
+    """Point the app's process-wide engine at a fresh file database."""
+    yield from use_database(monkeypatch, DATABASE_URL=f"sqlite:///{tmp_path / 'app.db'}")
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.procs import gone
+
 ROOT = Path(__file__).resolve().parent.parent
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 
@@ -23,18 +25,7 @@ def labs(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 
 def _gone(pid: int, wait: float = 10.0) -> bool:
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            return True
-        if state in ("Z", "X"):
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
+    return gone(pid, wait)
 
 
 def _launch_event(events: Path, wait: float = 60.0) -> dict:

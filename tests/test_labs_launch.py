@@ -10,22 +10,11 @@ import pytest
 import torch
 
 from labs.launch import FailSpec, LabError, LabResult, machine_summary, resolve_backend, run_lab
+from tests.procs import gone
 
 
 def _gone(pid: int, wait: float = 5.0) -> bool:
-    """True once ``pid`` has exited (a zombie awaiting its reaper counts as gone)."""
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            return True
-        if state in ("Z", "X"):
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
+    return gone(pid, wait)
 
 
 def _assert_no_orphans(outcome) -> None:

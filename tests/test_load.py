@@ -13,6 +13,7 @@ import sqlite3
 import pytest
 
 from benchmarks.load import run_load
+from tests.conftest import use_database
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -20,18 +21,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 @pytest.fixture
 def on_server_db(server, monkeypatch):
     """This process uses the server's database and secrets (issuer keys shared)."""
-    from app import db
-    from app.settings import get_settings
-
-    for key in ("DATABASE_URL", "SECRETS_DIR", "PUBLIC_URL"):
-        monkeypatch.setenv(key, server.env[key])
-    get_settings.cache_clear()
-    db.set_engine(None)
-    yield db.get_engine()
-    db.get_engine().dispose()
-    db.set_engine(None)
-    monkeypatch.undo()
-    get_settings.cache_clear()
+    yield from use_database(monkeypatch, **{k: server.env[k] for k in ("DATABASE_URL", "SECRETS_DIR", "PUBLIC_URL")})
 
 
 def test_thirty_learners_and_five_browsers(server, on_server_db):
