@@ -53,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     ring.add_argument("--dtype", choices=["float32", "float64", "bfloat16", "int64"],
                       default="float32")
     ring.add_argument("--op", choices=["sum", "avg"], default="sum")
-    ring.add_argument("--algo", choices=["ring", "naive"], default="ring")
+    ring.add_argument("--algo", choices=["ring", "naive", "pipelined"], default="ring")
     ring.add_argument("--seed", type=int, default=0)
 
     bench = sub.add_parser("bench", parents=[common], help="collective benchmark sweep")
@@ -69,7 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--warmup", type=int, default=2)
     bench.add_argument("--iters", type=int, default=5)
     bench.add_argument("--impls", nargs="+", metavar="IMPL",
-                       help="ring naive all_reduce reduce_scatter all_gather (default: all)")
+                       help="ring ring_pipelined naive all_reduce reduce_scatter all_gather "
+                            "(default: all)")
 
     ddp = sub.add_parser("ddp", parents=[common], help="DistributedDataParallel, measured")
     ddp.add_argument("--steps", type=int, help="training steps per section")

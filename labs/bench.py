@@ -1,10 +1,12 @@
-"""An nccl-tests-style sweep: our ring, the naive ring and torch's collectives.
+"""An nccl-tests-style sweep: our rings, the naive ring and torch's collectives.
 
 Launch:
 
     python -m labs bench --world-size 4                                  # 1 KiB .. 64 MiB, x4
     python -m labs bench --world-size 2 --min-bytes 1048576 --max-bytes 67108864 --factor 2
     python -m labs bench --world-size 2 --impls ring all_reduce --json
+    python -m labs bench --world-size 2 --min-bytes 1048576 --max-bytes 67108864 --factor 2 \\
+        --impls ring ring_pipelined all_reduce
     torchrun --standalone --nproc-per-node 4 -m labs.bench --max-bytes 16777216
 
 Every row is one message size and one implementation, timed over ``iters``
@@ -12,7 +14,7 @@ back-to-back calls after ``warmup`` untimed ones; the time reported is the
 slowest rank's mean. Definitions as in nccl-tests (size S bytes, time t):
 
     algbw = S / t
-    busbw = algbw * 2(n-1)/n    for all-reduce (ring, naive, all_reduce)
+    busbw = algbw * 2(n-1)/n    for all-reduce (ring, ring_pipelined, naive, all_reduce)
     busbw = algbw * (n-1)/n     for reduce-scatter and all-gather
 
 For reduce-scatter S is the whole input (n chunks); for all-gather the whole
@@ -34,12 +36,16 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from labs.ring import DTYPES, naive_allreduce, ring_allreduce
+from labs.ring import DTYPES, naive_allreduce, ring_allreduce, ring_allreduce_pipelined
 
-IMPLS = ("ring", "naive", "all_reduce", "reduce_scatter", "all_gather")
+IMPLS = ("ring", "ring_pipelined", "naive", "all_reduce", "reduce_scatter", "all_gather")
 # Which collective each implementation performs (for busbw and the fit).
-COLLECTIVE = {"ring": "all_reduce", "naive": "all_reduce", "all_reduce": "all_reduce",
-              "reduce_scatter": "reduce_scatter", "all_gather": "all_gather"}
+COLLECTIVE = {"ring": "all_reduce", "ring_pipelined": "all_reduce", "naive": "all_reduce",
+              "all_reduce": "all_reduce", "reduce_scatter": "reduce_scatter",
+              "all_gather": "all_gather"}
+# Our hand-written all-reduces, each compared with dist.all_reduce in the summary.
+OURS = {"ring": ring_allreduce, "ring_pipelined": ring_allreduce_pipelined,
+        "naive": naive_allreduce}
 # torch 2.13 renamed reduce_scatter_tensor/all_gather_into_tensor; use whichever exists.
 _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -183,9 +189,9 @@ def _runner(impl: str, numel: int, world: int, rank: int, params: Params, device
     """Buffers and a zero-argument call for one row; also which result to check."""
     dtype = DTYPES[params.dtype]
     red = dist.ReduceOp.AVG if params.op == "avg" else dist.ReduceOp.SUM
-    if impl in ("ring", "naive", "all_reduce"):
+    if COLLECTIVE[impl] == "all_reduce":
         buf = torch.empty(numel, dtype=dtype, device=device)
-        fn = {"ring": ring_allreduce, "naive": naive_allreduce}.get(impl)
+        fn = OURS.get(impl)
         call = (lambda: fn(buf, op=params.op)) if fn else (lambda: dist.all_reduce(buf, op=red))
         return buf, buf, call, (0, numel)
     if impl == "reduce_scatter":
@@ -278,18 +284,23 @@ def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: st
         fits[impl] = fit_alpha_beta([r["size"] for r in mine], [r["time_us"] / 1e6 for r in mine],
                                     world_size, COLLECTIVE[impl])
     by_key = {(r["impl"], r["size"]): r for r in rows}
-    compare = []
-    if "ring" in params.impls and "all_reduce" in params.impls:
+
+    def versus_builtin(impl: str) -> list[dict]:
+        """busbw of ``impl`` over dist.all_reduce's, size by size."""
+        out = []
         for r in rows:
-            if r["impl"] == "ring" and ("all_reduce", r["size"]) in by_key:
-                builtin = by_key[("all_reduce", r["size"])]
-                compare.append({"size": r["size"], "ring_busbw": r["busbw"],
-                                "all_reduce_busbw": builtin["busbw"],
-                                "ratio": r["busbw"] / builtin["busbw"] if builtin["busbw"] else None})
+            builtin = by_key.get(("all_reduce", r["size"]))
+            if r["impl"] == impl and builtin is not None:
+                out.append({"size": r["size"], f"{impl}_busbw": r["busbw"],
+                            "all_reduce_busbw": builtin["busbw"],
+                            "ratio": r["busbw"] / builtin["busbw"] if builtin["busbw"] else None})
+        return out
+
     return {"lab": "bench", "world_size": world_size, "backend": backend, "dtype": params.dtype,
             "op": params.op, "warmup": params.warmup, "iters": params.iters,
             "sizes": sorted({r["size"] for r in rows}), "rows": rows, "fit": fits,
-            "ring_vs_all_reduce": compare,
+            "ring_vs_all_reduce": versus_builtin("ring"),
+            "pipelined_vs_all_reduce": versus_builtin("ring_pipelined"),
             "wrong": sum(r["wrong"] for r in rows),
             "notes": {"busbw": "all-reduce: algbw*2(n-1)/n; reduce-scatter, all-gather: "
                                "algbw*(n-1)/n",
@@ -318,9 +329,11 @@ def format_text(summary: dict) -> str:
             lines.append(f"#   {impl:>15}: alpha = {fit['alpha_s'] * 1e6:9.1f} us, "
                          f"B = {fit['bandwidth_GBps']:7.3f} GB/s "
                          f"(rms relative error {fit['rms_rel_err']:.0%})")
-    if s["ring_vs_all_reduce"]:
-        lines.append("# our ring vs dist.all_reduce (busbw ratio): " + ", ".join(
-            f"{c['size']}: {c['ratio']:.2f}" for c in s["ring_vs_all_reduce"] if c["ratio"]))
+    for key, name in (("ring_vs_all_reduce", "our ring"),
+                      ("pipelined_vs_all_reduce", "our pipelined ring")):
+        if s.get(key):
+            lines.append(f"# {name} vs dist.all_reduce (busbw ratio): " + ", ".join(
+                f"{c['size']}: {c['ratio']:.2f}" for c in s[key] if c["ratio"]))
     return "\n".join(lines)
 
 

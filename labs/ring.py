@@ -5,6 +5,7 @@ Launch (each prints what every rank sent at every step, and when):
     python -m labs ring --world-size 4                      # our launcher, gloo on CPU
     python -m labs ring --world-size 4 --size 65536 --dtype bfloat16 --op avg
     python -m labs ring --world-size 4 --algo naive         # the tutorial's version
+    python -m labs ring --world-size 4 --algo pipelined     # segmented, as libraries do
     torchrun --standalone --nproc-per-node 4 -m labs.ring   # the same lab under torchrun
     torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d \\
         --rdzv-endpoint HOST:29500 -m labs.ring             # two machines, NCCL on GPUs
@@ -14,7 +15,9 @@ logical ring: n-1 reduce-scatter steps leave each rank with one fully
 reduced chunk, n-1 all-gather steps hand those chunks to everyone. Every
 rank sends 2(n-1)/n of the buffer however large n is. `naive_allreduce`
 passes the whole tensor around the ring n-1 times instead: (n-1) times the
-buffer per rank.
+buffer per rank. `ring_allreduce_pipelined` sends the same bytes as
+`ring_allreduce`, but in segments that are forwarded as soon as they are
+added, with several messages in flight: what gloo and NCCL do to go faster.
 
 Trace times are seconds from a common origin: on one machine, rank 0's
 ``time.perf_counter()`` (CLOCK_MONOTONIC, shared by every process) read right
@@ -150,8 +153,116 @@ def naive_allreduce(tensor, *, op="sum", group=None, trace=None):
     return tensor
 
 
+def ring_allreduce_pipelined(tensor, *, op="sum", group=None, trace=None,
+                             segment_bytes=2 << 20, in_flight=8):
+    """`ring_allreduce` as real libraries run it: in segments, several in flight.
+
+    Same result, signature and trace format as `ring_allreduce` (one record
+    per ring step), but each chunk travels as segments of at most
+    ``segment_bytes``; up to ``in_flight`` receives are posted ahead, and a
+    segment is forwarded as soon as it has been added, while the rest of its
+    chunk is still arriving. Scratch memory is ``in_flight`` segments,
+    however large the tensor. A step's ``t_start`` is when its first segment
+    was handed to isend, ``t_end`` when its last segment had arrived (and, in
+    reduce-scatter, been added). With op="avg" each segment is divided as
+    soon as it is final, so after the last reduce-scatter step the owned
+    chunk already holds the average. The defaults were the fastest we
+    measured on gloo over loopback TCP, 1-64 MiB, 2 and 4 ranks.
+    """
+    if op not in ("sum", "avg"):
+        raise ValueError(f"op must be 'sum' or 'avg', not {op!r}")
+    if op == "avg" and not tensor.is_floating_point():
+        raise ValueError("avg of an integer tensor is not an integer tensor; gloo refuses it too")
+    if segment_bytes < 1 or in_flight < 1:
+        raise ValueError("segment_bytes and in_flight must be at least 1")
+    world = dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    if world == 1:
+        return tensor  # nothing to add, and the average of one tensor is itself
+    right, left = (rank + 1) % world, (rank - 1) % world
+    flat = tensor.view(-1) if tensor.is_contiguous() else tensor.flatten()
+    chunks = torch.tensor_split(flat, world)
+    steps = 2 * (world - 1)
+
+    # Cut each chunk into segments. Every rank cuts chunk c the same way, so
+    # the j-th segment of chunk c is the same elements on sender and receiver.
+    # An empty chunk (a tensor shorter than the ring) is one empty segment:
+    # the message still goes, so every step is a real exchange, as in the ring.
+    per_chunk = -(-chunks[0].numel() * flat.element_size() // segment_bytes)
+    segments = [torch.tensor_split(chunk, max(1, min(per_chunk, chunk.numel())))
+                for chunk in chunks]
+
+    # In both phases, what a rank receives at step s is what it sends at step
+    # s+1: chunk rank-s goes out, chunk rank-s-1 comes in. So the all-reduce is
+    # one stream of segments, and each can move on as soon as it is finished.
+    def send_chunk(s):
+        return (rank - s) % world
+
+    def recv_chunk(s):
+        return (rank - s - 1) % world
+
+    # Every receive, in the order the left neighbour sends them.
+    incoming = [(s, seg) for s in range(steps) for seg in segments[recv_chunk(s)]]
+    # Reduce-scatter segments land in scratch, to be added; all-gather
+    # segments land straight in place. One scratch buffer per receive in
+    # flight: memory stays at in_flight segments however large the tensor.
+    scratch = [torch.empty_like(segments[0][0]) for _ in range(min(in_flight, len(incoming)))]
+    posted = []  # (request, where it lands), one per posted receive, in order
+
+    def post_recv(i):
+        s, seg = incoming[i]
+        into = scratch[i % len(scratch)][: seg.numel()] if s < world - 1 else seg
+        posted.append((dist.irecv(into, group=group, group_src=left), into))
+
+    # Step 0's segments are ready now: hand them all to gloo first, and it
+    # moves each one as soon as the right neighbour has posted its receive.
+    # Then post our receives, several ahead, so that the left neighbour's
+    # segments find a place to land while we are busy adding.
+    t_start = [time.perf_counter()] + [None] * steps
+    sends = [dist.isend(seg, group=group, group_dst=right) for seg in segments[send_chunk(0)]]
+    for i in range(len(scratch)):
+        post_recv(i)
+
+    for i, (s, seg) in enumerate(incoming):
+        request, into = posted[i]
+        request.wait()
+        if s < world - 1:
+            seg.add_(into)
+            if s == world - 2 and op == "avg":
+                seg.div_(world)  # this segment is now final: average it, once
+        # Forward the finished segment at once: step s+1 starts here, while
+        # the rest of step s is still on the wire.
+        if s + 1 < steps:
+            if t_start[s + 1] is None:
+                t_start[s + 1] = time.perf_counter()
+            sends.append(dist.isend(seg, group=group, group_dst=right))
+        # Its scratch buffer is free again: post the receive in_flight ahead.
+        if i + len(scratch) < len(incoming):
+            post_recv(i + len(scratch))
+        if trace is not None and (i + 1 == len(incoming) or incoming[i + 1][0] != s):
+            trace.append({
+                "step": s, "phase": "reduce-scatter" if s < world - 1 else "all-gather",
+                "send_chunk": send_chunk(s), "recv_chunk": recv_chunk(s),
+                "send_to": right, "recv_from": left,
+                "bytes": chunks[send_chunk(s)].numel() * flat.element_size(),
+                "recv_bytes": chunks[recv_chunk(s)].numel() * flat.element_size(),
+                "t_start": t_start[s], "t_end": time.perf_counter(),
+            })
+    # Sends can be left to finish until now: a segment we sent is overwritten
+    # only by its all-gather copy, which cannot arrive before our own
+    # contribution to it has left. We must not return while one is in flight.
+    for request in sends:
+        request.wait()
+
+    if not tensor.is_contiguous():
+        tensor.copy_(flat.view_as(tensor))  # we worked on a copy
+    return tensor
+
+
 # --------------------------------------------------------------------------
 # The lab around them
+
+ALGOS = {"ring": ring_allreduce, "naive": naive_allreduce, "pipelined": ring_allreduce_pipelined}
 
 
 @dataclass
@@ -159,7 +270,7 @@ class Params:
     size: int = 1 << 20  # bytes per rank
     dtype: str = "float32"
     op: str = "sum"
-    algo: str = "ring"  # "ring" or "naive"
+    algo: str = "ring"  # "ring", "naive" or "pipelined"
     seed: int = 0
     warmup: int = 1  # untraced all-reduces before the traced one
 
@@ -168,8 +279,8 @@ class Params:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, not {self.dtype!r}")
         if self.op not in ("sum", "avg"):
             raise ValueError(f"op must be sum or avg, not {self.op!r}")
-        if self.algo not in ("ring", "naive"):
-            raise ValueError(f"algo must be ring or naive, not {self.algo!r}")
+        if self.algo not in ALGOS:
+            raise ValueError(f"algo must be one of {sorted(ALGOS)}, not {self.algo!r}")
         if self.op == "avg" and not DTYPES[self.dtype].is_floating_point:
             raise ValueError(f"op avg needs a floating-point dtype, not {self.dtype}")
         if self.size < 0 or self.warmup < 0:
@@ -223,9 +334,10 @@ class _ProgressTrace(list):
 
 
 def run_rank(ctx, params: Params) -> dict:
-    allreduce = ring_allreduce if params.algo == "ring" else naive_allreduce
+    allreduce = ALGOS[params.algo]
+    chunked = params.algo != "naive"  # ring and pipelined: 2(n-1) steps over n chunks
     world, rank = ctx.world_size, ctx.rank
-    ring_steps = 2 * (world - 1) if params.algo == "ring" else world - 1
+    ring_steps = 2 * (world - 1) if chunked else world - 1
     total_steps = ring_steps + 1  # the ring steps, then the check
     original = make_input(params, rank, ctx.device)
     for _ in range(params.warmup):
@@ -233,7 +345,7 @@ def run_rank(ctx, params: Params) -> dict:
 
     origin, clock = shared_clock_origin(ctx.device)
     trace = _ProgressTrace(ctx, total_steps)
-    ctx.progress(0, total_steps, "reduce-scatter" if params.algo == "ring" else "pass-around")
+    ctx.progress(0, total_steps, "reduce-scatter" if chunked else "pass-around")
     ours = original.clone()
     with ctx.communicating():
         t0 = time.perf_counter()
@@ -317,7 +429,7 @@ def format_text(summary: dict) -> str:
         f"{s['algo']} all-reduce: {s['world_size']} ranks, {s['backend']}, {s['numel']} x "
         f"{s['dtype']} ({s['size_bytes']} B), op={s['op']}",
     ]
-    if s["algo"] == "ring":
+    if s["algo"] != "naive":
         lines.append(f"chunks (elements): {s['chunk_numels']}")
     lines.append(f"{'step':>4}  {'phase':<14}  {'rank':>4}  {'sends':<10} {'to':>3}  "
                  f"{'receives':<10} {'from':>4}  {'bytes':>10}  {'start us':>10}  {'end us':>10}")

@@ -96,14 +96,35 @@ def test_bench_lab_json_shape_and_arithmetic():
         assert {"alpha_s", "bandwidth_Bps", "rms_rel_err"} <= fit.keys()
         assert math.isfinite(fit["alpha_s"])
     assert [c["size"] for c in summary["ring_vs_all_reduce"]] == summary["sizes"]
+    # The pipelined ring is in the default sweep, compared the same way.
+    assert "ring_pipelined" in bench.IMPLS
+    versus = summary["pipelined_vs_all_reduce"]
+    assert [c["size"] for c in versus] == summary["sizes"]
+    for c in versus:
+        mine = next(r for r in rows if r["impl"] == "ring_pipelined" and r["size"] == c["size"])
+        assert c["ring_pipelined_busbw"] == mine["busbw"]
+        assert c["ratio"] == pytest.approx(mine["busbw"] / c["all_reduce_busbw"])
     text = bench.format_text(summary)
     assert "busbw" in text and "alpha" in text
+    assert "pipelined ring vs dist.all_reduce" in text
 
 
 def test_bench_counts_wrong_results_for_other_dtypes():
     params = bench.Params(min_bytes=4096, max_bytes=4096, factor=2, warmup=0, iters=1,
-                          dtype="bfloat16", op="avg", impls=["ring", "naive", "all_reduce"])
+                          dtype="bfloat16", op="avg",
+                          impls=["ring", "ring_pipelined", "naive", "all_reduce"])
     result = run_lab("bench", params, world_size=3, timeout=120)
     assert result.ok, result
     assert all(r["wrong"] == 0 for r in result.summary["rows"])
     assert result.summary["fit"]["ring"] is None  # a single size: nothing to fit
+
+
+def test_sweep_without_the_builtin_has_no_comparison():
+    params = bench.Params(min_bytes=4096, max_bytes=4096, factor=2, warmup=0, iters=1,
+                          impls=["ring_pipelined"])
+    result = run_lab("bench", params, world_size=2, timeout=120)
+    assert result.ok, result
+    assert [r["impl"] for r in result.summary["rows"]] == ["ring_pipelined"]
+    assert result.summary["rows"][0]["wrong"] == 0
+    assert result.summary["pipelined_vs_all_reduce"] == []
+    assert result.summary["ring_vs_all_reduce"] == []

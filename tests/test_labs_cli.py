@@ -40,11 +40,13 @@ def _launch_event(events: Path, wait: float = 60.0) -> dict:
     raise TimeoutError("the lab never started")
 
 
-def test_ring_json_smoke():
-    proc = labs("ring", "--world-size", "2", "--json")
+@pytest.mark.parametrize("algo", ["ring", "pipelined"])
+def test_ring_json_smoke(algo):
+    proc = labs("ring", "--world-size", "2", "--algo", algo, "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["ok"] and doc["summary"]["correct"] and doc["world_size"] == 2
+    assert doc["summary"]["algo"] == algo and len(doc["summary"]["traces"][0]) == 2
 
 
 def test_text_output_events_and_out_file(tmp_path):
@@ -64,7 +66,9 @@ def test_text_output_events_and_out_file(tmp_path):
 def test_bench_and_ddp_smoke():
     proc = labs("bench", "--world-size", "2", "--size", "4096", "--iters", "1", "--json")
     assert proc.returncode == 0, proc.stderr
-    assert len(json.loads(proc.stdout)["summary"]["rows"]) == 5
+    rows = json.loads(proc.stdout)["summary"]["rows"]
+    assert [r["impl"] for r in rows] == ["ring", "ring_pipelined", "naive", "all_reduce",
+                                         "reduce_scatter", "all_gather"]
     proc = labs("ddp", "--world-size", "2", "--sections", "equivalence", "--steps", "3")
     assert proc.returncode == 0, proc.stderr
     assert "equivalent" in proc.stdout

@@ -1,4 +1,4 @@
-"""Both hand-written rings agree with dist.all_reduce, and their traces add up.
+"""The hand-written rings agree with dist.all_reduce, and their traces add up.
 
 The property test keeps one process group per world size alive for all its
 examples (a `RingPool`): hypothesis draws a case, every rank runs it, the
@@ -55,23 +55,30 @@ def _run_case(case: dict, rank: int, world: int) -> dict:
             if record["phase"] == "reduce-scatter" and record["step"] == world - 2:
                 self.snapshot = ours.clone()
 
-    fn = ring.ring_allreduce if case["algo"] == "ring" else ring.naive_allreduce
+    fn = ring.ALGOS[case["algo"]]
+    extra = {}
+    if case["algo"] == "pipelined":
+        extra = {k: case[k] for k in ("segment_bytes", "in_flight") if case.get(k)}
     ours = x.clone()
     trace = Snapshot()
-    returned = fn(ours, op=case["op"], trace=trace)
+    returned = fn(ours, op=case["op"], trace=trace, **extra)
     scale = abs_sum / world if case["op"] == "avg" else abs_sum
     bound = ring.tolerance(scale, dtype, world)
     err = (ours.double() - expected.double()).abs()
     out = {"ok": bool((err <= bound).all()), "max_err": float(err.max()) if numel else 0.0,
            "same_object": returned is ours, "shape_kept": ours.shape == x.shape,
            "trace": [dict(r) for r in trace], "checksum": ours.double().sum().item()}
-    if case["algo"] == "ring" and case["layout"] == "flat":
-        # Rank r should now own chunk r+1, fully reduced (before any averaging).
+    if case["algo"] != "naive" and case["layout"] == "flat":
+        # Rank r should now own chunk r+1, fully reduced: before any averaging
+        # in the plain ring; the pipelined one averages each segment as soon as
+        # it is final, so that it can forward it at once.
         owned = (rank + 1) % world
         snap = trace.snapshot if trace.snapshot is not None else x  # one rank: nothing to do
         got = torch.tensor_split(snap, world)[owned]
-        want = torch.tensor_split(expected_sum, world)[owned]
-        tol = torch.tensor_split(ring.tolerance(abs_sum, dtype, world), world)[owned]
+        averaged = case["algo"] == "pipelined" and case["op"] == "avg" and world > 1
+        want = torch.tensor_split(expected if averaged else expected_sum, world)[owned]
+        tol = torch.tensor_split(ring.tolerance(scale if averaged else abs_sum, dtype, world),
+                                 world)[owned]
         out["owned_chunk_reduced"] = bool(((got.double() - want.double()).abs() <= tol).all())
     return out
 
@@ -151,9 +158,14 @@ cases = st.fixed_dictionaries({
     "numel": st.one_of(st.integers(0, 6), st.integers(7, 5000)),
     "dtype": st.sampled_from(sorted(ring.DTYPES)),
     "op": st.sampled_from(["sum", "avg"]),
-    "algo": st.sampled_from(["ring", "naive"]),
+    "algo": st.sampled_from(["ring", "naive", "pipelined"]),
     "layout": st.sampled_from(["flat", "flat", "transposed"]),
     "seed": st.integers(0, 2**16),
+    # pipelined only: segments of one element, of a few (the last ones shorter)
+    # or the whole chunk (3 bytes is less than one element of any dtype); one
+    # receive in flight, so that every scratch buffer is reused at once, or more
+    "segment_bytes": st.sampled_from([None, 3, 24, 1000]),
+    "in_flight": st.sampled_from([None, 1, 3]),
 }).filter(lambda c: not (c["op"] == "avg" and c["dtype"] == "int64"))
 
 
@@ -162,19 +174,20 @@ def check_trace(traces: list[list[dict]], case: dict, world: int) -> None:
     elem = ring.DTYPES[case["dtype"]].itemsize
     numel = case["numel"] * (2 if case["layout"] == "transposed" else 1)
     chunk_bytes = [c.numel() * elem for c in torch.tensor_split(torch.empty(numel), world)]
-    expected_steps = 2 * (world - 1) if case["algo"] == "ring" else world - 1
+    chunked = case["algo"] != "naive"  # ring and pipelined: the same steps, the same trace
+    expected_steps = 2 * (world - 1) if chunked else world - 1
     for rank, trace in enumerate(traces):
         assert [r["step"] for r in trace] == list(range(expected_steps))
         for rec in trace:
             assert rec["send_to"] == (rank + 1) % world
             assert rec["recv_from"] == (rank - 1) % world
             assert rec["t_end"] >= rec["t_start"]
-            if case["algo"] == "ring":
+            if chunked:
                 assert rec["bytes"] == chunk_bytes[rec["send_chunk"]]
                 assert rec["recv_bytes"] == chunk_bytes[rec["recv_chunk"]]
             else:
                 assert rec["send_chunk"] is None and rec["bytes"] == numel * elem
-        if case["algo"] == "ring":
+        if chunked:
             phases = [r["phase"] for r in trace]
             assert phases == ["reduce-scatter"] * (world - 1) + ["all-gather"] * (world - 1)
             # Each phase sends every chunk but one (r+1 in reduce-scatter, r+2 in
@@ -206,12 +219,38 @@ def test_rings_agree_with_dist_all_reduce(pool, case):
         assert r["same_object"] and r["shape_kept"]
         if "owned_chunk_reduced" in r:
             assert r["owned_chunk_reduced"], (rank, case)
-    if case["algo"] == "ring":  # the ring hands every rank the same bits
+    if case["algo"] != "naive":  # the rings hand every rank the same bits
         assert len({r["checksum"] for r in results}) == 1
     check_trace([r["trace"] for r in results], case, pool.world)
 
 
-@pytest.mark.parametrize("name", ["ring_allreduce", "naive_allreduce"])
+# The pipelined ring's edge cases, on every world size: fewer elements than
+# ranks (empty chunks), uneven chunks, segments of one element, segments that
+# do not divide the chunk, a segment size below one element, the whole chunk
+# in one segment; every dtype; sum and avg.
+PIPELINED_CASES = [
+    {"numel": numel, "dtype": dtype, "op": op, "segment_bytes": seg, "in_flight": ahead}
+    for numel, seg, ahead in [(0, 8, 8), (1, 8, 1), (3, 8, 2), (5, 3, 1), (7, 4, 3),
+                              (1001, 40, 1), (1001, 40, 8), (1001, 1 << 20, 8), (4099, 1000, 2)]
+    for dtype, op in [("float32", "sum"), ("int64", "sum"), ("bfloat16", "avg"),
+                      ("float64", "avg")]
+]
+
+
+def test_pipelined_ring_edge_cases(pool):
+    for case in PIPELINED_CASES:
+        case = dict(case, algo="pipelined", layout="flat", seed=case["numel"])
+        results = pool.run(case)
+        assert all("error" not in r for r in results), (case, results)
+        for rank, r in enumerate(results):
+            assert r["ok"], (rank, case, r["max_err"])
+            assert r["same_object"] and r["shape_kept"]
+            assert r.get("owned_chunk_reduced", True), (rank, case)
+        assert len({r["checksum"] for r in results}) == 1, case
+        check_trace([r["trace"] for r in results], case, pool.world)
+
+
+@pytest.mark.parametrize("name", ["ring_allreduce", "naive_allreduce", "ring_allreduce_pipelined"])
 def test_lesson_functions_stand_alone(name):
     """Lessons embed these functions' source: it needs nothing but torch, dist and time."""
     func = getattr(ring, name)
@@ -226,16 +265,22 @@ def test_lesson_functions_stand_alone(name):
     assert used - bound - set(dir(builtins)) <= {"torch", "dist", "time"}
 
 
-def test_integer_average_is_refused():
+def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="integer"):
         ring.ring_allreduce(torch.ones(4, dtype=torch.int64), op="avg")
     with pytest.raises(ValueError, match="op"):
         ring.naive_allreduce(torch.ones(4), op="max")
+    with pytest.raises(ValueError, match="integer"):
+        ring.ring_allreduce_pipelined(torch.ones(4, dtype=torch.int64), op="avg")
+    with pytest.raises(ValueError, match="op"):
+        ring.ring_allreduce_pipelined(torch.ones(4), op="max")
+    with pytest.raises(ValueError, match="in_flight"):
+        ring.ring_allreduce_pipelined(torch.ones(4), in_flight=0)
     with pytest.raises(ValueError):
         ring.Params(dtype="int64", op="avg")
 
 
-@pytest.mark.parametrize("algo", ["ring", "naive"])
+@pytest.mark.parametrize("algo", ["ring", "naive", "pipelined"])
 def test_ring_lab_result_has_what_the_animation_needs(algo):
     result = run_lab("ring", ring.Params(size=40, dtype="float32", algo=algo), world_size=3,
                      timeout=60)
@@ -250,7 +295,7 @@ def test_ring_lab_result_has_what_the_animation_needs(algo):
     assert s["chunk_numels"] == [4, 3, 3]
     assert s["correct"] and s["backend"] == "gloo"
     assert len(s["traces"]) == 3
-    assert all(len(t) == (4 if algo == "ring" else 2) for t in s["traces"])
+    assert all(len(t) == (2 if algo == "naive" else 4) for t in s["traces"])
     assert s["owner_after_reduce_scatter"] == {"0": 1, "1": 2, "2": 0}
     # Times are offsets from the shared origin, every step inside the run.
     for trace in s["traces"]:
