@@ -78,6 +78,7 @@ def bench(run: LabRun) -> None:
                    "algbw (GB/s)": round(r["algbw"], 4), "busbw (GB/s)": round(r["busbw"], 4),
                    "#wrong": r["wrong"]} for r in rows], hide_index=True)
     labels = {"ring": t("labs.bench.ring"), "naive": t("labs.bench.naive"),
+              "ring_pipelined": t("labs.bench.ring_pipelined"),
               "all_reduce": t("labs.bench.all_reduce"), "fit": t("labs.bench.fit_line"),
               "reference": t("labs.bench.reference"), "size": t("labs.bench.size_axis")}
     fit = (s.get("fit") or {}).get("all_reduce")

@@ -28,7 +28,8 @@ with st.form("lab_form"):
     params = {"world_size": c1.slider(t("labs.world_size"), 1, settings.lab_max_world_size, 2)}
     if lab == "ring":
         params["size"] = c2.select_slider(t("labs.size"), SIZES, value=2**20, format_func=labviews._fmt_bytes)
-        params["algo"] = c3.selectbox(t("labs.algo"), ["ring", "naive"], format_func=ui.labeler("labs.algo_"))
+        params["algo"] = c3.selectbox(t("labs.algo"), ["ring", "pipelined", "naive"],
+                                      format_func=ui.labeler("labs.algo_"))
         c4, c5, _ = st.columns(3)
         params["dtype"] = c4.selectbox(t("labs.dtype"), ["float32", "float64", "bfloat16", "int64"])
         params["op"] = c5.selectbox(t("labs.op"), ["sum", "avg"])
