@@ -20,7 +20,7 @@ import time
 
 from benchmarks.common import Config, unavailable
 
-IMPLS = ("ring", "naive", "all_reduce")
+IMPLS = ("ring", "ring_pipelined", "naive", "all_reduce")
 
 # The receiving process: connect, read everything into one buffer, answer one byte.
 _RECEIVER = """
@@ -113,6 +113,7 @@ def sweep(cfg: Config, world_size: int) -> dict:
         rows.append({"size_bytes": size,
                      **{f"{impl}_busbw_GBps": bw[impl] for impl in IMPLS},
                      "ring_vs_all_reduce": bw["ring"] / bw["all_reduce"],
+                     "pipelined_vs_all_reduce": bw["ring_pipelined"] / bw["all_reduce"],
                      **{f"{impl}_of_tcp": bw[impl] / tcp for impl in IMPLS}})
     fits = {}
     for impl in IMPLS:
@@ -124,6 +125,7 @@ def sweep(cfg: Config, world_size: int) -> dict:
             "tcp_loopback_range_GBps": [min(tcp_samples), max(tcp_samples)],
             "rows": rows, "fit": fits, "wrong_elements": wrong,
             "min_ring_vs_all_reduce": min(r["ring_vs_all_reduce"] for r in rows),
+            "min_pipelined_vs_all_reduce": min(r["pipelined_vs_all_reduce"] for r in rows),
             "fit_sizes_bytes": sizes, "wall_s": wall}
 
 

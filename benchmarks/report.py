@@ -55,12 +55,13 @@ def collectives(c: dict | str) -> list[Row]:
                      "the wire under gloo"))
         for r in run["rows"]:
             rows.append((
-                s, f"busbw {n} ranks, {_size(r['size_bytes'])}: ring · naive · built-in",
-                f"{_num(r['ring_busbw_GBps'])} · {_num(r['naive_busbw_GBps'])} · "
-                f"{_num(r['all_reduce_busbw_GBps'])} GB/s",
+                s, f"busbw {n} ranks, {_size(r['size_bytes'])}: ring · pipelined · naive · built-in",
+                f"{_num(r['ring_busbw_GBps'])} · {_num(r['ring_pipelined_busbw_GBps'])} · "
+                f"{_num(r['naive_busbw_GBps'])} · {_num(r['all_reduce_busbw_GBps'])} GB/s",
                 f"dist.all_reduce; TCP {_num(tcp)} GB/s",
-                f"ring/built-in {_num(r['ring_vs_all_reduce'])}x; of TCP "
-                f"{_pct(r['ring_of_tcp'])} · {_pct(r['naive_of_tcp'])} · {_pct(r['all_reduce_of_tcp'])}"))
+                f"ring/built-in {_num(r['ring_vs_all_reduce'])}x, pipelined/built-in "
+                f"{_num(r['pipelined_vs_all_reduce'])}x; of TCP {_pct(r['ring_of_tcp'])} · "
+                f"{_pct(r['ring_pipelined_of_tcp'])} · {_pct(r['naive_of_tcp'])} · {_pct(r['all_reduce_of_tcp'])}"))
         fits = run["fit"]
         alpha = " · ".join(_num(f["alpha_us"], 0) if isinstance(f, dict) else f
                            for f in fits.values())
@@ -72,7 +73,7 @@ def collectives(c: dict | str) -> list[Row]:
                            for f in fits.values())
         sizes = run["fit_sizes_bytes"]
         rows.append((s, f"alpha-beta fit {n} ranks ({_size(sizes[0])}..{_size(sizes[-1])}): "
-                        "ring · naive · built-in",
+                        "ring · pipelined · naive · built-in",
                      f"alpha {alpha} us; B {bw} GB/s", f"TCP {_num(tcp)} GB/s; rms error {error}",
                      f"B of TCP {share}"))
     return rows

@@ -16,8 +16,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
 
-COLLECTIVE_ROW = ("size_bytes", "ring_busbw_GBps", "naive_busbw_GBps", "all_reduce_busbw_GBps",
-                  "ring_vs_all_reduce", "ring_of_tcp", "naive_of_tcp", "all_reduce_of_tcp")
+COLLECTIVE_ROW = ("size_bytes", "ring_busbw_GBps", "ring_pipelined_busbw_GBps", "naive_busbw_GBps",
+                  "all_reduce_busbw_GBps", "ring_vs_all_reduce", "pipelined_vs_all_reduce", "ring_of_tcp",
+                  "ring_pipelined_of_tcp", "naive_of_tcp", "all_reduce_of_tcp")
 FIT = ("alpha_us", "bandwidth_GBps", "bandwidth_of_tcp")
 LAUNCH = ("wall_s", "collective_s", "overhead_s", "first_progress_in_process_s")
 FIRST_EVENT = ("first_progress_cli_s", "python_import_torch_s")
@@ -78,12 +79,12 @@ def test_collectives_have_every_figure(quick):
     assert set(c["world_sizes"]) == {"2", "4"}
     for n, run in c["world_sizes"].items():
         where = f"collectives.{n}"
-        if not part(run, ("tcp_loopback_GBps", "min_ring_vs_all_reduce"), where):
+        if not part(run, ("tcp_loopback_GBps", "min_ring_vs_all_reduce", "min_pipelined_vs_all_reduce"), where):
             continue
         assert run["rows"] and all(r["size_bytes"] >= MiB for r in run["rows"])
         for r in run["rows"]:
             part(r, COLLECTIVE_ROW, f"{where}.{r['size_bytes']}")
-        assert set(run["fit"]) == {"ring", "naive", "all_reduce"}
+        assert set(run["fit"]) == {"ring", "ring_pipelined", "naive", "all_reduce"}
         for impl, fit in run["fit"].items():
             part(fit, FIT, f"{where}.fit.{impl}")
 
