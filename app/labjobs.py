@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,9 +62,7 @@ class Job:
     proc: subprocess.Popen | None = None
     cancelled: bool = False
     started: float | None = None
-    events_read: int = 0
     last_event: dict[str, Any] | None = None
-    lines: list[str] = field(default_factory=list)
 
 
 class _Manager:
