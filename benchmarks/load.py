@@ -26,21 +26,19 @@ import os
 import random
 import secrets
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from benchmarks.appserver import AppServer
 
 ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "load test password"
@@ -322,40 +320,6 @@ def check_database(records: list[Record], *, run: str) -> tuple[dict[str, int], 
 # ------------------------------------------------------------------ running it
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _start_server(port: int, base: Path) -> subprocess.Popen:
-    log = open(base / "server.log", "w")  # noqa: SIM115 - closed with the process
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"), "--server.port", str(port),
-         "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
-         "--server.fileWatcherType", "none"],
-        cwd=ROOT, env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2):
-                return proc
-        except OSError:
-            time.sleep(0.3)
-    _stop_server(proc)
-    raise RuntimeError("the app did not start: " + (base / "server.log").read_text()[-2000:])
-
-
-def _stop_server(proc: subprocess.Popen) -> None:
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
 def _use_app_settings() -> None:
     """Make the process-wide settings and engine follow the environment again."""
     from app import db
@@ -394,14 +358,13 @@ def run_load(*, learners: int, browsers: int, seconds: float, url: str | None = 
     errors: list[str] = []
     try:
         if base is not None:
-            port = _free_port()
-            os.environ.update(DATABASE_URL=f"sqlite:///{base / 'app.db'}", SECRETS_DIR=str(base / "secrets"),
-                              PUBLIC_URL=f"http://127.0.0.1:{port}")
+            app = AppServer(base)  # this process and the server share its database and secrets
+            os.environ.update({k: app.env[k] for k in ("DATABASE_URL", "SECRETS_DIR", "PUBLIC_URL")})
             _use_app_settings()
             get_engine()  # migrate once, before the server and the threads race for it
             if browsers and shutil.which("chromium"):
-                server = _start_server(port, base)
-                url = f"http://127.0.0.1:{port}"
+                app.start()
+                server, url = app, app.url
             elif browsers:
                 errors.append("no browsers: no system Chromium (Debian package 'chromium')")
                 browsers = 0
@@ -451,7 +414,7 @@ def run_load(*, learners: int, browsers: int, seconds: float, url: str | None = 
                 errors.append("server log: " + log[log.index("Traceback"):][:1000])
     finally:
         if server is not None:
-            _stop_server(server)
+            server.stop()
         if base is not None:
             get_engine().dispose()
             for k, v in saved.items():

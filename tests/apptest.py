@@ -9,14 +9,18 @@ from streamlit.testing.v1 import AppTest
 MAIN = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
 
 
-def open_page(page: str, lang: str = "en", learner_id: int | None = None, **params: str) -> AppTest:
-    """Run main.py with ``?lang=`` and params, signed in as ``learner_id``, then switch to ``page``."""
+def open_page(page: str, lang: str = "en", learner_id: int | None = None, *,
+              state: dict | None = None, **params: str) -> AppTest:
+    """Run main.py with ``?lang=`` and params, signed in as ``learner_id`` and with
+    ``state`` preset in the session, then switch to ``page``."""
     at = AppTest.from_file(MAIN, default_timeout=60)
     at.query_params["lang"] = lang
     for key, value in params.items():
         at.query_params[key] = value
     if learner_id is not None:
         at.session_state["learner_id"] = learner_id
+    for key, value in (state or {}).items():
+        at.session_state[key] = value
     at.run()
     if page != "home":
         at.switch_page(f"views/{page}.py")

@@ -129,48 +129,18 @@ def postgres_url(tmp_path_factory):
 def server(tmp_path_factory):
     """The real app under ``streamlit run`` on a free port with a temporary database."""
     import shutil
-    import socket
-    import subprocess
-    import sys
-    import time
-    import urllib.request
+
+    from benchmarks.appserver import AppServer
 
     if shutil.which("chromium") is None:
         pytest.skip("no system Chromium (Debian package 'chromium')")
-    base = tmp_path_factory.mktemp("server")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = {**os.environ, "DATABASE_URL": f"sqlite:///{base / 'app.db'}", "SECRETS_DIR": str(base / "secrets"),
-           "PUBLIC_URL": f"http://127.0.0.1:{port}", "ADMIN_EMAILS": "admin@example.org"}
-    log = open(base / "server.log", "w")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"), "--server.port", str(port),
-         "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
-         "--server.fileWatcherType", "none"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
-                if resp.status == 200:
-                    break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        proc.kill()
-        pytest.fail("the app did not start: " + (base / "server.log").read_text()[-2000:])
-    yield type("Server", (), {"url": url, "base": base, "env": env, "proc": proc, "port": port})
-    import signal
-
-    os.killpg(proc.pid, signal.SIGTERM)
+    srv = AppServer(tmp_path_factory.mktemp("server"), env={"ADMIN_EMAILS": "admin@example.org"})
     try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-    log.close()
+        srv.start()
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+    yield srv
+    srv.stop()
 
 
 @pytest.fixture(scope="session")

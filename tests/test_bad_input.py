@@ -16,7 +16,7 @@ from sqlmodel import select
 from streamlit.testing.v1 import AppTest
 
 import certificates as certs
-from app import i18n, lessons, ui
+from app import i18n, lessons
 from app.accounts import sign_up
 from app.db import session_scope
 from app.models import Certificate, Learner, QuizAnswer, QuizAttempt
@@ -240,13 +240,7 @@ def numeric_attempt(learner_id: int) -> tuple[QuizAttempt, int, int]:
 
 
 def quiz_at(learner_id: int, attempt: QuizAttempt, pos: int) -> AppTest:
-    at = AppTest.from_file(MAIN, default_timeout=60)
-    at.query_params["lang"] = "en"
-    at.session_state["learner_id"] = learner_id
-    at.session_state[f"quiz_pos_{attempt.id}"] = pos
-    at.run()
-    at.switch_page(ui.PAGE_PATHS["quiz"])
-    at.run()
+    at = apptest.open_page("quiz", "en", learner_id, state={f"quiz_pos_{attempt.id}": pos})
     assert not at.exception, at.exception
     return at
 

@@ -7,32 +7,30 @@ import json
 import os
 import re
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 from sqlmodel import select
-from streamlit.testing.v1 import AppTest
 
-from app import db, i18n, ui
+from app import db, i18n
 from app.accounts import sign_up
 from app.db import session_scope
 from app.models import QuizAnswer, QuizAttempt
+from benchmarks.appserver import AppServer
 from quizzes import store
 from quizzes.bank import load_bank
 from quizzes.engine import public_question
+from tests.apptest import open_page
 from tests.quizkey import right_answer
 
 ROOT = Path(__file__).resolve().parent.parent
-MAIN = str(ROOT / "app" / "main.py")
 
 
 def start_quiz(email: str) -> tuple[int, QuizAttempt]:
@@ -144,13 +142,7 @@ def test_quiz_page_says_so_when_the_database_stays_locked(short_busy_timeout):
     learner_id, attempt = start_quiz("page-lock@example.org")
     bank = load_bank()
     pos = next(i for i, item in enumerate(attempt.plan) if bank.questions[item["question_id"]].type == "single")
-    at = AppTest.from_file(MAIN, default_timeout=60)
-    at.query_params["lang"] = "en"
-    at.session_state["learner_id"] = learner_id
-    at.session_state[f"quiz_pos_{attempt.id}"] = pos
-    at.run()
-    at.switch_page(ui.PAGE_PATHS["quiz"])
-    at.run()
+    at = open_page("quiz", "en", learner_id, state={f"quiz_pos_{attempt.id}": pos})
     assert not at.exception
     at.radio(key=f"ans_{attempt.id}_{pos}").set_value(right_answer(attempt.plan[pos], bank, "en"))
     lock = exclusive_lock()
@@ -168,54 +160,6 @@ def test_quiz_page_says_so_when_the_database_stays_locked(short_busy_timeout):
 # --- the server restarted mid-quiz -----------------------------------------------------------
 
 
-class AppServer:
-    """The real app under ``streamlit run``; it can be killed and started again on the
-    same port, database and secrets."""
-
-    def __init__(self, base: Path):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        self.base = base
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "DATABASE_URL": f"sqlite:///{base / 'app.db'}",
-                    "SECRETS_DIR": str(base / "secrets"), "PUBLIC_URL": self.url}
-        self.proc: subprocess.Popen | None = None
-        self.log = base / "server.log"
-
-    def start(self) -> None:
-        with open(self.log, "a") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "streamlit", "run", MAIN, "--server.port", str(self.port),
-                 "--server.address", "127.0.0.1", "--server.headless", "true",
-                 "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
-                cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"{self.url}/_stcore/health", timeout=2):
-                    return
-            except OSError:
-                time.sleep(0.3)
-        self.stop()
-        pytest.fail("the app did not start: " + self.log.read_text()[-2000:])
-
-    def kill(self) -> None:
-        """As a crash or an OOM kill would: no chance to clean up."""
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-
 @pytest.fixture
 def app_server(tmp_path):
     import shutil
@@ -223,7 +167,10 @@ def app_server(tmp_path):
     if shutil.which("chromium") is None:
         pytest.skip("no system Chromium (Debian package 'chromium')")
     srv = AppServer(tmp_path)
-    srv.start()
+    try:
+        srv.start()
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
     yield srv
     srv.stop()
 

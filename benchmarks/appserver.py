@@ -1,0 +1,72 @@
+"""The real app under ``streamlit run`` on a free local port, for the load run and the tests.
+
+One place that starts it, waits for its health check and stops its whole
+process group; it can be killed and started again on the same port,
+database and secrets (the server-restart fault test).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class AppServer:
+    """``base`` holds the database, secrets and ``server.log``; ``env`` adds to the defaults."""
+
+    def __init__(self, base: Path, *, port: int | None = None, env: dict[str, str] | None = None):
+        self.base = base
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, "DATABASE_URL": f"sqlite:///{base / 'app.db'}",
+                    "SECRETS_DIR": str(base / "secrets"), "PUBLIC_URL": self.url, **(env or {})}
+        self.log = base / "server.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 60) -> None:
+        """Start and wait until ``/_stcore/health`` answers; RuntimeError with the log's tail if not."""
+        with open(self.log, "a") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"),
+                 "--server.port", str(self.port), "--server.address", "127.0.0.1",
+                 "--server.headless", "true", "--browser.gatherUsageStats", "false",
+                 "--server.fileWatcherType", "none"],
+                cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.url}/_stcore/health", timeout=2):
+                    return
+            except OSError:
+                time.sleep(0.3)
+        self.stop()
+        raise RuntimeError("the app did not start: " + self.log.read_text()[-2000:])
+
+    def kill(self) -> None:
+        """As a crash or an OOM kill would: no chance to clean up."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.kill()
