@@ -90,4 +90,6 @@ if index < len(all_sections) - 1:
 glossary = lessons.glossary(code)
 if glossary:
     with st.expander(t("lessons.glossary")):
-        st.table([{k: v for k, v in entry.items()} for entry in glossary])
+        # avoid/allow are the terminology check's lists, not something a learner reads.
+        st.table([{k: entry[k] for k in ("term", "en", "definition") if k in entry}
+                  for entry in glossary])
