@@ -66,6 +66,7 @@ def run(cfg: Config, base: Path) -> dict:
                                      base),
             "pages": _measure("pages", platform_costs.page_renders, cfg, base),
             "load": _measure("load", platform_costs.concurrent_load, cfg, base),
+            "classroom": _measure("classroom", platform_costs.classroom, cfg),
         },
     }
 

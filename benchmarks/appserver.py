@@ -28,8 +28,10 @@ def free_port() -> int:
 class AppServer:
     """``base`` holds the database, secrets and ``server.log``; ``env`` adds to the defaults."""
 
-    def __init__(self, base: Path, *, port: int | None = None, env: dict[str, str] | None = None):
+    def __init__(self, base: Path, *, port: int | None = None, env: dict[str, str] | None = None,
+                 script: Path | None = None):
         self.base = base
+        self.script = script or ROOT / "app" / "main.py"  # another script: the empty-page yardstick
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {**os.environ, "DATABASE_URL": f"sqlite:///{base / 'app.db'}",
@@ -41,7 +43,7 @@ class AppServer:
         """Start and wait until ``/_stcore/health`` answers; RuntimeError with the log's tail if not."""
         with open(self.log, "a") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"),
+                [sys.executable, "-m", "streamlit", "run", str(self.script),
                  "--server.port", str(self.port), "--server.address", "127.0.0.1",
                  "--server.headless", "true", "--browser.gatherUsageStats", "false",
                  "--server.fileWatcherType", "none"],

@@ -46,6 +46,8 @@ class Config:
     load_learners: int = 20
     load_browsers: int = 2
     load_seconds: float = 30.0
+    classroom_sessions: tuple[int, ...] = (1, 10, 30)  # concurrent websocket sessions
+    classroom_seconds: float = 15.0
 
     @classmethod
     def quick_mode(cls) -> Config:
@@ -53,7 +55,8 @@ class Config:
                    iters=3, sweeps=1, tcp_bytes=64 * MiB, tcp_repeats=3, lab_repeats=1,
                    ddp_steps=5, quiz_attempts=5, pdfs=2, certificates=10_000, lookups=1_000,
                    pages=("home", "quiz", "verify"), page_repeats=1,
-                   load_learners=4, load_browsers=0, load_seconds=5.0)
+                   load_learners=4, load_browsers=0, load_seconds=5.0,
+                   classroom_sessions=(1, 5), classroom_seconds=3.0)
 
     def shrunk(self) -> list[str]:
         """What this run measures less of than the full one: "name value (full value)"."""

@@ -328,3 +328,16 @@ def concurrent_load(cfg: Config, base: Path) -> dict | str:
         return unavailable(exc)
     return {"learners": cfg.load_learners, "browsers": cfg.load_browsers,
             "seconds": cfg.load_seconds, **result}
+
+
+# -------------------------------------------------------------- classroom
+
+
+def classroom(cfg: Config) -> dict:
+    """Page time at 1, 10 and 30 concurrent sessions over Streamlit's websocket, beside an
+    empty Streamlit page in the same run (``benchmarks.wsload``)."""
+    from benchmarks import wsload
+
+    return {"seconds": cfg.classroom_seconds,
+            "empty": wsload.measure(list(cfg.classroom_sessions), cfg.classroom_seconds, empty=True),
+            "app": wsload.measure(list(cfg.classroom_sessions), cfg.classroom_seconds)}

@@ -169,7 +169,30 @@ def platform(p: dict) -> list[Row]:
         rows.append(_missing(s, "concurrent learners", ld))
     else:
         rows.extend(_load_rows(ld))
+    cl = p.get("classroom", "not measured")
+    if isinstance(cl, str):
+        rows.append(_missing(s, "classroom: concurrent websocket sessions", cl))
+    else:
+        rows.extend(_classroom_rows(cl))
     return rows
+
+
+def _classroom_rows(cl: dict) -> list[Row]:
+    """Per level: p50/p95 page time and server CPU per page run, app beside an empty page."""
+    s, out = "platform", []
+    for level, app in cl["app"].items():
+        empty = cl["empty"].get(level, {})
+        out.append((s, f"classroom: {level} concurrent sessions, page time p50 / p95",
+                    f"{_num(app['p50_s'])} / {_num(app['p95_s'])} s",
+                    f"empty page {_num(empty.get('p50_s', float('nan')))} / "
+                    f"{_num(empty.get('p95_s', float('nan')))} s",
+                    f"{_num(app['throughput_per_s'])} pages/s, {app['errors']} errors"))
+        out.append((s, f"classroom: {level} sessions, server CPU per page run",
+                    f"{_num(app['server_cpu_ms_per_page'])} ms",
+                    f"empty page {_num(empty.get('server_cpu_ms_per_page', float('nan')))} ms",
+                    " · ".join(f"{page} {_num(v['kib'], 1)} KiB"
+                               for page, v in app["per_page"].items()) if level == "1" else ""))
+    return out
 
 
 # The operations a learner waits for, in the order of a journey, and their short names.
