@@ -142,3 +142,20 @@ def test_textbook_schedule_owner_after_reduce_scatter():
         steps = calc.ring_schedule(n)
         assert len(steps) == 2 * (n - 1)
         assert all(len(step) == n for step in steps)
+
+
+def test_typical_links_match_the_lessons():
+    # gloo over loopback: the README bench fits B = 1.41-1.46 GB/s on 2 vCPUs and the lessons say
+    # 0.1-1.5 GB/s busbw; the old 0.5 GB/s made a learner's ~1 GB/s look impossible.
+    assert 1e9 <= calc.LINKS["loopback-gloo"][1] <= 1.5e9
+    # "PCIe 4.0 x16": 31.5 GB/s per direction on the wire, about 25 achievable; 16 GB/s is PCIe 3.0.
+    assert 16e9 < calc.LINKS["pcie4"][1] < 31.5e9
+    assert calc.LINKS["nvlink4"][1] == 450e9
+
+
+def test_25_mib_buckets_stay_below_the_nvlink_peak():
+    # The ResNet-50 case study assumes ~300 GB/s for DDP's buckets: the model gives 270-320 GB/s.
+    size = 25 * 2**20
+    for alpha, expected in ((5e-6, 267e9), (3e-6, 319e9)):
+        seconds = calc.ring_allreduce_time(8, size, alpha, calc.LINKS["nvlink4"][1])
+        assert calc.busbw(size, seconds, 8) == pytest.approx(expected, rel=0.01)
