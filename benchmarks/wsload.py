@@ -90,7 +90,7 @@ class PageClient:
         info.url = f"{self.base_url}/{page}"
         t0 = time.perf_counter()
         self.ws.send(msg.SerializeToString())
-        nbytes, ok = 0, False
+        nbytes, ok, failed = 0, False, False
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
             data = self.ws.recv(timeout=max(0.1, deadline - time.monotonic()))
@@ -98,13 +98,13 @@ class PageClient:
             fwd = ForwardMsg()
             fwd.ParseFromString(data)
             kind = fwd.WhichOneof("type")
+            if kind == "delta" and fwd.delta.new_element.WhichOneof("type") == "exception":
+                failed = True  # the page shows an error box; the run itself still "finishes"
             if kind == "script_finished":
                 ok = fwd.script_finished == ForwardMsg.FINISHED_SUCCESSFULLY
                 if fwd.script_finished != ForwardMsg.FINISHED_EARLY_FOR_RERUN:
                     break
-            if kind == "delta" and fwd.delta.new_element.WhichOneof("type") == "exception":
-                ok = False
-        return time.perf_counter() - t0, nbytes, ok
+        return time.perf_counter() - t0, nbytes, ok and not failed
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -171,7 +171,10 @@ def summarise(res: Result) -> dict:
     times = [s.seconds for s in res.samples if s.ok]
     per_page: dict[str, dict] = {}
     for page in sorted({s.page for s in res.samples}):
-        mine = [s for s in res.samples if s.page == page and s.ok and not s.first]
+        served = [s for s in res.samples if s.page == page and s.ok]
+        # A page reached by navigation, not the first visit (which includes the connection),
+        # unless this page was only ever a first visit.
+        mine = [s for s in served if not s.first] or served
         if mine:
             per_page[page] = {"p50_ms": 1000 * statistics.median(s.seconds for s in mine),
                               "kib": statistics.median(s.nbytes for s in mine) / 1024}

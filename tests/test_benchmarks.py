@@ -27,6 +27,8 @@ QUIZ = ("engine_ms", "store_sqlite_ms")
 CERTIFICATE = ("sign_ms", "qr_ms", "issue_ms", "render_ms", "total_ms")
 VERIFICATION = ("lookups_per_s", "raw_select_per_s", "ed25519_verify_per_s", "valid_fraction")
 LANGS = ("en", "zh", "nl")
+CLASSROOM = ("p50_s", "p95_s", "throughput_per_s", "server_cpu_ms_per_page")
+PAGES = ("home", "lessons", "labs", "quiz", "certificate", "verify", "account")
 
 
 def is_reason(value) -> bool:
@@ -117,6 +119,31 @@ def test_platform_has_every_figure(quick):
     if part(p["load"], ("ops_per_s",), "platform.load"):
         for op, row in p["load"]["ops"].items():
             part(row, ("ops_per_s", "p95_ms"), f"platform.load.{op}")
+    # The classroom section must run: a reason here would hide a broken page under load.
+    classroom = p["classroom"]
+    assert isinstance(classroom, dict), classroom
+    for which in ("empty", "app"):
+        for level, row in classroom[which].items():
+            part(row, CLASSROOM, f"platform.classroom.{which}.{level}")
+            assert row["pages"] > 0 and row["errors"] == 0, (which, level, row["first_errors"])
+    assert set(classroom["app"]["1"]["per_page"]) == {"home", *PAGES[1:]}
+
+
+def test_page_client_sees_a_page_fail(tmp_path):
+    """The load client counts a run that ends in an exception as failed, not as served."""
+    from benchmarks.appserver import AppServer
+    from benchmarks.wsload import PageClient
+
+    script = tmp_path / "broken.py"
+    script.write_text("import streamlit as st\n\nst.write('before')\nraise RuntimeError('boom')\n")
+    server = AppServer(tmp_path, script=script)
+    server.start()
+    try:
+        with PageClient(server.url) as client:
+            _, nbytes, ok = client.run_page("")
+    finally:
+        server.stop()
+    assert nbytes > 0 and not ok
 
 
 @pytest.mark.slow
