@@ -73,7 +73,7 @@ def test_plural_keys_named_in_the_review_have_a_singular():
         for key in keys:
             assert isinstance(i18n.catalog(lang)[key], dict), (lang, key)
     assert i18n.t("quiz.finish_early", "en", count=1) == "Finish now: the unanswered question counts as wrong"
-    assert i18n.t("quiz.practice_start", "nl", count=1) == "Oefen de vraag die je fout had"
+    assert i18n.t("quiz.practice_start", "nl", count=1) == "De vraag oefenen die je fout had"
     row = i18n.t("labs.history_row", "en", id=1, lab="DDP", count="?", status="done", date="today")
     assert "? ranks" in row  # a count that is not a number takes the general form
 
