@@ -117,6 +117,12 @@ class _LocalFormatter(string.Formatter):
         return text.translate({ord("."): "\0", ord(","): self.group}).replace("\0", self.decimal)
 
 
+def format_number(value: float, lang: str, spec: str = "") -> str:
+    """``format(value, spec)`` in ``lang``'s marks, for numbers shown outside a
+    catalog string (metrics, table cells): Dutch readers get "1,5 MB" there too."""
+    return _LocalFormatter(lang).format_field(value, spec)
+
+
 def t(key: str, lang: str, /, **values: Any) -> str:
     """The text for ``key`` in ``lang``, English if that language lacks it.
 

@@ -108,6 +108,12 @@ def test_grouping_and_decimal_marks(lang, expected):
     assert i18n.t("x {v:,.1f} y", lang, v=1234.5) == f"x {expected} y"
 
 
+def test_format_number_for_text_outside_the_catalogs():
+    assert i18n.format_number(1234.5678, "nl", ".4g") == "1235"
+    assert i18n.format_number(0.0125, "nl", ".3g") == "0,0125"
+    assert i18n.format_number(1234.5, "en", ",.1f") == "1,234.5"
+
+
 def test_numbers_keep_their_format_spec():
     assert i18n.t("labs.done", "nl", seconds=1.5, overhead=0.25).startswith("Klaar in 1,50 s (waarvan 0,25 s")
     assert i18n.t("labs.done", "en", seconds=1.5, overhead=0.25).startswith("Finished in 1.50 s (of which 0.25 s")
