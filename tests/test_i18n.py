@@ -68,7 +68,8 @@ def test_count_picks_the_plural_form(lang, count, expected):
 
 def test_plural_keys_named_in_the_review_have_a_singular():
     """The review saw "1 lab runs", "1 administrators" and "de 1 onbeantwoorde vragen"."""
-    keys = ["home.labs_runs", "admin.learners_count", "quiz.practice_start", "quiz.finish_early", "labs.history_row"]
+    keys = ["home.labs_runs", "admin.learners_count", "quiz.practice_start", "quiz.finish_early", "labs.history_row",
+            "labs.queued"]  # a two-core machine runs one lab at a time
     for lang in ("en", "nl"):
         for key in keys:
             assert isinstance(i18n.catalog(lang)[key], dict), (lang, key)

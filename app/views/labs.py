@@ -71,7 +71,7 @@ def live(run_id: int) -> None:
         st.rerun(scope="app")
     if run.status == "queued":
         position = labjobs.queue_position(run_id)
-        st.info(t("labs.queued", position=position or 1, limit=settings.lab_concurrency))
+        st.info(t("labs.queued", position=position or 1, count=settings.lab_concurrency))
     else:
         event = labjobs.progress(run_id) or {}
         fraction = event.get("fraction")
