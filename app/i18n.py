@@ -3,25 +3,48 @@
 Adding a language is adding ``<code>.yaml`` there (and lesson and quiz
 texts); no code changes. A key missing from a language falls back to
 English for that string alone.
+
+A string that states a count may be a mapping of CLDR plural forms,
+``{one: "{count} lab run", other: "{count} lab runs"}``: ``t`` picks the
+form for the ``count`` value by the language's plural rules (Babel's CLDR
+data), so no language needs code for its grammar; Chinese simply keeps one
+plain string. Numbers are formatted with the reader's decimal and grouping
+marks, so ``{seconds:.2f}`` reads "1,50" in Dutch and "1.50" in English,
+whatever format spec the catalog uses.
 """
 
 from __future__ import annotations
 
+import numbers
+import string
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
 import yaml
+from babel import Locale, UnknownLocaleError
+from babel.numbers import get_decimal_symbol, get_group_symbol
 
 CATALOG_DIR = Path(__file__).resolve().parent / "content" / "i18n"
 DEFAULT_LANG = "en"
+PLURAL_FORMS = frozenset({"zero", "one", "two", "few", "many", "other"})
+
+# A catalog value: plain text, or plural form -> text.
+Message = str | dict[str, str]
 
 
-def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
-    flat: dict[str, str] = {}
+def is_plural(value: Any) -> bool:
+    """Whether a YAML mapping is a set of plural forms rather than a nested group of keys."""
+    return isinstance(value, dict) and "other" in value and set(value) <= PLURAL_FORMS
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Message]:
+    flat: dict[str, Message] = {}
     for key, value in tree.items():
         full = f"{prefix}{key}"
-        if isinstance(value, dict):
+        if is_plural(value):
+            flat[full] = {form: str(text) for form, text in value.items()}
+        elif isinstance(value, dict):
             flat.update(_flatten(value, f"{full}."))
         else:
             flat[full] = str(value)
@@ -29,7 +52,7 @@ def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 @cache
-def catalog(lang: str) -> dict[str, str]:
+def catalog(lang: str) -> dict[str, Message]:
     path = CATALOG_DIR / f"{lang}.yaml"
     if not path.is_file():
         return {}
@@ -41,15 +64,79 @@ def languages() -> dict[str, str]:
     """Language code -> its own name (e.g. ``zh`` -> ``简体中文``), English first."""
     codes = sorted(p.stem for p in CATALOG_DIR.glob("*.yaml"))
     codes.sort(key=lambda c: c != DEFAULT_LANG)
-    return {c: catalog(c).get("meta.name", c) for c in codes}
+    return {c: str(catalog(c).get("meta.name", c)) for c in codes}
+
+
+@cache
+def _locale(lang: str) -> Locale | None:
+    try:
+        return Locale.parse(lang)
+    except (UnknownLocaleError, ValueError):
+        return None
+
+
+def plural_form(lang: str, count: Any) -> str:
+    """The CLDR plural category (``one``, ``other``...) of ``count`` in ``lang``;
+    ``other`` for anything that is not a number (such as a "?" placeholder)."""
+    locale = _locale(lang)
+    if locale is None or isinstance(count, bool) or not isinstance(count, numbers.Real):
+        return "other"
+    return locale.plural_form(abs(count))
+
+
+def plural_forms(lang: str) -> frozenset[str]:
+    """The plural categories ``lang`` distinguishes (always including ``other``)."""
+    locale = _locale(lang)
+    return frozenset(locale.plural_form.tags if locale else ()) | {"other"}
+
+
+@cache
+def number_marks(lang: str) -> tuple[str, str]:
+    """(decimal mark, grouping mark) of ``lang``, from CLDR; English's if unknown."""
+    if _locale(lang) is None:
+        return ".", ","
+    return get_decimal_symbol(lang), get_group_symbol(lang)
+
+
+class _LocalFormatter(string.Formatter):
+    """``str.format`` whose numbers use the language's decimal and grouping marks.
+
+    Python formats the number first (so every format spec keeps its meaning),
+    then its "." and "," are swapped for the language's marks.
+    """
+
+    def __init__(self, lang: str) -> None:
+        self.decimal, self.group = number_marks(lang)
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        text = super().format_field(value, format_spec)
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            return text
+        if (self.decimal, self.group) == (".", ","):
+            return text
+        return text.translate({ord("."): "\0", ord(","): self.group}).replace("\0", self.decimal)
+
+
+def format_number(value: float, lang: str, spec: str = "") -> str:
+    """``format(value, spec)`` in ``lang``'s marks, for numbers shown outside a
+    catalog string (metrics, table cells): Dutch readers get "1,5 MB" there too."""
+    return _LocalFormatter(lang).format_field(value, spec)
 
 
 def t(key: str, lang: str, /, **values: Any) -> str:
-    """The text for ``key`` in ``lang``, English if that language lacks it."""
+    """The text for ``key`` in ``lang``, English if that language lacks it.
+
+    Plural forms are chosen by the ``count`` value; numbers in ``values`` are
+    printed with ``lang``'s decimal mark even when the text is English fallback.
+    """
+    text_lang = lang
     text = catalog(lang).get(key)
     if text is None:
+        text_lang = DEFAULT_LANG
         text = catalog(DEFAULT_LANG).get(key, key)
-    return text.format(**values) if values else text
+    if isinstance(text, dict):
+        text = text.get(plural_form(text_lang, values.get("count")), text["other"])
+    return _LocalFormatter(lang).format(text, **values) if values else text
 
 
 def normalise_lang(value: str | None) -> str | None:

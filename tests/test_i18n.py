@@ -1,8 +1,21 @@
-"""UI catalogs: every language has every key English has; fallback works."""
+"""UI catalogs: every language has every key English has; fallback works;
+counts get the language's plural form and numbers its decimal mark."""
+
+import re
+import string
 
 import pytest
 
 from app import i18n
+
+
+def fields(text):
+    return {f for _, f, _, _ in string.Formatter().parse(text) if f}
+
+
+def forms(value):
+    """A catalog value's texts: the plain string, or each plural form."""
+    return value if isinstance(value, dict) else {"other": value}
 
 
 def test_three_languages_at_least():
@@ -17,13 +30,124 @@ def test_catalog_complete(lang):
 
 @pytest.mark.parametrize("lang", sorted(i18n.languages()))
 def test_placeholders_match_english(lang):
-    import string
-
-    fields = lambda text: {f for _, f, _, _ in string.Formatter().parse(text) if f}  # noqa: E731
+    """Every form has English's placeholders; a singular may leave out the count
+    ("the question you missed"), but nothing may appear that English lacks."""
     en = i18n.catalog("en")
-    for key, text in i18n.catalog(lang).items():
-        if key in en:
-            assert fields(text) == fields(en[key]), key
+    for key, value in i18n.catalog(lang).items():
+        if key not in en:
+            continue
+        expected = fields(forms(en[key])["other"])
+        for form, text in forms(value).items():
+            if form == "other":
+                assert fields(text) == expected, key
+            else:
+                assert expected - {"count"} <= fields(text) <= expected, (key, form)
+
+
+@pytest.mark.parametrize("lang", sorted(i18n.languages()))
+def test_plural_forms_are_the_languages_own(lang):
+    """A plural mapping has exactly the CLDR forms of its language (en/nl: one
+    and other), is keyed on ``count``, and a language without plurals (zh) uses
+    plain strings."""
+    wanted = i18n.plural_forms(lang)
+    for key, value in i18n.catalog(lang).items():
+        if isinstance(value, dict):
+            assert set(value) == wanted, (key, sorted(value))
+            assert len(wanted) > 1, f"{lang} has no plural forms, so {key} should be one string"
+            assert "count" in fields(value["other"]), key
+
+
+@pytest.mark.parametrize(
+    ("lang", "count", "expected"),
+    [("en", 1, "1 lab run recorded."), ("en", 2, "2 lab runs recorded."), ("en", 0, "0 lab runs recorded."),
+     ("nl", 1, "1 labrun vastgelegd."), ("nl", 3, "3 labruns vastgelegd."), ("zh", 1, "已记录 1 次实验运行。")],
+)
+def test_count_picks_the_plural_form(lang, count, expected):
+    assert i18n.t("home.labs_runs", lang, count=count) == expected
+
+
+def test_plural_keys_named_in_the_review_have_a_singular():
+    """The review saw "1 lab runs", "1 administrators" and "de 1 onbeantwoorde vragen"."""
+    keys = ["home.labs_runs", "admin.learners_count", "quiz.practice_start", "quiz.finish_early", "labs.history_row",
+            "labs.queued"]  # a two-core machine runs one lab at a time
+    for lang in ("en", "nl"):
+        for key in keys:
+            assert isinstance(i18n.catalog(lang)[key], dict), (lang, key)
+    assert i18n.t("quiz.finish_early", "en", count=1) == "Finish now: the unanswered question counts as wrong"
+    assert i18n.t("quiz.practice_start", "nl", count=1) == "De vraag oefenen die je fout had"
+    row = i18n.t("labs.history_row", "en", id=1, lab="DDP", count="?", status="done", date="today")
+    assert "? ranks" in row  # a count that is not a number takes the general form
+
+
+def sample(spec):
+    """A sample value for a placeholder: a float for float formats, else an int."""
+    return 1234.5 if spec and spec[-1] in "eEfFgG%" else 7
+
+
+@pytest.mark.parametrize("lang", ["nl"])
+def test_every_number_prints_with_a_decimal_comma(lang):
+    """Render every key with sample numbers: 1234.5 must never print as "1234.5"
+    or "1,234" (a Dutch reader takes that for 1.234), and every key with a
+    decimal format shows a decimal comma."""
+    checked = 0
+    for key, value in i18n.catalog(lang).items():
+        for text in forms(value).values():
+            specs = {f: spec for _, f, spec, _ in string.Formatter().parse(text) if f}
+            if not any(spec and spec[-1] in "eEfFgG" for spec in specs.values()):
+                continue
+            out = i18n.t(key, lang, **{f: sample(spec) for f, spec in specs.items()})
+            assert not re.search(r"1234\.\d|1,234\b|1,2345", out), (key, out)
+            assert re.search(r"\d,\d", out), (key, out)
+            checked += 1
+    assert checked >= 10  # the lab results have many decimals
+
+
+@pytest.mark.parametrize(
+    ("lang", "expected"), [("en", "1,234.5"), ("zh", "1,234.5"), ("nl", "1.234,5")],
+)
+def test_grouping_and_decimal_marks(lang, expected):
+    assert i18n.t("x {v:,.1f} y", lang, v=1234.5) == f"x {expected} y"
+
+
+def test_format_number_for_text_outside_the_catalogs():
+    assert i18n.format_number(1234.5678, "nl", ".4g") == "1235"
+    assert i18n.format_number(0.0125, "nl", ".3g") == "0,0125"
+    assert i18n.format_number(1234.5, "en", ",.1f") == "1,234.5"
+
+
+def test_numbers_keep_their_format_spec():
+    assert i18n.t("labs.done", "nl", seconds=1.5, overhead=0.25).startswith("Klaar in 1,50 s (waarvan 0,25 s")
+    assert i18n.t("labs.done", "en", seconds=1.5, overhead=0.25).startswith("Finished in 1.50 s (of which 0.25 s")
+    assert i18n.t("labs.bench.ratio", "nl", ratio=0.5, size="16 MiB").startswith("Onze ring haalt 50% ")
+    # Text and ids are left alone: only numbers are localised.
+    assert i18n.t("admin_certs.revoked", "nl", id="DP-1.2,3") == "DP-1.2,3 is ingetrokken."
+
+
+def test_english_fallback_still_uses_the_readers_decimal_mark(monkeypatch):
+    monkeypatch.setitem(i18n.catalog("en"), "only.in.english", "{x:.1f} s")
+    assert i18n.t("only.in.english", "nl", x=2.5) == "2,5 s"
+
+
+def test_name_help_names_the_scripts_the_certificate_prints():
+    """The name field lists the scripts that print; when the certificate learns
+    Korean, Arabic or Hebrew this fails, as a reminder to update the text."""
+    from certificates.pdf import unprintable_chars
+
+    printable = ["Zoë Łukasiewicz", "Nguyễn Thị Minh Khai", "Αλέξανδρος", "Пётр Чайковский", "Արամ", "ნინო",
+                 "张伟", "山田 たろう"]
+    refused = ["김민준", "محمد", "דוד", "สมชาย", "राहुल"]
+    assert [n for n in printable if unprintable_chars(n)] == []
+    assert [n for n in refused if not unprintable_chars(n)] == []
+    names = {"en": ["Latin", "Vietnamese", "Greek", "Cyrillic", "Armenian", "Georgian", "Chinese", "Japanese",
+                    "Korean", "Arabic", "Hebrew", "Thai", "Indic"],
+             "nl": ["Latijns", "Vietnamees", "Grieks", "Cyrillisch", "Armeens", "Georgisch", "Chinees", "Japans",
+                    "Koreaans", "Arabisch", "Hebreeuws", "Thais", "Indiase"],
+             "zh": ["拉丁", "越南", "希腊", "西里尔", "亚美尼亚", "格鲁吉亚", "中文", "日文", "韩文", "阿拉伯", "希伯来",
+                    "泰文", "印度"]}
+    for lang, words in names.items():
+        text = i18n.t("certificate.name_help", lang)
+        assert "any script" not in text and "elk schrift" not in text and "各种文字" not in text
+        assert [w for w in words if w not in text] == [], lang
 
 
 def test_missing_key_falls_back_to_english(monkeypatch):

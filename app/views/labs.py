@@ -71,7 +71,7 @@ def live(run_id: int) -> None:
         st.rerun(scope="app")
     if run.status == "queued":
         position = labjobs.queue_position(run_id)
-        st.info(t("labs.queued", position=position or 1, limit=settings.lab_concurrency))
+        st.info(t("labs.queued", position=position or 1, count=settings.lab_concurrency))
     else:
         event = labjobs.progress(run_id) or {}
         fraction = event.get("fraction")
@@ -99,7 +99,7 @@ mine = labjobs.history(learner_id=who.id) if who else labjobs.runs(state.get("la
 st.markdown(f"#### {t('labs.history') if who else t('labs.history_guest')}")
 for past in mine:
     label = t("labs.history_row", id=past.id, lab=t(f"labs_names.{past.lab}"),
-              world=past.params.get("world_size", "?"), status=t(f"labs.status.{past.status}"),
+              count=past.params.get("world_size", "?"), status=t(f"labs.status.{past.status}"),
               date=f"{past.created_at:%Y-%m-%d %H:%M}")
     if st.button(label, key=f"past_{past.id}", icon=":material/history:"):
         state["lab_run_id"] = past.id
