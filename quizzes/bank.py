@@ -235,7 +235,9 @@ def compute_answer(question: Question, params: Mapping[str, float]) -> float:
 
 def round_to(value: float, precision: Mapping[str, int]) -> list[float]:
     """The correctly rounded values at `precision`: one, or both neighbours
-    when `value` sits (within float noise) on a tie."""
+    when `value` sits (within float noise) on a tie; none without a precision."""
+    if not precision:
+        return []
     if "decimals" in precision:
         unit = 10.0 ** -precision["decimals"]
     elif value == 0:
@@ -604,8 +606,8 @@ def _parse_numeric(
         or not 0 <= next(iter(raw_precision.values())) <= 6
         or raw_precision.get("sig") == 0
     ):
+        # Still gradable: the question stays in, the check fails.
         problems.append(f"{where}: precision must be {{sig: 1..6}} or {{decimals: 0..6}}")
-        ok = False
     else:
         precision = {str(k): int(v) for k, v in raw_precision.items()}
 

@@ -171,8 +171,9 @@ def test_expression_names_exclude_functions():
         (_choice().replace("'why 0 zh'", "'参见「概览」一节。'"), "names a section by hand", 1),
         (_numeric().replace("\n  see: ring-allreduce", ""), "question needs see:", 1),
         # Numeric questions state their precision and declare their mistakes.
-        (_numeric(precision="{}"), "precision must be", 0),
-        (_numeric(precision="{sig: 0}"), "precision must be", 0),
+        (_numeric(precision="{}"), "precision must be", 1),
+        (_numeric(precision="{sig: 0}"), "precision must be", 1),
+        (_numeric(precision="{sig: 3, decimals: 1}"), "precision must be", 1),
         (_numeric(mistakes="[]"), "needs mistakes", 1),
         (_numeric(mistakes='[{formula: "2 * m", label: "x"}]'), "uses unknown names m", 1),
         (_numeric(mistakes='[{formula: "n + n", label: "same as the answer"}]'),
