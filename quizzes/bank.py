@@ -7,6 +7,18 @@ answer formula that does not evaluate, ...). A question that only lacks a
 translation stays in, so one missing sentence does not take a question away
 from the other languages; ``python -m quizzes check`` fails on both.
 
+Every explanation cites the lesson section(s) it comes from by id (``see``);
+the title is read from each language's ``toc.yaml`` when the explanation is
+shown, so a renamed section can never leave a stale title behind, and an id
+the table of contents lacks is a problem.
+
+A numeric question states the precision it wants (``precision``: {sig: 3}
+or {decimals: 0}; the engine words it in every language) and lists its
+common ``mistakes`` as formulas. The check evaluates the answer and every
+mistake on every parameter draw (all of them, or a large seeded sample when
+there are too many): a correctly rounded answer must be accepted, and no
+mistake, exact or rounded, may be.
+
 Numeric answers are formulas over the drawn parameters. They are parsed with
 ``ast`` and walked by a tiny evaluator that knows numbers, the parameter
 names, ``+ - * / **`` and the functions min, max, round, log2 and sqrt:
@@ -40,21 +52,29 @@ FALLBACK_TOPICS = (
     "overview", "training-step", "ring-allreduce", "ddp", "practice", "strategy",
     "case-studies", "future", "risks", "roadmap", "faq",
 )
-# How many parameter draws `check` evaluates for every numeric question.
-CHECK_DRAWS = 200
+# `check` evaluates every parameter draw when there are at most ALL_DRAWS of
+# them, else CHECK_DRAWS seeded ones.
+ALL_DRAWS = 20_000
+CHECK_DRAWS = 2_000
+PRECISIONS = ("sig", "decimals")
+MAX_SEE = 2  # sections one explanation may cite (the wording has one and two)
 MAX_KEYS = 26  # options and ordering items are keyed a, b, c, ...
 
 _ID = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
-_COMMON_KEYS = {"id", "topic", "type", "text", "faq", "explain"}
+_COMMON_KEYS = {"id", "topic", "type", "text", "faq", "explain", "see"}
 _KEYS = {
     "single": _COMMON_KEYS | {"options"},
     "multiple": _COMMON_KEYS | {"options"},
-    "numeric": _COMMON_KEYS | {"params", "answer", "tolerance", "unit"},
+    "numeric": _COMMON_KEYS | {"params", "answer", "tolerance", "unit", "precision", "mistakes"},
     "ordering": _COMMON_KEYS | {"items"},
 }
+
+
+# A section named by hand instead of by `see:` (review X11): it drifts.
+HAND_TYPED_SECTION = re.compile(r"\bSee \*|\bZie \*|参见「")
 
 
 @dataclass(frozen=True)
@@ -62,6 +82,15 @@ class Option:
     text: dict[str, str]
     correct: bool
     explain: dict[str, str]
+    see: tuple[str, ...] = ()  # lesson section ids the explanation cites
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A wrong way to compute a numeric answer that must never be graded right."""
+
+    formula: str
+    label: str  # for the check's report; never shown to learners
 
 
 @dataclass(frozen=True)
@@ -80,10 +109,13 @@ class Question:
     answer: str = ""
     tolerance: dict[str, float] = field(default_factory=dict)
     unit: dict[str, str] | None = None
+    precision: dict[str, int] = field(default_factory=dict)  # {sig: 3} or {decimals: 0}
+    mistakes: tuple[Mistake, ...] = ()
     # Ordering questions: the items in their correct order.
     items: tuple[dict[str, str], ...] = ()
     # Numeric and ordering questions (optional for choice questions).
     explain: dict[str, str] | None = None
+    see: tuple[str, ...] = ()  # sections the question's own explanation cites
 
 
 @dataclass(frozen=True)
@@ -201,6 +233,38 @@ def compute_answer(question: Question, params: Mapping[str, float]) -> float:
     return evaluate(_compiled(question.answer), params)
 
 
+def round_to(value: float, precision: Mapping[str, int]) -> list[float]:
+    """The correctly rounded values at `precision`: one, or both neighbours
+    when `value` sits (within float noise) on a tie; none without a precision."""
+    if not precision:
+        return []
+    if "decimals" in precision:
+        unit = 10.0 ** -precision["decimals"]
+    elif value == 0:
+        return [0.0]
+    else:
+        unit = 10.0 ** (math.floor(math.log10(abs(value))) - precision["sig"] + 1)
+    low = math.floor(value / unit) * unit
+    out = [c for c in (low, low + unit) if abs(c - value) <= unit / 2 * (1 + 1e-9)]
+    return [float(f"{c:.12g}") for c in out]
+
+
+def all_draws(question: Question) -> list[dict[str, float]]:
+    """Every parameter combination, or CHECK_DRAWS seeded ones when there are
+    more than ALL_DRAWS: what `check` grades the answer and mistakes on."""
+    spaces = [
+        (name, list(spec["choices"]) if "choices" in spec else list(range(spec["min"], spec["max"] + 1)))
+        for name, spec in question.params.items()
+    ]
+    if math.prod(len(values) for _, values in spaces) > ALL_DRAWS:
+        rng = random.Random(question.id)
+        return [draw_params(question, rng) for _ in range(CHECK_DRAWS)]
+    draws: list[dict[str, float]] = [{}]
+    for name, values in spaces:
+        draws = [{**d, name: v} for d in draws for v in values]
+    return draws
+
+
 def draw_params(question: Question, rng: random.Random) -> dict[str, float]:
     """Draw one value per parameter, in the order the bank lists them."""
     values: dict[str, float] = {}
@@ -222,6 +286,19 @@ def lesson_languages(lessons_dir: Path = LESSONS_DIR) -> tuple[str, ...]:
         return FALLBACK_LANGUAGES
     known = [lang for lang in FALLBACK_LANGUAGES if lang in found]
     return tuple(known + [lang for lang in found if lang not in known])
+
+
+@lru_cache(maxsize=16)
+def section_titles(lang: str, lessons_dir: Path = LESSONS_DIR) -> dict[str, str]:
+    """Section id -> title from `lang`'s table of contents (English where the
+    language has none): what a ``see:`` id is shown as."""
+    for code in (lang, "en"):
+        try:
+            data = yaml.safe_load((lessons_dir / code / "toc.yaml").read_text(encoding="utf-8"))
+            return {str(s["id"]): str(s["title"]) for s in data["sections"]}
+        except (OSError, yaml.YAMLError, KeyError, TypeError):
+            continue
+    return {}
 
 
 def lesson_topics(lessons_dir: Path = LESSONS_DIR) -> tuple[str, ...]:
@@ -340,10 +417,34 @@ def _parse_question(
     if not isinstance(raw.get("faq", False), bool):
         problems.append(f"{where}: faq must be true or false")
 
+    def sections(value: Any, what: str, explanation: dict[str, str] | None) -> tuple[str, ...]:
+        """The `see:` ids of one explanation: known sections, one or two, and
+        no section title typed into the explanation itself."""
+        for lang, body in (explanation or {}).items():
+            if HAND_TYPED_SECTION.search(body):
+                problems.append(f"{where}: {what} explain.{lang} names a section by hand; use see:")
+        if value is None:
+            if explanation is not None:
+                problems.append(f"{where}: {what} needs see: (the lesson section(s) it explains from)")
+            return ()
+        ids = [value] if isinstance(value, str) else value
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
+            problems.append(f"{where}: {what} see must be a section id or a list of them")
+            return ()
+        if len(ids) > MAX_SEE:
+            problems.append(f"{where}: {what} cites {len(ids)} sections, at most {MAX_SEE}")
+        unknown = [i for i in ids if i not in topics]
+        if unknown:
+            problems.append(f"{where}: {what} see names unknown section(s) {', '.join(unknown)}")
+        return tuple(i for i in ids[:MAX_SEE] if i in topics)
+
     text = texts(raw.get("text"), "text")
     if not text:
         fatal = True
     explain = texts(raw["explain"], "explain") if "explain" in raw else None
+    if "see" in raw and explain is None:
+        problems.append(f"{where}: see without explain")
+    see = sections(raw.get("see"), "question", explain)
     q: dict[str, Any] = {}
 
     if qtype in ("single", "multiple"):
@@ -360,17 +461,19 @@ def _parse_question(
                 problems.append(f"{where}: option {j + 1} must be a mapping")
                 fatal = True
                 continue
-            extra = sorted(set(opt) - {"text", "correct", "explain"})
+            extra = sorted(set(opt) - {"text", "correct", "explain", "see"})
             if extra:
                 problems.append(f"{where}: option {j + 1} has unknown keys {', '.join(map(str, extra))}")
             if not isinstance(opt.get("correct"), bool):
                 problems.append(f"{where}: option {j + 1} needs correct: true or false")
                 fatal = True
+            option_explain = texts(opt.get("explain"), f"option {j + 1} explain")
             options.append(
                 Option(
                     text=texts(opt.get("text"), f"option {j + 1} text"),
                     correct=opt.get("correct") is True,
-                    explain=texts(opt.get("explain"), f"option {j + 1} explain"),
+                    explain=option_explain,
+                    see=sections(opt.get("see"), f"option {j + 1}", option_explain),
                 )
             )
         n_correct = sum(o.correct for o in options)
@@ -405,7 +508,7 @@ def _parse_question(
 
     question = Question(
         id=qid, topic=str(topic), type=qtype, text=text, source=f"{file_topic}.yaml",
-        faq=raw.get("faq") is True, explain=explain, **q,
+        faq=raw.get("faq") is True, explain=explain, see=see, **q,
     )
     if qtype == "numeric" and not fatal:
         fatal = not _check_numeric(question, where, problems, languages)
@@ -491,7 +594,52 @@ def _parse_numeric(
             else:
                 tolerance[key] = float(value)
     unit = texts(raw["unit"], "unit") if raw.get("unit") is not None else None
-    return ok, {"params": params, "answer": answer, "tolerance": tolerance, "unit": unit}
+
+    precision: dict[str, int] = {}
+    raw_precision = raw.get("precision")
+    if (
+        not isinstance(raw_precision, dict)
+        or len(raw_precision) != 1
+        or next(iter(raw_precision)) not in PRECISIONS
+        or not isinstance(next(iter(raw_precision.values())), int)
+        or isinstance(next(iter(raw_precision.values())), bool)
+        or not 0 <= next(iter(raw_precision.values())) <= 6
+        or raw_precision.get("sig") == 0
+    ):
+        # Still gradable: the question stays in, the check fails.
+        problems.append(f"{where}: precision must be {{sig: 1..6}} or {{decimals: 0..6}}")
+    else:
+        precision = {str(k): int(v) for k, v in raw_precision.items()}
+
+    mistakes: list[Mistake] = []
+    raw_mistakes = raw.get("mistakes")
+    if not isinstance(raw_mistakes, list) or not raw_mistakes:
+        problems.append(f"{where}: numeric question needs mistakes: a list of {{formula, label}}")
+        raw_mistakes = []
+    for j, m in enumerate(raw_mistakes):
+        if (
+            not isinstance(m, dict)
+            or set(m) != {"formula", "label"}
+            or not isinstance(m["formula"], str)
+            or not isinstance(m["label"], str)
+        ):
+            problems.append(f"{where}: mistake {j + 1} must be {{formula: '...', label: '...'}}")
+            continue
+        try:
+            names = expression_names(parse_expression(m["formula"]))
+        except ExpressionError as exc:
+            problems.append(f"{where}: mistake {m['label']!r}: {exc}")
+            continue
+        if names - set(params):
+            problems.append(
+                f"{where}: mistake {m['label']!r} uses unknown names {', '.join(sorted(names - set(params)))}"
+            )
+            continue
+        mistakes.append(Mistake(formula=m["formula"], label=m["label"]))
+    return ok, {
+        "params": params, "answer": answer, "tolerance": tolerance, "unit": unit,
+        "precision": precision, "mistakes": tuple(mistakes),
+    }
 
 
 def _is_number(value: Any) -> bool:
@@ -520,20 +668,45 @@ def _check_numeric(
     if unused:
         problems.append(f"{where}: text.en does not show parameters {unused}")
 
-    rng = random.Random(question.id)
-    for _ in range(CHECK_DRAWS):
-        values = draw_params(question, rng)
+    shown_ok = rounded_ok = True
+    caught: set[str] = set()
+    for values in all_draws(question):
         try:
             expected = compute_answer(question, values)
         except ExpressionError as exc:
             problems.append(f"{where}: answer fails for {values}: {exc}")
             return False
-        for lang in languages:
+        for lang in languages if shown_ok else ():
             shown = format_number(expected, lang)
             if not within_tolerance(parse_number(shown, lang), expected, question.tolerance):
                 problems.append(
                     f"{where}: the displayed answer {shown!r} ({lang}) falls outside the "
                     f"tolerance for {values}; widen the tolerance"
                 )
-                return True  # gradable, just too strict
-    return True
+                shown_ok = False
+        for rounded in round_to(expected, question.precision) if rounded_ok else ():
+            if not within_tolerance(rounded, expected, question.tolerance):
+                problems.append(
+                    f"{where}: {rounded:g}, {expected:g} rounded to {question.precision}, is graded "
+                    f"wrong for {values}; widen the tolerance or ask for more precision"
+                )
+                rounded_ok = False
+        for mistake in question.mistakes:
+            if mistake.label in caught:
+                continue
+            try:
+                wrong = evaluate(_compiled(mistake.formula), values)
+            except ExpressionError as exc:
+                problems.append(f"{where}: mistake {mistake.label!r} fails for {values}: {exc}")
+                caught.add(mistake.label)
+                continue
+            if any(
+                within_tolerance(v, expected, question.tolerance)
+                for v in [wrong, *round_to(wrong, question.precision)]
+            ):
+                problems.append(
+                    f"{where}: mistake {mistake.label!r} ({wrong:g} for {expected:g}) would be "
+                    f"graded correct for {values}"
+                )
+                caught.add(mistake.label)
+    return True  # gradable, even where too strict or too lax

@@ -12,7 +12,9 @@ the same questions::
 The browser only ever gets ``public_question``: texts and opaque keys (the
 letter of the displayed position, which says nothing about the bank order).
 Whether an option is right, and why, leaves the server only in the
-``Feedback`` of an answered question.
+``Feedback`` of an answered question; that feedback explains every option,
+not only the chosen and the right ones, because a distractor's explanation
+often carries the caveat a learner who answered right still needs.
 
 Reading numbers (``parse_number``): spaces (also thin and no-break spaces)
 group thousands; when both ``.`` and ``,`` occur, the last one is the decimal
@@ -40,10 +42,20 @@ from typing import Any
 
 import yaml
 
-from quizzes.bank import PLACEHOLDER, Bank, Question, compute_answer, draw_params, localized
+from quizzes.bank import (
+    PLACEHOLDER,
+    Bank,
+    Question,
+    compute_answer,
+    draw_params,
+    localized,
+    section_titles,
+)
 
 MESSAGES_DIR = Path(__file__).resolve().parent / "messages"
 KEYS = string.ascii_lowercase
+# Where a cited section is read; the language stays in the URL.
+LESSON_LINK = "/lessons?section={section}&lang={lang}"
 
 
 # ---------------------------------------------------------------- messages
@@ -284,6 +296,33 @@ def _fill(text: str, values: dict[str, Any], lang: str) -> str:
     return PLACEHOLDER.sub(sub, text)
 
 
+def see_sentence(section_ids: tuple[str, ...], lang: str) -> str:
+    """"See [title](link)." for the cited sections, titles from `lang`'s table
+    of contents: the bank holds ids only, so a title cannot go stale."""
+    if not section_ids:
+        return ""
+    titles = section_titles(lang)
+    links = {
+        name: f"[{titles.get(sid, sid)}]({LESSON_LINK.format(section=sid, lang=lang)})"
+        for name, sid in zip(("a", "b"), section_ids, strict=False)
+    }
+    return message("see.two" if len(section_ids) > 1 else "see.one", lang, **links)
+
+
+def _with_see(text: str, section_ids: tuple[str, ...], lang: str) -> str:
+    see = see_sentence(section_ids, lang)
+    return f"{text} {see}" if text and see else text or see
+
+
+def precision_sentence(question: Question, lang: str) -> str:
+    """How precisely to answer a numeric question, worded per language."""
+    if "sig" in question.precision:
+        return message("precision.sig", lang, n=question.precision["sig"])
+    if question.precision.get("decimals"):
+        return message("precision.decimals", lang, n=question.precision["decimals"])
+    return message("precision.whole", lang) if question.precision else ""
+
+
 def _text(question: Question, texts: dict[str, str] | None, plan_item: dict[str, Any], lang: str,
           answer: float | None = None) -> str:
     text = localized(texts, lang)
@@ -297,11 +336,14 @@ def _text(question: Question, texts: dict[str, str] | None, plan_item: dict[str,
 
 def public_question(plan_item: dict[str, Any], bank: Bank, lang: str) -> PublicQuestion:
     question = _question(plan_item, bank)
+    text = _text(question, question.text, plan_item, lang)
+    if question.type == "numeric" and question.precision:
+        text = f"{text} {precision_sentence(question, lang)}"
     return PublicQuestion(
         question_id=question.id,
         topic=question.topic,
         type=question.type,
-        text=_text(question, question.text, plan_item, lang),
+        text=text,
         options=[
             (KEYS[pos], localized(question.options[idx].text, lang))
             for pos, idx in enumerate(plan_item["options"])
@@ -321,9 +363,10 @@ def public_question(plan_item: dict[str, Any], bank: Bank, lang: str) -> PublicQ
 class OptionFeedback:
     key: str
     text: str
-    explain: str
+    explain: str  # with the "See <section>." sentence, linked
     chosen: bool
     correct: bool
+    see: tuple[str, ...] = ()  # the section ids it cites
 
 
 @dataclass(frozen=True)
@@ -335,8 +378,9 @@ class Feedback:
     topic: str  # the lesson section to link to
     correct_answer: list[str]  # right option texts, "448 MiB", or items in order
     given: list[str]  # the learner's answer as text (empty: unanswered)
-    explanations: list[OptionFeedback] = field(default_factory=list)  # chosen and correct options
-    explanation: str | None = None  # the question's own explanation, values filled in
+    explanations: list[OptionFeedback] = field(default_factory=list)  # every option, shown order
+    explanation: str | None = None  # the question's own explanation, values filled in, linked
+    see: tuple[str, ...] = ()  # the sections the question's own explanation cites
     expected: float | None = None  # numeric: the exact expected value
     value: float | None = None  # numeric: the learner's number as read
     duplicate: bool = False  # store: a repeated submission; this is the first one's feedback
@@ -424,14 +468,16 @@ def _grade_choice(question: Question, plan_item: dict[str, Any], answer: Any, la
             OptionFeedback(
                 key=key,
                 text=localized(opt.text, lang),
-                explain=localized(opt.explain, lang),
+                explain=_with_see(localized(opt.explain, lang), opt.see, lang),
                 chosen=key in chosen,
                 correct=opt.correct,
+                see=opt.see,
             )
             for key, opt in shown
-            if key in chosen or opt.correct
         ],
-        explanation=_text(question, question.explain, plan_item, lang) or None,
+        explanation=_with_see(_text(question, question.explain, plan_item, lang), question.see, lang)
+        or None,
+        see=question.see,
     )
 
 
@@ -448,7 +494,9 @@ def _grade_ordering(question: Question, plan_item: dict[str, Any], answer: Any, 
         topic=question.topic,
         correct_answer=[localized(item, lang) for item in question.items],
         given=[localized(question.items[idx], lang) for idx in indices],
-        explanation=_text(question, question.explain, plan_item, lang) or None,
+        explanation=_with_see(_text(question, question.explain, plan_item, lang), question.see, lang)
+        or None,
+        see=question.see,
     )
 
 
@@ -465,7 +513,11 @@ def _grade_numeric(question: Question, plan_item: dict[str, Any], answer: Any, l
         topic=question.topic,
         correct_answer=[format_number(expected, lang) + (f" {unit}" if unit else "")],
         given=[] if answer is None else [answer["text"]],
-        explanation=_text(question, question.explain, plan_item, lang, answer=expected) or None,
+        explanation=_with_see(
+            _text(question, question.explain, plan_item, lang, answer=expected), question.see, lang
+        )
+        or None,
+        see=question.see,
         expected=expected,
         value=value,
     )

@@ -314,6 +314,36 @@ def answered_feedback(
     return out
 
 
+def answered_positions(*, session: Session, attempt_id: int, learner_id: int) -> set[int]:
+    """The answered positions of an attempt: what the quiz page needs for its
+    progress bar and navigation, without grading anything."""
+    _get_attempt(session, attempt_id, learner_id)
+    return set(
+        session.exec(select(QuizAnswer.position).where(QuizAnswer.attempt_id == attempt_id)).all()
+    )
+
+
+def position_feedback(
+    *, session: Session, attempt_id: int, learner_id: int, position: int, lang: str,
+    bank: Bank | None = None,
+) -> Feedback | None:
+    """Feedback of the stored answer at one position, graded as stored; None
+    when it is unanswered or its question is gone from the bank. The page
+    calls this only for a question whose feedback it does not already hold
+    from ``record_answer`` (a refresh, another language)."""
+    attempt = _get_attempt(session, attempt_id, learner_id)
+    answer = session.exec(
+        select(QuizAnswer).where(QuizAnswer.attempt_id == attempt_id, QuizAnswer.position == position)
+    ).first()
+    if answer is None or not 0 <= position < len(attempt.plan):
+        return None
+    try:
+        feedback = grade(attempt.plan[position], _bank(bank), answer.response, lang)
+    except QuestionUnavailable:
+        return None
+    return replace(feedback, correct=answer.correct, credit=answer.credit)
+
+
 # ------------------------------------------------------------------ finish
 
 

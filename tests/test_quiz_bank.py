@@ -41,7 +41,8 @@ def _choice(qid: str = "overview-q", qtype: str = "single", correct=(True, False
         f"""
     - text: {_tr(f"option {i}")}
       correct: {str(c).lower()}
-      explain: {_tr(f"why {i}")}"""
+      explain: {_tr(f"why {i}")}
+      see: overview"""
         for i, c in enumerate(correct)
     )
     return f"""
@@ -54,7 +55,8 @@ def _choice(qid: str = "overview-q", qtype: str = "single", correct=(True, False
 
 
 def _numeric(answer: str = "2 * n", tolerance: str = "{rel: 0.01}", text: str = "n is {n}",
-             params: str = "n: {min: 2, max: 8}") -> str:
+             params: str = "n: {min: 2, max: 8}", precision: str = "{sig: 3}",
+             mistakes: str = '[{formula: "n", label: "forgets the 2"}]') -> str:
     return f"""
 - id: overview-num
   topic: overview
@@ -65,7 +67,10 @@ def _numeric(answer: str = "2 * n", tolerance: str = "{rel: 0.01}", text: str = 
   answer: "{answer}"
   tolerance: {tolerance}
   unit: {_tr("MB")}
+  precision: {precision}
+  mistakes: {mistakes}
   explain: {_tr("because")}
+  see: ring-allreduce
 """
 
 
@@ -158,6 +163,27 @@ def test_expression_names_exclude_functions():
         (_numeric(params="n: {min: 1.5, max: 3}"), "integer min <= max", 0),
         (_numeric(params="n: {choices: []}"), "non-empty list of numbers", 0),
         (_numeric(params="min: {choices: [1]}"), "parameter name 'min' not allowed", 0),
+        # Sections are cited by id, never typed by hand.
+        (_choice().replace("see: overview", "see: nowhere", 1), "see names unknown section(s) nowhere", 1),
+        (_choice().replace("\n      see: overview", "", 1), "option 1 needs see:", 1),
+        (_choice().replace("see: overview", "see: [overview, ddp, ring-allreduce]", 1), "at most 2", 1),
+        (_choice().replace("'why 0'", "'why 0. See *Overview*.'"), "names a section by hand", 1),
+        (_choice().replace("'why 0 zh'", "'参见「概览」一节。'"), "names a section by hand", 1),
+        (_numeric().replace("\n  see: ring-allreduce", ""), "question needs see:", 1),
+        # Numeric questions state their precision and declare their mistakes.
+        (_numeric(precision="{}"), "precision must be", 1),
+        (_numeric(precision="{sig: 0}"), "precision must be", 1),
+        (_numeric(precision="{sig: 3, decimals: 1}"), "precision must be", 1),
+        (_numeric(mistakes="[]"), "needs mistakes", 1),
+        (_numeric(mistakes='[{formula: "2 * m", label: "x"}]'), "uses unknown names m", 1),
+        (_numeric(mistakes='[{formula: "n + n", label: "same as the answer"}]'),
+         "mistake 'same as the answer' (4 for 4) would be graded correct", 1),
+        # Two figures of n / 3 (0.67 for 0.667) are 0.5 % off, outside a 0.1 % tolerance.
+        (_numeric(answer="n / 3", tolerance="{rel: 0.001}", precision="{sig: 2}"), "is graded wrong", 1),
+        # 102.5 is outside +-2 of 100, but a learner rounding it to two figures types 100.
+        (_numeric(answer="10 * n", params="n: {choices: [10]}", tolerance="{abs: 2}", precision="{sig: 2}",
+                  mistakes='[{formula: "10.25 * n", label: "rounds in"}]'),
+         "mistake 'rounds in' (102.5 for 100) would be graded correct", 1),
     ],
 )
 def test_validation_finds(tmp_path, yaml_text, expected, usable):
@@ -222,3 +248,42 @@ def test_check_command_passes_on_the_real_bank():
     for lang in load_bank().languages:
         assert f"\n{lang}" in result.stdout
     assert "numeric" in result.stdout and "OK" in result.stdout
+
+
+def _real_bank_with(tmp_path: Path, old: str, new: str) -> Path:
+    """A copy of the real bank with one edit in ring-allreduce.yaml."""
+    for path in BANK_DIR.glob("*.yaml"):
+        text = path.read_text(encoding="utf-8")
+        if path.name == "ring-allreduce.yaml":
+            assert old in text, old
+            text = text.replace(old, new, 1)
+        (tmp_path / path.name).write_text(text, encoding="utf-8")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        # A mistake formula equal to the answer: it would be graded right.
+        ('{formula: "2 * (n - 1) / n * S / B", label: "drops the latency term"}',
+         '{formula: "2 * (n - 1) * a / 1000 + 2 * (n - 1) / n * S / B", label: "drops the latency term"}',
+         "mistake 'drops the latency term'"),
+        # A tolerance that rejects a correctly rounded three-figure answer.
+        ("tolerance: {rel: 0.006}", "tolerance: {rel: 0.0001}", "is graded wrong"),
+        # A section id the table of contents does not have.
+        ("see: ring-allreduce", "see: ring-all-reduce", "unknown section(s) ring-all-reduce"),
+        # A section title typed by hand.
+        ('en: "True. That is the definition', 'en: "See *Ring all-reduce*. True. That is the definition',
+         "names a section by hand"),
+    ],
+)
+def test_check_command_fails_on_a_broken_item_in_the_real_bank(tmp_path, old, new, expected):
+    result = _run_check("--bank", str(_real_bank_with(tmp_path, old, new)))
+    assert result.returncode == 1, result.stdout
+    assert expected in result.stdout, result.stdout
+
+
+def test_every_numeric_question_states_precision_and_mistakes():
+    for question in load_bank().questions.values():
+        if question.type == "numeric":
+            assert question.precision and question.mistakes, question.id

@@ -6,11 +6,14 @@ import pytest
 from sqlmodel import select
 from streamlit.testing.v1 import AppTest
 
-from app import i18n
+from app import i18n, lessons
 from app.accounts import sign_up
 from app.db import session_scope
 from app.models import QuizAnswer, QuizAttempt
+from app.settings import get_settings
+from quizzes import store
 from quizzes.bank import load_bank
+from quizzes.engine import draw_attempt, message
 from tests.apptest import MAIN, open_page, press
 from tests.quizkey import right_answer, wrong_answer
 
@@ -30,6 +33,21 @@ def current(learner_id: int) -> QuizAttempt:
     with session_scope() as s:
         return s.exec(select(QuizAttempt).where(QuizAttempt.learner_id == learner_id,
                                                 QuizAttempt.status == "in_progress")).one()
+
+
+def seeded_attempt(learner_id: int, wanted: str) -> tuple[QuizAttempt, int]:
+    """Start an attempt whose seed draws a `wanted`-type question, and its position:
+    a test that needs one must not depend on the luck of the draw."""
+    bank, k = load_bank(), get_settings().quiz_questions
+
+    def first(seed: int) -> int | None:
+        types = [bank.questions[i["question_id"]].type for i in draw_attempt(bank, seed=seed, k=k)]
+        return types.index(wanted) if wanted in types else None
+
+    seed = next(s for s in range(1000) if first(s) is not None)
+    with session_scope() as s:
+        store.start_attempt(session=s, learner_id=learner_id, lang="en", seed=seed, k=k, bank=bank)
+    return current(learner_id), first(seed)
 
 
 def answer(at: AppTest, attempt: QuizAttempt, pos: int, response, lang: str) -> None:
@@ -102,7 +120,9 @@ def test_attempt_resumes_after_refresh(app_db):
     answer(at, attempt, 0, right_answer(attempt.plan[0], load_bank(), "en"), "en")
     # A refresh is a brand-new session: the attempt and its answer are still there.
     again = open_quiz(learner.id, "en")
-    assert any("1 of" in p.text for p in again.get("progress")) or again.get("progress")
+    [bar] = again.get("progress")
+    assert bar.proto.text == i18n.t("quiz.answered_of", "en", answered=1, total=len(attempt.plan))
+    assert bar.proto.value == int(100 / len(attempt.plan))
     assert current(learner.id).id == attempt.id
     assert i18n.t("quiz.question_of", "en", n=2, total=len(attempt.plan)) in "".join(c.value for c in again.caption)
 
@@ -110,14 +130,8 @@ def test_attempt_resumes_after_refresh(app_db):
 def test_garbage_numeric_answer_gets_a_message_and_loses_nothing(app_db):
     with session_scope() as s:
         learner = sign_up(session=s, email="garbage@example.org", password="long enough pw")
-    at = open_quiz(learner.id, "en")
-    click(at, "Start a new attempt")
-    attempt = current(learner.id)
-    bank = load_bank()
-    pos = next((i for i, item in enumerate(attempt.plan)
-                if bank.questions[item["question_id"]].type == "numeric"), None)
-    if pos is None:
-        pytest.skip("no numeric question drawn")
+    attempt, pos = seeded_attempt(learner.id, "numeric")
+    at = open_quiz(learner.id, "en")  # resumes the seeded attempt
     for _ in range(pos):
         click(at, "Next question")
     answer(at, attempt, pos, "twelve<script>", "en")
@@ -134,3 +148,31 @@ def test_quiz_needs_an_account(app_db):
     at.run()
     assert i18n.t("quiz.need_account", "en") in [i.value for i in at.info]
     assert not [b for b in at.button if b.label == "Start a new attempt"]
+
+
+def _texts(at: AppTest) -> str:
+    return "\n".join(m.value for m in at.markdown)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_every_option_explains_itself_after_the_answer_and_none_before(app_db, lang):
+    with session_scope() as s:
+        learner = sign_up(session=s, email=f"explain-{lang}@example.org", password="long enough pw")
+    attempt, pos = seeded_attempt(learner.id, "single")
+    bank = load_bank()
+    item = attempt.plan[pos]
+    question = bank.questions[item["question_id"]]
+    at = open_quiz(learner.id, lang)
+    for _ in range(pos):
+        click(at, i18n.t("quiz.next", lang))
+    explains = [o.explain[lang].split("{")[0] for o in question.options]
+    assert not [e for e in explains if e in _texts(at)]  # nothing before the answer
+    answer(at, attempt, pos, right_answer(item, bank, lang), lang)
+    shown = _texts(at)
+    assert [e for e in explains if e in shown] == explains  # every option, not only the right one
+    assert message("feedback.why_others", lang) in shown
+    # Each explanation cites its section by the table of contents' title, linked, language kept.
+    titles = {sec.id: sec.title for sec in lessons.sections(lang)}
+    for option in question.options:
+        for sec in option.see:
+            assert f"[{titles[sec]}](/lessons?section={sec}&lang={lang})" in shown

@@ -105,6 +105,25 @@ def test_attempt_is_stored_and_resumed(engine, learners, bank):
         assert count == 1
 
 
+def test_one_position_is_graded_without_the_others(engine, learners, bank):
+    """What the quiz page reads on a refresh: the answered positions, and the
+    feedback of the one question on screen, as stored and in the page's language."""
+    me, other = learners
+    with _session(engine) as session:
+        attempt = _start(session, bank, me)
+        _answer(session, bank, attempt, me, 0, right=True)
+        _answer(session, bank, attempt, me, 2, right=False)
+        assert store.answered_positions(session=session, attempt_id=attempt.id, learner_id=me) == {0, 2}
+        kw = {"session": session, "attempt_id": attempt.id, "learner_id": me, "bank": bank}
+        right = store.position_feedback(position=0, lang="zh", **kw)
+        wrong = store.position_feedback(position=2, lang="en", **kw)
+        assert right.correct and not wrong.correct
+        assert right.question_id == attempt.plan[0]["question_id"]
+        assert store.position_feedback(position=1, lang="en", **kw) is None  # unanswered: no key
+        with pytest.raises(store.NotYourAttempt):
+            store.answered_positions(session=session, attempt_id=attempt.id, learner_id=other)
+
+
 def test_answers_are_committed_immediately(engine, learners, bank):
     me = learners[0]
     with _session(engine) as session:

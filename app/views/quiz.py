@@ -8,7 +8,7 @@ from app.db import session_scope
 from app.settings import get_settings
 from quizzes import store
 from quizzes.bank import load_bank
-from quizzes.engine import QuizError, public_question
+from quizzes.engine import QuizError, message, public_question
 
 t = ui.t
 code = st.session_state["lang"]
@@ -37,9 +37,14 @@ def show_feedback(fb, key: str) -> None:
     if not fb.correct:
         st.markdown(t("quiz.correct_answer", answer=" → ".join(fb.correct_answer)
                       if fb.type == "ordering" else ", ".join(fb.correct_answer)))
+    # Every option explains itself: a right answer still needs the caveat a
+    # distractor's explanation may carry. Explanations end in a linked
+    # "See <section>." rendered from the section ids in the bank.
     chosen = [o for o in fb.explanations if o.chosen]
     right = [o for o in fb.explanations if o.correct and not o.chosen]
-    for heading, options in ((t("quiz.why_chosen"), chosen), (t("quiz.why_correct"), right)):
+    others = [o for o in fb.explanations if not o.correct and not o.chosen]
+    for heading, options in ((t("quiz.why_chosen"), chosen), (t("quiz.why_correct"), right),
+                             (message("feedback.why_others", code), others)):
         if options:
             st.markdown(f"**{heading}**")
             for option in options:
@@ -160,8 +165,7 @@ else:
     if attempt.practice:
         st.info(t("quiz.practice_banner"))
     with session_scope() as session:
-        answered = store.answered_feedback(session=session, attempt_id=attempt.id, learner_id=who.id,
-                                           lang=code, bank=bank)
+        answered = store.answered_positions(session=session, attempt_id=attempt.id, learner_id=who.id)
     total = len(attempt.plan)
     pos_key = f"quiz_pos_{attempt.id}"
     if not attempt.practice and answered and pos_key not in state:
@@ -175,7 +179,18 @@ else:
         st.caption(t("quiz.question_of", n=pos + 1, total=total) + f" · {titles.get(question.topic, '')}")
         st.markdown(f"#### {question.text}")
         if pos in answered:
-            show_feedback(answered[pos], f"fb_{attempt.id}_{pos}")
+            # The feedback record_answer returned, kept per language; graded
+            # again (this one question only) after a refresh or a language switch.
+            fb_key = f"quiz_fb_{attempt.id}_{pos}_{code}"
+            if fb_key not in state:
+                with session_scope() as session:
+                    state[fb_key] = store.position_feedback(
+                        session=session, attempt_id=attempt.id, learner_id=who.id, position=pos,
+                        lang=code, bank=bank)
+            if state[fb_key] is None:
+                st.warning(message("question_unavailable", code))
+            else:
+                show_feedback(state[fb_key], f"fb_{attempt.id}_{pos}")
         else:
             response = answer_widget(question, f"ans_{attempt.id}_{pos}")
             if st.button(t("quiz.submit"), type="primary", key=f"submit_{attempt.id}_{pos}"):
@@ -186,8 +201,9 @@ else:
                 else:
                     try:
                         with session_scope() as session:
-                            store.record_answer(session=session, attempt_id=attempt.id, learner_id=who.id,
-                                                position=pos, response=response, lang=code, bank=bank)
+                            state[f"quiz_fb_{attempt.id}_{pos}_{code}"] = store.record_answer(
+                                session=session, attempt_id=attempt.id, learner_id=who.id,
+                                position=pos, response=response, lang=code, bank=bank)
                         st.rerun()
                     except QuizError as err:
                         st.error(err.message(code))
