@@ -166,7 +166,8 @@ def test_genuine_token_on_another_names_page_shows_the_signed_name_to_compare(ap
     status = certs.texts("en")["status"]
     assert status["compare"] in [i.value for i in at.info]
     shown = "\n".join(x.value for x in at.text)
-    assert f"X\n" in shown + "\n" and cert.id in shown
+    labels = certs.texts("en")["labels"]
+    assert f"{labels['name']}: X\n" in shown and cert.id in shown
     assert "Maximilian" not in shown
 
 
