@@ -5,13 +5,14 @@ migration cleans up databases that already hold duplicates."""
 
 from __future__ import annotations
 
+import os
 import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import inspect, text
+from sqlalchemy import inspect, make_url, text
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
@@ -109,9 +110,39 @@ def test_a_plain_revocation_lets_the_learner_claim_again(session):
     assert store.issue_for_learner(session=session, learner_id=bob.id, name="Bob", lang="en").id != cert.id
 
 
-def test_concurrent_reissues_make_exactly_one_replacement(tmp_path):
+@pytest.fixture
+def sqlite_file(tmp_path):
+    return lambda name: make_engine(f"sqlite:///{tmp_path / name}.db")
+
+
+@pytest.fixture
+def postgres_db(postgres_url):
+    """A fresh database on the test cluster for each call (migrations start from nothing)."""
+    server = make_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    made: list[str] = []
+
+    def fresh(name: str):
+        db = f"{name}_{os.getpid()}_{len(made)}"
+        with server.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{db}"'))
+            conn.execute(text(f'CREATE DATABASE "{db}"'))
+        made.append(db)
+        return make_engine(make_url(postgres_url).set(database=db).render_as_string(hide_password=False))
+
+    yield fresh
+    with server.connect() as conn:
+        for db in made:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
+    server.dispose()
+
+
+BACKENDS = ["sqlite_file", pytest.param("postgres_db", marks=pytest.mark.postgres)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_concurrent_reissues_make_exactly_one_replacement(backend, request):
     # F-17: five "Reissue" submissions at once used to leave two valid replacements.
-    engine = make_engine(f"sqlite:///{tmp_path / 'race.db'}")
+    engine = request.getfixturevalue(backend)("race")
     migrate(engine)
     with Session(engine, expire_on_commit=False) as s:
         bob, _ = passed_learner(s)
@@ -151,8 +182,9 @@ def _alembic(engine, revision: str) -> None:
         command.upgrade(cfg, revision)
 
 
-def test_migration_0002_keeps_the_newest_and_revokes_the_other_duplicates(tmp_path):
-    engine = make_engine(f"sqlite:///{tmp_path / 'old.db'}")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_migration_0002_keeps_the_newest_and_revokes_the_other_duplicates(backend, request):
+    engine = request.getfixturevalue(backend)("old")
     _alembic(engine, "0001")
     t0 = datetime(2026, 11, 1, tzinfo=UTC)
     rows = [  # (id, learner, issued offset in hours, revoked?)
@@ -164,8 +196,8 @@ def test_migration_0002_keeps_the_newest_and_revokes_the_other_duplicates(tmp_pa
     with engine.begin() as conn:
         for learner in (1, 2):
             conn.execute(text("INSERT INTO learner (id, email, display_name, password_hash, is_admin, language, "
-                              "created_at) VALUES (:i, :e, '', 'x', 0, 'en', :t)"),
-                         {"i": learner, "e": f"l{learner}@example.org", "t": t0})
+                              "created_at) VALUES (:i, :e, '', 'x', :no, 'en', :t)"),
+                         {"i": learner, "e": f"l{learner}@example.org", "t": t0, "no": False})
         for cert_id, learner, hours, revoked in rows:
             conn.execute(text(
                 "INSERT INTO certificate (id, learner_id, name, course_id, score, language, pass_date, key_id, "
@@ -190,5 +222,5 @@ def test_migration_0002_keeps_the_newest_and_revokes_the_other_duplicates(tmp_pa
         conn.execute(text(
             "INSERT INTO certificate (id, learner_id, name, course_id, score, language, pass_date, key_id, "
             "payload, signature, issued_at, disqualified) VALUES ('DP-H', 2, 'N', 'data-parallelism', 90, 'en', "
-            "'2026-11-01', 'k', '{}', 's', :at, 0)"), {"at": t0})
+            "'2026-11-01', 'k', '{}', 's', :at, :no)"), {"at": t0, "no": False})
     engine.dispose()

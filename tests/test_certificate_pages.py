@@ -69,7 +69,8 @@ def test_no_certificate_without_a_pass(app_db):
 @pytest.mark.parametrize(
     ("junk", "status"),
     [("hello", "malformed"), ("DP-0000-0000-0000-0000-00", None), ("<script>alert(1)</script>", "malformed"),
-     ("' OR 1=1 --", "malformed"), ("x" * 5000, "malformed")],
+     ("' OR 1=1 --", "malformed"), ("x" * 5000, "malformed"),
+     ("x://[/?id=1", "malformed"), ("http://[::1/?id=DP-32GY-9968-T9TV-JB45-KH", "malformed")],  # F-12
 )
 def test_verify_junk_ids(app_db, junk, status):
     at = open_page("verify", "nl", None, id=junk)
@@ -184,3 +185,13 @@ def test_admin_disqualifies_and_lifts(app_db):
         actions = [(e.action, e.actor_id) for e in certs.events_of(session=s, cert_id=cert.id)]
     assert actions == [("issued", learner_id), ("revoked", admin.id), ("disqualified", admin.id),
                        ("lifted", admin.id)]
+
+
+def test_full_width_id_from_a_cjk_keyboard_verifies(app_db):
+    # F-19: "ＤＰ－３２ＧＹ…" read as "not a certificate ID".
+    with session_scope() as s:
+        cert = certs.issue_certificate(session=s, learner_id=None, attempt_id=None, name="张伟", lang="zh",
+                                       score=90, pass_date="2026-11-30")
+    full_width = "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in cert.id)
+    v = open_page("verify", "zh", None, id=full_width)
+    assert certs.texts("zh")["status"]["valid"] in [m.value for m in v.success]
