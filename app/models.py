@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Column, UniqueConstraint
+from sqlalchemy import JSON, Column, Index, UniqueConstraint, false, text
 from sqlmodel import Field, SQLModel
 
 
@@ -97,7 +97,24 @@ class QuizAnswer(SQLModel, table=True):
     answered_at: datetime = Field(default_factory=utcnow)
 
 
+# One active certificate per learner and course, enforced by the database, so
+# that no race or forgotten check can mint a second one. Rows tied to nobody
+# (learner_id NULL, the operator's CLI) are not limited: NULLs never collide.
+_ONE_ACTIVE = "revoked_at IS NULL"
+
+
 class Certificate(SQLModel, table=True):
+    __table_args__ = (
+        Index(
+            "uq_certificate_one_active",
+            "learner_id",
+            "course_id",
+            unique=True,
+            sqlite_where=text(_ONE_ACTIVE),
+            postgresql_where=text(_ONE_ACTIVE),
+        ),
+    )
+
     id: str = Field(primary_key=True, max_length=40)
     learner_id: int | None = Field(default=None, foreign_key="learner.id", index=True)
     attempt_id: int | None = Field(default=None, foreign_key="quizattempt.id")
@@ -113,6 +130,9 @@ class Certificate(SQLModel, table=True):
     revoked_at: datetime | None = None
     revoked_reason: str | None = Field(default=None, max_length=500)
     replaced_by: str | None = Field(default=None, max_length=40)
+    # Revoked for cause by an admin: no new certificate for this learner and
+    # course until an admin lifts it (sets this back to False).
+    disqualified: bool = Field(default=False, sa_column_kwargs={"server_default": false()})
 
 
 class CertificateEvent(SQLModel, table=True):
@@ -120,7 +140,8 @@ class CertificateEvent(SQLModel, table=True):
 
     id: int | None = Field(default=None, primary_key=True)
     certificate_id: str = Field(foreign_key="certificate.id", index=True, max_length=40)
-    action: str = Field(max_length=16)  # issued | revoked | reissued
+    # issued | revoked | reissued | disqualified | lifted | superseded (migration 0002)
+    action: str = Field(max_length=16)
     actor_id: int | None = Field(default=None, foreign_key="learner.id")
     reason: str | None = Field(default=None, max_length=500)
     at: datetime = Field(default_factory=utcnow)

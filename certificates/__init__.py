@@ -5,6 +5,15 @@ verification (online and offline), revocation and reissue.
     python -m certificates verify zoe.pdf          # offline signature check
     python -m certificates verify --id DP-...      # database, sees revocation
 
+The signed data is the authority. A learner holds one active certificate per
+course (a unique partial index; a new name is a ``reissue``); an admin's
+revocation for cause (``revoke(disqualify=True)``) blocks a new one until
+``lift_disqualification``. An uploaded PDF is never parsed in the caller's
+process: ``pdfscan`` caps its size, requires one page and reads it in a
+resource-limited child; ``verify_pdf`` checks the signature offline and
+``check_pdf`` adds the database (revoked, replaced). No printed text is
+compared; the signed name and ID are shown for a person to compare.
+
 Pages call the functions re-exported here; nothing in this package imports
 Streamlit.
 """
@@ -20,21 +29,30 @@ from certificates.keys import (
 )
 from certificates.store import (
     STATUSES,
+    AlreadyCertified,
     AlreadyRevoked,
     CertificateError,
     CertificateNotFound,
+    Disqualified,
     InvalidInput,
     InvalidName,
     NotAllowed,
+    NotDisqualified,
     NotEligible,
     VerifyResult,
+    active_certificate,
     certificates_of,
+    char_names,
+    check_pdf,
     clean_name,
+    disqualified_certificates,
     eligible_attempt,
     events_of,
     get_certificate,
+    is_disqualified,
     issue_certificate,
     issue_for_learner,
+    lift_disqualification,
     lookup,
     pdf_filename,
     reissue,
@@ -47,29 +65,38 @@ from certificates.store import (
 __all__ = [
     "LANGS",
     "STATUSES",
+    "AlreadyCertified",
     "AlreadyRevoked",
     "CertificateError",
     "CertificateNotFound",
+    "Disqualified",
     "IdTypo",
     "InvalidId",
     "InvalidInput",
     "InvalidName",
     "MalformedId",
     "NotAllowed",
+    "NotDisqualified",
     "NotEligible",
     "PublicKeyInfo",
     "VerifyResult",
+    "active_certificate",
     "active_key",
     "certificates_of",
+    "char_names",
+    "check_pdf",
     "clean_name",
+    "disqualified_certificates",
     "eligible_attempt",
     "events_of",
     "export_public_keys_json",
     "format_date",
     "format_score",
     "get_certificate",
+    "is_disqualified",
     "issue_certificate",
     "issue_for_learner",
+    "lift_disqualification",
     "lookup",
     "new_id",
     "parse_id",

@@ -3,11 +3,16 @@
     python -m certificates issue --name NAME --score N --lang en|zh|nl --out FILE.pdf [--learner EMAIL]
     python -m certificates verify FILE.pdf [--keys KEYS.json]   # offline, no database
     python -m certificates verify --id ID                       # database, sees revocation
-    python -m certificates revoke ID --reason TEXT
+    python -m certificates revoke ID --reason TEXT [--disqualify]
+    python -m certificates lift ID [--reason TEXT]              # end a disqualification
     python -m certificates rotate-key
     python -m certificates public-key [--json]
 
-``verify`` exits 0 only for a valid certificate. The database is
+``verify`` exits 0 only for a valid certificate. A PDF is read in a
+resource-limited child process (one page, size cap) and only its embedded
+signed data is checked, never its printed text: compare the name and ID it
+prints with the document. ``revoke --disqualify`` is revocation for cause:
+the learner gets no new certificate until ``lift``. The database is
 DATABASE_URL's (migrated on first use); keys live under SECRETS_DIR.
 """
 
@@ -43,7 +48,8 @@ def _show(result: store.VerifyResult, *, offline: bool) -> int:
     if result.issued_at:
         print(f"  issued at:  {result.issued_at:%Y-%m-%d %H:%M} UTC")
     if offline:
-        print("  (offline signature check; revocation is only visible with --id)")
+        print("  (offline signature check of the embedded data: compare this name and ID with the")
+        print("   printed document; revocation is only visible with --id)")
     return 0
 
 
@@ -115,8 +121,19 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_revoke(args: argparse.Namespace) -> int:
     with _session() as session:
-        cert = store.revoke(session=session, cert_id=args.id, actor_id=None, reason=args.reason)
+        cert = store.revoke(
+            session=session, cert_id=args.id, actor_id=None, reason=args.reason, disqualify=args.disqualify
+        )
     print(f"revoked {cert.id}: {cert.revoked_reason}")
+    if cert.disqualified:
+        print("  its learner gets no new certificate until: python -m certificates lift " + cert.id)
+    return 0
+
+
+def cmd_lift(args: argparse.Namespace) -> int:
+    with _session() as session:
+        cert = store.lift_disqualification(session=session, cert_id=args.id, actor_id=None, reason=args.reason)
+    print(f"lifted the disqualification of {cert.id}; it stays revoked")
     return 0
 
 
@@ -160,7 +177,14 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("revoke", help="revoke a certificate")
     p.add_argument("id")
     p.add_argument("--reason", required=True)
+    p.add_argument("--disqualify", action="store_true",
+                   help="for cause: no new certificate for its learner until 'lift'")
     p.set_defaults(func=cmd_revoke)
+
+    p = sub.add_parser("lift", help="let a disqualified learner claim a certificate again")
+    p.add_argument("id")
+    p.add_argument("--reason", help="kept in the audit trail")
+    p.set_defaults(func=cmd_lift)
 
     p = sub.add_parser("rotate-key", help="make a new active issuer key")
     p.set_defaults(func=cmd_rotate_key)

@@ -17,13 +17,15 @@ once in ~1000 tries instead of once in 37.
 
 Reading is forgiving, as Crockford intends: case, spaces and dashes do not
 matter, I and L read as 1, O as 0, the ``DP`` prefix may be left out and a
-pasted verification URL works too.
+pasted verification URL works too. Text is NFKC-normalised first, so an ID
+typed with a CJK input method (full-width ``ＤＰ－３２ＧＹ…``) reads as well.
 """
 
 from __future__ import annotations
 
 import re
 import secrets
+import unicodedata
 from urllib.parse import parse_qs, urlsplit
 
 PREFIX = "DP"
@@ -89,7 +91,10 @@ def _strip_url(text: str) -> str:
     """The ``id`` query value if ``text`` is a pasted verification link."""
     if "id=" not in text:
         return text
-    query = urlsplit(text).query if "://" in text or "?" in text else text
+    try:
+        query = urlsplit(text).query if "://" in text or "?" in text else text
+    except ValueError as e:  # e.g. "x://[/?id=1": Invalid IPv6 URL
+        raise MalformedId("not a verification link") from e
     values = parse_qs(query).get("id")
     return values[0] if values else text
 
@@ -102,6 +107,7 @@ def parse_id(text: str) -> str:
     """
     if not isinstance(text, str):
         raise MalformedId("not text")
+    text = unicodedata.normalize("NFKC", text)
     raw = _SEPARATORS.sub("", _strip_url(text.strip())).upper()
     if len(raw) == len(PREFIX) + BODY_DIGITS + CHECK_DIGITS and raw.startswith(PREFIX):
         raw = raw[len(PREFIX) :]

@@ -2,12 +2,26 @@
 
 Plain keyword-only functions over a sqlmodel ``Session``; each one that
 changes something commits and records a ``CertificateEvent`` (who, when,
-why). ``verify_pdf`` needs no database at all.
+why).
+
+The issuance policy (issue #17): a learner holds at most one active
+certificate per course. The database enforces it (a unique partial index,
+see ``app.models.Certificate``); a different name or language goes through
+``reissue``, which revokes the old certificate in the same transaction with
+a conditional UPDATE, so concurrent reissues make exactly one replacement.
+An admin's "revoke and disqualify" blocks new certificates for that learner
+and course until an admin lifts it.
+
+Uploaded PDFs: the signed data is the authority. ``verify_pdf`` (offline,
+the CLI's) reads the PDF only through ``pdfscan`` (size cap, one page, a
+resource-limited child process) and checks the signature; ``check_pdf``
+(the Verify page's) then looks the certificate up in the database. No
+printed text is read: the reader compares the signed name and ID with the
+document.
 """
 
 from __future__ import annotations
 
-import io
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,18 +29,20 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from pypdf import PdfReader
-from pypdf.errors import PyPdfError
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col, select, update
 
 from app.models import Certificate, CertificateEvent, Learner, QuizAttempt, utcnow
 from app.settings import get_settings
-from certificates import ids, keys, pdf, signing
+from certificates import ids, keys, pdf, pdfscan, signing
 from certificates.i18n import LANGS, texts
 
 NAME_MAX = 200  # characters, after normalisation
-BIDI_CONTROLS = set("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")  # would make a name read reversed
+# Characters a printed name must not hold: controls, unassigned and private
+# code points, and format characters (Cf): zero-width spaces and joiners,
+# word joiners and bidi controls, which are invisible or reorder the text,
+# so two names that look alike would be signed differently (F-16).
+HIDDEN_CATEGORIES = ("Cc", "Cf", "Cs", "Co", "Cn")
 REASON_MAX = 500
 
 # VerifyResult.status values. Only "valid" is good news.
@@ -39,7 +55,10 @@ STATUSES = (
     "bad_signature",  # payload or signature altered
     "unknown_key",  # signed by a key we do not know
     "no_payload",  # a PDF without embedded certificate data
-    "mismatch",  # a PDF whose printed text is not its signed data
+    "unreadable",  # an upload that is not a readable PDF
+    "too_large",  # an upload larger than a certificate PDF can be
+    "pages",  # an upload with other than exactly one page
+    "too_complex",  # an upload that needs more than the reader's limits
 )
 
 
@@ -63,17 +82,37 @@ class NotAllowed(CertificateError):
     """The actor may not do this (not an admin; not the certificate's owner)."""
 
 
+class AlreadyCertified(CertificateError):
+    """The learner already holds an active certificate for the course, with
+    another name or language: ``reissue`` it instead."""
+
+    def __init__(self, certificate_id: str):
+        super().__init__(f"an active certificate exists: {certificate_id}; reissue it to change it")
+        self.certificate_id = certificate_id
+
+
+class Disqualified(CertificateError):
+    """An admin revoked this learner's certificate for cause; no new one
+    until an admin lifts it."""
+
+
+class NotDisqualified(CertificateError):
+    """Lifting a disqualification that is not there."""
+
+
 class InvalidInput(CertificateError, ValueError):
     pass
 
 
 class InvalidName(InvalidInput):
-    """Empty, too long, control characters, or characters no font can print
-    (listed in ``chars``, for the page to show)."""
+    """Empty, too long, hidden characters (``kind`` "hidden": controls,
+    invisible and bidi format characters) or characters no font can print
+    (``kind`` "unprintable"), listed in ``chars`` for the page to show."""
 
-    def __init__(self, message: str, chars: list[str] | None = None):
+    def __init__(self, message: str, chars: list[str] | None = None, kind: str = "other"):
         super().__init__(message)
         self.chars = chars or []
+        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -110,13 +149,19 @@ def clean_name(name: str) -> str:
         raise InvalidName("name is empty")
     if len(name) > NAME_MAX:
         raise InvalidName(f"name is longer than {NAME_MAX} characters")
-    bad = [c for c in name if unicodedata.category(c) in ("Cc", "Cs", "Co", "Cn") or c in BIDI_CONTROLS]
-    if bad:
-        raise InvalidName("name contains control or unassigned characters", bad)
+    hidden = list(dict.fromkeys(c for c in name if unicodedata.category(c) in HIDDEN_CATEGORIES))
+    if hidden:
+        raise InvalidName("name contains invisible, control or unassigned characters", hidden, "hidden")
     missing = pdf.unprintable_chars(name)
     if missing:
-        raise InvalidName("name contains characters the certificate fonts cannot print", missing)
+        raise InvalidName("name contains characters the certificate fonts cannot print", missing, "unprintable")
     return name
+
+
+def char_names(chars: list[str]) -> list[str]:
+    """``U+200B ZERO WIDTH SPACE`` for each character: how a page names
+    characters that cannot be seen."""
+    return [f"U+{ord(c):04X} {unicodedata.name(c, '')}".strip() for c in chars]
 
 
 def _check_score(score: float) -> float:
@@ -241,10 +286,12 @@ def issue_certificate(
     """Sign and store a certificate; commits.
 
     A learner's certificate needs ``attempt_id`` of their passed, finished,
-    non-practice attempt (``NotEligible`` otherwise). ``learner_id=None``
-    and ``attempt_id=None`` issue a certificate tied to nobody (admin CLI).
-    Asking again for the same learner, attempt, name and language returns
-    the existing valid certificate instead of a duplicate.
+    non-practice attempt (``NotEligible`` otherwise) and no disqualification
+    (``Disqualified``). A learner holds one active certificate per course:
+    asking again with the same name and language returns it (a double click,
+    a second tab), with another name or language raises ``AlreadyCertified``
+    (use ``reissue``). ``learner_id=None`` and ``attempt_id=None`` issue a
+    certificate tied to nobody (admin CLI), which the policy does not limit.
     """
     name = clean_name(name)
     if lang not in LANGS:
@@ -261,17 +308,11 @@ def issue_certificate(
             or attempt.status != "finished"
         ):
             raise NotEligible("certificates are issued for the learner's passed quiz attempt")
-        existing = session.exec(
-            select(Certificate).where(
-                Certificate.learner_id == learner_id,
-                Certificate.attempt_id == attempt_id,
-                Certificate.name == name,
-                Certificate.language == lang,
-                col(Certificate.revoked_at).is_(None),
-            )
-        ).first()
+        if is_disqualified(session=session, learner_id=learner_id):
+            raise Disqualified("an admin revoked this learner's certificate; an admin must lift it first")
+        existing = _active(session, learner_id)
         if existing is not None:
-            return existing
+            return _same_or_refuse(existing, name, lang)
 
     def make(cert_id: str) -> list[Any]:
         cert = _build(
@@ -286,7 +327,52 @@ def issue_certificate(
         actor = actor_id if actor_id is not None else learner_id
         return [cert, _event(cert_id, "issued", actor)]
 
-    return _commit_with_fresh_id(session, make)
+    try:
+        return _commit_with_fresh_id(session, make)
+    except IntegrityError:
+        # Another request issued one between our check and our commit: the
+        # unique index kept it to one. Answer as if we had come second.
+        existing = _active(session, learner_id) if learner_id is not None else None
+        if existing is None:
+            raise
+        return _same_or_refuse(existing, name, lang)
+
+
+def _active(session: Session, learner_id: int) -> Certificate | None:
+    """The learner's active certificate for this course, if any."""
+    return session.exec(
+        select(Certificate).where(
+            Certificate.learner_id == learner_id,
+            Certificate.course_id == get_settings().course_id,
+            col(Certificate.revoked_at).is_(None),
+        )
+    ).first()
+
+
+def _same_or_refuse(existing: Certificate, name: str, lang: str) -> Certificate:
+    if existing.name == name and existing.language == lang:
+        return existing
+    raise AlreadyCertified(existing.id)
+
+
+def active_certificate(*, session: Session, learner_id: int) -> Certificate | None:
+    """The learner's one active certificate for the course (the page offers
+    reissue instead of "create" when there is one)."""
+    return _active(session, learner_id)
+
+
+def is_disqualified(*, session: Session, learner_id: int) -> bool:
+    """Whether an admin's "revoke and disqualify" blocks new certificates."""
+    return (
+        session.exec(
+            select(Certificate.id).where(
+                Certificate.learner_id == learner_id,
+                Certificate.course_id == get_settings().course_id,
+                Certificate.disqualified == True,  # noqa: E712  (SQL, not Python truth)
+            )
+        ).first()
+        is not None
+    )
 
 
 def issue_for_learner(*, session: Session, learner_id: int, name: str, lang: str) -> Certificate:
@@ -368,30 +454,92 @@ def _check_reason(reason: str) -> str:
     return reason
 
 
-def revoke(*, session: Session, cert_id: str, actor_id: int | None, reason: str) -> Certificate:
-    """Revoke a certificate (admins; ``actor_id=None`` is the operator's CLI)."""
-    cert = get_certificate(session=session, cert_id=cert_id)
+def _check_admin(session: Session, actor_id: int | None, what: str) -> None:
     if actor_id is not None:
         actor = session.get(Learner, actor_id)
         if actor is None or not actor.is_admin:
-            raise NotAllowed("only admins revoke certificates")
+            raise NotAllowed(f"only admins {what}")
+
+
+def _claim(session: Session, cert_id: str, **values: Any) -> None:
+    """Revoke ``cert_id`` with ``values`` only if it is still active: a
+    conditional UPDATE whose row count says whether this request won, so two
+    concurrent revocations or reissues cannot both succeed."""
+    done = session.exec(
+        update(Certificate)
+        .where(col(Certificate.id) == cert_id, col(Certificate.revoked_at).is_(None))
+        .values(revoked_at=utcnow(), **values)
+    )
+    if done.rowcount != 1:
+        session.rollback()
+        raise AlreadyRevoked(cert_id)
+
+
+def revoke(
+    *, session: Session, cert_id: str, actor_id: int | None, reason: str, disqualify: bool = False
+) -> Certificate:
+    """Revoke a certificate (admins; ``actor_id=None`` is the operator's CLI).
+
+    ``disqualify=True`` is revocation for cause: the learner gets no new
+    certificate for the course until ``lift_disqualification``. Without it
+    (a misspelt name, issued in error) the learner may claim a new one.
+    """
+    cert = get_certificate(session=session, cert_id=cert_id)
+    _check_admin(session, actor_id, "revoke certificates")
     reason = _check_reason(reason)
     if cert.revoked_at is not None:
         raise AlreadyRevoked(cert.id)
-    cert.revoked_at = utcnow()
-    cert.revoked_reason = reason
-    session.add(cert)
+    _claim(session, cert.id, revoked_reason=reason, disqualified=disqualify)
     session.add(_event(cert.id, "revoked", actor_id, reason))
+    if disqualify:
+        session.add(_event(cert.id, "disqualified", actor_id, reason))
     session.commit()
     session.refresh(cert)
     return cert
+
+
+def lift_disqualification(
+    *, session: Session, cert_id: str, actor_id: int | None, reason: str | None = None
+) -> Certificate:
+    """Let the learner of a certificate revoked for cause claim a new one
+    (admins). The revoked certificate stays revoked."""
+    cert = get_certificate(session=session, cert_id=cert_id)
+    _check_admin(session, actor_id, "lift disqualifications")
+    reason = _check_reason(reason) if reason and reason.strip() else None
+    done = session.exec(
+        update(Certificate)
+        .where(col(Certificate.id) == cert.id, Certificate.disqualified == True)  # noqa: E712
+        .values(disqualified=False)
+    )
+    if done.rowcount != 1:
+        session.rollback()
+        raise NotDisqualified(cert.id)
+    session.add(_event(cert.id, "lifted", actor_id, reason))
+    session.commit()
+    session.refresh(cert)
+    return cert
+
+
+def disqualified_certificates(*, session: Session) -> list[Certificate]:
+    """Certificates revoked for cause whose block is not lifted (Admin page)."""
+    return list(
+        session.exec(
+            select(Certificate)
+            .where(Certificate.disqualified == True)  # noqa: E712
+            .order_by(col(Certificate.revoked_at).desc())
+        ).all()
+    )
 
 
 def reissue(
     *, session: Session, cert_id: str, learner_id: int, new_name: str, lang: str
 ) -> Certificate:
     """A learner's new certificate (new name and/or language) for the same
-    pass; the old one is revoked with reason "reissued" and points to it."""
+    pass; the old one is revoked with reason "reissued" and points to it.
+
+    One transaction: a conditional UPDATE revokes the old certificate only
+    if it is still active (else ``AlreadyRevoked``), then the new one is
+    inserted. Of several concurrent reissues exactly one wins."""
     old = get_certificate(session=session, cert_id=cert_id)
     if old.learner_id is None or old.learner_id != learner_id:
         raise NotAllowed("only the certificate's owner reissues it")
@@ -400,29 +548,37 @@ def reissue(
     name = clean_name(new_name)
     if lang not in LANGS:
         raise InvalidInput(f"language must be one of {LANGS}")
-    old_id = old.id
-
-    def make(new_id: str) -> list[Any]:
+    old_id, attempt_id, score, pass_date = old.id, old.attempt_id, old.score, old.pass_date
+    for _ in range(8):
+        new_id = ids.new_id()
+        _claim(session, old_id, revoked_reason="reissued", replaced_by=new_id)
         new = _build(
             new_id,
             learner_id=learner_id,
-            attempt_id=old.attempt_id,
+            attempt_id=attempt_id,
             name=name,
             lang=lang,
-            score=old.score,
-            pass_date=old.pass_date,
+            score=score,
+            pass_date=pass_date,
         )
-        old.revoked_at = utcnow()
-        old.revoked_reason = "reissued"
-        old.replaced_by = new_id
-        return [
-            new,
-            old,
-            _event(new_id, "issued", learner_id, f"reissue of {old_id}"),
-            _event(old_id, "reissued", learner_id, f"replaced by {new_id}"),
-        ]
-
-    return _commit_with_fresh_id(session, make)
+        session.add_all(
+            [
+                new,
+                _event(new_id, "issued", learner_id, f"reissue of {old_id}"),
+                _event(old_id, "reissued", learner_id, f"replaced by {new_id}"),
+            ]
+        )
+        try:
+            session.commit()
+        except IntegrityError:
+            session.rollback()  # undoes the UPDATE too
+            if session.get(Certificate, new_id) is None:
+                raise  # some other constraint, not an ID collision
+            continue
+        session.refresh(new)
+        session.refresh(old)
+        return new
+    raise RuntimeError("no free certificate ID after 8 tries")
 
 
 def certificates_of(*, session: Session, learner_id: int) -> list[Certificate]:
@@ -462,23 +618,19 @@ def pdf_filename(cert: Certificate) -> str:
     return f"certificate-{cert.id}.pdf"
 
 
-def _squash(text: str) -> str:
-    return "".join(unicodedata.normalize("NFC", text).split())
-
-
 def verify_pdf(
     pdf_bytes: bytes, *, keys_file: Path | None = None, secrets_dir: Path | None = None
 ) -> VerifyResult:
     """Check a certificate PDF offline: its embedded signature against the
-    known public keys (the local key folder plus ``keys_file``), the ID's
-    check digits, and that the printed name and ID are the signed ones.
-    Revocation cannot be seen offline; ``lookup`` sees it."""
-    try:
-        reader = PdfReader(io.BytesIO(pdf_bytes))
-        keywords = str((reader.metadata or {}).get("/Keywords") or "")
-    except (PyPdfError, ValueError, OSError) as e:
-        return VerifyResult(status="no_payload", detail=f"not a readable PDF: {e}")
-    token = pdf.extract_token(keywords)
+    known public keys (the local key folder plus ``keys_file``) and the ID's
+    check digits. The file is read only through ``pdfscan`` (size cap,
+    exactly one page, a limited child process). No printed text is compared:
+    the result carries the signed name and ID for a person to compare with
+    the document. Revocation cannot be seen offline; ``check_pdf`` sees it."""
+    found = pdfscan.scan(pdf_bytes)
+    if found.status != "ok":
+        return VerifyResult(status=found.status, detail=found.detail)
+    token = pdf.extract_token(found.keywords or "")
     if token is None:
         return VerifyResult(status="no_payload", detail="no embedded certificate data")
     payload_bytes, signature = token
@@ -491,13 +643,19 @@ def verify_pdf(
             raise ids.MalformedId("ID is not in canonical form")
     except ids.InvalidId as e:
         return VerifyResult(status=e.kind, detail=str(e))
-    try:
-        printed = _squash(" ".join(page.extract_text() or "" for page in reader.pages))
-    except (PyPdfError, ValueError, KeyError) as e:
-        printed = ""
-        detail = f"text extraction failed: {e}"
-    else:
-        detail = "printed name or ID differs from the signed data"
-    if _squash(payload["name"]) not in printed or payload["id"] not in printed:
-        return _public(None, payload, "mismatch", detail=detail)
     return _public(None, payload, "valid")
+
+
+def check_pdf(*, session: Session, pdf_bytes: bytes) -> VerifyResult:
+    """The Verify page's check of an uploaded PDF: ``verify_pdf``, then the
+    database, which knows revocation and replacement (F-6)."""
+    offline = verify_pdf(pdf_bytes)
+    if not offline.valid:
+        return offline
+    online = lookup(session=session, text=offline.id)
+    signed = (offline.id, offline.name, offline.course, offline.score, offline.pass_date, offline.lang)
+    if online.status not in ("valid", "revoked"):
+        return VerifyResult(status="not_found", id=offline.id, detail="signed, but not in this site's records")
+    if (online.id, online.name, online.course, online.score, online.pass_date, online.lang) != signed:
+        return VerifyResult(status="not_found", id=offline.id, detail="the records hold other data for this ID")
+    return online

@@ -147,3 +147,44 @@ def test_issue_for_a_learner(env, tmp_path):
     assert ok.returncode == 0, ok.stderr
     shown = cli(env, "verify", "--id", ok.stdout.split()[0])
     assert shown.returncode == 0 and "85" in shown.stdout and "khai@example.org" not in shown.stdout
+
+
+def test_revoke_for_cause_blocks_until_lifted(env, tmp_path):
+    engine = make_engine(env["DATABASE_URL"])
+    migrate(engine)
+    with Session(engine) as s:
+        learner = Learner(email="bob@example.org", password_hash="x")
+        s.add(learner)
+        s.commit()
+        s.refresh(learner)
+        s.add(QuizAttempt(learner_id=learner.id, seed=1, status="finished", score=85, passed=True))
+        s.commit()
+    engine.dispose()
+    out = tmp_path / "b.pdf"
+    claim = ("issue", "--name", "Bob", "--lang", "en", "--out", out, "--learner", "bob@example.org")
+    first = cli(env, *claim)
+    assert first.returncode == 0, first.stderr
+    cert_id = first.stdout.split()[0]
+    assert cli(env, *claim).stdout.split()[0] == cert_id  # the same one again, not a second
+    other = cli(env, "issue", "--name", "Jane", "--lang", "en", "--out", out, "--learner", "bob@example.org")
+    assert other.returncode == 1 and "AlreadyCertified" in other.stderr
+    assert cli(env, "revoke", cert_id, "--reason", "exam fraud", "--disqualify").returncode == 0
+    blocked = cli(env, *claim)
+    assert blocked.returncode == 1 and "Disqualified" in blocked.stderr
+    assert cli(env, "lift", cert_id, "--reason", "appeal").returncode == 0
+    again = cli(env, *claim)
+    assert again.returncode == 0 and again.stdout.split()[0] != cert_id
+
+
+def test_verify_refuses_a_multi_page_pdf(env, tmp_path):
+    from pypdf import PdfReader, PdfWriter
+
+    out = tmp_path / "c.pdf"
+    assert cli(env, "issue", "--name", "Ann", "--score", "90", "--out", out).returncode == 0
+    writer = PdfWriter(clone_from=PdfReader(out))
+    writer.add_blank_page()
+    two = tmp_path / "two.pdf"
+    with two.open("wb") as f:
+        writer.write(f)
+    checked = cli(env, "verify", two)
+    assert checked.returncode == 1 and "pages" in checked.stdout

@@ -124,3 +124,21 @@ def test_check_digits_stay_below_the_prime():
     for _ in range(5000):
         check = new_id()[-2:]
         assert ALPHABET.index(check[0]) * 32 + ALPHABET.index(check[1]) < 1021
+
+
+@pytest.mark.parametrize(
+    "text", ["x://[/?id=1", "http://[::1/?id=DP-32GY-9968-T9TV-JB45-KH", "https://[/verify?id=x"]
+)
+def test_broken_links_are_malformed_not_a_crash(text):
+    # F-12: urlsplit raises ValueError("Invalid IPv6 URL"); parse_id promises only InvalidId.
+    with pytest.raises(MalformedId):
+        parse_id(text)
+
+
+def test_full_width_ids_are_read():
+    # F-19: an ID typed with a CJK input method comes in full-width forms.
+    cert_id = "DP-0123-4567-89AB-CDEF-" + check_digits("0123456789ABCDEF")
+    full_width = "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in cert_id)
+    assert full_width != cert_id
+    assert parse_id(full_width) == cert_id
+    assert parse_id(full_width.lower()) == cert_id

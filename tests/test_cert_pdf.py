@@ -90,11 +90,28 @@ def test_every_font_is_embedded(name):
     fonts = list(font_dicts(data))
     assert len(fonts) >= 3
     for font in fonts:
-        if font["/Subtype"] == "/Type0":
-            font = resolve(resolve(font["/DescendantFonts"])[0])
-        descriptor = resolve(font["/FontDescriptor"])
-        assert any(k in descriptor for k in ("/FontFile", "/FontFile2", "/FontFile3")), font
-        assert "/ToUnicode" in font or font["/Subtype"] == "/CIDFontType2"
+        assert font_problems(font) == [], font
+
+
+def font_problems(font) -> list[str]:
+    """What keeps a font from being embedded and extractable. The /ToUnicode
+    map sits on the top-level font (a Type0 font's included), the font file
+    on the descriptor of the font that has the glyphs (a Type0's descendant)."""
+    problems = [] if "/ToUnicode" in font else ["no /ToUnicode"]
+    glyphs = resolve(resolve(font["/DescendantFonts"])[0]) if font["/Subtype"] == "/Type0" else font
+    descriptor = resolve(glyphs["/FontDescriptor"])
+    if not any(k in descriptor for k in ("/FontFile", "/FontFile2", "/FontFile3")):
+        problems.append("not embedded")
+    return problems
+
+
+def test_the_font_check_sees_a_type0_font_without_tounicode():
+    # It used to look for /ToUnicode on the descendant CIDFont and excuse it there.
+    descendant = {"/Subtype": "/CIDFontType2", "/FontDescriptor": {"/FontFile2": "..."}}
+    type0 = {"/Subtype": "/Type0", "/DescendantFonts": [descendant]}
+    assert font_problems(type0) == ["no /ToUnicode"]
+    assert font_problems({**type0, "/ToUnicode": "..."}) == []
+    assert font_problems({"/Subtype": "/TrueType", "/FontDescriptor": {}}) == ["no /ToUnicode", "not embedded"]
 
 
 @pytest.mark.skipif(not shutil.which("pdffonts"), reason="poppler-utils not installed")

@@ -130,8 +130,10 @@ def test_issuing_twice_returns_the_same_certificate(session):
     attempt = add_attempt(session, learner)
     first = issue(session, learner, attempt)
     assert issue(session, learner, attempt).id == first.id
-    assert issue(session, learner, attempt, lang="zh").id != first.id
-    assert len(store.certificates_of(session=session, learner_id=learner.id)) == 2
+    # Another language (or name) is a reissue, not a second active certificate.
+    with pytest.raises(store.AlreadyCertified):
+        issue(session, learner, attempt, lang="zh")
+    assert len(store.certificates_of(session=session, learner_id=learner.id)) == 1
 
 
 @pytest.mark.parametrize(
@@ -140,6 +142,15 @@ def test_issuing_twice_returns_the_same_certificate(session):
 def test_bad_names_are_refused(session, name):
     with pytest.raises(store.InvalidName):
         issue(session, name=name)
+
+
+@pytest.mark.parametrize("hidden", ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad", "\u202e", "\u2066"])
+def test_invisible_and_bidi_characters_are_refused_and_named(hidden):
+    # F-16: "Bob\u200b\u200dZero\u2060Width" was issued and verified.
+    with pytest.raises(store.InvalidName) as err:
+        store.clean_name(f"Bob{hidden}Zero")
+    assert err.value.kind == "hidden" and err.value.chars == [hidden]
+    assert store.char_names(err.value.chars)[0].startswith(f"U+{ord(hidden):04X} ")
 
 
 def test_names_are_normalised():
@@ -323,13 +334,15 @@ def test_verify_pdf_rejects_tampering(session):
     assert store.verify_pdf(_with_keywords(data, bad_sig)).status == "bad_signature"
 
     assert store.verify_pdf(_with_keywords(data, "nothing here")).status == "no_payload"
-    assert store.verify_pdf(b"%PDF-1.4 garbage").status == "no_payload"
-    assert store.verify_pdf(b"not a pdf").status == "no_payload"
+    assert store.verify_pdf(b"%PDF-1.4 garbage").status == "unreadable"
+    assert store.verify_pdf(b"not a pdf").status == "unreadable"
 
-    # A genuine token moved onto another certificate's page: the print differs.
+    # A genuine token moved onto another certificate's page: no printed text
+    # is read (F-7: that check could be fooled), the result carries the
+    # *signed* name and ID for the reader to compare with the document.
     other = store.render_pdf(issue(session, name="Someone Else"))
-    moved = _with_keywords(other, keywords)
-    assert store.verify_pdf(moved).status == "mismatch"
+    moved = store.verify_pdf(_with_keywords(other, keywords))
+    assert (moved.status, moved.name, moved.id) == ("valid", "Zoë Ødegård", cert.id)
 
 
 def test_verify_pdf_checks_the_id_check_digits(session):

@@ -48,9 +48,9 @@ def test_claim_then_verify_then_revoke(app_db, lang):
     # The public page, reached by the QR link, says valid and shows no e-mail.
     v = open_page("verify", lang, None, id=cert.id)
     assert certs.texts(lang)["status"]["valid"] in [s.value for s in v.success]
-    page_text = " ".join(m.value for m in v.markdown)
+    page_text = " ".join(m.value for m in [*v.markdown, *v.text])
     assert f"cert-{lang}@example.org" not in page_text
-    assert cert.name.split()[0] in page_text.replace("\\", "")
+    assert any(f": {cert.name}" in x.value for x in v.text)  # as plain text, not Markdown
     # An admin revokes it; the page says revoked.
     with session_scope() as s:
         certs.revoke(session=s, cert_id=cert.id, actor_id=None, reason="test revocation")
@@ -69,7 +69,8 @@ def test_no_certificate_without_a_pass(app_db):
 @pytest.mark.parametrize(
     ("junk", "status"),
     [("hello", "malformed"), ("DP-0000-0000-0000-0000-00", None), ("<script>alert(1)</script>", "malformed"),
-     ("' OR 1=1 --", "malformed"), ("x" * 5000, "malformed")],
+     ("' OR 1=1 --", "malformed"), ("x" * 5000, "malformed"),
+     ("x://[/?id=1", "malformed"), ("http://[::1/?id=DP-32GY-9968-T9TV-JB45-KH", "malformed")],  # F-12
 )
 def test_verify_junk_ids(app_db, junk, status):
     at = open_page("verify", "nl", None, id=junk)
@@ -106,3 +107,91 @@ def test_admin_revokes_from_the_page(app_db, monkeypatch):
     assert i18n.t("admin_certs.revoked", "en", id=cert.id) in [s.value for s in at.success]
     with session_scope() as s:
         assert certs.lookup(session=s, text=cert.id).status == "revoked"
+
+
+# --- issue #17: user text is text, one active certificate, disqualification ------------------------
+
+HOSTILE_NAMES = ["Bob http://evil.example/login", "Bob www.evil-example.com/reset", "Bob admin@evil.example",
+                 "Zo&euml; &amp; &lt;b&gt;bold&lt;/b&gt; X", "**Bold** [x](http://a.example) <b>b</b>"]
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_verify_page_shows_names_as_plain_text(app_db, name):
+    # F-11: autolinks and HTML entities survived the Markdown escaping.
+    with session_scope() as s:
+        cert = certs.issue_certificate(session=s, learner_id=None, attempt_id=None, name=name, lang="en",
+                                       score=90, pass_date="2026-11-30")
+    v = open_page("verify", "en", None, id=cert.id)
+    assert certs.texts("en")["status"]["valid"] in [m.value for m in v.success]
+    assert any(name in x.value.splitlines() or f": {name}" in x.value for x in v.text), [x.value for x in v.text]
+    for m in v.markdown:  # no element interprets the name
+        assert "evil" not in m.value and "euml" not in m.value and "Bold" not in m.value
+
+
+@pytest.mark.parametrize(("name", "named"), [("Bob\u200bZero", "U+200B"), ("Bob\u200dWidth", "U+200D"),
+                                             ("Bob\u2060X", "U+2060"), ("\u202egnp.exe", "U+202E")])
+def test_invisible_characters_are_refused_by_name(app_db, name, named):
+    # F-16 (and F-19's RLO message): named as what they are, not as "not in the fonts".
+    learner_id = learner_who_passed(f"inv{named[2:]}@example.org")
+    at = open_page("certificate", "en", learner_id)
+    at.text_input[0].set_value(name)
+    [b for b in at.button if b.label == i18n.t("certificate.create", "en")][0].click()
+    at.run()
+    (error,) = [e.value for e in at.error]
+    assert named in error
+    assert i18n.t("certificate.bad_chars", "en", chars="").split(":")[0] not in error
+    with session_scope() as s:
+        assert certs.certificates_of(session=s, learner_id=learner_id) == []
+
+
+def test_claiming_again_does_not_mint_a_second_certificate(app_db):
+    # F-2: "Create my certificate" stays away once a certificate is active; reissue is offered.
+    learner_id = learner_who_passed("once@example.org")
+    at = open_page("certificate", "en", learner_id)
+    create = i18n.t("certificate.create", "en")
+    at.text_input[0].set_value("Bob Learner")
+    [b for b in at.button if b.label == create][0].click()
+    at.run()
+    assert not [b for b in at.button if b.label == create]
+    assert [b for b in at.button if b.label == i18n.t("certificate.reissue_button", "en")]
+    with session_scope() as s:
+        assert len(certs.certificates_of(session=s, learner_id=learner_id)) == 1
+
+
+def test_admin_disqualifies_and_lifts(app_db):
+    # F-3: after "revoke and disqualify" the learner cannot claim a new one until an admin lifts it.
+    learner_id = learner_who_passed("cheat@example.org")
+    with session_scope() as s:
+        cert = certs.issue_for_learner(session=s, learner_id=learner_id, name="Bob Learner", lang="en")
+        admin = sign_up(session=s, email="boss@example.org", password="long enough pw")
+        admin.is_admin = True
+        s.add(admin)
+    at = open_page("admin", "en", admin.id)
+    at.text_input[-2].input(cert.id)
+    at.text_input[-1].input("exam fraud")
+    [b for b in at.button if b.label == i18n.t("admin_certs.revoke_disqualify_button", "en")][0].click()
+    at.run()
+    assert i18n.t("admin_certs.disqualified", "en", id=cert.id) in [m.value for m in at.success]
+    assert any(cert.id in x.value for x in at.text)
+    page = open_page("certificate", "en", learner_id)
+    assert i18n.t("certificate.disqualified", "en") in [m.value for m in page.error]
+    assert not [b for b in page.button if b.label == i18n.t("certificate.create", "en")]
+    [b for b in at.button if b.label == i18n.t("admin_certs.lift_button", "en")][0].click()
+    at.run()
+    assert i18n.t("admin_certs.lifted", "en", id=cert.id) in [m.value for m in at.success]
+    page = open_page("certificate", "en", learner_id)
+    assert [b for b in page.button if b.label == i18n.t("certificate.create", "en")]
+    with session_scope() as s:
+        actions = [(e.action, e.actor_id) for e in certs.events_of(session=s, cert_id=cert.id)]
+    assert actions == [("issued", learner_id), ("revoked", admin.id), ("disqualified", admin.id),
+                       ("lifted", admin.id)]
+
+
+def test_full_width_id_from_a_cjk_keyboard_verifies(app_db):
+    # F-19: "ＤＰ－３２ＧＹ…" read as "not a certificate ID".
+    with session_scope() as s:
+        cert = certs.issue_certificate(session=s, learner_id=None, attempt_id=None, name="张伟", lang="zh",
+                                       score=90, pass_date="2026-11-30")
+    full_width = "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in cert.id)
+    v = open_page("verify", "zh", None, id=full_width)
+    assert certs.texts("zh")["status"]["valid"] in [m.value for m in v.success]

@@ -44,23 +44,47 @@ for code, keys in problems.items():
 st.header(t("admin_certs.title"))
 with st.form("revoke"):
     st.markdown(f"**{t('admin_certs.revoke')}**")
+    st.caption(t("admin_certs.revoke_help"))
     cert_id = st.text_input(t("admin_certs.cert_id"), max_chars=200)
     reason = st.text_input(t("admin_certs.reason"), max_chars=500)
-    if st.form_submit_button(t("admin_certs.revoke_button"), type="primary"):
+    left, right = st.columns(2)
+    plain_revoke = left.form_submit_button(t("admin_certs.revoke_button"))
+    for_cause = right.form_submit_button(t("admin_certs.revoke_disqualify_button"), type="primary")
+    if plain_revoke or for_cause:
         if not reason.strip():
             st.error(t("admin_certs.need_reason"))
         else:
             try:
                 clean_id = certs.parse_id(cert_id)
                 with session_scope() as session:
-                    certs.revoke(session=session, cert_id=clean_id, actor_id=who.id, reason=reason.strip())
-                st.success(t("admin_certs.revoked", id=clean_id))
+                    certs.revoke(session=session, cert_id=clean_id, actor_id=who.id, reason=reason.strip(),
+                                 disqualify=for_cause)
+                st.success(t("admin_certs.disqualified" if for_cause else "admin_certs.revoked", id=clean_id))
             except certs.InvalidId:
                 st.error(certs.texts(st.session_state["lang"])["status"]["malformed"])
             except certs.CertificateNotFound:
                 st.error(t("admin_certs.not_found"))
             except certs.AlreadyRevoked:
                 st.warning(t("admin_certs.already"))
+
+st.subheader(t("admin_certs.blocked"))
+st.caption(t("admin_certs.blocked_help"))
+with session_scope() as session:
+    blocked = certs.disqualified_certificates(session=session)
+if not blocked:
+    st.caption(t("admin_certs.none_blocked"))
+for cert in blocked:
+    with st.container(border=True):
+        # Names and reasons are typed by people: plain text, never Markdown.
+        st.text(t("admin_certs.blocked_row", id=cert.id, name=cert.name, reason=cert.revoked_reason or "",
+                  date=f"{cert.revoked_at:%Y-%m-%d}" if cert.revoked_at else ""))
+        if st.button(t("admin_certs.lift_button"), key=f"lift_{cert.id}"):
+            try:
+                with session_scope() as session:
+                    certs.lift_disqualification(session=session, cert_id=cert.id, actor_id=who.id)
+                st.success(t("admin_certs.lifted", id=cert.id))
+            except certs.NotDisqualified:
+                st.warning(t("admin_certs.not_blocked"))
 
 st.subheader(t("admin_certs.events"))
 with session_scope() as session:

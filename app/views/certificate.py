@@ -1,4 +1,9 @@
-"""Certificate: claim it after passing, download the PDF, share the link, reissue."""
+"""Certificate: claim it after passing, download the PDF, share the link, reissue.
+
+One active certificate per learner: "Create" shows only while there is
+none; a new name or language goes through Reissue. The store enforces the
+same (a forged or raced "Create" gets the existing one or AlreadyCertified),
+and refuses a learner an admin disqualified."""
 
 import streamlit as st
 
@@ -17,6 +22,7 @@ if who is None:
 with session_scope() as session:
     attempt = certs.eligible_attempt(session=session, learner_id=who.id)
     mine = certs.certificates_of(session=session, learner_id=who.id)
+    blocked = certs.is_disqualified(session=session, learner_id=who.id)
 
 # No passed attempt: nothing can be claimed here, whatever the URL says.
 if attempt is None:
@@ -24,7 +30,11 @@ if attempt is None:
     ui.link("quiz", t("certificate.to_quiz"), ":material/quiz:")
     st.stop()
 
+if blocked:
+    st.error(t("certificate.disqualified"))
+
 lang_names = certs.texts(code)["languages"]
+has_active = any(c.revoked_at is None for c in mine)
 
 
 @st.cache_data(max_entries=256, show_spinner=False)
@@ -35,30 +45,39 @@ def _pdf(cert_id: str) -> bytes:
 
 
 def explain(err: certs.CertificateError) -> str:
+    if isinstance(err, certs.AlreadyCertified):
+        return t("certificate.already", id=err.certificate_id)
+    if isinstance(err, certs.Disqualified):
+        return t("certificate.disqualified")
+    if isinstance(err, certs.InvalidName) and err.kind == "hidden":
+        # Invisible characters cannot be shown, so they are named: "U+200B ZERO WIDTH SPACE".
+        named = ", ".join(certs.char_names(err.chars[:10]))
+        return t("certificate.bad_name", detail=t("certificate.hidden_chars", chars=named))
     if isinstance(err, certs.InvalidName) and err.chars:
         return t("certificate.bad_name", detail=t("certificate.bad_chars", chars=" ".join(err.chars[:10])))
     return t("certificate.bad_name", detail=str(err))
 
 
-with st.container(border=True):
-    st.write(t("certificate.eligible", score=round(attempt.score)))
-    with st.form("issue"):
-        name = st.text_input(t("certificate.name"), value=who.display_name, max_chars=200,
-                             help=t("certificate.name_help"))
-        cert_lang = st.selectbox(t("certificate.language"), list(certs.LANGS),
-                                 index=list(certs.LANGS).index(code) if code in certs.LANGS else 0,
-                                 format_func=lambda c: lang_names.get(c, c))
-        if st.form_submit_button(t("certificate.create"), type="primary", icon=":material/workspace_premium:"):
-            if not name.strip():
-                st.error(t("certificate.empty_name"))
-            else:
-                try:
-                    with session_scope() as session:
-                        certs.issue_for_learner(session=session, learner_id=who.id, name=name, lang=cert_lang)
-                    st.session_state["_cert_created"] = True
-                    st.rerun()
-                except certs.CertificateError as err:
-                    st.error(explain(err))
+if not has_active and not blocked:
+    with st.container(border=True):
+        st.write(t("certificate.eligible", score=round(attempt.score)))
+        with st.form("issue"):
+            name = st.text_input(t("certificate.name"), value=who.display_name, max_chars=200,
+                                 help=t("certificate.name_help"))
+            cert_lang = st.selectbox(t("certificate.language"), list(certs.LANGS),
+                                     index=list(certs.LANGS).index(code) if code in certs.LANGS else 0,
+                                     format_func=lambda c: lang_names.get(c, c))
+            if st.form_submit_button(t("certificate.create"), type="primary", icon=":material/workspace_premium:"):
+                if not name.strip():
+                    st.error(t("certificate.empty_name"))
+                else:
+                    try:
+                        with session_scope() as session:
+                            certs.issue_for_learner(session=session, learner_id=who.id, name=name, lang=cert_lang)
+                        st.session_state["_cert_created"] = True
+                        st.rerun()
+                    except certs.CertificateError as err:
+                        st.error(explain(err))
 
 if st.session_state.pop("_cert_created", False):
     st.success(t("certificate.created"))

@@ -1,10 +1,18 @@
-"""Verify (public, no sign-in): by ID, by the QR link (?id=), or a PDF offline."""
+"""Verify (public, no sign-in): by ID, by the QR link (?id=), or an uploaded PDF.
+
+Every value from a certificate (name, revocation reason) is shown with
+st.text, never Markdown, so a name cannot become a link or decode entities
+(F-11). An upload is checked by ``certs.check_pdf``: size cap, one page and
+a limited child process before any parsing, then signature and database;
+the page shows the signed name and ID for the reader to compare with the
+document, as no printed text is read."""
 
 import streamlit as st
 
 import certificates as certs
 from app import ui
 from app.db import session_scope
+from certificates import pdfscan
 
 t = ui.t
 code = st.session_state["lang"]
@@ -13,14 +21,18 @@ st.title(t("nav.verify"))
 st.write(t("verify.intro"))
 
 
-def show(result: certs.VerifyResult) -> None:
+def show(result: certs.VerifyResult, *, upload: bool = False) -> None:
     status = ctext["status"]
     if result.status == "valid":
         st.success(status["valid"])
+        if upload:
+            st.info(status["compare"])
     elif result.status == "revoked":
         st.error(status["revoked"].format(date=f"{result.revoked_at:%Y-%m-%d}" if result.revoked_at else "?"))
     elif result.status in ("not_found", "typo"):
         st.warning(status[result.status])
+    elif result.status == "too_large":
+        st.error(status["too_large"].format(limit=f"{pdfscan.MAX_BYTES // 2**20} MB"))
     else:
         st.error(status.get(result.status, result.status))
     if result.name is None:
@@ -28,6 +40,7 @@ def show(result: certs.VerifyResult) -> None:
     labels = ctext["labels"]
     rows = {
         labels["name"]: result.name,
+        ctext["id_label"]: result.id,
         labels["course"]: result.course_title or result.course,
         labels["score"]: certs.format_score(result.score, code) + " %" if result.score is not None else "",
         labels["date"]: certs.format_date(result.pass_date, code) if result.pass_date else "",
@@ -37,10 +50,11 @@ def show(result: certs.VerifyResult) -> None:
         rows[labels["issued"]] = f"{result.issued_at:%Y-%m-%d}"
     if result.revoked_reason:
         reason = result.revoked_reason
-        rows[labels["reason"]] = ctext["reasons"]["reissued"] if reason == "reissued" else reason
+        known = {"reissued": "reissued", "superseded by policy": "superseded"}
+        rows[labels["reason"]] = ctext["reasons"][known[reason]] if reason in known else reason
     if result.replaced_by:
         rows[labels["replaced_by"]] = result.replaced_by
-    st.markdown("\n".join(f"- **{k}:** {ui.plain(v)}" for k, v in rows.items()))
+    st.text("\n".join(f"{k}: {v}" for k, v in rows.items()))
 
 
 asked = st.query_params.get("id", "")
@@ -56,16 +70,12 @@ if asked.strip():
         show(certs.lookup(session=session, text=asked[:200]))
 
 st.divider()
-upload = st.file_uploader(t("verify.pdf_label"), type=["pdf"])
+upload = st.file_uploader(t("verify.pdf_check_label"), type=["pdf"],
+                          max_upload_size=max(1, pdfscan.MAX_BYTES // 2**20))
 if upload is not None:
     st.markdown(f"**{t('verify.pdf_result')}**")
-    try:
-        result = certs.verify_pdf(upload.getvalue())
-    except Exception:  # noqa: BLE001  (any unreadable upload gets the same clear answer)
-        st.error(t("verify.pdf_unreadable"))
-    else:
-        show(result)
-        st.caption(ctext["status"]["offline_note"])
+    with session_scope() as session:
+        show(certs.check_pdf(session=session, pdf_bytes=upload.getvalue()), upload=True)
 
 with st.expander(t("verify.public_keys")):
     st.caption(t("verify.public_keys_help"))

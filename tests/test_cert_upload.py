@@ -1,0 +1,196 @@
+"""Checking an uploaded certificate PDF (issue #17, F-1, F-6, F-7, F-19).
+
+The signed data is the authority: an upload is size-capped, parsed only in a
+resource-limited subprocess (exactly one page, its /Keywords token), its
+signature checked, and then looked up in the database. No printed text is
+read, so nothing claims a printed-text match it cannot make."""
+
+from __future__ import annotations
+
+import io
+import time
+from datetime import UTC, datetime
+
+import pytest
+from pypdf import PdfReader, PdfWriter
+from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
+from reportlab.pdfgen.canvas import Canvas
+
+import certificates as certs
+from app.accounts import sign_up
+from app.db import session_scope
+from app.models import Learner, QuizAttempt
+from app.settings import get_settings
+from certificates import ids, pdf, pdfscan, signing, store
+from tests import apptest
+
+
+@pytest.fixture(autouse=True)
+def secrets(tmp_path, monkeypatch):
+    monkeypatch.setenv("SECRETS_DIR", str(tmp_path / "secrets"))
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+def issued(session, name="Ann", admin=False):
+    learner = Learner(email=f"{name.lower().replace(' ', '.')}@example.org", password_hash="x", is_admin=admin)
+    session.add(learner)
+    session.commit()
+    attempt = QuizAttempt(learner_id=learner.id, seed=1, status="finished", score=90.0, passed=True,
+                          finished_at=datetime(2026, 11, 30, tzinfo=UTC))
+    session.add(attempt)
+    session.commit()
+    return store.issue_for_learner(session=session, learner_id=learner.id, name=name, lang="en")
+
+
+def token_of(data: bytes) -> str:
+    return PdfReader(io.BytesIO(data)).metadata["/Keywords"]
+
+
+def stall_pdf(keywords: str, pages: int = 30, content_mib: int = 1) -> bytes:
+    """F-1's file: ``pages`` pages sharing one Flate-compressed content stream of
+    ``content_mib`` MiB of text operators, with a genuine token in /Keywords."""
+    ops = b"BT /F1 12 Tf 10 10 Td (X) Tj ET\n"
+    body = ops * (content_mib * 2**20 // len(ops))
+    writer = PdfWriter()
+    stream = DecodedStreamObject()
+    stream.set_data(body)
+    stream = stream.flate_encode(level=9)
+    content = writer._add_object(stream)
+    font = writer._add_object(DictionaryObject({
+        NameObject("/Type"): NameObject("/Font"), NameObject("/Subtype"): NameObject("/Type1"),
+        NameObject("/BaseFont"): NameObject("/Helvetica")}))
+    for _ in range(pages):
+        page = writer.add_blank_page(200, 200)
+        page[NameObject("/Contents")] = content
+        page[NameObject("/Resources")] = DictionaryObject({NameObject("/Font"): DictionaryObject(
+            {NameObject("/F1"): font})})
+    writer.add_metadata({"/Keywords": keywords})
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def printed_pdf(keywords: str, *lines: str) -> bytes:
+    """A one-page PDF that prints ``lines`` (any names) and carries ``keywords``."""
+    buf = io.BytesIO()
+    c = Canvas(buf)
+    for i, line in enumerate(lines):
+        c.drawString(72, 700 - 40 * i, line)
+    c.setKeywords(keywords)
+    c.save()
+    return buf.getvalue()
+
+
+def test_the_stall_pdf_costs_the_server_under_a_second_and_is_refused(session):
+    # F-1: this ~8 KB file used to cost 48 s of the server's own CPU.
+    data = stall_pdf(token_of(store.render_pdf(issued(session))))
+    assert len(data) < 20_000
+    before = time.process_time()
+    result = store.verify_pdf(data)
+    spent = time.process_time() - before
+    assert result.status == "pages" and not result.valid, result
+    assert spent < 1.0, f"the server process spent {spent:.2f} s of CPU"
+
+
+def test_parsing_runs_under_the_limits(session, monkeypatch):
+    # The child really runs with RLIMIT_AS: with room for nothing it cannot
+    # even start pypdf, and the answer is a clear refusal, not a crash.
+    data = store.render_pdf(issued(session))
+    monkeypatch.setattr(pdfscan, "MEMORY_BYTES", 16 * 2**20)
+    assert store.verify_pdf(data).status == "too_complex"
+    monkeypatch.undo()
+    assert pdfscan.scan(data).pages == 1
+
+
+def test_too_large_is_refused_before_any_parsing(monkeypatch):
+    def no_parsing(*_a, **_k):
+        raise AssertionError("parsed")
+
+    monkeypatch.setattr(pdfscan.subprocess, "run", no_parsing)
+    result = store.verify_pdf(b"%PDF-1.4\n" + b"0" * (pdfscan.MAX_BYTES + 1))
+    assert result.status == "too_large"
+
+
+@pytest.mark.parametrize("data", [b"GIF89a\x01\x00\x01\x00\x00\x00\x00;", b"%PDF-1.4 truncated", b""])
+def test_a_file_that_is_not_a_pdf_says_so(data):
+    # F-19: a GIF renamed .pdf was "carries no signed certificate data".
+    assert store.verify_pdf(data).status == "unreadable"
+
+
+def test_a_revoked_certificates_pdf_is_reported_revoked(session):
+    # F-6: the Verify page has the database, so an upload is looked up in it.
+    admin = Learner(email="root@example.org", password_hash="x", is_admin=True)
+    session.add(admin)
+    session.commit()
+    cert = issued(session, "Revoked Person")
+    data = store.render_pdf(cert)
+    assert store.check_pdf(session=session, pdf_bytes=data).status == "valid"
+    store.revoke(session=session, cert_id=cert.id, actor_id=admin.id, reason="exam fraud")
+    result = store.check_pdf(session=session, pdf_bytes=data)
+    assert result.status == "revoked" and result.revoked_reason == "exam fraud"
+    assert store.verify_pdf(data).status == "valid"  # offline (CLI): signature only
+
+
+def test_a_replaced_certificates_pdf_points_to_its_successor(session):
+    cert = issued(session, "Old Name")
+    new = store.reissue(session=session, cert_id=cert.id, learner_id=cert.learner_id, new_name="New Name",
+                        lang="en")
+    result = store.check_pdf(session=session, pdf_bytes=store.render_pdf(cert))
+    assert (result.status, result.replaced_by) == ("revoked", new.id)
+
+
+def test_a_signed_certificate_missing_from_the_database_is_not_valid(session):
+    # Signed with this site's key (a wiped database, another deployment), never stored here.
+    signed = signing.sign(signing.make_payload(cert_id=ids.new_id(), name="Ghost", course="data-parallelism",
+                                               score=90, pass_date="2026-11-30", lang="en", issuer="x"))
+    data = pdf.render(payload=signed.payload, signature=signed.signature, public_url="https://x")
+    assert store.verify_pdf(data).valid
+    result = store.check_pdf(session=session, pdf_bytes=data)
+    assert result.status == "not_found" and not result.valid
+
+
+def test_genuine_token_on_another_names_page_shows_the_signed_name_to_compare(app_db):
+    # F-7: X's token on a page printing "CERTIFICATE OF EXCELLENCE / Maximilian
+    # Vance" was "Valid certificate.". Now the page shows the signed name and ID
+    # and asks the reader to compare them with the document.
+    with session_scope() as s:
+        cert = issued(s, "X")
+        data = printed_pdf(token_of(store.render_pdf(cert)), "CERTIFICATE OF EXCELLENCE", "Maximilian Vance",
+                           cert.id)
+    at = apptest.open_page("verify", "en")
+    at.file_uploader[0].set_value(("cert.pdf", data, "application/pdf"))
+    at.run()
+    assert not at.exception
+    status = certs.texts("en")["status"]
+    assert status["compare"] in [i.value for i in at.info]
+    shown = "\n".join(x.value for x in at.text)
+    labels = certs.texts("en")["labels"]
+    assert f"{labels['name']}: X\n" in shown and cert.id in shown
+    assert "Maximilian" not in shown
+
+
+def test_the_stall_pdf_on_the_page_gets_a_clear_refusal(app_db):
+    with session_scope() as s:
+        data = stall_pdf(token_of(store.render_pdf(issued(s))), pages=3)
+    at = apptest.open_page("verify", "en")
+    at.file_uploader[0].set_value(("cert.pdf", data, "application/pdf"))
+    at.run()
+    assert not at.exception
+    assert certs.texts("en")["status"]["pages"] in [e.value for e in at.error]
+    assert not at.success
+
+
+def test_a_revoked_upload_on_the_page_says_revoked(app_db):
+    with session_scope() as s:
+        sign_up(session=s, email="boss@example.org", password="long enough pw")
+        cert = issued(s, "Revoked Person")
+        data = store.render_pdf(cert)
+        certs.revoke(session=s, cert_id=cert.id, actor_id=None, reason="exam fraud")
+    at = apptest.open_page("verify", "en")
+    at.file_uploader[0].set_value(("cert.pdf", data, "application/pdf"))
+    at.run()
+    assert not at.exception and not at.success
+    revoked = certs.texts("en")["status"]["revoked"].split("{")[0]
+    assert any(e.value.startswith(revoked) for e in at.error)
