@@ -9,8 +9,6 @@ as a hand-made websocket message would; Streamlit cuts them on the server.
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from sqlmodel import select
 from streamlit.testing.v1 import AppTest
@@ -75,11 +73,6 @@ def open_page(page: str, learner_id: int | None = None, **params: str) -> AppTes
 
 def messages(at: AppTest) -> list[str]:
     return [m.value for kind in (at.error, at.warning, at.success, at.info) for m in kind]
-
-
-def unescape_md(text: str) -> str:
-    """Undo the Verify page's Markdown escaping (what the browser shows)."""
-    return re.sub(r"\\(.)", r"\1", text)
 
 
 def as_saved(name: str) -> str:
