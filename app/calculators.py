@@ -2,12 +2,18 @@
 
 Units: bytes, seconds, bytes per second. The formulas are the course's:
 ring all-reduce sends 2(n-1)/n x S per device in 2(n-1) steps, and the
-alpha-beta model T = 2(n-1) alpha + 2(n-1)/n x S / B.
+alpha-beta model T = 2(n-1) alpha + 2(n-1)/n x S / B, which lives in
+``labs.model`` so that the benchmark lab measures what the lessons estimate.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+# One bandwidth model for the lessons and the benchmark lab: busbw in bytes/s,
+# and the alpha-beta time T = 2(n-1) alpha + 2(n-1)/n x S / B.
+from labs.model import busbw as busbw
+from labs.model import ring_time as ring_allreduce_time
 
 GB = 1e9
 
@@ -89,20 +95,6 @@ def ring_traffic(world_size: int, buffer_bytes: float) -> RingTraffic:
         steps=2 * (n - 1), sent_per_device=per_device, received_per_device=per_device,
         total_on_links=n * per_device,
     )
-
-
-def ring_allreduce_time(world_size: int, buffer_bytes: float, alpha: float, bandwidth: float) -> float:
-    """Alpha-beta estimate: T = 2(n-1) alpha + 2(n-1)/n x S / B."""
-    n = world_size
-    if n <= 1:
-        return 0.0
-    return 2 * (n - 1) * alpha + 2 * (n - 1) / n * buffer_bytes / bandwidth
-
-
-def busbw(buffer_bytes: float, seconds: float, world_size: int) -> float:
-    """nccl-tests bus bandwidth of an all-reduce: algbw x 2(n-1)/n."""
-    n = world_size
-    return buffer_bytes / seconds * 2 * (n - 1) / n
 
 
 @dataclass(frozen=True)
