@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 # One bandwidth model for the lessons and the benchmark lab: busbw in bytes/s,
 # and the alpha-beta time T = 2(n-1) alpha + 2(n-1)/n x S / B.
+from labs.model import bus_factor, ring_steps
 from labs.model import busbw as busbw
 from labs.model import ring_time as ring_allreduce_time
 
@@ -89,10 +90,10 @@ class RingTraffic:
 def ring_traffic(world_size: int, buffer_bytes: float) -> RingTraffic:
     """What a ring all-reduce of ``buffer_bytes`` costs each of ``world_size`` devices."""
     n = world_size
-    per_device = 2 * (n - 1) / n * buffer_bytes
+    per_device = bus_factor("all_reduce", n) * buffer_bytes
     return RingTraffic(
         world_size=n, buffer_bytes=buffer_bytes, chunk_bytes=buffer_bytes / n,
-        steps=2 * (n - 1), sent_per_device=per_device, received_per_device=per_device,
+        steps=ring_steps("all_reduce", n), sent_per_device=per_device, received_per_device=per_device,
         total_on_links=n * per_device,
     )
 

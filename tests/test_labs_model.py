@@ -6,6 +6,9 @@ lessons' calculators checked to be the very same model.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from app import calculators as calc
@@ -83,3 +86,11 @@ def test_fit_tolerates_noise_and_refuses_degenerate_input():
     assert model.fit_alpha_beta(sizes[:1], times[:1], n) is None
     assert model.fit_alpha_beta(sizes, times[:-1], n) is None
     assert model.fit_alpha_beta([4096, 4096], [1e-3, 1e-3], n) is None  # one size twice
+
+
+def test_the_calculators_stay_cheap_to_import():
+    """The lesson pages import the model through app.calculators: no torch behind it."""
+    code = "import sys, app.calculators; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60).stdout
+    assert out.strip() == "False"
