@@ -44,9 +44,6 @@ COLLECTIVE = {"ring": "all_reduce", "ring_pipelined": "all_reduce", "naive": "al
 # Our hand-written all-reduces, each compared with dist.all_reduce in the summary.
 OURS = {"ring": ring_allreduce, "ring_pipelined": ring_allreduce_pipelined,
         "naive": naive_allreduce}
-# torch 2.13 renamed reduce_scatter_tensor/all_gather_into_tensor; use whichever exists.
-_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 GB = 1e9  # rows give algbw and busbw in GB/s, as nccl-tests prints them
 
 
@@ -129,12 +126,12 @@ def _runner(impl: str, numel: int, world: int, rank: int, params: Params, device
         inp = torch.empty(numel, dtype=dtype, device=device)
         out = torch.empty(numel // world, dtype=dtype, device=device)
         lo = rank * (numel // world)
-        return inp, out, (lambda: _reduce_scatter(out, inp, op=red)), (lo, lo + numel // world)
+        return inp, out, (lambda: dist.reduce_scatter_single(out, inp, op=red)), (lo, lo + numel // world)
     # all_gather: each rank contributes its chunk of the "expected" result
     chunk = numel // world
     inp = torch.empty(chunk, dtype=dtype, device=device)
     out = torch.empty(chunk * world, dtype=dtype, device=device)
-    return inp, out, (lambda: _all_gather(out, inp)), None
+    return inp, out, (lambda: dist.all_gather_single(out, inp)), None
 
 
 def run_rank(ctx, params: Params) -> dict:
@@ -235,8 +232,8 @@ def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: st
             "wrong": sum(r["wrong"] for r in rows),
             "notes": {"busbw": "all-reduce: algbw*2(n-1)/n; reduce-scatter, all-gather: "
                                "algbw*(n-1)/n",
-                      "reduce_scatter": f"torch.distributed.{_reduce_scatter.__name__}",
-                      "all_gather": f"torch.distributed.{_all_gather.__name__}"}}
+                      "reduce_scatter": "torch.distributed.reduce_scatter_single",
+                      "all_gather": "torch.distributed.all_gather_single"}}
 
 
 def format_text(summary: dict) -> str:
