@@ -2,12 +2,19 @@
 
 Units: bytes, seconds, bytes per second. The formulas are the course's:
 ring all-reduce sends 2(n-1)/n x S per device in 2(n-1) steps, and the
-alpha-beta model T = 2(n-1) alpha + 2(n-1)/n x S / B.
+alpha-beta model T = 2(n-1) alpha + 2(n-1)/n x S / B, which lives in
+``labs.model`` so that the benchmark lab measures what the lessons estimate.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+# One bandwidth model for the lessons and the benchmark lab: busbw in bytes/s,
+# and the alpha-beta time T = 2(n-1) alpha + 2(n-1)/n x S / B.
+from labs.model import bus_factor, ring_steps
+from labs.model import busbw as busbw
+from labs.model import ring_time as ring_allreduce_time
 
 GB = 1e9
 
@@ -83,26 +90,12 @@ class RingTraffic:
 def ring_traffic(world_size: int, buffer_bytes: float) -> RingTraffic:
     """What a ring all-reduce of ``buffer_bytes`` costs each of ``world_size`` devices."""
     n = world_size
-    per_device = 2 * (n - 1) / n * buffer_bytes
+    per_device = bus_factor("all_reduce", n) * buffer_bytes
     return RingTraffic(
         world_size=n, buffer_bytes=buffer_bytes, chunk_bytes=buffer_bytes / n,
-        steps=2 * (n - 1), sent_per_device=per_device, received_per_device=per_device,
+        steps=ring_steps("all_reduce", n), sent_per_device=per_device, received_per_device=per_device,
         total_on_links=n * per_device,
     )
-
-
-def ring_allreduce_time(world_size: int, buffer_bytes: float, alpha: float, bandwidth: float) -> float:
-    """Alpha-beta estimate: T = 2(n-1) alpha + 2(n-1)/n x S / B."""
-    n = world_size
-    if n <= 1:
-        return 0.0
-    return 2 * (n - 1) * alpha + 2 * (n - 1) / n * buffer_bytes / bandwidth
-
-
-def busbw(buffer_bytes: float, seconds: float, world_size: int) -> float:
-    """nccl-tests bus bandwidth of an all-reduce: algbw x 2(n-1)/n."""
-    n = world_size
-    return buffer_bytes / seconds * 2 * (n - 1) / n
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ machine; each figure is the median over ``Config.sweeps`` sweeps. The yardstick 
 two processes (`tcp_loopback_GBps`): gloo on one machine moves every byte
 through such a socket, so busbw / TCP is the share of the wire a collective
 gets. busbw is nccl-tests' ``algbw * 2(n-1)/n``, the rate each rank's link
-must sustain; the alpha-beta fit is ``labs.bench.fit_alpha_beta`` over every
+must sustain; the alpha-beta fit is ``labs.model.fit_alpha_beta`` over every
 size of the sweep (the small ones pin down the latency alpha).
 """
 
@@ -82,8 +82,8 @@ def sweep(cfg: Config, world_size: int) -> dict:
     measured ``cfg.tcp_repeats`` times before each run, and its median is
     the yardstick of this world size's figures.
     """
-    from labs.bench import busbw, fit_alpha_beta
     from labs.launch import run_lab
+    from labs.model import busbw, fit_alpha_beta
 
     params = {"min_bytes": cfg.min_bytes, "max_bytes": cfg.max_bytes, "factor": cfg.factor,
               "warmup": cfg.warmup, "iters": cfg.iters, "impls": list(IMPLS)}
@@ -109,7 +109,7 @@ def sweep(cfg: Config, world_size: int) -> dict:
     for size in sizes:
         if size < cfg.report_from:
             continue
-        bw = {impl: busbw(size, t[(impl, size)], world_size) for impl in IMPLS}
+        bw = {impl: busbw(size, t[(impl, size)], world_size) / 1e9 for impl in IMPLS}
         rows.append({"size_bytes": size,
                      **{f"{impl}_busbw_GBps": bw[impl] for impl in IMPLS},
                      "ring_vs_all_reduce": bw["ring"] / bw["all_reduce"],

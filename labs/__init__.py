@@ -5,8 +5,13 @@
 - ``labs.bench``: an nccl-tests-style sweep of message sizes, algbw/busbw and
   an alpha-beta fit.
 - ``labs.ddp``: DistributedDataParallel on a small MLP, measured.
+- ``labs.context``: what a lab needs on its rank (RankContext, failure
+  injection, backend choice, a shared clock), also under torchrun.
 - ``labs.launch``: runs any of them on N local processes, watches them and
-  returns a structured result or error.
+  returns a structured result or error; ``labs.verdict`` holds its rules for
+  "crashed", "hung" and "timed out", as pure functions.
+- ``labs.model``: busbw and the alpha-beta ring model, shared with the
+  lessons' calculators.
 
 Run them with ``python -m labs ring|bench|ddp --world-size N`` or under
 ``torchrun``; see each module's docstring. Importing this package is cheap:

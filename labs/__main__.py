@@ -86,9 +86,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def _params(args: argparse.Namespace) -> dict:
     """The lab's Params fields that were given on the command line."""
-    from labs.launch import _load_lab
+    from labs.context import load_lab
 
-    names = {f.name for f in fields(_load_lab(args.lab).Params)}
+    names = {f.name for f in fields(load_lab(args.lab).Params)}
     values = {k: v for k, v in vars(args).items() if k in names and v is not None}
     if args.lab == "bench" and args.size is not None:
         values["min_bytes"] = values["max_bytes"] = args.size
@@ -97,11 +97,12 @@ def _params(args: argparse.Namespace) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    # Heavy imports after parsing, so that --help is instant.
-    from labs import launch
+    # Heavy imports after parsing, so that --help is instant. A rank under
+    # torchrun needs only the lab side; the supervisor is imported to run one.
+    from labs import context
 
     # Under torchrun only rank 0 reports, so only rank 0 touches the files.
-    reporter = not launch.launched_externally() or os.environ.get("RANK") == "0"
+    reporter = not context.launched_externally() or os.environ.get("RANK") == "0"
     events = open(args.events, "a", buffering=1) if args.events and reporter else None  # noqa: SIM115
 
     def on_event(event: dict) -> None:
@@ -133,23 +134,25 @@ def main(argv: list[str] | None = None) -> int:
     try:
         fail = None
         if args.fail_rank is not None:
-            fail = launch.FailSpec(rank=args.fail_rank, step=args.fail_at_step,
-                                   mode=args.fail_mode)
+            fail = context.FailSpec(rank=args.fail_rank, step=args.fail_at_step,
+                                    mode=args.fail_mode)
         params = _params(args)
-        module = launch._load_lab(args.lab)
+        module = context.load_lab(args.lab)
         module.Params(**params)  # validate before starting anything
     except (ValueError, TypeError) as exc:
-        err = launch.LabError(kind="invalid", rank=None, message=str(exc), lab=args.lab,
-                              world_size=args.world_size, backend=args.backend)
+        err = context.LabError(kind="invalid", rank=None, message=str(exc), lab=args.lab,
+                               world_size=args.world_size, backend=args.backend)
         return finish(_error_doc(err), f"error (invalid): {exc}", EXIT_INVALID)
 
-    if launch.launched_externally():
+    if context.launched_externally():
         # torchrun (or similar) started us as one rank: run in place, rank 0 reports.
-        result = launch.run_in_env(args.lab, params, backend=args.backend, timeout=args.timeout,
-                                   fail=fail, on_event=on_event)
+        result = context.run_in_env(args.lab, params, backend=args.backend,
+                                    timeout=args.timeout, fail=fail, on_event=on_event)
         if result is None:
             return 0
         return finish(result.to_dict(), _result_text(module, result), 0)
+
+    from labs import launch  # the supervisor: only when we start the ranks ourselves
 
     cancel = threading.Event()
 

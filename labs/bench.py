@@ -11,31 +11,29 @@ Launch:
 
 Every row is one message size and one implementation, timed over ``iters``
 back-to-back calls after ``warmup`` untimed ones; the time reported is the
-slowest rank's mean. Definitions as in nccl-tests (size S bytes, time t):
+slowest rank's mean. algbw and busbw (in GB/s) follow nccl-tests'
+definitions, which `labs.model` holds for the lessons' calculators too:
 
     algbw = S / t
     busbw = algbw * 2(n-1)/n    for all-reduce (ring, ring_pipelined, naive, all_reduce)
     busbw = algbw * (n-1)/n     for reduce-scatter and all-gather
 
 For reduce-scatter S is the whole input (n chunks); for all-gather the whole
-output. busbw is the rate each rank's link had to sustain with a ring, so it
-can be compared across n and with the link's speed. ``#wrong`` counts
-elements that differ from the exact answer in a separate checked call.
-
-The alpha-beta model of a ring all-reduce is T = 2(n-1) alpha + 2(n-1)/n * S/B
-(alpha: per-step latency, B: link bandwidth); `fit_alpha_beta` fits it to the
-rows by least squares on relative error, so small and large sizes count alike.
+output. ``#wrong`` counts elements that differ from the exact answer in a
+separate checked call. The summary fits the alpha-beta model
+T = 2(n-1) alpha + 2(n-1)/n * S/B to each implementation's rows
+(`labs.model.fit_alpha_beta`), so a learner reads their machine's alpha and B.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 
+from labs.model import algbw, busbw, fit_alpha_beta
 from labs.ring import DTYPES, naive_allreduce, ring_allreduce, ring_allreduce_pipelined
 
 IMPLS = ("ring", "ring_pipelined", "naive", "all_reduce", "reduce_scatter", "all_gather")
@@ -46,9 +44,7 @@ COLLECTIVE = {"ring": "all_reduce", "ring_pipelined": "all_reduce", "naive": "al
 # Our hand-written all-reduces, each compared with dist.all_reduce in the summary.
 OURS = {"ring": ring_allreduce, "ring_pipelined": ring_allreduce_pipelined,
         "naive": naive_allreduce}
-# torch 2.13 renamed reduce_scatter_tensor/all_gather_into_tensor; use whichever exists.
-_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+GB = 1e9  # rows give algbw and busbw in GB/s, as nccl-tests prints them
 
 
 # --------------------------------------------------------------------------
@@ -64,74 +60,6 @@ def sweep_sizes(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
         sizes.append(size)
         size *= factor
     return sizes
-
-
-def algbw(size_bytes: float, time_s: float) -> float:
-    """Algorithm bandwidth in GB/s (1e9 bytes per second)."""
-    return size_bytes / time_s / 1e9
-
-
-def bus_factor(collective: str, world_size: int) -> float:
-    """busbw / algbw for a collective on n ranks (nccl-tests' definitions)."""
-    n = world_size
-    if collective == "all_reduce":
-        return 2 * (n - 1) / n
-    if collective in ("reduce_scatter", "all_gather"):
-        return (n - 1) / n
-    raise ValueError(f"unknown collective {collective!r}")
-
-
-def busbw(size_bytes: float, time_s: float, world_size: int, collective: str = "all_reduce") -> float:
-    """Bus bandwidth in GB/s: what each rank's link carried, per second."""
-    return algbw(size_bytes, time_s) * bus_factor(collective, world_size)
-
-
-def model_time(size_bytes: float, alpha_s: float, bandwidth_Bps: float, world_size: int,
-               collective: str = "all_reduce") -> float:
-    """Alpha-beta time: steps * alpha + traffic per rank / B.
-
-    Ring all-reduce: 2(n-1) steps and 2(n-1)/n * S bytes per rank;
-    reduce-scatter and all-gather: half of each.
-    """
-    n = world_size
-    steps = 2 * (n - 1) if collective == "all_reduce" else n - 1
-    return steps * alpha_s + bus_factor(collective, n) * size_bytes / bandwidth_Bps
-
-
-def fit_alpha_beta(sizes: list[float], times: list[float], world_size: int,
-                   collective: str = "all_reduce") -> dict | None:
-    """Fit alpha (s) and B (bytes/s) of `model_time` to measured (size, time) pairs.
-
-    T = a + b*S is linear, with a = steps*alpha and b = factor/B; we minimise
-    the relative residuals sum(((a + b*S) - T) / T)^2 so that microsecond rows
-    weigh as much as second-long ones. Returns None when there is nothing to
-    fit (one rank, or fewer than two sizes).
-    """
-    n = world_size
-    if n < 2 or len(sizes) < 2 or len(sizes) != len(times):
-        return None
-    steps = 2 * (n - 1) if collective == "all_reduce" else n - 1
-    # Weighted least squares with weights 1/T^2: solve the 2x2 normal equations.
-    sw = sws = swss = swt = swst = 0.0
-    for s, t in zip(sizes, times, strict=True):
-        w = 1.0 / (t * t)
-        sw += w
-        sws += w * s
-        swss += w * s * s
-        swt += w * t
-        swst += w * s * t
-    det = sw * swss - sws * sws
-    if det == 0:
-        return None
-    a = (swss * swt - sws * swst) / det
-    b = (sw * swst - sws * swt) / det
-    alpha = a / steps
-    bandwidth = bus_factor(collective, n) / b if b > 0 else math.inf
-    residuals = [((a + b * s) - t) / t for s, t in zip(sizes, times, strict=True)]
-    return {"alpha_s": alpha, "bandwidth_Bps": bandwidth,
-            "bandwidth_GBps": bandwidth / 1e9, "steps": steps, "collective": collective,
-            "rms_rel_err": math.sqrt(sum(r * r for r in residuals) / len(residuals)),
-            "points": len(sizes)}
 
 
 # --------------------------------------------------------------------------
@@ -198,12 +126,12 @@ def _runner(impl: str, numel: int, world: int, rank: int, params: Params, device
         inp = torch.empty(numel, dtype=dtype, device=device)
         out = torch.empty(numel // world, dtype=dtype, device=device)
         lo = rank * (numel // world)
-        return inp, out, (lambda: _reduce_scatter(out, inp, op=red)), (lo, lo + numel // world)
+        return inp, out, (lambda: dist.reduce_scatter_single(out, inp, op=red)), (lo, lo + numel // world)
     # all_gather: each rank contributes its chunk of the "expected" result
     chunk = numel // world
     inp = torch.empty(chunk, dtype=dtype, device=device)
     out = torch.empty(chunk * world, dtype=dtype, device=device)
-    return inp, out, (lambda: _all_gather(out, inp)), None
+    return inp, out, (lambda: dist.all_gather_single(out, inp)), None
 
 
 def run_rank(ctx, params: Params) -> dict:
@@ -253,8 +181,8 @@ def run_rank(ctx, params: Params) -> dict:
             rows.append({"size": nbytes, "count": numel, "dtype": params.dtype,
                          "op": params.op if collective != "all_gather" else "none",
                          "impl": impl, "collective": collective, "time_us": t * 1e6,
-                         "algbw": algbw(nbytes, t) if nbytes else 0.0,
-                         "busbw": busbw(nbytes, t, world, collective) if nbytes else 0.0,
+                         "algbw": algbw(nbytes, t) / GB if nbytes else 0.0,
+                         "busbw": busbw(nbytes, t, world, collective) / GB if nbytes else 0.0,
                          "wrong": int(wrong_t)})
             done += 1
     ctx.progress(total, total, "done")
@@ -304,8 +232,8 @@ def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: st
             "wrong": sum(r["wrong"] for r in rows),
             "notes": {"busbw": "all-reduce: algbw*2(n-1)/n; reduce-scatter, all-gather: "
                                "algbw*(n-1)/n",
-                      "reduce_scatter": f"torch.distributed.{_reduce_scatter.__name__}",
-                      "all_gather": f"torch.distributed.{_all_gather.__name__}"}}
+                      "reduce_scatter": "torch.distributed.reduce_scatter_single",
+                      "all_gather": "torch.distributed.all_gather_single"}}
 
 
 def format_text(summary: dict) -> str:

@@ -50,6 +50,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.nn.utils import parameters_to_vector
 from torch.utils.data import DistributedSampler
 
+from labs.model import bus_factor
+
 SECTIONS = ("equivalence", "sampler", "breakdown", "buckets", "no_sync", "fp16", "scaling")
 
 
@@ -457,7 +459,8 @@ def _fp16(ctx, p, data, tick) -> dict:
                 losses.append(float(loss) / world)
         payload = counter["bytes"] / p.steps
         runs[name] = {"payload_bytes_per_step": payload,
-                      "ring_bytes_sent_per_rank_per_step": payload * 2 * (world - 1) / world,
+                      "ring_bytes_sent_per_rank_per_step":
+                          payload * bus_factor("all_reduce", world),
                       "final_loss": losses[-1], "losses": losses,
                       "step_ms": _max_over_ranks(ctx, [_median_ms(times)])[0]}
         weights[name] = _flat(model.module)

@@ -22,7 +22,7 @@ added, with several messages in flight: what gloo and NCCL do to go faster.
 Trace times are seconds from a common origin: on one machine, rank 0's
 ``time.perf_counter()`` (CLOCK_MONOTONIC, shared by every process) read right
 after a barrier, so a send on one rank and the matching receive on the next
-line up exactly; see `labs.launch.shared_clock_origin`.
+line up exactly; see `labs.context.shared_clock_origin`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from labs.launch import shared_clock_origin
+from labs import model
+from labs.context import shared_clock_origin
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64,
           "bfloat16": torch.bfloat16, "int64": torch.int64}
@@ -394,7 +395,8 @@ def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: st
     chunk_numels = [c.numel() for c in torch.tensor_split(torch.empty(numel), world_size)]
     total = max(r["t_end"] for r in ranks) - min(r["t_start"] for r in ranks)
     size = numel * dtype.itemsize
-    algbw = size / total / 1e9 if total > 0 else 0.0
+    algbw = model.algbw(size, total) / 1e9 if total > 0 else 0.0
+    busbw = model.busbw(size, total, world_size) / 1e9 if total > 0 else 0.0
     return {
         "lab": "ring",
         "algo": params.algo,
@@ -411,7 +413,7 @@ def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: st
         "total_time_s": total,
         "builtin_time_s": max(r["builtin_time_s"] for r in ranks),
         "algbw_GBps": algbw,
-        "busbw_GBps": algbw * 2 * (world_size - 1) / world_size,
+        "busbw_GBps": busbw,
         "correct": all(r["wrong"] == 0 for r in ranks),
         "wrong": sum(r["wrong"] for r in ranks),
         "max_abs_err": max(r["max_abs_err"] for r in ranks),

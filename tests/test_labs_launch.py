@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
 import torch
 
-from labs.launch import FailSpec, LabError, LabResult, machine_summary, resolve_backend, run_lab
+from labs.context import FailSpec, LabError, LabResult, machine_summary, resolve_backend
+from labs.launch import run_lab
 from tests.procs import gone
 
 
@@ -159,3 +162,22 @@ def test_machine_summary():
     assert m["cpu_count"] >= 1 and m["torch"] == torch.__version__
     assert m["gloo_available"] is True
     assert isinstance(m["gpus"], list)
+
+
+def test_labs_import_only_the_lab_side():
+    """A rank under torchrun needs no supervisor: the labs never import labs.launch."""
+    code = ("import json, sys, labs.ring, labs.bench, labs.ddp; "
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('labs'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    loaded = json.loads(out)
+    assert "labs.context" in loaded and "labs.ring" in loaded
+    assert "labs.launch" not in loaded and "labs.verdict" not in loaded, loaded
+
+
+def test_launch_still_offers_the_names_its_callers_import():
+    """app.views.labs imports machine_summary from labs.launch; run_lab's callers its types."""
+    from labs import context, launch
+
+    for name in ("FailSpec", "LabError", "LabResult", "machine_summary", "resolve_backend"):
+        assert getattr(launch, name) is getattr(context, name), name

@@ -1,0 +1,102 @@
+"""The course's bandwidth model, in one place: busbw and the alpha-beta ring.
+
+The lessons' calculators (``app.calculators``) and the benchmark lab
+(``labs.bench``) both read these functions, so a lesson's estimate and a
+measured sweep use the same definitions. Plain arithmetic: no torch, cheap to
+import. Units: bytes, seconds, bytes per second.
+
+nccl-tests' definitions, for a message of S bytes that took t seconds on n ranks:
+
+    algbw = S / t
+    busbw = algbw * 2(n-1)/n    all-reduce
+    busbw = algbw * (n-1)/n     reduce-scatter, all-gather
+
+busbw is the rate each rank's link had to sustain with a ring, so it can be
+compared across n and with the link's own speed. The alpha-beta model of a
+ring all-reduce (alpha: latency per step, B: link bandwidth) is
+
+    T = 2(n-1) alpha + 2(n-1)/n * S/B
+
+and reduce-scatter or all-gather alone is half of each term.
+"""
+
+from __future__ import annotations
+
+import math
+
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
+
+
+def bus_factor(collective: str, world_size: int) -> float:
+    """busbw / algbw: the share of S that crosses each rank's link, 2(n-1)/n or (n-1)/n."""
+    n = world_size
+    if collective == "all_reduce":
+        return 2 * (n - 1) / n
+    if collective in ("reduce_scatter", "all_gather"):
+        return (n - 1) / n
+    raise ValueError(f"unknown collective {collective!r}: use one of {', '.join(COLLECTIVES)}")
+
+
+def ring_steps(collective: str, world_size: int) -> int:
+    """Messages each rank sends in turn: 2(n-1) for all-reduce, n-1 for either half."""
+    bus_factor(collective, world_size)  # the same ValueError for an unknown collective
+    return 2 * (world_size - 1) if collective == "all_reduce" else world_size - 1
+
+
+def algbw(size_bytes: float, time_s: float) -> float:
+    """Algorithm bandwidth in bytes per second: the message over the time."""
+    return size_bytes / time_s
+
+
+def busbw(size_bytes: float, time_s: float, world_size: int,
+          collective: str = "all_reduce") -> float:
+    """Bus bandwidth in bytes per second: what each rank's link carried, per second."""
+    return algbw(size_bytes, time_s) * bus_factor(collective, world_size)
+
+
+def ring_time(world_size: int, size_bytes: float, alpha_s: float, bandwidth_Bps: float,
+              collective: str = "all_reduce") -> float:
+    """Alpha-beta time of a ring collective: steps * alpha + bus_factor * S / B.
+
+    One rank (or none) communicates nothing and takes no time.
+    """
+    if world_size <= 1:
+        return 0.0
+    return (ring_steps(collective, world_size) * alpha_s
+            + bus_factor(collective, world_size) * size_bytes / bandwidth_Bps)
+
+
+def fit_alpha_beta(sizes: list[float], times: list[float], world_size: int,
+                   collective: str = "all_reduce") -> dict | None:
+    """Fit alpha (s) and B (bytes/s) of `ring_time` to measured (size, time) pairs.
+
+    T = a + b*S is linear, with a = steps*alpha and b = bus_factor/B. We
+    minimise the relative residuals sum(((a + b*S) - T) / T)^2 so that
+    microsecond rows weigh as much as second-long ones: a plain least-squares
+    fit would let the largest message decide alpha. Returns None when there is
+    nothing to fit (one rank, or fewer than two sizes).
+    """
+    n = world_size
+    if n < 2 or len(sizes) < 2 or len(sizes) != len(times):
+        return None
+    steps = ring_steps(collective, n)
+    # Weighted least squares with weights 1/T^2: solve the 2x2 normal equations.
+    sw = sws = swss = swt = swst = 0.0
+    for s, t in zip(sizes, times, strict=True):
+        w = 1.0 / (t * t)
+        sw += w
+        sws += w * s
+        swss += w * s * s
+        swt += w * t
+        swst += w * s * t
+    det = sw * swss - sws * sws
+    if det == 0:
+        return None
+    a = (swss * swt - sws * swst) / det
+    b = (sw * swst - sws * swt) / det
+    bandwidth = bus_factor(collective, n) / b if b > 0 else math.inf
+    residuals = [((a + b * s) - t) / t for s, t in zip(sizes, times, strict=True)]
+    return {"alpha_s": a / steps, "bandwidth_Bps": bandwidth,
+            "bandwidth_GBps": bandwidth / 1e9, "steps": steps, "collective": collective,
+            "rms_rel_err": math.sqrt(sum(r * r for r in residuals) / len(residuals)),
+            "points": len(sizes)}
