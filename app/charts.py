@@ -80,6 +80,8 @@ def _arrow(src_xy: tuple[float, float], dst_xy: tuple[float, float], text: str) 
         "xref": "x", "yref": "y", "axref": "x", "ayref": "y", "showarrow": True,
         "arrowhead": 3, "arrowwidth": 2.5, "arrowcolor": "#d62728",
         "text": text, "font": {"size": 11, "color": "#d62728"},
+        # Legible where a label crosses the other arrow or a rank.
+        "bgcolor": "rgba(255,255,255,0.85)", "borderpad": 1,
     }
 
 
@@ -237,12 +239,13 @@ def naive_ring_figure(
     """The naive ring, animated: in every step each rank sends its whole buffer to the next.
 
     Each rank's buffer is one bar, not n chunks, coloured by how many ranks'
-    data it has added up; each arrow says that a whole buffer travels
-    (``buffer_size``, already formatted) and whose data it is. Frame k
+    data it has added up; each arrow says whose whole buffer travels
+    (``carries``) and its size (``buffer_size``, already formatted). Frame k
     (k >= 1) has a ``sends`` trace whose customdata lists the step's sends as
     (src, dst, whose data) and a ``buffers`` trace with (rank, count) per rank.
     ``labels`` needs ``rank``, ``holds``, ``start``, ``play``, ``pause``,
-    ``step``, ``pass-around``, ``buffer`` and ``carries`` (a template with ``{rank}``).
+    ``step``, ``pass-around``, ``buffer`` (hover text) and ``carries`` (a
+    template with ``{rank}``, e.g. "rank {rank}'s whole buffer").
     """
     n = world_size
     states = naive_replay(n, steps)
@@ -260,6 +263,8 @@ def naive_ring_figure(
         for cx, cy in bars:
             segment_x += [cx - width / 2, cx + width / 2, None]
             segment_y += [cy, cy, None]
+        outline = go.Scatter(x=segment_x, y=segment_y, mode="lines", name="outline",
+                             line={"width": thickness + 2, "color": "#333"}, hoverinfo="skip")
         bar_traces = [
             go.Scatter(x=segment_x[3 * r: 3 * r + 2], y=segment_y[3 * r: 3 * r + 2], mode="lines",
                        name=f"bar {r}", line={"width": thickness, "color": colours[r]}, hoverinfo="skip")
@@ -281,15 +286,14 @@ def naive_ring_figure(
             name="sends", marker={"size": 1, "opacity": 0}, hoverinfo="skip",
             customdata=[[s[0], s[1], before[s[0]]] for s in sends],
         )
-        return [*bar_traces, buffer_trace, send_trace]
+        return [outline, *bar_traces, buffer_trace, send_trace]
 
     def arrows(k: int) -> list[dict]:
         if k == 0:
             return []
         before = states[k - 1].carrying
         size = f" ({buffer_size})" if buffer_size else ""
-        return [_arrow(ranks[src], ranks[dst],
-                       f"{labels['buffer']}{size}<br>{labels['carries'].format(rank=before[src])}")
+        return [_arrow(ranks[src], ranks[dst], labels["carries"].format(rank=before[src]) + size)
                 for src, dst, _chunk, _phase in steps[k - 1]]
 
     node_trace = _node_trace(n, labels)

@@ -51,7 +51,7 @@ def ring(run: LabRun, latest_bench: dict | None) -> None:
         return
     steps, durations = charts.trace_steps(s["traces"])
     naive = s.get("algo") == "naive"
-    st.markdown(f"**{t('labs.ring.animation_naive') if naive else t('labs.ring.animation')}**")
+    st.markdown(f"**{t('labs_naive.animation') if naive else t('labs.ring.animation')}**")
     speed = st.select_slider(t("labs.ring.speed"), [0.25, 0.5, 1.0, 2.0, 4.0], value=1.0,
                              format_func=lambda v: f"{v}×", key=f"speed_{run.id}")
     paced = [d / speed for d in durations]

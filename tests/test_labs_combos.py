@@ -112,8 +112,11 @@ def assert_ring_drawn(at, algo: str) -> None:
     names = {tr.get("name") for tr in anim["frames"][-1]["data"]}
     assert ("buffers" if algo == "naive" else "chunks") in names
     assert len(steps["data"][0]["y"]) == frames_expected(algo) - 1, "one measured bar per step"
+    caption = t("labs_naive.animation" if algo == "naive" else "labs.ring.animation")
+    assert f"**{caption}**" in [md.value for md in at.markdown], "the animation's caption, translated"
     if algo == "naive":
-        assert t("labs_naive.whole_buffer") in anim["frames"][1]["layout"]["annotations"][0]["text"]
+        texts = sorted(a["text"] for a in anim["frames"][1]["layout"]["annotations"])
+        assert texts == [t("labs_naive.carries", rank=r) + " (1 KiB)" for r in (0, 1)], texts
 
 
 def test_the_form_offers_what_this_test_covers(app_db):
