@@ -272,8 +272,10 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 def progress(run_id: int) -> dict[str, Any] | None:
     """The newest progress event of a running lab."""
     job = _manager.jobs.get(run_id)
-    if job is None or job.workdir is None:
-        return None if job is None else job.last_event
+    if job is None:
+        return None
+    if job.workdir is None:  # still queued: nothing written yet
+        return job.last_event
     path = job.workdir / "events.jsonl"
     try:
         with path.open() as fh:
