@@ -7,12 +7,20 @@ script thread. A rerun or page switch does not touch it; the page polls
 ``Settings.lab_concurrency`` labs run at once; the rest wait in FIFO order.
 Every run is a :class:`~app.models.LabRun` row: queued, running, then done,
 failed or cancelled.
+
+So that one visitor cannot fill the queue and make everyone else wait, a
+learner (or a guest's browser session) may have ``Settings.lab_max_per_learner``
+labs queued or running, and all visitors together ``Settings.lab_max_queued``;
+both are counted in the database when a run is submitted. A run's working
+directory exists only while it runs, and a finished run leaves no ``Job``
+behind: the database row is the record.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,13 +32,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlmodel import select
+import torch
+from sqlmodel import func, select
 
 from app.db import session_scope
 from app.models import LabRun, utcnow
 from app.settings import ROOT, get_settings
+from labs.launch import resolve_backend
+from labs.ring import DTYPES
 
 LABS = ("ring", "bench", "ddp")
+ACTIVE = ("queued", "running")
 # Parameters a learner may set, per lab, mapped to the CLI's flags.
 FLAGS = {
     "world_size": "--world-size", "backend": "--backend", "size": "--size", "dtype": "--dtype",
@@ -58,7 +70,7 @@ class Job:
     run_id: int
     lab: str
     params: dict[str, Any]
-    workdir: Path
+    workdir: Path | None = None  # made when the run starts, removed when it ends
     proc: subprocess.Popen | None = None
     cancelled: bool = False
     started: float | None = None
@@ -96,6 +108,7 @@ class _Manager:
             finally:
                 with self.lock:
                     self.running.pop(job.run_id, None)
+                    self.jobs.pop(job.run_id, None)  # the LabRun row now holds everything
                     self.lock.notify_all()
 
 
@@ -120,6 +133,16 @@ def validate(lab: str, params: dict[str, Any]) -> dict[str, Any]:
     for key in ("size", "min_bytes", "max_bytes"):
         if key in clean and not 8 <= int(clean[key]) <= 256 * 2**20:
             raise LabRequestError("labs.err_size")
+    # Requests the lab itself would refuse are refused here, in the learner's
+    # language, instead of after starting processes.
+    if clean.get("op") == "avg" and not DTYPES[clean.get("dtype", "float32")].is_floating_point:
+        raise LabRequestError("labs_refused.avg_int")
+    if clean.get("backend") == "nccl":
+        try:
+            resolve_backend("nccl", ws)
+        except ValueError:
+            gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            raise LabRequestError("labs_refused.nccl", gpus=gpus) from None
     return clean
 
 
@@ -133,15 +156,35 @@ def command(lab: str, params: dict[str, Any], workdir: Path) -> list[str]:
     return args
 
 
-def submit(*, lab: str, params: dict[str, Any], learner_id: int | None, machine: dict[str, Any]) -> int:
-    """Queue a lab run; returns its LabRun id."""
+_admit = threading.Lock()
+
+
+def submit(*, lab: str, params: dict[str, Any], learner_id: int | None, machine: dict[str, Any],
+           session_runs: list[int] | tuple[int, ...] = ()) -> int:
+    """Queue a lab run; returns its LabRun id.
+
+    Refused with a :class:`LabRequestError` when the learner already has
+    ``lab_max_per_learner`` labs queued or running, or ``lab_max_queued`` are
+    queued or running in all. A guest has no learner id: ``session_runs``,
+    the ids its browser session submitted, are what it is counted by. The
+    counts come from the database (not this process's memory), and the lock
+    makes count and insert one step for the server's threads.
+    """
     clean = validate(lab, params)
-    with session_scope() as session:
+    settings = get_settings()
+    with _admit, session_scope() as session:
+        active = LabRun.status.in_(ACTIVE)
+        mine = LabRun.learner_id == learner_id if learner_id is not None else LabRun.id.in_(list(session_runs))
+        if session.exec(select(func.count()).select_from(LabRun).where(active, mine)).one() \
+                >= settings.lab_max_per_learner:
+            raise LabRequestError("labs_refused.too_many", limit=settings.lab_max_per_learner)
+        if session.exec(select(func.count()).select_from(LabRun).where(active)).one() >= settings.lab_max_queued:
+            raise LabRequestError("labs_refused.queue_full", limit=settings.lab_max_queued)
         run = LabRun(learner_id=learner_id, lab=lab, params=clean, machine=machine, status="queued")
         session.add(run)
         session.flush()
         run_id = run.id
-    job = Job(run_id=run_id, lab=lab, params=clean, workdir=Path(tempfile.mkdtemp(prefix=f"lab-{run_id}-")))
+    job = Job(run_id=run_id, lab=lab, params=clean)
     _manager.ensure_workers()
     with _manager.lock:
         _manager.jobs[run_id] = job
@@ -173,7 +216,19 @@ def _kill(proc: subprocess.Popen) -> None:
 
 
 def _run(job: Job) -> None:
-    _set(job.run_id, status="running", started_at=utcnow())
+    """Run the job's CLI to the end, record the outcome, then delete its working directory."""
+    try:
+        job.workdir = Path(tempfile.mkdtemp(prefix=f"lab-{job.run_id}-"))
+        _set(job.run_id, status="running", started_at=utcnow())
+        _run_in(job)
+    except Exception as exc:  # noqa: BLE001  (a worker thread must never die with the run left "running")
+        _set(job.run_id, status="failed", finished_at=utcnow(), error={"kind": "crash", "message": repr(exc)})
+    finally:
+        if job.workdir is not None:
+            shutil.rmtree(job.workdir, ignore_errors=True)
+
+
+def _run_in(job: Job) -> None:
     job.started = time.monotonic()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     log = open(job.workdir / "output.log", "w")  # noqa: SIM115
@@ -219,6 +274,8 @@ def progress(run_id: int) -> dict[str, Any] | None:
     job = _manager.jobs.get(run_id)
     if job is None:
         return None
+    if job.workdir is None:  # still queued: nothing written yet
+        return job.last_event
     path = job.workdir / "events.jsonl"
     try:
         with path.open() as fh:
@@ -244,13 +301,15 @@ def queue_position(run_id: int) -> int | None:
 
 
 def cancel(run_id: int) -> bool:
-    job = _manager.jobs.get(run_id)
-    if job is None:
-        return False
+    """Stop a run: a queued one is dropped at once, a running one is killed by its worker."""
     with _manager.lock:
+        job = _manager.jobs.get(run_id)
+        if job is None:
+            return False
         job.cancelled = True
         if job in _manager.queue:
             _manager.queue.remove(job)
+            del _manager.jobs[run_id]
             _set(run_id, status="cancelled", finished_at=utcnow(), error={"kind": "cancelled"})
     return True
 

@@ -50,16 +50,25 @@ def ring(run: LabRun, latest_bench: dict | None) -> None:
         st.info(t("labs.ring.one_rank"))
         return
     steps, durations = charts.trace_steps(s["traces"])
-    st.markdown(f"**{t('labs.ring.animation')}**")
+    naive = s.get("algo") == "naive"
+    st.markdown(f"**{t('labs_naive.animation') if naive else t('labs.ring.animation')}**")
     speed = st.select_slider(t("labs.ring.speed"), [0.25, 0.5, 1.0, 2.0, 4.0], value=1.0,
                              format_func=lambda v: f"{v}×", key=f"speed_{run.id}")
     paced = [d / speed for d in durations]
-    fig = charts.ring_figure(n, steps, labels=ring_labels(), step_durations=paced,
-                             chunk_sizes=[_fmt_bytes(c * s["element_size"]) for c in s["chunk_numels"]])
+    if naive:
+        # Whole buffers go round the ring: one bar per rank, not n chunks.
+        labels = {**ring_labels(), "pass-around": t("labs_naive.pass_around"), "buffer": t("labs_naive.whole_buffer"),
+                  "carries": t("labs_naive.carries", rank="{rank}")}
+        fig = charts.naive_ring_figure(n, steps, labels=labels, step_durations=paced,
+                                       buffer_size=_fmt_bytes(s["size_bytes"]))
+        sent_bytes = s["size_bytes"]
+    else:
+        fig = charts.ring_figure(n, steps, labels=ring_labels(), step_durations=paced,
+                                 chunk_sizes=[_fmt_bytes(c * s["element_size"]) for c in s["chunk_numels"]])
+        sent_bytes = max(s["chunk_numels"]) * s["element_size"]
     st.plotly_chart(fig, key=f"ring_{run.id}")
     alpha, bandwidth = _fit(latest_bench)
-    chunk_bytes = max(s["chunk_numels"]) * s["element_size"]
-    predicted = [alpha + chunk_bytes / bandwidth for _ in steps]
+    predicted = [alpha + sent_bytes / bandwidth for _ in steps]
     st.markdown(f"**{t('labs.ring.theory')}**")
     st.plotly_chart(charts.step_time_figure(durations, predicted, {
         "measured": t("labs.ring.measured"), "theory": t("labs.ring.theory_line"),

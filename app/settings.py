@@ -40,6 +40,10 @@ class Settings(BaseSettings):
     # Above the engine default of 10 s: a 64 MiB step on a busy 2-core machine can take that long.
     lab_hang_timeout_s: int = 20
     lab_max_world_size: int = 8
+    # Fair queueing: labs one learner (or one guest's browser session) may have
+    # queued or running at once, and labs queued or running in all.
+    lab_max_per_learner: int = 2
+    lab_max_queued: int = 20
     # Quiz: questions per attempt and the pass mark in percent.
     quiz_questions: int = 12
     quiz_pass_percent: int = 80

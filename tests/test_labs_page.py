@@ -10,6 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 from app import charts, i18n, labjobs
 from tests.apptest import MAIN, open_page
+from tests.procs import gone
 
 LABELS = {k: k for k in ["rank", "chunk", "holds", "start", "play", "pause", "step", "reduce-scatter",
                          "all-gather"]}
@@ -52,8 +53,10 @@ def test_page_runs_a_two_rank_ring_and_shows_the_animation(app_db):
     assert len(spec["frames"]) == 2 * (2 - 1) + 1
 
 
-def test_animation_replays_a_real_four_rank_trace(app_db):
-    run_id = labjobs.submit(lab="ring", params={"world_size": 4, "size": 4 * 1001}, learner_id=None, machine={})
+@pytest.mark.parametrize("algo", ["ring", "pipelined"])
+def test_animation_replays_a_real_four_rank_trace(app_db, algo):
+    run_id = labjobs.submit(lab="ring", params={"world_size": 4, "size": 4 * 1001, "algo": algo},
+                            learner_id=None, machine={})
     assert wait(run_id) == "done"
     summary = labjobs.get_run(run_id).result["summary"]
     assert summary["correct"]
@@ -75,6 +78,31 @@ def test_animation_replays_a_real_four_rank_trace(app_db):
     assert all(c[2] == 4 for c in final.customdata), "every chunk complete on every rank"
     first = next(tr for tr in fig.frames[0].data if tr.name == "chunks")
     assert all(c[2] == 1 for c in first.customdata)
+
+
+def test_naive_animation_moves_whole_buffers_as_the_real_trace_says(app_db):
+    run_id = labjobs.submit(lab="ring", params={"world_size": 4, "size": 4 * 1001, "algo": "naive"},
+                            learner_id=None, machine={})
+    assert wait(run_id) == "done"
+    summary = labjobs.get_run(run_id).result["summary"]
+    assert summary["correct"]
+    steps, durations = charts.trace_steps(summary["traces"])
+    assert len(steps) == 3 and all(d > 0 for d in durations)
+    labels = {**LABELS, "pass-around": "pass-around", "buffer": "buffer", "carries": "rank {rank}'s whole buffer"}
+    fig = charts.naive_ring_figure(4, steps, labels=labels, step_durations=durations, buffer_size="3.9 KiB")
+    assert len(fig.frames) == 4
+    for k in range(1, 4):
+        sends = next(tr for tr in fig.frames[k].data if tr.name == "sends")
+        shown = sorted((src, dst) for src, dst, _whose in sends.customdata)
+        expected = sorted((r, rec["send_to"]) for r, recs in enumerate(summary["traces"])
+                          for rec in recs if rec["step"] == k - 1)
+        assert shown == expected, k
+        # In step k each rank forwards the buffer that started k-1 places to its left.
+        assert all(whose == (src - (k - 1)) % 4 for src, _dst, whose in sends.customdata), k
+        texts = sorted(a.text for a in fig.frames[k].layout.annotations)
+        assert texts == sorted(f"rank {whose}'s whole buffer (3.9 KiB)" for _src, _dst, whose in sends.customdata)
+    counts = [[c[1] for c in next(tr for tr in f.data if tr.name == "buffers").customdata] for f in fig.frames]
+    assert counts == [[1] * 4, [2] * 4, [3] * 4, [4] * 4], "one more rank's data added per step"
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 5, 8])
@@ -106,7 +134,7 @@ def test_second_lab_waits_its_turn_and_cancel_leaves_no_process(app_db, monkeypa
     assert pids, "the hanging lab has live processes"
     labjobs.cancel(hang)
     assert wait(hang) == "cancelled"
-    assert labjobs.child_pids(hang) == []
+    assert all(gone(pid) for pid in pids), "every process of the cancelled lab has exited"
     assert wait(second) == "done"
 
 
@@ -121,7 +149,8 @@ def test_injected_crash_shows_a_message_naming_the_rank(app_db):
     assert i18n.t("labs.failed", "en") in errors
     assert any(e.startswith("Rank 1 crashed at step 1") for e in errors), errors
     assert i18n.t("labs.why_hang", "en") in [i.value for i in at.info]
-    assert labjobs.child_pids(run_id) == []
+    pids = labjobs.get_run(run_id).error["pids"]
+    assert pids and all(gone(pid) for pid in pids), "no rank of the failed lab is left running"
 
 
 def test_bad_requests_are_refused_clearly():

@@ -1,0 +1,149 @@
+"""The lab queue is fair and tidy (security finding F-9).
+
+One guest session once queued 12 labs in 2.7 s and everyone else waited
+behind them; every run left a ``lab-<id>-*`` directory and a ``Job`` behind.
+Now a learner or guest session may have ``lab_max_per_learner`` labs queued
+or running, everyone together ``lab_max_queued``, and a run leaves nothing.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+
+import pytest
+from sqlmodel import func, select
+
+from app import i18n, labjobs
+from app.accounts import sign_up
+from app.db import session_scope
+from app.models import LabRun
+from app.settings import get_settings
+from tests.apptest import open_page
+from tests.procs import gone
+
+HANG = {"world_size": 2, "fail_mode": "hang", "fail_rank": 1, "fail_at_step": 0}
+
+
+def wait(run_id: int, until=("done", "failed", "cancelled"), timeout: float = 60) -> str:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        status = labjobs.get_run(run_id).status
+        if status in until:
+            return status
+        time.sleep(0.1)
+    raise AssertionError(f"run {run_id} never became {until}")
+
+
+def active_runs() -> int:
+    with session_scope() as s:
+        return s.exec(select(func.count()).select_from(LabRun).where(LabRun.status.in_(labjobs.ACTIVE))).one()
+
+
+@pytest.fixture
+def limits(monkeypatch):
+    """Set lab settings for one test (environment variables, as in production)."""
+    def apply(**values: int) -> None:
+        for key, value in values.items():
+            monkeypatch.setenv(key.upper(), str(value))
+        get_settings.cache_clear()
+
+    yield apply
+    monkeypatch.undo()
+    get_settings.cache_clear()
+
+
+def cancel_all() -> None:
+    with session_scope() as s:
+        ids = list(s.exec(select(LabRun.id).where(LabRun.status.in_(labjobs.ACTIVE))))
+    for run_id in [i for i in ids if labjobs.cancel(i)]:
+        wait(run_id)
+
+
+def test_one_guest_session_cannot_fill_the_queue(app_db, limits):
+    limits(lab_max_concurrent=1)
+    at = open_page("labs", "nl")
+    [b for b in at.selectbox if b.label == i18n.t("labs.fail_mode", "nl")][0].set_value("hang")
+    refused = i18n.t("labs_refused.too_many", "nl", limit=2)
+    try:
+        for click in range(1, 14):
+            [b for b in at.button if b.label == i18n.t("labs.run", "nl")][0].click()
+            at.run()
+            assert not at.exception, at.exception
+            errors = [e.value for e in at.error]
+            assert errors == ([refused] if click >= 3 else []), click
+        assert len(at.session_state["lab_runs"]) == 2
+        assert active_runs() == 2
+    finally:
+        cancel_all()
+    # Once a run has ended, the session may start another.
+    [b for b in at.button if b.label == i18n.t("labs.run", "nl")][0].click()
+    at.run()
+    assert refused not in [e.value for e in at.error]
+    assert len(at.session_state["lab_runs"]) == 3
+    cancel_all()
+
+
+def test_learner_and_global_caps_are_counted_in_the_database(app_db, limits):
+    limits(lab_max_concurrent=1, lab_max_per_learner=2, lab_max_queued=3)
+    with session_scope() as s:
+        ann = sign_up(session=s, email="ann@example.org", password="long enough pw").id
+        bob = sign_up(session=s, email="bob@example.org", password="long enough pw").id
+    try:
+        # A run this process's memory knows nothing of (another server process's) counts too.
+        with session_scope() as s:
+            s.add(LabRun(learner_id=ann, lab="ring", params=HANG, status="running"))
+        labjobs.submit(lab="ring", params=HANG, learner_id=ann, machine={})
+        with pytest.raises(labjobs.LabRequestError) as err:
+            labjobs.submit(lab="ring", params=HANG, learner_id=ann, machine={})
+        assert err.value.code == "labs_refused.too_many" and err.value.values == {"limit": 2}
+        bobs = labjobs.submit(lab="ring", params=HANG, learner_id=bob, machine={})
+        with pytest.raises(labjobs.LabRequestError) as err:
+            labjobs.submit(lab="ring", params=HANG, learner_id=bob, machine={})
+        assert err.value.code == "labs_refused.queue_full" and err.value.values == {"limit": 3}
+        with pytest.raises(labjobs.LabRequestError) as err:  # a guest too
+            labjobs.submit(lab="ring", params=HANG, learner_id=None, machine={}, session_runs=[])
+        assert err.value.code == "labs_refused.queue_full"
+        assert active_runs() == 3
+        assert labjobs.get_run(bobs).status == "queued"
+        labjobs.cancel(bobs)  # cancelled while queued: a place is free again at once
+        assert labjobs.get_run(bobs).status == "cancelled"
+        labjobs.submit(lab="ring", params=HANG, learner_id=bob, machine={})
+    finally:
+        cancel_all()
+
+
+def test_a_run_leaves_no_directory_and_no_job(app_db, limits, tmp_path, monkeypatch):
+    limits(lab_max_concurrent=1)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    jobs_before = len(labjobs._manager.jobs)
+
+    done = labjobs.submit(lab="ring", params={"world_size": 2, "size": 1024}, learner_id=None, machine={})
+    assert wait(done) == "done"
+    assert labjobs.get_run(done).result["summary"]["correct"]
+
+    hang = labjobs.submit(lab="ring", params=HANG, learner_id=None, machine={})
+    queued = labjobs.submit(lab="ring", params=HANG, learner_id=None, machine={})
+    wait(hang, until=("running",))
+    deadline = time.time() + 30
+    while not list(tmp_path.glob(f"lab-{hang}-*")) and time.time() < deadline:
+        time.sleep(0.1)
+    assert list(tmp_path.glob(f"lab-{hang}-*")), "a running lab works in its own directory"
+    assert not list(tmp_path.glob(f"lab-{queued}-*")), "a waiting lab has none yet"
+    deadline = time.time() + 30
+    while not labjobs.child_pids(hang) and time.time() < deadline:
+        time.sleep(0.1)
+    pids = labjobs.child_pids(hang)
+    assert pids
+    labjobs.cancel(queued)
+    labjobs.cancel(hang)
+    assert wait(queued) == "cancelled" and wait(hang) == "cancelled"
+    deadline = time.time() + 10
+    while labjobs._manager.jobs.keys() & {done, hang, queued} and time.time() < deadline:
+        time.sleep(0.1)
+
+    assert list(tmp_path.glob("lab-*")) == []
+    assert len(labjobs._manager.jobs) == jobs_before
+    assert not labjobs._manager.jobs.keys() & {done, hang, queued}
+    assert all(gone(pid) for pid in pids), "cancel stopped every process of the lab"
+    assert labjobs.progress(done) is None and labjobs.cancel(done) is False
