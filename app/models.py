@@ -113,6 +113,13 @@ class Certificate(SQLModel, table=True):
     revoked_at: datetime | None = None
     revoked_reason: str | None = Field(default=None, max_length=500)
     replaced_by: str | None = Field(default=None, max_length=40)
+    # Open Badges 3.0 form (certificates/openbadges.py): this certificate's bit in
+    # the public status list, and the signed credential as JSON with a Data
+    # Integrity proof and as a compact VC-JWT. Set once, on first need, never
+    # changed: the salt of the hashed e-mail inside is random, so it is kept.
+    status_index: int | None = Field(default=None, unique=True)
+    credential_json: str | None = None
+    credential_jwt: str | None = None
 
 
 class CertificateEvent(SQLModel, table=True):
