@@ -255,6 +255,9 @@ def build_credential(
             "url": base,
         },
         "validFrom": _timestamp(cert.issued_at),
+        # The day the quiz was passed, as printed on the PDF (validFrom is the
+        # moment of issue, later for a reissued certificate).
+        "awardedDate": f"{cert.pass_date}T00:00:00Z",
         "credentialSubject": {
             "type": ["AchievementSubject"],
             "identifier": identifiers,
@@ -481,6 +484,74 @@ def verify_any(text: str | bytes, public_keys: dict[str, Ed25519PublicKey]) -> V
             raise Malformed("envelope does not hold a VC-JWT")
         return verify_jwt(envelope[len(prefix) :], public_keys)
     return verify_proof(document, public_keys)
+
+
+def unverified_credential(text: str) -> dict[str, Any]:
+    """The credential in a file *without* checking anything: only to learn
+    which issuer to ask for keys. Never show or trust what this returns."""
+    text = text.strip()
+    try:
+        if text.startswith("{"):
+            document = json.loads(text)
+            envelope = str(document.get("id", ""))
+            if document.get("type") != "EnvelopedVerifiableCredential":
+                return document
+            text = envelope.partition(",")[2]
+        payload = text.split(".")[1]
+        return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (ValueError, IndexError, AttributeError) as e:
+        raise Malformed("not a credential") from e
+
+
+def keys_from_did_document(document: dict[str, Any], did: str) -> dict[str, Ed25519PublicKey]:
+    """The Ed25519 assertion keys a DID document lists (JWK or Multikey), by kid."""
+    if not isinstance(document, dict) or document.get("id") != did:
+        return {}
+    assertion = set(document.get("assertionMethod") or [])
+    found: dict[str, Ed25519PublicKey] = {}
+    for method in document.get("verificationMethod") or []:
+        if not isinstance(method, dict) or method.get("id") not in assertion:
+            continue
+        try:
+            if "publicKeyMultibase" in method:
+                raw = b58decode(str(method["publicKeyMultibase"])[1:])
+                if not raw.startswith(MULTIKEY_ED25519):
+                    continue
+                raw = raw[2:]
+            else:
+                key = method.get("publicKeyJwk") or {}
+                if key.get("kty") != "OKP" or key.get("crv") != "Ed25519":
+                    continue
+                x = str(key["x"])
+                raw = base64.urlsafe_b64decode(x + "=" * (-len(x) % 4))
+            public = Ed25519PublicKey.from_public_bytes(raw)
+        except (ValueError, KeyError):
+            continue
+        found[keys.key_id(public)] = public
+    return found
+
+
+def summary(credential: dict[str, Any]) -> dict[str, Any]:
+    """What the CLI prints of a *verified* credential."""
+    subject = credential.get("credentialSubject") or {}
+    achievement = subject.get("achievement") or {}
+    names = [
+        i.get("identityHash")
+        for i in subject.get("identifier") or []
+        if i.get("identityType") == "name" and not i.get("hashed")
+    ]
+    results = subject.get("result") or [{}]
+    issuer = credential.get("issuer") or {}
+    cert_id = str(credential.get("id", "")).rsplit("/", 1)[-1].removesuffix(".json")
+    return {
+        "id": cert_id,
+        "name": names[0] if names else None,
+        "course": achievement.get("name"),
+        "score": results[0].get("value"),
+        "pass_date": str(credential.get("awardedDate", ""))[:10] or None,
+        "issuer": issuer.get("name") if isinstance(issuer, dict) else issuer,
+        "issuer_did": _issuer_id(credential),
+    }
 
 
 # --- storage ----------------------------------------------------------------
