@@ -30,6 +30,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import io
 import json
 import secrets
 import warnings
@@ -49,6 +50,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from joserfc import jws
 from joserfc.errors import JoseError
 from joserfc.jwk import OKPKey
+from pypdf import PdfReader, PdfWriter
+from pypdf.errors import PyPdfError
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
@@ -633,6 +636,35 @@ def is_revoked(
     if subject.get("statusPurpose") != statuslist.PURPOSE:
         raise statuslist.StatusListError("status list is not for revocation")
     return statuslist.is_set(statuslist.decode(subject.get("encodedList")), index)
+
+
+# --- the PDF ----------------------------------------------------------------
+
+PDF_ATTACHMENTS = ("credential.json", "credential.jwt")
+
+
+def attach_to_pdf(pdf_bytes: bytes, cert: Certificate) -> bytes:
+    """The certificate PDF with the credential's two forms as embedded files,
+    so that whoever holds the PDF also holds the Open Badge. Everything else
+    (the /Keywords token that ``verify FILE.pdf`` checks, the text) is kept;
+    a certificate without its credential yet comes back unchanged."""
+    if not (cert.credential_json and cert.credential_jwt):
+        return pdf_bytes
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(pdf_bytes)))
+    writer.add_attachment(PDF_ATTACHMENTS[0], cert.credential_json.encode("utf-8"))
+    writer.add_attachment(PDF_ATTACHMENTS[1], cert.credential_jwt.encode("ascii"))
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def credentials_in_pdf(pdf_bytes: bytes) -> dict[str, bytes]:
+    """The credential files embedded by ``attach_to_pdf`` (none: empty)."""
+    try:
+        found = PdfReader(io.BytesIO(pdf_bytes)).attachments
+    except (PyPdfError, ValueError, OSError):
+        return {}
+    return {name: found[name][0] for name in PDF_ATTACHMENTS if found.get(name)}
 
 
 # --- sharing ----------------------------------------------------------------

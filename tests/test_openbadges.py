@@ -422,6 +422,18 @@ def test_a_certificate_from_before_open_badges_gets_its_credential_on_first_requ
     assert cert.status_index is not None and r.text == cert.credential_json
 
 
+def test_streamlit_app_accepts_the_routes():
+    """st.App refuses routes under its reserved prefixes (/_stcore/, /media/,
+    ...); ours must pass its check, as the lead mounts them there."""
+    from starlette.routing import Route
+    from streamlit.starlette import App
+
+    root = Path(__file__).resolve().parent.parent
+    App(root / "app" / "main.py", routes=routes.routes())
+    with pytest.raises(ValueError):
+        App(root / "app" / "main.py", routes=[Route("/_stcore/did.json", routes.did_json)])
+
+
 # --- the CLI ------------------------------------------------------------------
 
 
@@ -471,6 +483,24 @@ def test_cli_offline_checks_the_proof_and_says_revocation_was_not_seen(session, 
     bad.write_text(cert.credential_json.replace("Zoë Ødegård", "Zoe Odegard"), encoding="utf-8")
     assert cli_main(["verify", str(bad), "--status-url", "http://127.0.0.1:9/status/1"]) == 1
     assert capsys.readouterr().out.startswith("NOT VALID (bad_signature)")
+
+
+# --- the PDF ------------------------------------------------------------------
+
+
+def test_credential_rides_in_the_pdf_and_the_pdf_still_verifies_offline(session):
+    cert = issue(session)
+    plain = store.render_pdf(cert)
+    assert openbadges.credentials_in_pdf(plain) == {}
+    carried = openbadges.attach_to_pdf(plain, cert)
+    assert store.verify_pdf(carried).status == "valid"
+    files = openbadges.credentials_in_pdf(carried)
+    assert files == {
+        "credential.json": cert.credential_json.encode(),
+        "credential.jwt": cert.credential_jwt.encode(),
+    }
+    for data in files.values():
+        assert openbadges.verify_any(data, trusted()).credential["id"].endswith(f"{cert.id}.json")
 
 
 # --- LinkedIn -----------------------------------------------------------------
