@@ -360,7 +360,11 @@ def verify_proof(
     if "@context" in options:
         context = options["@context"]
         doc_context = document.get("@context")
-        if not isinstance(context, list) or doc_context[: len(context)] != context:
+        if (
+            not isinstance(context, list)
+            or not isinstance(doc_context, list)
+            or doc_context[: len(context)] != context
+        ):
             raise CredentialError("proof context does not match the document")
         document["@context"] = context
     method = proof.get("verificationMethod")

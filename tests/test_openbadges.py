@@ -268,7 +268,9 @@ def test_tampering_with_the_proof_or_the_key_id_fails_every_verifier(session):
     moved["proof"]["verificationMethod"] = f"did:web:academy.example#{openbadges.multikey(new.public)}"
     created = copy.deepcopy(secured)
     created["proof"]["created"] = "2030-01-01T00:00:00Z"
-    for forged in (flipped, moved, created):
+    no_context = copy.deepcopy(secured)
+    del no_context["@context"]
+    for forged in (flipped, moved, created, no_context):
         with pytest.raises(openbadges.CredentialError):
             openbadges.verify_any(json.dumps(forged), trusted())
         with pytest.raises(Exception):  # noqa: B017
