@@ -195,6 +195,30 @@ def test_credential_is_made_once(session):
     assert (again.credential_json, again.credential_jwt, again.status_index) == before
 
 
+def test_migration_0004_adds_and_removes_the_columns(engine):
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import inspect
+
+    from app.settings import ROOT
+
+    def columns():
+        return {c["name"] for c in inspect(engine).get_columns("certificate")}
+
+    added = {"status_index", "credential_json", "credential_jwt"}
+    assert added <= columns()
+    cfg = Config(str(ROOT / "alembic.ini"))
+    cfg.set_main_option("script_location", str(ROOT / "app" / "migrations"))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0004-1")
+    assert not added & columns()
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+    assert added <= columns()
+
+
 # --- proofs -----------------------------------------------------------------
 
 
