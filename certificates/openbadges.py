@@ -382,7 +382,11 @@ def verify_proof(
         raise Malformed(str(e)) from e
     kid = _trusted(public_keys, public)
     try:
-        public_keys[kid].verify(signature, _hash_data(document, options))
+        data = _hash_data(document, options)
+    except ValueError as e:  # NaN, huge integers: JSON that has no canonical form
+        raise Malformed(f"credential cannot be canonicalised: {e}") from e
+    try:
+        public_keys[kid].verify(signature, data)
     except InvalidSignature as e:
         raise CredentialError("proof does not match the credential") from e
     return Verified(
@@ -440,7 +444,9 @@ def verify_jwt(token: str, public_keys: dict[str, Ed25519PublicKey]) -> Verified
         header = json.loads(base64.urlsafe_b64decode(token.split(".")[0] + "=="))
     except (ValueError, IndexError) as e:
         raise Malformed("not a compact JWT") from e
-    if not isinstance(header, dict) or header.get("alg") != JWT_ALG:
+    if not isinstance(header, dict):
+        raise Malformed("JWT header is not a JSON object")
+    if header.get("alg") != JWT_ALG:
         raise Malformed(f"JWT algorithm {header.get('alg')!r} is not {JWT_ALG}")
     if header.get("typ") != JWT_TYP:
         raise Malformed(f"JWT type {header.get('typ')!r} is not {JWT_TYP}")

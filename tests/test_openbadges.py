@@ -307,6 +307,24 @@ def test_tampering_with_the_proof_or_the_key_id_fails_every_verifier(session):
             independent_di_verify(forged)
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["", "[]", "{}", "not a jwt", "e30.e30.AA", "WyJ4Il0.e30.AA", '{"proof": []}',
+     '{"type": "EnvelopedVerifiableCredential", "id": "data:text/plain,x"}'],
+)
+def test_garbage_is_refused_as_a_credential_error(text):
+    with pytest.raises(openbadges.CredentialError):
+        openbadges.verify_any(text, trusted())
+
+
+def test_a_credential_without_canonical_form_is_refused(session):
+    secured = json.loads(issue(session).credential_json)
+    text = json.dumps(secured).replace('"name": "Certificate', '"x": NaN, "name": "Certificate', 1)
+    assert "NaN" in text
+    with pytest.raises(openbadges.Malformed):
+        openbadges.verify_any(text, trusted())
+
+
 def test_keys_from_a_foreign_issuer_are_not_trusted(session, tmp_path, monkeypatch):
     cert = issue(session)
     monkeypatch.setenv("SECRETS_DIR", str(tmp_path / "elsewhere"))
@@ -500,6 +518,36 @@ def test_cli_verifies_a_credential_file_and_sees_revocation_online(session, tmp_
     for name in ("c.json", "c.jwt"):
         assert cli_main(["verify", str(tmp_path / name), "--status-url", f"{url}/status.json"]) == 1
         assert capsys.readouterr().out.startswith(f"NOT VALID (revoked) {cert.id}")
+
+
+def test_cli_on_another_machine_takes_the_keys_from_the_did_document(
+    session, tmp_path, status_server, monkeypatch, capsys
+):
+    """A third party with no key folder: the proof is checked with the keys of
+    the issuer's did:web document, and the status list is read from its URL."""
+    folder, url = status_server
+    monkeypatch.setenv("PUBLIC_URL", url)
+    get_settings.cache_clear()
+    cert = issue(session)
+    (folder / ".well-known").mkdir()
+    (folder / ".well-known" / "did.json").write_text(
+        json.dumps(openbadges.did_document(url, trusted()))
+    )
+    (folder / "status").mkdir()
+    (folder / "status" / "1").write_text(json.dumps(openbadges.signed_status_list(session=session)))
+    badge = tmp_path / "badge.jwt"
+    badge.write_text(cert.credential_jwt)
+
+    monkeypatch.setenv("SECRETS_DIR", str(tmp_path / "no-keys-here"))
+    get_settings.cache_clear()
+    assert keys.local_public_keys() == {}
+    assert cli_main(["verify", str(badge)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"VALID {cert.id}") and f"revocation checked against {url}/status/1" in out
+
+    (folder / ".well-known" / "did.json").write_text(json.dumps(openbadges.did_document(url, {})))
+    assert cli_main(["verify", str(badge)]) == 1
+    assert capsys.readouterr().out.startswith("NOT VALID (unknown_key)")
 
 
 def test_cli_offline_checks_the_proof_and_says_revocation_was_not_seen(session, tmp_path, capsys):
