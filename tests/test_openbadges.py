@@ -141,6 +141,21 @@ def test_credential_is_an_open_badge_with_a_salted_email_identity(session, lang,
         assert "@example.org" not in text.lower()
 
 
+def test_every_language_has_the_credential_texts_with_the_same_placeholders():
+    import string
+
+    from certificates.i18n import LANGS
+
+    def shape(lang):
+        found = openbadges.credential_texts(lang)
+        return {k: sorted(f for _, f, _, _ in string.Formatter().parse(v) if f) for k, v in found.items()}
+
+    assert shape("en") == {"credential_name": ["course"], "achievement_description": [], "criteria": ["pass_percent"]}
+    for lang in LANGS:
+        assert shape(lang) == shape("en"), lang
+        assert all(openbadges.credential_texts(lang).values())
+
+
 def test_two_credentials_of_one_learner_use_different_salts(session):
     """Otherwise two of a learner's credentials could be linked by their hash."""
     a = issue(session, email=EMAIL)
