@@ -133,6 +133,13 @@ class Certificate(SQLModel, table=True):
     # Revoked for cause by an admin: no new certificate for this learner and
     # course until an admin lifts it (sets this back to False).
     disqualified: bool = Field(default=False, sa_column_kwargs={"server_default": false()})
+    # Open Badges 3.0 form (certificates/openbadges.py): this certificate's bit in
+    # the public status list, and the signed credential as JSON with a Data
+    # Integrity proof and as a compact VC-JWT. Set once, on first need, never
+    # changed: the salt of the hashed e-mail inside is random, so it is kept.
+    status_index: int | None = Field(default=None, unique=True, index=True)
+    credential_json: str | None = None
+    credential_jwt: str | None = None
 
 
 class CertificateEvent(SQLModel, table=True):

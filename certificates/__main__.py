@@ -2,6 +2,8 @@
 
     python -m certificates issue --name NAME --score N --lang en|zh|nl --out FILE.pdf [--learner EMAIL]
     python -m certificates verify FILE.pdf [--keys KEYS.json]   # offline, no database
+    python -m certificates verify FILE.json [--keys KEYS.json] [--status-url URL]
+                                                  # Open Badges credential (.json or .jwt)
     python -m certificates verify --id ID                       # database, sees revocation
     python -m certificates revoke ID --reason TEXT [--disqualify]
     python -m certificates lift ID [--reason TEXT]              # end a disqualification
@@ -14,16 +16,25 @@ signed data is checked, never its printed text: compare the name and ID it
 prints with the document. ``revoke --disqualify`` is revocation for cause:
 the learner gets no new certificate until ``lift``. The database is
 DATABASE_URL's (migrated on first use); keys live under SECRETS_DIR.
+
+An Open Badges credential (``/credentials/<ID>.json`` or ``.jwt``) is checked
+against the local keys and ``--keys``, or else the keys of the issuer's
+``did:web`` DID document; then, when the status list (the credential's own
+``statusListCredential``, or ``--status-url``) can be fetched, for revocation.
+Unreachable, the check stays offline and says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import urllib.parse
+import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
-from certificates import ids, keys, store
+from certificates import ids, keys, openbadges, statuslist, store
 from certificates.i18n import LANGS
 
 
@@ -108,7 +119,85 @@ def cmd_issue(args: argparse.Namespace) -> int:
     return 0
 
 
+FETCH_TIMEOUT_S = 10
+FETCH_MAX_BYTES = 1 << 20  # a status list is ~200 bytes gzipped; a DID document a few KiB
+
+
+def _fetch(url: str, accept: str) -> str:
+    """GET a public JSON document (http(s) only, size-capped)."""
+    if not url.startswith(("https://", "http://")):
+        raise ValueError(f"not an http(s) URL: {url}")
+    request = urllib.request.Request(url, headers={"Accept": accept})
+    with urllib.request.urlopen(request, timeout=FETCH_TIMEOUT_S) as response:  # noqa: S310 (scheme checked)
+        return response.read(FETCH_MAX_BYTES).decode("utf-8")
+
+
+def did_web_url(did: str) -> str:
+    """Where a did:web DID document lives (the did:web method's rule); plain
+    http only for localhost, as in development."""
+    parts = [urllib.parse.unquote(p) for p in did.removeprefix("did:web:").split(":")]
+    host, path = parts[0], "/".join(parts[1:])
+    scheme = "http" if host.split(":")[0] in ("localhost", "127.0.0.1") else "https"
+    return f"{scheme}://{host}/{path}/did.json" if path else f"{scheme}://{host}/.well-known/did.json"
+
+
+def _did_keys(text: str) -> dict:
+    """The Ed25519 keys of the credential's issuer, read from its did:web DID
+    document: trusting them is trusting whoever controls that domain."""
+    try:
+        issuer = openbadges.unverified_credential(text).get("issuer")
+        did = issuer.get("id") if isinstance(issuer, dict) else issuer
+        if not isinstance(did, str) or not did.startswith("did:web:"):
+            return {}
+        document = json.loads(_fetch(did_web_url(did), "application/did+json, application/json"))
+        return openbadges.keys_from_did_document(document, did)
+    except (OSError, ValueError, AttributeError, openbadges.CredentialError):
+        return {}
+
+
+def cmd_verify_credential(args: argparse.Namespace) -> int:
+    text = Path(args.file).read_text(encoding="utf-8", errors="replace")
+    trusted = keys.public_keys(extra_file=args.keys)
+    try:
+        try:
+            verified = openbadges.verify_any(text, trusted)
+        except openbadges.UnknownKey:
+            trusted = {**_did_keys(text), **trusted}
+            verified = openbadges.verify_any(text, trusted)
+    except openbadges.CredentialError as e:
+        print(f"NOT VALID ({e.kind}): {e}")
+        return 1
+    credential = verified.credential
+    note = "revocation not checked: the status list could not be fetched"
+    revoked = False
+    try:
+        list_url = args.status_url or statuslist.index_of(credential.get("credentialStatus"))[0]
+        document = _fetch(list_url, "application/vc, application/json")
+        revoked = openbadges.is_revoked(credential, document, trusted)
+        note = f"revocation checked against {list_url}"
+    except (OSError, ValueError) as e:  # CredentialError and StatusListError are ValueErrors
+        note += f" ({e})"
+    info = openbadges.summary(credential)
+    if revoked:
+        print(f"NOT VALID (revoked) {info['id']}")
+        print(f"  name:       {info['name']}")
+        print(f"  ({note})")
+        return 1
+    proof = "VC-JWT (EdDSA)" if verified.form == "jwt" else "Data Integrity eddsa-jcs-2022"
+    print(f"VALID {info['id']}")
+    print(f"  name:       {info['name']}")
+    print(f"  course:     {info['course']}")
+    print(f"  score:      {info['score']}%")
+    print(f"  passed on:  {info['pass_date']}")
+    print(f"  issuer:     {info['issuer']} ({info['issuer_did']}, key {verified.kid})")
+    print(f"  proof:      {proof}")
+    print(f"  ({note})")
+    return 0
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
+    if args.file and Path(args.file).suffix.lower() in (".json", ".jwt"):
+        return cmd_verify_credential(args)
     if args.id:
         with _session() as session:
             return _show(store.lookup(session=session, text=args.id), offline=False)
@@ -168,10 +257,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--date", help="pass date YYYY-MM-DD (default: the attempt's, or today)")
     p.set_defaults(func=cmd_issue)
 
-    p = sub.add_parser("verify", help="check a PDF offline, or an ID in the database")
-    p.add_argument("file", nargs="?", type=Path)
+    p = sub.add_parser(
+        "verify", help="check a PDF or an Open Badges credential, or an ID in the database"
+    )
+    p.add_argument("file", nargs="?", type=Path, help="certificate PDF, or credential .json/.jwt")
     p.add_argument("--id", help="look the ID up in the database (sees revocation)")
     p.add_argument("--keys", type=Path, help="extra public keys file (from public-key --json)")
+    p.add_argument(
+        "--status-url",
+        help="fetch the revocation list here instead of the credential's own URL",
+    )
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("revoke", help="revoke a certificate")

@@ -34,7 +34,7 @@ from sqlmodel import Session, col, select, update
 
 from app.models import Certificate, CertificateEvent, Learner, QuizAttempt, utcnow
 from app.settings import get_settings
-from certificates import ids, keys, pdf, pdfscan, signing
+from certificates import ids, keys, openbadges, pdf, pdfscan, signing
 from certificates.i18n import LANGS, texts
 
 NAME_MAX = 200  # characters, after normalisation
@@ -328,7 +328,7 @@ def issue_certificate(
         return [cert, _event(cert_id, "issued", actor)]
 
     try:
-        return _commit_with_fresh_id(session, make)
+        cert = _commit_with_fresh_id(session, make)
     except IntegrityError:
         # Another request issued one between our check and our commit: the
         # unique index kept it to one. Answer as if we had come second.
@@ -336,6 +336,8 @@ def issue_certificate(
         if existing is None:
             raise
         return _same_or_refuse(existing, name, lang)
+    # Its Open Badges form and status-list bit, made once (certificates/openbadges.py).
+    return openbadges.ensure_credential(session=session, cert=cert)
 
 
 def _active(session: Session, learner_id: int) -> Certificate | None:
@@ -577,7 +579,7 @@ def reissue(
             continue
         session.refresh(new)
         session.refresh(old)
-        return new
+        return openbadges.ensure_credential(session=session, cert=new)
     raise RuntimeError("no free certificate ID after 8 tries")
 
 
@@ -609,9 +611,12 @@ def verify_link(cert: Certificate) -> str:
 
 
 def render_pdf(cert: Certificate) -> bytes:
-    return pdf.render(
+    """The certificate PDF, carrying its signed payload (for ``verify FILE.pdf``) and its
+    Open Badges credential as attached files."""
+    printed = pdf.render(
         payload=cert.payload, signature=cert.signature, public_url=get_settings().public_url
     )
+    return openbadges.attach_to_pdf(printed, cert)
 
 
 def pdf_filename(cert: Certificate) -> str:

@@ -109,9 +109,16 @@ def test_tampered_pdf_fails(env, tmp_path):
         ).returncode
         == 0
     )
-    data = out.read_bytes()
+    from pypdf import PdfReader, PdfWriter
+
+    # An attacker edits the signed token in the metadata (however pypdf encodes it).
+    writer = PdfWriter(clone_from=PdfReader(out))
+    token = str(writer.metadata["/Keywords"])
+    assert token.startswith("dp-certificate:eyJ")
+    writer.add_metadata({"/Keywords": token.replace("dp-certificate:eyJ", "dp-certificate:eyK", 1)})
     bad = tmp_path / "bad.pdf"
-    bad.write_bytes(data.replace(b"dp-certificate:eyJ", b"dp-certificate:eyK"))
+    with open(bad, "wb") as f:
+        writer.write(f)
     assert cli(env, "verify", bad).returncode == 1
     assert cli(env, "verify", tmp_path / "c.pdf").returncode == 0
 

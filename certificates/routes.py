@@ -1,0 +1,168 @@
+"""HTTP routes beside the Streamlit app, for wallets, verifiers and
+employers' systems (no page, no session, GET only):
+
+    /.well-known/did.json        the issuer's DID document (did:web), every key
+    /did.json                    the same, for a PUBLIC_URL with a path
+    /status/1                    the signed revocation list (Bitstring Status List)
+    /credentials/<ID>.json       a certificate's OpenBadgeCredential, JSON + proof
+    /credentials/<ID>.jwt        the same credential as a VC-JWT
+    /api/verify/<ID>             {"status": "valid" | "revoked" | ..., ...}
+
+``routes()`` returns Starlette routes; the app mounts them with
+``st.App("app/main.py", routes=certificates.routes.routes())``. Handlers are
+plain functions, so Starlette runs them in its thread pool and the database
+calls never block the event loop. Every answer allows any origin (a GET of
+public data) and says how long it may be cached: the DID document and the
+status list briefly, so that a new key or a revocation shows within minutes;
+a credential, which never changes once made, for a day; a verification not
+at all.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlmodel import Session
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from certificates import ids, keys, openbadges, statuslist, store
+
+JSON = "application/json"
+DID_JSON = "application/did+json"
+VC_JSON = "application/vc"  # VC 2.0's media type for a credential in JSON(-LD)
+VC_JWT = "application/vc+jwt"
+SHORT = "public, max-age=60"
+LONG = "public, max-age=86400"
+NEVER = "no-store"
+
+
+def _session() -> Session:
+    from app.db import get_engine
+
+    return Session(get_engine(), expire_on_commit=False)
+
+
+def _answer(body: Any, *, media_type: str, cache: str, status: int = 200) -> Response:
+    text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False, indent=2)
+    return Response(
+        text,
+        status_code=status,
+        media_type=media_type,
+        headers={
+            "Cache-Control": cache,
+            "Access-Control-Allow-Origin": "*",
+            "X-Content-Type-Options": "nosniff",
+        },
+    )
+
+
+def _error(status: int, code: str) -> Response:
+    return _answer({"status": code}, media_type=JSON, cache=NEVER, status=status)
+
+
+def did_json(request: Request) -> Response:
+    document = openbadges.did_document(openbadges.base_url(), keys.local_public_keys())
+    return _answer(document, media_type=DID_JSON, cache=SHORT)
+
+
+def status_list(request: Request) -> Response:
+    """JSON with its proof; a client that asks for ``application/vc+jwt``
+    (and not JSON) gets the same list as a VC-JWT."""
+    with _session() as session:
+        document = openbadges.signed_status_list(session=session)
+    accept = request.headers.get("accept", "")
+    if VC_JWT in accept and "json" not in accept:
+        return _answer(openbadges.status_list_jwt(document), media_type=VC_JWT, cache=SHORT)
+    return _answer(document, media_type=VC_JSON, cache=SHORT)
+
+
+def _certificate(session: Session, raw_id: str):
+    """The row for an ID from the URL, its credential made on first request;
+    None if the ID is not one of ours."""
+    try:
+        cert = store.get_certificate(session=session, cert_id=raw_id)
+    except (ids.InvalidId, store.CertificateNotFound):
+        return None
+    return openbadges.ensure_credential(session=session, cert=cert)
+
+
+def credential_json(request: Request) -> Response:
+    with _session() as session:
+        cert = _certificate(session, request.path_params["cert_id"])
+        if cert is None:
+            return _error(404, "not_found")
+        return _answer(cert.credential_json, media_type=VC_JSON, cache=LONG)
+
+
+def credential_jwt(request: Request) -> Response:
+    with _session() as session:
+        cert = _certificate(session, request.path_params["cert_id"])
+        if cert is None:
+            return _error(404, "not_found")
+        return _answer(cert.credential_jwt, media_type=VC_JWT, cache=LONG)
+
+
+def verify(request: Request) -> Response:
+    """The Verify page's answer as JSON: public fields only, never e-mail.
+    400 for text that is not an ID, 404 for an unknown one, else 200 with
+    ``status`` saying valid, revoked or why the stored record is not trusted."""
+    with _session() as session:
+        result = store.lookup(session=session, text=request.path_params["cert_id"])
+    if result.status in ("malformed", "typo"):
+        return _error(400, result.status)
+    if result.status == "not_found":
+        return _error(404, "not_found")
+    base = openbadges.base_url()
+    body = {
+        "status": result.status,
+        "valid": result.valid,
+        "id": result.id,
+        "name": result.name,
+        "course": result.course,
+        "course_title": result.course_title,
+        "score": result.score,
+        "pass_date": result.pass_date,
+        "language": result.lang,
+        "issuer": result.issuer,
+        "issuer_did": openbadges.did_web(base),
+        "key_id": result.key_id,
+        "issued_at": result.issued_at.isoformat() if result.issued_at else None,
+        "revoked_at": result.revoked_at.isoformat() if result.revoked_at else None,
+        "revoked_reason": result.revoked_reason,
+        "replaced_by": result.replaced_by,
+        "credential": f"{base}/credentials/{result.id}.json" if result.id else None,
+    }
+    return _answer(body, media_type=JSON, cache=NEVER)
+
+
+def preflight(request: Request) -> Response:
+    """CORS preflight: GET from anywhere, with the one header a client sends."""
+    return Response(
+        status_code=204,
+        headers={
+            "Access-Control-Allow-Origin": "*",
+            "Access-Control-Allow-Methods": "GET, HEAD, OPTIONS",
+            "Access-Control-Allow-Headers": "Accept",
+            "Access-Control-Max-Age": "86400",
+        },
+    )
+
+
+def routes() -> list[BaseRoute]:
+    """The routes to pass to ``st.App(..., routes=...)``."""
+    table = [
+        ("/.well-known/did.json", did_json),
+        ("/did.json", did_json),
+        (statuslist.LIST_PATH, status_list),
+        ("/credentials/{cert_id}.json", credential_json),
+        ("/credentials/{cert_id}.jwt", credential_jwt),
+        ("/api/verify/{cert_id}", verify),
+    ]
+    out: list[BaseRoute] = []
+    for path, endpoint in table:
+        out.append(Route(path, endpoint, methods=["GET", "HEAD"]))
+        out.append(Route(path, preflight, methods=["OPTIONS"]))
+    return out

@@ -1,0 +1,148 @@
+"""Revocation that anyone can check: a W3C Bitstring Status List.
+
+Every certificate gets a random, never reused position (``status_index``) in
+one list of ``LIST_SIZE`` bits. Its bit is 1 exactly when the certificate is
+revoked, so the list is *derived* from the ``certificate`` table each time it
+is served: revoking (``revoked_at`` set by ``store.revoke``/``reissue``) flips
+the bit without any extra write. The list is published, signed, at
+``<PUBLIC_URL>/status/1`` (``certificates.routes``); each credential carries a
+``BitstringStatusListEntry`` pointing at its bit.
+
+Positions are random rather than sequential and the list is large (131,072
+bits, the spec's minimum) so that reading the list says nothing about who was
+revoked or how many certificates were issued when ("herd privacy").
+
+Signing the list is ``openbadges.signed_status_list``; this module only knows
+bits, so that it stays importable from ``openbadges`` without a cycle.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import secrets
+from datetime import datetime
+from typing import Any
+
+from sqlmodel import Session, col, select
+
+from app.models import Certificate
+
+LIST_SIZE = 131_072  # bits: the Bitstring Status List minimum (16 KiB)
+LIST_PATH = "/status/1"
+PURPOSE = "revocation"
+
+
+class StatusListError(ValueError):
+    """A status list or entry that cannot be read."""
+
+
+def list_url(public_url: str) -> str:
+    return public_url.rstrip("/") + LIST_PATH
+
+
+def entry(public_url: str, index: int) -> dict[str, Any]:
+    """The ``credentialStatus`` of the credential at ``index``."""
+    url = list_url(public_url)
+    return {
+        "id": f"{url}#{index}",
+        "type": "BitstringStatusListEntry",
+        "statusPurpose": PURPOSE,
+        "statusListIndex": str(index),
+        "statusListCredential": url,
+    }
+
+
+def assign_index(*, session: Session, cert: Certificate) -> int:
+    """Give ``cert`` a free random position (kept if it has one); adds, does
+    not commit. The column is unique, so two processes that draw the same
+    free position cannot both commit it: the caller retries on IntegrityError."""
+    if cert.status_index is not None:
+        return cert.status_index
+    used = set(
+        session.exec(
+            select(Certificate.status_index).where(col(Certificate.status_index).is_not(None))
+        ).all()
+    )
+    if len(used) >= LIST_SIZE:
+        raise StatusListError("the status list is full")
+    while True:
+        index = secrets.randbelow(LIST_SIZE)
+        if index not in used:
+            break
+    cert.status_index = index
+    session.add(cert)
+    return index
+
+
+def revoked_indexes(session: Session) -> list[int]:
+    return list(
+        session.exec(
+            select(Certificate.status_index).where(
+                col(Certificate.status_index).is_not(None),
+                col(Certificate.revoked_at).is_not(None),
+            )
+        ).all()
+    )
+
+
+def encode(indexes: list[int], size: int = LIST_SIZE) -> str:
+    """``encodedList``: multibase base64url (``u`` prefix, no padding) of the
+    GZIP of the bitstring; index 0 is the most significant bit of byte 0."""
+    bits = bytearray(size // 8)
+    for i in indexes:
+        bits[i // 8] |= 0x80 >> (i % 8)
+    # mtime=0: the same set of bits always encodes to the same text.
+    packed = gzip.compress(bytes(bits), mtime=0)
+    return "u" + base64.urlsafe_b64encode(packed).rstrip(b"=").decode("ascii")
+
+
+def decode(encoded: str) -> bytes:
+    """The raw bitstring of an ``encodedList`` (``StatusListError`` if unreadable)."""
+    if not isinstance(encoded, str) or not encoded.startswith("u"):
+        raise StatusListError("encodedList is not multibase base64url")
+    text = encoded[1:]
+    try:
+        return gzip.decompress(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+    except (ValueError, OSError, EOFError) as e:
+        raise StatusListError(f"encodedList does not decode: {e}") from e
+
+
+def is_set(bits: bytes, index: int) -> bool:
+    if not 0 <= index < len(bits) * 8:
+        raise StatusListError(f"index {index} is outside the list")
+    return bool(bits[index // 8] & (0x80 >> (index % 8)))
+
+
+def unsigned_list_credential(
+    *, session: Session, public_url: str, issuer: str, now: datetime
+) -> dict[str, Any]:
+    """The status list credential as of ``now``, without its proof."""
+    url = list_url(public_url)
+    return {
+        "@context": ["https://www.w3.org/ns/credentials/v2"],
+        "id": url,
+        "type": ["VerifiableCredential", "BitstringStatusListCredential"],
+        "issuer": issuer,
+        "validFrom": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "credentialSubject": {
+            "id": f"{url}#list",
+            "type": "BitstringStatusList",
+            "statusPurpose": PURPOSE,
+            "encodedList": encode(revoked_indexes(session)),
+        },
+    }
+
+
+def index_of(status: Any) -> tuple[str, int]:
+    """(status list URL, index) of a ``credentialStatus`` entry we can check."""
+    if not isinstance(status, dict) or status.get("type") != "BitstringStatusListEntry":
+        raise StatusListError("no BitstringStatusListEntry in the credential")
+    if status.get("statusPurpose") != PURPOSE:
+        raise StatusListError(f"status purpose {status.get('statusPurpose')!r} is not revocation")
+    try:
+        index = int(status["statusListIndex"])
+        url = str(status["statusListCredential"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise StatusListError("status entry lacks an index or a list URL") from e
+    return url, index

@@ -1,0 +1,630 @@
+"""Open Badges 3.0 credentials: content, both proofs (checked also by PyJWT,
+a JOSE implementation we did not write), tampering, key rotation, the
+revocation list, the HTTP routes, ``verify FILE.json`` and the LinkedIn link."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import json
+import threading
+from datetime import UTC, datetime
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import jsonschema
+import jwt as pyjwt
+import pytest
+import rfc8785
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from sqlmodel import Session
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
+
+from app.models import Certificate, Learner, QuizAttempt
+from app.settings import get_settings
+from certificates import ids, keys, openbadges, pdf, routes, statuslist, store
+from certificates.__main__ import did_web_url
+from certificates.__main__ import main as cli_main
+
+SCHEMAS = sorted((Path(__file__).resolve().parent.parent / "certificates" / "schema").glob("*.json"))
+EMAIL = "Zoe.Odegard@Example.org"
+PUBLIC_URL = "https://academy.example/"
+
+
+@pytest.fixture(autouse=True)
+def settings(tmp_path, monkeypatch):
+    monkeypatch.setenv("SECRETS_DIR", str(tmp_path / "secrets"))
+    monkeypatch.setenv("PUBLIC_URL", PUBLIC_URL)
+    get_settings.cache_clear()
+    yield get_settings()
+    get_settings.cache_clear()
+
+
+def issue(session: Session, *, lang="en", name="Zoë Ødegård", email: str | None = EMAIL, score=92.5):
+    learner_id = attempt_id = None
+    if email is not None:
+        learner = Learner(email=email.lower(), display_name=name, password_hash="x")
+        session.add(learner)
+        session.commit()
+        attempt = QuizAttempt(
+            learner_id=learner.id, seed=1, status="finished", score=score, passed=True,
+            finished_at=datetime(2025, 11, 30, 12, 0, tzinfo=UTC),
+        )
+        session.add(attempt)
+        session.commit()
+        learner_id, attempt_id = learner.id, attempt.id
+    cert = store.issue_certificate(
+        session=session, learner_id=learner_id, attempt_id=attempt_id, name=name, lang=lang,
+        score=score, pass_date="2025-11-30",
+    )
+    return openbadges.ensure_credential(session=session, cert=cert)
+
+
+def trusted():
+    return keys.local_public_keys()
+
+
+def jwt_parts(token: str) -> tuple[dict, dict]:
+    head, body, _ = token.split(".")
+    decode = lambda s: json.loads(base64.urlsafe_b64decode(s + "=" * (-len(s) % 4)))  # noqa: E731
+    return decode(head), decode(body)
+
+
+def b64(obj: dict) -> str:
+    return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
+
+
+def pyjwt_verify(token: str) -> dict:
+    """Verify a VC-JWT the way a third party would: find the header's kid in
+    our DID document and let PyJWT check signature and claims."""
+    document = openbadges.did_document(PUBLIC_URL, trusted())
+    kid = pyjwt.get_unverified_header(token)["kid"]
+    method = next(m for m in document["verificationMethod"] if m["id"] == kid)
+    assert kid in document["assertionMethod"]
+    key = pyjwt.PyJWK(method["publicKeyJwk"], algorithm="EdDSA")
+    return pyjwt.decode(token, key, algorithms=["EdDSA"], options={"require": ["iss", "jti", "nbf"]})
+
+
+def independent_di_verify(secured: dict) -> None:
+    """eddsa-jcs-2022 verification written from the spec, sharing no code
+    with certificates.openbadges: raises if the proof does not hold."""
+    alphabet = b"123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+
+    def unbase58(text: str) -> bytes:
+        n = 0
+        for ch in text.encode():
+            n = n * 58 + alphabet.index(ch)
+        return n.to_bytes((n.bit_length() + 7) // 8, "big")
+
+    proof = dict(secured["proof"])
+    value = proof.pop("proofValue")
+    document = {k: v for k, v in secured.items() if k != "proof"}
+    assert proof["cryptosuite"] == "eddsa-jcs-2022" and value[0] == "z"
+    raw = unbase58(proof["verificationMethod"].split("#z", 1)[1])
+    assert raw[:2] == b"\xed\x01"
+    data = hashlib.sha256(rfc8785.dumps(proof)).digest() + hashlib.sha256(rfc8785.dumps(document)).digest()
+    Ed25519PublicKey.from_public_bytes(raw[2:]).verify(unbase58(value[1:]), data)
+
+
+# --- content ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lang", ["en", "zh", "nl"])
+def test_credential_is_an_open_badge_with_a_salted_email_identity(session, lang, settings):
+    cert = issue(session, lang=lang)
+    credential = json.loads(cert.credential_json)
+    assert credential["@context"][:2] == [
+        "https://www.w3.org/ns/credentials/v2",
+        "https://purl.imsglobal.org/spec/ob/v3p0/context-3.0.3.json",
+    ]
+    assert credential["type"] == ["VerifiableCredential", "OpenBadgeCredential"]
+    assert credential["issuer"]["id"] == "did:web:academy.example"
+    assert credential["validFrom"].endswith("Z") and credential["awardedDate"] == "2025-11-30T00:00:00Z"
+    subject = credential["credentialSubject"]
+    assert subject["type"] == ["AchievementSubject"]
+    hashed = next(i for i in subject["identifier"] if i["identityType"] == "emailAddress")
+    assert hashed["hashed"] is True
+    expected = hashlib.sha256((EMAIL.lower() + hashed["salt"]).encode()).hexdigest()
+    assert hashed["identityHash"] == f"sha256${expected}"
+    achievement = subject["achievement"]
+    assert achievement["criteria"]["narrative"] and str(settings.quiz_pass_percent) in achievement["criteria"]["narrative"]
+    assert subject["result"][0]["value"] == "92.5"
+    assert credential["credentialStatus"]["statusListIndex"] == str(cert.status_index)
+    # The address never appears, in any case, in either form.
+    _, claims = jwt_parts(cert.credential_jwt)
+    for text in (cert.credential_json, json.dumps(claims)):
+        assert EMAIL.lower() not in text.lower()
+        assert "@example.org" not in text.lower()
+
+
+def test_every_language_has_the_credential_texts_with_the_same_placeholders():
+    import string
+
+    from certificates.i18n import LANGS
+
+    def shape(lang):
+        found = openbadges.credential_texts(lang)
+        return {k: sorted(f for _, f, _, _ in string.Formatter().parse(v) if f) for k, v in found.items()}
+
+    assert shape("en") == {"credential_name": ["course"], "achievement_description": [], "criteria": ["pass_percent"]}
+    for lang in LANGS:
+        assert shape(lang) == shape("en"), lang
+        assert all(openbadges.credential_texts(lang).values())
+
+
+def test_two_credentials_of_one_learner_use_different_salts(session):
+    """Otherwise two of a learner's credentials could be linked by their hash."""
+    a = issue(session, email=EMAIL)
+    # A second row for the same learner, made directly: a learner holds several
+    # certificates over time (one active at once: this one is an earlier, revoked one).
+    fields = a.model_dump(exclude={"status_index", "credential_json", "credential_jwt"})
+    b = Certificate(**{**fields, "id": ids.new_id(), "revoked_at": datetime(2025, 12, 1, tzinfo=UTC),
+                       "revoked_reason": "reissued"})
+    session.add(b)
+    session.commit()
+    b = openbadges.ensure_credential(session=session, cert=b)
+    ha, hb = (
+        next(i for i in json.loads(c.credential_json)["credentialSubject"]["identifier"] if i["hashed"])
+        for c in (a, b)
+    )
+    assert ha["salt"] != hb["salt"] and ha["identityHash"] != hb["identityHash"]
+    assert a.status_index != b.status_index
+
+
+@pytest.mark.parametrize("schema_path", SCHEMAS, ids=lambda p: p.name)
+@pytest.mark.parametrize("lang,email", [("en", EMAIL), ("zh", EMAIL), ("nl", None)])
+def test_every_credential_validates_against_the_schema(session, schema_path, lang, email):
+    schema = json.loads(schema_path.read_text(encoding="utf-8"))
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    cert = issue(session, lang=lang, email=email)
+    _, claims = jwt_parts(cert.credential_jwt)
+    for credential in (json.loads(cert.credential_json), claims):
+        validator.validate(credential)
+
+
+def test_the_schema_rejects_what_the_standard_forbids(session):
+    """The schema check can fail: a plain e-mail, VC 1.1 dates, a missing criteria."""
+    schema = json.loads(SCHEMAS[0].read_text(encoding="utf-8"))
+    good = json.loads(issue(session).credential_json)
+    jsonschema.validate(good, schema)
+    plain = copy.deepcopy(good)
+    plain["credentialSubject"]["identifier"].append(
+        {"type": "IdentityObject", "identityType": "emailAddress", "hashed": False, "identityHash": EMAIL}
+    )
+    old = {**copy.deepcopy(good), "issuanceDate": good["validFrom"]}
+    no_criteria = copy.deepcopy(good)
+    del no_criteria["credentialSubject"]["achievement"]["criteria"]
+    for bad in (plain, old, no_criteria):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema)
+
+
+def test_credential_is_made_once(session):
+    cert = issue(session)
+    before = (cert.credential_json, cert.credential_jwt, cert.status_index)
+    keys.rotate_key()
+    again = openbadges.ensure_credential(session=session, cert=cert)
+    assert (again.credential_json, again.credential_jwt, again.status_index) == before
+
+
+def test_migration_0003_adds_and_removes_the_columns(engine):
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import inspect
+
+    from app.settings import ROOT
+
+    def columns():
+        return {c["name"] for c in inspect(engine).get_columns("certificate")}
+
+    added = {"status_index", "credential_json", "credential_jwt"}
+    assert added <= columns()
+    cfg = Config(str(ROOT / "alembic.ini"))
+    cfg.set_main_option("script_location", str(ROOT / "app" / "migrations"))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0003-1")
+    assert not added & columns()
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+    assert added <= columns()
+
+
+# --- proofs -----------------------------------------------------------------
+
+
+def test_both_forms_verify_here_and_elsewhere(session):
+    cert = issue(session)
+    secured = json.loads(cert.credential_json)
+    ours_json = openbadges.verify_any(cert.credential_json, trusted())
+    ours_jwt = openbadges.verify_any(cert.credential_jwt, trusted())
+    assert ours_json.form == "data-integrity" and ours_jwt.form == "jwt"
+    assert ours_json.credential == ours_jwt.credential == {k: v for k, v in secured.items() if k != "proof"}
+    independent_di_verify(secured)
+    claims = pyjwt_verify(cert.credential_jwt)
+    assert claims["iss"] == secured["issuer"]["id"] and claims["jti"] == secured["id"]
+    header = pyjwt.get_unverified_header(cert.credential_jwt)
+    assert header == {"alg": "EdDSA", "typ": "vc+jwt", "kid": f"did:web:academy.example#{cert.key_id}"}
+
+
+def _edits():
+    """(label, change) pairs that alter one signed field each."""
+    def subject(c):
+        return c["credentialSubject"]
+
+    return [
+        ("name", lambda c: subject(c)["identifier"][0].update(identityHash="Mallory")),
+        ("score", lambda c: subject(c)["result"][0].update(value="100")),
+        ("course", lambda c: subject(c)["achievement"].update(name="Something else")),
+        ("validFrom", lambda c: c.update(validFrom="2020-01-01T00:00:00Z")),
+        ("status index", lambda c: c["credentialStatus"].update(statusListIndex="0")),
+        ("issuer name", lambda c: c["issuer"].update(name="Another Academy")),
+        ("email hash", lambda c: subject(c)["identifier"][1].update(salt="0" * 32)),
+    ]
+
+
+@pytest.mark.parametrize("label,edit", _edits(), ids=[label for label, _ in _edits()])
+def test_tampering_with_any_field_fails_every_verifier(session, label, edit):
+    cert = issue(session)
+    secured = json.loads(cert.credential_json)
+    edit(secured)
+    with pytest.raises(openbadges.CredentialError):
+        openbadges.verify_any(json.dumps(secured), trusted())
+    with pytest.raises(Exception):  # noqa: B017 (any failure of the independent check)
+        independent_di_verify(secured)
+    header, claims = jwt_parts(cert.credential_jwt)
+    edit(claims)
+    forged = ".".join([cert.credential_jwt.split(".")[0], b64(claims), cert.credential_jwt.split(".")[2]])
+    with pytest.raises(openbadges.CredentialError):
+        openbadges.verify_any(forged, trusted())
+    with pytest.raises(pyjwt.InvalidTokenError):
+        pyjwt_verify(forged)
+
+
+def test_tampering_with_the_proof_or_the_key_id_fails_every_verifier(session):
+    cert = issue(session)
+    new = keys.rotate_key()  # a second, trusted key to point the key id at
+    # The signature itself.
+    head, body, sig = cert.credential_jwt.split(".")
+    bad_sig = ".".join([head, body, ("A" if sig[0] != "A" else "B") + sig[1:]])
+    # The key id: another key we trust, and a key id nobody knows.
+    header, _ = jwt_parts(cert.credential_jwt)
+    other_kid = ".".join([b64({**header, "kid": f"did:web:academy.example#{new.kid}"}), body, sig])
+    unknown_kid = ".".join([b64({**header, "kid": "did:web:academy.example#0000000000000000"}), body, sig])
+    for forged in (bad_sig, other_kid):
+        with pytest.raises(openbadges.CredentialError):
+            openbadges.verify_any(forged, trusted())
+        with pytest.raises(pyjwt.InvalidTokenError):
+            pyjwt_verify(forged)
+    with pytest.raises(openbadges.UnknownKey):
+        openbadges.verify_any(unknown_kid, trusted())
+    with pytest.raises(StopIteration):  # not in the DID document at all
+        pyjwt_verify(unknown_kid)
+
+    secured = json.loads(cert.credential_json)
+    value = secured["proof"]["proofValue"]
+    flipped = copy.deepcopy(secured)
+    flipped["proof"]["proofValue"] = value[:-1] + ("2" if value[-1] != "2" else "3")
+    moved = copy.deepcopy(secured)
+    moved["proof"]["verificationMethod"] = f"did:web:academy.example#{openbadges.multikey(new.public)}"
+    created = copy.deepcopy(secured)
+    created["proof"]["created"] = "2030-01-01T00:00:00Z"
+    no_context = copy.deepcopy(secured)
+    del no_context["@context"]
+    for forged in (flipped, moved, created, no_context):
+        with pytest.raises(openbadges.CredentialError):
+            openbadges.verify_any(json.dumps(forged), trusted())
+        with pytest.raises(Exception):  # noqa: B017
+            independent_di_verify(forged)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "[]", "{}", "not a jwt", "e30.e30.AA", "WyJ4Il0.e30.AA", '{"proof": []}',
+     '{"type": "EnvelopedVerifiableCredential", "id": "data:text/plain,x"}'],
+)
+def test_garbage_is_refused_as_a_credential_error(text):
+    with pytest.raises(openbadges.CredentialError):
+        openbadges.verify_any(text, trusted())
+
+
+def test_a_credential_without_canonical_form_is_refused(session):
+    secured = json.loads(issue(session).credential_json)
+    text = json.dumps(secured).replace('"name": "Certificate', '"x": NaN, "name": "Certificate', 1)
+    assert "NaN" in text
+    with pytest.raises(openbadges.Malformed):
+        openbadges.verify_any(text, trusted())
+
+
+def test_keys_from_a_foreign_issuer_are_not_trusted(session, tmp_path, monkeypatch):
+    cert = issue(session)
+    monkeypatch.setenv("SECRETS_DIR", str(tmp_path / "elsewhere"))
+    get_settings.cache_clear()
+    keys.active_key()  # a different issuer's key folder
+    for text in (cert.credential_json, cert.credential_jwt):
+        with pytest.raises(openbadges.UnknownKey):
+            openbadges.verify_any(text, keys.local_public_keys())
+
+
+def test_rotated_keys_stay_in_the_did_document_and_keep_verifying(session):
+    old = issue(session)
+    new_key = keys.rotate_key()
+    new = issue(session, email="other@example.org")
+    document = openbadges.did_document(PUBLIC_URL, trusted())
+    listed = {m["id"].split("#")[1] for m in document["verificationMethod"]}
+    assert {old.key_id, new_key.kid} <= listed
+    assert set(document["assertionMethod"]) == {m["id"] for m in document["verificationMethod"]}
+    assert openbadges.keys_from_did_document(document, document["id"]).keys() == {old.key_id, new_key.kid}
+    for cert in (old, new):
+        pyjwt_verify(cert.credential_jwt)
+        openbadges.verify_any(cert.credential_json, trusted())
+    assert pyjwt.get_unverified_header(new.credential_jwt)["kid"].endswith(new_key.kid)
+
+
+def test_did_web_names_and_locations():
+    assert openbadges.did_web("http://localhost:8501/") == "did:web:localhost%3A8501"
+    assert openbadges.did_web("https://x.example/academy/dp") == "did:web:x.example:academy:dp"
+    assert did_web_url("did:web:localhost%3A8501") == "http://localhost:8501/.well-known/did.json"
+    assert did_web_url("did:web:x.example:academy") == "https://x.example/academy/did.json"
+
+
+# --- revocation ---------------------------------------------------------------
+
+
+def test_status_list_is_large_signed_and_flips_on_revocation(session):
+    cert = issue(session)
+    other = issue(session, email="other@example.org")
+    credential = json.loads(cert.credential_json)
+    listed = openbadges.signed_status_list(session=session)
+    bits = statuslist.decode(listed["credentialSubject"]["encodedList"])
+    assert len(bits) * 8 >= 131_072 and not any(bits)
+    assert listed["type"] == ["VerifiableCredential", "BitstringStatusListCredential"]
+    independent_di_verify(listed)
+    assert openbadges.is_revoked(credential, listed, trusted()) is False
+
+    store.revoke(session=session, cert_id=cert.id, actor_id=None, reason="test")
+    listed = openbadges.signed_status_list(session=session)
+    bits = statuslist.decode(listed["credentialSubject"]["encodedList"])
+    assert statuslist.is_set(bits, cert.status_index) and not statuslist.is_set(bits, other.status_index)
+    assert sum(bin(b).count("1") for b in bits) == 1
+    assert openbadges.is_revoked(credential, listed, trusted()) is True
+    as_jwt = openbadges.status_list_jwt(listed)
+    assert openbadges.is_revoked(credential, as_jwt, trusted()) is True
+    assert pyjwt_verify(as_jwt)["credentialSubject"]["encodedList"] == listed["credentialSubject"]["encodedList"]
+
+
+def test_a_forged_status_list_is_refused(session):
+    cert = issue(session)
+    store.revoke(session=session, cert_id=cert.id, actor_id=None, reason="test")
+    listed = openbadges.signed_status_list(session=session)
+    cleared = copy.deepcopy(listed)
+    cleared["credentialSubject"]["encodedList"] = statuslist.encode([])
+    with pytest.raises(openbadges.CredentialError):
+        openbadges.is_revoked(json.loads(cert.credential_json), cleared, trusted())
+
+
+def test_bit_order_is_the_specs():
+    """Index 0 is the most significant bit of the first byte."""
+    bits = statuslist.decode(statuslist.encode([0, 9, 131_071]))
+    assert bits[0] == 0x80 and bits[1] == 0x40 and bits[-1] == 0x01
+    with pytest.raises(statuslist.StatusListError):
+        statuslist.decode("not-multibase")
+
+
+# --- routes -------------------------------------------------------------------
+
+
+@pytest.fixture
+def client(engine, settings):
+    from app import db
+
+    db.set_engine(engine)
+    with TestClient(Starlette(routes=routes.routes())) as c:
+        yield c
+    db.set_engine(None)
+
+
+def test_routes_serve_did_status_credentials_and_verification(client, session):
+    cert = issue(session)
+    got = {}
+    for path, media in [
+        ("/.well-known/did.json", "application/did+json"),
+        ("/did.json", "application/did+json"),
+        ("/status/1", "application/vc"),
+        (f"/credentials/{cert.id}.json", "application/vc"),
+        (f"/credentials/{cert.id}.jwt", "application/vc+jwt"),
+        (f"/api/verify/{cert.id}", "application/json"),
+    ]:
+        r = client.get(path, headers={"Origin": "https://employer.example"})
+        assert r.status_code == 200, path
+        assert r.headers["content-type"].split(";")[0] == media, path
+        assert r.headers["access-control-allow-origin"] == "*", path
+        assert r.headers["cache-control"], path
+        got[path] = r
+        pre = client.options(path, headers={"Origin": "https://e.example", "Access-Control-Request-Method": "GET"})
+        assert pre.status_code == 204 and "GET" in pre.headers["access-control-allow-methods"]
+    assert got["/.well-known/did.json"].json()["id"] == "did:web:academy.example"
+    assert got[f"/credentials/{cert.id}.json"].text == cert.credential_json
+    assert got[f"/credentials/{cert.id}.jwt"].text == cert.credential_jwt
+    assert "no-store" in got[f"/api/verify/{cert.id}"].headers["cache-control"]
+    body = got[f"/api/verify/{cert.id}"].json()
+    assert body["status"] == "valid" and body["valid"] is True and body["name"] == "Zoë Ødegård"
+    assert EMAIL.lower() not in json.dumps(body).lower()
+    jwt_list = client.get("/status/1", headers={"Accept": "application/vc+jwt"})
+    assert jwt_list.headers["content-type"].startswith("application/vc+jwt")
+    pyjwt_verify(jwt_list.text)
+
+    store.revoke(session=session, cert_id=cert.id, actor_id=None, reason="copied answers")
+    body = client.get(f"/api/verify/{cert.id}").json()
+    assert body["status"] == "revoked" and body["valid"] is False and body["revoked_reason"] == "copied answers"
+    listed = client.get("/status/1").json()
+    assert openbadges.is_revoked(json.loads(cert.credential_json), listed, trusted()) is True
+
+
+def test_routes_answer_unknown_and_mistyped_ids(client, session):
+    cert = issue(session)
+    typo = cert.id[:-1] + ("0" if cert.id[-1] != "0" else "1")
+    assert client.get(f"/api/verify/{typo}").status_code == 400
+    assert client.get("/api/verify/hello").json() == {"status": "malformed"}
+    assert client.get("/api/verify/DP-0000-0000-0000-0000-00").status_code == 404
+    assert client.get(f"/credentials/{typo}.json").status_code == 404
+    assert client.post(f"/api/verify/{cert.id}").status_code == 405
+
+
+def test_a_certificate_from_before_open_badges_gets_its_credential_on_first_request(client, session):
+    cert = store.issue_certificate(
+        session=session, learner_id=None, attempt_id=None, name="Ada", lang="en", score=80,
+        pass_date="2025-01-02",
+    )
+    # As a row from before this change: no credential, no status bit.
+    cert.credential_json = cert.credential_jwt = cert.status_index = None
+    session.add(cert)
+    session.commit()
+    r = client.get(f"/credentials/{cert.id}.json")
+    assert r.status_code == 200
+    session.refresh(cert)
+    assert cert.status_index is not None and r.text == cert.credential_json
+
+
+def test_streamlit_app_accepts_the_routes():
+    """st.App refuses routes under its reserved prefixes (/_stcore/, /media/,
+    ...); ours must pass its check, as the lead mounts them there."""
+    from starlette.routing import Route
+    from streamlit.starlette import App
+
+    root = Path(__file__).resolve().parent.parent
+    App(root / "app" / "main.py", routes=routes.routes())
+    with pytest.raises(ValueError):
+        App(root / "app" / "main.py", routes=[Route("/_stcore/did.json", routes.did_json)])
+
+
+# --- the CLI ------------------------------------------------------------------
+
+
+@pytest.fixture
+def status_server(tmp_path):
+    """A plain HTTP server on 127.0.0.1 serving files from a folder."""
+    folder = tmp_path / "www"
+    folder.mkdir()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(SimpleHTTPRequestHandler, directory=str(folder)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield folder, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_cli_verifies_a_credential_file_and_sees_revocation_online(session, tmp_path, status_server, capsys):
+    folder, url = status_server
+    cert = issue(session)
+    for suffix, text in ((".json", cert.credential_json), (".jwt", cert.credential_jwt)):
+        (tmp_path / f"c{suffix}").write_text(text, encoding="utf-8")
+    (folder / "status.json").write_text(json.dumps(openbadges.signed_status_list(session=session)))
+
+    assert cli_main(["verify", str(tmp_path / "c.json"), "--status-url", f"{url}/status.json"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"VALID {cert.id}") and "revocation checked" in out and "eddsa-jcs-2022" in out
+    assert cli_main(["verify", str(tmp_path / "c.jwt"), "--status-url", f"{url}/status.json"]) == 0
+    assert "VC-JWT" in capsys.readouterr().out
+
+    store.revoke(session=session, cert_id=cert.id, actor_id=None, reason="test")
+    (folder / "status.json").write_text(json.dumps(openbadges.signed_status_list(session=session)))
+    for name in ("c.json", "c.jwt"):
+        assert cli_main(["verify", str(tmp_path / name), "--status-url", f"{url}/status.json"]) == 1
+        assert capsys.readouterr().out.startswith(f"NOT VALID (revoked) {cert.id}")
+
+
+def test_cli_on_another_machine_takes_the_keys_from_the_did_document(
+    session, tmp_path, status_server, monkeypatch, capsys
+):
+    """A third party with no key folder: the proof is checked with the keys of
+    the issuer's did:web document, and the status list is read from its URL."""
+    folder, url = status_server
+    monkeypatch.setenv("PUBLIC_URL", url)
+    get_settings.cache_clear()
+    cert = issue(session)
+    (folder / ".well-known").mkdir()
+    (folder / ".well-known" / "did.json").write_text(
+        json.dumps(openbadges.did_document(url, trusted()))
+    )
+    (folder / "status").mkdir()
+    (folder / "status" / "1").write_text(json.dumps(openbadges.signed_status_list(session=session)))
+    badge = tmp_path / "badge.jwt"
+    badge.write_text(cert.credential_jwt)
+
+    monkeypatch.setenv("SECRETS_DIR", str(tmp_path / "no-keys-here"))
+    get_settings.cache_clear()
+    assert keys.local_public_keys() == {}
+    assert cli_main(["verify", str(badge)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"VALID {cert.id}") and f"revocation checked against {url}/status/1" in out
+
+    (folder / ".well-known" / "did.json").write_text(json.dumps(openbadges.did_document(url, {})))
+    assert cli_main(["verify", str(badge)]) == 1
+    assert capsys.readouterr().out.startswith("NOT VALID (unknown_key)")
+
+
+def test_cli_offline_checks_the_proof_and_says_revocation_was_not_seen(session, tmp_path, capsys):
+    cert = issue(session)
+    good = tmp_path / "good.json"
+    good.write_text(cert.credential_json, encoding="utf-8")
+    # academy.example is not reachable from tests; the list URL of 127.0.0.1:9 refuses.
+    assert cli_main(["verify", str(good), "--status-url", "http://127.0.0.1:9/status/1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("VALID") and "revocation not checked" in out
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(cert.credential_json.replace("Zoë Ødegård", "Zoe Odegard"), encoding="utf-8")
+    assert cli_main(["verify", str(bad), "--status-url", "http://127.0.0.1:9/status/1"]) == 1
+    assert capsys.readouterr().out.startswith("NOT VALID (bad_signature)")
+
+
+# --- the PDF ------------------------------------------------------------------
+
+
+def test_credential_rides_in_the_pdf_and_the_pdf_still_verifies_offline(session):
+    cert = issue(session)
+    plain = pdf.render(payload=cert.payload, signature=cert.signature,
+                       public_url="https://academy.example")
+    assert openbadges.credentials_in_pdf(plain) == {}
+    carried = openbadges.attach_to_pdf(plain, cert)
+    assert store.verify_pdf(carried).status == "valid"
+    # What learners download (store.render_pdf) carries it too.
+    assert openbadges.credentials_in_pdf(store.render_pdf(cert)).keys() == {"credential.json",
+                                                                           "credential.jwt"}
+    files = openbadges.credentials_in_pdf(carried)
+    assert files == {
+        "credential.json": cert.credential_json.encode(),
+        "credential.jwt": cert.credential_jwt.encode(),
+    }
+    for data in files.values():
+        assert openbadges.verify_any(data, trusted()).credential["id"].endswith(f"{cert.id}.json")
+
+
+# --- LinkedIn -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pass_date,year,month", [("2025-01-15", "2025", "1"), ("2024-12-31", "2024", "12")])
+def test_linkedin_link_prefills_the_certification(settings, pass_date, year, month):
+    cert = Certificate(
+        id="DP-7K3M-9QXZ-A2B4-HJ8R-5T", name="Zoë", course_id="data-parallelism", score=90,
+        language="nl", pass_date=pass_date, key_id="k", payload="{}", signature="s",
+    )
+    url = openbadges.linkedin_url(cert, settings)
+    parts = urlsplit(url)
+    assert (parts.scheme, parts.netloc, parts.path) == ("https", "www.linkedin.com", "/profile/add")
+    query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+    assert query == {
+        "startTask": "CERTIFICATION_NAME",
+        "name": "Certificaat van voltooiing: Dataparallellisme",
+        "organizationName": settings.issuer,
+        "issueYear": year,
+        "issueMonth": month,
+        "certUrl": "https://academy.example/verify?id=DP-7K3M-9QXZ-A2B4-HJ8R-5T",
+        "certId": "DP-7K3M-9QXZ-A2B4-HJ8R-5T",
+    }
