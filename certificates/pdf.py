@@ -277,17 +277,22 @@ def _line(text: str, style: str) -> tuple[tuple[Run, ...], tuple[int, ...]]:
         else:
             key, bold = _pick(cl, style)
             pick = (_font(key).fontName, bold)
-        # In right-to-left text a space is a run of its own: pypdf puts a
-        # space that ends a right-to-left run before it when it reverses it.
-        rtl_space = level % 2 and (cl.isspace() or (runs and runs[-1].text.isspace()))
-        if (
-            runs
-            and (runs[-1].font, runs[-1].fake_bold, runs[-1].level) == (*pick, level)
-            and not rtl_space
-        ):
+        if runs and (runs[-1].font, runs[-1].fake_bold, runs[-1].level) == (*pick, level):
             runs[-1] = Run(runs[-1].text + cl, *pick, level)
         else:
             runs.append(Run(cl, *pick, level))
+    # Spaces that end a right-to-left run before a run of another level
+    # become a run of their own: pypdf, reversing the run, would otherwise
+    # put them in front of it.
+    for i in range(len(runs) - 2, -1, -1):
+        run = runs[i]
+        trimmed = run.text.rstrip()
+        if run.rtl and trimmed and trimmed != run.text and runs[i + 1].level != run.level:
+            space = run.text[len(trimmed) :]
+            runs[i : i + 1] = [
+                Run(trimmed, run.font, run.fake_bold, run.level),
+                Run(space, run.font, run.fake_bold, run.level),
+            ]
     # UAX #9 L2: from the highest level down to the lowest odd one, reverse
     # every stretch of runs at that level or above.
     order = list(range(len(runs)))
@@ -477,6 +482,15 @@ def text_width(text: str, style: str, size: float) -> float:
     return _width1(text, style) * size
 
 
+def _set_font(c: Canvas, t, run: Run, size: float) -> None:
+    t.setFont(run.font, size)
+    if run.fake_bold:  # fill and stroke: Droid Sans Fallback has no bold face
+        c.setLineWidth(size * 0.035)
+        t.setTextRenderMode(2)
+    else:
+        t.setTextRenderMode(0)
+
+
 def _draw(
     c: Canvas,
     text: str,
@@ -512,25 +526,28 @@ def _draw(
     # The render mode outlives the text object in PDF, and reportlab only
     # writes changes it knows about: save and restore the graphics state.
     c.saveState()
-    t = c.beginText(x, y)
+    stream = sorted(range(len(runs)), key=logical.__getitem__)
+    # Start where the first run written starts: a jump to the right before
+    # any text reads as a leading space to pypdf.
+    t = c.beginText(at[stream[0]] if runs else x, y)
     t.setFillColor(color)
     t.setStrokeColor(color)
     t.setCharSpace(char_space)
-    for k in sorted(range(len(runs)), key=logical.__getitem__):
+    marks = []
+    for k in stream:
         run, shaped = runs[k], _shaped(runs[k])
-        glyphs = [(at[k], y, shaped.inline)]
-        glyphs += [
-            (at[k] + dx * size / 1000, y + dy * size / 1000, g) for dx, dy, g in shaped.marks
+        marks += [
+            (at[k] + dx * size / 1000, y + dy * size / 1000, g, run) for dx, dy, g in shaped.marks
         ]
-        t.setFont(run.font, size)
-        if run.fake_bold:  # fill and stroke: Droid Sans Fallback has no bold face
-            c.setLineWidth(size * 0.035)
-            t.setTextRenderMode(2)
-        else:
-            t.setTextRenderMode(0)
-        for gx, gy, g in glyphs:
-            t.setTextOrigin(gx, gy)
-            t.textOut(g)
+        _set_font(c, t, run, size)
+        t.setTextOrigin(at[k], y)
+        t.textOut(shaped.inline)
+    # The marks last, from right to left: each move is then a step back,
+    # which extractors do not take for a space between words.
+    for mx, my, glyph, run in sorted(marks, key=lambda m: -m[0]):
+        _set_font(c, t, run, size)
+        t.setTextOrigin(mx, my)
+        t.textOut(glyph)
     c.drawText(t)
     c.restoreState()
     return size
@@ -556,27 +573,39 @@ def _units(text: str) -> list[str]:
 
 
 def fit_name(
-    name: str, *, max_width: float, max_height: float, largest: float = 40, one_line_min: float = 22
+    name: str,
+    *,
+    max_width: float,
+    max_height: float,
+    largest: float = 40,
+    one_line_min: float = 22,
 ) -> tuple[float, list[str]]:
     """The size and lines of the name: one line, shrunk down to
     ``one_line_min`` if need be; else two lines, broken where the longer of
-    the two is shortest, at the size that fits both in the box. Never more
+    the two is shortest, at the size (at most ``one_line_min``) that fits
+    both in the box. Never more
     than two lines, never wider than ``max_width``: a 200-character name
     prints small rather than clipped."""
     one = text_width(name, "serif-bold", 1)
     if one * one_line_min <= max_width:
         return min(largest, max_width / one), [name]
     units = _units(name)
-    best: tuple[float, list[str]] | None = None
-    for i in range(1, len(units)):
-        lines = ["".join(units[:i]).rstrip(), "".join(units[i:]).strip()]
-        widest = max(text_width(line, "serif-bold", 1) for line in lines)
-        if best is None or widest < best[0]:
-            best = (widest, lines)
-    if best is None:  # a single cluster wider than the line: shrink it
+    if len(units) < 2:  # a single cluster wider than the line: shrink it
         return max_width / one, [name]
-    widest, lines = best
-    return min(largest, max_height / (2 * 1.2), max_width / widest), lines
+    # Choose the break on the units' own widths (one shaping each), then
+    # size the two lines as they will really be drawn.
+    widths = [text_width(u, "serif-bold", 1) for u in units]
+    total = sum(widths)
+    best, left = 1, widths[0]
+    best_widest = max(left, total - left)
+    for i in range(2, len(units)):
+        left += widths[i - 1]
+        if max(left, total - left) < best_widest:
+            best, best_widest = i, max(left, total - left)
+    lines = ["".join(units[:best]).rstrip(), "".join(units[best:]).strip()]
+    widest = max(text_width(line, "serif-bold", 1) for line in lines)
+    # Never larger than a one-line name could be: a longer name, smaller type.
+    return min(one_line_min, max_height / (2 * 1.2), max_width / widest), lines
 
 
 def _qr(c: Canvas, data: str, x: float, y: float, size: float) -> None:
