@@ -135,7 +135,7 @@ def test_issuing_twice_returns_the_same_certificate(session):
 
 
 @pytest.mark.parametrize(
-    "name", ["", "   ", "a" * 201, "Ann\x00", "Bob\u0007", "Ravi \u0915", "\u05d0\u05d1"]
+    "name", ["", "   ", "a" * 201, "Ann\x00", "Bob\u0007", "Ravi \ue000", "\u0378\u0379"]
 )
 def test_bad_names_are_refused(session, name):
     with pytest.raises(store.InvalidName):
