@@ -230,3 +230,21 @@ def test_script_fonts_are_embedded_as_subsets(session):
     assert {"NotoEmoji-Bold", "NotoSerifThai-Bold"} <= base
     assert all("+" in n for n in names)  # subset prefix: only the glyphs used
     assert len(data) < 150 * 1024
+
+
+def test_bench_has_a_row_per_script(tmp_path):
+    """``make bench`` measures each script (numbers only: timings are never
+    asserted) and the report shows one row per script."""
+    from benchmarks import platform_costs, report
+    from benchmarks.common import Config
+
+    costs = platform_costs.certificate_issuance(Config(pdfs=1), tmp_path)
+    per_script = costs["per_script"]
+    assert list(per_script) == list(platform_costs.SCRIPT_NAMES)
+    for script, row in per_script.items():
+        assert all(isinstance(row[k], float) for k in ("issue_ms", "render_ms", "total_ms")), script
+        assert row["pdf_kib"] < 150, script
+    skipped = "skipped: not measured here"
+    parts = dict.fromkeys(("quiz", "verification", "pages", "load", "classroom"), skipped)
+    rows = [r for r in report.platform({**parts, "certificate": costs}) if "name in" in r[1]]
+    assert [r[1].split("name in ")[1].split(":")[0] for r in rows] == list(per_script)
