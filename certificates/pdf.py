@@ -33,6 +33,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import threading
 import unicodedata
 from dataclasses import dataclass
 from functools import cache, lru_cache
@@ -327,6 +328,7 @@ def _runs(text: str, style: str) -> list[Run]:
 # by one that knows these codes (and writes characters beyond U+FFFF as
 # UTF-16, which reportlab's does not).
 _ACTUAL: dict[int, str] = {}
+_SHAPING = threading.Lock()
 _CODES: dict[tuple[str, int, str], int] = {}
 _FIRST_CODE, _LAST_CODE = 0xF0000, 0x10FFFF
 
@@ -467,10 +469,13 @@ def _shaped(run: Run) -> Shaped:
     text = run.text
     if run.rtl and not any(unicodedata.bidirectional(c) in ("R", "AL") for c in text):
         text = "".join(reversed(_clusters(text)))
-    shaped = shapeStr(text, run.font, 1000)
-    if not getattr(shaped, "__shapeData__", None):  # HarfBuzz changed nothing
-        return Shaped(shaped, pdfmetrics.stringWidth(text, run.font, 1))
-    return _with_actual_text(shaped, text, pdfmetrics.getFont(run.font), run.rtl)
+    # Shaping adds glyph codes to the shared font objects (reportlab's and
+    # ours); the app renders certificates on several threads at once.
+    with _SHAPING:
+        shaped = shapeStr(text, run.font, 1000)
+        if not getattr(shaped, "__shapeData__", None):  # HarfBuzz changed nothing
+            return Shaped(shaped, pdfmetrics.stringWidth(text, run.font, 1))
+        return _with_actual_text(shaped, text, pdfmetrics.getFont(run.font), run.rtl)
 
 
 @lru_cache(maxsize=4096)
