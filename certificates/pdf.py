@@ -162,6 +162,12 @@ def describe_unprintable(chars: list[str], lang: str) -> str:
     )
 
 
+def refusal_message(chars: list[str], lang: str) -> str:
+    """Why a name cannot be printed, in the learner's language, naming each
+    refused character (``InvalidName.chars``)."""
+    return texts(lang)["unprintable"]["message"].format(chars=describe_unprintable(chars, lang))
+
+
 def _extends(prev: str, ch: str) -> bool:
     """Whether ``ch`` belongs to the cluster that ``prev`` ends."""
     o = ord(ch)

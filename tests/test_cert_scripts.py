@@ -210,8 +210,12 @@ def test_only_characters_nothing_can_print_are_refused():
     )
     assert pdf.describe_unprintable(["\ue000"], "zh") == "U+E000（私用区字符）"
     assert pdf.describe_unprintable(["\u0378"], "nl") == "U+0378 (niet-toegewezen codepunt)"
+    assert pdf.refusal_message(["\ue000"], "nl") == (
+        "Deze tekens kan het certificaat niet drukken: "
+        "U+E000 (teken uit het privégebruiksgebied). Haal ze weg."
+    )
     for lang in i18n.LANGS:
-        assert "{chars}" in i18n.texts(lang)["unprintable"]["message"]
+        assert "U+0007" in pdf.refusal_message(["\x07"], lang)
 
 
 def test_script_fonts_are_embedded_as_subsets(session):
