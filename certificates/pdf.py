@@ -1,6 +1,6 @@
 """The certificate as a PDF: reportlab, A4 landscape, fonts embedded.
 
-A name may be written in any script, so every string goes through the same
+A name may be written in many scripts, so every string goes through the same
 small layout pipeline before it is drawn:
 
 1. ``_clusters``: the text is cut into clusters that must stay together (a
