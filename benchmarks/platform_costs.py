@@ -4,7 +4,9 @@
   pure engine, then the same through ``quizzes.store`` on SQLite (start,
   record every answer, finish), so the database's share shows;
 - certificates: sign, QR matrix and PDF render per certificate, and the PDF
-  size per language;
+  size per language; then issue + render time and PDF size for a name in
+  each script the certificate prints (``SCRIPT_NAMES``; targets 50 ms and
+  150 KiB);
 - verification: ``certificates.lookup`` per second against a SQLite table
   of ``Config.certificates`` signed rows, beside a raw primary-key SELECT
   and a bare Ed25519 verify on the same rows;
@@ -31,6 +33,32 @@ from benchmarks.common import LANGUAGES, Config, timed, unavailable, use_databas
 ROOT = Path(__file__).resolve().parent.parent
 MAIN = ROOT / "app" / "main.py"
 NAMES = {"en": "Ada Lovelace", "zh": "张伟", "nl": "Zoë Ødegård"}
+# A name per script the certificate promises (issue #13): shaping, bidi and
+# font fallback cost differs by script, so each gets its own row.
+SCRIPT_NAMES = {
+    "Latin (Vietnamese)": "Nguyễn Thị Minh Khai",
+    "Latin (Icelandic)": "Sigurður Þórðarson",
+    "Latin (Polish)": "Zażółć Gęślą-Jaźń",
+    "Cyrillic": "Пётр Ильич Чайковский",
+    "Greek": "Αλέξανδρος Παπαδόπουλος",
+    "Armenian": "Արամ Խաչատրյան",
+    "Georgian": "ნინო ჩხეიძე",
+    "Han (simplified)": "张伟",
+    "Han (traditional)": "張偉",
+    "Japanese kana": "山田 たろう カタカナ",
+    "Hangul": "김민준",
+    "Arabic": "مريم العلي",
+    "Hebrew": "דוד כהן",
+    "Arabic + Latin": "مريم Anna",
+    "Devanagari": "राहुल क्षत्रिय",
+    "Bengali": "রবীন্দ্রনাথ ঠাকুর",
+    "Tamil": "தமிழ்செல்வன்",
+    "Thai": "สมชาย ใจดี",
+    "Ethiopic": "አበበ ቢቂላ",
+    "combining marks": "Rene\u0301e x\u0301",
+    "emoji": "Ana 👩🏽\u200d💻 🎉",
+    "200 characters, Thai": ("สมชายใจดี" * 30)[:200],
+}
 
 
 def _engine(path: Path):
@@ -148,11 +176,37 @@ def certificate_issuance(cfg: Config, base: Path) -> dict:
             render_s.append(t2 - t1)
             total_s.append(t2 - t0)
             sizes[lang].append(len(pdf))
+        per_script = {script: _script_costs(session, name, cfg.pdfs)
+                      for script, name in SCRIPT_NAMES.items()}
     engine.dispose()
     ms = lambda xs: statistics.median(xs) * 1e3  # noqa: E731
     return {"pdfs": len(total_s), "sign_ms": ms(sign_s), "qr_ms": ms(qr_s),
             "issue_ms": ms(issue_s), "render_ms": ms(render_s), "total_ms": ms(total_s),
-            "pdf_kib": {lang: statistics.median(v) / 1024 for lang, v in sizes.items()}}
+            "pdf_kib": {lang: statistics.median(v) / 1024 for lang, v in sizes.items()},
+            "per_script": per_script}
+
+
+def _script_costs(session, name: str, repeats: int) -> dict:
+    """Median issue (clean, sign, store) and render time, and PDF size, for
+    one name. One untimed round first: loading a script's font is a cost
+    paid once per process, not per certificate."""
+    import certificates as certs
+    from certificates.store import issue_certificate
+
+    def once(score: float) -> tuple[float, float, int]:
+        t0 = time.perf_counter()
+        cert = issue_certificate(session=session, learner_id=None, attempt_id=None, name=name,
+                                 lang="en", score=score, pass_date="2025-01-01")
+        t1 = time.perf_counter()
+        size = len(certs.render_pdf(cert))
+        return t1 - t0, time.perf_counter() - t1, size
+
+    once(50)
+    rounds = [once(60 + i) for i in range(max(repeats, 1))]  # a new score: a new certificate
+    issue = statistics.median(r[0] for r in rounds) * 1e3
+    render = statistics.median(r[1] for r in rounds) * 1e3
+    return {"issue_ms": issue, "render_ms": render, "total_ms": issue + render,
+            "pdf_kib": statistics.median(r[2] for r in rounds) / 1024}
 
 
 # ----------------------------------------------------------- verification

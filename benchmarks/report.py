@@ -139,6 +139,11 @@ def platform(p: dict) -> list[Row]:
                      f"render {_pct(c['render_ms'] / c['total_ms'])} of it"))
         rows.append((s, "certificate PDF size en · zh · nl",
                      " · ".join(_num(v, 1) for v in c["pdf_kib"].values()) + " KiB", "", ""))
+        for script, sc in c.get("per_script", {}).items():
+            rows.append((s, f"certificate, name in {script}: issue + render · PDF size",
+                         f"{_num(sc['total_ms'])} ms · {_num(sc['pdf_kib'], 1)} KiB",
+                         "target 50 ms · 150 KiB",
+                         f"{_pct(sc['total_ms'] / 50)} · {_pct(sc['pdf_kib'] / 150)}"))
     v = p["verification"]
     if isinstance(v, str):
         rows.append(_missing(s, "verification lookups per second", v))

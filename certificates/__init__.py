@@ -27,6 +27,7 @@ from certificates.keys import (
     public_key_info,
     rotate_key,
 )
+from certificates.pdf import refusal_message
 from certificates.store import (
     STATUSES,
     AlreadyCertified,
@@ -105,6 +106,7 @@ __all__ = [
     "reissue",
     "render_pdf",
     "revoke",
+    "refusal_message",
     "rotate_key",
     "texts",
     "verify_link",

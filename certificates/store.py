@@ -149,13 +149,37 @@ def clean_name(name: str) -> str:
         raise InvalidName("name is empty")
     if len(name) > NAME_MAX:
         raise InvalidName(f"name is longer than {NAME_MAX} characters")
-    hidden = list(dict.fromkeys(c for c in name if unicodedata.category(c) in HIDDEN_CATEGORIES))
+    hidden = list(dict.fromkeys(
+        c for i, c in enumerate(name)
+        if unicodedata.category(c) in HIDDEN_CATEGORIES and not _joins_here(name, i)
+    ))
     if hidden:
         raise InvalidName("name contains invisible, control or unassigned characters", hidden, "hidden")
     missing = pdf.unprintable_chars(name)
     if missing:
         raise InvalidName("name contains characters the certificate fonts cannot print", missing, "unprintable")
     return name
+
+
+def _joins_here(name: str, i: int) -> bool:
+    """U+200D ZERO WIDTH JOINER and U+200C ZERO WIDTH NON-JOINER are invisible
+    but part of how some names are written: a ZWJ glues an emoji sequence
+    (👩🏽‍💻), and both choose letter forms in Indic and Arabic scripts. They pass
+    between two such characters; anywhere else (between Latin letters, at an
+    edge, next to another invisible one) they only make look-alike names."""
+    if name[i] not in "\u200c\u200d" or not 0 < i < len(name) - 1:
+        return False
+
+    def complex_script(c: str) -> bool:  # a letter or mark beyond the Latin blocks
+        return ord(c) > 0x24F and unicodedata.category(c)[0] in "LM"
+
+    def emoji(c: str) -> bool:  # pictographs, skin tones and the emoji variation selector
+        return unicodedata.category(c) in ("So", "Sk") or c == "\ufe0f"
+
+    before, after = name[i - 1], name[i + 1]
+    return (complex_script(before) and complex_script(after)) or (
+        name[i] == "\u200d" and emoji(before) and emoji(after)
+    )
 
 
 def char_names(chars: list[str]) -> list[str]:

@@ -151,9 +151,10 @@ def test_payload_and_signature_ride_in_the_pdf():
 
 
 def test_unprintable_characters_are_reported():
-    assert pdf.unprintable_chars("Zoë 张伟 Nguyễn") == []
-    # no glyph (Devanagari, Thai), or right-to-left (no bidi/shaping in reportlab)
-    assert pdf.unprintable_chars("Ann \u0915\u0e01\u0915 \u05d0") == ["\u0915", "\u0e01", "\u05d0"]
+    # Devanagari, Thai, Hebrew, Hangul and emoji print now (shaped, bidi);
+    # private-use, unassigned and control characters never do.
+    assert pdf.unprintable_chars("Zoë 张伟 Nguyễn \u0915\u0e01 \u05d0 김 🎉") == []
+    assert pdf.unprintable_chars("Ann \ue000\u0378\x07\ue000") == ["\ue000", "\u0378", "\x07"]
 
 
 @pytest.mark.skipif(

@@ -137,7 +137,7 @@ def test_issuing_twice_returns_the_same_certificate(session):
 
 
 @pytest.mark.parametrize(
-    "name", ["", "   ", "a" * 201, "Ann\x00", "Bob\u0007", "Ravi \u0915", "\u05d0\u05d1"]
+    "name", ["", "   ", "a" * 201, "Ann\x00", "Bob\u0007", "Ravi \ue000", "\u0378\u0379"]
 )
 def test_bad_names_are_refused(session, name):
     with pytest.raises(store.InvalidName):
@@ -363,3 +363,20 @@ def test_verify_pdf_checks_the_id_check_digits(session):
     )
     data = pdf.render(payload=signed.payload, signature=signed.signature, public_url="https://x")
     assert store.verify_pdf(data).status == "typo"
+
+
+@pytest.mark.parametrize(("name", "ok"), [
+    ("\U0001f469\U0001f3fd\u200d\U0001f4bb Ada", True),  # a ZWJ inside an emoji sequence
+    ("\u0915\u094d\u200d\u0937", True),  # Devanagari half form chosen with a ZWJ
+    ("\u0645\u200c\u0646", True),  # Arabic letters kept apart with a ZWNJ
+    ("Bob\u200dWidth", False),  # between Latin letters it only makes a look-alike
+    ("\u200d\U0001f4bb", False),  # at an edge
+    ("Bob\u200b\u200dZero", False),  # next to another invisible character
+])
+def test_joiners_pass_only_where_a_script_needs_them(name, ok):
+    if ok:
+        assert store.clean_name(name) == name
+    else:
+        with pytest.raises(store.InvalidName) as err:
+            store.clean_name(name)
+        assert err.value.kind == "hidden"

@@ -54,7 +54,8 @@ def explain(err: certs.CertificateError) -> str:
         named = ", ".join(certs.char_names(err.chars[:10]))
         return t("certificate.bad_name", detail=t("certificate.hidden_chars", chars=named))
     if isinstance(err, certs.InvalidName) and err.chars:
-        return t("certificate.bad_name", detail=t("certificate.bad_chars", chars=" ".join(err.chars[:10])))
+        # Most refused characters show as nothing or a box: each is named by its code point.
+        return certs.refusal_message(err.chars[:10], code)
     return t("certificate.bad_name", detail=str(err))
 
 
