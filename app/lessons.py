@@ -29,7 +29,7 @@ from pydantic import (
     model_validator,
     with_config,
 )
-from pydantic_core import ErrorDetails
+from pydantic_core import ErrorDetails, PydanticCustomError
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 from typing_extensions import TypedDict  # pydantic needs it for TypedDicts before Python 3.12
@@ -55,11 +55,12 @@ class ContentError(ValueError):
 
 def field_path(loc: Sequence[int | str]) -> str:
     """A pydantic error location as a writer reads it: ``("options", 1,
-    "explain", "zh")`` -> ``option 2 explain.zh`` (positions count from 1)."""
+    "explain", "zh")`` -> ``option 2 explain.zh``, ``(0, "term")`` -> ``entry 1
+    term`` (positions count from 1, as an editor's eye does)."""
     out, after_position = "", False
     for part in loc:
         if isinstance(part, int):
-            out, after_position = f"{out.removesuffix('s')} {part + 1}", True
+            out, after_position = f"{out.removesuffix('s') or 'entry'} {part + 1}", True
         elif part != "[key]":  # a mapping key that failed validation: loc already names it
             out += (" " if after_position else "." if out else "") + part
             after_position = False
@@ -150,7 +151,7 @@ class Toc(BaseModel):
         ids = [s.id for s in self.sections]
         doubled = sorted({i for i in ids if ids.count(i) > 1})
         if doubled:
-            raise ValueError(f"section id(s) {', '.join(doubled)} appear twice")
+            raise PydanticCustomError("duplicate_id", f"section id(s) {', '.join(doubled)} appear twice")
         return self
 
 

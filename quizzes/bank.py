@@ -46,7 +46,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 import yaml
 from pydantic import (
@@ -71,7 +71,6 @@ from app.lessons import SECTION_ID, error_lines, schema_errors
 
 BANK_DIR = Path(__file__).resolve().parent / "bank"
 
-TYPES = ("single", "multiple", "numeric", "ordering")
 # `check` evaluates every parameter draw when there are at most ALL_DRAWS of
 # them, else CHECK_DRAWS seeded ones.
 ALL_DRAWS = 20_000
@@ -481,6 +480,10 @@ Question = Annotated[
     SingleQuestion | MultipleQuestion | NumericQuestion | OrderingQuestion, Field(discriminator="type")
 ]
 _QUESTION: TypeAdapter[Question] = TypeAdapter(Question)
+# The question types, in the order `python -m quizzes check` counts them.
+TYPES = tuple(
+    tag for model in get_args(get_args(Question)[0]) for tag in get_args(model.model_fields["type"].annotation)
+)
 
 
 # ------------------------------------------------------- course structure
@@ -499,7 +502,7 @@ def localized(texts: Mapping[str, str] | None, lang: str) -> str:
     """A text in `lang`, falling back to English (validation flags the gap)."""
     if not texts:
         return ""
-    return texts.get(lang) or texts.get("en") or next(iter(texts.values()), "")
+    return texts.get(lang) or texts.get(lessons.SOURCE_LANG) or next(iter(texts.values()), "")
 
 
 def load_bank(
