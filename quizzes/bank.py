@@ -55,6 +55,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainValidator,
     StrictBool,
     StrictInt,
     TypeAdapter,
@@ -305,6 +306,13 @@ def _number_as_formula(value: Any) -> Any:
     return repr(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
 
 
+def _finite_number(value: Any) -> int | float:
+    """An int stays an int (a drawn 64 is shown as 64); one error, not one per member of int | float."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise _fail("number", f"must be a finite number, got {value!r}")
+    return value
+
+
 def _param_name(name: str) -> str:
     if not _NAME.match(name) or name in FUNCTIONS or name == "answer":
         raise _fail("param_name", f"parameter name {name!r} not allowed (an identifier, not a function or 'answer')")
@@ -317,7 +325,7 @@ Text = Annotated[dict[str, str], AfterValidator(_localised)]
 # (whether the table of contents has them is `see_problems`'s job).
 See = Annotated[tuple[str, ...], BeforeValidator(_one_or_list), Field(min_length=1, max_length=MAX_SEE)]
 Formula = Annotated[str, AfterValidator(_parses)]
-Number = StrictInt | Annotated[float, Field(strict=True, allow_inf_nan=False)]
+Number = Annotated[int | float, PlainValidator(_finite_number)]
 NonNegative = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
 
 

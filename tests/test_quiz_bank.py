@@ -172,6 +172,7 @@ def test_expression_names_exclude_functions():
         (_numeric(params="n: {min: 1.5, max: 3}"), "overview-num: params.n.min: Input should be a valid integer", 0),
         (_numeric(params="n: {min: 5, max: 2}"), "overview-num: params.n: must be {choices: [...]} or {min", 0),
         (_numeric(params="n: {choices: []}"), "overview-num: params.n.choices: has 0, needs at least 1", 0),
+        (_numeric(params="n: {choices: [2, two]}"), "overview-num: params.n.choice 2: must be a finite number, got 'two'", 0),
         (_numeric(params="min: {choices: [1]}"), "overview-num: params.min: parameter name 'min' not allowed", 0),
         # Sections are cited by id, never typed by hand.
         (_choice().replace("\n      see: overview", "", 1), "overview-q: option 1 see: missing", 1),
