@@ -1,34 +1,220 @@
 """Lesson content and progress. Content is data: ``app/content/lessons/<lang>/``
 holds ``toc.yaml``, ``glossary.yaml`` and one Markdown file per section (see
 ``COURSE_LAYOUT.md`` there). Progress is stored per learner in the database.
+
+The two YAML files are read through pydantic models (``Toc``, ``GlossaryEntry``),
+the one definition of their shape: a file that does not match raises
+``ContentError`` naming the file and the field, instead of a ``KeyError`` deep
+inside a page. The course languages are the folders here that have a
+``toc.yaml``; nothing else lists them.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Annotated, Any, NotRequired
 
 import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+    with_config,
+)
+from pydantic_core import ErrorDetails, PydanticCustomError
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
+from typing_extensions import TypedDict  # pydantic needs it for TypedDicts before Python 3.12
 
 from app.models import LessonProgress
 from app.settings import ROOT
 
 LESSON_DIR = Path(__file__).resolve().parent / "content" / "lessons"
+# The language the course is written in: every other one falls back to it.
+SOURCE_LANG = "en"
 DIRECTIVE = re.compile(r"^<!--\s*(widget|code):\s*(\S+)\s*-->\s*$")
+SECTION_ID = r"^[a-z0-9]+(?:-[a-z0-9]+)*$"  # kebab-case: also a URL parameter and a file name
+
+NonEmpty = Annotated[str, Field(min_length=1)]
 
 
-@dataclass(frozen=True)
-class Section:
-    id: str
-    title: str
-    summary: str
-    lab: str | None
-    quiz_topic: str
+class ContentError(ValueError):
+    """A content file that does not match its schema; the message names file and field."""
+
+
+# ----------------------------------------------------------------- schema errors
+
+
+def field_path(loc: Sequence[int | str]) -> str:
+    """A pydantic error location as a writer reads it: ``("options", 1,
+    "explain", "zh")`` -> ``option 2 explain.zh``, ``(0, "term")`` -> ``entry 1
+    term`` (positions count from 1, as an editor's eye does)."""
+    out, after_position = "", False
+    for part in loc:
+        if isinstance(part, int):
+            out, after_position = f"{out.removesuffix('s') or 'entry'} {part + 1}", True
+        elif part != "[key]":  # a mapping key that failed validation: loc already names it
+            out += (" " if after_position else "." if out else "") + part
+            after_position = False
+    return out
+
+
+def schema_errors(error: ValidationError) -> list[ErrorDetails]:
+    """The errors of a failed validation, less the echo: pydantic also calls
+    a list too short when one of its entries failed, which is not a second fault."""
+    errors = error.errors()
+
+    def echo(err: ErrorDetails) -> bool:
+        loc = tuple(err["loc"])
+        return err["type"] == "too_short" and any(
+            len(other["loc"]) > len(loc) and tuple(other["loc"][: len(loc)]) == loc for other in errors
+        )
+
+    return [err for err in errors if not echo(err)]
+
+
+def error_lines(where: str, errors: Sequence[ErrorDetails]) -> list[str]:
+    """One ``where: field: message`` line per pydantic error, in our words
+    where pydantic's would puzzle a writer. Type errors quote the value found,
+    so a ``yes`` that YAML read as true shows up."""
+    lines = []
+    for err in errors:
+        loc, kind, ctx = tuple(err["loc"]), err["type"], err.get("ctx", {})
+        if kind == "extra_forbidden":
+            msg = "unknown field"
+        elif kind == "missing":
+            msg = "required field missing"
+        elif kind == "too_short":
+            msg = f"has {ctx['actual_length']}, needs at least {ctx['min_length']}"
+        elif kind == "too_long":
+            msg = f"has {ctx['actual_length']}, at most {ctx['max_length']} allowed"
+        elif kind.endswith("_type"):
+            msg = f"{err['msg']}, got {err['input']!r:.60}"
+        else:
+            msg = err["msg"]
+        field = field_path(loc)
+        lines.append(f"{where}: {field}: {msg}" if field else f"{where}: {msg}")
+    return lines
+
+
+def _read(path: Path, adapter: TypeAdapter[Any]) -> Any:
+    """Parse and validate one YAML file, or raise ContentError naming it."""
+    where = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+    try:
+        return adapter.validate_python(yaml.safe_load(path.read_text(encoding="utf-8")))
+    except yaml.YAMLError as exc:
+        raise ContentError(f"{where}: not valid YAML: {exc}") from None
+    except ValidationError as exc:
+        raise ContentError("\n".join(error_lines(where, schema_errors(exc)))) from None
+
+
+# ----------------------------------------------------------------- models
+
+
+class TocSection(BaseModel):
+    """One entry of ``toc.yaml``: ids, lab and quiz topic are the same in every language."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: Annotated[str, Field(pattern=SECTION_ID)]
+    title: NonEmpty
+    summary: NonEmpty
+    lab: str | None = None  # a lab of app.labjobs.LABS; none when left out or null
+    quiz_topic: str  # the quiz bank topic; written out although it equals id
+
+    @model_validator(mode="before")
+    @classmethod
+    def _quiz_topic_defaults_to_id(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "quiz_topic" not in data and "id" in data:
+            return {**data, "quiz_topic": data["id"]}
+        return data
+
+
+class Toc(BaseModel):
+    """A language's ``toc.yaml``: the course title and its sections in course order."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    course_title: NonEmpty
+    sections: Annotated[tuple[TocSection, ...], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _ids_unique(self) -> Toc:
+        ids = [s.id for s in self.sections]
+        doubled = sorted({i for i in ids if ids.count(i) > 1})
+        if doubled:
+            raise PydanticCustomError("duplicate_id", f"section id(s) {', '.join(doubled)} appear twice")
+        return self
+
+
+@with_config(ConfigDict(extra="forbid"))
+class GlossaryEntry(TypedDict):
+    """One ``glossary.yaml`` entry. A TypedDict, not a BaseModel: the lessons
+    page reads entries as mappings. ``avoid``/``allow`` are the terminology
+    check's lists (COURSE_LAYOUT.md), never shown to learners."""
+
+    term: NonEmpty
+    en: NonEmpty  # the English term beside the local one
+    definition: NonEmpty
+    avoid: NotRequired[list[NonEmpty]]
+    allow: NotRequired[list[NonEmpty]]
+
+
+_TOC = TypeAdapter(Toc)
+_GLOSSARY = TypeAdapter(list[GlossaryEntry])
+
+
+# ----------------------------------------------------------------- content
+
+
+@cache
+def languages() -> tuple[str, ...]:
+    """The course languages: every folder of LESSON_DIR with a ``toc.yaml``,
+    the source language first, then alphabetically (as ``i18n.languages``)."""
+    found = sorted(p.parent.name for p in LESSON_DIR.glob("*/toc.yaml"))
+    return tuple(sorted(found, key=lambda lang: lang != SOURCE_LANG))
+
+
+def toc(lang: str) -> Toc:
+    """`lang`'s table of contents, the source language's where it has none."""
+    return _toc(lang if lang in languages() else SOURCE_LANG)
+
+
+@cache
+def _toc(lang: str) -> Toc:
+    return _read(LESSON_DIR / lang / "toc.yaml", _TOC)
+
+
+def course_title(lang: str) -> str:
+    return toc(lang).course_title
+
+
+def sections(lang: str) -> list[TocSection]:
+    return list(toc(lang).sections)
+
+
+def section_ids() -> list[str]:
+    """Section ids in course order (the same in every language)."""
+    return [s.id for s in toc(SOURCE_LANG).sections]
+
+
+def glossary(lang: str) -> list[GlossaryEntry]:
+    """`lang`'s glossary; none for a language without one."""
+    return _glossary(lang) if lang in languages() else []
+
+
+@cache
+def _glossary(lang: str) -> list[GlossaryEntry]:
+    path = LESSON_DIR / lang / "glossary.yaml"
+    return _read(path, _GLOSSARY) if path.is_file() else []
 
 
 @dataclass(frozen=True)
@@ -40,43 +226,11 @@ class Block:
 
 
 @cache
-def _toc(lang: str) -> dict:
-    path = LESSON_DIR / lang / "toc.yaml"
-    if not path.is_file():
-        path = LESSON_DIR / "en" / "toc.yaml"
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
-
-
-def course_title(lang: str) -> str:
-    return _toc(lang)["course_title"]
-
-
-def sections(lang: str) -> list[Section]:
-    return [
-        Section(
-            id=s["id"], title=s["title"], summary=s.get("summary", ""),
-            lab=s.get("lab"), quiz_topic=s.get("quiz_topic", s["id"]),
-        )
-        for s in _toc(lang)["sections"]
-    ]
-
-
-def section_ids() -> list[str]:
-    return [s.id for s in sections("en")]
-
-
-@cache
-def glossary(lang: str) -> list[dict]:
-    path = LESSON_DIR / lang / "glossary.yaml"
-    return yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else []
-
-
-@cache
 def body(lang: str, section_id: str) -> list[Block]:
     """The section split into Markdown runs and directive blocks."""
     path = LESSON_DIR / lang / f"{section_id}.md"
     if not path.is_file():
-        path = LESSON_DIR / "en" / f"{section_id}.md"
+        path = LESSON_DIR / SOURCE_LANG / f"{section_id}.md"
     blocks: list[Block] = []
     text: list[str] = []
     for line in path.read_text(encoding="utf-8").splitlines():

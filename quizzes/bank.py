@@ -1,16 +1,26 @@
 """Load and validate the question bank (``quizzes/bank/*.yaml``).
 
-The format is described in ``quizzes/README.md``. Loading never raises on bad
-content: every mistake becomes a line in ``Bank.problems`` and the question it
-belongs to is left out when it could not be graded (no correct option, an
-answer formula that does not evaluate, ...). A question that only lacks a
-translation stays in, so one missing sentence does not take a question away
-from the other languages; ``python -m quizzes check`` fails on both.
+The format is described in ``quizzes/README.md``; the pydantic models below
+are its one definition: ``Question`` is a union of the four question types,
+told apart by ``type``, and each model forbids fields it does not know. What
+a model cannot say about one value alone (a formula that fails on some
+draws, a mistake the tolerance would accept, a ``see:`` id the table of
+contents lacks, a topic with no question) is a check function over the
+validated models.
 
-Every explanation cites the lesson section(s) it comes from by id (``see``);
-the title is read from each language's ``toc.yaml`` when the explanation is
-shown, so a renamed section can never leave a stale title behind, and an id
-the table of contents lacks is a problem.
+Loading never raises on bad content: every mistake becomes a line in
+``Bank.problems`` that names the file, the question id and the field, and a
+question that does not match its model is left out. The one exception is a
+missing translation: a question whose only fault is that some language lacks
+a text stays in (that language falls back to English), so one missing
+sentence does not take a question away from the other languages;
+``python -m quizzes check`` fails on both.
+
+The course languages and section ids come from the lessons' tables of
+contents (``app.lessons``), never from a list here. Every explanation cites
+the lesson section(s) it comes from by id (``see``); the title is read from
+each language's ``toc.yaml`` when the explanation is shown, so a renamed
+section can never leave a stale title behind.
 
 A numeric question states the precision it wants (``precision``: {sig: 3}
 or {decimals: 0}; the engine words it in every language) and lists its
@@ -33,89 +43,47 @@ import operator
 import random
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 import yaml
-
-ROOT = Path(__file__).resolve().parent.parent
-BANK_DIR = ROOT / "quizzes" / "bank"
-LESSONS_DIR = ROOT / "app" / "content" / "lessons"
-
-TYPES = ("single", "multiple", "numeric", "ordering")
-# Used only while the lessons have no table of contents yet; the source of
-# truth is app/content/lessons/en/toc.yaml (see COURSE_LAYOUT.md).
-FALLBACK_LANGUAGES = ("en", "zh", "nl")
-FALLBACK_TOPICS = (
-    "overview", "training-step", "ring-allreduce", "ddp", "practice", "strategy",
-    "case-studies", "future", "risks", "roadmap", "faq",
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StrictBool,
+    StrictInt,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+    with_config,
 )
+from pydantic_core import ErrorDetails, PydanticCustomError
+from typing_extensions import TypedDict  # pydantic needs it for TypedDicts before Python 3.12
+
+from app import lessons
+from app.lessons import SECTION_ID, error_lines, schema_errors
+
+BANK_DIR = Path(__file__).resolve().parent / "bank"
+
 # `check` evaluates every parameter draw when there are at most ALL_DRAWS of
 # them, else CHECK_DRAWS seeded ones.
 ALL_DRAWS = 20_000
 CHECK_DRAWS = 2_000
-PRECISIONS = ("sig", "decimals")
 MAX_SEE = 2  # sections one explanation may cite (the wording has one and two)
 MAX_KEYS = 26  # options and ordering items are keyed a, b, c, ...
 
-_ID = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+_ID = re.compile(SECTION_ID)
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-_COMMON_KEYS = {"id", "topic", "type", "text", "faq", "explain", "see"}
-_KEYS = {
-    "single": _COMMON_KEYS | {"options"},
-    "multiple": _COMMON_KEYS | {"options"},
-    "numeric": _COMMON_KEYS | {"params", "answer", "tolerance", "unit", "precision", "mistakes"},
-    "ordering": _COMMON_KEYS | {"items"},
-}
-
-
 # A section named by hand instead of by `see:` (review X11): it drifts.
 HAND_TYPED_SECTION = re.compile(r"\bSee \*|\bZie \*|参见「")
-
-
-@dataclass(frozen=True)
-class Option:
-    text: dict[str, str]
-    correct: bool
-    explain: dict[str, str]
-    see: tuple[str, ...] = ()  # lesson section ids the explanation cites
-
-
-@dataclass(frozen=True)
-class Mistake:
-    """A wrong way to compute a numeric answer that must never be graded right."""
-
-    formula: str
-    label: str  # for the check's report; never shown to learners
-
-
-@dataclass(frozen=True)
-class Question:
-    id: str
-    topic: str
-    type: str  # single | multiple | numeric | ordering
-    text: dict[str, str]
-    source: str = ""  # the bank file it came from
-    faq: bool = False
-    # Choice questions.
-    options: tuple[Option, ...] = ()
-    # Numeric questions: parameter specs ({choices: [...]} or {min, max}),
-    # the answer formula and its tolerance ({rel: 0.01} and/or {abs: 0.5}).
-    params: dict[str, dict[str, Any]] = field(default_factory=dict)
-    answer: str = ""
-    tolerance: dict[str, float] = field(default_factory=dict)
-    unit: dict[str, str] | None = None
-    precision: dict[str, int] = field(default_factory=dict)  # {sig: 3} or {decimals: 0}
-    mistakes: tuple[Mistake, ...] = ()
-    # Ordering questions: the items in their correct order.
-    items: tuple[dict[str, str], ...] = ()
-    # Numeric and ordering questions (optional for choice questions).
-    explain: dict[str, str] | None = None
-    see: tuple[str, ...] = ()  # sections the question's own explanation cites
 
 
 @dataclass(frozen=True)
@@ -276,40 +244,263 @@ def draw_params(question: Question, rng: random.Random) -> dict[str, float]:
     return values
 
 
+# ------------------------------------------------------------------ schema
+#
+# Validators that need the course (its languages and section ids) read them
+# from the validation context that `load_bank` passes; without one they use
+# the lessons on disk. "partial" is the second pass that lets a question
+# lacking translations in.
+
+
+def _fail(kind: str, message: str) -> PydanticCustomError:
+    """A validation error with our wording (no "Value error, " prefix)."""
+    return PydanticCustomError(kind, message)
+
+
+def _course_languages(info: ValidationInfo) -> tuple[str, ...]:
+    return (info.context or {}).get("languages") or lessons.languages()
+
+
+def _localised(value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+    """Exactly the course languages, none blank; the first (the source
+    language) may not be missing even in the partial pass."""
+    languages = _course_languages(info)
+    unknown = sorted(set(value) - set(languages))
+    if unknown:
+        raise _fail("unknown_language", f"unknown language(s) {', '.join(unknown)}; "
+                    f"the course has {', '.join(languages)}")
+    present = {lang: value[lang] for lang in languages if value.get(lang, "").strip()}
+    missing = [lang for lang in languages if lang not in present]
+    if missing and (not (info.context or {}).get("partial") or languages[0] in missing):
+        raise _fail("missing_language", f"lacks {', '.join(missing)}")
+    return present
+
+
+def _known_topic(value: str, info: ValidationInfo) -> str:
+    topics = (info.context or {}).get("topics") or tuple(lessons.section_ids())
+    if value not in topics:
+        raise _fail("unknown_topic", f"{value!r} is not a lesson section ({', '.join(topics)})")
+    return value
+
+
+def _kebab(value: str) -> str:
+    if not _ID.match(value):
+        raise _fail("id_format", f"{value!r} must be kebab-case (lower-case words joined by -)")
+    return value
+
+
+def _one_or_list(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+def _parses(source: str) -> str:
+    try:
+        parse_expression(source)
+    except ExpressionError as exc:
+        raise _fail("formula", f"{source!r}: {exc}") from None
+    return source
+
+
+def _number_as_formula(value: Any) -> Any:
+    """A constant answer (``answer: 42``) is a formula too."""
+    return repr(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+
+def _finite_number(value: Any) -> int | float:
+    """An int stays an int (a drawn 64 is shown as 64); one error, not one per member of int | float."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise _fail("number", f"must be a finite number, got {value!r}")
+    return value
+
+
+def _param_name(name: str) -> str:
+    if not _NAME.match(name) or name in FUNCTIONS or name == "answer":
+        raise _fail("param_name", f"parameter name {name!r} not allowed (an identifier, not a function or 'answer')")
+    return name
+
+
+# A learner-visible text: a mapping with exactly the course languages.
+Text = Annotated[dict[str, str], AfterValidator(_localised)]
+# Lesson section ids cited by an explanation: one, or a list of up to MAX_SEE
+# (whether the table of contents has them is `see_problems`'s job).
+See = Annotated[tuple[str, ...], BeforeValidator(_one_or_list), Field(min_length=1, max_length=MAX_SEE)]
+Formula = Annotated[str, AfterValidator(_parses)]
+Number = Annotated[int | float, PlainValidator(_finite_number)]
+NonNegative = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
+
+
+def _param_kind(spec: Param) -> Param:
+    if set(spec) == {"choices"}:
+        return spec
+    if set(spec) == {"min", "max"} and spec["min"] <= spec["max"]:
+        return spec
+    raise _fail("param", "must be {choices: [...]} or {min: .., max: ..} with integer min <= max")
+
+
+def _some_tolerance(tolerance: Tolerance) -> Tolerance:
+    if not tolerance:
+        raise _fail("tolerance", "must be {rel: x} or {abs: x} (or both)")
+    return tolerance
+
+
+def _one_precision(precision: Precision) -> Precision:
+    if len(precision) != 1:
+        raise _fail("precision", "must be {sig: 1..6} or {decimals: 0..6}")
+    return precision
+
+
+# Tolerance, Precision and Param are TypedDicts, not BaseModels: the engine
+# reads them as mappings (tolerance.get("abs"), "sig" in precision).
+@with_config(ConfigDict(extra="forbid"))
+class Tolerance(TypedDict, total=False):
+    """How far a numeric answer may be off: the larger bound applies."""
+
+    rel: NonNegative
+    abs: NonNegative
+
+
+@with_config(ConfigDict(extra="forbid"))
+class Precision(TypedDict, total=False):
+    """What the question asks for: significant figures or decimal places (one of them)."""
+
+    sig: Annotated[StrictInt, Field(ge=1, le=6)]
+    decimals: Annotated[StrictInt, Field(ge=0, le=6)]
+
+
+@with_config(ConfigDict(extra="forbid"))
+class Param(TypedDict, total=False):
+    """A drawn parameter: one of `choices`, or an integer in [min, max]."""
+
+    choices: Annotated[list[Number], Field(min_length=1)]
+    min: StrictInt
+    max: StrictInt
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Mistake(_Model):
+    """A wrong way to compute a numeric answer that must never be graded right."""
+
+    formula: Formula
+    label: Annotated[str, Field(min_length=1)]  # for the check's report; never shown to learners
+
+
+class Option(_Model):
+    text: Text
+    correct: StrictBool
+    explain: Text  # why this option is right or wrong, shown once the learner answered
+    see: See = ()  # lesson section ids the explanation cites
+
+
+def _distinct(texts: tuple[dict[str, str], ...], what: str) -> None:
+    """Two identical options or items would make grading ambiguous."""
+    for lang in sorted({lang for t in texts for lang in t}):
+        values = [t[lang].strip() for t in texts if lang in t]
+        if len(values) != len(set(values)):
+            raise _fail("duplicate_text", f"two {what}s have the same {lang} text")
+
+
+class _Question(_Model):
+    id: Annotated[str, AfterValidator(_kebab)]
+    topic: Annotated[str, AfterValidator(_known_topic)]
+    text: Text
+    faq: StrictBool = False  # one of the course brief's FAQ questions
+    explain: Text | None = None  # optional for choice questions
+    see: See = ()  # sections the question's own explanation cites
+
+
+class _ChoiceQuestion(_Question):
+    options: Annotated[tuple[Option, ...], Field(min_length=3, max_length=5)]
+    # What the engine reads on every question, whatever its type.
+    items: ClassVar[tuple[dict[str, str], ...]] = ()
+    params: ClassVar[dict[str, Param]] = {}
+    unit: ClassVar[dict[str, str] | None] = None
+
+    @model_validator(mode="after")
+    def _options_distinct(self) -> _ChoiceQuestion:
+        _distinct(tuple(o.text for o in self.options), "option")
+        return self
+
+
+class SingleQuestion(_ChoiceQuestion):
+    type: Literal["single"]
+
+    @model_validator(mode="after")
+    def _one_correct(self) -> SingleQuestion:
+        n = sum(o.correct for o in self.options)
+        if n != 1:
+            raise _fail("correct", f"single choice with {n} correct options; exactly one must be")
+        return self
+
+
+class MultipleQuestion(_ChoiceQuestion):
+    """Graded all-or-nothing on the exact set of correct options."""
+
+    type: Literal["multiple"]
+
+    @model_validator(mode="after")
+    def _some_correct(self) -> MultipleQuestion:
+        if not any(o.correct for o in self.options):
+            raise _fail("correct", "no correct option")
+        return self
+
+
+class NumericQuestion(_Question):
+    """A formula over parameters drawn per attempt (see README.md)."""
+
+    type: Literal["numeric"]
+    params: dict[Annotated[str, AfterValidator(_param_name)], Annotated[Param, AfterValidator(_param_kind)]] = {}
+    answer: Annotated[Formula, BeforeValidator(_number_as_formula)]
+    tolerance: Annotated[Tolerance, AfterValidator(_some_tolerance)]
+    precision: Annotated[Precision, AfterValidator(_one_precision)]
+    mistakes: Annotated[tuple[Mistake, ...], Field(min_length=1)]
+    unit: Text | None = None
+    explain: Text
+    options: ClassVar[tuple[Option, ...]] = ()
+    items: ClassVar[tuple[dict[str, str], ...]] = ()
+
+    @model_validator(mode="after")
+    def _formulas_use_params(self) -> NumericQuestion:
+        for what, formula in (("answer", self.answer), *((f"mistake {m.label!r}", m.formula) for m in self.mistakes)):
+            unknown = sorted(expression_names(parse_expression(formula)) - set(self.params))
+            if unknown:
+                raise _fail("formula", f"{what} uses unknown names {', '.join(unknown)}")
+        return self
+
+
+class OrderingQuestion(_Question):
+    type: Literal["ordering"]
+    items: Annotated[tuple[Text, ...], Field(min_length=2, max_length=MAX_KEYS)]  # in the correct order
+    explain: Text
+    options: ClassVar[tuple[Option, ...]] = ()
+    params: ClassVar[dict[str, Param]] = {}
+    unit: ClassVar[dict[str, str] | None] = None
+
+    @model_validator(mode="after")
+    def _items_distinct(self) -> OrderingQuestion:
+        _distinct(self.items, "item")
+        return self
+
+
+Question = Annotated[
+    SingleQuestion | MultipleQuestion | NumericQuestion | OrderingQuestion, Field(discriminator="type")
+]
+_QUESTION: TypeAdapter[Question] = TypeAdapter(Question)
+# The question types, in the order `python -m quizzes check` counts them.
+TYPES = tuple(
+    tag for model in get_args(get_args(Question)[0]) for tag in get_args(model.model_fields["type"].annotation)
+)
+
+
 # ------------------------------------------------------- course structure
 
 
-def lesson_languages(lessons_dir: Path = LESSONS_DIR) -> tuple[str, ...]:
-    """Languages that have lessons (a folder with toc.yaml), en, zh, nl first."""
-    found = sorted(p.parent.name for p in lessons_dir.glob("*/toc.yaml"))
-    if not found:
-        return FALLBACK_LANGUAGES
-    known = [lang for lang in FALLBACK_LANGUAGES if lang in found]
-    return tuple(known + [lang for lang in found if lang not in known])
-
-
-@lru_cache(maxsize=16)
-def section_titles(lang: str, lessons_dir: Path = LESSONS_DIR) -> dict[str, str]:
+def section_titles(lang: str) -> dict[str, str]:
     """Section id -> title from `lang`'s table of contents (English where the
     language has none): what a ``see:`` id is shown as."""
-    for code in (lang, "en"):
-        try:
-            data = yaml.safe_load((lessons_dir / code / "toc.yaml").read_text(encoding="utf-8"))
-            return {str(s["id"]): str(s["title"]) for s in data["sections"]}
-        except (OSError, yaml.YAMLError, KeyError, TypeError):
-            continue
-    return {}
-
-
-def lesson_topics(lessons_dir: Path = LESSONS_DIR) -> tuple[str, ...]:
-    """Section ids from the English table of contents, in course order."""
-    toc = lessons_dir / "en" / "toc.yaml"
-    try:
-        data = yaml.safe_load(toc.read_text(encoding="utf-8"))
-        ids = tuple(str(s["id"]) for s in data["sections"])
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
-        return FALLBACK_TOPICS
-    return ids or FALLBACK_TOPICS
+    return {s.id: s.title for s in lessons.sections(lang)}
 
 
 # ----------------------------------------------------------------- loading
@@ -319,7 +510,7 @@ def localized(texts: Mapping[str, str] | None, lang: str) -> str:
     """A text in `lang`, falling back to English (validation flags the gap)."""
     if not texts:
         return ""
-    return texts.get(lang) or texts.get("en") or next(iter(texts.values()), "")
+    return texts.get(lang) or texts.get(lessons.SOURCE_LANG) or next(iter(texts.values()), "")
 
 
 def load_bank(
@@ -328,15 +519,16 @@ def load_bank(
     languages: tuple[str, ...] | None = None,
     topics: tuple[str, ...] | None = None,
 ) -> Bank:
-    """Read and validate every ``*.yaml`` file of a bank folder.
+    """Read and validate every ``*.yaml`` file of a bank folder, for the
+    course's languages and sections (the lessons' unless given).
 
     Cached per argument set: the bank is read once per process, so restart
     the app to pick up edited files.
     """
     return _load_bank(
         Path(directory).resolve(),
-        languages if languages is not None else lesson_languages(),
-        topics if topics is not None else lesson_topics(),
+        languages if languages is not None else lessons.languages(),
+        topics if topics is not None else tuple(lessons.section_ids()),
     )
 
 
@@ -361,296 +553,95 @@ def _load_bank(directory: Path, languages: tuple[str, ...], topics: tuple[str, .
             problems.append(f"{path.name}: must be a YAML list of questions")
             continue
         for i, raw in enumerate(data):
-            where = f"{path.name}[{i}]"
-            if isinstance(raw, dict) and isinstance(raw.get("id"), str):
-                where = f"{path.name}: {raw['id']}"
-                if raw["id"] in seen:
+            qid = raw.get("id") if isinstance(raw, dict) else None
+            where = f"{path.name}: {qid}" if isinstance(qid, str) else f"{path.name}: question {i + 1}"
+            if isinstance(qid, str):
+                if qid in seen:
                     problems.append(f"{where}: duplicate id")
                     continue
-                seen.add(raw["id"])
-            question, found = _parse_question(raw, where, path.stem, languages, topics)
+                seen.add(qid)
+            question, found = validate_question(raw, where, languages, topics)
             problems.extend(found)
-            if question is not None:
-                questions[question.id] = question
+            if question is None:
+                continue
+            problems.extend(placement_problems(question, where, path.stem, topics))
+            problems.extend(see_problems(question, where, topics))
+            if isinstance(question, NumericQuestion):
+                gradable, found = numeric_problems(question, where, languages)
+                problems.extend(found)
+                if not gradable:
+                    continue
+            questions[question.id] = question
     return Bank(questions=questions, languages=languages, topics=topics, problems=tuple(problems))
 
 
-def _parse_question(
-    raw: Any, where: str, file_topic: str, languages: tuple[str, ...], topics: tuple[str, ...]
+def validate_question(
+    raw: Any, where: str, languages: tuple[str, ...], topics: tuple[str, ...]
 ) -> tuple[Question | None, list[str]]:
-    """Build one Question; returns (None, problems) when it cannot be graded."""
-    problems: list[str] = []
-    fatal = False
+    """The model for one raw question, or None, with a line per schema error.
 
-    def texts(value: Any, what: str) -> dict[str, str]:
-        if not isinstance(value, dict):
-            problems.append(f"{where}: {what} must be a mapping of language to text")
-            return {}
-        out: dict[str, str] = {}
-        for lang, text in value.items():
-            if not isinstance(text, str):
-                problems.append(f"{where}: {what}.{lang} is {text!r}, not a string (quote it)")
-            elif text.strip():
-                out[str(lang)] = text
-        missing = [lang for lang in languages if lang not in out]
-        if missing:
-            problems.append(f"{where}: {what} lacks {', '.join(missing)}")
-        return out
+    A question whose only errors are missing translations is validated a
+    second time in the partial pass and kept (see the module docstring)."""
+    context: dict[str, Any] = {"languages": languages, "topics": topics}
+    try:
+        return _QUESTION.validate_python(raw, context=context), []
+    except ValidationError as exc:
+        errors = schema_errors(exc)
+    tag = raw.get("type") if isinstance(raw, dict) else None
+    problems = error_lines(where, [_untagged(err, tag) for err in errors])
+    if all(err["type"] == "missing_language" for err in errors):
+        try:
+            return _QUESTION.validate_python(raw, context={**context, "partial": True}), problems
+        except ValidationError:
+            pass
+    return None, problems
 
-    if not isinstance(raw, dict):
-        return None, [f"{where}: a question must be a mapping"]
-    qid, topic, qtype = raw.get("id"), raw.get("topic"), raw.get("type")
-    if not isinstance(qid, str) or not _ID.match(qid):
-        return None, [f"{where}: id {qid!r} must be kebab-case"]
-    if qtype not in TYPES:
-        return None, [f"{where}: type {qtype!r} is not one of {', '.join(TYPES)}"]
-    if topic not in topics:
-        problems.append(f"{where}: topic {topic!r} is not a lesson section")
-        fatal = True
-    elif not qid.startswith(f"{topic}-"):
-        problems.append(f"{where}: id should start with its topic '{topic}-'")
-    if topic != file_topic and file_topic in topics:
-        problems.append(f"{where}: topic {topic!r} lives in {file_topic}.yaml")
-    unknown = sorted(set(raw) - _KEYS[qtype])
-    if unknown:
-        problems.append(f"{where}: unknown keys {', '.join(map(str, unknown))}")
-    if not isinstance(raw.get("faq", False), bool):
-        problems.append(f"{where}: faq must be true or false")
 
-    def sections(value: Any, what: str, explanation: dict[str, str] | None) -> tuple[str, ...]:
-        """The `see:` ids of one explanation: known sections, one or two, and
-        no section title typed into the explanation itself."""
-        for lang, body in (explanation or {}).items():
+def _untagged(err: ErrorDetails, tag: Any) -> ErrorDetails:
+    """Drop the union's tag ("single", ...) from an error's location: the
+    writer knows the type, and the field reads `option 2 text`, not `single.option 2 text`."""
+    return {**err, "loc": err["loc"][1:]} if tag is not None and err["loc"][:1] == (tag,) else err
+
+
+# ------------------------------------------------------------------ checks
+
+
+def placement_problems(question: Question, where: str, file_topic: str, topics: tuple[str, ...]) -> list[str]:
+    """The id starts with the topic, and the question sits in its topic's file."""
+    problems = []
+    if not question.id.startswith(f"{question.topic}-"):
+        problems.append(f"{where}: id: should start with its topic '{question.topic}-'")
+    if question.topic != file_topic and file_topic in topics:
+        problems.append(f"{where}: topic: {question.topic!r} lives in {file_topic}.yaml")
+    return problems
+
+
+def see_problems(question: Question, where: str, topics: tuple[str, ...]) -> list[str]:
+    """Every explanation cites known sections with `see:` and names none by hand."""
+    cited: list[tuple[str, dict[str, str] | None, tuple[str, ...]]] = [("", question.explain, question.see)]
+    cited += [(f"option {j + 1} ", o.explain, o.see) for j, o in enumerate(question.options)]
+    problems = []
+    for prefix, explain, see in cited:
+        for lang, body in (explain or {}).items():
             if HAND_TYPED_SECTION.search(body):
-                problems.append(f"{where}: {what} explain.{lang} names a section by hand; use see:")
-        if value is None:
-            if explanation is not None:
-                problems.append(f"{where}: {what} needs see: (the lesson section(s) it explains from)")
-            return ()
-        ids = [value] if isinstance(value, str) else value
-        if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
-            problems.append(f"{where}: {what} see must be a section id or a list of them")
-            return ()
-        if len(ids) > MAX_SEE:
-            problems.append(f"{where}: {what} cites {len(ids)} sections, at most {MAX_SEE}")
-        unknown = [i for i in ids if i not in topics]
+                problems.append(f"{where}: {prefix}explain.{lang}: names a section by hand; use see:")
+        if explain is None and see:
+            problems.append(f"{where}: {prefix}see: without explain")
+        elif explain is not None and not see:
+            problems.append(f"{where}: {prefix}see: missing; name the lesson section(s) the explanation comes from")
+        unknown = [sid for sid in see if sid not in topics]
         if unknown:
-            problems.append(f"{where}: {what} see names unknown section(s) {', '.join(unknown)}")
-        return tuple(i for i in ids[:MAX_SEE] if i in topics)
-
-    text = texts(raw.get("text"), "text")
-    if not text:
-        fatal = True
-    explain = texts(raw["explain"], "explain") if "explain" in raw else None
-    if "see" in raw and explain is None:
-        problems.append(f"{where}: see without explain")
-    see = sections(raw.get("see"), "question", explain)
-    q: dict[str, Any] = {}
-
-    if qtype in ("single", "multiple"):
-        raw_options = raw.get("options")
-        if not isinstance(raw_options, list) or not raw_options:
-            return None, [*problems, f"{where}: options must be a non-empty list"]
-        if not 3 <= len(raw_options) <= 5:
-            problems.append(f"{where}: has {len(raw_options)} options, expected 3 to 5")
-        if len(raw_options) > MAX_KEYS:
-            fatal = True
-        options = []
-        for j, opt in enumerate(raw_options):
-            if not isinstance(opt, dict):
-                problems.append(f"{where}: option {j + 1} must be a mapping")
-                fatal = True
-                continue
-            extra = sorted(set(opt) - {"text", "correct", "explain", "see"})
-            if extra:
-                problems.append(f"{where}: option {j + 1} has unknown keys {', '.join(map(str, extra))}")
-            if not isinstance(opt.get("correct"), bool):
-                problems.append(f"{where}: option {j + 1} needs correct: true or false")
-                fatal = True
-            option_explain = texts(opt.get("explain"), f"option {j + 1} explain")
-            options.append(
-                Option(
-                    text=texts(opt.get("text"), f"option {j + 1} text"),
-                    correct=opt.get("correct") is True,
-                    explain=option_explain,
-                    see=sections(opt.get("see"), f"option {j + 1}", option_explain),
-                )
-            )
-        n_correct = sum(o.correct for o in options)
-        if n_correct == 0:
-            problems.append(f"{where}: no correct option")
-            fatal = True
-        elif qtype == "single" and n_correct != 1:
-            problems.append(f"{where}: single choice with {n_correct} correct options")
-            fatal = True
-        _check_distinct(problems, where, "option", [o.text for o in options], languages)
-        q["options"] = tuple(options)
-
-    elif qtype == "ordering":
-        raw_items = raw.get("items")
-        if not isinstance(raw_items, list) or len(raw_items) < 2:
-            return None, [*problems, f"{where}: items must be a list of at least two"]
-        if len(raw_items) > MAX_KEYS:
-            problems.append(f"{where}: more than {MAX_KEYS} items")
-            fatal = True
-        items = tuple(texts(item, f"item {j + 1}") for j, item in enumerate(raw_items))
-        _check_distinct(problems, where, "item", list(items), languages)
-        q["items"] = items
-        if explain is None:
-            problems.append(f"{where}: ordering question needs explain")
-
-    else:  # numeric
-        ok, numeric = _parse_numeric(raw, where, problems, texts)
-        fatal = fatal or not ok
-        q.update(numeric)
-        if explain is None:
-            problems.append(f"{where}: numeric question needs explain")
-
-    question = Question(
-        id=qid, topic=str(topic), type=qtype, text=text, source=f"{file_topic}.yaml",
-        faq=raw.get("faq") is True, explain=explain, see=see, **q,
-    )
-    if qtype == "numeric" and not fatal:
-        fatal = not _check_numeric(question, where, problems, languages)
-    return (None if fatal else question), problems
+            problems.append(f"{where}: {prefix}see: unknown section(s) {', '.join(unknown)}")
+    return problems
 
 
-def _check_distinct(
-    problems: list[str], where: str, what: str, texts: list[dict[str, str]], languages: tuple[str, ...]
-) -> None:
-    """Two identical options or items would make grading ambiguous."""
-    for lang in languages:
-        values = [t.get(lang, "").strip() for t in texts if t.get(lang)]
-        if len(values) != len(set(values)):
-            problems.append(f"{where}: two {what}s have the same {lang} text")
-
-
-def _parse_numeric(
-    raw: dict[str, Any], where: str, problems: list[str], texts: Callable[[Any, str], dict[str, str]]
-) -> tuple[bool, dict[str, Any]]:
-    ok = True
-    params: dict[str, dict[str, Any]] = {}
-    raw_params = raw.get("params") or {}
-    if not isinstance(raw_params, dict):
-        problems.append(f"{where}: params must be a mapping")
-        raw_params, ok = {}, False
-    for name, spec in raw_params.items():
-        name = str(name)
-        if not _NAME.match(name) or name in FUNCTIONS or name == "answer":
-            problems.append(f"{where}: parameter name {name!r} not allowed")
-            ok = False
-        elif isinstance(spec, dict) and set(spec) == {"choices"}:
-            choices = spec["choices"]
-            if (
-                not isinstance(choices, list)
-                or not choices
-                or not all(_is_number(c) and math.isfinite(c) for c in choices)
-            ):
-                problems.append(f"{where}: {name}.choices must be a non-empty list of numbers")
-                ok = False
-            else:
-                params[name] = {"choices": list(choices)}
-        elif isinstance(spec, dict) and set(spec) == {"min", "max"}:
-            lo, hi = spec["min"], spec["max"]
-            if not (isinstance(lo, int) and isinstance(hi, int)) or isinstance(lo, bool) or lo > hi:
-                problems.append(
-                    f"{where}: {name} needs integer min <= max (use choices for other values)"
-                )
-                ok = False
-            else:
-                params[name] = {"min": lo, "max": hi}
-        else:
-            problems.append(f"{where}: {name} must be {{choices: [...]}} or {{min: .., max: ..}}")
-            ok = False
-
-    answer = raw.get("answer")
-    if isinstance(answer, int | float) and not isinstance(answer, bool):
-        answer = repr(answer)  # a constant answer is a formula too
-    if not isinstance(answer, str) or not answer.strip():
-        problems.append(f"{where}: numeric question needs an answer formula")
-        ok, answer = False, ""
-    else:
-        try:
-            names = expression_names(parse_expression(answer))
-        except ExpressionError as exc:
-            problems.append(f"{where}: answer {answer!r}: {exc}")
-            ok = False
-        else:
-            unknown = sorted(names - set(params))
-            if unknown:
-                problems.append(f"{where}: answer uses unknown names {', '.join(unknown)}")
-                ok = False
-
-    tolerance: dict[str, float] = {}
-    raw_tol = raw.get("tolerance")
-    if not isinstance(raw_tol, dict) or not raw_tol or set(raw_tol) - {"rel", "abs"}:
-        problems.append(f"{where}: tolerance must be {{rel: x}} or {{abs: x}}")
-        ok = False
-    else:
-        for key, value in raw_tol.items():
-            if not _is_number(value) or not 0 <= value < math.inf:
-                problems.append(f"{where}: tolerance {key} must be a number >= 0")
-                ok = False
-            else:
-                tolerance[key] = float(value)
-    unit = texts(raw["unit"], "unit") if raw.get("unit") is not None else None
-
-    precision: dict[str, int] = {}
-    raw_precision = raw.get("precision")
-    if (
-        not isinstance(raw_precision, dict)
-        or len(raw_precision) != 1
-        or next(iter(raw_precision)) not in PRECISIONS
-        or not isinstance(next(iter(raw_precision.values())), int)
-        or isinstance(next(iter(raw_precision.values())), bool)
-        or not 0 <= next(iter(raw_precision.values())) <= 6
-        or raw_precision.get("sig") == 0
-    ):
-        # Still gradable: the question stays in, the check fails.
-        problems.append(f"{where}: precision must be {{sig: 1..6}} or {{decimals: 0..6}}")
-    else:
-        precision = {str(k): int(v) for k, v in raw_precision.items()}
-
-    mistakes: list[Mistake] = []
-    raw_mistakes = raw.get("mistakes")
-    if not isinstance(raw_mistakes, list) or not raw_mistakes:
-        problems.append(f"{where}: numeric question needs mistakes: a list of {{formula, label}}")
-        raw_mistakes = []
-    for j, m in enumerate(raw_mistakes):
-        if (
-            not isinstance(m, dict)
-            or set(m) != {"formula", "label"}
-            or not isinstance(m["formula"], str)
-            or not isinstance(m["label"], str)
-        ):
-            problems.append(f"{where}: mistake {j + 1} must be {{formula: '...', label: '...'}}")
-            continue
-        try:
-            names = expression_names(parse_expression(m["formula"]))
-        except ExpressionError as exc:
-            problems.append(f"{where}: mistake {m['label']!r}: {exc}")
-            continue
-        if names - set(params):
-            problems.append(
-                f"{where}: mistake {m['label']!r} uses unknown names {', '.join(sorted(names - set(params)))}"
-            )
-            continue
-        mistakes.append(Mistake(formula=m["formula"], label=m["label"]))
-    return ok, {
-        "params": params, "answer": answer, "tolerance": tolerance, "unit": unit,
-        "precision": precision, "mistakes": tuple(mistakes),
-    }
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _check_numeric(
-    question: Question, where: str, problems: list[str], languages: tuple[str, ...]
-) -> bool:
-    """Placeholders name parameters; the formula evaluates on many draws and
-    the answer as we display it is accepted by the tolerance."""
+def numeric_problems(question: NumericQuestion, where: str, languages: tuple[str, ...]) -> tuple[bool, list[str]]:
+    """Placeholders name parameters; the answer evaluates on every draw, is
+    accepted as displayed and as rounded to the stated precision, and no
+    mistake is. Returns (gradable, problems): only an answer that fails to
+    evaluate makes the question unusable; a tolerance too strict or too lax
+    fails the check but still grades."""
+    problems: list[str] = []
     # engine imports this module; the number format is defined there.
     from quizzes.engine import format_number, parse_number, within_tolerance
 
@@ -663,10 +654,11 @@ def _check_numeric(
         for lang, text in texts.items():
             bad = sorted(set(PLACEHOLDER.findall(text)) - allowed)
             if bad:
-                problems.append(f"{where}: {what}.{lang} has unknown placeholders {bad}")
-    unused = sorted(names - set(PLACEHOLDER.findall(localized(question.text, "en"))))
+                problems.append(f"{where}: {what}.{lang}: unknown placeholders {bad}")
+    source = languages[0]
+    unused = sorted(names - set(PLACEHOLDER.findall(localized(question.text, source))))
     if unused:
-        problems.append(f"{where}: text.en does not show parameters {unused}")
+        problems.append(f"{where}: text.{source}: does not show parameters {unused}")
 
     shown_ok = rounded_ok = True
     caught: set[str] = set()
@@ -674,20 +666,20 @@ def _check_numeric(
         try:
             expected = compute_answer(question, values)
         except ExpressionError as exc:
-            problems.append(f"{where}: answer fails for {values}: {exc}")
-            return False
+            problems.append(f"{where}: answer: fails for {values}: {exc}")
+            return False, problems
         for lang in languages if shown_ok else ():
             shown = format_number(expected, lang)
             if not within_tolerance(parse_number(shown, lang), expected, question.tolerance):
                 problems.append(
-                    f"{where}: the displayed answer {shown!r} ({lang}) falls outside the "
+                    f"{where}: tolerance: the displayed answer {shown!r} ({lang}) falls outside the "
                     f"tolerance for {values}; widen the tolerance"
                 )
                 shown_ok = False
         for rounded in round_to(expected, question.precision) if rounded_ok else ():
             if not within_tolerance(rounded, expected, question.tolerance):
                 problems.append(
-                    f"{where}: {rounded:g}, {expected:g} rounded to {question.precision}, is graded "
+                    f"{where}: tolerance: {rounded:g}, {expected:g} rounded to {question.precision}, is graded "
                     f"wrong for {values}; widen the tolerance or ask for more precision"
                 )
                 rounded_ok = False
@@ -697,7 +689,7 @@ def _check_numeric(
             try:
                 wrong = evaluate(_compiled(mistake.formula), values)
             except ExpressionError as exc:
-                problems.append(f"{where}: mistake {mistake.label!r} fails for {values}: {exc}")
+                problems.append(f"{where}: mistakes: {mistake.label!r} fails for {values}: {exc}")
                 caught.add(mistake.label)
                 continue
             if any(
@@ -705,8 +697,8 @@ def _check_numeric(
                 for v in [wrong, *round_to(wrong, question.precision)]
             ):
                 problems.append(
-                    f"{where}: mistake {mistake.label!r} ({wrong:g} for {expected:g}) would be "
+                    f"{where}: mistakes: {mistake.label!r} ({wrong:g} for {expected:g}) would be "
                     f"graded correct for {values}"
                 )
                 caught.add(mistake.label)
-    return True  # gradable, even where too strict or too lax
+    return True, problems

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import pytest
 
 from app import calculators as calc
@@ -70,7 +72,103 @@ def test_links_to_labs_and_quiz_topics_resolve():
 def test_glossary_present(lang):
     entries = lessons.glossary(lang)
     assert len(entries) >= 12
-    assert all(e.get("term") and e.get("en") and e.get("definition") for e in entries)
+    assert all(e["term"] and e["en"] and e["definition"] for e in entries)
+
+
+def test_the_course_languages_are_the_lesson_folders():
+    folders = {p.name for p in lessons.LESSON_DIR.iterdir() if (p / "toc.yaml").is_file()}
+    assert set(lessons.languages()) == folders
+    assert lessons.languages()[0] == lessons.SOURCE_LANG
+    # The UI catalogs and the lessons must offer the same languages.
+    assert set(lessons.languages()) == set(LANGS)
+
+
+# --- the content schemas, on a lesson folder of our own ---------------------------------------
+
+TOC = """\
+course_title: Course
+sections:
+  - id: overview
+    title: Overview
+    summary: What it is.
+    lab: ring
+  - id: ring-allreduce
+    title: Ring
+    summary: How it works.
+    lab: null
+    quiz_topic: ring-allreduce
+"""
+GLOSSARY = """\
+- {term: rank, en: rank, definition: A process number.}
+- {term: ring, en: ring, definition: A cycle of ranks., avoid: [loop], allow: [loop unrolling]}
+"""
+
+
+@pytest.fixture
+def lesson_dir(tmp_path, monkeypatch):
+    """A lessons folder in tmp_path, with the cached reads cleared around the test."""
+    caches = (lessons.languages, lessons._toc, lessons._glossary)
+    for cached in caches:
+        cached.cache_clear()
+    monkeypatch.setattr(lessons, "LESSON_DIR", tmp_path)
+    for lang in ("en", "de"):
+        (tmp_path / lang).mkdir()
+        (tmp_path / lang / "toc.yaml").write_text(TOC, encoding="utf-8")
+        (tmp_path / lang / "glossary.yaml").write_text(GLOSSARY, encoding="utf-8")
+    (tmp_path / "fr").mkdir()  # a folder without a table of contents is no course language
+    yield tmp_path
+    for cached in caches:
+        cached.cache_clear()
+
+
+def _write(path, text):
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+
+
+def test_models_read_a_valid_folder(lesson_dir):
+    assert lessons.languages() == ("en", "de")
+    assert lessons.section_ids() == ["overview", "ring-allreduce"]
+    first, second = lessons.sections("de")
+    assert (first.quiz_topic, first.lab, second.lab) == ("overview", "ring", None)
+    assert lessons.sections("fr") == lessons.sections("en")  # no toc: the source language's
+    assert lessons.glossary("de")[1] == {
+        "term": "ring", "en": "ring", "definition": "A cycle of ranks.", "avoid": ["loop"], "allow": ["loop unrolling"],
+    }
+    assert lessons.glossary("fr") == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "line"),
+    [
+        ("    title: Ring\n", "", "de/toc.yaml: section 2 title: required field missing"),
+        ("    lab: ring\n", "    lab: ring\n    labs: ddp\n", "de/toc.yaml: section 1 labs: unknown field"),
+        ("  - id: overview", "  - id: Overview", "de/toc.yaml: section 1 id: String should match pattern"),
+        ("  - id: ring-allreduce", "  - id: overview", "de/toc.yaml: section id(s) overview appear twice"),
+        ("course_title: Course", "course_title: [Course]", "de/toc.yaml: course_title: Input should be a valid string"),
+    ],
+)
+def test_a_broken_toc_names_file_and_field(lesson_dir, old, new, line):
+    assert old in TOC
+    _write(lesson_dir / "de" / "toc.yaml", TOC.replace(old, new))
+    with pytest.raises(lessons.ContentError) as caught:
+        lessons.sections("de")
+    assert str(caught.value).startswith(f"{lesson_dir}/{line}"), str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "line"),
+    [
+        (", avoid: [loop]", ", avod: [loop]", "de/glossary.yaml: entry 2 avod: unknown field"),
+        ("definition: A process number.", "definition: ''", "de/glossary.yaml: entry 1 definition: String should have"),
+        ("avoid: [loop]", "avoid: loop", "de/glossary.yaml: entry 2 avoid: Input should be a valid list"),
+    ],
+)
+def test_a_broken_glossary_names_file_and_field(lesson_dir, old, new, line):
+    assert old in GLOSSARY
+    _write(lesson_dir / "de" / "glossary.yaml", GLOSSARY.replace(old, new))
+    with pytest.raises(lessons.ContentError) as caught:
+        lessons.glossary("de")
+    assert str(caught.value).startswith(f"{lesson_dir}/{line}"), str(caught.value)
 
 
 def test_code_source_refuses_paths_outside_the_project():

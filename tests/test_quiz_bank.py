@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from app import lessons
 from quizzes.bank import (
     BANK_DIR,
     ExpressionError,
     evaluate,
     expression_names,
-    lesson_languages,
-    lesson_topics,
     load_bank,
+    localized,
     parse_expression,
 )
 
@@ -80,10 +80,10 @@ def test_fixture_bank_is_clean():
     assert {q.type for q in bank.questions.values()} == {"single", "multiple", "numeric", "ordering"}
 
 
-def test_lesson_structure_is_found():
-    assert set(lesson_languages()) >= {"en"}
-    topics = lesson_topics()
-    assert topics[0] == "overview" and "faq" in topics
+def test_the_real_bank_is_for_the_lessons_languages_and_sections():
+    bank = load_bank()
+    assert bank.languages == lessons.languages()
+    assert bank.topics == tuple(lessons.section_ids())
 
 
 @pytest.mark.parametrize(
@@ -139,51 +139,63 @@ def test_expression_names_exclude_functions():
 @pytest.mark.parametrize(
     ("yaml_text", "expected", "usable"),
     [
-        (_choice() + _choice(), "duplicate id", 1),
-        (_choice(correct=(False, False, False)), "no correct option", 0),
-        (_choice(correct=(True, True, False)), "single choice with 2 correct", 0),
+        (_choice() + _choice(), "overview-q: duplicate id", 1),
+        (_choice(correct=(False, False, False)), "overview-q: single choice with 0 correct options", 0),
+        (_choice(correct=(True, True, False)), "overview-q: single choice with 2 correct options", 0),
         (_choice(qtype="multiple", correct=(True, True, False)), None, 1),
-        (_choice(qtype="truefalse"), "type 'truefalse'", 0),
-        (_choice(correct=(True, False)), "expected 3 to 5", 1),
-        (_choice(qid="Overview Q"), "kebab-case", 0),
-        (_choice(qid="ddp-q"), "should start with its topic", 1),
-        (_choice().replace("topic: overview", "topic: nowhere"), "not a lesson section", 0),
-        (_choice().replace(", nl: 'question nl'", ""), "text lacks nl", 1),
-        (_choice().replace("zh: 'why 1 zh'", "zh: ''"), "option 2 explain lacks zh", 1),
-        (_choice().replace("en: 'option 0'", "en: yes"), "not a string", 1),
-        (_choice().replace("  text: {en: 'question'", "  txt: 1\n  text: {en: 'question'"), "unknown keys txt", 1),
+        (_choice(qtype="multiple", correct=(False, False, False)), "overview-q: no correct option", 0),
+        (_choice(qtype="truefalse"), "overview-q: Input tag 'truefalse' found using 'type'", 0),
+        (_choice(correct=(True, False)), "overview-q: options: has 2, needs at least 3", 0),
+        (_choice(qid="Overview Q"), "Overview Q: id: 'Overview Q' must be kebab-case", 0),
+        (_choice(qid="ddp-q"), "ddp-q: id: should start with its topic 'overview-'", 1),
+        (_choice().replace("topic: overview", "topic: nowhere"), "overview-q: topic: 'nowhere' is not a lesson section", 0),
+        # A missing translation is a problem, but the question stays (the language falls back to English)...
+        (_choice().replace(", nl: 'question nl'", ""), "overview-q: text: lacks nl", 1),
+        (_choice().replace("zh: 'why 1 zh'", "zh: ''"), "overview-q: option 2 explain: lacks zh", 1),
+        # ... unless English, the text the others fall back to, is missing too.
+        (_choice().replace("{en: 'question', ", "{"), "overview-q: text: lacks en", 0),
+        (_choice().replace("nl: 'question nl'", "nl: 'question nl', fr: 'question fr'"),
+         "overview-q: text: unknown language(s) fr; the course has en, zh, nl", 0),
+        (_choice().replace("type: single", "type: single\n  faq: sometimes"),
+         "overview-q: faq: Input should be a valid boolean", 0),
+        # Each type has its own fields: a choice question's options are unknown to an ordering question.
+        (_choice().replace("type: single", "type: ordering"), "overview-q: options: unknown field", 0),
         (_numeric(), None, 1),
-        (_numeric(answer="2 * m"), "unknown names m", 0),
-        (_numeric(answer="__import__('os')"), "answer", 0),
-        (_numeric(answer="1 / (n - 2)"), "answer fails", 0),
-        (_numeric(text="n is {n} and {k}"), "unknown placeholders ['k']", 1),
-        (_numeric(text="no parameter shown"), "does not show parameters ['n']", 1),
-        (_numeric(tolerance="{}"), "tolerance must be", 0),
+        (_numeric(answer="2 * m"), "overview-num: answer uses unknown names m", 0),
+        (_numeric(answer="__import__('os')"), "overview-num: answer: \"__import__('os')\": only min, max", 0),
+        (_numeric(answer="1 / (n - 2)"), "overview-num: answer: fails for {'n': 2}: division by zero", 0),
+        (_numeric(text="n is {n} and {k}"), "overview-num: text.en: unknown placeholders ['k']", 1),
+        (_numeric(text="no parameter shown"), "overview-num: text.en: does not show parameters ['n']", 1),
+        (_numeric(tolerance="{}"), "overview-num: tolerance: must be {rel: x} or {abs: x}", 0),
+        (_numeric(tolerance="{rel: -1}"), "overview-num: tolerance.rel: Input should be greater than or equal to 0", 0),
         (_numeric(tolerance="{rel: 0.0000001}", answer="n / 3"), "widen the tolerance", 1),
-        (_numeric(params="n: {min: 1.5, max: 3}"), "integer min <= max", 0),
-        (_numeric(params="n: {choices: []}"), "non-empty list of numbers", 0),
-        (_numeric(params="min: {choices: [1]}"), "parameter name 'min' not allowed", 0),
+        (_numeric(params="n: {min: 1.5, max: 3}"), "overview-num: params.n.min: Input should be a valid integer", 0),
+        (_numeric(params="n: {min: 5, max: 2}"), "overview-num: params.n: must be {choices: [...]} or {min", 0),
+        (_numeric(params="n: {choices: []}"), "overview-num: params.n.choices: has 0, needs at least 1", 0),
+        (_numeric(params="n: {choices: [2, two]}"), "overview-num: params.n.choice 2: must be a finite number, got 'two'", 0),
+        (_numeric(params="min: {choices: [1]}"), "overview-num: params.min: parameter name 'min' not allowed", 0),
         # Sections are cited by id, never typed by hand.
-        (_choice().replace("see: overview", "see: nowhere", 1), "see names unknown section(s) nowhere", 1),
-        (_choice().replace("\n      see: overview", "", 1), "option 1 needs see:", 1),
-        (_choice().replace("see: overview", "see: [overview, ddp, ring-allreduce]", 1), "at most 2", 1),
-        (_choice().replace("'why 0'", "'why 0. See *Overview*.'"), "names a section by hand", 1),
-        (_choice().replace("'why 0 zh'", "'参见「概览」一节。'"), "names a section by hand", 1),
-        (_numeric().replace("\n  see: ring-allreduce", ""), "question needs see:", 1),
+        (_choice().replace("\n      see: overview", "", 1), "overview-q: option 1 see: missing", 1),
+        (_choice().replace("see: overview", "see: [overview, ddp, ring-allreduce]", 1),
+         "overview-q: option 1 see: has 3, at most 2 allowed", 0),
+        (_choice().replace("'why 0'", "'why 0. See *Overview*.'"),
+         "overview-q: option 1 explain.en: names a section by hand", 1),
+        (_choice().replace("'why 0 zh'", "'参见「概览」一节。'"), "overview-q: option 1 explain.zh: names a section by hand", 1),
+        (_numeric().replace("\n  see: ring-allreduce", ""), "overview-num: see: missing", 1),
         # Numeric questions state their precision and declare their mistakes.
-        (_numeric(precision="{}"), "precision must be", 1),
-        (_numeric(precision="{sig: 0}"), "precision must be", 1),
-        (_numeric(precision="{sig: 3, decimals: 1}"), "precision must be", 1),
-        (_numeric(mistakes="[]"), "needs mistakes", 1),
-        (_numeric(mistakes='[{formula: "2 * m", label: "x"}]'), "uses unknown names m", 1),
+        (_numeric(precision="{}"), "overview-num: precision: must be {sig: 1..6} or {decimals: 0..6}", 0),
+        (_numeric(precision="{sig: 0}"), "overview-num: precision.sig: Input should be greater than or equal to 1", 0),
+        (_numeric(precision="{sig: 3, decimals: 1}"), "overview-num: precision: must be", 0),
+        (_numeric(mistakes="[]"), "overview-num: mistakes: has 0, needs at least 1", 0),
+        (_numeric(mistakes='[{formula: "2 * m", label: "x"}]'), "overview-num: mistake 'x' uses unknown names m", 0),
         (_numeric(mistakes='[{formula: "n + n", label: "same as the answer"}]'),
-         "mistake 'same as the answer' (4 for 4) would be graded correct", 1),
+         "overview-num: mistakes: 'same as the answer' (4 for 4) would be graded correct", 1),
         # Two figures of n / 3 (0.67 for 0.667) are 0.5 % off, outside a 0.1 % tolerance.
         (_numeric(answer="n / 3", tolerance="{rel: 0.001}", precision="{sig: 2}"), "is graded wrong", 1),
         # 102.5 is outside +-2 of 100, but a learner rounding it to two figures types 100.
         (_numeric(answer="10 * n", params="n: {choices: [10]}", tolerance="{abs: 2}", precision="{sig: 2}",
                   mistakes='[{formula: "10.25 * n", label: "rounds in"}]'),
-         "mistake 'rounds in' (102.5 for 100) would be graded correct", 1),
+         "mistakes: 'rounds in' (102.5 for 100) would be graded correct", 1),
     ],
 )
 def test_validation_finds(tmp_path, yaml_text, expected, usable):
@@ -192,7 +204,46 @@ def test_validation_finds(tmp_path, yaml_text, expected, usable):
         assert bank.problems == ()
     else:
         assert any(expected in p for p in bank.problems), bank.problems
+        assert all(p.startswith("overview.yaml: ") for p in bank.problems), bank.problems
     assert len(bank.questions) == usable
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "line"),
+    [
+        # A missing language.
+        (", nl: 'why 1 nl'", "", "overview.yaml: overview-q: option 2 explain: lacks nl"),
+        # A wrong type: YAML reads a bare yes as true.
+        ("en: 'option 2'", "en: yes", "overview.yaml: overview-q: option 3 text.en: Input should be a valid string, got True"),
+        # An unknown field.
+        ("  options:", "  hint: {en: x, zh: x, nl: x}\n  options:", "overview.yaml: overview-q: hint: unknown field"),
+        # A `see` id the table of contents lacks.
+        ("see: overview\n    - text: {en: 'option 2'", "see: overveiw\n    - text: {en: 'option 2'",
+         "overview.yaml: overview-q: option 2 see: unknown section(s) overveiw"),
+    ],
+    ids=["missing-language", "wrong-type", "unknown-field", "unknown-see-id"],
+)
+def test_a_problem_names_file_question_and_field(tmp_path, old, new, line):
+    yaml_text = _choice()
+    assert old in yaml_text
+    assert _bank_from(tmp_path, yaml_text.replace(old, new, 1)).problems == (line,)
+
+
+def test_a_question_missing_a_translation_falls_back_to_english(tmp_path):
+    bank = _bank_from(tmp_path, _choice().replace(", nl: 'question nl'", ""))
+    question = bank.questions["overview-q"]
+    assert question.text == {"en": "question", "zh": "question zh"}
+    assert localized(question.text, "nl") == "question"
+    assert localized(question.options[0].text, "nl") == "option 0 nl"
+
+
+def test_the_course_languages_decide_what_a_text_needs(monkeypatch):
+    """Without explicit languages the bank asks for the lessons' ones: a new
+    language folder makes every question lack it."""
+    monkeypatch.setattr(lessons, "languages", lambda: ("en", "zh", "nl", "de"))
+    problems = load_bank(FIXTURE, topics=TOPICS).problems
+    assert problems and all("lacks de" in p for p in problems), problems
+    assert "overview.yaml: overview-what-is-dp: text: lacks de" in problems
 
 
 def test_validation_of_ordering_and_files(tmp_path):
@@ -206,24 +257,36 @@ def test_validation_of_ordering_and_files(tmp_path):
               items:
                 - {_tr("same")}
                 - {_tr("same")}
+              explain: {_tr("why")}
+              see: ddp
+            - id: ddp-unexplained
+              topic: ddp
+              type: ordering
+              text: {_tr("order")}
+              items: [{_tr("one")}, {_tr("two")}]
             - id: overview-elsewhere
               topic: overview
               type: ordering
               text: {_tr("order")}
               items: [{_tr("one")}, {_tr("two")}]
               explain: {_tr("why")}
+              see: overview
+            - just a string
             """
         ),
         encoding="utf-8",
     )
     (tmp_path / "broken.yaml").write_text("- id: [unclosed\n", encoding="utf-8")
     (tmp_path / "mapping.yaml").write_text("id: x\n", encoding="utf-8")
-    problems = "\n".join(load_bank(tmp_path, languages=LANGS, topics=TOPICS).problems)
-    assert "ordering question needs explain" in problems
-    assert "two items have the same en text" in problems
-    assert "topic 'overview' lives in ddp.yaml" in problems
+    bank = load_bank(tmp_path, languages=LANGS, topics=TOPICS)
+    problems = "\n".join(bank.problems)
+    assert "ddp.yaml: ddp-unexplained: explain: required field missing" in problems
+    assert "ddp.yaml: ddp-order: two items have the same en text" in problems
+    assert "ddp.yaml: overview-elsewhere: topic: 'overview' lives in ddp.yaml" in problems
+    assert "ddp.yaml: question 4: " in problems
     assert "broken.yaml: cannot read" in problems
     assert "mapping.yaml: must be a YAML list" in problems
+    assert list(bank.questions) == ["overview-elsewhere"]
 
 
 def _run_check(*args: str) -> subprocess.CompletedProcess[str]:
@@ -237,7 +300,7 @@ def test_check_command_fails_on_a_broken_bank(tmp_path):
     (tmp_path / "overview.yaml").write_text(_choice(correct=(False, False, False)), encoding="utf-8")
     result = _run_check("--bank", str(tmp_path))
     assert result.returncode == 1
-    assert "PROBLEM" in result.stdout and "no correct option" in result.stdout
+    assert "PROBLEM overview.yaml: overview-q: single choice with 0 correct options" in result.stdout
     assert "at least 40 needed" in result.stdout
 
 
@@ -267,7 +330,7 @@ def _real_bank_with(tmp_path: Path, old: str, new: str) -> Path:
         # A mistake formula equal to the answer: it would be graded right.
         ('{formula: "2 * (n - 1) / n * S / B", label: "drops the latency term"}',
          '{formula: "2 * (n - 1) * a / 1000 + 2 * (n - 1) / n * S / B", label: "drops the latency term"}',
-         "mistake 'drops the latency term'"),
+         "mistakes: 'drops the latency term'"),
         # A tolerance that rejects a correctly rounded three-figure answer.
         ("tolerance: {rel: 0.006}", "tolerance: {rel: 0.0001}", "is graded wrong"),
         # A section id the table of contents does not have.
