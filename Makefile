@@ -30,7 +30,7 @@ run: migrate
 
 # Debian packages the tests use: Chromium for the browser tests, poppler for
 # rendering certificate PDFs, zbar to decode their QR codes, PostgreSQL for
-# the postgres-marked tests.
+# the postgres-marked tests, Redis for the lab queue's multi-machine tests.
 system-deps:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		missing=""; \
@@ -38,6 +38,7 @@ system-deps:
 		command -v pdftoppm >/dev/null || missing="$$missing poppler-utils"; \
 		command -v zbarimg >/dev/null || missing="$$missing zbar-tools"; \
 		ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+		command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 		if [ -n "$$missing" ]; then \
 			echo "installing:$$missing"; \
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \

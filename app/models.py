@@ -63,6 +63,33 @@ class LabRun(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow)
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    # The job queue (academy/labqueue.py, migration 0004): which hardware queue
+    # the run waits in, the worker that claimed it, the worker's heartbeat on
+    # it (a run whose heartbeat stops is failed by the reaper), the newest
+    # progress event, and the learner's cancel request the worker acts on.
+    queue: str = Field(default="cpu", max_length=16, index=True,
+                       sa_column_kwargs={"server_default": "cpu"})
+    worker: str | None = Field(default=None, max_length=128)
+    heartbeat_at: datetime | None = None
+    progress: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    cancel_requested: bool = Field(default=False, sa_column_kwargs={"server_default": false()})
+
+
+class LabWorker(SQLModel, table=True):
+    """A ``python -m labs.worker`` process, as it last reported itself.
+
+    The page reads it for the expected wait (how many runs can start at once
+    per queue); the heartbeat says whether the worker is still there.
+    """
+
+    name: str = Field(primary_key=True, max_length=128)
+    host: str = Field(max_length=255)
+    pid: int
+    queues: str = Field(max_length=64)  # comma-separated: cpu,gpu
+    slots: int  # runs it may have going at once, over all its queues
+    devices: str = Field(default="", max_length=255)  # GPU device sets, e.g. "0,1;2,3"
+    started_at: datetime = Field(default_factory=utcnow)
+    heartbeat_at: datetime = Field(default_factory=utcnow)
 
 
 class QuizAttempt(SQLModel, table=True):

@@ -44,6 +44,16 @@ class Settings(BaseSettings):
     # queued or running at once, and labs queued or running in all.
     lab_max_per_learner: int = 2
     lab_max_queued: int = 20
+    # The lab job queue (academy/labqueue.py). Empty: huey's SQLite storage in
+    # a file beside the database, for one machine with no extra server.
+    # ``redis://host:6379/0``: Redis, for web servers and workers on several machines.
+    lab_queue_url: str = ""
+    # A worker writes a heartbeat on each run it has going about once a second;
+    # a run whose heartbeat is older than this is failed (the worker died).
+    lab_dead_after_s: int = 10
+    # Multi-node labs: the torchrun rendezvous endpoint (host:port) that every
+    # node's worker passes as --rdzv-endpoint. Documented, not tested here.
+    lab_rendezvous_endpoint: str = ""
     # Quiz: questions per attempt and the pass mark in percent.
     quiz_questions: int = 12
     quiz_pass_percent: int = 80

@@ -1,0 +1,580 @@
+"""Lab runs as jobs on a durable queue, run by worker processes anywhere.
+
+The web process only writes a :class:`~app.models.LabRun` row and puts its id
+on a huey queue; a ``python -m labs.worker`` process (on this machine or
+another) takes it, starts ``python -m labs LAB ... --events F --out G`` in its
+own process group, and writes everything back to the row: the claim, a
+heartbeat and the newest progress event about once a second, and the result
+or the error at the end. The page reads only the database, so any app
+replica can show any run, and the web process never forks a rank.
+
+Why huey: its SQLite storage needs no server, so a single machine keeps the
+one-command start (the queue lives in a file beside the database), and its
+Redis storage serves web servers and workers on many machines. The queue
+holds run ids only; the row is the record.
+
+The promises and where they are kept:
+
+- Exactly once: a worker claims a run with one conditional UPDATE (queued ->
+  running); a run cancelled while queued, or already claimed, is skipped.
+- Cancel: the page sets ``cancel_requested``; the worker reads it with each
+  heartbeat (twice a second) and kills the lab's process group.
+- A dead worker: its heartbeat stops; :func:`reap` (run by every worker every
+  couple of seconds, and by the page when it polls) fails the run with kind
+  ``worker_lost`` once the heartbeat is ``lab_dead_after_s`` old. The lab
+  itself dies with the worker (``PR_SET_PDEATHSIG`` on the lab's CLI, which
+  sets the same on its ranks), so nothing is left running.
+- Hardware: one huey queue per kind, ``cpu`` and ``gpu`` (NCCL labs). A GPU
+  worker owns device sets and runs one lab per set at a time, holding a lock
+  file per device, so two labs never share a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import json
+import logging
+import os
+import queue as queue_mod
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import update
+from sqlmodel import func, select
+
+from app.db import session_scope
+from app.models import LabRun, LabWorker, utcnow
+from app.settings import ROOT, get_settings
+
+QUEUES = ("cpu", "gpu")
+ACTIVE = ("queued", "running")
+TERMINAL = ("done", "failed", "cancelled")
+TICK_S = 0.5  # how often a worker looks at each of its runs (cancel flag, heartbeat)
+REAP_EVERY_S = 2.0
+log = logging.getLogger("labs.worker")
+
+
+def queue_for(params: dict[str, Any]) -> str:
+    """The hardware queue a run waits in: NCCL needs GPUs, everything else runs on CPUs."""
+    return "gpu" if params.get("backend") == "nccl" else "cpu"
+
+
+# --------------------------------------------------------------------------
+# The queue itself (huey)
+
+
+def _queue_file() -> Path:
+    """The embedded queue's SQLite file: beside the database when that is a file too."""
+    url = get_settings().database_url
+    if url.startswith("sqlite:///") and url.split("///", 1)[1] not in ("", ":memory:"):
+        return Path(url.split("///", 1)[1]).with_name("labqueue.db")
+    return ROOT / "data" / "labqueue.db"
+
+
+def get_huey(name: str):
+    """The huey instance of queue ``name`` for the current settings (the worker consumes it)."""
+    return _queue(name)[0]
+
+
+def _queue(name: str):
+    if name not in QUEUES:
+        raise ValueError(f"unknown lab queue {name!r}; known: {', '.join(QUEUES)}")
+    url = get_settings().lab_queue_url
+    return _huey(name, url, "" if url else str(_queue_file()))
+
+
+@lru_cache(maxsize=16)
+def _huey(name: str, url: str, filename: str):
+    """(huey, task) for one queue; cached per storage, so tests may point elsewhere."""
+    from huey import RedisHuey, SqliteHuey
+
+    # results=False: the LabRun row is the result; huey keeps nothing after a run.
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        huey = RedisHuey(f"dpa-labs-{name}", url=url, results=False)
+    elif url:
+        raise ValueError(f"LAB_QUEUE_URL must be empty (SQLite) or redis://...; got {url!r}")
+    else:
+        Path(filename).parent.mkdir(parents=True, exist_ok=True)
+        huey = SqliteHuey(f"dpa-labs-{name}", filename=filename, results=False, strict_fifo=True)
+    # No retries: a run that a dead worker dropped is failed by the reaper, never run twice.
+    task = huey.task(name="run_lab", retries=0)(execute)
+    return huey, task
+
+
+def enqueue(run_id: int, queue: str) -> None:
+    """Put a run (its row already written, status queued) on its hardware queue."""
+    _queue(queue)[1](run_id)
+
+
+def pending(queue: str) -> int:
+    """Messages waiting in the queue's storage (tests and the benchmark)."""
+    return get_huey(queue).pending_count()
+
+
+# --------------------------------------------------------------------------
+# What the web side asks of the database
+
+
+class QueueFull(Exception):
+    """Fair use refused the run: ``code`` is the i18n key, ``values`` its placeholders."""
+
+    def __init__(self, code: str, **values: Any):
+        super().__init__(code)
+        self.code, self.values = code, values
+
+
+def _admission_lock(session) -> None:
+    """Make count-then-insert one step across every app process, not just this one's threads.
+
+    PostgreSQL: a transaction-scoped advisory lock. SQLite: a write that
+    matches nothing still takes the database's write lock, so a second
+    submitter waits (busy timeout) until this transaction commits.
+    """
+    if session.get_bind().dialect.name == "postgresql":
+        session.exec(select(func.pg_advisory_xact_lock(0x64706173)))  # "dpas"
+    else:
+        session.exec(update(LabRun).where(LabRun.id == -1).values(status="queued"))
+
+
+def submit(*, lab: str, params: dict[str, Any], learner_id: int | None, machine: dict[str, Any],
+           session_runs: list[int] | tuple[int, ...] = ()) -> int:
+    """Write a queued run (parameters already validated) and put it on its queue; its id.
+
+    Refused with :class:`QueueFull` when the learner already has
+    ``lab_max_per_learner`` labs queued or running, or ``lab_max_queued`` are
+    queued or running in all. A guest has no learner id: ``session_runs``,
+    the ids its browser session submitted, are what it is counted by.
+    """
+    settings = get_settings()
+    queue = queue_for(params)
+    with session_scope() as session:
+        _admission_lock(session)
+        active = LabRun.status.in_(ACTIVE)
+        mine = LabRun.learner_id == learner_id if learner_id is not None \
+            else LabRun.id.in_(list(session_runs))
+        if session.exec(select(func.count()).select_from(LabRun).where(active, mine)).one() \
+                >= settings.lab_max_per_learner:
+            raise QueueFull("labs_refused.too_many", limit=settings.lab_max_per_learner)
+        if session.exec(select(func.count()).select_from(LabRun).where(active)).one() \
+                >= settings.lab_max_queued:
+            raise QueueFull("labs_refused.queue_full", limit=settings.lab_max_queued)
+        run = LabRun(learner_id=learner_id, lab=lab, params=params, machine=machine,
+                     status="queued", queue=queue)
+        session.add(run)
+        session.flush()
+        run_id = run.id
+    try:
+        enqueue(run_id, queue)
+    except Exception as exc:
+        with session_scope() as session:
+            session.exec(update(LabRun).where(LabRun.id == run_id).values(
+                status="failed", finished_at=utcnow(),
+                error={"kind": "queue_unavailable", "message": repr(exc)}))
+        raise
+    return run_id
+
+
+def request_cancel(run_id: int) -> bool:
+    """Cancel a run: a queued one at once, a running one by its worker within a second.
+
+    False when the run has already ended (or does not exist).
+    """
+    now = utcnow()
+    with session_scope() as session:
+        dropped = session.exec(
+            update(LabRun).where(LabRun.id == run_id, LabRun.status == "queued")
+            .values(status="cancelled", finished_at=now, cancel_requested=True,
+                    error={"kind": "cancelled"})
+        ).rowcount
+        if dropped:
+            return True
+        return bool(session.exec(
+            update(LabRun).where(LabRun.id == run_id, LabRun.status == "running")
+            .values(cancel_requested=True)
+        ).rowcount)
+
+
+def queue_position(run_id: int) -> int | None:
+    """1 for the next run of its queue to start; None when the run is not waiting."""
+    with session_scope() as session:
+        run = session.get(LabRun, run_id)
+        if run is None or run.status != "queued":
+            return None
+        return session.exec(
+            select(func.count()).select_from(LabRun)
+            .where(LabRun.status == "queued", LabRun.queue == run.queue, LabRun.id <= run_id)
+        ).one()
+
+
+def live_workers(*, session, queue: str) -> list[LabWorker]:
+    """Workers serving ``queue`` whose heartbeat is recent."""
+    cutoff = utcnow() - timedelta(seconds=get_settings().lab_dead_after_s)
+    rows = session.exec(select(LabWorker).where(LabWorker.heartbeat_at >= cutoff)).all()
+    return [w for w in rows if queue in w.queues.split(",")]
+
+
+def expected_wait_s(run_id: int, *, recent: int = 20) -> float | None:
+    """Seconds until the run starts, from the mean of the queue's last ``recent`` run times.
+
+    Runs ahead of it are shared over the live workers' slots; None when nothing
+    has run yet, no worker is up, or the run is not waiting.
+    """
+    position = queue_position(run_id)
+    if position is None:
+        return None
+    with session_scope() as session:
+        queue = session.get(LabRun, run_id).queue
+        slots = sum(w.slots for w in live_workers(session=session, queue=queue))
+        done = session.exec(
+            select(LabRun.started_at, LabRun.finished_at)
+            .where(LabRun.queue == queue, LabRun.status == "done", LabRun.started_at.is_not(None),
+                   LabRun.finished_at.is_not(None))
+            .order_by(LabRun.id.desc()).limit(recent)
+        ).all()
+    if not done or slots == 0:
+        return None
+    mean = sum((end - start).total_seconds() for start, end in done) / len(done)
+    rounds = -(-position // slots)  # the run starts after this many rounds of every slot
+    return rounds * mean
+
+
+def reap(*, now=None) -> int:
+    """Fail running runs whose worker stopped writing its heartbeat; returns how many.
+
+    Safe to call from anywhere, often: the update is conditional on the
+    heartbeat being stale, so two reapers never fight, and a live worker's
+    run is never touched.
+    """
+    cutoff = (now or utcnow()) - timedelta(seconds=get_settings().lab_dead_after_s)
+    with session_scope() as session:
+        stale = session.exec(
+            select(LabRun.id, LabRun.worker).where(LabRun.status == "running",
+                                                   LabRun.heartbeat_at < cutoff)
+        ).all()
+        count = 0
+        for run_id, worker in stale:
+            count += session.exec(
+                update(LabRun).where(LabRun.id == run_id, LabRun.status == "running",
+                                     LabRun.heartbeat_at < cutoff)
+                .values(status="failed", finished_at=utcnow(),
+                        error={"kind": "worker_lost", "worker": worker,
+                               "message": f"no heartbeat from worker {worker} for "
+                                          f"{get_settings().lab_dead_after_s} s"})
+            ).rowcount
+        # Workers silent for long are gone; their rows would only mislead the wait estimate.
+        session.exec(LabWorker.__table__.delete().where(
+            LabWorker.heartbeat_at < cutoff - timedelta(minutes=10)))
+    return count
+
+
+# --------------------------------------------------------------------------
+# The worker side: one call of execute() per job, in a huey worker thread
+
+
+@dataclass
+class DevicePool:
+    """GPU device sets a worker owns; a GPU lab holds one set for its whole run.
+
+    Inside the worker a blocking queue hands out the sets; between worker
+    processes on one host, an exclusive lock file per device (flock, released
+    by the kernel if the process dies) keeps two labs off the same GPU.
+    """
+
+    sets: list[tuple[int, ...]]
+    lock_dir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "dpa-gpu-locks")
+    _free: queue_mod.Queue = field(default_factory=queue_mod.Queue)
+
+    def __post_init__(self) -> None:
+        self.lock_dir.mkdir(parents=True, exist_ok=True)
+        for devices in self.sets:
+            self._free.put(devices)
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[tuple[int, ...]]:
+        devices = self._free.get()
+        files = []
+        try:
+            for dev in sorted(devices):  # one order everywhere: no deadlock between workers
+                fh = open(self.lock_dir / f"gpu{dev}.lock", "w")  # noqa: SIM115
+                fcntl.flock(fh, fcntl.LOCK_EX)
+                files.append(fh)
+            yield devices
+        finally:
+            for fh in files:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+                fh.close()
+            self._free.put(devices)
+
+
+@dataclass
+class WorkerState:
+    """What the running ``python -m labs.worker`` process tells execute()."""
+
+    name: str
+    workroot: Path
+    devices: DevicePool | None = None
+    stopping: threading.Event = field(default_factory=threading.Event)
+    # run id -> process-group id of the lab going, for tests and the shutdown path
+    running: dict[int, int] = field(default_factory=dict)
+
+
+_worker: WorkerState | None = None
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def set_worker(state: WorkerState | None) -> None:
+    global _worker
+    _worker = state
+
+
+def command(lab: str, params: dict[str, Any], workdir: Path) -> list[str]:
+    """The lab's CLI for this run; each stored parameter is the flag of the same name."""
+    settings = get_settings()
+    args = [sys.executable, "-m", "labs", lab, "--json", "--timeout", str(settings.lab_timeout_s),
+            "--hang-timeout", str(settings.lab_hang_timeout_s),
+            "--events", str(workdir / "events.jsonl"), "--out", str(workdir / "result.json")]
+    for key, value in params.items():
+        if key != "nodes":
+            args += [f"--{key.replace('_', '-')}", str(value)]
+    return args
+
+
+def torchrun_command(lab: str, params: dict[str, Any], workdir: Path, *, run_id: int) -> list[str]:
+    """A multi-node run (``params["nodes"] > 1``) as each node's worker would start it.
+
+    Every node runs this same line; torchrun's c10d rendezvous at
+    ``Settings.lab_rendezvous_endpoint`` gathers them under the id of the run.
+    Not exercised by the tests here (one machine): see the README.
+    """
+    endpoint = get_settings().lab_rendezvous_endpoint
+    if not endpoint:
+        raise ValueError("a multi-node lab needs LAB_RENDEZVOUS_ENDPOINT (host:port)")
+    per_node = int(params.get("world_size", 2))
+    lab_args = command(lab, {k: v for k, v in params.items() if k != "world_size"}, workdir)[3:]
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(int(params["nodes"])),
+            "--nproc-per-node", str(per_node), "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", endpoint, "--rdzv-id", f"dpa-run-{run_id}",
+            "-m", "labs", *lab_args]
+
+
+def _die_with_worker() -> None:
+    """In the lab's CLI, before exec: SIGKILL me if the worker dies (its ranks follow me)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _claim(run_id: int, me: str) -> LabRun | None:
+    now = utcnow()
+    with session_scope() as session:
+        claimed = session.exec(
+            update(LabRun).where(LabRun.id == run_id, LabRun.status == "queued")
+            .values(status="running", worker=me, started_at=now, heartbeat_at=now)
+        ).rowcount
+        return session.get(LabRun, run_id) if claimed else None
+
+
+def _beat(run_id: int, me: str, progress: dict[str, Any] | None) -> tuple[bool, bool]:
+    """Write the heartbeat (and progress); (still ours, cancel requested)."""
+    values: dict[str, Any] = {"heartbeat_at": utcnow()}
+    if progress is not None:
+        values["progress"] = progress
+    with session_scope() as session:
+        ours = session.exec(
+            update(LabRun).where(LabRun.id == run_id, LabRun.status == "running", LabRun.worker == me)
+            .values(**values)
+        ).rowcount
+        cancel = session.exec(select(LabRun.cancel_requested).where(LabRun.id == run_id)).one()
+    return bool(ours), bool(cancel)
+
+
+def _finish(run_id: int, me: str, **values: Any) -> None:
+    """Record the outcome, unless the run is no longer ours (the reaper took it)."""
+    with session_scope() as session:
+        session.exec(
+            update(LabRun).where(LabRun.id == run_id, LabRun.status == "running", LabRun.worker == me)
+            .values(finished_at=utcnow(), **values)
+        )
+
+
+def execute(run_id: int) -> None:
+    """The job: claim the run, run its lab to the end, record the outcome, tidy up."""
+    state = _worker
+    if state is None:
+        raise RuntimeError("lab jobs run only inside `python -m labs.worker`")
+    if state.stopping.is_set():
+        # Taken from the queue just as the worker was told to stop: put it back
+        # (the row is still "queued"), so that another worker runs it.
+        enqueue(run_id, _queue_of(run_id))
+        return
+    run = _claim(run_id, state.name)
+    if run is None:  # cancelled while queued, or taken already: nothing to do
+        log.info("run %s: not queued any more, skipped", run_id)
+        return
+    log.info("run %s: claimed by %s", run_id, state.name)
+    workdir = Path(tempfile.mkdtemp(prefix=f"run-{run_id}-", dir=state.workroot))
+    try:
+        if run.queue == "gpu" and state.devices is not None:
+            with state.devices.hold() as devices:
+                _run_lab(run, state, workdir, {"CUDA_VISIBLE_DEVICES": ",".join(map(str, devices))})
+        else:
+            _run_lab(run, state, workdir, {})
+    except Exception as exc:  # noqa: BLE001  (never leave a run "running" behind)
+        _finish(run_id, state.name, status="failed", error={"kind": "crash", "message": repr(exc)})
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+        log.info("run %s: ended", run_id)
+
+
+def _queue_of(run_id: int) -> str:
+    with session_scope() as session:
+        return session.exec(select(LabRun.queue).where(LabRun.id == run_id)).one()
+
+
+class _Tail:
+    """The newest whole JSON line of a growing events file, reading only what is new."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset, self.rest, self.last = path, 0, b"", None
+
+    def latest(self) -> dict[str, Any] | None:
+        """The newest event since the previous call, or None when there is none."""
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self.offset)
+                chunk = fh.read()
+        except OSError:
+            return None
+        self.offset += len(chunk)
+        lines = (self.rest + chunk).split(b"\n")
+        self.rest = lines.pop()  # a line still being written
+        for line in reversed(lines):
+            try:
+                self.last = json.loads(line)
+                return self.last
+            except ValueError:
+                continue
+        return None
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """Stop the lab's whole process group: the CLI and every rank it spawned."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=5)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str, str]) -> None:
+    settings = get_settings()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **env_extra}
+    started = time.monotonic()
+    stopped_by: str | None = None
+    tail = _Tail(workdir / "events.jsonl")
+    with open(workdir / "output.log", "w") as log:
+        proc = subprocess.Popen(
+            command(run.lab, run.params, workdir), cwd=ROOT, env=env, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_worker,
+        )
+        state.running[run.id] = proc.pid
+        try:
+            # The CLI bounds itself; the limit here is the backstop if even that hangs.
+            limit = settings.lab_timeout_s + 30
+            while proc.poll() is None:
+                ours, cancel = _beat(run.id, state.name, tail.latest())
+                if cancel:
+                    stopped_by = "cancelled"
+                elif not ours:
+                    stopped_by = "lost"
+                elif state.stopping.is_set():
+                    stopped_by = "worker_stopped"
+                elif time.monotonic() - started > limit:
+                    stopped_by = "timeout"
+                if stopped_by:
+                    _kill(proc)
+                    break
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=TICK_S)
+        finally:
+            if proc.poll() is None:
+                _kill(proc)
+            state.running.pop(run.id, None)
+    tail.latest()  # the last events, written just before the CLI exited
+    result = _read_json(workdir / "result.json")
+    output = (workdir / "output.log").read_text(errors="replace")[-4000:]
+    if stopped_by == "cancelled":
+        _finish(run.id, state.name, status="cancelled", error={"kind": "cancelled"})
+    elif stopped_by in ("worker_stopped", "timeout"):
+        _finish(run.id, state.name, status="failed",
+                error={"kind": stopped_by, "worker": state.name, "message": output.strip()[-500:]})
+    elif stopped_by == "lost":
+        return  # the reaper already failed it
+    elif result is not None and proc.returncode == 0 and not result.get("error"):
+        _finish(run.id, state.name, status="done", result=result, progress=tail.last)
+    else:
+        error = (result or {}).get("error") or {
+            "kind": "crash", "message": output.strip().splitlines()[-1] if output.strip() else "",
+            "exit_code": proc.returncode,
+        }
+        _finish(run.id, state.name, status="failed", error=error, result=result)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    """The lab's JSON; Infinity/NaN (e.g. an unfittable bandwidth) become None,
+    since PostgreSQL's JSON type does not accept them."""
+    try:
+        return json.loads(path.read_text(), parse_constant=lambda _name: None)
+    except (OSError, ValueError):
+        return None
+
+
+def register_worker(state: WorkerState, *, queues: list[str], slots: int) -> None:
+    """Write (or refresh) this worker's row; called every couple of seconds."""
+    now = utcnow()
+    devices = ";".join(",".join(map(str, s)) for s in state.devices.sets) if state.devices else ""
+    with session_scope() as session:
+        row = session.get(LabWorker, state.name)
+        if row is None:
+            row = LabWorker(name=state.name, host=socket.gethostname(), pid=os.getpid(),
+                            queues=",".join(queues), slots=slots, devices=devices, started_at=now)
+        row.heartbeat_at = now
+        session.add(row)
+
+
+def unregister_worker(state: WorkerState) -> None:
+    with session_scope() as session:
+        session.exec(LabWorker.__table__.delete().where(LabWorker.name == state.name))
+
+
+def tidy_workroots(base: Path) -> int:
+    """Remove working folders left by dead workers of this host; returns how many."""
+    host = socket.gethostname()
+    count = 0
+    for folder in base.glob(f"{host}-*"):
+        pid = folder.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            count += 1
+    return count

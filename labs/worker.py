@@ -1,0 +1,138 @@
+"""A lab worker: takes lab runs from the job queue and runs them, here or on another machine.
+
+    python -m labs.worker                          # CPU labs, lab_concurrency at a time
+    python -m labs.worker --concurrency 4          # four CPU labs at once
+    python -m labs.worker --queues gpu --devices 0,1 --devices 2,3   # two NCCL labs, 2 GPUs each
+    python -m labs.worker --queues cpu,gpu --devices 0
+
+The worker reads the same settings as the app (DATABASE_URL, LAB_QUEUE_URL;
+see the README's multi-machine layout): it must reach the database and the
+queue, nothing else. Each run is ``python -m labs ...`` in its own process
+group under this process, so the web servers never start a rank. SIGTERM or
+Ctrl-C stops the worker: labs still going are stopped and recorded as failed
+(kind ``worker_stopped``). A worker that dies without that chance takes its
+labs with it, and the reaper fails its runs once their heartbeat is stale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+
+def _device_sets(values: list[str]) -> list[tuple[int, ...]]:
+    """``["0,1", "2,3"]`` or ``["0,1;2,3"]`` -> [(0, 1), (2, 3)]."""
+    sets = []
+    for value in values:
+        for part in value.split(";"):
+            if part.strip():
+                sets.append(tuple(int(d) for d in part.split(",")))
+    return sets
+
+
+def _parser() -> argparse.ArgumentParser:
+    from academy.labqueue import QUEUES
+
+    parser = argparse.ArgumentParser(prog="python -m labs.worker", description=__doc__.split("\n")[0])
+    parser.add_argument("--queues", default="cpu",
+                        help=f"comma-separated queues to serve, of {', '.join(QUEUES)} (default cpu)")
+    parser.add_argument("--concurrency", type=int, default=0,
+                        help="CPU labs at once (default: the LAB_MAX_CONCURRENT setting, "
+                             "or one per two cores)")
+    parser.add_argument("--devices", action="append", default=[], metavar="IDS",
+                        help="a GPU device set, e.g. 0,1; repeat for more sets (default: all "
+                             "visible GPUs as one set). One GPU lab runs per set at a time.")
+    parser.add_argument("--name", help="worker name in the database (default host:pid)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from huey.consumer import Consumer
+
+    from academy import labqueue
+    from app.db import get_engine
+    from app.settings import get_settings
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    queues = [q.strip() for q in args.queues.split(",") if q.strip()]
+    unknown = set(queues) - set(labqueue.QUEUES)
+    if unknown or not queues:
+        print(f"unknown queue(s): {', '.join(sorted(unknown)) or '(none given)'}", file=sys.stderr)
+        return 2
+    devices = None
+    if "gpu" in queues:
+        sets = _device_sets(args.devices)
+        if not sets:
+            import torch
+
+            count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            sets = [tuple(range(count))] if count else []
+        if not sets:
+            print("the gpu queue needs GPUs: none visible and no --devices given", file=sys.stderr)
+            return 2
+        devices = labqueue.DevicePool(sets)
+    get_engine()  # migrate before the first job touches the tables
+
+    base = Path(tempfile.gettempdir()) / "dpa-labs"
+    base.mkdir(parents=True, exist_ok=True)
+    labqueue.tidy_workroots(base)
+    state = labqueue.WorkerState(name=args.name or labqueue.worker_name(),
+                                 workroot=base / f"{socket.gethostname()}-{os.getpid()}",
+                                 devices=devices)
+    state.workroot.mkdir()
+    labqueue.set_worker(state)
+    cpu_slots = args.concurrency or get_settings().lab_concurrency
+    slots = {"cpu": cpu_slots, "gpu": len(devices.sets) if devices else 0}
+    consumers = [
+        # periodic=False: no scheduled tasks; max_delay 1 s: an idle SQLite queue is
+        # polled at least once a second (Redis blocks on the list instead).
+        Consumer(labqueue.get_huey(q), workers=slots[q], worker_type="thread", periodic=False,
+                 max_delay=1.0, check_worker_health=False)
+        for q in queues
+    ]
+    for consumer in consumers:
+        consumer.start()
+
+    stop = threading.Event()
+
+    def on_signal(_signum, _frame) -> None:
+        stop.set()
+
+    # After the consumers' start(), which set huey's own handlers: the worker stops as one.
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log = logging.getLogger("labs.worker")
+    log.info("worker %s serving %s (%s)", state.name, ",".join(queues),
+             ", ".join(f"{q}: {slots[q]} at once" for q in queues))
+    try:
+        while True:
+            try:
+                labqueue.register_worker(state, queues=queues, slots=sum(slots[q] for q in queues))
+                labqueue.reap()
+            except Exception:  # noqa: BLE001  (a database hiccup must not stop the worker)
+                log.exception("heartbeat or reap failed")
+            if stop.wait(labqueue.REAP_EVERY_S):
+                break
+    finally:
+        log.info("worker %s stopping", state.name)
+        for consumer in consumers:
+            consumer.stop_flag.set()  # take no new job ...
+        state.stopping.set()  # ... and stop the labs going (recorded as worker_stopped)
+        for consumer in consumers:
+            consumer.stop(graceful=True)
+        labqueue.unregister_worker(state)
+        shutil.rmtree(state.workroot, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

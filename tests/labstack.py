@@ -1,0 +1,154 @@
+"""The lab queue's moving parts for tests and benchmarks: a throw-away Redis,
+``python -m labs.worker`` processes, and the /proc checks on who started a rank.
+
+Used by tests/test_lab_worker.py, tests/test_lab_scale.py and the queue rows
+of ``make bench``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TERMINAL = ("done", "failed", "cancelled")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_redis(base: Path) -> tuple[str, subprocess.Popen] | str:
+    """A Redis on a free 127.0.0.1 port with no persistence; (url, process), or why not."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        return "no redis-server (Debian package 'redis-server'; `make test` installs it as root)"
+    port = free_port()
+    base.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(base), "--protected-mode", "yes"],
+        stdout=open(base / "redis.log", "w"), stderr=subprocess.STDOUT, start_new_session=True,  # noqa: SIM115
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                sock.sendall(b"PING\r\n")
+                if sock.recv(16).startswith(b"+PONG"):
+                    return f"redis://127.0.0.1:{port}/0", proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    return "redis-server did not answer: " + (base / "redis.log").read_text()[-500:]
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        with_group(proc, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            with_group(proc, signal.SIGKILL)
+            proc.wait()
+
+
+def with_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+class Worker:
+    """One ``python -m labs.worker`` process with the given settings; its log in ``base``."""
+
+    def __init__(self, base: Path, env: dict[str, str], *args: str, name: str = "w"):
+        self.log = base / f"worker-{name}.log"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "labs.worker", *args], cwd=ROOT, env={**os.environ, **env},
+            stdout=open(self.log, "w"), stderr=subprocess.STDOUT, start_new_session=True,  # noqa: SIM115
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while "serving" not in self.log.read_text():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the worker did not start: " + self.log.read_text()[-2000:])
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        stop(self.proc)
+
+
+# --------------------------------------------------------------------------
+# Processes, read from /proc
+
+
+def parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process below ``root``."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            ppid = parent_of(int(entry))
+            if ppid is not None:
+                children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def is_lab(pid: int) -> bool:
+    """A lab's CLI (``python -m labs LAB``) or a rank forked or spawned from it."""
+    args = cmdline(pid)
+    return any(a == "labs" and i > 0 and args[i - 1] == "-m" for i, a in enumerate(args)) \
+        or any("labs.launch" in a for a in args)
+
+
+def processes_with_env(key: str, value: str) -> list[int]:
+    """Live processes whose environment has ``key=value`` (an orphan check for one test run)."""
+    needle = f"{key}={value}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                if needle in fh.read().split(b"\0"):
+                    with open(f"/proc/{entry}/stat") as st:
+                        if st.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                            found.append(int(entry))
+        except OSError:
+            continue
+    return found

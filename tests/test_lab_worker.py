@@ -1,0 +1,284 @@
+"""Lab runs as jobs on the queue, run by ``python -m labs.worker`` processes.
+
+Each path runs twice: on the embedded stack (SQLite database, huey's SQLite
+queue beside it) and on the multi-machine one (PostgreSQL, Redis), both
+started here from Debian's packages and skipped with the reason where they
+cannot start. The worker is a real process; the checks read /proc and the
+database, as a second machine would see them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlmodel import select
+
+from academy import labqueue
+from app.db import session_scope
+from app.models import LabRun, LabWorker, utcnow
+from tests.conftest import use_database
+from tests.labstack import TERMINAL, Worker, descendants, is_lab, processes_with_env, start_redis
+from tests.procs import gone
+
+HANG = {"world_size": 2, "size": 1024, "fail_mode": "hang", "fail_rank": 1, "fail_at_step": 0}
+TINY = {"world_size": 2, "size": 1024}
+DEAD_AFTER_S = 3
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory):
+    started = start_redis(tmp_path_factory.mktemp("redis"))
+    if isinstance(started, str):
+        pytest.skip(started)
+    url, proc = started
+    yield url
+    proc.kill()
+    proc.wait()
+
+
+def fresh_pg_database(url: str) -> str:
+    """A new empty database on the test cluster, so that each test starts clean."""
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return url.rsplit("/", 1)[0] + f"/{name}"
+
+
+class Stack:
+    """The settings every process of one test shares, and where its workers keep files."""
+
+    def __init__(self, env: dict[str, str], base: Path):
+        self.env, self.base = env, base
+        self.workers: list[Worker] = []
+
+    def worker(self, *args: str, name: str = "w") -> Worker:
+        w = Worker(self.base, self.env, *args, name=name)
+        self.workers.append(w)
+        w.wait_ready()
+        return w
+
+    @property
+    def workroots(self) -> Path:
+        return self.base / "tmp" / "dpa-labs"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres+redis", marks=pytest.mark.postgres)])
+def stack(request, tmp_path, monkeypatch):
+    (tmp_path / "tmp").mkdir()
+    env = {"DATABASE_URL": f"sqlite:///{tmp_path / 'app.db'}", "LAB_QUEUE_URL": "",
+           "SECRETS_DIR": str(tmp_path / "secrets"), "LAB_DEAD_AFTER_S": str(DEAD_AFTER_S),
+           "TMPDIR": str(tmp_path / "tmp"), "DPA_TEST_RUN": uuid.uuid4().hex}
+    if request.param == "postgres+redis":
+        import redis
+
+        env["DATABASE_URL"] = fresh_pg_database(request.getfixturevalue("postgres_url"))
+        env["LAB_QUEUE_URL"] = request.getfixturevalue("redis_url")
+        redis.Redis.from_url(env["LAB_QUEUE_URL"]).flushdb()
+    database = use_database(monkeypatch, **{k: v for k, v in env.items() if k != "TMPDIR"})
+    next(database)
+    s = Stack(env, tmp_path)
+    try:
+        yield s
+    finally:
+        for w in s.workers:
+            w.stop()
+        next(database, None)
+    assert processes_with_env("DPA_TEST_RUN", env["DPA_TEST_RUN"]) == [], "a process outlived its test"
+
+
+def submit(params: dict, *, learner_id: int | None = None) -> int:
+    return labqueue.submit(lab="ring", params=params, learner_id=learner_id, machine={})
+
+
+def run(run_id: int) -> LabRun:
+    with session_scope() as s:
+        return s.get(LabRun, run_id)
+
+
+def wait(run_id: int, until=TERMINAL, timeout: float = 90) -> LabRun:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        row = run(run_id)
+        if row.status in until:
+            return row
+        time.sleep(0.1)
+    raise AssertionError(f"run {run_id} never became {until}; it is {run(run_id).status}")
+
+
+def lab_processes(worker: Worker, at_least: int, timeout: float = 60) -> list[int]:
+    """The lab processes under ``worker`` once there are ``at_least`` (CLI + ranks)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [p for p in descendants(worker.pid) if is_lab(p)]
+        if len(found) >= at_least:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"fewer than {at_least} lab processes under the worker")
+
+
+def test_a_run_goes_through_the_worker_and_leaves_nothing(stack):
+    w = stack.worker("--concurrency", "1")
+    run_id = submit(TINY)
+    done = wait(run_id)
+    assert done.status == "done", done.error
+    assert done.result["summary"]["correct"]
+    assert done.worker and done.worker.endswith(f":{w.pid}")
+    assert done.progress and done.progress.get("phase"), "the worker wrote the last progress event"
+    assert done.started_at and done.finished_at and done.heartbeat_at
+    assert w.log.read_text().count(f"run {run_id}: claimed") == 1
+    assert list(stack.workroots.glob("*/run-*")) == [], "the run's folder is removed"
+    assert labqueue.pending("cpu") == 0
+
+
+def test_cancel_kills_the_labs_process_group_and_a_queued_run_is_dropped(stack):
+    w = stack.worker("--concurrency", "1")
+    hang = submit(HANG)
+    waiting = submit(HANG)
+    wait(hang, until=("running",))
+    pids = lab_processes(w, 3)  # the CLI and its two ranks, all under the worker
+    assert labqueue.queue_position(waiting) == 1 and labqueue.queue_position(hang) is None
+    running = run(hang)
+    assert running.heartbeat_at is not None
+
+    assert labqueue.request_cancel(waiting)
+    assert run(waiting).status == "cancelled", "a queued run is dropped at once"
+    assert labqueue.request_cancel(hang)
+    ended = wait(hang, timeout=30)
+    assert ended.status == "cancelled" and ended.error == {"kind": "cancelled"}
+    assert all(gone(pid) for pid in pids), "cancel stopped every process of the lab"
+    assert labqueue.request_cancel(hang) is False, "an ended run cannot be cancelled again"
+    # The worker took the dropped run's message and skipped it: never started.
+    deadline = time.monotonic() + 30
+    while f"run {waiting}: not queued" not in w.log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert f"run {waiting}: not queued" in w.log.read_text()
+    assert f"run {waiting}: claimed" not in w.log.read_text()
+    assert run(waiting).started_at is None
+
+
+def test_a_killed_worker_leaves_a_failed_run_with_a_reason_and_no_process(stack):
+    w = stack.worker("--concurrency", "1", name="doomed")
+    hang = submit(HANG)
+    wait(hang, until=("running",))
+    pids = lab_processes(w, 3)
+    os.kill(w.pid, signal.SIGKILL)  # as `kill -9`: no chance to clean up
+    w.proc.wait()
+    assert all(gone(pid, wait=10) for pid in pids), "the lab died with its worker"
+
+    # Nobody else is up: the reaper that fails the run is the one the page calls.
+    deadline = time.monotonic() + 30
+    while run(hang).status == "running" and time.monotonic() < deadline:
+        labqueue.reap()
+        time.sleep(0.5)
+    lost = run(hang)
+    assert lost.status == "failed", "within 30 s of the kill"
+    assert lost.error["kind"] == "worker_lost" and lost.error["worker"].endswith(f":{w.pid}")
+    assert str(DEAD_AFTER_S) in lost.error["message"]
+    # The next worker on this host removes the dead one's working folder.
+    left = list(stack.workroots.glob(f"*-{w.pid}"))
+    assert left, "a SIGKILLed worker cannot tidy its own folder"
+    stack.worker("--concurrency", "1", name="next")
+    assert not any(p.exists() for p in left)
+
+
+def test_a_stopped_worker_records_its_running_lab_as_stopped(stack):
+    w = stack.worker("--concurrency", "1")
+    hang = submit(HANG)
+    wait(hang, until=("running",))
+    pids = lab_processes(w, 3)
+    w.proc.send_signal(signal.SIGTERM)
+    assert w.proc.wait(timeout=30) == 0
+    ended = run(hang)
+    assert ended.status == "failed" and ended.error["kind"] == "worker_stopped"
+    assert all(gone(pid) for pid in pids)
+    with session_scope() as s:
+        assert s.exec(select(LabWorker)).all() == [], "a worker that stops says so"
+
+
+def test_two_workers_never_run_one_job_twice(stack):
+    a = stack.worker("--concurrency", "2", name="a")
+    b = stack.worker("--concurrency", "2", name="b")
+    ids = [submit(TINY, learner_id=None) for _ in range(2)]
+    # Guests: each submission counts against the session's own ids, none here.
+    for run_id in ids:
+        assert wait(run_id).status == "done"
+    logs = a.log.read_text() + b.log.read_text()
+    assert all(logs.count(f"run {i}: claimed") == 1 for i in ids)
+
+
+# --------------------------------------------------------------------------
+# Without a worker: fair use, position, expected wait, the reaper
+
+
+def test_fair_use_per_learner_and_in_all(stack, monkeypatch):
+    from app.accounts import sign_up
+    from app.settings import get_settings
+
+    monkeypatch.setenv("LAB_MAX_PER_LEARNER", "2")
+    monkeypatch.setenv("LAB_MAX_QUEUED", "3")
+    get_settings.cache_clear()
+    with session_scope() as s:
+        ann = sign_up(session=s, email="ann@example.org", password="long enough pw").id
+        bob = sign_up(session=s, email="bob@example.org", password="long enough pw").id
+    submit(TINY, learner_id=ann)
+    submit(TINY, learner_id=ann)
+    with pytest.raises(labqueue.QueueFull) as err:
+        submit(TINY, learner_id=ann)
+    assert (err.value.code, err.value.values) == ("labs_refused.too_many", {"limit": 2})
+    bobs = submit(TINY, learner_id=bob)
+    with pytest.raises(labqueue.QueueFull) as err:
+        submit(TINY, learner_id=bob)
+    assert (err.value.code, err.value.values) == ("labs_refused.queue_full", {"limit": 3})
+    with pytest.raises(labqueue.QueueFull):
+        labqueue.submit(lab="ring", params=TINY, learner_id=None, machine={}, session_runs=[])
+    assert labqueue.request_cancel(bobs)
+    submit(TINY, learner_id=bob)  # a cancelled run frees its place at once
+    get_settings.cache_clear()
+
+
+def test_queue_position_and_expected_wait_come_from_the_database(stack):
+    now = utcnow()
+    with session_scope() as s:
+        for seconds in (10, 20):  # two finished runs: 15 s on average
+            s.add(LabRun(lab="ring", status="done", queue="cpu", started_at=now,
+                         finished_at=now + timedelta(seconds=seconds)))
+        s.add(LabRun(lab="ring", status="done", queue="gpu", started_at=now,
+                     finished_at=now + timedelta(seconds=500)))
+        s.add(LabRun(lab="ring", status="queued", queue="gpu"))  # another queue: not ahead
+    ids = [submit(TINY) for _ in range(3)]
+    assert [labqueue.queue_position(i) for i in ids] == [1, 2, 3]
+    assert labqueue.expected_wait_s(ids[0]) is None, "no worker up: no estimate"
+    with session_scope() as s:
+        s.add(LabWorker(name="x:1", host="x", pid=1, queues="cpu", slots=2))
+        s.add(LabWorker(name="y:2", host="y", pid=2, queues="gpu", slots=5))
+        s.add(LabWorker(name="z:3", host="z", pid=3, queues="cpu", slots=9,
+                        heartbeat_at=now - timedelta(minutes=5)))  # gone
+    # Two slots: the first two start in the first round, the third after one run time.
+    assert [labqueue.expected_wait_s(i) for i in ids] == [15.0, 15.0, 30.0]
+    assert labqueue.request_cancel(ids[0])
+    assert [labqueue.queue_position(i) for i in ids] == [None, 1, 2]
+
+
+def test_the_reaper_fails_only_runs_whose_heartbeat_is_stale(stack):
+    now = utcnow()
+    with session_scope() as s:
+        stale = LabRun(lab="ring", status="running", worker="h:1", started_at=now,
+                       heartbeat_at=now - timedelta(seconds=DEAD_AFTER_S + 5))
+        fresh = LabRun(lab="ring", status="running", worker="h:2", started_at=now, heartbeat_at=now)
+        s.add(stale)
+        s.add(fresh)
+        s.flush()
+        stale_id, fresh_id = stale.id, fresh.id
+    assert labqueue.reap() == 1
+    assert labqueue.reap() == 0, "reaping twice changes nothing"
+    assert run(stale_id).status == "failed" and run(stale_id).error["kind"] == "worker_lost"
+    assert run(stale_id).error["worker"] == "h:1"
+    assert run(fresh_id).status == "running"
