@@ -1,4 +1,4 @@
-# make run   — create .venv, install, migrate, start the app on http://localhost:8501
+# make run   — create .venv, install, migrate, start the app on http://localhost:8501 and a lab worker
 # make test  — install the app and test tools (Chromium too, as root), lint, run every test
 # make bench — measure the platform and its labs (see benchmarks/)
 PY      ?= python3
@@ -24,7 +24,11 @@ $(DEVSTAMP): requirements.txt requirements-dev.txt | $(BIN)/python
 migrate: $(STAMP)
 	$(BIN)/python -c "from app.db import get_engine; get_engine()"
 
+# The app and one lab worker together; the worker stops when the app does.
+# On several machines, run each on its own (see the README's multi-machine layout).
 run: migrate
+	@$(BIN)/python -m labs.worker & worker=$$!; \
+	trap 'kill $$worker 2>/dev/null; wait $$worker 2>/dev/null' EXIT INT TERM; \
 	$(BIN)/streamlit run app/main.py --server.port $(PORT) --server.headless true \
 		--browser.gatherUsageStats false
 

@@ -227,18 +227,22 @@ def live_workers(*, session, queue: str) -> list[LabWorker]:
     return [w for w in rows if queue in w.queues.split(",")]
 
 
-def expected_wait_s(run_id: int, *, recent: int = 20) -> float | None:
-    """Seconds until the run starts, from the mean of the queue's last ``recent`` run times.
+def queue_info(run_id: int, *, recent: int = 20) -> tuple[int | None, int, float | None]:
+    """(position, slots, expected wait in seconds) of a waiting run; (None, 0, None) otherwise.
 
-    Runs ahead of it are shared over the live workers' slots; None when nothing
-    has run yet, no worker is up, or the run is not waiting.
+    ``slots``: how many runs of its queue the live workers run at once (0:
+    no worker is up). The runs ahead (running, and queued before it) fill the
+    slots in rounds, each round as long as the mean of the queue's last
+    ``recent`` finished runs; None when nothing has run yet or no worker is up.
     """
     position = queue_position(run_id)
     if position is None:
-        return None
+        return None, 0, None
     with session_scope() as session:
         queue = session.get(LabRun, run_id).queue
         slots = sum(w.slots for w in live_workers(session=session, queue=queue))
+        running = session.exec(select(func.count()).select_from(LabRun).where(
+            LabRun.status == "running", LabRun.queue == queue)).one()
         done = session.exec(
             select(LabRun.started_at, LabRun.finished_at)
             .where(LabRun.queue == queue, LabRun.status == "done", LabRun.started_at.is_not(None),
@@ -246,10 +250,15 @@ def expected_wait_s(run_id: int, *, recent: int = 20) -> float | None:
             .order_by(LabRun.id.desc()).limit(recent)
         ).all()
     if not done or slots == 0:
-        return None
+        return position, slots, None
     mean = sum((end - start).total_seconds() for start, end in done) / len(done)
-    rounds = -(-position // slots)  # the run starts after this many rounds of every slot
-    return rounds * mean
+    ahead = running + position - 1
+    rounds = 0 if ahead < slots else (ahead - slots) // slots + 1
+    return position, slots, rounds * mean
+
+
+def expected_wait_s(run_id: int) -> float | None:
+    return queue_info(run_id)[2]
 
 
 def reap(*, now=None) -> int:
@@ -275,10 +284,30 @@ def reap(*, now=None) -> int:
                                "message": f"no heartbeat from worker {worker} for "
                                           f"{get_settings().lab_dead_after_s} s"})
             ).rowcount
-        # Workers silent for long are gone; their rows would only mislead the wait estimate.
-        session.exec(LabWorker.__table__.delete().where(
-            LabWorker.heartbeat_at < cutoff - timedelta(minutes=10)))
     return count
+
+
+def reap_if_stale(run: LabRun) -> LabRun:
+    """The page's check on the run it shows: reap only when this run's heartbeat is stale.
+
+    So that a run whose worker died ends even when no worker is left to reap
+    it, at the cost of one comparison per poll (no write unless stale).
+    """
+    beat = run.heartbeat_at
+    if run.status == "running" and beat is not None:
+        if beat.tzinfo is None:  # SQLite hands back naive UTC
+            beat = beat.replace(tzinfo=utcnow().tzinfo)
+        if utcnow() - beat > timedelta(seconds=get_settings().lab_dead_after_s) and reap():
+            with session_scope() as session:
+                return session.get(LabRun, run.id)
+    return run
+
+
+def forget_workers() -> None:
+    """Workers silent for ten minutes are gone; their rows would only mislead the wait estimate."""
+    cutoff = utcnow() - timedelta(minutes=10)
+    with session_scope() as session:
+        session.exec(LabWorker.__table__.delete().where(LabWorker.heartbeat_at < cutoff))
 
 
 # --------------------------------------------------------------------------

@@ -1,43 +1,30 @@
-"""Running labs for the web app: a queue with a global limit, outside Streamlit.
+"""Running labs for the web app: validate the request, then hand it to the job queue.
 
-Each lab runs as its own process group, ``python -m labs LAB ... --events F
---out G``, started by a worker thread of this module, never by the Streamlit
-script thread. A rerun or page switch does not touch it; the page polls
-:func:`status`. Cancel kills the whole process group. At most
-``Settings.lab_concurrency`` labs run at once; the rest wait in FIFO order.
-Every run is a :class:`~app.models.LabRun` row: queued, running, then done,
-failed or cancelled.
+The web process never starts a lab. :func:`submit` writes a
+:class:`~app.models.LabRun` row and puts it on the queue (academy/labqueue.py);
+a ``python -m labs.worker`` process, here or on another machine, runs it and
+writes progress and the outcome back to the row. The page polls the row, so
+any app replica can show any run. Cancel sets a flag the worker acts on
+within a second (a queued run is dropped at once).
 
 So that one visitor cannot fill the queue and make everyone else wait, a
 learner (or a guest's browser session) may have ``Settings.lab_max_per_learner``
 labs queued or running, and all visitors together ``Settings.lab_max_queued``;
-both are counted in the database when a run is submitted. A run's working
-directory exists only while it runs, and a finished run leaves no ``Job``
-behind: the database row is the record.
+both are counted in the database when a run is submitted.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 import threading
-import time
-from collections import deque
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
-from sqlmodel import func, select
+from sqlmodel import select
 
+from academy import labqueue
 from app.db import session_scope
-from app.models import LabRun, utcnow
-from app.settings import ROOT, get_settings
+from app.models import LabRun
+from app.settings import get_settings
 from labs.launch import resolve_backend
 from labs.ring import DTYPES
 
@@ -63,56 +50,6 @@ class LabRequestError(ValueError):
     def __init__(self, code: str, **values: Any):
         super().__init__(code)
         self.code, self.values = code, values
-
-
-@dataclass
-class Job:
-    run_id: int
-    lab: str
-    params: dict[str, Any]
-    workdir: Path | None = None  # made when the run starts, removed when it ends
-    proc: subprocess.Popen | None = None
-    cancelled: bool = False
-    started: float | None = None
-    last_event: dict[str, Any] | None = None
-
-
-class _Manager:
-    def __init__(self) -> None:
-        self.lock = threading.Condition()
-        self.queue: deque[Job] = deque()
-        self.running: dict[int, Job] = {}
-        self.jobs: dict[int, Job] = {}
-        self.workers: list[threading.Thread] = []
-
-    def ensure_workers(self) -> None:
-        want = get_settings().lab_concurrency
-        with self.lock:
-            self.workers = [w for w in self.workers if w.is_alive()]
-            while len(self.workers) < want:
-                worker = threading.Thread(target=self._work, name="lab-worker", daemon=True)
-                worker.start()
-                self.workers.append(worker)
-
-    def _work(self) -> None:
-        while True:
-            with self.lock:
-                while not self.queue:
-                    self.lock.wait()
-                job = self.queue.popleft()
-                if job.cancelled:
-                    continue
-                self.running[job.run_id] = job
-            try:
-                _run(job)
-            finally:
-                with self.lock:
-                    self.running.pop(job.run_id, None)
-                    self.jobs.pop(job.run_id, None)  # the LabRun row now holds everything
-                    self.lock.notify_all()
-
-
-_manager = _Manager()
 
 
 def validate(lab: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -146,209 +83,55 @@ def validate(lab: str, params: dict[str, Any]) -> dict[str, Any]:
     return clean
 
 
-def command(lab: str, params: dict[str, Any], workdir: Path) -> list[str]:
-    settings = get_settings()
-    args = [sys.executable, "-m", "labs", lab, "--json", "--timeout", str(settings.lab_timeout_s),
-            "--hang-timeout", str(settings.lab_hang_timeout_s),
-            "--events", str(workdir / "events.jsonl"), "--out", str(workdir / "result.json")]
-    for key, value in params.items():
-        args += [FLAGS[key], str(value)]
-    return args
-
-
-_admit = threading.Lock()
-
-
 def submit(*, lab: str, params: dict[str, Any], learner_id: int | None, machine: dict[str, Any],
            session_runs: list[int] | tuple[int, ...] = ()) -> int:
     """Queue a lab run; returns its LabRun id.
 
-    Refused with a :class:`LabRequestError` when the learner already has
-    ``lab_max_per_learner`` labs queued or running, or ``lab_max_queued`` are
-    queued or running in all. A guest has no learner id: ``session_runs``,
-    the ids its browser session submitted, are what it is counted by. The
-    counts come from the database (not this process's memory), and the lock
-    makes count and insert one step for the server's threads.
+    Refused with a :class:`LabRequestError` when the parameters are not
+    allowed, or by fair use (:func:`academy.labqueue.submit`): the learner's
+    own limit, or the queue's.
     """
     clean = validate(lab, params)
-    settings = get_settings()
-    with _admit, session_scope() as session:
-        active = LabRun.status.in_(ACTIVE)
-        mine = LabRun.learner_id == learner_id if learner_id is not None else LabRun.id.in_(list(session_runs))
-        if session.exec(select(func.count()).select_from(LabRun).where(active, mine)).one() \
-                >= settings.lab_max_per_learner:
-            raise LabRequestError("labs_refused.too_many", limit=settings.lab_max_per_learner)
-        if session.exec(select(func.count()).select_from(LabRun).where(active)).one() >= settings.lab_max_queued:
-            raise LabRequestError("labs_refused.queue_full", limit=settings.lab_max_queued)
-        run = LabRun(learner_id=learner_id, lab=lab, params=clean, machine=machine, status="queued")
-        session.add(run)
-        session.flush()
-        run_id = run.id
-    job = Job(run_id=run_id, lab=lab, params=clean)
-    _manager.ensure_workers()
-    with _manager.lock:
-        _manager.jobs[run_id] = job
-        _manager.queue.append(job)
-        _manager.lock.notify_all()
-    return run_id
-
-
-def _set(run_id: int, **fields: Any) -> None:
-    with session_scope() as session:
-        run = session.get(LabRun, run_id)
-        for key, value in fields.items():
-            setattr(run, key, value)
-        session.add(run)
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    """Stop the lab's whole process group: the CLI and every rank it spawned."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=5)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def _run(job: Job) -> None:
-    """Run the job's CLI to the end, record the outcome, then delete its working directory."""
     try:
-        job.workdir = Path(tempfile.mkdtemp(prefix=f"lab-{job.run_id}-"))
-        _set(job.run_id, status="running", started_at=utcnow())
-        _run_in(job)
-    except Exception as exc:  # noqa: BLE001  (a worker thread must never die with the run left "running")
-        _set(job.run_id, status="failed", finished_at=utcnow(), error={"kind": "crash", "message": repr(exc)})
-    finally:
-        if job.workdir is not None:
-            shutil.rmtree(job.workdir, ignore_errors=True)
-
-
-def _run_in(job: Job) -> None:
-    job.started = time.monotonic()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    log = open(job.workdir / "output.log", "w")  # noqa: SIM115
-    try:
-        job.proc = subprocess.Popen(
-            command(job.lab, job.params, job.workdir), cwd=ROOT, env=env, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )
-        # The CLI bounds itself; this is the backstop if even that hangs.
-        limit = get_settings().lab_timeout_s + 30
-        while job.proc.poll() is None:
-            if job.cancelled or time.monotonic() - job.started > limit:
-                _kill(job.proc)
-                break
-            time.sleep(0.2)
-    finally:
-        log.close()
-    result = _read_json(job.workdir / "result.json")
-    output = (job.workdir / "output.log").read_text(errors="replace")[-4000:]
-    if job.cancelled:
-        _set(job.run_id, status="cancelled", finished_at=utcnow(), error={"kind": "cancelled"})
-    elif result is not None and job.proc.returncode == 0 and not result.get("error"):
-        _set(job.run_id, status="done", finished_at=utcnow(), result=result)
-    else:
-        error = (result or {}).get("error") or {
-            "kind": "crash", "message": output.strip().splitlines()[-1] if output.strip() else "",
-            "exit_code": job.proc.returncode,
-        }
-        _set(job.run_id, status="failed", finished_at=utcnow(), error=error, result=result)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    """The lab's JSON; Infinity/NaN (e.g. an unfittable bandwidth) become None,
-    since PostgreSQL's JSON type does not accept them."""
-    try:
-        return json.loads(path.read_text(), parse_constant=lambda _name: None)
-    except (OSError, ValueError):
-        return None
+        return labqueue.submit(lab=lab, params=clean, learner_id=learner_id, machine=machine,
+                               session_runs=session_runs)
+    except labqueue.QueueFull as err:
+        raise LabRequestError(err.code, **err.values) from None
+    except Exception as exc:  # noqa: BLE001  (the queue's storage is down: say so, do not crash)
+        raise LabRequestError("labs_refused.queue_unavailable") from exc
 
 
 def progress(run_id: int) -> dict[str, Any] | None:
-    """The newest progress event of a running lab."""
-    job = _manager.jobs.get(run_id)
-    if job is None:
-        return None
-    if job.workdir is None:  # still queued: nothing written yet
-        return job.last_event
-    path = job.workdir / "events.jsonl"
-    try:
-        with path.open() as fh:
-            lines = fh.read().splitlines()
-    except OSError:
-        return job.last_event
-    for line in reversed(lines):
-        try:
-            job.last_event = json.loads(line)
-            break
-        except ValueError:
-            continue  # a line still being written
-    return job.last_event
+    """The newest progress event of a running lab, as its worker last wrote it."""
+    run = get_run(run_id)
+    return run.progress if run is not None else None
 
 
 def queue_position(run_id: int) -> int | None:
-    """1 for the next to start; None when not waiting."""
-    with _manager.lock:
-        for i, job in enumerate(_manager.queue, 1):
-            if job.run_id == run_id:
-                return i
-    return None
+    """1 for the next to start in its queue; None when not waiting."""
+    return labqueue.queue_position(run_id)
+
+
+def queue_info(run_id: int) -> tuple[int | None, int, float | None]:
+    """(position, slots of the live workers, expected wait in seconds or None) of a waiting run."""
+    return labqueue.queue_info(run_id)
 
 
 def cancel(run_id: int) -> bool:
     """Stop a run: a queued one is dropped at once, a running one is killed by its worker."""
-    with _manager.lock:
-        job = _manager.jobs.get(run_id)
-        if job is None:
-            return False
-        job.cancelled = True
-        if job in _manager.queue:
-            _manager.queue.remove(job)
-            del _manager.jobs[run_id]
-            _set(run_id, status="cancelled", finished_at=utcnow(), error={"kind": "cancelled"})
-    return True
+    return labqueue.request_cancel(run_id)
 
 
 def get_run(run_id: int) -> LabRun | None:
+    """The run's row; a running one whose worker has died is failed on the way (reaper)."""
     with session_scope() as session:
-        return session.get(LabRun, run_id)
-
-
-def child_pids(run_id: int) -> list[int]:
-    """Process ids still alive in the run's process group (for tests and checks)."""
-    job = _manager.jobs.get(run_id)
-    if job is None or job.proc is None:
-        return []
-    pgid = job.proc.pid
-    alive = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if os.getpgid(int(entry.name)) == pgid:
-                    alive.append(int(entry.name))
-            except (ProcessLookupError, PermissionError):
-                continue
-    return alive
+        run = session.get(LabRun, run_id)
+    return labqueue.reap_if_stale(run) if run is not None else None
 
 
 def recover_after_restart() -> int:
-    """Runs left queued or running by a previous server process can never finish: say so."""
-    with session_scope() as session:
-        stale = session.exec(select(LabRun).where(LabRun.status.in_(("queued", "running")))).all()
-        live = set(_manager.jobs)
-        count = 0
-        for run in stale:
-            if run.id not in live:
-                run.status, run.finished_at = "failed", utcnow()
-                run.error = {"kind": "restart"}
-                session.add(run)
-                count += 1
-    return count
+    """Runs whose worker died are failed with the reason; queued runs wait on (the queue is durable)."""
+    return labqueue.reap()
 
 
 def history(*, learner_id: int, limit: int = 20) -> list[LabRun]:
@@ -385,9 +168,9 @@ def recover_after_restart_once() -> None:
 
 
 def active_run_id(*, learner_id: int) -> int | None:
-    """The learner's newest queued or running lab in this server process, if any."""
+    """The learner's newest queued or running lab, if any (from any server process)."""
     with session_scope() as session:
         run = session.exec(select(LabRun).where(LabRun.learner_id == learner_id,
                                                 LabRun.status.in_(("queued", "running")))
                            .order_by(LabRun.id.desc())).first()
-    return run.id if run is not None and run.id in _manager.jobs else None
+    return run.id if run is not None else None

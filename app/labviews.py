@@ -188,8 +188,8 @@ def failure(run: LabRun) -> None:
     if kind == "cancelled":
         st.warning(t("labs.cancelled"))
         return
-    if kind == "restart":
-        st.warning(t("labs.restart"))
+    if kind in ("restart", "worker_lost", "worker_stopped"):  # the machine, not the lab
+        st.warning(t(f"labs.{kind}"))
         return
     st.error(t("labs.failed"))
     rank = err.get("rank")

@@ -2,7 +2,10 @@
 
 One place that starts it, waits for its health check and stops its whole
 process group; it can be killed and started again on the same port,
-database and secrets (the server-restart fault test).
+database and secrets (the server-restart fault test). Like ``make run`` it
+starts one lab worker (``python -m labs.worker``) beside the app, on the same
+database and queue, unless ``worker=False``; killing the app leaves the worker
+running, as on separate machines.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ class AppServer:
     """``base`` holds the database, secrets and ``server.log``; ``env`` adds to the defaults."""
 
     def __init__(self, base: Path, *, port: int | None = None, env: dict[str, str] | None = None,
-                 script: Path | None = None):
+                 script: Path | None = None, worker: bool = True):
         self.base = base
         self.script = script or ROOT / "app" / "main.py"  # another script: the empty-page yardstick
         self.port = port or free_port()
@@ -38,9 +41,17 @@ class AppServer:
                     "SECRETS_DIR": str(base / "secrets"), "PUBLIC_URL": self.url, **(env or {})}
         self.log = base / "server.log"
         self.proc: subprocess.Popen | None = None
+        self.want_worker = worker
+        self.worker: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60) -> None:
         """Start and wait until ``/_stcore/health`` answers; RuntimeError with the log's tail if not."""
+        if self.want_worker and (self.worker is None or self.worker.poll() is not None):
+            with open(self.base / "worker.log", "a") as log:
+                self.worker = subprocess.Popen(
+                    [sys.executable, "-m", "labs.worker"], cwd=ROOT, env=self.env, stdout=log,
+                    stderr=subprocess.STDOUT, start_new_session=True,
+                )
         with open(self.log, "a") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "streamlit", "run", str(self.script),
@@ -65,10 +76,13 @@ class AppServer:
         self.proc.wait()
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.kill()
+        """Stop the app, then the worker (which records any lab still going as stopped)."""
+        for proc in (self.proc, self.worker):
+            if proc is None or proc.poll() is not None:
+                continue
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()

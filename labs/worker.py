@@ -118,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 labqueue.register_worker(state, queues=queues, slots=sum(slots[q] for q in queues))
                 labqueue.reap()
+                labqueue.forget_workers()
             except Exception:  # noqa: BLE001  (a database hiccup must not stop the worker)
                 log.exception("heartbeat or reap failed")
             if stop.wait(labqueue.REAP_EVERY_S):

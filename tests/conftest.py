@@ -64,6 +64,17 @@ def app_db(tmp_path, monkeypatch):
     yield from use_database(monkeypatch, DATABASE_URL=f"sqlite:///{tmp_path / 'app.db'}")
 
 
+@pytest.fixture
+def lab_worker(app_db, tmp_path):
+    """A ``python -m labs.worker`` on the test's database: the labs a test submits run there."""
+    from tests.labstack import Worker
+
+    worker = Worker(tmp_path, {}, "--concurrency", "1")  # the test's environment, app_db's database
+    worker.wait_ready()
+    yield worker
+    worker.stop()
+
+
 @pytest.fixture(scope="session")
 def artifacts() -> Path:
     ARTIFACTS.mkdir(exist_ok=True)

@@ -152,3 +152,87 @@ def processes_with_env(key: str, value: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+# --------------------------------------------------------------------------
+# A web process under load: ``python -m tests.labstack LEARNERS LABS_EACH NAME``
+
+
+def learners_main(argv: list[str] | None = None) -> None:
+    """Sign up LEARNERS learners, each submits LABS_EACH tiny labs through the web side's
+    code and polls the database until they end, as the page does; print one JSON line.
+
+    A thread watches this process's children the whole time: a web process must
+    never have one (the ranks belong under a worker).
+    """
+    import argparse
+    import json
+    import threading
+
+    from app import labjobs
+    from app.db import session_scope
+    from app.models import LabRun, Learner
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("learners", type=int)
+    parser.add_argument("labs_each", type=int)
+    parser.add_argument("name")
+    args = parser.parse_args(argv)
+    me, children, stop_watch = os.getpid(), set(), threading.Event()
+
+    def watch() -> None:
+        while not stop_watch.is_set():
+            for entry in os.listdir("/proc"):
+                if entry.isdigit() and parent_of(int(entry)) == me:
+                    children.add((int(entry), " ".join(cmdline(int(entry)))))
+            stop_watch.wait(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    with session_scope() as s:
+        ids = []
+        for i in range(args.learners):
+            learner = Learner(email=f"{args.name}-{i}@example.org", password_hash="-")
+            s.add(learner)
+            s.flush()
+            ids.append(learner.id)
+    runs: list[int] = []
+    refused: list[str] = []
+    lock = threading.Lock()
+
+    def learner(learner_id: int) -> None:
+        for _ in range(args.labs_each):
+            try:
+                run_id = labjobs.submit(lab="ring", params={"world_size": 2, "size": 1024},
+                                        learner_id=learner_id, machine={})
+            except labjobs.LabRequestError as err:
+                with lock:
+                    refused.append(err.code)
+                continue
+            with lock:
+                runs.append(run_id)
+        while True:  # the page's poll, once a second here twice
+            with session_scope() as s:
+                mine = s.exec(select_runs(learner_id)).all()
+            if all(r.status in TERMINAL for r in mine):
+                return
+            time.sleep(0.5)
+
+    def select_runs(learner_id: int):
+        from sqlmodel import select
+
+        return select(LabRun).where(LabRun.learner_id == learner_id)
+
+    threads = [threading.Thread(target=learner, args=(i,)) for i in ids]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stop_watch.set()
+    watcher.join()
+    print(json.dumps({"pid": me, "runs": sorted(runs), "refused": refused,
+                      "children": sorted(children)}))
+
+
+if __name__ == "__main__":
+    learners_main()

@@ -261,10 +261,14 @@ def test_queue_position_and_expected_wait_come_from_the_database(stack):
         s.add(LabWorker(name="y:2", host="y", pid=2, queues="gpu", slots=5))
         s.add(LabWorker(name="z:3", host="z", pid=3, queues="cpu", slots=9,
                         heartbeat_at=now - timedelta(minutes=5)))  # gone
-    # Two slots: the first two start in the first round, the third after one run time.
-    assert [labqueue.expected_wait_s(i) for i in ids] == [15.0, 15.0, 30.0]
+    # Two slots, both free: the first two start at once, the third after one run time.
+    assert [labqueue.queue_info(i) for i in ids] == [(1, 2, 0.0), (2, 2, 0.0), (3, 2, 15.0)]
+    with session_scope() as s:  # one slot taken by a running lab: everyone moves a round on
+        s.add(LabRun(lab="ring", status="running", queue="cpu", started_at=now, heartbeat_at=now))
+    assert [labqueue.expected_wait_s(i) for i in ids] == [0.0, 15.0, 15.0]
     assert labqueue.request_cancel(ids[0])
     assert [labqueue.queue_position(i) for i in ids] == [None, 1, 2]
+    assert labqueue.queue_info(ids[0]) == (None, 0, None)
 
 
 def test_the_reaper_fails_only_runs_whose_heartbeat_is_stale(stack):

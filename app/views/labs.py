@@ -71,8 +71,13 @@ def live(run_id: int) -> None:
     if run is None or run.status not in ("queued", "running"):
         st.rerun(scope="app")
     if run.status == "queued":
-        position = labjobs.queue_position(run_id)
-        st.info(t("labs.queued", position=position or 1, count=settings.lab_concurrency))
+        position, slots, wait = labjobs.queue_info(run_id)
+        if slots:
+            st.info(t("labs.queued", position=position or 1, count=slots))
+        else:
+            st.warning(t("labs.no_worker", position=position or 1))
+        if wait is not None:
+            st.caption(t("labs.expected_wait", seconds=round(wait)))
     else:
         event = labjobs.progress(run_id) or {}
         fraction = event.get("fraction")
