@@ -34,6 +34,7 @@ class Config:
     tcp_repeats: int = 5
     # Labs.
     lab_repeats: int = 3
+    queue_labs: int = 6  # labs submitted at once per worker count (the queue rows)
     ddp_world_sizes: tuple[int, ...] = (1, 2, 4)
     ddp_steps: int | None = None  # None: labs.ddp's own default
     # Platform.
@@ -52,7 +53,7 @@ class Config:
     @classmethod
     def quick_mode(cls) -> Config:
         return cls(quick=True, min_bytes=16 * KiB, max_bytes=8 * MiB, factor=8, warmup=1,
-                   iters=3, sweeps=1, tcp_bytes=64 * MiB, tcp_repeats=3, lab_repeats=1,
+                   iters=3, sweeps=1, tcp_bytes=64 * MiB, tcp_repeats=3, lab_repeats=1, queue_labs=3,
                    ddp_steps=5, quiz_attempts=5, pdfs=2, certificates=10_000, lookups=1_000,
                    pages=("home", "quiz", "verify"), page_repeats=1,
                    load_learners=4, load_browsers=0, load_seconds=5.0,

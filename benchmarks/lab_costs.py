@@ -9,7 +9,10 @@
   ``python -c "import torch"`` every new process pays;
 - ddp: ``labs.ddp``'s ``scaling`` section (weak scaling on 1, 2, 4 ranks)
   and its ``breakdown`` (naive all-reduce after backward vs DDP's
-  overlapped buckets: the step time ratio).
+  overlapped buckets: the step time ratio);
+- queue: a tiny ring lab through the job queue (``academy.labqueue``) at 1, 2
+  and 3 workers: alone (end to end, beside the bare ``python -m labs`` run:
+  the queue's overhead) and in a burst (median queue wait and end to end).
 """
 
 from __future__ import annotations
@@ -114,3 +117,108 @@ def ddp(cfg: Config) -> dict:
             "naive_step_ms": b["naive"]["total"], "ddp_step_ms": b["ddp"]["total"],
             "overlap_vs_naive_step_ratio": b["ddp"]["total"] / b["naive"]["total"],
             "comm_hidden_ms": b["comm_hidden_by_overlap"], "wall_s": outcome.wall_s}
+
+
+QUEUE_LAB = {"world_size": 2, "size": 1024}
+
+
+def _bare_lab() -> None:
+    subprocess.run([sys.executable, "-m", "labs", "ring", "--world-size", "2", "--size", "1024"],
+                   cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _wait_for(check, what: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def queue(cfg: Config, base: Path) -> dict:
+    """What the job queue adds: a tiny ring lab through ``labqueue.submit`` and 1, 2, 3 workers.
+
+    At each worker count: one lab alone on an idle queue (its end-to-end time
+    beside the bare ``python -m labs`` run is the queue's overhead), then a
+    burst of ``cfg.queue_labs`` labs at once (median wait in the queue and
+    median end-to-end time, both from the run rows' timestamps). Each count
+    gets its own embedded stack (SQLite database and queue) and its own workers.
+    """
+    import os
+    import signal
+
+    from sqlmodel import func, select
+
+    from academy import labqueue
+    from app.db import get_engine, session_scope
+    from app.models import LabRun, LabWorker
+    from app.settings import get_settings
+    from benchmarks.common import use_database
+
+    bare = median_time(_bare_lab, cfg.lab_repeats)
+    saved = {k: os.environ.get(k) for k in ("DATABASE_URL", "LAB_MAX_QUEUED", "LAB_MAX_PER_LEARNER")}
+    os.environ.update(LAB_MAX_QUEUED="1000", LAB_MAX_PER_LEARNER="1000")
+    per_workers: dict[str, dict] = {}
+
+    def ended(ids: list[int]) -> bool:
+        with session_scope() as s:
+            return s.exec(select(func.count()).select_from(LabRun).where(
+                LabRun.id.in_(ids), LabRun.status.in_(labqueue.TERMINAL))).one() == len(ids)
+
+    def rows(ids: list[int]) -> list[LabRun]:
+        with session_scope() as s:
+            return list(s.exec(select(LabRun).where(LabRun.id.in_(ids))))
+
+    try:
+        for n in (1, 2, 3):
+            folder = base / f"queue-{n}"
+            folder.mkdir()
+            use_database(f"sqlite:///{folder / 'app.db'}")
+            get_engine()  # migrated before the workers open it
+            workers = [subprocess.Popen([sys.executable, "-m", "labs.worker", "--concurrency", "1"],
+                                        cwd=ROOT, env=dict(os.environ), start_new_session=True,
+                                        stdout=open(folder / f"worker-{i}.log", "w"),  # noqa: SIM115
+                                        stderr=subprocess.STDOUT)
+                       for i in range(n)]
+            try:
+                def up() -> bool:
+                    with session_scope() as s:
+                        return s.exec(select(func.count()).select_from(LabWorker)).one() == n  # noqa: B023
+
+                _wait_for(up, f"{n} workers")
+                submit = lambda: labqueue.submit(lab="ring", params=QUEUE_LAB,  # noqa: E731
+                                                 learner_id=None, machine={})
+                alone = [submit()]
+                _wait_for(lambda: ended(alone), "the lone lab")  # noqa: B023
+                burst = [submit() for _ in range(cfg.queue_labs)]
+                _wait_for(lambda: ended(burst), "the burst")  # noqa: B023
+            finally:
+                for w in workers:
+                    os.killpg(w.pid, signal.SIGTERM)
+                for w in workers:
+                    w.wait(timeout=60)
+            one = rows(alone)[0]
+            done = [r for r in rows(burst) if r.status == "done"]
+            if one.status != "done" or len(done) != len(burst):
+                raise RuntimeError(f"{n} workers: a lab failed")
+            per_workers[str(n)] = {
+                "single_end_to_end_s": (one.finished_at - one.created_at).total_seconds(),
+                "single_queue_wait_s": (one.started_at - one.created_at).total_seconds(),
+                "burst_queue_wait_s": statistics.median(
+                    (r.started_at - r.created_at).total_seconds() for r in done),
+                "burst_end_to_end_s": statistics.median(
+                    (r.finished_at - r.created_at).total_seconds() for r in done),
+                "burst_total_s": (max(r.finished_at for r in done)
+                                  - min(r.created_at for r in done)).total_seconds(),
+            }
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            elif key != "DATABASE_URL":
+                os.environ[key] = value
+        if saved["DATABASE_URL"]:
+            use_database(saved["DATABASE_URL"])
+        get_settings.cache_clear()
+    return {"lab": "ring", **QUEUE_LAB, "burst": cfg.queue_labs, "bare_cli_s": bare,
+            "workers": per_workers}

@@ -113,6 +113,19 @@ def labs(lab: dict) -> list[Row]:
         rows.append((s, f"DDP step, overlapped buckets vs naive sync ({ddp['breakdown_world_size']} ranks)",
                      f"{_num(ddp['ddp_step_ms'])} ms", f"naive {_num(ddp['naive_step_ms'])} ms",
                      f"{_num(ddp['overlap_vs_naive_step_ratio'])}x"))
+    q = lab.get("queue")
+    if isinstance(q, str):
+        rows.append(_missing(s, "lab through the job queue", q))
+    elif q:
+        what = f"ring lab ({q['world_size']} ranks, {_size(q['size'])}) through the queue"
+        for n, r in q["workers"].items():
+            rows.append((s, f"{what}, {n} worker(s): one alone, end to end",
+                         f"{_num(r['single_end_to_end_s'])} s",
+                         f"bare `python -m labs` {_num(q['bare_cli_s'])} s",
+                         f"{r['single_end_to_end_s'] - q['bare_cli_s']:+.2f} s"))
+            rows.append((s, f"{what}, {n} worker(s): {q['burst']} at once, wait · end to end (medians)",
+                         f"{_num(r['burst_queue_wait_s'])} s · {_num(r['burst_end_to_end_s'])} s",
+                         f"all {q['burst']} done in {_num(r['burst_total_s'])} s", ""))
     return rows
 
 

@@ -23,6 +23,8 @@ FIT = ("alpha_us", "bandwidth_GBps", "bandwidth_of_tcp")
 LAUNCH = ("wall_s", "collective_s", "overhead_s", "first_progress_in_process_s")
 FIRST_EVENT = ("first_progress_cli_s", "python_import_torch_s")
 DDP = ("naive_step_ms", "ddp_step_ms", "overlap_vs_naive_step_ratio")
+QUEUE = ("single_end_to_end_s", "single_queue_wait_s", "burst_queue_wait_s", "burst_end_to_end_s",
+         "burst_total_s")
 QUIZ = ("engine_ms", "store_sqlite_ms")
 CERTIFICATE = ("sign_ms", "qr_ms", "issue_ms", "render_ms", "total_ms")
 VERIFICATION = ("lookups_per_s", "raw_select_per_s", "ed25519_verify_per_s", "valid_fraction")
@@ -101,6 +103,10 @@ def test_labs_have_every_figure(quick):
         assert set(labs["ddp"]["scaling"]) == {"1", "2", "4"}
         for n, row in labs["ddp"]["scaling"].items():
             part(row, ("efficiency", "samples_per_s"), f"labs.ddp.scaling.{n}")
+    if part(labs["queue"], ("bare_cli_s",), "labs.queue"):
+        assert set(labs["queue"]["workers"]) == {"1", "2", "3"}
+        for n, row in labs["queue"]["workers"].items():
+            part(row, QUEUE, f"labs.queue.workers.{n}")
 
 
 @pytest.mark.slow
