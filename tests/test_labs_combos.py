@@ -130,7 +130,7 @@ def test_the_form_offers_what_this_test_covers(app_db):
         [t(f"labs.lab_{lab}") for lab in labjobs.LABS]
 
 
-def test_each_algorithm_bench_and_ddp_run_from_the_form_and_are_drawn(app_db):
+def test_each_algorithm_bench_and_ddp_run_from_the_form_and_are_drawn(lab_worker):
     at = open_page("labs")
     for algo in ALGOS:
         choose(at, "labs.algo", algo)

@@ -10,6 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 from app import charts, i18n, labjobs
 from tests.apptest import MAIN, open_page
+from tests.labstack import descendants, is_lab
 from tests.procs import gone
 
 LABELS = {k: k for k in ["rank", "chunk", "holds", "start", "play", "pause", "step", "reduce-scatter",
@@ -43,7 +44,7 @@ def poll(at: AppTest, until, timeout: float = 90) -> None:
     raise AssertionError("the page never showed the expected result")
 
 
-def test_page_runs_a_two_rank_ring_and_shows_the_animation(app_db):
+def test_page_runs_a_two_rank_ring_and_shows_the_animation(lab_worker):
     at = open_labs("zh")
     [b for b in at.button if b.label == i18n.t("labs.run", "zh")][0].click()
     at.run()
@@ -54,7 +55,7 @@ def test_page_runs_a_two_rank_ring_and_shows_the_animation(app_db):
 
 
 @pytest.mark.parametrize("algo", ["ring", "pipelined"])
-def test_animation_replays_a_real_four_rank_trace(app_db, algo):
+def test_animation_replays_a_real_four_rank_trace(lab_worker, algo):
     run_id = labjobs.submit(lab="ring", params={"world_size": 4, "size": 4 * 1001, "algo": algo},
                             learner_id=None, machine={})
     assert wait(run_id) == "done"
@@ -80,7 +81,7 @@ def test_animation_replays_a_real_four_rank_trace(app_db, algo):
     assert all(c[2] == 1 for c in first.customdata)
 
 
-def test_naive_animation_moves_whole_buffers_as_the_real_trace_says(app_db):
+def test_naive_animation_moves_whole_buffers_as_the_real_trace_says(lab_worker):
     run_id = labjobs.submit(lab="ring", params={"world_size": 4, "size": 4 * 1001, "algo": "naive"},
                             learner_id=None, machine={})
     assert wait(run_id) == "done"
@@ -116,11 +117,7 @@ def test_schedule_replay_completes_for_any_world_size(world_size):
     assert all(c == world_size for row in states[-1].counts() for c in row)
 
 
-def test_second_lab_waits_its_turn_and_cancel_leaves_no_process(app_db, monkeypatch):
-    monkeypatch.setenv("LAB_MAX_CONCURRENT", "1")
-    from app.settings import get_settings
-
-    get_settings.cache_clear()
+def test_second_lab_waits_its_turn_and_cancel_leaves_no_process(lab_worker):
     hang = labjobs.submit(lab="ring", params={"world_size": 2, "fail_mode": "hang", "fail_rank": 1,
                                               "fail_at_step": 0}, learner_id=None, machine={})
     second = labjobs.submit(lab="ring", params={"world_size": 2}, learner_id=None, machine={})
@@ -130,15 +127,15 @@ def test_second_lab_waits_its_turn_and_cancel_leaves_no_process(app_db, monkeypa
     time.sleep(1.0)
     assert labjobs.get_run(second).status == "queued"
     assert labjobs.queue_position(second) == 1
-    pids = labjobs.child_pids(hang)
-    assert pids, "the hanging lab has live processes"
+    pids = [p for p in descendants(lab_worker.pid) if is_lab(p)]  # one lab at a time: hang's
+    assert pids, "the hanging lab has live processes, under the worker"
     labjobs.cancel(hang)
     assert wait(hang) == "cancelled"
     assert all(gone(pid) for pid in pids), "every process of the cancelled lab has exited"
     assert wait(second) == "done"
 
 
-def test_injected_crash_shows_a_message_naming_the_rank(app_db):
+def test_injected_crash_shows_a_message_naming_the_rank(lab_worker):
     at = open_labs("en")
     run_id = labjobs.submit(lab="ring", params={"world_size": 2, "fail_mode": "crash", "fail_rank": 1,
                                                 "fail_at_step": 1}, learner_id=None, machine={})
