@@ -121,3 +121,28 @@ def test_the_progress_tail_reads_only_whole_new_lines(tmp_path: Path):
         fh.flush()
         assert tail.latest() == {"step": 3}, "the half line, once whole"
     assert tail.last == {"step": 3}
+
+
+def test_migration_0004_goes_down_and_up_again(engine):
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import inspect
+
+    from app.settings import ROOT
+
+    def state():
+        found = inspect(engine)
+        return {c["name"] for c in found.get_columns("labrun")}, "labworker" in found.get_table_names()
+
+    added = {"queue", "worker", "heartbeat_at", "progress", "cancel_requested"}
+    assert state() == (state()[0] | added, True)
+    cfg = Config(str(ROOT / "alembic.ini"))
+    cfg.set_main_option("script_location", str(ROOT / "app" / "migrations"))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0004-1")
+    assert not added & state()[0] and state()[1] is False
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+    assert added <= state()[0] and state()[1] is True
