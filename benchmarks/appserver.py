@@ -4,8 +4,8 @@ One place that starts it, waits for its health check and stops its whole
 process group; it can be killed and started again on the same port,
 database and secrets (the server-restart fault test). Like ``make run`` it
 starts one lab worker (``python -m labs.worker``) beside the app, on the same
-database and queue, unless ``worker=False``; killing the app leaves the worker
-running, as on separate machines.
+database and queue (for the app itself, unless ``worker=False``); killing the
+app leaves the worker running, as on separate machines.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class AppServer:
     """``base`` holds the database, secrets and ``server.log``; ``env`` adds to the defaults."""
 
     def __init__(self, base: Path, *, port: int | None = None, env: dict[str, str] | None = None,
-                 script: Path | None = None, worker: bool = True):
+                 script: Path | None = None, worker: bool | None = None):
         self.base = base
         self.script = script or ROOT / "app" / "main.py"  # another script: the empty-page yardstick
         self.port = port or free_port()
@@ -41,7 +41,7 @@ class AppServer:
                     "SECRETS_DIR": str(base / "secrets"), "PUBLIC_URL": self.url, **(env or {})}
         self.log = base / "server.log"
         self.proc: subprocess.Popen | None = None
-        self.want_worker = worker
+        self.want_worker = script is None if worker is None else worker  # not for a yardstick page
         self.worker: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60) -> None:
