@@ -32,7 +32,7 @@ class Settings(BaseSettings):
     # Sign-in rate limit: at most this many failures per e-mail in the window.
     signin_max_failures: int = 5
     signin_window_s: int = 300
-    # Labs: how many may run at once (0 = derived from the CPU count), and
+    # Labs: how many CPU labs one worker runs at once (0 = derived from the CPU count), and
     # the wall-clock limit of one run.
     lab_max_concurrent: int = 0
     lab_timeout_s: int = 120
