@@ -43,9 +43,6 @@ class Settings(BaseSettings):
     # 0: the client is the peer address of the websocket (no proxy, or a proxy we
     # cannot tell apart, which then counts as one client for everybody).
     trusted_proxy_hops: int = 0
-    # Production: the host names the app answers to (Host header of the websocket),
-    # comma-separated; empty accepts any. See README "Security".
-    allowed_hosts: str = ""
     # Labs: how many may run at once (0 = derived from the CPU count), and
     # the wall-clock limit of one run.
     lab_max_concurrent: int = 0

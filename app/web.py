@@ -86,10 +86,14 @@ class SecurityHeaders:
 
 
 def middleware() -> list[Middleware]:
-    """The middleware for ``st.App``: a host allow-list when ``ALLOWED_HOSTS`` is set
-    (refuses requests and websockets for other Host headers), then the headers."""
+    """The middleware for ``st.App``: the headers, and in front of them Streamlit's own
+    ``server.allowedHosts`` (which guards only its websocket) applied to every HTTP request
+    too, so one list in ``.streamlit/config.toml`` / ``STREAMLIT_SERVER_ALLOWED_HOSTS`` says
+    which Host headers the app answers (DNS rebinding)."""
+    from streamlit import config
+
     stack = [Middleware(SecurityHeaders)]
-    hosts = [h.strip() for h in get_settings().allowed_hosts.split(",") if h.strip()]
+    hosts = [h for h in config.get_option("server.allowedHosts") or [] if h and h != "*"]
     if hosts:
         stack.insert(0, Middleware(TrustedHostMiddleware, allowed_hosts=hosts))
     return stack

@@ -17,7 +17,7 @@ from app import i18n, web
 PASSWORD = "a long enough password"
 
 
-def _call(app, path: str) -> tuple[int, dict[str, str]]:
+def _call(app, path: str, host: str = "127.0.0.1") -> tuple[int, dict[str, str]]:
     """Run an ASGI app once for GET ``path``; its status and headers."""
     sent: list[dict] = []
 
@@ -27,7 +27,8 @@ def _call(app, path: str) -> tuple[int, dict[str, str]]:
     async def send(message) -> None:  # noqa: ANN001
         sent.append(message)
 
-    scope = {"type": "http", "method": "GET", "path": path, "headers": [], "query_string": b""}
+    scope = {"type": "http", "method": "GET", "path": path, "headers": [(b"host", host.encode())],
+             "query_string": b""}
     asyncio.run(app(scope, receive, send))
     start = next(m for m in sent if m["type"] == "http.response.start")
     return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}
@@ -60,20 +61,24 @@ def test_every_response_gets_the_headers_and_hsts_only_over_https(monkeypatch, p
         get_settings.cache_clear()
 
 
-def test_allowed_hosts_refuse_other_host_headers(monkeypatch):
+def test_allowed_hosts_refuse_other_host_headers():
     from starlette.middleware.trustedhost import TrustedHostMiddleware
+    from streamlit import config
 
-    from app.settings import get_settings
-
-    monkeypatch.setenv("ALLOWED_HOSTS", "academy.example.org")
-    get_settings.cache_clear()
+    assert config.get_option("server.allowedHosts") == ["localhost", "127.0.0.1"]  # .streamlit/config.toml
+    before = config.get_option("server.allowedHosts")
+    config.set_option("server.allowedHosts", ["academy.example.org"])
     try:
         stack = web.middleware()
     finally:
-        monkeypatch.undo()
-        get_settings.cache_clear()
+        config.set_option("server.allowedHosts", before)
     assert [m.cls for m in stack] == [TrustedHostMiddleware, web.SecurityHeaders]
-    assert [m.cls for m in web.middleware()] == [web.SecurityHeaders]
+    assert stack[0].kwargs["allowed_hosts"] == ["academy.example.org"]
+    guarded = TrustedHostMiddleware(web.SecurityHeaders(_plain_app), allowed_hosts=["academy.example.org"])
+    status, _ = _call(guarded, "/", host="evil.example")
+    assert status == 400
+    status, _ = _call(guarded, "/", host="academy.example.org")
+    assert status == 200
 
 
 @pytest.mark.parametrize(("public_url", "name", "secure"), [
