@@ -181,6 +181,8 @@ def test_admin_page_is_not_there_for_guests_and_learners(server, browser, on_ser
         if who is not None:
             _sign_in(page, server, who)
             kit.see(page, re.compile(re.escape(t("account.welcome", name=who.split("@")[0]))))
+            # The cookie is written by the end of that run; the next page load needs it.
+            page.wait_for_function("() => document.cookie.includes('dpa_session=')", timeout=kit.WAIT)
         page.goto(f"{server.url}/admin?lang=en")
         kit.wait_app(page)
         if who == "real-admin@example.org":  # the control: the same URL works for an admin
@@ -287,6 +289,31 @@ def test_ending_a_session_ends_it_in_every_open_tab(app_db, how):
     if how == "change_password":  # the tab that changed it (and its token's tabs) stay signed in
         acting.run()
         assert _signed_in(acting)
+
+
+@pytest.mark.browser
+def test_sign_out_ends_the_other_tab_at_its_next_click(server, browser, on_server_db):  # noqa: F811
+    """F-5 in a real browser: tab 2 (no reload) is a guest at its next navigation."""
+    from tests import browserkit as kit
+
+    email = "two-tabs@example.org"
+    _make_learner(email)
+    ctx, page = new_page(browser)
+    _sign_in(page, server, email)
+    welcome = re.compile(re.escape(t("account.welcome", name="two-tabs")))
+    kit.see(page, welcome)
+    page.wait_for_function("() => document.cookie.includes('dpa_session=')", timeout=kit.WAIT)
+    tab2 = ctx.new_page()
+    tab2.goto(f"{server.url}/account?lang=en")
+    kit.wait_app(tab2)
+    kit.see(tab2, welcome)
+    kit.button(kit.main(page), "account.sign_out", "en").click()
+    kit.alert(page, t("account.signed_out"))
+    kit.nav(tab2, "nav.quiz", "en")
+    kit.alert(tab2, t("account.session_ended"))
+    sidebar = tab2.get_by_test_id("stSidebar").inner_text()
+    assert t("account.guest") in sidebar and "two-tabs" not in sidebar
+    ctx.close()
 
 
 def test_a_redeemed_admin_token_makes_an_admin_once(app_db):

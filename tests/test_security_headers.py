@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 import urllib.error
 import urllib.request
 
@@ -29,7 +30,10 @@ def _call(app, path: str, host: str = "127.0.0.1") -> tuple[int, dict[str, str]]
 
     scope = {"type": "http", "method": "GET", "path": path, "headers": [(b"host", host.encode())],
              "query_string": b""}
-    asyncio.run(app(scope, receive, send))
+    # In a thread of its own: Playwright's sync API may hold an event loop in this one.
+    worker = threading.Thread(target=asyncio.run, args=(app(scope, receive, send),))
+    worker.start()
+    worker.join()
     start = next(m for m in sent if m["type"] == "http.response.start")
     return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}
 
