@@ -29,7 +29,7 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from email_validator import EmailNotValidError, validate_email
 from itsdangerous import BadSignature, URLSafeTimedSerializer
-from sqlalchemy import case, update
+from sqlalchemy import case, delete, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
@@ -183,6 +183,15 @@ def _bump(session: Session, key: str, delta: int = 1) -> int:
     return got
 
 
+def prune_counters(*, session: Session) -> int:
+    """Delete counters whose window has ended (they would restart at 1 anyway), so that
+    spraying many addresses does not grow the table for good. Sign-ins call it now and then."""
+    cutoff = utcnow() - timedelta(seconds=get_settings().signin_window_s)
+    gone = session.execute(delete(SigninCounter).where(col(SigninCounter.window_start) < cutoff)).rowcount
+    session.commit()
+    return gone
+
+
 def _reserve(session: Session, limits: list[tuple[str, int]]) -> list[str]:
     """Count one attempt against each (key, limit); refuse if any is over its limit.
 
@@ -248,6 +257,8 @@ def sign_in(*, session: Session, email: str, password: str, client: str = "local
     if it succeeds, so attempts still being checked count too.
     """
     email = normalise_email(email)
+    if secrets.randbelow(100) == 0:
+        prune_counters(session=session)
     taken = _reserve(session, _signin_limits(email, client))
     learner = session.exec(select(Learner).where(Learner.email == email)).first()
     stored_hash = learner.password_hash if learner else _DUMMY_HASH

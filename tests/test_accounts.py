@@ -280,3 +280,18 @@ def test_sign_out_everywhere_and_password_change(session):
     assert accounts.sign_in(session=session, email="many@example.org", password=new_pw)
     assert accounts.close_all_sessions(session=session, learner_id=learner.id) == 1
     assert accounts.learner_for_token(session=session, token=tokens[0]) is None
+
+
+def test_ended_windows_are_pruned(session, monkeypatch):
+    from datetime import timedelta
+
+    from app.models import utcnow
+
+    accounts.sign_up(session=session, email="prune@example.org", password=PW)
+    with pytest.raises(AccountError):
+        accounts.sign_in(session=session, email="prune@example.org", password="nope nope", client="192.0.2.1")
+    assert accounts.prune_counters(session=session) == 0  # all still in their window
+    later = utcnow() + timedelta(seconds=3600)
+    monkeypatch.setattr(accounts, "utcnow", lambda: later)
+    assert accounts.prune_counters(session=session) == 4  # signup, client, pair, address
+    assert session.exec(select(SigninCounter)).all() == []
