@@ -3,7 +3,7 @@
 import threading
 
 import pytest
-from sqlmodel import select
+from sqlmodel import col, delete, select
 
 from app import accounts
 from app.accounts import AccountError
@@ -295,3 +295,31 @@ def test_ended_windows_are_pruned(session, monkeypatch):
     monkeypatch.setattr(accounts, "utcnow", lambda: later)
     assert accounts.prune_counters(session=session) == 4  # signup, client, pair, address
     assert session.exec(select(SigninCounter)).all() == []
+
+
+@pytest.mark.postgres
+def test_concurrent_guesses_are_limited_on_postgres(postgres_url, monkeypatch):
+    """The same burst on PostgreSQL: its row locks must make UPDATE … RETURNING count exactly."""
+    import os
+
+    from sqlmodel import Session
+
+    from app.db import make_engine, migrate
+
+    monkeypatch.setattr(accounts, "_SLOTS", threading.BoundedSemaphore(16))
+    monkeypatch.setattr(accounts, "ARGON2_WAIT_S", 120)
+    engine = make_engine(postgres_url)
+    migrate(engine)
+    email = f"pg-burst-{os.getpid()}@example.org"
+    with Session(engine) as s:
+        accounts.sign_up(session=s, email=email, password=PW, client=f"pg-{os.getpid()}")
+    try:
+        out = _burst(engine, email, [f"wrong password {i}" for i in range(12)], client=f"pg-{os.getpid()}")
+        checked, refused = out.count("account.err_credentials"), out.count("account.err_rate_limited")
+        assert checked <= 5 and checked + refused == 12, out
+    finally:
+        with Session(engine) as s:
+            s.exec(delete(Learner).where(Learner.email == email))
+            s.exec(delete(SigninCounter).where(col(SigninCounter.key).contains(str(os.getpid()))))
+            s.commit()
+        engine.dispose()
