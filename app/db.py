@@ -41,7 +41,7 @@ def owner_only(path: Path) -> None:
 def make_engine(url: str, **kwargs) -> Engine:
     """Create an engine; for SQLite also the folder and file (owner only), WAL and pragmas."""
     if url.startswith("sqlite"):
-        path = url.split("///", 1)[-1]
+        path = url.split("///", 1)[1] if "///" in url else ""  # "sqlite://": in memory
         if path and path != ":memory:" and not path.startswith("file:"):
             owner_only(Path(path))
         kwargs.setdefault("connect_args", {"check_same_thread": False, "timeout": 30})

@@ -537,3 +537,12 @@ def test_database_files_are_readable_by_the_owner_only(tmp_path):
         engine.dispose()
         assert set(modes.values()) == {"0o600"}, modes
     assert oct(stat.S_IMODE(os.stat(tmp_path / "new").st_mode)) == "0o700"
+
+
+def test_an_in_memory_database_leaves_no_file(tmp_path, monkeypatch):
+    from app.db import make_engine
+
+    monkeypatch.chdir(tmp_path)
+    make_engine("sqlite://").dispose()
+    make_engine("sqlite:///:memory:").dispose()
+    assert list(tmp_path.iterdir()) == []
