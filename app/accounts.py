@@ -195,7 +195,8 @@ def prune_counters(*, session: Session) -> int:
 def _reserve(session: Session, limits: list[tuple[str, int]]) -> list[str]:
     """Count one attempt against each (key, limit); refuse if any is over its limit.
 
-    A refused attempt stays counted against the first key (the client's own);
+    A refused attempt stays counted against the first key (the client's own, or
+    the address-from-this-client one);
     the others are given back, so a client hammering an address cannot push the
     address's total over its limit with refused attempts.
     """
@@ -214,13 +215,21 @@ def _release(session: Session, keys: list[str]) -> None:
         _bump(session, key, -1)
 
 
+# The client Streamlit reports for localhost. Behind a proxy on the same machine that
+# is every visitor at once, so limits *per client* would be limits for everybody (one
+# person could lock the whole site out): they apply only to real addresses.
+UNKNOWN_CLIENT = "local"
+
+
 def _signin_limits(email: str, client: str) -> list[tuple[str, int]]:
     s = get_settings()
-    return [
-        (f"client:{client}", s.signin_max_failures_client),
+    limits = [
         (f"pair:{client}|{email}", s.signin_max_failures),
         (f"address:{email}", s.signin_max_failures_address),
     ]
+    if client != UNKNOWN_CLIENT:
+        limits.insert(0, (f"client:{client}", s.signin_max_failures_client))
+    return limits
 
 
 # --- sign-up and sign-in ------------------------------------------------------------------------
@@ -228,14 +237,15 @@ def _signin_limits(email: str, client: str) -> list[tuple[str, int]]:
 
 def sign_up(
     *, session: Session, email: str, password: str, display_name: str = "", language: str = "en",
-    client: str = "local",
+    client: str = UNKNOWN_CLIENT,
 ) -> Learner:
     """A new account (never an administrator). Throttled per client; a taken address gets
     the neutral ``err_sign_up_neutral``, not "already exists" (see README "Security")."""
     email = check_email(email)
     _check_new_password(password)
     display_name = clean_display_name(display_name)
-    _reserve(session, [(f"signup:{client}", get_settings().signup_max_per_client)])
+    if client != UNKNOWN_CLIENT:
+        _reserve(session, [(f"signup:{client}", get_settings().signup_max_per_client)])
     password_hash = hash_password(password)  # before any query: no connection held while hashing
     if session.exec(select(Learner).where(Learner.email == email)).first():
         raise AccountError("account.err_sign_up_neutral")
@@ -250,7 +260,7 @@ def sign_up(
     return learner
 
 
-def sign_in(*, session: Session, email: str, password: str, client: str = "local") -> Learner:
+def sign_in(*, session: Session, email: str, password: str, client: str = UNKNOWN_CLIENT) -> Learner:
     """The learner for these credentials.
 
     The attempt is counted before the password is checked and given back only
@@ -271,8 +281,9 @@ def sign_in(*, session: Session, email: str, password: str, client: str = "local
         raise
     if not (learner and ok):
         raise AccountError("account.err_credentials")
-    _release(session, [taken[0], taken[2]])
-    session.exec(update(SigninCounter).where(col(SigninCounter.key) == taken[1]).values(count=0))
+    pair = next(key for key in taken if key.startswith("pair:"))
+    _release(session, [key for key in taken if key != pair])
+    session.exec(update(SigninCounter).where(col(SigninCounter.key) == pair).values(count=0))
     session.commit()
     return learner
 
@@ -349,7 +360,7 @@ def close_all_sessions(*, session: Session, learner_id: int, keep_token: str | N
 
 def change_password(
     *, session: Session, learner_id: int, current: str, new: str, keep_token: str | None,
-    client: str = "local",
+    client: str = UNKNOWN_CLIENT,
 ) -> None:
     """Check the current password (rate limited like a sign-in), store the new one and
     sign out every other session, so a stolen session or password stops working."""

@@ -11,7 +11,13 @@ import json
 import streamlit as st
 
 from app import i18n
-from app.accounts import close_all_sessions, close_session, learner_for_token, open_session
+from app.accounts import (
+    UNKNOWN_CLIENT,
+    close_all_sessions,
+    close_session,
+    learner_for_token,
+    open_session,
+)
 from app.db import session_scope
 from app.models import Learner
 from app.settings import get_settings
@@ -47,14 +53,15 @@ def t(key: str, /, **values) -> str:
 def client() -> str:
     """Who is asking, for the per-client limits: the peer IP of the websocket, or with
     ``TRUSTED_PROXY_HOPS`` = n the n-th address from the right of X-Forwarded-For (the one
-    our own proxy appended; those left of it are the client's to forge). ``local`` for
-    localhost, which Streamlit reports as no address."""
+    our own proxy appended; those left of it are the client's to forge).
+    ``UNKNOWN_CLIENT`` for localhost, which Streamlit reports as no address: then only
+    the per-address limits apply (see ``app.accounts``)."""
     hops = get_settings().trusted_proxy_hops
     if hops > 0:
         forwarded = [p.strip() for p in (st.context.headers.get("X-Forwarded-For") or "").split(",") if p.strip()]
         if len(forwarded) >= hops:
             return forwarded[-hops][:64]
-    return (st.context.ip_address or "local")[:64]
+    return (st.context.ip_address or UNKNOWN_CLIENT)[:64]
 
 
 def learner() -> Learner | None:
