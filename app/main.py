@@ -4,6 +4,10 @@ Sets up the language, the signed-in learner and the navigation; each page
 under ``app/views`` is a thin script over the plain modules. (The folder is
 not called ``pages``: Streamlit would then run a page requested by URL on a
 fresh server without this script, the old multipage mode.)
+
+The file has two roles. ``streamlit run`` first imports it as the module
+``main`` and, finding ``app = st.App(...)``, serves that under uvicorn with our
+middleware (``app/web.py``); every page run then executes it as ``__main__``.
 """
 
 import sys
