@@ -11,12 +11,22 @@ import json
 import streamlit as st
 
 from app import i18n
-from app.accounts import close_session, learner_for_token, open_session
+from app.accounts import (
+    UNKNOWN_CLIENT,
+    close_all_sessions,
+    close_session,
+    learner_for_token,
+    open_session,
+)
 from app.db import session_scope
 from app.models import Learner
 from app.settings import get_settings
 
-COOKIE = "dpa_session"
+
+def cookie_name() -> str:
+    """``__Host-dpa_session`` over HTTPS (the browser then insists on ``Secure``, path ``/``
+    and no ``Domain``, so no sibling host or plain-HTTP page can set it), else ``dpa_session``."""
+    return "__Host-dpa_session" if get_settings().https else "dpa_session"
 
 
 def lang() -> str:
@@ -25,7 +35,7 @@ def lang() -> str:
     asked = st.query_params.get("lang")
     code = i18n.normalise_lang(asked)
     if asked and code is None:
-        state["_bad_lang"] = asked
+        state["_bad_lang"] = True  # said, never shown: it is the link's author's text (F-10)
     if code is None:
         code = state.get("lang")
     if code is None:
@@ -40,32 +50,58 @@ def t(key: str, /, **values) -> str:
     return i18n.t(key, st.session_state.get("lang", i18n.DEFAULT_LANG), **values)
 
 
+def client() -> str:
+    """Who is asking, for the per-client limits: the peer IP of the websocket, or with
+    ``TRUSTED_PROXY_HOPS`` = n the n-th address from the right of X-Forwarded-For (the one
+    our own proxy appended; those left of it are the client's to forge).
+    ``UNKNOWN_CLIENT`` for localhost, which Streamlit reports as no address: then only
+    the per-address limits apply (see ``app.accounts``)."""
+    hops = get_settings().trusted_proxy_hops
+    if hops > 0:
+        forwarded = [p.strip() for p in (st.context.headers.get("X-Forwarded-For") or "").split(",") if p.strip()]
+        if len(forwarded) >= hops:
+            return forwarded[-hops][:64]
+    return (st.context.ip_address or UNKNOWN_CLIENT)[:64]
+
+
 def learner() -> Learner | None:
-    """The signed-in learner, restored from the browser's session cookie after a refresh."""
+    """The signed-in learner, or None.
+
+    The session token is checked against its server-side row on *every* run
+    (two primary-key look-ups), so signing out in one tab, "sign out
+    everywhere" or a password change ends every other tab and every
+    re-attached Streamlit session at its next interaction (review F-5). The
+    cookie is read only on a browser session's first run.
+    """
     state = st.session_state
-    if "learner_id" not in state:
-        state["learner_id"] = None
-        token = st.context.cookies.get(COOKIE) if st.context.cookies else None
-        if token:
-            with session_scope() as session:
-                found = learner_for_token(session=session, token=token)
-                if found is not None:
-                    state["learner_id"], state["session_token"] = found.id, token
-    if state["learner_id"] is None:
-        return None
-    with session_scope() as session:
-        found = session.get(Learner, state["learner_id"])
+    token = state.get("session_token")
+    if token is None and "learner_id" not in state:
+        token = (st.context.cookies or {}).get(cookie_name())
+    found = None
+    if token:
+        with session_scope() as session:
+            found = learner_for_token(session=session, token=token)
     if found is None:
+        if state.get("learner_id") is not None:
+            state["_session_ended"] = True
+        if token:
+            state["_pending_cookie"] = ""  # a dead token: drop it from the browser too
+        for key in ("session_token", "quiz_attempt_id"):
+            state.pop(key, None)
         state["learner_id"] = None
+        return None
+    state["learner_id"], state["session_token"] = found.id, token
     return found
 
 
 def _set_cookie(value: str, max_age: int) -> None:
     # Streamlit cannot set cookies from Python; a tiny script does it in the
     # page. The value is a signed token naming a revocable server session.
+    # It cannot be HttpOnly (script-set); see README "Security".
+    secure = "; Secure" if get_settings().https else ""
     st.html(
         "<script>document.cookie = "
-        + json.dumps(f"{COOKIE}={value}; path=/; max-age={max_age}; SameSite=Strict")
+        + json.dumps(f"{cookie_name()}={value}; path=/; max-age={max_age}; SameSite=Strict{secure}")
         + ";</script>",
         unsafe_allow_javascript=True,
     )
@@ -79,10 +115,15 @@ def sign_in_as(found: Learner) -> None:
     st.session_state["_pending_cookie"] = token
 
 
-def sign_out() -> None:
-    token = st.session_state.get("session_token") or st.context.cookies.get(COOKIE)
+def sign_out(*, everywhere: bool = False) -> None:
+    """End this session (or, ``everywhere``, every session of the learner) and clear the cookie."""
+    token = st.session_state.get("session_token")
     if token:
         with session_scope() as session:
+            if everywhere:
+                found = learner_for_token(session=session, token=token)
+                if found is not None:
+                    close_all_sessions(session=session, learner_id=found.id)
             close_session(session=session, token=token)
     for key in ("learner_id", "session_token", "quiz_attempt_id"):
         st.session_state.pop(key, None)
@@ -112,10 +153,12 @@ def sidebar(code: str, who: Learner | None) -> None:
         if who is None:
             st.caption(t("account.guest"))
         else:
-            st.caption(t("account.signed_in_as", name=plain(who.display_name or who.email)))
-    bad = st.session_state.pop("_bad_lang", None)
-    if bad:
-        st.warning(t("common.unknown_language", code=bad[:20]))
+            # st.text: the name is the learner's own text, never Markdown.
+            st.text(t("account.signed_in_as", name=who.display_name or who.email))
+    if st.session_state.pop("_session_ended", False):
+        st.info(t("account.session_ended"))
+    if st.session_state.pop("_bad_lang", False):
+        st.warning(t("common.unknown_language_link"))
 
 
 def require_learner(reason_key: str) -> Learner | None:

@@ -134,7 +134,7 @@ def server(tmp_path_factory):
 
     if shutil.which("chromium") is None:
         pytest.skip("no system Chromium (Debian package 'chromium')")
-    srv = AppServer(tmp_path_factory.mktemp("server"), env={"ADMIN_EMAILS": "admin@example.org"})
+    srv = AppServer(tmp_path_factory.mktemp("server"))
     try:
         srv.start()
     except RuntimeError as exc:

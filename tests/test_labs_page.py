@@ -9,7 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from app import charts, i18n, labjobs
-from tests.apptest import MAIN, open_page
+from tests.apptest import MAIN, login_token, open_page
 from tests.procs import gone
 
 LABELS = {k: k for k in ["rank", "chunk", "holds", "start", "play", "pause", "step", "reduce-scatter",
@@ -175,7 +175,7 @@ def test_a_running_lab_comes_back_after_a_refresh(app_db):
     try:
         at = AppTest.from_file(MAIN, default_timeout=60)  # a new browser session
         at.query_params["lang"] = "en"
-        at.session_state["learner_id"] = learner.id
+        at.session_state["session_token"] = login_token(learner.id)  # signed in, as after a refresh
         at.run()
         at.switch_page("views/labs.py")
         at.run()
