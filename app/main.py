@@ -28,8 +28,12 @@ from app import web  # noqa: E402
 if __name__ != "__main__":
     # Imported, not run as a page: `streamlit run app/main.py` found the st.App below and
     # serves it under uvicorn, with our middleware (headers, host check) in front.
+    from certificates.routes import routes
+
     web.refuse_global_cache_clear()
-    app = st.App(Path(__file__), middleware=web.middleware())
+    # Beside the pages: the issuer's DID document, the revocation status list, each
+    # credential as JSON / VC-JWT and the JSON verification API (certificates/routes.py).
+    app = st.App(Path(__file__), routes=routes(), middleware=web.middleware())
 else:
     from app import ui
     from app.db import get_engine

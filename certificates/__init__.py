@@ -27,6 +27,7 @@ from certificates.keys import (
     public_key_info,
     rotate_key,
 )
+from certificates.openbadges import ensure_credential, linkedin_url
 from certificates.pdf import refusal_message
 from certificates.store import (
     STATUSES,
@@ -106,6 +107,8 @@ __all__ = [
     "reissue",
     "render_pdf",
     "revoke",
+    "ensure_credential",
+    "linkedin_url",
     "refusal_message",
     "rotate_key",
     "texts",

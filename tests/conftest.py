@@ -143,6 +143,12 @@ def server(tmp_path_factory):
     srv.stop()
 
 
+@pytest.fixture
+def on_server_db(server, monkeypatch):
+    """This process uses the real server's database and secrets (issuer keys shared)."""
+    yield from use_database(monkeypatch, **{k: server.env[k] for k in ("DATABASE_URL", "SECRETS_DIR", "PUBLIC_URL")})
+
+
 @pytest.fixture(scope="session")
 def browser():
     """The system Chromium driven by Playwright (``playwright install`` is not needed)."""

@@ -628,3 +628,44 @@ def test_linkedin_link_prefills_the_certification(settings, pass_date, year, mon
         "certUrl": "https://academy.example/verify?id=DP-7K3M-9QXZ-A2B4-HJ8R-5T",
         "certId": "DP-7K3M-9QXZ-A2B4-HJ8R-5T",
     }
+
+
+# --- the routes on the real app ------------------------------------------------
+
+
+def test_the_running_app_serves_every_route_with_its_headers(server, on_server_db):
+    """app/main.py mounts certificates/routes.py through st.App: each route answers on
+    the real server, with its content type, CORS and caching, and our security headers."""
+    import urllib.error
+    import urllib.request
+
+    from app.db import session_scope
+
+    with session_scope() as s:
+        cert = store.issue_certificate(session=s, learner_id=None, attempt_id=None, name="Ada",
+                                       lang="en", score=90, pass_date="2026-11-30")
+
+    def get(path: str, **headers: str):
+        req = urllib.request.Request(f"{server.url}{path}", headers=headers)
+        with urllib.request.urlopen(req, timeout=20) as resp:
+            return resp.status, resp.headers, resp.read()
+
+    expected = {
+        "/.well-known/did.json": "application/did+json",
+        "/status/1": "application/vc",
+        f"/credentials/{cert.id}.json": "application/vc",
+        f"/credentials/{cert.id}.jwt": "application/vc+jwt",
+        f"/api/verify/{cert.id}": "application/json",
+    }
+    for path, ctype in expected.items():
+        status, headers, body = get(path, Origin="https://employer.example")
+        assert status == 200 and headers["Content-Type"].startswith(ctype), (path, headers["Content-Type"])
+        assert headers["Access-Control-Allow-Origin"] == "*", path
+        assert headers["Cache-Control"], path
+        assert headers["X-Content-Type-Options"] == "nosniff", path  # web.py's middleware too
+        assert body, path
+    verdict = json.loads(get(f"/api/verify/{cert.id}")[2])
+    assert verdict["status"] == "valid" and verdict["name"] == "Ada"
+    with pytest.raises(urllib.error.HTTPError) as err:
+        get("/api/verify/DP-0000")
+    assert err.value.code == 400

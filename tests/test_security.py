@@ -26,7 +26,6 @@ from quizzes.bank import load_bank
 from quizzes.engine import public_question
 from tests.apptest import login_token
 from tests.quizkey import wrong_answer
-from tests.test_load import on_server_db  # noqa: F401 - fixture: this process on the server's database
 
 ROOT = Path(__file__).resolve().parent.parent
 MAIN = str(ROOT / "app" / "main.py")
@@ -171,7 +170,7 @@ def _sign_in(page, server, email: str, password: str = PASSWORD) -> None:  # noq
 
 
 @pytest.mark.browser
-def test_admin_page_is_not_there_for_guests_and_learners(server, browser, on_server_db):  # noqa: F811
+def test_admin_page_is_not_there_for_guests_and_learners(server, browser, on_server_db):
     from tests import browserkit as kit
 
     _make_learner("plain-learner@example.org")
@@ -292,7 +291,7 @@ def test_ending_a_session_ends_it_in_every_open_tab(app_db, how):
 
 
 @pytest.mark.browser
-def test_sign_out_ends_the_other_tab_at_its_next_click(server, browser, on_server_db):  # noqa: F811
+def test_sign_out_ends_the_other_tab_at_its_next_click(server, browser, on_server_db):
     """F-5 in a real browser: tab 2 (no reload) is a guest at its next navigation."""
     from tests import browserkit as kit
 
@@ -394,7 +393,7 @@ def _key_material(secrets_dir: Path) -> list[bytes]:
 
 
 @pytest.mark.browser
-def test_signing_key_is_in_no_page_log_or_repository(server, browser, on_server_db):  # noqa: F811
+def test_signing_key_is_in_no_page_log_or_repository(server, browser, on_server_db):
     from tests import browserkit as kit
 
     with session_scope() as s:
@@ -472,7 +471,7 @@ def test_session_key_is_never_empty_when_two_requests_create_it(tmp_path, monkey
 
 
 @pytest.mark.browser
-def test_sixth_wrong_sign_in_is_rate_limited(server, browser, on_server_db):  # noqa: F811
+def test_sixth_wrong_sign_in_is_rate_limited(server, browser, on_server_db):
     from app.settings import get_settings
     from tests import browserkit as kit
 

@@ -44,6 +44,14 @@ def _pdf(cert_id: str) -> bytes:
         return certs.render_pdf(certs.get_certificate(session=session, cert_id=cert_id))
 
 
+@st.cache_data(max_entries=256, show_spinner=False)
+def _badge(cert_id: str) -> str:
+    """The certificate's signed OpenBadgeCredential (made once, then never changed)."""
+    with session_scope() as session:
+        cert = certs.get_certificate(session=session, cert_id=cert_id)
+        return certs.ensure_credential(session=session, cert=cert).credential_json
+
+
 def explain(err: certs.CertificateError) -> str:
     if isinstance(err, certs.AlreadyCertified):
         return t("certificate.already", id=err.certificate_id)
@@ -96,9 +104,17 @@ for cert in mine:
                      lang=lang_names.get(cert.language, cert.language)))
         if revoked:
             continue
-        st.download_button(t("certificate.download"), data=_pdf(cert.id),
+        c1, c2, c3 = st.columns(3)
+        c1.download_button(t("certificate.download"), data=_pdf(cert.id),
                            file_name=certs.pdf_filename(cert), mime="application/pdf",
                            icon=":material/download:", key=f"dl_{cert.id}", on_click="ignore")
+        # The same achievement as a signed Open Badges 3.0 credential, for wallets and verifiers.
+        c2.download_button(t("certificate.download_badge"), data=_badge(cert.id),
+                           file_name=f"{cert.id}.json", mime="application/vc",
+                           icon=":material/badge:", key=f"badge_{cert.id}", on_click="ignore",
+                           help=t("certificate.badge_help"))
+        c3.link_button(t("certificate.linkedin"), certs.linkedin_url(cert, get_settings()),
+                       icon=":material/share:")
         st.caption(t("certificate.link"))
         st.code(certs.verify_link(cert), language=None)
         with st.expander(t("certificate.reissue")):
