@@ -6,6 +6,7 @@ Pages stay thin: they lay out widgets and call plain modules (``app.accounts``,
 
 from __future__ import annotations
 
+import html
 import json
 
 import streamlit as st
@@ -267,9 +268,8 @@ def labeler(prefix: str):
     return lambda key: i18n.t(f"{prefix}{key}", code)
 
 
-def plain(value: object) -> str:
-    """Text for a Markdown element, shown as typed: '*', '_' or '<b>' stay literal."""
-    out = str(value)
-    for ch in "\\`*_{}[]()<>#+-.!|~$:":
-        out = out.replace(ch, "\\" + ch)
-    return out
+def person_name(name: str) -> None:
+    """A name a learner typed, as text in its own direction: escaped (no Markdown, HTML,
+    entities or autolinks) in a ``dir="auto"`` block, so an Arabic or Hebrew name, alone
+    or mixed with Latin, reads right to left as it does on the certificate."""
+    st.html(f'<div dir="auto" style="font-size:1.25rem;font-weight:600">{html.escape(name)}</div>')

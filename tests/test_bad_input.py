@@ -74,6 +74,14 @@ def messages(at: AppTest) -> list[str]:
     return [m.value for kind in (at.error, at.warning, at.success, at.info) for m in kind]
 
 
+def shown_name(at: AppTest, name: str) -> bool:
+    """Whether the page shows ``name`` as escaped text in its own direction (ui.person_name)."""
+    import html
+
+    return f'<div dir="auto" style="font-size:1.25rem;font-weight:600">{html.escape(name)}</div>' in [
+        h.proto.body for h in at.get("html")]
+
+
 def as_saved(name: str) -> str:
     """A display name as the account code stores it: NFC, no control or bidi-format
     characters, single spaces, at most 200 characters."""
@@ -336,7 +344,7 @@ def test_certificate_names_are_signed_and_shown_as_typed(app_db):
             found = s.exec(select(Certificate).where(Certificate.name == name[:200].strip())).first()
         if ok:
             check(problems, case, at, found is not None and t("certificate.created") in messages(at)
-                  and found.name in [x.value for x in at.text], "not issued as typed")
+                  and shown_name(at, found.name), "not issued as typed")
             if found is not None:
                 issued[case] = found
         else:
@@ -344,12 +352,13 @@ def test_certificate_names_are_signed_and_shown_as_typed(app_db):
             check(problems, case, at, found is None and len(refused) == 1, "no single clear message")
     assert problems == []
     # The public page shows each name as typed, as plain text (never Markdown), and valid.
-    for case in ("200 characters", "markup", "script tag", "markdown link"):
+    for case in ("200 characters", "markup", "script tag", "markdown link", "arabic"):
         cert = issued[case]
         v = open_page("verify", None, id=cert.id)
         assert certs.texts("en")["status"]["valid"] in [m.value for m in v.success]
         assert any(f": {cert.name}\n" in x.value for x in v.text), case
         assert not any(cert.name in m.value for m in v.markdown), case
+        assert shown_name(v, cert.name), case  # escaped, in its own direction
 
 
 def test_verify_ids_junk_in_the_url_and_typed(app_db):

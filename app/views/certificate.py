@@ -99,7 +99,7 @@ for cert in mine:
     with st.container(border=True):
         status = t("certificate.status_revoked") if revoked else t("certificate.status_valid")
         st.markdown(f"**{cert.id}** · {status}")
-        st.text(cert.name)
+        ui.person_name(cert.name)
         st.caption(t("certificate.issued_on", date=f"{cert.issued_at:%Y-%m-%d}",
                      lang=lang_names.get(cert.language, cert.language)))
         if revoked:

@@ -37,6 +37,7 @@ def show(result: certs.VerifyResult, *, upload: bool = False) -> None:
         st.error(status.get(result.status, result.status))
     if result.name is None:
         return
+    ui.person_name(result.name)
     labels = ctext["labels"]
     rows = {
         labels["name"]: result.name,
