@@ -2,7 +2,7 @@
 
 Passwords are hashed with Argon2id (argon2-cffi) and never stored or logged
 in clear. The browser keeps only a signed, expiring token that names a
-server-side :class:`~app.models.LoginSession`; signing out revokes it.
+server-side :class:`~academy.models.LoginSession`; signing out revokes it.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from itsdangerous import BadSignature, URLSafeTimedSerializer
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, delete, func, select
 
-from app.models import Learner, LoginSession, SigninFailure, utcnow
-from app.settings import get_settings
+from academy.models import Learner, LoginSession, SigninFailure, utcnow
+from academy.settings import get_settings
 
 _hasher = PasswordHasher()
 EMAIL_RE = re.compile(r"^[^@\s<>\"'\x00-\x1f\x7f\u202a-\u202e\u2066-\u2069]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9-]{1,63})+$")
@@ -124,7 +124,7 @@ _DUMMY_HASH = hash_password(secrets.token_hex(16))
 
 
 def _serializer() -> URLSafeTimedSerializer:
-    from app.keystore import session_secret
+    from academy.keystore import session_secret
 
     return URLSafeTimedSerializer(session_secret(), salt="dpa-session")
 

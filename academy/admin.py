@@ -1,4 +1,4 @@
-"""Administrator CLI: ``python -m app.admin create-admin EMAIL``.
+"""Administrator CLI: ``python -m academy.admin create-admin EMAIL``.
 
 Makes an existing account an administrator; with ``--create`` it creates
 the account first (the password is read from the prompt, never from argv).
@@ -10,13 +10,13 @@ import argparse
 import getpass
 import sys
 
-from app.accounts import AccountError, make_admin, sign_up
-from app.db import session_scope
-from app.i18n import t
+from academy.accounts import AccountError, make_admin, sign_up
+from academy.db import session_scope
+from academy.i18n import t
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m app.admin")
+    parser = argparse.ArgumentParser(prog="python -m academy.admin")
     sub = parser.add_subparsers(dest="command", required=True)
     create = sub.add_parser("create-admin", help="make EMAIL an administrator")
     create.add_argument("email")

@@ -1,4 +1,4 @@
-"""UI string catalogs, one YAML file per language in ``app/content/i18n``.
+"""UI string catalogs, one YAML file per language in ``content/i18n``.
 
 Adding a language is adding ``<code>.yaml`` there (and lesson and quiz
 texts); no code changes. A key missing from a language falls back to

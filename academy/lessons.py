@@ -1,4 +1,4 @@
-"""Lesson content and progress. Content is data: ``app/content/lessons/<lang>/``
+"""Lesson content and progress. Content is data: ``content/lessons/<lang>/``
 holds ``toc.yaml``, ``glossary.yaml`` and one Markdown file per section (see
 ``COURSE_LAYOUT.md`` there). Progress is stored per learner in the database.
 """
@@ -15,8 +15,8 @@ import yaml
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from app.models import LessonProgress
-from app.settings import ROOT
+from academy.models import LessonProgress
+from academy.settings import ROOT
 
 LESSON_DIR = Path(__file__).resolve().parent / "content" / "lessons"
 DIRECTIVE = re.compile(r"^<!--\s*(widget|code):\s*(\S+)\s*-->\s*$")

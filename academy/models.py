@@ -1,5 +1,5 @@
 """Database tables (sqlmodel). Schema changes go through Alembic migrations
-in ``app/migrations``; run ``alembic revision --autogenerate`` after editing."""
+in ``academy/migrations``; run ``alembic revision --autogenerate`` after editing."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Each lab runs as its own process group, ``python -m labs LAB ... --events F
 script thread. A rerun or page switch does not touch it; the page polls
 :func:`status`. Cancel kills the whole process group. At most
 ``Settings.lab_concurrency`` labs run at once; the rest wait in FIFO order.
-Every run is a :class:`~app.models.LabRun` row: queued, running, then done,
+Every run is a :class:`~academy.models.LabRun` row: queued, running, then done,
 failed or cancelled.
 """
 
@@ -26,9 +26,9 @@ from typing import Any
 
 from sqlmodel import select
 
-from app.db import session_scope
-from app.models import LabRun, utcnow
-from app.settings import ROOT, get_settings
+from academy.db import session_scope
+from academy.models import LabRun, utcnow
+from academy.settings import ROOT, get_settings
 
 LABS = ("ring", "bench", "ddp")
 # Parameters a learner may set, per lab, mapped to the CLI's flags.

@@ -17,8 +17,8 @@ if _ROOT not in sys.path:
 
 import streamlit as st  # noqa: E402
 
+from academy.db import get_engine  # noqa: E402
 from app import ui  # noqa: E402
-from app.db import get_engine  # noqa: E402
 
 st.set_page_config(page_title="Data Parallelism Academy", page_icon=":material/hub:", layout="wide")
 get_engine()  # creates the database and applies migrations on first start

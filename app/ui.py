@@ -1,6 +1,6 @@
 """Streamlit glue shared by every page: language, signed-in learner, sidebar.
 
-Pages stay thin: they lay out widgets and call plain modules (``app.accounts``,
+Pages stay thin: they lay out widgets and call plain modules (``academy.accounts``,
 ``quizzes``, ``certificates``, ``labs``) that import without Streamlit.
 """
 
@@ -10,11 +10,11 @@ import json
 
 import streamlit as st
 
-from app import i18n
-from app.accounts import close_session, learner_for_token, open_session
-from app.db import session_scope
-from app.models import Learner
-from app.settings import get_settings
+from academy import i18n
+from academy.accounts import close_session, learner_for_token, open_session
+from academy.db import session_scope
+from academy.models import Learner
+from academy.settings import get_settings
 
 COOKIE = "dpa_session"
 
@@ -149,7 +149,7 @@ def done_sections(who: Learner | None) -> set[str]:
     """Finished lesson sections: from the database, or this visit's for a guest."""
     if who is None:
         return set(st.session_state.setdefault("guest_done", set()))
-    from app.lessons import completed
+    from academy.lessons import completed
 
     with session_scope() as session:
         return completed(session=session, learner_id=who.id)
@@ -160,7 +160,7 @@ def set_done(who: Learner | None, section_id: str, done: bool) -> None:
         guest = st.session_state.setdefault("guest_done", set())
         (guest.add if done else guest.discard)(section_id)
         return
-    from app.lessons import mark_done, mark_undone
+    from academy.lessons import mark_done, mark_undone
 
     with session_scope() as session:
         (mark_done if done else mark_undone)(session=session, learner_id=who.id, section_id=section_id)
@@ -170,7 +170,7 @@ def my_scaling_points(who: Learner | None) -> list[tuple[int, float]]:
     """(world size, scaling efficiency) from the learner's stored DDP lab runs."""
     if who is None:
         return []
-    from app.labruns import scaling_points
+    from academy.labruns import scaling_points
 
     with session_scope() as session:
         return scaling_points(session=session, learner_id=who.id)
@@ -180,7 +180,7 @@ def home_status(who: Learner | None) -> None:
     """Quiz, certificate and lab status cards on Home (sign-in gated parts say so)."""
     from sqlmodel import func, select
 
-    from app.models import LabRun
+    from academy.models import LabRun
 
     c1, c2, c3 = st.columns(3)
     with c3.container(border=True):

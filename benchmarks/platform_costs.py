@@ -34,7 +34,7 @@ NAMES = {"en": "Ada Lovelace", "zh": "张伟", "nl": "Zoë Ødegård"}
 
 
 def _engine(path: Path):
-    from app.db import make_engine, migrate
+    from academy.db import make_engine, migrate
 
     engine = make_engine(f"sqlite:///{path}")
     migrate(engine)
@@ -42,7 +42,7 @@ def _engine(path: Path):
 
 
 def _learner(session) -> int:
-    from app.models import Learner
+    from academy.models import Learner
 
     learner = Learner(email=f"bench-{time.perf_counter_ns()}@example.org", password_hash="-")
     session.add(learner)
@@ -73,7 +73,7 @@ def _response(item: dict[str, Any], bank, lang: str) -> Any:
 def quiz_grading(cfg: Config, base: Path) -> dict:
     from sqlmodel import Session
 
-    from app.settings import get_settings
+    from academy.settings import get_settings
     from quizzes import store
     from quizzes.bank import load_bank
     from quizzes.engine import draw_attempt, grade
@@ -116,7 +116,7 @@ def certificate_issuance(cfg: Config, base: Path) -> dict:
     from sqlmodel import Session
 
     import certificates as certs
-    from app.settings import get_settings
+    from academy.settings import get_settings
     from certificates import signing
     from certificates.pdf import verify_url
     from certificates.store import issue_certificate
@@ -168,8 +168,8 @@ def _fill_certificates(engine, count: int) -> list[str]:
     from sqlalchemy import insert
 
     import certificates as certs
-    from app.models import Certificate, utcnow
-    from app.settings import get_settings
+    from academy.models import Certificate, utcnow
+    from academy.settings import get_settings
     from certificates import keys, signing
 
     settings = get_settings()
@@ -280,8 +280,8 @@ def page_renders(cfg: Config, base: Path) -> dict:
     """
     from streamlit.testing.v1 import AppTest  # noqa: F401 - creates the logger silenced below
 
-    from app.accounts import sign_up
-    from app.db import session_scope
+    from academy.accounts import sign_up
+    from academy.db import session_scope
 
     # AppTest sets session state from outside a script run, and Streamlit
     # warns about that twice per AppTest: noise in a benchmark's output. (A

@@ -56,7 +56,7 @@ def _show(result: store.VerifyResult, *, offline: bool) -> int:
 def _session():
     from sqlmodel import Session
 
-    from app.db import get_engine
+    from academy.db import get_engine
 
     return Session(get_engine(), expire_on_commit=False)
 
@@ -64,7 +64,7 @@ def _session():
 def cmd_issue(args: argparse.Namespace) -> int:
     from sqlmodel import select
 
-    from app.models import Learner
+    from academy.models import Learner
 
     with _session() as session:
         if args.learner:

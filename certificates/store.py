@@ -6,7 +6,7 @@ why).
 
 The issuance policy (issue #17): a learner holds at most one active
 certificate per course. The database enforces it (a unique partial index,
-see ``app.models.Certificate``); a different name or language goes through
+see ``academy.models.Certificate``); a different name or language goes through
 ``reissue``, which revokes the old certificate in the same transaction with
 a conditional UPDATE, so concurrent reissues make exactly one replacement.
 An admin's "revoke and disqualify" blocks new certificates for that learner
@@ -32,8 +32,8 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select, update
 
-from app.models import Certificate, CertificateEvent, Learner, QuizAttempt, utcnow
-from app.settings import get_settings
+from academy.models import Certificate, CertificateEvent, Learner, QuizAttempt, utcnow
+from academy.settings import get_settings
 from certificates import ids, keys, pdf, pdfscan, signing
 from certificates.i18n import LANGS, texts
 

@@ -39,14 +39,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from academy.content import root as content_root
 
 ROOT = Path(__file__).resolve().parent.parent
 BANK_DIR = ROOT / "quizzes" / "bank"
-LESSONS_DIR = ROOT / "app" / "content" / "lessons"
+LESSONS_DIR = content_root() / "lessons"
 
 TYPES = ("single", "multiple", "numeric", "ordering")
 # Used only while the lessons have no table of contents yet; the source of
-# truth is app/content/lessons/en/toc.yaml (see COURSE_LAYOUT.md).
+# truth is content/lessons/en/toc.yaml (see COURSE_LAYOUT.md).
 FALLBACK_LANGUAGES = ("en", "zh", "nl")
 FALLBACK_TOPICS = (
     "overview", "training-step", "ring-allreduce", "ddp", "practice", "strategy",

@@ -31,8 +31,8 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, delete, select, update
 
-from app.models import QuizAnswer, QuizAttempt, utcnow
-from app.settings import get_settings
+from academy.models import QuizAnswer, QuizAttempt, utcnow
+from academy.settings import get_settings
 from quizzes.bank import Bank, load_bank
 from quizzes.engine import (
     Feedback,

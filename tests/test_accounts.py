@@ -3,9 +3,9 @@
 import pytest
 from sqlmodel import select
 
-from app import accounts
-from app.accounts import AccountError
-from app.models import Learner
+from academy import accounts
+from academy.accounts import AccountError
+from academy.models import Learner
 
 PW = "correct horse battery"
 
@@ -75,7 +75,7 @@ def test_session_token_round_trip_and_revocation(session):
 
 
 def test_admin_from_settings(session, monkeypatch):
-    from app.settings import get_settings
+    from academy.settings import get_settings
 
     monkeypatch.setenv("ADMIN_EMAILS", "boss@example.org, other@example.org")
     get_settings.cache_clear()
@@ -88,8 +88,8 @@ def test_admin_from_settings(session, monkeypatch):
 
 
 def test_admin_cli(app_db):
-    from app.admin import main
-    from app.db import session_scope
+    from academy.admin import main
+    from academy.db import session_scope
 
     with session_scope() as s:
         accounts.sign_up(session=s, email="e@example.org", password=PW)

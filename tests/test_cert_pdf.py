@@ -11,7 +11,7 @@ import pytest
 from pypdf import PdfReader
 from pypdf.generic import IndirectObject
 
-from app.settings import get_settings
+from academy.settings import get_settings
 from certificates import i18n, pdf, signing
 from certificates.ids import new_id
 

@@ -16,9 +16,9 @@ from sqlalchemy import inspect, make_url, text
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from app.db import make_engine, migrate
-from app.models import Certificate, CertificateEvent, Learner, QuizAttempt
-from app.settings import ROOT, get_settings
+from academy.db import make_engine, migrate
+from academy.models import Certificate, CertificateEvent, Learner, QuizAttempt
+from academy.settings import ROOT, get_settings
 from certificates import store
 
 
@@ -176,7 +176,7 @@ def test_concurrent_reissues_make_exactly_one_replacement(backend, request):
 
 def _alembic(engine, revision: str) -> None:
     cfg = Config(str(ROOT / "alembic.ini"))
-    cfg.set_main_option("script_location", str(ROOT / "app" / "migrations"))
+    cfg.set_main_option("script_location", str(ROOT / "academy" / "migrations"))
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from academy import i18n, lessons
 from app import calculators as calc
-from app import i18n, lessons
 from quizzes.bank import load_bank
 
 LANGS = sorted(i18n.languages())

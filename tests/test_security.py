@@ -18,13 +18,14 @@ from sqlmodel import Session, select
 from streamlit.testing.v1 import AppTest
 
 import certificates as certs
-from app import i18n, ui
-from app.accounts import sign_up
-from app.db import session_scope
-from app.models import CertificateEvent, Learner
+from academy import i18n
+from academy.accounts import sign_up
+from academy.db import session_scope
+from academy.models import CertificateEvent, Learner
+from app import ui
+from benchmarks.quizkey import wrong_answer
 from quizzes.bank import load_bank
 from quizzes.engine import public_question
-from tests.quizkey import wrong_answer
 from tests.test_load import on_server_db  # noqa: F401 - fixture: this process on the server's database
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -335,8 +336,8 @@ def test_signing_key_is_in_no_page_log_or_repository(server, browser, on_server_
 
 def test_session_key_is_never_empty_when_two_requests_create_it(tmp_path, monkeypatch):
     """Two first requests at once: both must get the one real key (an empty one signs forgeable tokens)."""
-    from app import keystore
-    from app.settings import get_settings
+    from academy import keystore
+    from academy.settings import get_settings
 
     monkeypatch.setenv("SECRETS_DIR", str(tmp_path / "secrets"))
     get_settings.cache_clear()
@@ -373,7 +374,7 @@ def test_session_key_is_never_empty_when_two_requests_create_it(tmp_path, monkey
 
 @pytest.mark.browser
 def test_sixth_wrong_sign_in_is_rate_limited(server, browser, on_server_db):  # noqa: F811
-    from app.settings import get_settings
+    from academy.settings import get_settings
     from tests import browserkit as kit
 
     email = "limited@example.org"
@@ -402,7 +403,7 @@ def test_sixth_wrong_sign_in_is_rate_limited(server, browser, on_server_db):  # 
     assert failures() == limit
     ctx.close()
     with Session(on_server_db) as s:  # the account is locked for now, even with the right password
-        from app.accounts import AccountError, sign_in
+        from academy.accounts import AccountError, sign_in
 
         with pytest.raises(AccountError, match="rate_limited"):
             sign_in(session=s, email=email, password=PASSWORD)

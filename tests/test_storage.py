@@ -6,8 +6,8 @@ import pytest
 from sqlalchemy import inspect, text
 from sqlmodel import Session, select
 
-from app.db import make_engine, migrate
-from app.models import LabRun, Learner, LessonProgress
+from academy.db import make_engine, migrate
+from academy.models import LabRun, Learner, LessonProgress
 
 
 def test_migrations_create_every_table(engine):
@@ -33,7 +33,7 @@ def test_foreign_keys_enforced(session):
 
 
 def test_progress_round_trip_is_idempotent(session):
-    from app import lessons
+    from academy import lessons
 
     learner = Learner(email="p@example.org", password_hash="x")
     session.add(learner)

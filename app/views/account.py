@@ -2,11 +2,11 @@
 
 import streamlit as st
 
+from academy.accounts import AccountError, clean_display_name, sign_in, sign_up
+from academy.db import session_scope
+from academy.models import Learner
+from academy.settings import get_settings
 from app import ui
-from app.accounts import AccountError, clean_display_name, sign_in, sign_up
-from app.db import session_scope
-from app.models import Learner
-from app.settings import get_settings
 
 t = ui.t
 st.title(t("nav.account"))

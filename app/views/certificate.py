@@ -8,9 +8,9 @@ and refuses a learner an admin disqualified."""
 import streamlit as st
 
 import certificates as certs
+from academy.db import session_scope
+from academy.settings import get_settings
 from app import ui
-from app.db import session_scope
-from app.settings import get_settings
 
 t = ui.t
 code = st.session_state["lang"]
