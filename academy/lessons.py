@@ -1,6 +1,7 @@
-"""Lesson content and progress. Content is data: ``content/lessons/<lang>/``
-holds ``toc.yaml``, ``glossary.yaml`` and one Markdown file per section (see
-``COURSE_LAYOUT.md`` there). Progress is stored per learner in the database.
+"""Lesson content and progress. Content is data, read through
+``academy.content``: ``content/lessons/<lang>/`` holds ``toc.yaml``,
+``glossary.yaml`` and one Markdown file per section (see ``COURSE_LAYOUT.md``
+there). Progress is stored per learner in the database.
 """
 
 from __future__ import annotations
@@ -11,14 +12,13 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-import yaml
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
+from academy import content
 from academy.models import LessonProgress
 from academy.settings import ROOT
 
-LESSON_DIR = Path(__file__).resolve().parent / "content" / "lessons"
 DIRECTIVE = re.compile(r"^<!--\s*(widget|code):\s*(\S+)\s*-->\s*$")
 
 
@@ -39,12 +39,8 @@ class Block:
     value: str
 
 
-@cache
 def _toc(lang: str) -> dict:
-    path = LESSON_DIR / lang / "toc.yaml"
-    if not path.is_file():
-        path = LESSON_DIR / "en" / "toc.yaml"
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
+    return content.read_yaml("lessons", lang, "toc.yaml") or content.read_yaml("lessons", "en", "toc.yaml")
 
 
 def course_title(lang: str) -> str:
@@ -65,18 +61,20 @@ def section_ids() -> list[str]:
     return [s.id for s in sections("en")]
 
 
-@cache
 def glossary(lang: str) -> list[dict]:
-    path = LESSON_DIR / lang / "glossary.yaml"
-    return yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else []
+    return content.read_yaml("lessons", lang, "glossary.yaml", default=[])
 
 
-@cache
 def body(lang: str, section_id: str) -> list[Block]:
     """The section split into Markdown runs and directive blocks."""
-    path = LESSON_DIR / lang / f"{section_id}.md"
+    path = content.path("lessons", lang, f"{section_id}.md")
     if not path.is_file():
-        path = LESSON_DIR / "en" / f"{section_id}.md"
+        path = content.path("lessons", "en", f"{section_id}.md")
+    return _blocks(path)
+
+
+@cache
+def _blocks(path: Path) -> list[Block]:
     blocks: list[Block] = []
     text: list[str] = []
     for line in path.read_text(encoding="utf-8").splitlines():

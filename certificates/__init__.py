@@ -18,7 +18,7 @@ Pages call the functions re-exported here; nothing in this package imports
 Streamlit.
 """
 
-from certificates.i18n import LANGS, format_date, format_score, texts
+from certificates.i18n import format_date, format_score, languages, texts
 from certificates.ids import IdTypo, InvalidId, MalformedId, new_id, parse_id
 from certificates.keys import (
     PublicKeyInfo,
@@ -63,7 +63,6 @@ from certificates.store import (
 )
 
 __all__ = [
-    "LANGS",
     "STATUSES",
     "AlreadyCertified",
     "AlreadyRevoked",
@@ -96,6 +95,7 @@ __all__ = [
     "is_disqualified",
     "issue_certificate",
     "issue_for_learner",
+    "languages",
     "lift_disqualification",
     "lookup",
     "new_id",

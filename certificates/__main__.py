@@ -1,6 +1,6 @@
 """Certificates from the command line (admins, tests and offline checkers).
 
-    python -m certificates issue --name NAME --score N --lang en|zh|nl --out FILE.pdf [--learner EMAIL]
+    python -m certificates issue --name NAME --score N --lang en|zh|nl|... --out FILE.pdf [--learner EMAIL]
     python -m certificates verify FILE.pdf [--keys KEYS.json]   # offline, no database
     python -m certificates verify --id ID                       # database, sees revocation
     python -m certificates revoke ID --reason TEXT [--disqualify]
@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from certificates import ids, keys, store
-from certificates.i18n import LANGS
+from certificates.i18n import languages
 
 
 def _show(result: store.VerifyResult, *, offline: bool) -> int:
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("issue", help="issue a certificate and write its PDF")
     p.add_argument("--name", required=True)
     p.add_argument("--score", type=float, help="percent (default with --learner: the attempt's)")
-    p.add_argument("--lang", choices=LANGS, default="en")
+    p.add_argument("--lang", choices=languages(), default="en")
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--learner", metavar="EMAIL", help="tie it to this learner's passed attempt")
     p.add_argument("--date", help="pass date YYYY-MM-DD (default: the attempt's, or today)")

@@ -35,7 +35,7 @@ from sqlmodel import Session, col, select, update
 from academy.models import Certificate, CertificateEvent, Learner, QuizAttempt, utcnow
 from academy.settings import get_settings
 from certificates import ids, keys, pdf, pdfscan, signing
-from certificates.i18n import LANGS, texts
+from certificates.i18n import languages, texts
 
 NAME_MAX = 200  # characters, after normalisation
 # Characters a printed name must not hold: controls, unassigned and private
@@ -294,8 +294,8 @@ def issue_certificate(
     certificate tied to nobody (admin CLI), which the policy does not limit.
     """
     name = clean_name(name)
-    if lang not in LANGS:
-        raise InvalidInput(f"language must be one of {LANGS}")
+    if lang not in languages():
+        raise InvalidInput(f"language must be one of {languages()}")
     score = _check_score(score)
     pass_date = _check_date(pass_date)
     if learner_id is not None or attempt_id is not None:
@@ -401,7 +401,7 @@ def _public(
         id=payload.get("id"),
         name=payload.get("name"),
         course=payload.get("course"),
-        course_title=texts(lang)["course_title"] if lang in LANGS else None,
+        course_title=texts(lang)["course_title"] if lang in languages() else None,
         score=payload.get("score"),
         pass_date=payload.get("pass_date"),
         lang=lang,
@@ -546,8 +546,8 @@ def reissue(
     if old.revoked_at is not None:
         raise AlreadyRevoked(old.id)
     name = clean_name(new_name)
-    if lang not in LANGS:
-        raise InvalidInput(f"language must be one of {LANGS}")
+    if lang not in languages():
+        raise InvalidInput(f"language must be one of {languages()}")
     old_id, attempt_id, score, pass_date = old.id, old.attempt_id, old.score, old.pass_date
     for _ in range(8):
         new_id = ids.new_id()

@@ -39,20 +39,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from academy.content import root as content_root
+
+from academy import content
 
 ROOT = Path(__file__).resolve().parent.parent
 BANK_DIR = ROOT / "quizzes" / "bank"
-LESSONS_DIR = content_root() / "lessons"
 
 TYPES = ("single", "multiple", "numeric", "ordering")
-# Used only while the lessons have no table of contents yet; the source of
-# truth is content/lessons/en/toc.yaml (see COURSE_LAYOUT.md).
-FALLBACK_LANGUAGES = ("en", "zh", "nl")
-FALLBACK_TOPICS = (
-    "overview", "training-step", "ring-allreduce", "ddp", "practice", "strategy",
-    "case-studies", "future", "risks", "roadmap", "faq",
-)
 # `check` evaluates every parameter draw when there are at most ALL_DRAWS of
 # them, else CHECK_DRAWS seeded ones.
 ALL_DRAWS = 20_000
@@ -280,37 +273,30 @@ def draw_params(question: Question, rng: random.Random) -> dict[str, float]:
 # ------------------------------------------------------- course structure
 
 
-def lesson_languages(lessons_dir: Path = LESSONS_DIR) -> tuple[str, ...]:
-    """Languages that have lessons (a folder with toc.yaml), en, zh, nl first."""
-    found = sorted(p.parent.name for p in lessons_dir.glob("*/toc.yaml"))
-    if not found:
-        return FALLBACK_LANGUAGES
-    known = [lang for lang in FALLBACK_LANGUAGES if lang in found]
-    return tuple(known + [lang for lang in found if lang not in known])
+def lesson_languages() -> tuple[str, ...]:
+    """Languages that have lessons, English first (discovered by ``academy.content``)."""
+    return content.languages()
 
 
-@lru_cache(maxsize=16)
-def section_titles(lang: str, lessons_dir: Path = LESSONS_DIR) -> dict[str, str]:
+def section_titles(lang: str) -> dict[str, str]:
     """Section id -> title from `lang`'s table of contents (English where the
     language has none): what a ``see:`` id is shown as."""
     for code in (lang, "en"):
         try:
-            data = yaml.safe_load((lessons_dir / code / "toc.yaml").read_text(encoding="utf-8"))
+            data = content.read_yaml("lessons", code, "toc.yaml")
             return {str(s["id"]): str(s["title"]) for s in data["sections"]}
         except (OSError, yaml.YAMLError, KeyError, TypeError):
             continue
     return {}
 
 
-def lesson_topics(lessons_dir: Path = LESSONS_DIR) -> tuple[str, ...]:
+def lesson_topics() -> tuple[str, ...]:
     """Section ids from the English table of contents, in course order."""
-    toc = lessons_dir / "en" / "toc.yaml"
     try:
-        data = yaml.safe_load(toc.read_text(encoding="utf-8"))
-        ids = tuple(str(s["id"]) for s in data["sections"])
+        data = content.read_yaml("lessons", "en", "toc.yaml")
+        return tuple(str(s["id"]) for s in data["sections"])
     except (OSError, yaml.YAMLError, KeyError, TypeError):
-        return FALLBACK_TOPICS
-    return ids or FALLBACK_TOPICS
+        return ()
 
 
 # ----------------------------------------------------------------- loading

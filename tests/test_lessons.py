@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from academy import i18n, lessons
+from academy import content, i18n, lessons
 from app import calculators as calc
 from quizzes.bank import load_bank
 
@@ -26,13 +26,13 @@ def test_toc_matches_english(lang):
     assert [s.id for s in mine] == [s.id for s in en]
     assert [(s.lab, s.quiz_topic) for s in mine] == [(s.lab, s.quiz_topic) for s in en]
     assert all(s.title.strip() and s.summary.strip() for s in mine)
-    assert (lessons.LESSON_DIR / lang / "toc.yaml").is_file()
+    assert (content.path("lessons", lang) / "toc.yaml").is_file()
 
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_every_section_has_its_own_non_empty_text(lang):
     for section in lessons.sections(lang):
-        path = lessons.LESSON_DIR / lang / f"{section.id}.md"
+        path = content.path("lessons", lang) / f"{section.id}.md"
         assert path.is_file(), f"{lang} lacks {section.id}"
         text = "".join(b.value for b in lessons.body(lang, section.id) if b.kind == "markdown")
         assert len(text) > 1000, f"{lang}/{section.id} is too short"  # Chinese is dense: 1,000 characters is a page

@@ -26,12 +26,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from academy.content import root as content_root
 
+from academy import content
 from academy.settings import get_settings
 
 ROOT = Path(__file__).resolve().parent.parent
-LESSONS = content_root() / "lessons"
+LESSONS = content.path("lessons")
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "terminology"
 LANGS = sorted(p.name for p in LESSONS.iterdir() if (p / "glossary.yaml").is_file())
 
@@ -155,7 +155,7 @@ def yaml_texts(path: Path, lang: str | None = None) -> Iterator[tuple[str, str, 
 
 def catalog_texts(lang: str) -> Iterator[tuple[str, str, str]]:
     """The UI strings of ``lang``: app, certificate and quiz-engine catalogs."""
-    for folder in (content_root() / "i18n", ROOT / "certificates" / "locales", ROOT / "quizzes" / "messages"):
+    for folder in (content.path("i18n"), ROOT / "certificates" / "locales", ROOT / "quizzes" / "messages"):
         path = folder / f"{lang}.yaml"
         if path.is_file():
             for file, key, text in yaml_texts(path):
