@@ -41,6 +41,7 @@ from typing import Any
 import yaml
 
 from academy import content
+from quizzes.numbers import format_number, parse_number, within_tolerance
 
 ROOT = Path(__file__).resolve().parent.parent
 BANK_DIR = ROOT / "quizzes" / "bank"
@@ -638,9 +639,6 @@ def _check_numeric(
 ) -> bool:
     """Placeholders name parameters; the formula evaluates on many draws and
     the answer as we display it is accepted by the tolerance."""
-    # engine imports this module; the number format is defined there.
-    from quizzes.engine import format_number, parse_number, within_tolerance
-
     names = set(question.params)
     for what, texts, allowed in (
         ("text", question.text, names),
