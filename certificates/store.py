@@ -36,6 +36,7 @@ from academy.models import Certificate, CertificateEvent, Learner, QuizAttempt, 
 from academy.settings import get_settings
 from certificates import ids, keys, pdf, pdfscan, signing
 from certificates.i18n import languages, texts
+from quizzes.store import passed_attempt
 
 NAME_MAX = 200  # characters, after normalisation
 # Characters a printed name must not hold: controls, unassigned and private
@@ -198,13 +199,7 @@ def eligible_attempt(*, session: Session, learner_id: int) -> QuizAttempt | None
     """The learner's best passed, finished, non-practice attempt (earliest of equals)."""
     return session.exec(
         select(QuizAttempt)
-        .where(
-            QuizAttempt.learner_id == learner_id,
-            QuizAttempt.course_id == get_settings().course_id,
-            QuizAttempt.passed == True,  # noqa: E712  (SQL, not Python truth)
-            QuizAttempt.practice == False,  # noqa: E712
-            QuizAttempt.status == "finished",
-        )
+        .where(QuizAttempt.learner_id == learner_id, passed_attempt())
         .order_by(col(QuizAttempt.score).desc(), col(QuizAttempt.finished_at).asc())
     ).first()
 
@@ -299,14 +294,12 @@ def issue_certificate(
     score = _check_score(score)
     pass_date = _check_date(pass_date)
     if learner_id is not None or attempt_id is not None:
-        attempt = session.get(QuizAttempt, attempt_id) if attempt_id is not None else None
-        if (
-            attempt is None
-            or attempt.learner_id != learner_id
-            or attempt.passed is not True
-            or attempt.practice
-            or attempt.status != "finished"
-        ):
+        attempt = session.exec(
+            select(QuizAttempt.id).where(
+                QuizAttempt.id == attempt_id, QuizAttempt.learner_id == learner_id, passed_attempt()
+            )
+        ).first()
+        if attempt is None:
             raise NotEligible("certificates are issued for the learner's passed quiz attempt")
         if is_disqualified(session=session, learner_id=learner_id):
             raise Disqualified("an admin revoked this learner's certificate; an admin must lift it first")
