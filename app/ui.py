@@ -9,12 +9,16 @@ from __future__ import annotations
 import json
 
 import streamlit as st
+from sqlmodel import func, select
 
 from academy import i18n
 from academy.accounts import close_session, learner_for_token, open_session
 from academy.db import session_scope
-from academy.models import Learner
+from academy.labruns import scaling_points
+from academy.lessons import completed, mark_done, mark_undone
+from academy.models import LabRun, Learner
 from academy.settings import get_settings
+from quizzes import store as quiz_store
 
 COOKIE = "dpa_session"
 
@@ -149,8 +153,6 @@ def done_sections(who: Learner | None) -> set[str]:
     """Finished lesson sections: from the database, or this visit's for a guest."""
     if who is None:
         return set(st.session_state.setdefault("guest_done", set()))
-    from academy.lessons import completed
-
     with session_scope() as session:
         return completed(session=session, learner_id=who.id)
 
@@ -160,8 +162,6 @@ def set_done(who: Learner | None, section_id: str, done: bool) -> None:
         guest = st.session_state.setdefault("guest_done", set())
         (guest.add if done else guest.discard)(section_id)
         return
-    from academy.lessons import mark_done, mark_undone
-
     with session_scope() as session:
         (mark_done if done else mark_undone)(session=session, learner_id=who.id, section_id=section_id)
 
@@ -170,18 +170,12 @@ def my_scaling_points(who: Learner | None) -> list[tuple[int, float]]:
     """(world size, scaling efficiency) from the learner's stored DDP lab runs."""
     if who is None:
         return []
-    from academy.labruns import scaling_points
-
     with session_scope() as session:
         return scaling_points(session=session, learner_id=who.id)
 
 
 def home_status(who: Learner | None) -> None:
     """Quiz, certificate and lab status cards on Home (sign-in gated parts say so)."""
-    from sqlmodel import func, select
-
-    from academy.models import LabRun
-
     c1, c2, c3 = st.columns(3)
     with c3.container(border=True):
         st.markdown(f"**{t('home.labs_status')}**")
@@ -190,10 +184,6 @@ def home_status(who: Learner | None) -> None:
             with session_scope() as session:
                 runs = session.exec(select(func.count()).where(LabRun.learner_id == who.id)).one()
         st.write(t("home.labs_runs", count=runs) if runs else t("home.labs_none"))
-    try:
-        from quizzes import store as quiz_store
-    except ImportError:  # the quiz package is not installed in this build
-        return
     with c1.container(border=True):
         st.markdown(f"**{t('home.quiz_status')}**")
         best = None
