@@ -12,7 +12,6 @@ from pathlib import Path
 
 KiB, MiB = 1 << 10, 1 << 20
 PAGES = ("home", "lessons", "labs", "quiz", "certificate", "verify", "account")
-LANGUAGES = ("en", "zh", "nl")
 
 
 @dataclass(frozen=True)

@@ -38,11 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from academy.content import languages
 from benchmarks.appserver import AppServer
 
 ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "load test password"
-LANGS = ("en", "zh", "nl")
 BROWSER_TIMEOUT_MS = 90_000  # 2 cores shared by threads, the server and Chromium
 ENV_KEYS = ("DATABASE_URL", "SECRETS_DIR", "PUBLIC_URL")
 
@@ -89,7 +89,7 @@ def _learner_cycle(rec: Record, *, run: str, n: int, cycle: int, rng: random.Ran
     def session() -> Session:
         return Session(engine, expire_on_commit=False)
 
-    email, name, lang = f"{run}-{n}-{cycle}@load.example.org", f"Learner {n}.{cycle}", LANGS[(n + cycle) % 3]
+    email, name, lang = f"{run}-{n}-{cycle}@load.example.org", f"Learner {n}.{cycle}", languages()[(n + cycle) % len(languages())]
     with rec.timed("sign_up"), session() as s:
         learner = accounts.sign_up(session=s, email=email, password=PASSWORD, display_name=name, language=lang)
     rec.learners[email] = learner.id

@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import LANGUAGES, Config, timed, unavailable, use_database
+from academy.content import languages
+from benchmarks.common import Config, timed, unavailable, use_database
 
 ROOT = Path(__file__).resolve().parent.parent
 MAIN = ROOT / "app" / "main.py"
@@ -100,7 +101,7 @@ def quiz_grading(cfg: Config, base: Path) -> dict:
             store.finish_attempt(session=session, attempt_id=attempt.id, learner_id=learner_id)
 
     engine_only(0, "en")  # warm the message catalogs
-    runs = [(seed, LANGUAGES[seed % len(LANGUAGES)]) for seed in range(1, cfg.quiz_attempts + 1)]
+    runs = [(seed, languages()[seed % len(languages())]) for seed in range(1, cfg.quiz_attempts + 1)]
     pure = statistics.median(timed(lambda s=s, lang=lang: engine_only(s, lang)) for s, lang in runs)
     stored = statistics.median(timed(lambda s=s, lang=lang: with_store(s, lang)) for s, lang in runs)
     engine.dispose()
@@ -124,12 +125,12 @@ def certificate_issuance(cfg: Config, base: Path) -> dict:
     settings = get_settings()
     engine = _engine(base / "certificates.db")
     sign_s, qr_s, issue_s, render_s, total_s = [], [], [], [], []
-    sizes: dict[str, list[int]] = {lang: [] for lang in LANGUAGES}
+    sizes: dict[str, list[int]] = {lang: [] for lang in languages()}
     with Session(engine, expire_on_commit=False) as session:
         issue_certificate(session=session, learner_id=None, attempt_id=None, name="Warm Up",
                           lang="en", score=90, pass_date="2025-01-01")  # creates the issuer key
-        for i in range(cfg.pdfs * len(LANGUAGES)):
-            lang = LANGUAGES[i % len(LANGUAGES)]
+        for i in range(cfg.pdfs * len(languages())):
+            lang = languages()[i % len(languages())]
             name = NAMES[lang]
             payload = signing.make_payload(cert_id=certs.new_id(), name=name,
                                            course=settings.course_id, score=92,
@@ -183,7 +184,7 @@ def _fill_certificates(engine, count: int) -> list[str]:
     batch: list[dict] = []
     with engine.begin() as conn:
         for n, cert_id in enumerate(ordered):
-            lang = LANGUAGES[n % len(LANGUAGES)]
+            lang = languages()[n % len(languages())]
             payload = signing.make_payload(cert_id=cert_id, name=f"Learner {n}",
                                            course=settings.course_id, score=80 + n % 21,
                                            pass_date="2025-01-01", lang=lang,
@@ -299,7 +300,7 @@ def page_renders(cfg: Config, base: Path) -> dict:
     firsts: list[float] = []
     for page in cfg.pages:
         renders[page] = {}
-        for lang in LANGUAGES:
+        for lang in languages():
             try:
                 _page_run(page, lang, learner_id)  # loads this page's content into the caches
                 runs = [_page_run(page, lang, learner_id) for _ in range(cfg.page_repeats)]
