@@ -15,7 +15,8 @@ resource-limited child; ``verify_pdf`` checks the signature offline and
 compared; the signed name and ID are shown for a person to compare.
 
 Pages call the functions re-exported here; nothing in this package imports
-Streamlit.
+Streamlit. It sits above ``academy`` (tables, settings, the language list) and
+beside ``quizzes``, whose ``store.passed_attempt`` decides who is eligible.
 """
 
 from certificates.i18n import format_date, format_score, languages, texts
