@@ -260,23 +260,6 @@ def get_run(run_id: int) -> LabRun | None:
         return session.get(LabRun, run_id)
 
 
-def child_pids(run_id: int) -> list[int]:
-    """Process ids still alive in the run's process group (for tests and checks)."""
-    job = _manager.jobs.get(run_id)
-    if job is None or job.proc is None:
-        return []
-    pgid = job.proc.pid
-    alive = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if os.getpgid(int(entry.name)) == pgid:
-                    alive.append(int(entry.name))
-            except (ProcessLookupError, PermissionError):
-                continue
-    return alive
-
-
 def recover_after_restart() -> int:
     """Runs left queued or running by a previous server process can never finish: say so."""
     with session_scope() as session:

@@ -11,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 from academy import i18n
 from app import charts, labjobs
 from tests.apptest import MAIN, open_page
+from tests.procs import group_members, lab_pids
 
 LABELS = {k: k for k in ["rank", "chunk", "holds", "start", "play", "pause", "step", "reduce-scatter",
                          "all-gather"]}
@@ -103,11 +104,11 @@ def test_second_lab_waits_its_turn_and_cancel_leaves_no_process(app_db, monkeypa
     time.sleep(1.0)
     assert labjobs.get_run(second).status == "queued"
     assert labjobs.queue_position(second) == 1
-    pids = labjobs.child_pids(hang)
-    assert pids, "the hanging lab has live processes"
+    pgid = labjobs._manager.jobs[hang].proc.pid
+    assert lab_pids(hang), "the hanging lab has live processes"
     labjobs.cancel(hang)
     assert wait(hang) == "cancelled"
-    assert labjobs.child_pids(hang) == []
+    assert group_members(pgid) == []
     assert wait(second) == "done"
 
 
@@ -122,7 +123,7 @@ def test_injected_crash_shows_a_message_naming_the_rank(app_db):
     assert i18n.t("labs.failed", "en") in errors
     assert any(e.startswith("Rank 1 crashed at step 1") for e in errors), errors
     assert i18n.t("labs.why_hang", "en") in [i.value for i in at.info]
-    assert labjobs.child_pids(run_id) == []
+    assert lab_pids(run_id) == []
 
 
 def test_bad_requests_are_refused_clearly():
