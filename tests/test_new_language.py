@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from academy import content, i18n, lessons
-from academy.settings import ROOT, get_settings
+from academy.settings import get_settings
 from quizzes.bank import lesson_languages
 from tests.apptest import open_page
 from tests.test_certificate_pages import learner_who_passed
@@ -35,7 +35,7 @@ def marked(value: Any) -> Any:
 @pytest.fixture
 def xx_content(tmp_path, monkeypatch, app_db):
     root = tmp_path / "content"
-    shutil.copytree(ROOT / "content", root)
+    shutil.copytree(content.root(), root)
     shutil.copytree(root / "lessons" / "en", root / "lessons" / "xx")
     toc = yaml.safe_load((root / "lessons" / "en" / "toc.yaml").read_text(encoding="utf-8"))
     toc["course_title"] = MARK + toc["course_title"]
