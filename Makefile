@@ -22,7 +22,7 @@ $(DEVSTAMP): requirements.txt requirements-dev.txt | $(BIN)/python
 	touch $(STAMP) $@
 
 migrate: $(STAMP)
-	$(BIN)/python -c "from app.db import get_engine; get_engine()"
+	$(BIN)/python -c "from academy.db import get_engine; get_engine()"
 
 run: migrate
 	$(BIN)/streamlit run app/main.py --server.port $(PORT) --server.headless true \

@@ -5,7 +5,7 @@ Each lab runs as its own process group, ``python -m labs LAB ... --events F
 script thread. A rerun or page switch does not touch it; the page polls
 :func:`status`. Cancel kills the whole process group. At most
 ``Settings.lab_concurrency`` labs run at once; the rest wait in FIFO order.
-Every run is a :class:`~app.models.LabRun` row: queued, running, then done,
+Every run is a :class:`~academy.models.LabRun` row: queued, running, then done,
 failed or cancelled.
 
 So that one visitor cannot fill the queue and make everyone else wait, a
@@ -35,9 +35,9 @@ from typing import Any
 import torch
 from sqlmodel import func, select
 
-from app.db import session_scope
-from app.models import LabRun, utcnow
-from app.settings import ROOT, get_settings
+from academy.db import session_scope
+from academy.models import LabRun, utcnow
+from academy.settings import ROOT, get_settings
 from labs.launch import resolve_backend
 from labs.ring import DTYPES
 
@@ -317,23 +317,6 @@ def cancel(run_id: int) -> bool:
 def get_run(run_id: int) -> LabRun | None:
     with session_scope() as session:
         return session.get(LabRun, run_id)
-
-
-def child_pids(run_id: int) -> list[int]:
-    """Process ids still alive in the run's process group (for tests and checks)."""
-    job = _manager.jobs.get(run_id)
-    if job is None or job.proc is None:
-        return []
-    pgid = job.proc.pid
-    alive = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if os.getpgid(int(entry.name)) == pgid:
-                    alive.append(int(entry.name))
-            except (ProcessLookupError, PermissionError):
-                continue
-    return alive
 
 
 def recover_after_restart() -> int:

@@ -35,8 +35,8 @@ if __name__ != "__main__":
     # credential as JSON / VC-JWT and the JSON verification API (certificates/routes.py).
     app = st.App(Path(__file__), routes=routes(), middleware=web.middleware())
 else:
+    from academy.db import get_engine
     from app import ui
-    from app.db import get_engine
 
     st.set_page_config(page_title="Data Parallelism Academy", page_icon=str(ICON), layout="wide")
     get_engine()  # creates the database and applies migrations on first start

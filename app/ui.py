@@ -1,6 +1,6 @@
 """Streamlit glue shared by every page: language, signed-in learner, sidebar.
 
-Pages stay thin: they lay out widgets and call plain modules (``app.accounts``,
+Pages stay thin: they lay out widgets and call plain modules (``academy.accounts``,
 ``quizzes``, ``certificates``, ``labs``) that import without Streamlit.
 """
 
@@ -10,18 +10,22 @@ import html
 import json
 
 import streamlit as st
+from sqlmodel import func, select
 
-from app import i18n
-from app.accounts import (
+from academy import i18n
+from academy.accounts import (
     UNKNOWN_CLIENT,
     close_all_sessions,
     close_session,
     learner_for_token,
     open_session,
 )
-from app.db import session_scope
-from app.models import Learner
-from app.settings import get_settings
+from academy.db import session_scope
+from academy.labruns import scaling_points
+from academy.lessons import completed, mark_done, mark_undone
+from academy.models import LabRun, Learner
+from academy.settings import get_settings
+from quizzes import store as quiz_store
 
 
 def cookie_name() -> str:
@@ -56,7 +60,7 @@ def client() -> str:
     ``TRUSTED_PROXY_HOPS`` = n the n-th address from the right of X-Forwarded-For (the one
     our own proxy appended; those left of it are the client's to forge).
     ``UNKNOWN_CLIENT`` for localhost, which Streamlit reports as no address: then only
-    the per-address limits apply (see ``app.accounts``)."""
+    the per-address limits apply (see ``academy.accounts``)."""
     hops = get_settings().trusted_proxy_hops
     if hops > 0:
         forwarded = [p.strip() for p in (st.context.headers.get("X-Forwarded-For") or "").split(",") if p.strip()]
@@ -193,8 +197,6 @@ def done_sections(who: Learner | None) -> set[str]:
     """Finished lesson sections: from the database, or this visit's for a guest."""
     if who is None:
         return set(st.session_state.setdefault("guest_done", set()))
-    from app.lessons import completed
-
     with session_scope() as session:
         return completed(session=session, learner_id=who.id)
 
@@ -204,8 +206,6 @@ def set_done(who: Learner | None, section_id: str, done: bool) -> None:
         guest = st.session_state.setdefault("guest_done", set())
         (guest.add if done else guest.discard)(section_id)
         return
-    from app.lessons import mark_done, mark_undone
-
     with session_scope() as session:
         (mark_done if done else mark_undone)(session=session, learner_id=who.id, section_id=section_id)
 
@@ -214,18 +214,12 @@ def my_scaling_points(who: Learner | None) -> list[tuple[int, float]]:
     """(world size, scaling efficiency) from the learner's stored DDP lab runs."""
     if who is None:
         return []
-    from app.labruns import scaling_points
-
     with session_scope() as session:
         return scaling_points(session=session, learner_id=who.id)
 
 
 def home_status(who: Learner | None) -> None:
     """Quiz, certificate and lab status cards on Home (sign-in gated parts say so)."""
-    from sqlmodel import func, select
-
-    from app.models import LabRun
-
     c1, c2, c3 = st.columns(3)
     with c3.container(border=True):
         st.markdown(f"**{t('home.labs_status')}**")
@@ -234,10 +228,6 @@ def home_status(who: Learner | None) -> None:
             with session_scope() as session:
                 runs = session.exec(select(func.count()).where(LabRun.learner_id == who.id)).one()
         st.write(t("home.labs_runs", count=runs) if runs else t("home.labs_none"))
-    try:
-        from quizzes import store as quiz_store
-    except ImportError:  # the quiz package is not installed in this build
-        return
     with c1.container(border=True):
         st.markdown(f"**{t('home.quiz_status')}**")
         best = None

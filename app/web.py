@@ -14,7 +14,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.settings import get_settings
+from academy.settings import get_settings
 
 # What the Streamlit front end needs, found by running every page in Chromium with the
 # policy enforced (tests/test_security_headers.py fails on any CSP violation):

@@ -31,8 +31,8 @@ def open_page(page: str, lang: str = "en", learner_id: int | None = None, *,
 def login_token(learner_id: int) -> str:
     """A real session token for the learner, as signing in leaves in the session state
     (pages check it on every run; a bare ``learner_id`` signs nobody in)."""
-    from app.accounts import open_session
-    from app.db import session_scope
+    from academy.accounts import open_session
+    from academy.db import session_scope
 
     with session_scope() as session:
         return open_session(session=session, learner_id=learner_id)

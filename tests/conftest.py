@@ -26,7 +26,7 @@ def engine():
     """A migrated in-memory SQLite engine shared by all sessions of one test."""
     from sqlalchemy.pool import StaticPool
 
-    from app.db import make_engine, migrate
+    from academy.db import make_engine, migrate
 
     eng = make_engine("sqlite://", poolclass=StaticPool)
     migrate(eng)
@@ -44,8 +44,8 @@ def session(engine):
 
 def use_database(monkeypatch, **env: str):
     """Point the app's process-wide engine (and settings) at ``env``; undo afterwards."""
-    from app import db
-    from app.settings import get_settings
+    from academy import db
+    from academy.settings import get_settings
 
     for key, value in env.items():
         monkeypatch.setenv(key, value)

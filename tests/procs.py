@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 
 def gone(pid: int, wait: float = 5.0) -> bool:
@@ -19,3 +21,26 @@ def gone(pid: int, wait: float = 5.0) -> bool:
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Process ids still alive in process group ``pgid`` (a lab run's ranks)."""
+    alive = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getpgid(int(entry.name)) == pgid:
+                    alive.append(int(entry.name))
+            except (ProcessLookupError, PermissionError):
+                continue
+    return alive
+
+
+def lab_pids(run_id: int) -> list[int]:
+    """Live processes of a web lab run (its launcher's process group)."""
+    from app import labjobs
+
+    job = labjobs._manager.jobs.get(run_id)
+    if job is None or job.proc is None:
+        return []
+    return group_members(job.proc.pid)

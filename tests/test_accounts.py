@@ -5,9 +5,9 @@ import threading
 import pytest
 from sqlmodel import col, delete, select
 
-from app import accounts
-from app.accounts import AccountError
-from app.models import AdminToken, Learner, SigninCounter
+from academy import accounts
+from academy.accounts import AccountError
+from academy.models import AdminToken, Learner, SigninCounter
 
 PW = "correct horse battery"
 
@@ -78,7 +78,7 @@ def test_session_token_round_trip_and_revocation(session):
 
 def test_admin_addresses_grant_nothing(session, monkeypatch):
     """F-8: whoever signs up first with a configured address must not become admin."""
-    from app.settings import get_settings
+    from academy.settings import get_settings
 
     monkeypatch.setenv("ADMIN_EMAILS", "boss@example.org")
     get_settings.cache_clear()
@@ -104,8 +104,8 @@ def test_admin_token_is_one_time(session):
 
 
 def test_admin_cli(app_db):
-    from app.admin import main
-    from app.db import session_scope
+    from academy.admin import main
+    from academy.db import session_scope
 
     with session_scope() as s:
         accounts.sign_up(session=s, email="e@example.org", password=PW)
@@ -116,8 +116,8 @@ def test_admin_cli(app_db):
 
 
 def test_admin_token_cli_prints_a_token_that_works(app_db, capsys):
-    from app.admin import main
-    from app.db import session_scope
+    from academy.admin import main
+    from academy.db import session_scope
 
     with session_scope() as s:
         learner = accounts.sign_up(session=s, email="f@example.org", password=PW)
@@ -156,8 +156,8 @@ def _burst(engine, email: str, passwords: list[str], client: str = "203.0.113.9"
 
 def test_concurrent_guesses_are_limited(app_db, monkeypatch):
     """F-4: 12 guesses at once are not all checked; the right one placed last is refused too."""
-    from app.db import session_scope
-    from app.settings import get_settings
+    from academy.db import session_scope
+    from academy.settings import get_settings
 
     # Enough Argon2 slots that no guess is answered "busy" (that path has its own test).
     monkeypatch.setattr(accounts, "_SLOTS", threading.BoundedSemaphore(16))
@@ -176,7 +176,7 @@ def test_concurrent_guesses_are_limited(app_db, monkeypatch):
 def test_lock_out_is_per_client(session):
     """F-15: failures from one client do not lock the owner out on another; one client is
     also limited across addresses."""
-    from app.settings import get_settings
+    from academy.settings import get_settings
 
     accounts.sign_up(session=session, email="owner@example.org", password=PW)
     attacker, owner = "198.51.100.66", "192.0.2.7"
@@ -213,7 +213,7 @@ def test_argon2_verifications_are_capped(session, monkeypatch):
 
 
 def test_sign_up_is_throttled_per_client(session):
-    from app.settings import get_settings
+    from academy.settings import get_settings
 
     codes = []
     for n in range(get_settings().signup_max_per_client + 1):
@@ -288,7 +288,7 @@ def test_sign_out_everywhere_and_password_change(session):
 def test_ended_windows_are_pruned(session, monkeypatch):
     from datetime import timedelta
 
-    from app.models import utcnow
+    from academy.models import utcnow
 
     accounts.sign_up(session=session, email="prune@example.org", password=PW, client="192.0.2.1")
     with pytest.raises(AccountError):
@@ -307,7 +307,7 @@ def test_concurrent_guesses_are_limited_on_postgres(postgres_url, monkeypatch):
 
     from sqlmodel import Session
 
-    from app.db import make_engine, migrate
+    from academy.db import make_engine, migrate
 
     monkeypatch.setattr(accounts, "_SLOTS", threading.BoundedSemaphore(16))
     monkeypatch.setattr(accounts, "ARGON2_WAIT_S", 120)

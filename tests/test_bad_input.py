@@ -14,16 +14,16 @@ from sqlmodel import select
 from streamlit.testing.v1 import AppTest
 
 import certificates as certs
-from app import i18n, lessons
-from app.accounts import sign_up
-from app.db import session_scope
-from app.models import Certificate, Learner, QuizAnswer, QuizAttempt
+from academy import i18n, lessons
+from academy.accounts import sign_up
+from academy.db import session_scope
+from academy.models import Certificate, Learner, QuizAnswer, QuizAttempt
+from benchmarks.quizkey import right_answer
 from quizzes import store
 from quizzes.bank import load_bank
 from quizzes.engine import draw_attempt, message
 from tests import apptest
 from tests.apptest import MAIN, press
-from tests.quizkey import right_answer
 
 PASSWORD = "long enough pw"
 
@@ -85,7 +85,7 @@ def shown_name(at: AppTest, name: str) -> bool:
 def as_saved(name: str) -> str:
     """A display name as the account code stores it: NFC, no control or bidi-format
     characters, single spaces, at most 200 characters."""
-    from app.accounts import clean_display_name
+    from academy.accounts import clean_display_name
 
     return clean_display_name(name)
 

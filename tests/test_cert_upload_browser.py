@@ -8,7 +8,7 @@ import os
 import pytest
 
 import certificates as certs
-from app.db import session_scope
+from academy.db import session_scope
 from tests import browserkit as kit
 from tests.test_cert_upload import stall_pdf, token_of
 

@@ -6,13 +6,13 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import certificates as certs
-from app import i18n
-from app.accounts import sign_up
-from app.db import session_scope
+from academy import i18n
+from academy.accounts import sign_up
+from academy.db import session_scope
+from benchmarks.quizkey import right_answer
 from quizzes import store
 from quizzes.bank import load_bank
 from tests import apptest
-from tests.quizkey import right_answer
 
 
 def learner_who_passed(email: str, name: str = "Zoë Ødegård") -> int:

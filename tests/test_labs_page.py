@@ -8,9 +8,10 @@ import time
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import charts, i18n, labjobs
+from academy import i18n
+from app import charts, labjobs
 from tests.apptest import MAIN, login_token, open_page
-from tests.procs import gone
+from tests.procs import gone, lab_pids
 
 LABELS = {k: k for k in ["rank", "chunk", "holds", "start", "play", "pause", "step", "reduce-scatter",
                          "all-gather"]}
@@ -118,7 +119,7 @@ def test_schedule_replay_completes_for_any_world_size(world_size):
 
 def test_second_lab_waits_its_turn_and_cancel_leaves_no_process(app_db, monkeypatch):
     monkeypatch.setenv("LAB_MAX_CONCURRENT", "1")
-    from app.settings import get_settings
+    from academy.settings import get_settings
 
     get_settings.cache_clear()
     hang = labjobs.submit(lab="ring", params={"world_size": 2, "fail_mode": "hang", "fail_rank": 1,
@@ -130,7 +131,7 @@ def test_second_lab_waits_its_turn_and_cancel_leaves_no_process(app_db, monkeypa
     time.sleep(1.0)
     assert labjobs.get_run(second).status == "queued"
     assert labjobs.queue_position(second) == 1
-    pids = labjobs.child_pids(hang)
+    pids = lab_pids(hang)
     assert pids, "the hanging lab has live processes"
     labjobs.cancel(hang)
     assert wait(hang) == "cancelled"
@@ -165,8 +166,8 @@ def test_bad_requests_are_refused_clearly():
 
 
 def test_a_running_lab_comes_back_after_a_refresh(app_db):
-    from app.accounts import sign_up
-    from app.db import session_scope
+    from academy.accounts import sign_up
+    from academy.db import session_scope
 
     with session_scope() as s:
         learner = sign_up(session=s, email="lab-refresh@example.org", password="long enough pw")

@@ -14,13 +14,14 @@ import time
 import pytest
 from sqlmodel import func, select
 
-from app import i18n, labjobs
-from app.accounts import sign_up
-from app.db import session_scope
-from app.models import LabRun
-from app.settings import get_settings
+from academy import i18n
+from academy.accounts import sign_up
+from academy.db import session_scope
+from academy.models import LabRun
+from academy.settings import get_settings
+from app import labjobs
 from tests.apptest import open_page
-from tests.procs import gone
+from tests.procs import gone, lab_pids
 
 HANG = {"world_size": 2, "fail_mode": "hang", "fail_rank": 1, "fail_at_step": 0}
 
@@ -131,9 +132,9 @@ def test_a_run_leaves_no_directory_and_no_job(app_db, limits, tmp_path, monkeypa
     assert list(tmp_path.glob(f"lab-{hang}-*")), "a running lab works in its own directory"
     assert not list(tmp_path.glob(f"lab-{queued}-*")), "a waiting lab has none yet"
     deadline = time.time() + 30
-    while not labjobs.child_pids(hang) and time.time() < deadline:
+    while not lab_pids(hang) and time.time() < deadline:
         time.sleep(0.1)
-    pids = labjobs.child_pids(hang)
+    pids = lab_pids(hang)
     assert pids
     labjobs.cancel(queued)
     labjobs.cancel(hang)

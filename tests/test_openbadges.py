@@ -24,8 +24,8 @@ from sqlmodel import Session
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-from app.models import Certificate, Learner, QuizAttempt
-from app.settings import get_settings
+from academy.models import Certificate, Learner, QuizAttempt
+from academy.settings import get_settings
 from certificates import ids, keys, openbadges, pdf, routes, statuslist, store
 from certificates.__main__ import did_web_url
 from certificates.__main__ import main as cli_main
@@ -144,14 +144,14 @@ def test_credential_is_an_open_badge_with_a_salted_email_identity(session, lang,
 def test_every_language_has_the_credential_texts_with_the_same_placeholders():
     import string
 
-    from certificates.i18n import LANGS
+    from certificates.i18n import languages
 
     def shape(lang):
         found = openbadges.credential_texts(lang)
         return {k: sorted(f for _, f, _, _ in string.Formatter().parse(v) if f) for k, v in found.items()}
 
     assert shape("en") == {"credential_name": ["course"], "achievement_description": [], "criteria": ["pass_percent"]}
-    for lang in LANGS:
+    for lang in languages():
         assert shape(lang) == shape("en"), lang
         assert all(openbadges.credential_texts(lang).values())
 
@@ -216,7 +216,7 @@ def test_migration_0003_adds_and_removes_the_columns(engine):
     from alembic.config import Config
     from sqlalchemy import inspect
 
-    from app.settings import ROOT
+    from academy.settings import ROOT
 
     def columns():
         return {c["name"] for c in inspect(engine).get_columns("certificate")}
@@ -224,7 +224,7 @@ def test_migration_0003_adds_and_removes_the_columns(engine):
     added = {"status_index", "credential_json", "credential_jwt"}
     assert added <= columns()
     cfg = Config(str(ROOT / "alembic.ini"))
-    cfg.set_main_option("script_location", str(ROOT / "app" / "migrations"))
+    cfg.set_main_option("script_location", str(ROOT / "academy" / "migrations"))
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, "0003-1")
@@ -421,7 +421,7 @@ def test_bit_order_is_the_specs():
 
 @pytest.fixture
 def client(engine, settings):
-    from app import db
+    from academy import db
 
     db.set_engine(engine)
     with TestClient(Starlette(routes=routes.routes())) as c:
@@ -639,7 +639,7 @@ def test_the_running_app_serves_every_route_with_its_headers(server, on_server_d
     import urllib.error
     import urllib.request
 
-    from app.db import session_scope
+    from academy.db import session_scope
 
     with session_scope() as s:
         cert = store.issue_certificate(session=s, learner_id=None, attempt_id=None, name="Ada",

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import i18n
+from academy import i18n
 from tests.apptest import MAIN, open_page
 
 PAGES = ["home", "lessons", "labs", "quiz", "certificate", "verify", "account"]
@@ -87,7 +87,7 @@ def test_bad_sign_up_gets_a_message_in_the_language(app_db):
 
 @pytest.mark.parametrize("lang", sorted(i18n.languages()))
 def test_every_lesson_section_renders(app_db, lang):
-    from app import lessons
+    from academy import lessons
 
     for number, section in enumerate(lessons.sections(lang), 1):
         at = run_page("lessons", lang, section=section.id)

@@ -18,14 +18,15 @@ from sqlmodel import Session, select
 from streamlit.testing.v1 import AppTest
 
 import certificates as certs
-from app import i18n, ui
-from app.accounts import sign_up
-from app.db import session_scope
-from app.models import CertificateEvent, Learner
+from academy import i18n
+from academy.accounts import sign_up
+from academy.db import session_scope
+from academy.models import CertificateEvent, Learner
+from app import ui
+from benchmarks.quizkey import wrong_answer
 from quizzes.bank import load_bank
 from quizzes.engine import public_question
 from tests.apptest import login_token
-from tests.quizkey import wrong_answer
 
 ROOT = Path(__file__).resolve().parent.parent
 MAIN = str(ROOT / "app" / "main.py")
@@ -236,7 +237,7 @@ def test_admin_page_and_its_forms_refuse_non_admins(app_db):
 
 def _tab(token: str, page: str | None = None) -> AppTest:
     """A browser tab of a signed-in learner: the state a sign-in leaves behind."""
-    from app.accounts import learner_for_token
+    from academy.accounts import learner_for_token
 
     at = AppTest.from_file(MAIN, default_timeout=60)
     at.query_params["lang"] = "en"
@@ -316,7 +317,7 @@ def test_sign_out_ends_the_other_tab_at_its_next_click(server, browser, on_serve
 
 
 def test_a_redeemed_admin_token_makes_an_admin_once(app_db):
-    from app.accounts import create_admin_token
+    from academy.accounts import create_admin_token
 
     learner_id = _make_learner("future-admin@example.org")
     with session_scope() as s:
@@ -434,8 +435,8 @@ def test_signing_key_is_in_no_page_log_or_repository(server, browser, on_server_
 
 def test_session_key_is_never_empty_when_two_requests_create_it(tmp_path, monkeypatch):
     """Two first requests at once: both must get the one real key (an empty one signs forgeable tokens)."""
-    from app import keystore
-    from app.settings import get_settings
+    from academy import keystore
+    from academy.settings import get_settings
 
     monkeypatch.setenv("SECRETS_DIR", str(tmp_path / "secrets"))
     get_settings.cache_clear()
@@ -472,7 +473,7 @@ def test_session_key_is_never_empty_when_two_requests_create_it(tmp_path, monkey
 
 @pytest.mark.browser
 def test_sixth_wrong_sign_in_is_rate_limited(server, browser, on_server_db):
-    from app.settings import get_settings
+    from academy.settings import get_settings
     from tests import browserkit as kit
 
     email = "limited@example.org"
@@ -503,7 +504,7 @@ def test_sixth_wrong_sign_in_is_rate_limited(server, browser, on_server_db):
     assert failures() == limit
     ctx.close()
     with Session(on_server_db) as s:  # the account is locked for now, even with the right password
-        from app.accounts import AccountError, sign_in
+        from academy.accounts import AccountError, sign_in
 
         with pytest.raises(AccountError, match="rate_limited"):
             sign_in(session=s, email=email, password=PASSWORD)
@@ -520,7 +521,7 @@ def test_database_files_are_readable_by_the_owner_only(tmp_path):
 
     from sqlalchemy import text
 
-    from app.db import make_engine
+    from academy.db import make_engine
 
     old = tmp_path / "old.db"
     old.touch(mode=0o644)
@@ -539,7 +540,7 @@ def test_database_files_are_readable_by_the_owner_only(tmp_path):
 
 
 def test_an_in_memory_database_leaves_no_file(tmp_path, monkeypatch):
-    from app.db import make_engine
+    from academy.db import make_engine
 
     monkeypatch.chdir(tmp_path)
     make_engine("sqlite://").dispose()

@@ -13,7 +13,8 @@ import urllib.request
 import pytest
 import streamlit as st
 
-from app import i18n, web
+from academy import i18n
+from app import web
 
 PASSWORD = "a long enough password"
 
@@ -46,7 +47,7 @@ async def _plain_app(scope, receive, send) -> None:  # noqa: ANN001
 
 @pytest.mark.parametrize("public_url", ["http://localhost:8501", "https://academy.example.org"])
 def test_every_response_gets_the_headers_and_hsts_only_over_https(monkeypatch, public_url):
-    from app.settings import get_settings
+    from academy.settings import get_settings
 
     monkeypatch.setenv("PUBLIC_URL", public_url)
     get_settings.cache_clear()
@@ -91,9 +92,9 @@ def test_allowed_hosts_refuse_other_host_headers():
 ])
 def test_session_cookie_is_secure_over_https(app_db, monkeypatch, public_url, name, secure):
     """F-13: the cookie script the page sends carries ``Secure`` and the ``__Host-`` name on HTTPS."""
-    from app.accounts import sign_up
-    from app.db import session_scope
-    from app.settings import get_settings
+    from academy.accounts import sign_up
+    from academy.db import session_scope
+    from academy.settings import get_settings
     from tests.apptest import open_page, press
 
     with session_scope() as s:

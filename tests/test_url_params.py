@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from app import accounts, i18n, ui
+from academy import accounts, i18n
+from app import ui
 from certificates.ids import InvalidId, parse_id
 from tests import apptest
 

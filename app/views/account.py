@@ -3,8 +3,7 @@
 
 import streamlit as st
 
-from app import ui
-from app.accounts import (
+from academy.accounts import (
     AccountError,
     change_password,
     clean_display_name,
@@ -12,9 +11,10 @@ from app.accounts import (
     sign_in,
     sign_up,
 )
-from app.db import session_scope
-from app.models import Learner
-from app.settings import get_settings
+from academy.db import session_scope
+from academy.models import Learner
+from academy.settings import get_settings
+from app import ui
 
 t = ui.t
 st.title(t("nav.account"))

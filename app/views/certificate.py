@@ -8,9 +8,9 @@ and refuses a learner an admin disqualified."""
 import streamlit as st
 
 import certificates as certs
+from academy.db import session_scope
+from academy.settings import get_settings
 from app import ui
-from app.db import session_scope
-from app.settings import get_settings
 
 t = ui.t
 code = st.session_state["lang"]
@@ -73,8 +73,9 @@ if not has_active and not blocked:
         with st.form("issue"):
             name = st.text_input(t("certificate.name"), value=who.display_name, max_chars=200,
                                  help=t("certificate.name_help"))
-            cert_lang = st.selectbox(t("certificate.language"), list(certs.LANGS),
-                                     index=list(certs.LANGS).index(code) if code in certs.LANGS else 0,
+            cert_langs = list(certs.languages())
+            cert_lang = st.selectbox(t("certificate.language"), cert_langs,
+                                     index=cert_langs.index(code) if code in cert_langs else 0,
                                      format_func=lambda c: lang_names.get(c, c))
             if st.form_submit_button(t("certificate.create"), type="primary", icon=":material/workspace_premium:"):
                 if not name.strip():

@@ -10,8 +10,8 @@ document, as no printed text is read."""
 import streamlit as st
 
 import certificates as certs
+from academy.db import session_scope
 from app import ui
-from app.db import session_scope
 from certificates import pdfscan
 
 t = ui.t

@@ -1,8 +1,8 @@
 """Administrator CLI, for whoever runs the server (the only source of admin rights, review F-8).
 
-``python -m app.admin create-admin EMAIL`` makes an existing account an
+``python -m academy.admin create-admin EMAIL`` makes an existing account an
 administrator; with ``--create`` it creates the account first (the password is
-read from the prompt, never from argv). ``python -m app.admin admin-token``
+read from the prompt, never from argv). ``python -m academy.admin admin-token``
 prints a one-time token, valid one hour, that a signed-in learner redeems on
 the Account page to become an administrator (for a server whose shell is not
 where the admin's browser is).
@@ -14,13 +14,19 @@ import argparse
 import getpass
 import sys
 
-from app.accounts import ADMIN_TOKEN_HOURS, AccountError, create_admin_token, make_admin, sign_up
-from app.db import session_scope
-from app.i18n import t
+from academy.accounts import (
+    ADMIN_TOKEN_HOURS,
+    AccountError,
+    create_admin_token,
+    make_admin,
+    sign_up,
+)
+from academy.db import session_scope
+from academy.i18n import t
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m app.admin")
+    parser = argparse.ArgumentParser(prog="python -m academy.admin")
     sub = parser.add_subparsers(dest="command", required=True)
     create = sub.add_parser("create-admin", help="make EMAIL an administrator")
     create.add_argument("email")

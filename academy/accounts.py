@@ -2,7 +2,7 @@
 
 Passwords are hashed with Argon2id (argon2-cffi) and never stored or logged
 in clear. The browser keeps only a signed, expiring token that names a
-server-side :class:`~app.models.LoginSession`; pages look that row up on every
+server-side :class:`~academy.models.LoginSession`; pages look that row up on every
 run, so signing out (here or in another tab) ends the session everywhere at its
 next interaction.
 
@@ -11,7 +11,7 @@ password is checked, so concurrent attempts cannot all pass one check. They
 are kept per address from one client, per client and per address in total;
 a client is an IP address (see :func:`client_key` callers in ``app.ui``).
 Administrator rights never come from an e-mail address (F-8): only the
-server's operator grants them (``python -m app.admin``).
+server's operator grants them (``python -m academy.admin``).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from sqlalchemy import case, delete, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from app.models import AdminToken, Learner, LoginSession, SigninCounter, utcnow
-from app.settings import get_settings
+from academy.models import AdminToken, Learner, LoginSession, SigninCounter, utcnow
+from academy.settings import get_settings
 
 _hasher = PasswordHasher()
 MIN_PASSWORD = 10
@@ -295,7 +295,7 @@ _DUMMY_HASH = _hasher.hash(secrets.token_hex(16))
 
 
 def _serializer() -> URLSafeTimedSerializer:
-    from app.keystore import session_secret
+    from academy.keystore import session_secret
 
     return URLSafeTimedSerializer(session_secret(), salt="dpa-session")
 

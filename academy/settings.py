@@ -61,6 +61,8 @@ class Settings(BaseSettings):
 
     course_id: str = "data-parallelism"
     issuer: str = Field(default="Data Parallelism Academy")
+    # Course content (lessons and UI strings per language); see academy/content.py.
+    content_dir: Path = ROOT / "content"
 
     @property
     def https(self) -> bool:

@@ -1,5 +1,5 @@
 """Database tables (sqlmodel). Schema changes go through Alembic migrations
-in ``app/migrations``; run ``alembic revision --autogenerate`` after editing."""
+in ``academy/migrations``; run ``alembic revision --autogenerate`` after editing."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ class SigninCounter(SQLModel, table=True):
 
 
 class AdminToken(SQLModel, table=True):
-    """A one-time token, printed by ``python -m app.admin admin-token``, that makes the
+    """A one-time token, printed by ``python -m academy.admin admin-token``, that makes the
     signed-in learner who redeems it an administrator. Only its SHA-256 is stored."""
 
     id: str = Field(primary_key=True, max_length=64)  # hex SHA-256 of the token

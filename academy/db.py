@@ -16,7 +16,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, create_engine
 
-from app.settings import ROOT, get_settings
+from academy.settings import ROOT, get_settings
 
 _engine: Engine | None = None
 _lock = threading.Lock()
@@ -64,7 +64,7 @@ def migrate(engine: Engine) -> None:
     from alembic.config import Config
 
     cfg = Config(str(ROOT / "alembic.ini"))
-    cfg.set_main_option("script_location", str(ROOT / "app" / "migrations"))
+    cfg.set_main_option("script_location", str(ROOT / "academy" / "migrations"))
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
