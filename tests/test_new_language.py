@@ -17,7 +17,6 @@ import yaml
 
 from academy import content, i18n, lessons
 from academy.settings import get_settings
-from quizzes.bank import lesson_languages
 from tests.apptest import open_page
 from tests.test_certificate_pages import learner_who_passed
 from tests.test_pages import PAGES
@@ -54,7 +53,7 @@ def xx_content(tmp_path, monkeypatch, app_db):
 def test_the_language_list_comes_from_the_content(xx_content):
     assert content.root() == xx_content
     assert content.languages() == ("en", "nl", "xx", "zh")
-    assert lesson_languages() == content.languages()
+    assert lessons.languages() == content.languages()
     assert i18n.languages()["xx"] == MARK + i18n.t("meta.name", "en")
     assert lessons.course_title("xx").startswith(MARK)
     assert i18n.normalise_lang("XX") == "xx"

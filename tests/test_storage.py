@@ -27,14 +27,16 @@ def test_an_existing_database_upgrades_through_the_moved_migrations(tmp_path):
     from academy.settings import ROOT
 
     cli = Config(str(ROOT / "alembic.ini"))
-    assert {r.revision for r in ScriptDirectory.from_config(cli).walk_revisions()} == {"0001", "0002"}
+    scripts = ScriptDirectory.from_config(cli)
+    revisions = [r.revision for r in scripts.walk_revisions()]  # head first, one line of history
+    assert revisions[-1] == "0001" and len(revisions) >= 2 and len(scripts.get_heads()) == 1
     eng = make_engine(f"sqlite:///{tmp_path / 'old.db'}")
     with eng.begin() as conn:
         cli.attributes["connection"] = conn
         command.upgrade(cli, "0001")
     migrate(eng)
     with eng.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0002"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == scripts.get_current_head()
 
 
 def test_sqlite_runs_with_wal_foreign_keys_and_busy_timeout(tmp_path):
