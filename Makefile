@@ -22,7 +22,7 @@ $(DEVSTAMP): requirements.txt requirements-dev.txt | $(BIN)/python
 	touch $(STAMP) $@
 
 migrate: $(STAMP)
-	$(BIN)/python -c "from app.db import get_engine; get_engine()"
+	$(BIN)/python -c "from academy.db import get_engine; get_engine()"
 
 # The app and one lab worker together; the worker stops when the app does.
 # On several machines, run each on its own (see the README's multi-machine layout).

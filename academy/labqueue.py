@@ -1,6 +1,6 @@
 """Lab runs as jobs on a durable queue, run by worker processes anywhere.
 
-The web process only writes a :class:`~app.models.LabRun` row and puts its id
+The web process only writes a :class:`~academy.models.LabRun` row and puts its id
 on a huey queue; a ``python -m labs.worker`` process (on this machine or
 another) takes it, starts ``python -m labs LAB ... --events F --out G`` in its
 own process group, and writes everything back to the row: the claim, a
@@ -56,9 +56,9 @@ from typing import Any
 from sqlalchemy import update
 from sqlmodel import func, select
 
-from app.db import session_scope
-from app.models import LabRun, LabWorker, utcnow
-from app.settings import ROOT, get_settings
+from academy.db import session_scope
+from academy.models import LabRun, LabWorker, utcnow
+from academy.settings import ROOT, get_settings
 
 QUEUES = ("cpu", "gpu")
 ACTIVE = ("queued", "running")

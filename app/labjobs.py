@@ -1,7 +1,7 @@
 """Running labs for the web app: validate the request, then hand it to the job queue.
 
 The web process never starts a lab. :func:`submit` writes a
-:class:`~app.models.LabRun` row and puts it on the queue (academy/labqueue.py);
+:class:`~academy.models.LabRun` row and puts it on the queue (academy/labqueue.py);
 a ``python -m labs.worker`` process, here or on another machine, runs it and
 writes progress and the outcome back to the row. The page polls the row, so
 any app replica can show any run. Cancel sets a flag the worker acts on
@@ -22,9 +22,9 @@ import torch
 from sqlmodel import select
 
 from academy import labqueue
-from app.db import session_scope
-from app.models import LabRun
-from app.settings import get_settings
+from academy.db import session_scope
+from academy.models import LabRun
+from academy.settings import get_settings
 from labs.launch import resolve_backend
 from labs.ring import DTYPES
 

@@ -12,9 +12,9 @@ import json
 
 import streamlit as st
 
+from academy.models import LabRun
 from app import calculators as calc
 from app import charts
-from app.models import LabRun
 from app.ui import t
 from app.widgets import ring_labels
 

@@ -1,22 +1,37 @@
 """Streamlit glue shared by every page: language, signed-in learner, sidebar.
 
-Pages stay thin: they lay out widgets and call plain modules (``app.accounts``,
+Pages stay thin: they lay out widgets and call plain modules (``academy.accounts``,
 ``quizzes``, ``certificates``, ``labs``) that import without Streamlit.
 """
 
 from __future__ import annotations
 
+import html
 import json
 
 import streamlit as st
+from sqlmodel import func, select
 
-from app import i18n
-from app.accounts import close_session, learner_for_token, open_session
-from app.db import session_scope
-from app.models import Learner
-from app.settings import get_settings
+from academy import i18n
+from academy.accounts import (
+    UNKNOWN_CLIENT,
+    close_all_sessions,
+    close_session,
+    learner_for_token,
+    open_session,
+)
+from academy.db import session_scope
+from academy.labruns import scaling_points
+from academy.lessons import completed, mark_done, mark_undone
+from academy.models import LabRun, Learner
+from academy.settings import get_settings
+from quizzes import store as quiz_store
 
-COOKIE = "dpa_session"
+
+def cookie_name() -> str:
+    """``__Host-dpa_session`` over HTTPS (the browser then insists on ``Secure``, path ``/``
+    and no ``Domain``, so no sibling host or plain-HTTP page can set it), else ``dpa_session``."""
+    return "__Host-dpa_session" if get_settings().https else "dpa_session"
 
 
 def lang() -> str:
@@ -25,7 +40,7 @@ def lang() -> str:
     asked = st.query_params.get("lang")
     code = i18n.normalise_lang(asked)
     if asked and code is None:
-        state["_bad_lang"] = asked
+        state["_bad_lang"] = True  # said, never shown: it is the link's author's text (F-10)
     if code is None:
         code = state.get("lang")
     if code is None:
@@ -40,32 +55,58 @@ def t(key: str, /, **values) -> str:
     return i18n.t(key, st.session_state.get("lang", i18n.DEFAULT_LANG), **values)
 
 
+def client() -> str:
+    """Who is asking, for the per-client limits: the peer IP of the websocket, or with
+    ``TRUSTED_PROXY_HOPS`` = n the n-th address from the right of X-Forwarded-For (the one
+    our own proxy appended; those left of it are the client's to forge).
+    ``UNKNOWN_CLIENT`` for localhost, which Streamlit reports as no address: then only
+    the per-address limits apply (see ``academy.accounts``)."""
+    hops = get_settings().trusted_proxy_hops
+    if hops > 0:
+        forwarded = [p.strip() for p in (st.context.headers.get("X-Forwarded-For") or "").split(",") if p.strip()]
+        if len(forwarded) >= hops:
+            return forwarded[-hops][:64]
+    return (st.context.ip_address or UNKNOWN_CLIENT)[:64]
+
+
 def learner() -> Learner | None:
-    """The signed-in learner, restored from the browser's session cookie after a refresh."""
+    """The signed-in learner, or None.
+
+    The session token is checked against its server-side row on *every* run
+    (two primary-key look-ups), so signing out in one tab, "sign out
+    everywhere" or a password change ends every other tab and every
+    re-attached Streamlit session at its next interaction (review F-5). The
+    cookie is read only on a browser session's first run.
+    """
     state = st.session_state
-    if "learner_id" not in state:
-        state["learner_id"] = None
-        token = st.context.cookies.get(COOKIE) if st.context.cookies else None
-        if token:
-            with session_scope() as session:
-                found = learner_for_token(session=session, token=token)
-                if found is not None:
-                    state["learner_id"], state["session_token"] = found.id, token
-    if state["learner_id"] is None:
-        return None
-    with session_scope() as session:
-        found = session.get(Learner, state["learner_id"])
+    token = state.get("session_token")
+    if token is None and "learner_id" not in state:
+        token = (st.context.cookies or {}).get(cookie_name())
+    found = None
+    if token:
+        with session_scope() as session:
+            found = learner_for_token(session=session, token=token)
     if found is None:
+        if state.get("learner_id") is not None:
+            state["_session_ended"] = True
+        if token:
+            state["_pending_cookie"] = ""  # a dead token: drop it from the browser too
+        for key in ("session_token", "quiz_attempt_id"):
+            state.pop(key, None)
         state["learner_id"] = None
+        return None
+    state["learner_id"], state["session_token"] = found.id, token
     return found
 
 
 def _set_cookie(value: str, max_age: int) -> None:
     # Streamlit cannot set cookies from Python; a tiny script does it in the
     # page. The value is a signed token naming a revocable server session.
+    # It cannot be HttpOnly (script-set); see README "Security".
+    secure = "; Secure" if get_settings().https else ""
     st.html(
         "<script>document.cookie = "
-        + json.dumps(f"{COOKIE}={value}; path=/; max-age={max_age}; SameSite=Strict")
+        + json.dumps(f"{cookie_name()}={value}; path=/; max-age={max_age}; SameSite=Strict{secure}")
         + ";</script>",
         unsafe_allow_javascript=True,
     )
@@ -79,10 +120,15 @@ def sign_in_as(found: Learner) -> None:
     st.session_state["_pending_cookie"] = token
 
 
-def sign_out() -> None:
-    token = st.session_state.get("session_token") or st.context.cookies.get(COOKIE)
+def sign_out(*, everywhere: bool = False) -> None:
+    """End this session (or, ``everywhere``, every session of the learner) and clear the cookie."""
+    token = st.session_state.get("session_token")
     if token:
         with session_scope() as session:
+            if everywhere:
+                found = learner_for_token(session=session, token=token)
+                if found is not None:
+                    close_all_sessions(session=session, learner_id=found.id)
             close_session(session=session, token=token)
     for key in ("learner_id", "session_token", "quiz_attempt_id"):
         st.session_state.pop(key, None)
@@ -112,10 +158,12 @@ def sidebar(code: str, who: Learner | None) -> None:
         if who is None:
             st.caption(t("account.guest"))
         else:
-            st.caption(t("account.signed_in_as", name=plain(who.display_name or who.email)))
-    bad = st.session_state.pop("_bad_lang", None)
-    if bad:
-        st.warning(t("common.unknown_language", code=bad[:20]))
+            # st.text: the name is the learner's own text, never Markdown.
+            st.text(t("account.signed_in_as", name=who.display_name or who.email))
+    if st.session_state.pop("_session_ended", False):
+        st.info(t("account.session_ended"))
+    if st.session_state.pop("_bad_lang", False):
+        st.warning(t("common.unknown_language_link"))
 
 
 def require_learner(reason_key: str) -> Learner | None:
@@ -149,8 +197,6 @@ def done_sections(who: Learner | None) -> set[str]:
     """Finished lesson sections: from the database, or this visit's for a guest."""
     if who is None:
         return set(st.session_state.setdefault("guest_done", set()))
-    from app.lessons import completed
-
     with session_scope() as session:
         return completed(session=session, learner_id=who.id)
 
@@ -160,8 +206,6 @@ def set_done(who: Learner | None, section_id: str, done: bool) -> None:
         guest = st.session_state.setdefault("guest_done", set())
         (guest.add if done else guest.discard)(section_id)
         return
-    from app.lessons import mark_done, mark_undone
-
     with session_scope() as session:
         (mark_done if done else mark_undone)(session=session, learner_id=who.id, section_id=section_id)
 
@@ -170,18 +214,12 @@ def my_scaling_points(who: Learner | None) -> list[tuple[int, float]]:
     """(world size, scaling efficiency) from the learner's stored DDP lab runs."""
     if who is None:
         return []
-    from app.labruns import scaling_points
-
     with session_scope() as session:
         return scaling_points(session=session, learner_id=who.id)
 
 
 def home_status(who: Learner | None) -> None:
     """Quiz, certificate and lab status cards on Home (sign-in gated parts say so)."""
-    from sqlmodel import func, select
-
-    from app.models import LabRun
-
     c1, c2, c3 = st.columns(3)
     with c3.container(border=True):
         st.markdown(f"**{t('home.labs_status')}**")
@@ -190,10 +228,6 @@ def home_status(who: Learner | None) -> None:
             with session_scope() as session:
                 runs = session.exec(select(func.count()).where(LabRun.learner_id == who.id)).one()
         st.write(t("home.labs_runs", count=runs) if runs else t("home.labs_none"))
-    try:
-        from quizzes import store as quiz_store
-    except ImportError:  # the quiz package is not installed in this build
-        return
     with c1.container(border=True):
         st.markdown(f"**{t('home.quiz_status')}**")
         best = None
@@ -224,9 +258,8 @@ def labeler(prefix: str):
     return lambda key: i18n.t(f"{prefix}{key}", code)
 
 
-def plain(value: object) -> str:
-    """Text for a Markdown element, shown as typed: '*', '_' or '<b>' stay literal."""
-    out = str(value)
-    for ch in "\\`*_{}[]()<>#+-.!|~$:":
-        out = out.replace(ch, "\\" + ch)
-    return out
+def person_name(name: str) -> None:
+    """A name a learner typed, as text in its own direction: escaped (no Markdown, HTML,
+    entities or autolinks) in a ``dir="auto"`` block, so an Arabic or Hebrew name, alone
+    or mixed with Latin, reads right to left as it does on the certificate."""
+    st.html(f'<div dir="auto" style="font-size:1.25rem;font-weight:600">{html.escape(name)}</div>')

@@ -12,7 +12,6 @@ from pathlib import Path
 
 KiB, MiB = 1 << 10, 1 << 20
 PAGES = ("home", "lessons", "labs", "quiz", "certificate", "verify", "account")
-LANGUAGES = ("en", "zh", "nl")
 
 
 @dataclass(frozen=True)
@@ -96,8 +95,8 @@ def sandbox() -> Path:
 
 def use_database(url: str) -> None:
     """Make ``url`` the app's process-wide database (AppTest runs the app in-process)."""
-    from app import db
-    from app.settings import get_settings
+    from academy import db
+    from academy.settings import get_settings
 
     os.environ["DATABASE_URL"] = url
     get_settings.cache_clear()

@@ -150,9 +150,9 @@ def queue(cfg: Config, base: Path) -> dict:
     from sqlmodel import func, select
 
     from academy import labqueue
-    from app.db import get_engine, session_scope
-    from app.models import LabRun, LabWorker
-    from app.settings import get_settings
+    from academy.db import get_engine, session_scope
+    from academy.models import LabRun, LabWorker
+    from academy.settings import get_settings
     from benchmarks.common import use_database
 
     bare = median_time(_bare_lab, cfg.lab_repeats)

@@ -38,11 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from academy.content import languages
 from benchmarks.appserver import AppServer
 
 ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "load test password"
-LANGS = ("en", "zh", "nl")
 BROWSER_TIMEOUT_MS = 90_000  # 2 cores shared by threads, the server and Chromium
 ENV_KEYS = ("DATABASE_URL", "SECRETS_DIR", "PUBLIC_URL")
 
@@ -76,20 +76,20 @@ def _learner_cycle(rec: Record, *, run: str, n: int, cycle: int, rng: random.Ran
     from sqlmodel import Session
 
     import certificates as certs
-    from app import accounts
-    from app.db import get_engine
-    from app.settings import get_settings
+    from academy import accounts
+    from academy.db import get_engine
+    from academy.settings import get_settings
+    from benchmarks.quizkey import right_answer, wrong_answer
     from quizzes import store
     from quizzes.bank import load_bank
     from quizzes.engine import passed
-    from tests.quizkey import right_answer, wrong_answer
 
     engine, bank = get_engine(), load_bank()
 
     def session() -> Session:
         return Session(engine, expire_on_commit=False)
 
-    email, name, lang = f"{run}-{n}-{cycle}@load.example.org", f"Learner {n}.{cycle}", LANGS[(n + cycle) % 3]
+    email, name, lang = f"{run}-{n}-{cycle}@load.example.org", f"Learner {n}.{cycle}", languages()[(n + cycle) % len(languages())]
     with rec.timed("sign_up"), session() as s:
         learner = accounts.sign_up(session=s, email=email, password=PASSWORD, display_name=name, language=lang)
     rec.learners[email] = learner.id
@@ -182,7 +182,7 @@ async def _no_exception(page, what: str) -> None:  # noqa: ANN001
 async def _browser_journey(browser, rec: Record, *, url: str, email: str,  # noqa: ANN001
                            cert_id: str) -> None:
     import certificates as certs
-    from app import i18n
+    from academy import i18n
 
     def t(key: str) -> str:
         return i18n.t(key, "en")
@@ -257,8 +257,8 @@ def check_database(records: list[Record], *, run: str) -> tuple[dict[str, int], 
     """Compare the acknowledged writes with the database: every one there exactly once."""
     from sqlmodel import Session, col, select
 
-    from app.db import get_engine
-    from app.models import Certificate, CertificateEvent, Learner, QuizAnswer, QuizAttempt
+    from academy.db import get_engine
+    from academy.models import Certificate, CertificateEvent, Learner, QuizAnswer, QuizAttempt
 
     learners = {e: i for r in records for e, i in r.learners.items()}
     browser_emails = [e for r in records for e in r.browser_sign_ups]
@@ -322,8 +322,8 @@ def check_database(records: list[Record], *, run: str) -> tuple[dict[str, int], 
 
 def _use_app_settings() -> None:
     """Make the process-wide settings and engine follow the environment again."""
-    from app import db
-    from app.settings import get_settings
+    from academy import db
+    from academy.settings import get_settings
 
     get_settings.cache_clear()
     db.set_engine(None)
@@ -349,7 +349,7 @@ def run_load(*, learners: int, browsers: int, seconds: float, url: str | None = 
     missing, duplicated or unexpected in the database), both empty when all
     went well.
     """
-    from app.db import get_engine
+    from academy.db import get_engine
 
     own = url is None
     saved = {k: os.environ.get(k) for k in ENV_KEYS}

@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import LANGUAGES, Config, timed, unavailable, use_database
+from academy.content import languages
+from benchmarks.common import Config, timed, unavailable, use_database
 
 ROOT = Path(__file__).resolve().parent.parent
 MAIN = ROOT / "app" / "main.py"
@@ -62,7 +63,7 @@ SCRIPT_NAMES = {
 
 
 def _engine(path: Path):
-    from app.db import make_engine, migrate
+    from academy.db import make_engine, migrate
 
     engine = make_engine(f"sqlite:///{path}")
     migrate(engine)
@@ -70,7 +71,7 @@ def _engine(path: Path):
 
 
 def _learner(session) -> int:
-    from app.models import Learner
+    from academy.models import Learner
 
     learner = Learner(email=f"bench-{time.perf_counter_ns()}@example.org", password_hash="-")
     session.add(learner)
@@ -101,7 +102,7 @@ def _response(item: dict[str, Any], bank, lang: str) -> Any:
 def quiz_grading(cfg: Config, base: Path) -> dict:
     from sqlmodel import Session
 
-    from app.settings import get_settings
+    from academy.settings import get_settings
     from quizzes import store
     from quizzes.bank import load_bank
     from quizzes.engine import draw_attempt, grade
@@ -128,7 +129,7 @@ def quiz_grading(cfg: Config, base: Path) -> dict:
             store.finish_attempt(session=session, attempt_id=attempt.id, learner_id=learner_id)
 
     engine_only(0, "en")  # warm the message catalogs
-    runs = [(seed, LANGUAGES[seed % len(LANGUAGES)]) for seed in range(1, cfg.quiz_attempts + 1)]
+    runs = [(seed, languages()[seed % len(languages())]) for seed in range(1, cfg.quiz_attempts + 1)]
     pure = statistics.median(timed(lambda s=s, lang=lang: engine_only(s, lang)) for s, lang in runs)
     stored = statistics.median(timed(lambda s=s, lang=lang: with_store(s, lang)) for s, lang in runs)
     engine.dispose()
@@ -144,7 +145,7 @@ def certificate_issuance(cfg: Config, base: Path) -> dict:
     from sqlmodel import Session
 
     import certificates as certs
-    from app.settings import get_settings
+    from academy.settings import get_settings
     from certificates import signing
     from certificates.pdf import verify_url
     from certificates.store import issue_certificate
@@ -152,12 +153,12 @@ def certificate_issuance(cfg: Config, base: Path) -> dict:
     settings = get_settings()
     engine = _engine(base / "certificates.db")
     sign_s, qr_s, issue_s, render_s, total_s = [], [], [], [], []
-    sizes: dict[str, list[int]] = {lang: [] for lang in LANGUAGES}
+    sizes: dict[str, list[int]] = {lang: [] for lang in languages()}
     with Session(engine, expire_on_commit=False) as session:
         issue_certificate(session=session, learner_id=None, attempt_id=None, name="Warm Up",
                           lang="en", score=90, pass_date="2025-01-01")  # creates the issuer key
-        for i in range(cfg.pdfs * len(LANGUAGES)):
-            lang = LANGUAGES[i % len(LANGUAGES)]
+        for i in range(cfg.pdfs * len(languages())):
+            lang = languages()[i % len(languages())]
             name = NAMES[lang]
             payload = signing.make_payload(cert_id=certs.new_id(), name=name,
                                            course=settings.course_id, score=92,
@@ -222,8 +223,8 @@ def _fill_certificates(engine, count: int) -> list[str]:
     from sqlalchemy import insert
 
     import certificates as certs
-    from app.models import Certificate, utcnow
-    from app.settings import get_settings
+    from academy.models import Certificate, utcnow
+    from academy.settings import get_settings
     from certificates import keys, signing
 
     settings = get_settings()
@@ -237,7 +238,7 @@ def _fill_certificates(engine, count: int) -> list[str]:
     batch: list[dict] = []
     with engine.begin() as conn:
         for n, cert_id in enumerate(ordered):
-            lang = LANGUAGES[n % len(LANGUAGES)]
+            lang = languages()[n % len(languages())]
             payload = signing.make_payload(cert_id=cert_id, name=f"Learner {n}",
                                            course=settings.course_id, score=80 + n % 21,
                                            pass_date="2025-01-01", lang=lang,
@@ -334,8 +335,8 @@ def page_renders(cfg: Config, base: Path) -> dict:
     """
     from streamlit.testing.v1 import AppTest  # noqa: F401 - creates the logger silenced below
 
-    from app.accounts import sign_up
-    from app.db import session_scope
+    from academy.accounts import sign_up
+    from academy.db import session_scope
 
     # AppTest sets session state from outside a script run, and Streamlit
     # warns about that twice per AppTest: noise in a benchmark's output. (A
@@ -353,7 +354,7 @@ def page_renders(cfg: Config, base: Path) -> dict:
     firsts: list[float] = []
     for page in cfg.pages:
         renders[page] = {}
-        for lang in LANGUAGES:
+        for lang in languages():
             try:
                 _page_run(page, lang, learner_id)  # loads this page's content into the caches
                 runs = [_page_run(page, lang, learner_id) for _ in range(cfg.page_repeats)]

@@ -29,10 +29,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from academy.content import languages
 from benchmarks.appserver import AppServer
 
 PAGES = ("", "lessons", "labs", "quiz", "certificate", "verify", "account")
-LANGS = ("en", "zh", "nl")
 EMPTY_APP = "import streamlit as st\n\nst.write('empty')\n"
 
 
@@ -115,7 +115,7 @@ def _cpu_seconds(pid: int) -> float:
 
 def _learner(server: AppServer, idx: int, stop_at: float, pages: tuple[str, ...], res: Result,
              lock: threading.Lock) -> None:
-    lang = LANGS[idx % len(LANGS)]
+    lang = languages()[idx % len(languages())]
     while time.monotonic() < stop_at:
         t0 = time.perf_counter()  # a first visit: the connection counts
         try:

@@ -15,10 +15,11 @@ resource-limited child; ``verify_pdf`` checks the signature offline and
 compared; the signed name and ID are shown for a person to compare.
 
 Pages call the functions re-exported here; nothing in this package imports
-Streamlit.
+Streamlit. It sits above ``academy`` (tables, settings, the language list) and
+beside ``quizzes``, whose ``store.passed_attempt`` decides who is eligible.
 """
 
-from certificates.i18n import LANGS, format_date, format_score, texts
+from certificates.i18n import format_date, format_score, languages, texts
 from certificates.ids import IdTypo, InvalidId, MalformedId, new_id, parse_id
 from certificates.keys import (
     PublicKeyInfo,
@@ -27,6 +28,7 @@ from certificates.keys import (
     public_key_info,
     rotate_key,
 )
+from certificates.openbadges import ensure_credential, linkedin_url
 from certificates.pdf import refusal_message
 from certificates.store import (
     STATUSES,
@@ -64,7 +66,6 @@ from certificates.store import (
 )
 
 __all__ = [
-    "LANGS",
     "STATUSES",
     "AlreadyCertified",
     "AlreadyRevoked",
@@ -97,6 +98,7 @@ __all__ = [
     "is_disqualified",
     "issue_certificate",
     "issue_for_learner",
+    "languages",
     "lift_disqualification",
     "lookup",
     "new_id",
@@ -106,6 +108,8 @@ __all__ = [
     "reissue",
     "render_pdf",
     "revoke",
+    "ensure_credential",
+    "linkedin_url",
     "refusal_message",
     "rotate_key",
     "texts",

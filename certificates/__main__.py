@@ -1,6 +1,6 @@
 """Certificates from the command line (admins, tests and offline checkers).
 
-    python -m certificates issue --name NAME --score N --lang en|zh|nl --out FILE.pdf [--learner EMAIL]
+    python -m certificates issue --name NAME --score N --lang en|zh|nl|... --out FILE.pdf [--learner EMAIL]
     python -m certificates verify FILE.pdf [--keys KEYS.json]   # offline, no database
     python -m certificates verify FILE.json [--keys KEYS.json] [--status-url URL]
                                                   # Open Badges credential (.json or .jwt)
@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from certificates import ids, keys, openbadges, statuslist, store
-from certificates.i18n import LANGS
+from certificates.i18n import languages
 
 
 def _show(result: store.VerifyResult, *, offline: bool) -> int:
@@ -67,7 +67,7 @@ def _show(result: store.VerifyResult, *, offline: bool) -> int:
 def _session():
     from sqlmodel import Session
 
-    from app.db import get_engine
+    from academy.db import get_engine
 
     return Session(get_engine(), expire_on_commit=False)
 
@@ -75,7 +75,7 @@ def _session():
 def cmd_issue(args: argparse.Namespace) -> int:
     from sqlmodel import select
 
-    from app.models import Learner
+    from academy.models import Learner
 
     with _session() as session:
         if args.learner:
@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("issue", help="issue a certificate and write its PDF")
     p.add_argument("--name", required=True)
     p.add_argument("--score", type=float, help="percent (default with --learner: the attempt's)")
-    p.add_argument("--lang", choices=LANGS, default="en")
+    p.add_argument("--lang", choices=languages(), default="en")
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--learner", metavar="EMAIL", help="tie it to this learner's passed attempt")
     p.add_argument("--date", help="pass date YYYY-MM-DD (default: the attempt's, or today)")

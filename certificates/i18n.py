@@ -1,4 +1,10 @@
-"""Certificate text in each language, from ``certificates/locales/<lang>.yaml``."""
+"""Certificate text in each language, from ``certificates/locales/<lang>.yaml``.
+
+A certificate can be issued in every language of the course; the list is the
+one ``academy.content`` discovers from the lessons, so a new language works
+here before its certificate texts exist (they fall back to English until
+``locales/<lang>.yaml`` is written; tests/test_i18n.py lists what is missing).
+"""
 
 from __future__ import annotations
 
@@ -9,16 +15,28 @@ from typing import Any
 
 import yaml
 
+from academy import content
+
 LOCALES = Path(__file__).resolve().parent / "locales"
-LANGS = ("en", "zh", "nl")
+
+
+def languages() -> tuple[str, ...]:
+    """The languages a certificate can be issued in: the course's languages."""
+    return content.languages()
+
+
+def texts(lang: str) -> dict[str, Any]:
+    """All strings of one language (``ValueError`` for an unknown language),
+    English for a course language that has no certificate texts yet."""
+    if lang not in languages():
+        raise ValueError(f"unknown certificate language {lang!r}; use one of {languages()}")
+    path = LOCALES / f"{lang}.yaml"
+    return _texts(path if path.is_file() else LOCALES / f"{content.DEFAULT_LANG}.yaml")
 
 
 @cache
-def texts(lang: str) -> dict[str, Any]:
-    """All strings of one language (``ValueError`` for an unknown language)."""
-    if lang not in LANGS:
-        raise ValueError(f"unknown certificate language {lang!r}; use one of {LANGS}")
-    return yaml.safe_load((LOCALES / f"{lang}.yaml").read_text(encoding="utf-8"))
+def _texts(path: Path) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
 def format_date(iso: str, lang: str) -> str:

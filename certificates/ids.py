@@ -121,11 +121,3 @@ def parse_id(text: str) -> str:
     if check_digits(body) != check:
         raise IdTypo("check digits do not match: a character is mistyped")
     return format_id(body)
-
-
-def is_valid_id(text: str) -> bool:
-    try:
-        parse_id(text)
-    except InvalidId:
-        return False
-    return True

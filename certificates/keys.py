@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
-from app.settings import get_settings
+from academy.settings import get_settings
 
 KEYS_SUBDIR = "certificate-keys"
 

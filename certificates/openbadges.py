@@ -55,8 +55,8 @@ from pypdf.errors import PyPdfError
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from app.models import Certificate, Learner
-from app.settings import Settings, get_settings
+from academy.models import Certificate, Learner
+from academy.settings import Settings, get_settings
 from certificates import keys, pdf, statuslist
 from certificates.i18n import texts
 

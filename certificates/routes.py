@@ -40,7 +40,7 @@ NEVER = "no-store"
 
 
 def _session() -> Session:
-    from app.db import get_engine
+    from academy.db import get_engine
 
     return Session(get_engine(), expire_on_commit=False)
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 
-from app.models import Certificate
+from academy.models import Certificate
 
 LIST_SIZE = 131_072  # bits: the Bitstring Status List minimum (16 KiB)
 LIST_PATH = "/status/1"

@@ -6,7 +6,7 @@ why).
 
 The issuance policy (issue #17): a learner holds at most one active
 certificate per course. The database enforces it (a unique partial index,
-see ``app.models.Certificate``); a different name or language goes through
+see ``academy.models.Certificate``); a different name or language goes through
 ``reissue``, which revokes the old certificate in the same transaction with
 a conditional UPDATE, so concurrent reissues make exactly one replacement.
 An admin's "revoke and disqualify" blocks new certificates for that learner
@@ -32,10 +32,11 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select, update
 
-from app.models import Certificate, CertificateEvent, Learner, QuizAttempt, utcnow
-from app.settings import get_settings
+from academy.models import Certificate, CertificateEvent, Learner, QuizAttempt, utcnow
+from academy.settings import get_settings
 from certificates import ids, keys, openbadges, pdf, pdfscan, signing
-from certificates.i18n import LANGS, texts
+from certificates.i18n import languages, texts
+from quizzes.store import passed_attempt
 
 NAME_MAX = 200  # characters, after normalisation
 # Characters a printed name must not hold: controls, unassigned and private
@@ -222,13 +223,7 @@ def eligible_attempt(*, session: Session, learner_id: int) -> QuizAttempt | None
     """The learner's best passed, finished, non-practice attempt (earliest of equals)."""
     return session.exec(
         select(QuizAttempt)
-        .where(
-            QuizAttempt.learner_id == learner_id,
-            QuizAttempt.course_id == get_settings().course_id,
-            QuizAttempt.passed == True,  # noqa: E712  (SQL, not Python truth)
-            QuizAttempt.practice == False,  # noqa: E712
-            QuizAttempt.status == "finished",
-        )
+        .where(QuizAttempt.learner_id == learner_id, passed_attempt())
         .order_by(col(QuizAttempt.score).desc(), col(QuizAttempt.finished_at).asc())
     ).first()
 
@@ -318,19 +313,17 @@ def issue_certificate(
     certificate tied to nobody (admin CLI), which the policy does not limit.
     """
     name = clean_name(name)
-    if lang not in LANGS:
-        raise InvalidInput(f"language must be one of {LANGS}")
+    if lang not in languages():
+        raise InvalidInput(f"language must be one of {languages()}")
     score = _check_score(score)
     pass_date = _check_date(pass_date)
     if learner_id is not None or attempt_id is not None:
-        attempt = session.get(QuizAttempt, attempt_id) if attempt_id is not None else None
-        if (
-            attempt is None
-            or attempt.learner_id != learner_id
-            or attempt.passed is not True
-            or attempt.practice
-            or attempt.status != "finished"
-        ):
+        attempt = session.exec(
+            select(QuizAttempt.id).where(
+                QuizAttempt.id == attempt_id, QuizAttempt.learner_id == learner_id, passed_attempt()
+            )
+        ).first()
+        if attempt is None:
             raise NotEligible("certificates are issued for the learner's passed quiz attempt")
         if is_disqualified(session=session, learner_id=learner_id):
             raise Disqualified("an admin revoked this learner's certificate; an admin must lift it first")
@@ -427,7 +420,7 @@ def _public(
         id=payload.get("id"),
         name=payload.get("name"),
         course=payload.get("course"),
-        course_title=texts(lang)["course_title"] if lang in LANGS else None,
+        course_title=texts(lang)["course_title"] if lang in languages() else None,
         score=payload.get("score"),
         pass_date=payload.get("pass_date"),
         lang=lang,
@@ -572,8 +565,8 @@ def reissue(
     if old.revoked_at is not None:
         raise AlreadyRevoked(old.id)
     name = clean_name(new_name)
-    if lang not in LANGS:
-        raise InvalidInput(f"language must be one of {LANGS}")
+    if lang not in languages():
+        raise InvalidInput(f"language must be one of {languages()}")
     old_id, attempt_id, score, pass_date = old.id, old.attempt_id, old.score, old.pass_date
     for _ in range(8):
         new_id = ids.new_id()

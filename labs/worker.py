@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     from huey.consumer import Consumer
 
     from academy import labqueue
-    from app.db import get_engine
-    from app.settings import get_settings
+    from academy.db import get_engine
+    from academy.settings import get_settings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     queues = [q.strip() for q in args.queues.split(",") if q.strip()]

@@ -17,7 +17,7 @@ sentence does not take a question away from the other languages;
 ``python -m quizzes check`` fails on both.
 
 The course languages and section ids come from the lessons' tables of
-contents (``app.lessons``), never from a list here. Every explanation cites
+contents (``academy.lessons``), never from a list here. Every explanation cites
 the lesson section(s) it comes from by id (``see``); the title is read from
 each language's ``toc.yaml`` when the explanation is shown, so a renamed
 section can never leave a stale title behind.
@@ -67,8 +67,9 @@ from pydantic import (
 from pydantic_core import ErrorDetails, PydanticCustomError
 from typing_extensions import TypedDict  # pydantic needs it for TypedDicts before Python 3.12
 
-from app import lessons
-from app.lessons import SECTION_ID, error_lines, schema_errors
+from academy import lessons
+from academy.lessons import SECTION_ID, error_lines, schema_errors
+from quizzes.numbers import format_number, parse_number, within_tolerance
 
 BANK_DIR = Path(__file__).resolve().parent / "bank"
 
@@ -642,8 +643,6 @@ def numeric_problems(question: NumericQuestion, where: str, languages: tuple[str
     evaluate makes the question unusable; a tolerance too strict or too lax
     fails the check but still grades."""
     problems: list[str] = []
-    # engine imports this module; the number format is defined there.
-    from quizzes.engine import format_number, parse_number, within_tolerance
 
     names = set(question.params)
     for what, texts, allowed in (

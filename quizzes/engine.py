@@ -16,31 +16,18 @@ Whether an option is right, and why, leaves the server only in the
 not only the chosen and the right ones, because a distractor's explanation
 often carries the caveat a learner who answered right still needs.
 
-Reading numbers (``parse_number``): spaces (also thin and no-break spaces)
-group thousands; when both ``.`` and ``,`` occur, the last one is the decimal
-mark ("1,536.5" and "1.536,5" are both 1536.5); a single separator followed
-by anything but exactly three digits is a decimal mark ("1,5" and "1.5" are
-both 1.5 in every language). Only "1,536" and "1.536" are ambiguous: they
-follow the language's own decimal mark (``number.decimal`` in
-``quizzes/messages/<lang>.yaml``), so "1,536" is 1536 in English and Chinese
-but 1.536 in Dutch, and "1.536" the other way round. We display numbers
-without that ambiguity: the language's decimal mark and no thousands
-separator below 10 000, narrow no-break spaces above.
+Messages, the quiz errors and reading and showing numbers live in
+``quizzes.numbers`` (the bank checks numeric questions with them too); they
+are re-exported here.
 """
 
 from __future__ import annotations
 
-import math
 import random
 import re
 import string
-import unicodedata
 from dataclasses import dataclass, field
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from quizzes.bank import (
     PLACEHOLDER,
@@ -51,160 +38,20 @@ from quizzes.bank import (
     localized,
     section_titles,
 )
+from quizzes.numbers import (
+    InvalidResponse,
+    QuestionUnavailable,
+    format_number,
+    message,
+    parse_number,
+    within_tolerance,
+)
+from quizzes.numbers import NumberParseError as NumberParseError  # re-exported: callers catch it
+from quizzes.numbers import QuizError as QuizError  # re-exported: callers catch it
 
-MESSAGES_DIR = Path(__file__).resolve().parent / "messages"
 KEYS = string.ascii_lowercase
 # Where a cited section is read; the language stays in the URL.
 LESSON_LINK = "/lessons?section={section}&lang={lang}"
-
-
-# ---------------------------------------------------------------- messages
-
-
-@lru_cache(maxsize=16)
-def _messages(lang: str) -> dict[str, Any]:
-    path = MESSAGES_DIR / f"{lang}.yaml"
-    if not path.exists():
-        return {}
-    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-
-
-def message(key: str, lang: str, **values: Any) -> str:
-    """A learner-visible message ("number.empty") in `lang`, else English."""
-    for source in (lang, "en"):
-        node: Any = _messages(source)
-        for part in key.split("."):
-            node = node.get(part) if isinstance(node, dict) else None
-        if isinstance(node, str):
-            return node.format(**values) if values else node
-    return key
-
-
-class QuizError(Exception):
-    """An error the learner may see; `key` names its text in the messages."""
-
-    def __init__(self, key: str, **values: Any) -> None:
-        super().__init__(key)
-        self.key = key
-        self.values = values
-
-    def message(self, lang: str) -> str:
-        return message(self.key, lang, **self.values)
-
-
-class NumberParseError(QuizError, ValueError):
-    """The learner's text is not one number (number.empty, number.not_a_number, ...)."""
-
-
-class InvalidResponse(QuizError, ValueError):
-    """A response that does not fit the question (unknown option key, ...)."""
-
-
-class QuestionUnavailable(QuizError, LookupError):
-    """The plan names a question the bank no longer has in that shape."""
-
-
-# ----------------------------------------------------------------- numbers
-
-_SPACES = re.compile(r"\s+")
-_GROUPED_SPACES = re.compile(r"^[+-]?\d{1,3}(?: \d{3})+(?:[.,]\d+)?(?:[eE][+-]?\d+)?$")
-_NUMBERISH = re.compile(r"\d")
-
-
-def parse_number(text: str | float | int, lang: str) -> float:
-    """Read a number as a learner in `lang` may type it (see module docstring)."""
-    if isinstance(text, int | float) and not isinstance(text, bool):
-        value = float(text)
-        if not math.isfinite(value):
-            raise NumberParseError("number.not_finite")
-        return value
-    if not isinstance(text, str):
-        raise NumberParseError("number.not_a_number", text=str(text))
-    original = text.strip()
-    # NFKC turns full-width digits and punctuation (zh input methods) and the
-    # exotic spaces into ASCII; U+2212 is the typographic minus.
-    s = unicodedata.normalize("NFKC", original).replace("\u2212", "-").strip()
-    s = _SPACES.sub(" ", s)
-    if not s:
-        raise NumberParseError("number.empty")
-    s = re.sub(r"^([+-]) ", r"\1", s)  # "- 5"
-    if " " in s:
-        if not _GROUPED_SPACES.match(s):
-            parts = [p for p in s.split(" ") if _NUMBERISH.search(p)]
-            key = "number.multiple_numbers" if len(parts) > 1 else "number.not_a_number"
-            raise NumberParseError(key, text=original)
-        s = s.replace(" ", "")
-    m = re.fullmatch(r"([+-]?)([\d.,]+)(?:[eE]([+-]?\d+))?", s)
-    if not m or not re.search(r"\d", m.group(2)):
-        raise NumberParseError("number.not_a_number", text=original)
-    sign, body, exponent = m.groups()
-    digits = _plain_digits(body, message("number.decimal", lang))
-    if digits is None:
-        raise NumberParseError("number.not_a_number", text=original)
-    try:
-        value = float(f"{sign}{digits}" + (f"e{exponent}" if exponent else ""))
-    except (ValueError, OverflowError):
-        raise NumberParseError("number.not_a_number", text=original) from None
-    if not math.isfinite(value):
-        raise NumberParseError("number.not_finite", text=original)
-    return value
-
-
-def _plain_digits(body: str, decimal: str) -> str | None:
-    """'1.536,5' -> '1536.5'; None when the separators make no sense."""
-    seps = [c for c in body if c in ".,"]
-    if not seps:
-        return body
-    last = seps[-1]
-    if len(set(seps)) == 2:
-        group = "," if last == "." else "."
-        head, _, frac = body.rpartition(last)
-        if re.fullmatch(rf"\d{{1,3}}(?:{re.escape(group)}\d{{3}})+", head) and frac.isdigit():
-            return head.replace(group, "") + "." + frac
-        return None
-    if len(seps) > 1:  # "1,536,000": the only reading is grouping
-        if re.fullmatch(rf"\d{{1,3}}(?:{re.escape(last)}\d{{3}})+", body):
-            return body.replace(last, "")
-        return None
-    head, _, frac = body.partition(last)
-    if not (head + frac).isdigit():
-        return None
-    grouping_possible = len(frac) == 3 and 1 <= len(head) <= 3 and not head.startswith("0")
-    if grouping_possible and last != decimal:
-        return head + frac
-    return (head or "0") + "." + (frac or "0")
-
-
-def format_number(value: float, lang: str) -> str:
-    """Show a number the way `parse_number` reads it back in `lang`."""
-    if not math.isfinite(value):
-        return str(value)
-    if value != 0 and not 1e-4 <= abs(value) < 1e15:
-        mantissa, exponent = f"{value:.4e}".split("e")
-        mantissa = mantissa.rstrip("0").rstrip(".")
-        return f"{mantissa}e{int(exponent)}".replace(".", message("number.decimal", lang))
-    if abs(value - round(value)) <= 1e-9 * max(1.0, abs(value)):
-        text = str(round(value))
-    else:
-        decimals = max(0, 4 - math.floor(math.log10(abs(value))))  # 5 significant digits
-        text = f"{value:.{decimals}f}"
-        if "." in text:
-            text = text.rstrip("0").rstrip(".")
-    if text == "-0":
-        text = "0"
-    whole, _, frac = text.partition(".")
-    sign = "-" if whole.startswith("-") else ""
-    whole = whole.lstrip("-")
-    if len(whole) > 4:
-        whole = f"{int(whole):,}".replace(",", "\u202f")
-    return sign + whole + (message("number.decimal", lang) + frac if frac else "")
-
-
-def within_tolerance(value: float, expected: float, tolerance: dict[str, float]) -> bool:
-    """|value - expected| within the larger of the rel and abs bounds (inclusive)."""
-    bound = max(tolerance.get("abs", 0.0), tolerance.get("rel", 0.0) * abs(expected))
-    # The slack keeps a value exactly on the bound from failing on float rounding.
-    return abs(value - expected) <= bound * (1 + 1e-9) + 1e-12 * max(1.0, abs(expected))
 
 
 # ----------------------------------------------------------------- drawing

@@ -18,7 +18,9 @@ Two tabs of one learner are the concurrency to survive:
 * starting: there is at most one graded attempt in progress per learner;
   two tabs starting at once both end up on the older of the two.
 
-Grading policy: the best graded attempt counts (``best_attempt``).
+Grading policy: the best graded attempt counts (``best_attempt``). What "a
+passed attempt" is, is ``passed_attempt``: the one definition that the home
+page, ``has_passed`` and the certificates read.
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import ColumnElement, and_
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, delete, select, update
 
-from app.models import QuizAnswer, QuizAttempt, utcnow
-from app.settings import get_settings
+from academy.models import QuizAnswer, QuizAttempt, utcnow
+from academy.settings import get_settings
 from quizzes.bank import Bank, load_bank
 from quizzes.engine import (
     Feedback,
@@ -419,18 +422,25 @@ def best_attempt(*, session: Session, learner_id: int) -> AttemptSummary | None:
     return max(reversed(finished), key=lambda s: s.score or 0.0)
 
 
-def has_passed(*, session: Session, learner_id: int) -> bool:
-    return (
-        session.exec(
-            select(QuizAttempt.id).where(
-                QuizAttempt.learner_id == learner_id,
-                QuizAttempt.status == FINISHED,
-                col(QuizAttempt.practice).is_(False),
-                col(QuizAttempt.passed).is_(True),
-            )
-        ).first()
-        is not None
+def passed_attempt() -> ColumnElement[bool]:
+    """The pass rule as a SQL condition on QuizAttempt: a finished, graded
+    (non-practice) attempt of this course that reached the pass mark.
+
+    ``finish_attempt`` stores the mark's verdict (``engine.passed``) in
+    ``QuizAttempt.passed``; everything that asks whether an attempt counts as
+    passed (``has_passed``, certificate eligibility) filters with this.
+    """
+    return and_(
+        QuizAttempt.course_id == get_settings().course_id,
+        QuizAttempt.status == FINISHED,
+        col(QuizAttempt.practice).is_(False),
+        col(QuizAttempt.passed).is_(True),
     )
+
+
+def has_passed(*, session: Session, learner_id: int) -> bool:
+    statement = select(QuizAttempt.id).where(QuizAttempt.learner_id == learner_id, passed_attempt())
+    return session.exec(statement).first() is not None
 
 
 def missed_questions(

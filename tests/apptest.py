@@ -18,7 +18,7 @@ def open_page(page: str, lang: str = "en", learner_id: int | None = None, *,
     for key, value in params.items():
         at.query_params[key] = value
     if learner_id is not None:
-        at.session_state["learner_id"] = learner_id
+        at.session_state["session_token"] = login_token(learner_id)
     for key, value in (state or {}).items():
         at.session_state[key] = value
     at.run()
@@ -26,6 +26,16 @@ def open_page(page: str, lang: str = "en", learner_id: int | None = None, *,
         at.switch_page(f"views/{page}.py")
         at.run()
     return at
+
+
+def login_token(learner_id: int) -> str:
+    """A real session token for the learner, as signing in leaves in the session state
+    (pages check it on every run; a bare ``learner_id`` signs nobody in)."""
+    from academy.accounts import open_session
+    from academy.db import session_scope
+
+    with session_scope() as session:
+        return open_session(session=session, learner_id=learner_id)
 
 
 def press(at: AppTest, label: str) -> None:

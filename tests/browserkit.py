@@ -1,6 +1,6 @@
 """Helpers for the browser journeys: waits, navigation, sign-up, answering quiz questions.
 
-Labels come from the app's own catalogs (``app.i18n.t``), so the journeys
+Labels come from the app's own catalogs (``academy.i18n.t``), so the journeys
 follow the texts a learner sees in each language instead of hard-coding them.
 """
 
@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from app.i18n import t
+from academy.i18n import t
 
 WAIT = 30_000  # ms: one Streamlit rerun on a busy 2-core machine, with room to spare
 
@@ -74,7 +74,7 @@ def nav(page, key: str, lang: str, heading: str | re.Pattern[str] | None = None)
 
 def switch_language(page, code: str) -> None:
     """Pick a language in the sidebar's language box."""
-    from app.i18n import languages
+    from academy.i18n import languages
 
     page.get_by_test_id("stSidebar").get_by_role("combobox").first.click()
     page.get_by_role("option", name=languages()[code], exact=True).click()
@@ -106,7 +106,7 @@ def open_attempt(database_url: str, email: str):
     """The learner's graded attempt in progress (its plan is what the page shows)."""
     from sqlmodel import Session, create_engine, select
 
-    from app.models import Learner, QuizAttempt
+    from academy.models import Learner, QuizAttempt
 
     engine = create_engine(database_url)
     try:
@@ -124,7 +124,7 @@ def learner_row(database_url: str, email: str, model):
     """Rows of ``model`` belonging to the learner with this e-mail address."""
     from sqlmodel import Session, create_engine, select
 
-    from app.models import Learner
+    from academy.models import Learner
 
     engine = create_engine(database_url)
     try:
@@ -187,9 +187,9 @@ def take_quiz(page, server, email: str, lang: str, *, right: bool, shoot=None) -
 
     Returns the number of questions. ``shoot(name)`` is called after the first feedback.
     """
+    from benchmarks.quizkey import right_answer, wrong_answer
     from quizzes.bank import load_bank
     from quizzes.engine import public_question
-    from tests.quizkey import right_answer, wrong_answer
 
     m = main(page)
     button(m, "quiz.start", lang).click()

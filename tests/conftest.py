@@ -26,7 +26,7 @@ def engine():
     """A migrated in-memory SQLite engine shared by all sessions of one test."""
     from sqlalchemy.pool import StaticPool
 
-    from app.db import make_engine, migrate
+    from academy.db import make_engine, migrate
 
     eng = make_engine("sqlite://", poolclass=StaticPool)
     migrate(eng)
@@ -44,8 +44,8 @@ def session(engine):
 
 def use_database(monkeypatch, **env: str):
     """Point the app's process-wide engine (and settings) at ``env``; undo afterwards."""
-    from app import db
-    from app.settings import get_settings
+    from academy import db
+    from academy.settings import get_settings
 
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -145,13 +145,19 @@ def server(tmp_path_factory):
 
     if shutil.which("chromium") is None:
         pytest.skip("no system Chromium (Debian package 'chromium')")
-    srv = AppServer(tmp_path_factory.mktemp("server"), env={"ADMIN_EMAILS": "admin@example.org"})
+    srv = AppServer(tmp_path_factory.mktemp("server"))
     try:
         srv.start()
     except RuntimeError as exc:
         pytest.fail(str(exc))
     yield srv
     srv.stop()
+
+
+@pytest.fixture
+def on_server_db(server, monkeypatch):
+    """This process uses the real server's database and secrets (issuer keys shared)."""
+    yield from use_database(monkeypatch, **{k: server.env[k] for k in ("DATABASE_URL", "SECRETS_DIR", "PUBLIC_URL")})
 
 
 @pytest.fixture(scope="session")

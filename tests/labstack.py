@@ -169,9 +169,9 @@ def learners_main(argv: list[str] | None = None) -> None:
     import json
     import threading
 
+    from academy.db import session_scope
+    from academy.models import LabRun, Learner
     from app import labjobs
-    from app.db import session_scope
-    from app.models import LabRun, Learner
 
     parser = argparse.ArgumentParser()
     parser.add_argument("learners", type=int)

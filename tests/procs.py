@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 
 def gone(pid: int, wait: float = 5.0) -> bool:
@@ -19,3 +21,32 @@ def gone(pid: int, wait: float = 5.0) -> bool:
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Process ids still alive in process group ``pgid`` (a lab run's ranks)."""
+    alive = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getpgid(int(entry.name)) == pgid:
+                    alive.append(int(entry.name))
+            except (ProcessLookupError, PermissionError):
+                continue
+    return alive
+
+
+def lab_pids(run_id: int) -> list[int]:
+    """Live processes of a lab run, wherever its worker is on this host: the CLI
+    (``python -m labs ... --out <workroot>/run-<id>-.../result.json``) and its
+    process group, which holds the ranks."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                args = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"labs" in args and any(f"/run-{run_id}-".encode() in a for a in args) \
+                    and os.getpgid(int(entry.name)) == int(entry.name):
+                return group_members(int(entry.name))
+    return []

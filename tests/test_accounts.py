@@ -1,11 +1,13 @@
 """Accounts: hashing, sign-up validation, sign-in, rate limit, sessions."""
 
-import pytest
-from sqlmodel import select
+import threading
 
-from app import accounts
-from app.accounts import AccountError
-from app.models import Learner
+import pytest
+from sqlmodel import col, delete, select
+
+from academy import accounts
+from academy.accounts import AccountError
+from academy.models import AdminToken, Learner, SigninCounter
 
 PW = "correct horse battery"
 
@@ -40,7 +42,7 @@ def test_duplicate_email_refused(session):
     accounts.sign_up(session=session, email="dup@example.org", password=PW)
     with pytest.raises(AccountError) as err:
         accounts.sign_up(session=session, email=" DUP@example.org ", password=PW)
-    assert err.value.code == "account.err_duplicate"
+    assert err.value.code == "account.err_sign_up_neutral"
 
 
 def test_sign_in_and_wrong_password(session):
@@ -74,22 +76,36 @@ def test_session_token_round_trip_and_revocation(session):
     assert accounts.learner_for_token(session=session, token=token) is None
 
 
-def test_admin_from_settings(session, monkeypatch):
-    from app.settings import get_settings
+def test_admin_addresses_grant_nothing(session, monkeypatch):
+    """F-8: whoever signs up first with a configured address must not become admin."""
+    from academy.settings import get_settings
 
-    monkeypatch.setenv("ADMIN_EMAILS", "boss@example.org, other@example.org")
+    monkeypatch.setenv("ADMIN_EMAILS", "boss@example.org")
     get_settings.cache_clear()
     try:
-        assert accounts.sign_up(session=session, email="boss@example.org", password=PW).is_admin
-        assert not accounts.sign_up(session=session, email="pleb@example.org", password=PW).is_admin
+        assert not accounts.sign_up(session=session, email="boss@example.org", password=PW).is_admin
+        assert not accounts.sign_in(session=session, email="boss@example.org", password=PW).is_admin
     finally:
         monkeypatch.undo()
         get_settings.cache_clear()
 
 
+def test_admin_token_is_one_time(session):
+    first = accounts.sign_up(session=session, email="first@example.org", password=PW)
+    second = accounts.sign_up(session=session, email="second@example.org", password=PW)
+    token = accounts.create_admin_token(session=session)
+    assert token not in str(session.exec(select(AdminToken.id)).all())  # only its hash is stored
+    with pytest.raises(AccountError, match="admin_token"):
+        accounts.redeem_admin_token(session=session, learner_id=first.id, token=token + "x")
+    assert accounts.redeem_admin_token(session=session, learner_id=first.id, token=token).is_admin
+    with pytest.raises(AccountError, match="admin_token"):
+        accounts.redeem_admin_token(session=session, learner_id=second.id, token=token)
+    assert not session.get(Learner, second.id).is_admin
+
+
 def test_admin_cli(app_db):
-    from app.admin import main
-    from app.db import session_scope
+    from academy.admin import main
+    from academy.db import session_scope
 
     with session_scope() as s:
         accounts.sign_up(session=s, email="e@example.org", password=PW)
@@ -97,3 +113,216 @@ def test_admin_cli(app_db):
     with session_scope() as s:
         assert s.exec(select(Learner).where(Learner.email == "e@example.org")).one().is_admin
     assert main(["create-admin", "missing@example.org"]) == 1
+
+
+def test_admin_token_cli_prints_a_token_that_works(app_db, capsys):
+    from academy.admin import main
+    from academy.db import session_scope
+
+    with session_scope() as s:
+        learner = accounts.sign_up(session=s, email="f@example.org", password=PW)
+    assert main(["admin-token"]) == 0
+    token = capsys.readouterr().out.strip().splitlines()[-1].strip()
+    with session_scope() as s:
+        assert accounts.redeem_admin_token(session=s, learner_id=learner.id, token=token).is_admin
+
+
+# --- F-4 / F-15: the limit holds under concurrency, per client, and Argon2 is capped -------------
+
+
+def _burst(engine, email: str, passwords: list[str], client: str = "203.0.113.9") -> list[str]:
+    """Sign in with every password at once from one client; the outcome of each."""
+    from sqlmodel import Session
+
+    start = threading.Barrier(len(passwords))
+    out: list[str] = []
+
+    def one(password: str) -> None:
+        start.wait()
+        with Session(engine, expire_on_commit=False) as s:
+            try:
+                accounts.sign_in(session=s, email=email, password=password, client=client)
+                out.append("ok")
+            except AccountError as err:
+                out.append(err.code)
+
+    threads = [threading.Thread(target=one, args=(p,)) for p in passwords]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return out
+
+
+def test_concurrent_guesses_are_limited(app_db, monkeypatch):
+    """F-4: 12 guesses at once are not all checked; the right one placed last is refused too."""
+    from academy.db import session_scope
+    from academy.settings import get_settings
+
+    # Enough Argon2 slots that no guess is answered "busy" (that path has its own test).
+    monkeypatch.setattr(accounts, "_SLOTS", threading.BoundedSemaphore(16))
+    monkeypatch.setattr(accounts, "ARGON2_WAIT_S", 120)
+
+    with session_scope() as s:
+        accounts.sign_up(session=s, email="burst@example.org", password=PW)
+    limit = get_settings().signin_max_failures
+    out = _burst(app_db, "burst@example.org", [f"wrong password {i}" for i in range(12)])
+    assert out.count("account.err_credentials") <= limit, out
+    assert out.count("account.err_rate_limited") >= 12 - limit, out
+    out = _burst(app_db, "burst@example.org", [PW])
+    assert out == ["account.err_rate_limited"]
+
+
+def test_lock_out_is_per_client(session):
+    """F-15: failures from one client do not lock the owner out on another; one client is
+    also limited across addresses."""
+    from academy.settings import get_settings
+
+    accounts.sign_up(session=session, email="owner@example.org", password=PW)
+    attacker, owner = "198.51.100.66", "192.0.2.7"
+    for _ in range(get_settings().signin_max_failures):
+        with pytest.raises(AccountError):
+            accounts.sign_in(session=session, email="owner@example.org", password="nope nope", client=attacker)
+    with pytest.raises(AccountError, match="rate_limited"):
+        accounts.sign_in(session=session, email="owner@example.org", password=PW, client=attacker)
+    assert accounts.sign_in(session=session, email="owner@example.org", password=PW, client=owner)
+    refused = []
+    for n in range(get_settings().signin_max_failures_client + 2):
+        try:
+            accounts.sign_in(session=session, email=f"spray{n}@example.org", password="nope nope", client="198.51.100.1")
+        except AccountError as err:
+            refused.append(err.code)
+    assert refused[-1] == "account.err_rate_limited_client"
+
+
+def test_argon2_verifications_are_capped(session, monkeypatch):
+    """Over the cap a sign-in is answered "busy" at once and costs the learner no attempt."""
+    accounts.sign_up(session=session, email="cap@example.org", password=PW)
+    slots = threading.BoundedSemaphore(1)
+    monkeypatch.setattr(accounts, "_SLOTS", slots)
+    monkeypatch.setattr(accounts, "ARGON2_WAIT_S", 0.01)
+    slots.acquire()  # another verification holds the only slot
+    try:
+        with pytest.raises(AccountError, match="busy"):
+            accounts.sign_in(session=session, email="cap@example.org", password=PW)
+    finally:
+        slots.release()
+    charged = session.exec(select(SigninCounter.key).where(SigninCounter.count > 0)).all()
+    assert [key for key in charged if not key.startswith("signup:")] == []
+    assert accounts.sign_in(session=session, email="cap@example.org", password=PW)
+
+
+def test_sign_up_is_throttled_per_client(session):
+    from academy.settings import get_settings
+
+    codes = []
+    for n in range(get_settings().signup_max_per_client + 1):
+        try:
+            accounts.sign_up(session=session, email=f"new{n}@example.org", password=PW, client="198.51.100.3")
+            codes.append("ok")
+        except AccountError as err:
+            codes.append(err.code)
+    assert codes[-1] == "account.err_rate_limited_client" and codes[0] == "ok"
+    # Localhost (every visitor, behind a proxy on this machine) is no client to limit.
+    for n in range(get_settings().signup_max_per_client + 1):
+        accounts.sign_up(session=session, email=f"local{n}@example.org", password=PW)
+
+
+def test_duplicate_sign_up_answer_does_not_say_the_account_exists(session):
+    accounts.sign_up(session=session, email="known@example.org", password=PW)
+    with pytest.raises(AccountError) as err:
+        accounts.sign_up(session=session, email="known@example.org", password=PW)
+    assert err.value.code == "account.err_sign_up_neutral"
+
+
+# --- F-16: look-alike addresses ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "email",
+    [
+        "admin\u200b@example.org",  # zero-width space
+        "ad\u2060min@example.org",  # word joiner
+        "\u0430dmin@example.org",  # Cyrillic a in a Latin name
+        "p\u0430yp\u0430l@example.org",
+        "\u202eadmin@example.org",  # right-to-left override
+        "admin@ex\u0430mple.org",  # Cyrillic a in the domain
+    ],
+)
+def test_look_alike_addresses_are_refused(session, email):
+    with pytest.raises(AccountError) as err:
+        accounts.sign_up(session=session, email=email, password=PW)
+    assert err.value.code == "account.err_email"
+
+
+def test_addresses_are_nfkc_normalised(session):
+    first = accounts.sign_up(session=session, email="\uff41dmin@example.org", password=PW)  # full-width a
+    assert first.email == "admin@example.org"
+    for ok in ("zo\u00eb@example.org", "\u5f20\u4f1f@example.cn", "\u0438\u0432\u0430\u043d@example.ru"):
+        assert accounts.sign_up(session=session, email=ok, password=PW).email == ok
+
+
+# --- F-5: sign-out ends every session; sign out everywhere; password change -------------------
+
+
+def test_sign_out_everywhere_and_password_change(session):
+    learner = accounts.sign_up(session=session, email="many@example.org", password=PW)
+    tokens = [accounts.open_session(session=session, learner_id=learner.id) for _ in range(3)]
+    new_pw = "another long password"
+    with pytest.raises(AccountError, match="credentials"):
+        accounts.change_password(session=session, learner_id=learner.id, current="wrong wrong",
+                                 new=new_pw, keep_token=tokens[0])
+    with pytest.raises(AccountError, match="password_short"):
+        accounts.change_password(session=session, learner_id=learner.id, current=PW, new="short",
+                                 keep_token=tokens[0])
+    assert all(accounts.learner_for_token(session=session, token=tok) for tok in tokens)
+    accounts.change_password(session=session, learner_id=learner.id, current=PW, new=new_pw, keep_token=tokens[0])
+    assert [bool(accounts.learner_for_token(session=session, token=tok)) for tok in tokens] == [True, False, False]
+    with pytest.raises(AccountError):
+        accounts.sign_in(session=session, email="many@example.org", password=PW)
+    assert accounts.sign_in(session=session, email="many@example.org", password=new_pw)
+    assert accounts.close_all_sessions(session=session, learner_id=learner.id) == 1
+    assert accounts.learner_for_token(session=session, token=tokens[0]) is None
+
+
+def test_ended_windows_are_pruned(session, monkeypatch):
+    from datetime import timedelta
+
+    from academy.models import utcnow
+
+    accounts.sign_up(session=session, email="prune@example.org", password=PW, client="192.0.2.1")
+    with pytest.raises(AccountError):
+        accounts.sign_in(session=session, email="prune@example.org", password="nope nope", client="192.0.2.1")
+    assert accounts.prune_counters(session=session) == 0  # all still in their window
+    later = utcnow() + timedelta(seconds=3600)
+    monkeypatch.setattr(accounts, "utcnow", lambda: later)
+    assert accounts.prune_counters(session=session) == 4  # signup, client, pair, address
+    assert session.exec(select(SigninCounter)).all() == []
+
+
+@pytest.mark.postgres
+def test_concurrent_guesses_are_limited_on_postgres(postgres_url, monkeypatch):
+    """The same burst on PostgreSQL: its row locks must make UPDATE … RETURNING count exactly."""
+    import os
+
+    from sqlmodel import Session
+
+    from academy.db import make_engine, migrate
+
+    monkeypatch.setattr(accounts, "_SLOTS", threading.BoundedSemaphore(16))
+    monkeypatch.setattr(accounts, "ARGON2_WAIT_S", 120)
+    engine = make_engine(postgres_url)
+    migrate(engine)
+    email = f"pg-burst-{os.getpid()}@example.org"
+    with Session(engine) as s:
+        accounts.sign_up(session=s, email=email, password=PW, client=f"pg-{os.getpid()}")
+    try:
+        out = _burst(engine, email, [f"wrong password {i}" for i in range(12)], client=f"pg-{os.getpid()}")
+        checked, refused = out.count("account.err_credentials"), out.count("account.err_rate_limited")
+        assert checked <= 5 and checked + refused == 12, out
+    finally:
+        with Session(engine) as s:
+            s.exec(delete(Learner).where(Learner.email == email))
+            s.exec(delete(SigninCounter).where(col(SigninCounter.key).contains(str(os.getpid()))))
+            s.commit()
+        engine.dispose()

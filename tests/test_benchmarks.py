@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from academy.content import languages
+
 ROOT = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
 
@@ -28,7 +30,6 @@ QUEUE = ("single_end_to_end_s", "single_queue_wait_s", "burst_queue_wait_s", "bu
 QUIZ = ("engine_ms", "store_sqlite_ms")
 CERTIFICATE = ("sign_ms", "qr_ms", "issue_ms", "render_ms", "total_ms")
 VERIFICATION = ("lookups_per_s", "raw_select_per_s", "ed25519_verify_per_s", "valid_fraction")
-LANGS = ("en", "zh", "nl")
 CLASSROOM = ("p50_s", "p95_s", "throughput_per_s", "server_cpu_ms_per_page")
 PAGES = ("home", "lessons", "labs", "quiz", "certificate", "verify", "account")
 
@@ -115,13 +116,13 @@ def test_platform_has_every_figure(quick):
     p = quick[1]["platform"]
     part(p["quiz"], QUIZ, "platform.quiz")
     if part(p["certificate"], CERTIFICATE, "platform.certificate"):
-        part(p["certificate"]["pdf_kib"], LANGS, "platform.certificate.pdf_kib")
+        part(p["certificate"]["pdf_kib"], languages(), "platform.certificate.pdf_kib")
     if part(p["verification"], VERIFICATION, "platform.verification"):
         assert p["verification"]["certificates"] == 10_000  # quick mode's table
     if part(p["pages"], ("empty_script_ms", "new_session_ms"), "platform.pages"):
         assert p["pages"]["render_ms"], "no page rendered"
         for page, langs in p["pages"]["render_ms"].items():
-            part(langs, LANGS, f"platform.pages.{page}")
+            part(langs, languages(), f"platform.pages.{page}")
     if part(p["load"], ("ops_per_s",), "platform.load"):
         for op, row in p["load"]["ops"].items():
             part(row, ("ops_per_s", "p95_ms"), f"platform.load.{op}")

@@ -82,7 +82,7 @@ def test_account_survives_refresh(server, browser, artifacts):
 
 @pytest.mark.parametrize("lang", ["en", "zh", "nl"])
 def test_every_page_opens_in_the_browser(server, browser, artifacts, lang):
-    from app import i18n
+    from academy import i18n
 
     ctx = browser.new_context(viewport={"width": 1300, "height": 900})
     page = ctx.new_page()

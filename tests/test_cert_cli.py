@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from sqlmodel import Session
 
-from app.db import make_engine, migrate
-from app.models import Learner, QuizAttempt
+from academy.db import make_engine, migrate
+from academy.models import Learner, QuizAttempt
 from certificates.ids import parse_id
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ import pytest
 from pypdf import PdfReader
 from pypdf.generic import IndirectObject
 
-from app.settings import get_settings
+from academy.settings import get_settings
 from certificates import i18n, pdf, signing
 from certificates.ids import new_id
 
@@ -66,7 +66,7 @@ def font_dicts(data: bytes):
             yield resolve(font)
 
 
-@pytest.mark.parametrize("name, lang", list(zip(NAMES, i18n.LANGS, strict=True)))
+@pytest.mark.parametrize("name, lang", list(zip(NAMES, ("en", "zh", "nl"), strict=True)))
 def test_name_extracts_in_every_script(name, lang):
     data, cert_id = render(name, lang)
     text = text_of(data)
@@ -193,15 +193,16 @@ def test_locales_have_every_key():
                 out |= keys_of(v, f"{prefix}{k}.")
         return out
 
-    for lang in i18n.LANGS:
+    for lang in i18n.languages():
+        assert (i18n.LOCALES / f"{lang}.yaml").is_file(), f"certificates/locales lacks {lang}"
         t = i18n.texts(lang)
         assert keys_of(t) == keys_of(reference), lang
         assert len(t["months"]) == 12
-    assert [i18n.texts(lang)["course_title"] for lang in i18n.LANGS] == [
-        "Data Parallelism",
-        "数据并行",
-        "Dataparallellisme",
-    ]
+    assert {lang: i18n.texts(lang)["course_title"] for lang in ("en", "zh", "nl")} == {
+        "en": "Data Parallelism",
+        "zh": "数据并行",
+        "nl": "Dataparallellisme",
+    }
 
 
 def test_dates_and_scores_per_language():

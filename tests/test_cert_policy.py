@@ -16,9 +16,9 @@ from sqlalchemy import inspect, make_url, text
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from app.db import make_engine, migrate
-from app.models import Certificate, CertificateEvent, Learner, QuizAttempt
-from app.settings import ROOT, get_settings
+from academy.db import make_engine, migrate
+from academy.models import Certificate, CertificateEvent, Learner, QuizAttempt
+from academy.settings import ROOT, get_settings
 from certificates import store
 
 
@@ -176,7 +176,7 @@ def test_concurrent_reissues_make_exactly_one_replacement(backend, request):
 
 def _alembic(engine, revision: str) -> None:
     cfg = Config(str(ROOT / "alembic.ini"))
-    cfg.set_main_option("script_location", str(ROOT / "app" / "migrations"))
+    cfg.set_main_option("script_location", str(ROOT / "academy" / "migrations"))
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
@@ -224,3 +224,32 @@ def test_migration_0002_keeps_the_newest_and_revokes_the_other_duplicates(backen
             "payload, signature, issued_at, disqualified) VALUES ('DP-H', 2, 'N', 'data-parallelism', 90, 'en', "
             "'2026-11-01', 'k', '{}', 's', :at, :no)"), {"at": t0, "no": False})
     engine.dispose()
+
+
+@pytest.mark.parametrize("change, counts", [
+    ({}, True),
+    ({"practice": True}, False),
+    ({"status": "in_progress"}, False),
+    ({"passed": False}, False),
+    ({"passed": None}, False),
+    ({"course_id": "another-course"}, False),
+])
+def test_one_pass_rule_for_quiz_and_certificates(session, change, counts):
+    # quizzes.store.passed_attempt is the only definition of "a passed attempt":
+    # the quiz's has_passed, certificate eligibility and issuing all agree with it.
+    from quizzes import store as quiz_store
+
+    bob, attempt = passed_learner(session)
+    for field, value in change.items():
+        setattr(attempt, field, value)
+    session.add(attempt)
+    session.commit()
+    assert quiz_store.has_passed(session=session, learner_id=bob.id) is counts
+    assert (store.eligible_attempt(session=session, learner_id=bob.id) is not None) is counts
+    if counts:
+        store.issue_certificate(session=session, learner_id=bob.id, attempt_id=attempt.id, name="Bob",
+                                lang="en", score=90, pass_date="2026-11-30")
+    else:
+        with pytest.raises(store.NotEligible):
+            store.issue_certificate(session=session, learner_id=bob.id, attempt_id=attempt.id, name="Bob",
+                                    lang="en", score=90, pass_date="2026-11-30")

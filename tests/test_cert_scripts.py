@@ -17,7 +17,7 @@ import unicodedata
 import pytest
 from pypdf import PdfReader
 
-from app.settings import get_settings
+from academy.settings import get_settings
 from certificates import i18n, pdf, store
 from tests.test_cert_cli import ROOT, cli
 
@@ -214,7 +214,7 @@ def test_only_characters_nothing_can_print_are_refused():
         "Deze tekens kan het certificaat niet drukken: "
         "U+E000 (teken uit het privégebruiksgebied). Haal ze weg."
     )
-    for lang in i18n.LANGS:
+    for lang in i18n.languages():
         assert "U+0007" in pdf.refusal_message(["\x07"], lang)
 
 

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from app.settings import get_settings
+from academy.settings import get_settings
 from certificates import keys, signing
 from certificates.ids import new_id
 

@@ -12,9 +12,9 @@ from pypdf import PdfReader, PdfWriter
 from sqlalchemy.pool import StaticPool
 from sqlmodel import Session
 
-from app.db import make_engine, migrate
-from app.models import Certificate, Learner, QuizAttempt
-from app.settings import get_settings
+from academy.db import make_engine, migrate
+from academy.models import Certificate, Learner, QuizAttempt
+from academy.settings import get_settings
 from certificates import ids, keys, pdf, signing, store
 from certificates.ids import ALPHABET
 

@@ -17,10 +17,10 @@ from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
 from reportlab.pdfgen.canvas import Canvas
 
 import certificates as certs
-from app.accounts import sign_up
-from app.db import session_scope
-from app.models import Learner, QuizAttempt
-from app.settings import get_settings
+from academy.accounts import sign_up
+from academy.db import session_scope
+from academy.models import Learner, QuizAttempt
+from academy.settings import get_settings
 from certificates import ids, pdf, pdfscan, signing, store
 from tests import apptest
 

@@ -8,10 +8,9 @@ import os
 import pytest
 
 import certificates as certs
-from app.db import session_scope
+from academy.db import session_scope
 from tests import browserkit as kit
 from tests.test_cert_upload import stall_pdf, token_of
-from tests.test_load import on_server_db  # noqa: F401 - fixture: this process on the server's database
 
 
 def server_cpu_seconds(pid: int) -> float:
@@ -21,7 +20,7 @@ def server_cpu_seconds(pid: int) -> float:
 
 
 @pytest.mark.browser
-def test_stall_pdf_upload_is_refused_without_costing_the_server(server, browser, on_server_db):  # noqa: F811
+def test_stall_pdf_upload_is_refused_without_costing_the_server(server, browser, on_server_db):
     with session_scope() as s:
         cert = certs.issue_certificate(session=s, learner_id=None, attempt_id=None, name="Ann", lang="en",
                                        score=90, pass_date="2026-11-30")

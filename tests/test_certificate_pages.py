@@ -6,13 +6,13 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import certificates as certs
-from app import i18n
-from app.accounts import sign_up
-from app.db import session_scope
+from academy import i18n
+from academy.accounts import sign_up
+from academy.db import session_scope
+from benchmarks.quizkey import right_answer
 from quizzes import store
 from quizzes.bank import load_bank
 from tests import apptest
-from tests.quizkey import right_answer
 
 
 def learner_who_passed(email: str, name: str = "Zoë Ødegård") -> int:
@@ -45,6 +45,14 @@ def test_claim_then_verify_then_revoke(app_db, lang):
     with session_scope() as s:
         (cert,) = certs.certificates_of(session=s, learner_id=learner_id)
     assert any(cert.id in c.value for c in at.code)
+    # Beside the PDF: the Open Badges credential and the LinkedIn link, for this certificate.
+    labels = [b.proto.label for b in at.get("download_button")]
+    assert i18n.t("certificate.download_badge", lang) in labels, labels
+    (linkedin,) = [b.proto for b in at.get("link_button")]
+    assert linkedin.label == i18n.t("certificate.linkedin", lang)
+    assert linkedin.url.startswith("https://www.linkedin.com/profile/add?") and f"certId={cert.id}" in linkedin.url
+    with session_scope() as s:
+        assert certs.get_certificate(session=s, cert_id=cert.id).credential_json  # what the button serves
     # The public page, reached by the QR link, says valid and shows no e-mail.
     v = open_page("verify", lang, None, id=cert.id)
     assert certs.texts(lang)["status"]["valid"] in [s.value for s in v.success]

@@ -19,16 +19,16 @@ from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 from sqlmodel import select
 
-from app import db, i18n
-from app.accounts import sign_up
-from app.db import session_scope
-from app.models import QuizAnswer, QuizAttempt
+from academy import db, i18n
+from academy.accounts import sign_up
+from academy.db import session_scope
+from academy.models import QuizAnswer, QuizAttempt
 from benchmarks.appserver import AppServer
+from benchmarks.quizkey import right_answer
 from quizzes import store
 from quizzes.bank import load_bank
 from quizzes.engine import public_question
 from tests.apptest import open_page
-from tests.quizkey import right_answer
 
 ROOT = Path(__file__).resolve().parent.parent
 

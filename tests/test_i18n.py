@@ -6,7 +6,7 @@ import string
 
 import pytest
 
-from app import i18n
+from academy import i18n
 
 
 def fields(text):

@@ -19,8 +19,8 @@ import time
 import pytest
 
 import certificates as certs
-from app.i18n import t
-from app.models import Certificate, LabRun, LessonProgress, QuizAttempt
+from academy.i18n import t
+from academy.models import Certificate, LabRun, LessonProgress, QuizAttempt
 from tests.browserkit import (
     WAIT,
     alert,

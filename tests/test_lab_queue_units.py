@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from academy import labqueue
-from app import i18n
-from app.db import session_scope
-from app.models import LabRun, LabWorker, utcnow
+from academy import i18n, labqueue
+from academy.db import session_scope
+from academy.models import LabRun, LabWorker, utcnow
 from tests.apptest import open_page, press
 
 
@@ -89,7 +88,7 @@ def test_each_stored_parameter_becomes_the_flag_of_its_name(tmp_path):
 
 
 def test_a_multi_node_run_is_one_torchrun_line_per_node(tmp_path, monkeypatch):
-    from app.settings import get_settings
+    from academy.settings import get_settings
 
     with pytest.raises(ValueError, match="LAB_RENDEZVOUS_ENDPOINT"):
         labqueue.torchrun_command("ring", {"world_size": 4, "nodes": 2}, tmp_path, run_id=7)
@@ -123,12 +122,12 @@ def test_the_progress_tail_reads_only_whole_new_lines(tmp_path: Path):
     assert tail.last == {"step": 3}
 
 
-def test_migration_0004_goes_down_and_up_again(engine):
+def test_migration_0005_goes_down_and_up_again(engine):
     from alembic import command
     from alembic.config import Config
     from sqlalchemy import inspect
 
-    from app.settings import ROOT
+    from academy.settings import ROOT
 
     def state():
         found = inspect(engine)
@@ -137,10 +136,10 @@ def test_migration_0004_goes_down_and_up_again(engine):
     added = {"queue", "worker", "heartbeat_at", "progress", "cancel_requested"}
     assert state() == (state()[0] | added, True)
     cfg = Config(str(ROOT / "alembic.ini"))
-    cfg.set_main_option("script_location", str(ROOT / "app" / "migrations"))
+    cfg.set_main_option("script_location", str(ROOT / "academy" / "migrations"))
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
-        command.downgrade(cfg, "0004-1")
+        command.downgrade(cfg, "0005-1")
     assert not added & state()[0] and state()[1] is False
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn

@@ -24,8 +24,8 @@ import pytest
 from sqlmodel import select
 
 from academy import labqueue
-from app.db import session_scope
-from app.models import LabRun
+from academy.db import session_scope
+from academy.models import LabRun
 from tests.conftest import ROOT, use_database
 from tests.labstack import TERMINAL, Worker, descendants, is_lab, processes_with_env
 

@@ -20,8 +20,8 @@ import pytest
 from sqlmodel import select
 
 from academy import labqueue
-from app.db import session_scope
-from app.models import LabRun, LabWorker, utcnow
+from academy.db import session_scope
+from academy.models import LabRun, LabWorker, utcnow
 from tests.conftest import use_database
 from tests.labstack import TERMINAL, Worker, descendants, is_lab, processes_with_env, start_redis
 from tests.procs import gone
@@ -219,8 +219,8 @@ def test_two_workers_never_run_one_job_twice(stack):
 
 
 def test_fair_use_per_learner_and_in_all(stack, monkeypatch):
-    from app.accounts import sign_up
-    from app.settings import get_settings
+    from academy.accounts import sign_up
+    from academy.settings import get_settings
 
     monkeypatch.setenv("LAB_MAX_PER_LEARNER", "2")
     monkeypatch.setenv("LAB_MAX_QUEUED", "3")

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from app.i18n import t
+from academy.i18n import t
 from tests.browserkit import WAIT, alert, button, main, nav, pattern, see, wait_app
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

@@ -21,9 +21,10 @@ import pytest
 import torch
 from sqlmodel import func, select
 
-from app import i18n, labjobs
-from app.db import session_scope
-from app.models import LabRun
+from academy import i18n
+from academy.db import session_scope
+from academy.models import LabRun
+from app import labjobs
 from labs.launch import run_lab
 from tests.apptest import open_page
 

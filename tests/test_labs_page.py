@@ -8,10 +8,10 @@ import time
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import charts, i18n, labjobs
-from tests.apptest import MAIN, open_page
-from tests.labstack import descendants, is_lab
-from tests.procs import gone
+from academy import i18n
+from app import charts, labjobs
+from tests.apptest import MAIN, login_token, open_page
+from tests.procs import gone, lab_pids
 
 LABELS = {k: k for k in ["rank", "chunk", "holds", "start", "play", "pause", "step", "reduce-scatter",
                          "all-gather"]}
@@ -127,8 +127,8 @@ def test_second_lab_waits_its_turn_and_cancel_leaves_no_process(lab_worker):
     time.sleep(1.0)
     assert labjobs.get_run(second).status == "queued"
     assert labjobs.queue_position(second) == 1
-    pids = [p for p in descendants(lab_worker.pid) if is_lab(p)]  # one lab at a time: hang's
-    assert pids, "the hanging lab has live processes, under the worker"
+    pids = lab_pids(hang)
+    assert pids, "the hanging lab has live processes"
     labjobs.cancel(hang)
     assert wait(hang) == "cancelled"
     assert all(gone(pid) for pid in pids), "every process of the cancelled lab has exited"
@@ -162,8 +162,8 @@ def test_bad_requests_are_refused_clearly():
 
 
 def test_a_running_lab_comes_back_after_a_refresh(app_db):
-    from app.accounts import sign_up
-    from app.db import session_scope
+    from academy.accounts import sign_up
+    from academy.db import session_scope
 
     with session_scope() as s:
         learner = sign_up(session=s, email="lab-refresh@example.org", password="long enough pw")
@@ -172,7 +172,7 @@ def test_a_running_lab_comes_back_after_a_refresh(app_db):
     try:
         at = AppTest.from_file(MAIN, default_timeout=60)  # a new browser session
         at.query_params["lang"] = "en"
-        at.session_state["learner_id"] = learner.id
+        at.session_state["session_token"] = login_token(learner.id)  # signed in, as after a refresh
         at.run()
         at.switch_page("views/labs.py")
         at.run()

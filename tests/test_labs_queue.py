@@ -16,11 +16,12 @@ from datetime import timedelta
 import pytest
 from sqlmodel import func, select
 
-from app import i18n, labjobs
-from app.accounts import sign_up
-from app.db import session_scope
-from app.models import LabRun, utcnow
-from app.settings import get_settings
+from academy import i18n
+from academy.accounts import sign_up
+from academy.db import session_scope
+from academy.models import LabRun, utcnow
+from academy.settings import get_settings
+from app import labjobs
 from tests.apptest import open_page
 
 HANG = {"world_size": 2, "fail_mode": "hang", "fail_rank": 1, "fail_at_step": 0}

@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
+from academy import content, i18n, lessons
 from app import calculators as calc
-from app import i18n, lessons
 from quizzes.bank import load_bank
 
 LANGS = sorted(i18n.languages())
@@ -28,13 +28,13 @@ def test_toc_matches_english(lang):
     assert [s.id for s in mine] == [s.id for s in en]
     assert [(s.lab, s.quiz_topic) for s in mine] == [(s.lab, s.quiz_topic) for s in en]
     assert all(s.title.strip() and s.summary.strip() for s in mine)
-    assert (lessons.LESSON_DIR / lang / "toc.yaml").is_file()
+    assert (content.path("lessons", lang) / "toc.yaml").is_file()
 
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_every_section_has_its_own_non_empty_text(lang):
     for section in lessons.sections(lang):
-        path = lessons.LESSON_DIR / lang / f"{section.id}.md"
+        path = content.path("lessons", lang) / f"{section.id}.md"
         assert path.is_file(), f"{lang} lacks {section.id}"
         text = "".join(b.value for b in lessons.body(lang, section.id) if b.kind == "markdown")
         assert len(text) > 1000, f"{lang}/{section.id} is too short"  # Chinese is dense: 1,000 characters is a page
@@ -76,7 +76,7 @@ def test_glossary_present(lang):
 
 
 def test_the_course_languages_are_the_lesson_folders():
-    folders = {p.name for p in lessons.LESSON_DIR.iterdir() if (p / "toc.yaml").is_file()}
+    folders = {p.name for p in content.path("lessons").iterdir() if (p / "toc.yaml").is_file()}
     assert set(lessons.languages()) == folders
     assert lessons.languages()[0] == lessons.SOURCE_LANG
     # The UI catalogs and the lessons must offer the same languages.
@@ -107,16 +107,22 @@ GLOSSARY = """\
 @pytest.fixture
 def lesson_dir(tmp_path, monkeypatch):
     """A lessons folder in tmp_path, with the cached reads cleared around the test."""
-    caches = (lessons.languages, lessons._toc, lessons._glossary)
+    from academy.settings import get_settings
+
+    caches = (lessons._toc, lessons._glossary, content._languages)
     for cached in caches:
         cached.cache_clear()
-    monkeypatch.setattr(lessons, "LESSON_DIR", tmp_path)
+    monkeypatch.setenv("CONTENT_DIR", str(tmp_path))  # the content root; lessons/ inside it
+    get_settings.cache_clear()
+    folder = tmp_path / "lessons"
     for lang in ("en", "de"):
-        (tmp_path / lang).mkdir()
-        (tmp_path / lang / "toc.yaml").write_text(TOC, encoding="utf-8")
-        (tmp_path / lang / "glossary.yaml").write_text(GLOSSARY, encoding="utf-8")
-    (tmp_path / "fr").mkdir()  # a folder without a table of contents is no course language
-    yield tmp_path
+        (folder / lang).mkdir(parents=True)
+        (folder / lang / "toc.yaml").write_text(TOC, encoding="utf-8")
+        (folder / lang / "glossary.yaml").write_text(GLOSSARY, encoding="utf-8")
+    (folder / "fr").mkdir()  # a folder without a table of contents is no course language
+    yield folder
+    monkeypatch.delenv("CONTENT_DIR")
+    get_settings.cache_clear()
     for cached in caches:
         cached.cache_clear()
 

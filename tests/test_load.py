@@ -13,15 +13,8 @@ import sqlite3
 import pytest
 
 from benchmarks.load import run_load
-from tests.conftest import use_database
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-
-
-@pytest.fixture
-def on_server_db(server, monkeypatch):
-    """This process uses the server's database and secrets (issuer keys shared)."""
-    yield from use_database(monkeypatch, **{k: server.env[k] for k in ("DATABASE_URL", "SECRETS_DIR", "PUBLIC_URL")})
 
 
 def test_thirty_learners_and_five_browsers(server, on_server_db):

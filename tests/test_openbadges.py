@@ -24,8 +24,8 @@ from sqlmodel import Session
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-from app.models import Certificate, Learner, QuizAttempt
-from app.settings import get_settings
+from academy.models import Certificate, Learner, QuizAttempt
+from academy.settings import get_settings
 from certificates import ids, keys, openbadges, pdf, routes, statuslist, store
 from certificates.__main__ import did_web_url
 from certificates.__main__ import main as cli_main
@@ -144,14 +144,14 @@ def test_credential_is_an_open_badge_with_a_salted_email_identity(session, lang,
 def test_every_language_has_the_credential_texts_with_the_same_placeholders():
     import string
 
-    from certificates.i18n import LANGS
+    from certificates.i18n import languages
 
     def shape(lang):
         found = openbadges.credential_texts(lang)
         return {k: sorted(f for _, f, _, _ in string.Formatter().parse(v) if f) for k, v in found.items()}
 
     assert shape("en") == {"credential_name": ["course"], "achievement_description": [], "criteria": ["pass_percent"]}
-    for lang in LANGS:
+    for lang in languages():
         assert shape(lang) == shape("en"), lang
         assert all(openbadges.credential_texts(lang).values())
 
@@ -216,7 +216,7 @@ def test_migration_0003_adds_and_removes_the_columns(engine):
     from alembic.config import Config
     from sqlalchemy import inspect
 
-    from app.settings import ROOT
+    from academy.settings import ROOT
 
     def columns():
         return {c["name"] for c in inspect(engine).get_columns("certificate")}
@@ -224,7 +224,7 @@ def test_migration_0003_adds_and_removes_the_columns(engine):
     added = {"status_index", "credential_json", "credential_jwt"}
     assert added <= columns()
     cfg = Config(str(ROOT / "alembic.ini"))
-    cfg.set_main_option("script_location", str(ROOT / "app" / "migrations"))
+    cfg.set_main_option("script_location", str(ROOT / "academy" / "migrations"))
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, "0003-1")
@@ -421,7 +421,7 @@ def test_bit_order_is_the_specs():
 
 @pytest.fixture
 def client(engine, settings):
-    from app import db
+    from academy import db
 
     db.set_engine(engine)
     with TestClient(Starlette(routes=routes.routes())) as c:
@@ -628,3 +628,44 @@ def test_linkedin_link_prefills_the_certification(settings, pass_date, year, mon
         "certUrl": "https://academy.example/verify?id=DP-7K3M-9QXZ-A2B4-HJ8R-5T",
         "certId": "DP-7K3M-9QXZ-A2B4-HJ8R-5T",
     }
+
+
+# --- the routes on the real app ------------------------------------------------
+
+
+def test_the_running_app_serves_every_route_with_its_headers(server, on_server_db):
+    """app/main.py mounts certificates/routes.py through st.App: each route answers on
+    the real server, with its content type, CORS and caching, and our security headers."""
+    import urllib.error
+    import urllib.request
+
+    from academy.db import session_scope
+
+    with session_scope() as s:
+        cert = store.issue_certificate(session=s, learner_id=None, attempt_id=None, name="Ada",
+                                       lang="en", score=90, pass_date="2026-11-30")
+
+    def get(path: str, **headers: str):
+        req = urllib.request.Request(f"{server.url}{path}", headers=headers)
+        with urllib.request.urlopen(req, timeout=20) as resp:
+            return resp.status, resp.headers, resp.read()
+
+    expected = {
+        "/.well-known/did.json": "application/did+json",
+        "/status/1": "application/vc",
+        f"/credentials/{cert.id}.json": "application/vc",
+        f"/credentials/{cert.id}.jwt": "application/vc+jwt",
+        f"/api/verify/{cert.id}": "application/json",
+    }
+    for path, ctype in expected.items():
+        status, headers, body = get(path, Origin="https://employer.example")
+        assert status == 200 and headers["Content-Type"].startswith(ctype), (path, headers["Content-Type"])
+        assert headers["Access-Control-Allow-Origin"] == "*", path
+        assert headers["Cache-Control"], path
+        assert headers["X-Content-Type-Options"] == "nosniff", path  # web.py's middleware too
+        assert body, path
+    verdict = json.loads(get(f"/api/verify/{cert.id}")[2])
+    assert verdict["status"] == "valid" and verdict["name"] == "Ada"
+    with pytest.raises(urllib.error.HTTPError) as err:
+        get("/api/verify/DP-0000")
+    assert err.value.code == 400

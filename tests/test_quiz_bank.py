@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app import lessons
+from academy import lessons
 from quizzes.bank import (
     BANK_DIR,
     ExpressionError,

@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from quizzes.bank import BANK_DIR, load_bank
 from quizzes.engine import (
     KEYS,
-    MESSAGES_DIR,
     InvalidResponse,
     NumberParseError,
     QuestionUnavailable,
@@ -31,6 +30,7 @@ from quizzes.engine import (
     score_percent,
     within_tolerance,
 )
+from quizzes.numbers import MESSAGES_DIR
 
 FIXTURE = Path(__file__).parent / "fixtures" / "quiz_bank"
 LANGS = ("en", "zh", "nl")

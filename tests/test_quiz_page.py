@@ -6,16 +6,16 @@ import pytest
 from sqlmodel import select
 from streamlit.testing.v1 import AppTest
 
-from app import i18n, lessons
-from app.accounts import sign_up
-from app.db import session_scope
-from app.models import QuizAnswer, QuizAttempt
-from app.settings import get_settings
+from academy import i18n, lessons
+from academy.accounts import sign_up
+from academy.db import session_scope
+from academy.models import QuizAnswer, QuizAttempt
+from academy.settings import get_settings
+from benchmarks.quizkey import right_answer, wrong_answer
 from quizzes import store
 from quizzes.bank import load_bank
 from quizzes.engine import draw_attempt, message
 from tests.apptest import MAIN, open_page, press
-from tests.quizkey import right_answer, wrong_answer
 
 
 def open_quiz(learner_id: int, lang: str) -> AppTest:

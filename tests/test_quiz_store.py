@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from sqlmodel import Session, select
 
-from app.db import make_engine, migrate
-from app.models import Learner, QuizAnswer, QuizAttempt
+from academy.db import make_engine, migrate
+from academy.models import Learner, QuizAnswer, QuizAttempt
 from quizzes import store
 from quizzes.bank import load_bank
 from quizzes.engine import KEYS, NumberParseError, grade, plan_question
@@ -26,7 +26,7 @@ def bank():
 
 
 def _session(engine) -> Session:
-    """Like app.db.session_scope: objects stay readable after a commit."""
+    """Like academy.db.session_scope: objects stay readable after a commit."""
     return Session(engine, expire_on_commit=False)
 
 

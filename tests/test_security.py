@@ -18,14 +18,15 @@ from sqlmodel import Session, select
 from streamlit.testing.v1 import AppTest
 
 import certificates as certs
-from app import i18n, ui
-from app.accounts import sign_up
-from app.db import session_scope
-from app.models import CertificateEvent, Learner
+from academy import i18n
+from academy.accounts import sign_up
+from academy.db import session_scope
+from academy.models import CertificateEvent, Learner
+from app import ui
+from benchmarks.quizkey import wrong_answer
 from quizzes.bank import load_bank
 from quizzes.engine import public_question
-from tests.quizkey import wrong_answer
-from tests.test_load import on_server_db  # noqa: F401 - fixture: this process on the server's database
+from tests.apptest import login_token
 
 ROOT = Path(__file__).resolve().parent.parent
 MAIN = str(ROOT / "app" / "main.py")
@@ -170,7 +171,7 @@ def _sign_in(page, server, email: str, password: str = PASSWORD) -> None:  # noq
 
 
 @pytest.mark.browser
-def test_admin_page_is_not_there_for_guests_and_learners(server, browser, on_server_db):  # noqa: F811
+def test_admin_page_is_not_there_for_guests_and_learners(server, browser, on_server_db):
     from tests import browserkit as kit
 
     _make_learner("plain-learner@example.org")
@@ -180,6 +181,8 @@ def test_admin_page_is_not_there_for_guests_and_learners(server, browser, on_ser
         if who is not None:
             _sign_in(page, server, who)
             kit.see(page, re.compile(re.escape(t("account.welcome", name=who.split("@")[0]))))
+            # The cookie is written by the end of that run; the next page load needs it.
+            page.wait_for_function("() => document.cookie.includes('dpa_session=')", timeout=kit.WAIT)
         page.goto(f"{server.url}/admin?lang=en")
         kit.wait_app(page)
         if who == "real-admin@example.org":  # the control: the same URL works for an admin
@@ -201,7 +204,7 @@ def test_admin_page_and_its_forms_refuse_non_admins(app_db):
     def open_as(who: int) -> AppTest:
         at = AppTest.from_file(MAIN, default_timeout=60)
         at.query_params["lang"] = "en"
-        at.session_state["learner_id"] = who
+        at.session_state["session_token"] = login_token(who)
         at.run()
         return at
 
@@ -210,7 +213,7 @@ def test_admin_page_and_its_forms_refuse_non_admins(app_db):
     # The script run directly (as if Streamlit were tricked into it) stops before any form.
     direct = AppTest.from_file(str(ROOT / "app" / ui.PAGE_PATHS["admin"]), default_timeout=60)
     direct.session_state["lang"] = "en"
-    direct.session_state["learner_id"] = learner_id
+    direct.session_state["session_token"] = login_token(learner_id)
     direct.run()
     assert [e.value for e in direct.error] == [t("admin.refused")]
     assert not direct.text_input and not direct.button
@@ -230,6 +233,103 @@ def test_admin_page_and_its_forms_refuse_non_admins(app_db):
     assert not [s.value for s in at.success]
     with session_scope() as s:
         assert s.exec(select(Learner.email).where(Learner.is_admin)).all() == []
+
+
+def _tab(token: str, page: str | None = None) -> AppTest:
+    """A browser tab of a signed-in learner: the state a sign-in leaves behind."""
+    from academy.accounts import learner_for_token
+
+    at = AppTest.from_file(MAIN, default_timeout=60)
+    at.query_params["lang"] = "en"
+    with session_scope() as s:
+        at.session_state["learner_id"] = learner_for_token(session=s, token=token).id
+    at.session_state["session_token"] = token
+    at.run()
+    if page:
+        at.switch_page(ui.PAGE_PATHS[page])
+        at.run()
+    return at
+
+
+def _signed_in(at: AppTest) -> bool:
+    shown = [x.value for x in at.sidebar.text] + [x.value for x in at.sidebar.caption]
+    return any(text.startswith(t("account.signed_in_as", name="")) for text in shown)
+
+
+@pytest.mark.parametrize("how", ["sign_out", "sign_out_everywhere", "change_password"])
+def test_ending_a_session_ends_it_in_every_open_tab(app_db, how):
+    """F-5: the other tab (same token) and another browser (its own token) are guests at
+    their next run; with "sign out everywhere" and a password change the second browser too."""
+    from tests.apptest import press
+
+    learner_id = _make_learner("tabs@example.org")
+    token, other_browser = login_token(learner_id), login_token(learner_id)
+    acting, same_cookie, other = _tab(token, "account"), _tab(token), _tab(other_browser)
+    assert _signed_in(acting) and _signed_in(same_cookie) and _signed_in(other)
+    if how == "change_password":
+        acting.expander[0]  # noqa: B018 - the form lives in the Security expander
+        acting.text_input(key="pw_current").input(PASSWORD)
+        acting.text_input(key="pw_new").input("a brand new password")
+        [b for b in acting.button if b.label == t("account.change_password")][0].click()
+        acting.run()
+        assert t("account.password_changed") in [m.value for m in acting.success]
+    else:
+        press(acting, t(f"account.{how}"))
+    same_cookie.run()
+    other.run()
+    # Which tab must now be a guest: the one sharing the token, the other browser's, or both.
+    ended = {"sign_out": [same_cookie], "sign_out_everywhere": [same_cookie, other],
+             "change_password": [other]}[how]
+    for tab in (same_cookie, other):
+        assert not tab.exception
+        assert _signed_in(tab) == (tab not in ended)
+    for tab in ended:
+        assert tab.session_state["learner_id"] is None
+        assert t("account.session_ended") in [m.value for m in tab.info]
+    if how == "change_password":  # the tab that changed it (and its token's tabs) stay signed in
+        acting.run()
+        assert _signed_in(acting)
+
+
+@pytest.mark.browser
+def test_sign_out_ends_the_other_tab_at_its_next_click(server, browser, on_server_db):
+    """F-5 in a real browser: tab 2 (no reload) is a guest at its next navigation."""
+    from tests import browserkit as kit
+
+    email = "two-tabs@example.org"
+    _make_learner(email)
+    ctx, page = new_page(browser)
+    _sign_in(page, server, email)
+    welcome = re.compile(re.escape(t("account.welcome", name="two-tabs")))
+    kit.see(page, welcome)
+    page.wait_for_function("() => document.cookie.includes('dpa_session=')", timeout=kit.WAIT)
+    tab2 = ctx.new_page()
+    tab2.goto(f"{server.url}/account?lang=en")
+    kit.wait_app(tab2)
+    kit.see(tab2, welcome)
+    kit.button(kit.main(page), "account.sign_out", "en").click()
+    kit.alert(page, t("account.signed_out"))
+    kit.nav(tab2, "nav.quiz", "en")
+    kit.alert(tab2, t("account.session_ended"))
+    sidebar = tab2.get_by_test_id("stSidebar").inner_text()
+    assert t("account.guest") in sidebar and "two-tabs" not in sidebar
+    ctx.close()
+
+
+def test_a_redeemed_admin_token_makes_an_admin_once(app_db):
+    from academy.accounts import create_admin_token
+
+    learner_id = _make_learner("future-admin@example.org")
+    with session_scope() as s:
+        token = create_admin_token(session=s)
+    at = _tab(login_token(learner_id), "account")
+    at.text_input(key="admin_token").input(token)
+    [b for b in at.button if b.label == t("account.redeem_admin_token")][0].click()
+    at.run()
+    assert t("account.admin_token_redeemed") in [m.value for m in at.success]
+    at.switch_page(ui.PAGE_PATHS["admin"])  # registered for an admin now
+    at.run()
+    assert not at.exception and t("admin.learners") in [h.value for h in at.header]
 
 
 def test_revoking_needs_an_admin(session):
@@ -294,7 +394,7 @@ def _key_material(secrets_dir: Path) -> list[bytes]:
 
 
 @pytest.mark.browser
-def test_signing_key_is_in_no_page_log_or_repository(server, browser, on_server_db):  # noqa: F811
+def test_signing_key_is_in_no_page_log_or_repository(server, browser, on_server_db):
     from tests import browserkit as kit
 
     with session_scope() as s:
@@ -335,8 +435,8 @@ def test_signing_key_is_in_no_page_log_or_repository(server, browser, on_server_
 
 def test_session_key_is_never_empty_when_two_requests_create_it(tmp_path, monkeypatch):
     """Two first requests at once: both must get the one real key (an empty one signs forgeable tokens)."""
-    from app import keystore
-    from app.settings import get_settings
+    from academy import keystore
+    from academy.settings import get_settings
 
     monkeypatch.setenv("SECRETS_DIR", str(tmp_path / "secrets"))
     get_settings.cache_clear()
@@ -372,8 +472,8 @@ def test_session_key_is_never_empty_when_two_requests_create_it(tmp_path, monkey
 
 
 @pytest.mark.browser
-def test_sixth_wrong_sign_in_is_rate_limited(server, browser, on_server_db):  # noqa: F811
-    from app.settings import get_settings
+def test_sixth_wrong_sign_in_is_rate_limited(server, browser, on_server_db):
+    from academy.settings import get_settings
     from tests import browserkit as kit
 
     email = "limited@example.org"
@@ -381,8 +481,10 @@ def test_sixth_wrong_sign_in_is_rate_limited(server, browser, on_server_db):  # 
     db_file = server.env["DATABASE_URL"].removeprefix("sqlite:///")
 
     def failures() -> int:
+        """Failures counted for this address (from this one client, the browser on localhost)."""
         with sqlite3.connect(db_file) as conn:
-            return conn.execute("SELECT COUNT(*) FROM signinfailure WHERE email = ?", (email,)).fetchone()[0]
+            row = conn.execute("SELECT count FROM signincounter WHERE key = ?", (f"address:{email}",)).fetchone()
+        return row[0] if row else 0
 
     ctx, page = new_page(browser)
     limit = get_settings().signin_max_failures
@@ -402,7 +504,45 @@ def test_sixth_wrong_sign_in_is_rate_limited(server, browser, on_server_db):  # 
     assert failures() == limit
     ctx.close()
     with Session(on_server_db) as s:  # the account is locked for now, even with the right password
-        from app.accounts import AccountError, sign_in
+        from academy.accounts import AccountError, sign_in
 
         with pytest.raises(AccountError, match="rate_limited"):
             sign_in(session=s, email=email, password=PASSWORD)
+
+
+# --- the database file ------------------------------------------------------------------------------
+
+
+def test_database_files_are_readable_by_the_owner_only(tmp_path):
+    """F-18: the SQLite file, its -wal and -shm are 0600 and a folder we create is 0700,
+    also for a database that an older version left 0644."""
+    import os
+    import stat
+
+    from sqlalchemy import text
+
+    from academy.db import make_engine
+
+    old = tmp_path / "old.db"
+    old.touch(mode=0o644)
+    old.chmod(0o644)
+    for db_file in (tmp_path / "new" / "academy.db", old):
+        engine = make_engine(f"sqlite:///{db_file}")
+        with engine.begin() as conn:  # a write: WAL mode creates -wal and -shm
+            conn.execute(text("CREATE TABLE IF NOT EXISTS t (x INTEGER)"))
+            conn.execute(text("INSERT INTO t VALUES (1)"))
+            files = [p for p in db_file.parent.iterdir() if p.name.startswith(db_file.name)]
+            assert {p.name.removeprefix(db_file.name) for p in files} >= {"", "-wal", "-shm"}
+            modes = {p.name: oct(stat.S_IMODE(os.stat(p).st_mode)) for p in files}
+        engine.dispose()
+        assert set(modes.values()) == {"0o600"}, modes
+    assert oct(stat.S_IMODE(os.stat(tmp_path / "new").st_mode)) == "0o700"
+
+
+def test_an_in_memory_database_leaves_no_file(tmp_path, monkeypatch):
+    from academy.db import make_engine
+
+    monkeypatch.chdir(tmp_path)
+    make_engine("sqlite://").dispose()
+    make_engine("sqlite:///:memory:").dispose()
+    assert list(tmp_path.iterdir()) == []

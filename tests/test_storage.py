@@ -6,14 +6,37 @@ import pytest
 from sqlalchemy import inspect, text
 from sqlmodel import Session, select
 
-from app.db import make_engine, migrate
-from app.models import LabRun, Learner, LessonProgress
+from academy.db import make_engine, migrate
+from academy.models import LabRun, Learner, LessonProgress
 
 
 def test_migrations_create_every_table(engine):
     from sqlmodel import SQLModel
 
     assert set(SQLModel.metadata.tables) <= set(inspect(engine).get_table_names())
+
+
+def test_an_existing_database_upgrades_through_the_moved_migrations(tmp_path):
+    # The migrations moved to academy/migrations (issue #14) with their revision
+    # ids: a database that the old layout stamped at 0001 upgrades to head,
+    # through migrate() and through the alembic CLI's own alembic.ini.
+    from alembic import command
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    from academy.settings import ROOT
+
+    cli = Config(str(ROOT / "alembic.ini"))
+    scripts = ScriptDirectory.from_config(cli)
+    revisions = [r.revision for r in scripts.walk_revisions()]  # head first, one line of history
+    assert revisions[-1] == "0001" and len(revisions) >= 2 and len(scripts.get_heads()) == 1
+    eng = make_engine(f"sqlite:///{tmp_path / 'old.db'}")
+    with eng.begin() as conn:
+        cli.attributes["connection"] = conn
+        command.upgrade(cli, "0001")
+    migrate(eng)
+    with eng.connect() as conn:
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == scripts.get_current_head()
 
 
 def test_sqlite_runs_with_wal_foreign_keys_and_busy_timeout(tmp_path):
@@ -33,7 +56,7 @@ def test_foreign_keys_enforced(session):
 
 
 def test_progress_round_trip_is_idempotent(session):
-    from app import lessons
+    from academy import lessons
 
     learner = Learner(email="p@example.org", password_hash="x")
     session.add(learner)

@@ -1,6 +1,6 @@
 """Terminology: running text in each language uses its glossary's terms.
 
-The glossary of each language (``app/content/lessons/<lang>/glossary.yaml``)
+The glossary of each language (``content/lessons/<lang>/glossary.yaml``)
 is the term list: an entry may carry ``avoid: [..]`` (strings that must not
 appear in running text of that language, e.g. nl "throughput" for
 "doorvoer") and ``allow: [..]`` (longer phrases that contain an avoided
@@ -27,10 +27,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.settings import get_settings
+from academy import content
+from academy.settings import get_settings
 
 ROOT = Path(__file__).resolve().parent.parent
-LESSONS = ROOT / "app" / "content" / "lessons"
+LESSONS = content.path("lessons")
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "terminology"
 LANGS = sorted(p.name for p in LESSONS.iterdir() if (p / "glossary.yaml").is_file())
 
@@ -154,7 +155,7 @@ def yaml_texts(path: Path, lang: str | None = None) -> Iterator[tuple[str, str, 
 
 def catalog_texts(lang: str) -> Iterator[tuple[str, str, str]]:
     """The UI strings of ``lang``: app, certificate and quiz-engine catalogs."""
-    for folder in (ROOT / "app" / "content" / "i18n", ROOT / "certificates" / "locales", ROOT / "quizzes" / "messages"):
+    for folder in (content.path("i18n"), ROOT / "certificates" / "locales", ROOT / "quizzes" / "messages"):
         path = folder / f"{lang}.yaml"
         if path.is_file():
             for file, key, text in yaml_texts(path):

@@ -4,10 +4,11 @@ import streamlit as st
 from sqlmodel import func, select
 
 import certificates as certs
-from app import i18n, ui
-from app.accounts import AccountError, make_admin
-from app.db import session_scope
-from app.models import CertificateEvent, Learner
+from academy import i18n
+from academy.accounts import AccountError, make_admin
+from academy.db import session_scope
+from academy.models import CertificateEvent, Learner
+from app import ui
 
 t = ui.t
 who = ui.learner()

@@ -8,9 +8,9 @@ and refuses a learner an admin disqualified."""
 import streamlit as st
 
 import certificates as certs
+from academy.db import session_scope
+from academy.settings import get_settings
 from app import ui
-from app.db import session_scope
-from app.settings import get_settings
 
 t = ui.t
 code = st.session_state["lang"]
@@ -44,6 +44,14 @@ def _pdf(cert_id: str) -> bytes:
         return certs.render_pdf(certs.get_certificate(session=session, cert_id=cert_id))
 
 
+@st.cache_data(max_entries=256, show_spinner=False)
+def _badge(cert_id: str) -> str:
+    """The certificate's signed OpenBadgeCredential (made once, then never changed)."""
+    with session_scope() as session:
+        cert = certs.get_certificate(session=session, cert_id=cert_id)
+        return certs.ensure_credential(session=session, cert=cert).credential_json
+
+
 def explain(err: certs.CertificateError) -> str:
     if isinstance(err, certs.AlreadyCertified):
         return t("certificate.already", id=err.certificate_id)
@@ -65,8 +73,9 @@ if not has_active and not blocked:
         with st.form("issue"):
             name = st.text_input(t("certificate.name"), value=who.display_name, max_chars=200,
                                  help=t("certificate.name_help"))
-            cert_lang = st.selectbox(t("certificate.language"), list(certs.LANGS),
-                                     index=list(certs.LANGS).index(code) if code in certs.LANGS else 0,
+            cert_langs = list(certs.languages())
+            cert_lang = st.selectbox(t("certificate.language"), cert_langs,
+                                     index=cert_langs.index(code) if code in cert_langs else 0,
                                      format_func=lambda c: lang_names.get(c, c))
             if st.form_submit_button(t("certificate.create"), type="primary", icon=":material/workspace_premium:"):
                 if not name.strip():
@@ -91,14 +100,22 @@ for cert in mine:
     with st.container(border=True):
         status = t("certificate.status_revoked") if revoked else t("certificate.status_valid")
         st.markdown(f"**{cert.id}** · {status}")
-        st.text(cert.name)
+        ui.person_name(cert.name)
         st.caption(t("certificate.issued_on", date=f"{cert.issued_at:%Y-%m-%d}",
                      lang=lang_names.get(cert.language, cert.language)))
         if revoked:
             continue
-        st.download_button(t("certificate.download"), data=_pdf(cert.id),
+        c1, c2, c3 = st.columns(3)
+        c1.download_button(t("certificate.download"), data=_pdf(cert.id),
                            file_name=certs.pdf_filename(cert), mime="application/pdf",
                            icon=":material/download:", key=f"dl_{cert.id}", on_click="ignore")
+        # The same achievement as a signed Open Badges 3.0 credential, for wallets and verifiers.
+        c2.download_button(t("certificate.download_badge"), data=_badge(cert.id),
+                           file_name=f"{cert.id}.json", mime="application/vc",
+                           icon=":material/badge:", key=f"badge_{cert.id}", on_click="ignore",
+                           help=t("certificate.badge_help"))
+        c3.link_button(t("certificate.linkedin"), certs.linkedin_url(cert, get_settings()),
+                       icon=":material/share:")
         st.caption(t("certificate.link"))
         st.code(certs.verify_link(cert), language=None)
         with st.expander(t("certificate.reissue")):

@@ -2,7 +2,8 @@
 
 import streamlit as st
 
-from app import lessons, ui
+from academy import lessons
+from app import ui
 
 t = ui.t
 code = st.session_state["lang"]

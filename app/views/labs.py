@@ -2,8 +2,8 @@
 
 import streamlit as st
 
+from academy.settings import get_settings
 from app import labjobs, labviews, ui
-from app.settings import get_settings
 from labs.launch import machine_summary
 
 t = ui.t

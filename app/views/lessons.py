@@ -2,7 +2,8 @@
 
 import streamlit as st
 
-from app import lessons, ui, widgets
+from academy import lessons
+from app import ui, widgets
 
 t = ui.t
 code = st.session_state["lang"]

@@ -3,9 +3,10 @@
 import streamlit as st
 from sqlalchemy.exc import OperationalError
 
-from app import lessons, ui
-from app.db import session_scope
-from app.settings import get_settings
+from academy import lessons
+from academy.db import session_scope
+from academy.settings import get_settings
+from app import ui
 from quizzes import store
 from quizzes.bank import load_bank
 from quizzes.engine import QuizError, message, public_question

@@ -10,8 +10,8 @@ document, as no printed text is read."""
 import streamlit as st
 
 import certificates as certs
+from academy.db import session_scope
 from app import ui
-from app.db import session_scope
 from certificates import pdfscan
 
 t = ui.t
@@ -37,6 +37,7 @@ def show(result: certs.VerifyResult, *, upload: bool = False) -> None:
         st.error(status.get(result.status, result.status))
     if result.name is None:
         return
+    ui.person_name(result.name)
     labels = ctext["labels"]
     rows = {
         labels["name"]: result.name,

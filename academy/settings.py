@@ -22,16 +22,27 @@ class Settings(BaseSettings):
     database_url: str = f"sqlite:///{ROOT / 'data' / 'academy.db'}"
     # Base of the public verification links printed on certificates and QR codes.
     public_url: str = "http://localhost:8501"
-    # Comma-separated e-mail addresses that are admins as soon as they sign up.
-    admin_emails: str = ""
     # Where secrets live (session-signing key, certificate issuer keys).
     # Outside the repository in production; created with owner-only permissions.
     secrets_dir: Path = ROOT / "data" / "secrets"
     # How long a "stay signed in" token is valid.
     session_days: int = 14
-    # Sign-in rate limit: at most this many failures per e-mail in the window.
+    # Sign-in limits per window (failures and attempts still being checked count):
+    # per address from one client, per client over all addresses, and per address
+    # from all clients together (a high backstop against many addresses guessing
+    # one password: a lower one would let anyone lock the owner out, review F-15).
     signin_max_failures: int = 5
+    signin_max_failures_client: int = 20
+    signin_max_failures_address: int = 50
     signin_window_s: int = 300
+    # Sign-ups per client and window (each costs an Argon2 hash and probes an address).
+    signup_max_per_client: int = 10
+    # Argon2id verifications at once (64 MiB each); over it a sign-in is told "busy".
+    argon2_max_concurrent: int = 4
+    # Reverse proxies in front of the app that append the client to X-Forwarded-For.
+    # 0: the client is the peer address of the websocket (no proxy, or a proxy we
+    # cannot tell apart, which then counts as one client for everybody).
+    trusted_proxy_hops: int = 0
     # Labs: how many CPU labs one worker runs at once (0 = derived from the CPU count), and
     # the wall-clock limit of one run.
     lab_max_concurrent: int = 0
@@ -60,10 +71,13 @@ class Settings(BaseSettings):
 
     course_id: str = "data-parallelism"
     issuer: str = Field(default="Data Parallelism Academy")
+    # Course content (lessons and UI strings per language); see academy/content.py.
+    content_dir: Path = ROOT / "content"
 
     @property
-    def admin_email_set(self) -> set[str]:
-        return {e.strip().lower() for e in self.admin_emails.split(",") if e.strip()}
+    def https(self) -> bool:
+        """Served over HTTPS: the cookie gets ``Secure`` and the ``__Host-`` prefix, and HSTS is sent."""
+        return self.public_url.lower().startswith("https://")
 
     @property
     def lab_concurrency(self) -> int:

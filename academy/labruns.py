@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlmodel import Session, select
 
-from app.models import LabRun
+from academy.models import LabRun
 
 
 def scaling_points(*, session: Session, learner_id: int) -> list[tuple[int, float]]:

@@ -1,10 +1,10 @@
-"""Alembic environment: runs on the connection handed over by app.db.migrate,
+"""Alembic environment: runs on the connection handed over by academy.db.migrate,
 or, from the alembic CLI, on the database that DATABASE_URL names."""
 
 from alembic import context
 from sqlmodel import SQLModel
 
-import app.models  # noqa: F401  (registers the tables)
+import academy.models  # noqa: F401  (registers the tables)
 
 target_metadata = SQLModel.metadata
 
@@ -23,8 +23,8 @@ connection = context.config.attributes.get("connection")
 if connection is not None:
     _run(connection)
 else:
-    from app.db import make_engine
-    from app.settings import get_settings
+    from academy.db import make_engine
+    from academy.settings import get_settings
 
     with make_engine(get_settings().database_url).connect() as conn:
         _run(conn)

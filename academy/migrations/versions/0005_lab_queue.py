@@ -1,7 +1,7 @@
 """Lab runs on a job queue: queue, worker, heartbeat, progress, cancel flag; workers
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0005
+Revises: 0004
 Create Date: 2026-12-01 05:00:00
 
 Lab runs are now jobs that ``python -m labs.worker`` processes take from a
@@ -16,8 +16,8 @@ import sqlalchemy as sa
 import sqlmodel
 
 
-revision = '0004'
-down_revision = '0003'
+revision = '0005'
+down_revision = '0004'
 branch_labels = None
 depends_on = None
 

@@ -1,4 +1,4 @@
-"""Lesson content and progress. Content is data: ``app/content/lessons/<lang>/``
+"""Lesson content and progress. Content is data: ``content/lessons/<lang>/``
 holds ``toc.yaml``, ``glossary.yaml`` and one Markdown file per section (see
 ``COURSE_LAYOUT.md`` there). Progress is stored per learner in the database.
 
@@ -34,12 +34,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 from typing_extensions import TypedDict  # pydantic needs it for TypedDicts before Python 3.12
 
-from app.models import LessonProgress
-from app.settings import ROOT
+from academy import content
+from academy.models import LessonProgress
+from academy.settings import ROOT
 
-LESSON_DIR = Path(__file__).resolve().parent / "content" / "lessons"
 # The language the course is written in: every other one falls back to it.
-SOURCE_LANG = "en"
+SOURCE_LANG = content.DEFAULT_LANG
 DIRECTIVE = re.compile(r"^<!--\s*(widget|code):\s*(\S+)\s*-->\s*$")
 SECTION_ID = r"^[a-z0-9]+(?:-[a-z0-9]+)*$"  # kebab-case: also a URL parameter and a file name
 
@@ -175,22 +175,21 @@ _GLOSSARY = TypeAdapter(list[GlossaryEntry])
 # ----------------------------------------------------------------- content
 
 
-@cache
 def languages() -> tuple[str, ...]:
-    """The course languages: every folder of LESSON_DIR with a ``toc.yaml``,
-    the source language first, then alphabetically (as ``i18n.languages``)."""
-    found = sorted(p.parent.name for p in LESSON_DIR.glob("*/toc.yaml"))
-    return tuple(sorted(found, key=lambda lang: lang != SOURCE_LANG))
+    """The course languages: every folder of ``content/lessons`` with a ``toc.yaml``,
+    the source language first (``academy.content`` discovers them)."""
+    return content.languages()
 
 
 def toc(lang: str) -> Toc:
     """`lang`'s table of contents, the source language's where it has none."""
-    return _toc(lang if lang in languages() else SOURCE_LANG)
+    code = lang if lang in languages() else SOURCE_LANG
+    return _toc(content.path("lessons", code, "toc.yaml"))
 
 
 @cache
-def _toc(lang: str) -> Toc:
-    return _read(LESSON_DIR / lang / "toc.yaml", _TOC)
+def _toc(path: Path) -> Toc:  # keyed by path: a test may point CONTENT_DIR elsewhere
+    return _read(path, _TOC)
 
 
 def course_title(lang: str) -> str:
@@ -208,12 +207,11 @@ def section_ids() -> list[str]:
 
 def glossary(lang: str) -> list[GlossaryEntry]:
     """`lang`'s glossary; none for a language without one."""
-    return _glossary(lang) if lang in languages() else []
+    return _glossary(content.path("lessons", lang, "glossary.yaml")) if lang in languages() else []
 
 
 @cache
-def _glossary(lang: str) -> list[GlossaryEntry]:
-    path = LESSON_DIR / lang / "glossary.yaml"
+def _glossary(path: Path) -> list[GlossaryEntry]:
     return _read(path, _GLOSSARY) if path.is_file() else []
 
 
@@ -225,12 +223,16 @@ class Block:
     value: str
 
 
-@cache
 def body(lang: str, section_id: str) -> list[Block]:
     """The section split into Markdown runs and directive blocks."""
-    path = LESSON_DIR / lang / f"{section_id}.md"
+    path = content.path("lessons", lang, f"{section_id}.md")
     if not path.is_file():
-        path = LESSON_DIR / SOURCE_LANG / f"{section_id}.md"
+        path = content.path("lessons", SOURCE_LANG, f"{section_id}.md")
+    return _blocks(path)
+
+
+@cache
+def _blocks(path: Path) -> list[Block]:
     blocks: list[Block] = []
     text: list[str] = []
     for line in path.read_text(encoding="utf-8").splitlines():

@@ -1,14 +1,13 @@
-"""Answers from the bank's key, for tests that play a learner (never used by the app)."""
+"""Answers from the bank's key, for the load benchmark and the tests that play a
+learner (never used by the app). It lives here, not in tests/, because nothing
+may import the tests; the app never imports benchmarks, so no key reaches it."""
 
 from __future__ import annotations
 
-import string
 from typing import Any
 
 from quizzes.bank import Bank, compute_answer
-from quizzes.engine import format_number
-
-KEYS = string.ascii_lowercase
+from quizzes.engine import KEYS, format_number
 
 
 def right_answer(plan_item: dict[str, Any], bank: Bank, lang: str) -> Any:

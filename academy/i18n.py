@@ -1,7 +1,8 @@
-"""UI string catalogs, one YAML file per language in ``app/content/i18n``.
+"""UI string catalogs, one YAML file per language in ``content/i18n``.
 
-Adding a language is adding ``<code>.yaml`` there (and lesson and quiz
-texts); no code changes. A key missing from a language falls back to
+Adding a language is adding ``<code>.yaml`` there beside its lessons (the
+language list is discovered from ``content/lessons``, see ``academy.content``)
+and its quiz texts; no code changes. A key missing from a language falls back to
 English for that string alone.
 
 A string that states a count may be a mapping of CLDR plural forms,
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import numbers
 import string
-from functools import cache, lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,9 @@ import yaml
 from babel import Locale, UnknownLocaleError
 from babel.numbers import get_decimal_symbol, get_group_symbol
 
-CATALOG_DIR = Path(__file__).resolve().parent / "content" / "i18n"
-DEFAULT_LANG = "en"
+from academy import content
+from academy.content import DEFAULT_LANG
+
 PLURAL_FORMS = frozenset({"zero", "one", "two", "few", "many", "other"})
 
 # A catalog value: plain text, or plural form -> text.
@@ -51,20 +53,23 @@ def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Message]:
     return flat
 
 
-@cache
 def catalog(lang: str) -> dict[str, Message]:
-    path = CATALOG_DIR / f"{lang}.yaml"
+    """Key -> text of ``lang``'s catalog, flattened (empty for a language without one)."""
+    return _catalog(content.path("i18n", f"{lang}.yaml"))
+
+
+@cache
+def _catalog(path: Path) -> dict[str, Message]:
     if not path.is_file():
         return {}
     return _flatten(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
 
 
-@lru_cache(maxsize=1)
 def languages() -> dict[str, str]:
-    """Language code -> its own name (e.g. ``zh`` -> ``简体中文``), English first."""
-    codes = sorted(p.stem for p in CATALOG_DIR.glob("*.yaml"))
-    codes.sort(key=lambda c: c != DEFAULT_LANG)
-    return {c: str(catalog(c).get("meta.name", c)) for c in codes}
+    """Language code -> its own name (e.g. ``zh`` -> ``简体中文``), English first.
+
+    The codes are the languages that have lessons (``academy.content``)."""
+    return {c: str(catalog(c).get("meta.name", c)) for c in content.languages()}
 
 
 @cache

@@ -1,5 +1,5 @@
 """Database tables (sqlmodel). Schema changes go through Alembic migrations
-in ``app/migrations``; run ``alembic revision --autogenerate`` after editing."""
+in ``academy/migrations``; run ``alembic revision --autogenerate`` after editing."""
 
 from __future__ import annotations
 
@@ -35,10 +35,29 @@ class LoginSession(SQLModel, table=True):
     revoked_at: datetime | None = None
 
 
-class SigninFailure(SQLModel, table=True):
-    id: int | None = Field(default=None, primary_key=True)
-    email: str = Field(index=True, max_length=254)
-    at: datetime = Field(default_factory=utcnow, index=True)
+class SigninCounter(SQLModel, table=True):
+    """Sign-in attempts in the current window for one key (an address, a client, or both).
+
+    One row per key, bumped with a single ``UPDATE … RETURNING`` before the
+    password is checked, so that concurrent attempts cannot all read the same
+    count (review F-4). The window is fixed: it restarts on the first attempt
+    after ``window_start`` + the configured length.
+    """
+
+    key: str = Field(primary_key=True, max_length=400)
+    window_start: datetime = Field(default_factory=utcnow)
+    count: int = 0
+
+
+class AdminToken(SQLModel, table=True):
+    """A one-time token, printed by ``python -m academy.admin admin-token``, that makes the
+    signed-in learner who redeems it an administrator. Only its SHA-256 is stored."""
+
+    id: str = Field(primary_key=True, max_length=64)  # hex SHA-256 of the token
+    created_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime
+    used_at: datetime | None = None
+    used_by: int | None = Field(default=None, foreign_key="learner.id")
 
 
 class LessonProgress(SQLModel, table=True):

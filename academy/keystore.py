@@ -7,7 +7,7 @@ import secrets
 import tempfile
 from pathlib import Path
 
-from app.settings import get_settings
+from academy.settings import get_settings
 
 
 def secrets_dir() -> Path:

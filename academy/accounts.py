@@ -1,0 +1,434 @@
+"""Accounts: sign-up, sign-in with rate limits, and "stay signed in" sessions.
+
+Passwords are hashed with Argon2id (argon2-cffi) and never stored or logged
+in clear. The browser keeps only a signed, expiring token that names a
+server-side :class:`~academy.models.LoginSession`; pages look that row up on every
+run, so signing out (here or in another tab) ends the session everywhere at its
+next interaction.
+
+Rate limits (review F-4, F-15) are counters bumped atomically *before* the
+password is checked, so concurrent attempts cannot all pass one check. They
+are kept per address from one client, per client and per address in total;
+a client is an IP address (see :func:`client_key` callers in ``app.ui``).
+Administrator rights never come from an e-mail address (F-8): only the
+server's operator grants them (``python -m academy.admin``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import threading
+import unicodedata
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+from email_validator import EmailNotValidError, validate_email
+from itsdangerous import BadSignature, URLSafeTimedSerializer
+from sqlalchemy import case, delete, update
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col, select
+
+from academy.models import AdminToken, Learner, LoginSession, SigninCounter, utcnow
+from academy.settings import get_settings
+
+_hasher = PasswordHasher()
+MIN_PASSWORD = 10
+MAX_PASSWORD = 1024
+# Argon2id takes 64 MiB and a core for ~0.1-0.3 s; a burst of sign-ins must not
+# take the server's memory with it. Over the cap a caller waits this long, then
+# is told "busy" (no attempt is charged).
+_SLOTS = threading.BoundedSemaphore(max(1, get_settings().argon2_max_concurrent))
+ARGON2_WAIT_S = 2.0
+ADMIN_TOKEN_HOURS = 1
+
+
+@dataclass
+class AccountError(Exception):
+    """A refusal the page shows in the learner's language (``code`` is a catalog key)."""
+
+    code: str
+
+    def __str__(self) -> str:
+        return self.code
+
+
+def clean_display_name(name: str) -> str:
+    """NFC, single spaces, at most 200 characters, without control or bidi-format
+    characters (which would garble the name on pages and certificates)."""
+    name = unicodedata.normalize("NFC", name or "")
+    name = "".join(ch for ch in name if unicodedata.category(ch) not in ("Cc", "Cf"))
+    return " ".join(name.split())[:200]
+
+
+# --- e-mail addresses ---------------------------------------------------------------------------
+
+
+def normalise_email(email: str) -> str:
+    """The form an address is stored and looked up in: NFKC (full-width letters become
+    ASCII), trimmed, lower case. Sign-in uses it without judging the address."""
+    return unicodedata.normalize("NFKC", email or "").strip().lower()
+
+
+def _script(ch: str) -> str | None:
+    """The script of a letter (first word of its Unicode name: LATIN, CYRILLIC, CJK ...);
+    None for digits, punctuation and marks, which go with any script."""
+    if not unicodedata.category(ch).startswith("L"):
+        return None
+    name = unicodedata.name(ch, "")
+    first = name.split(" ", 1)[0]
+    # Chinese and Japanese mix Han with kana legitimately; Korean Hangul with Han.
+    return "HAN" if first in ("CJK", "HIRAGANA", "KATAKANA", "HANGUL") else first
+
+
+def _one_script(text: str) -> bool:
+    return len({s for s in map(_script, text) if s}) <= 1
+
+
+def check_email(email: str) -> str:
+    """The normalised address, or ``AccountError("account.err_email")``.
+
+    Refuses what would let two visually identical addresses be two accounts
+    (review F-16): invisible or format characters (checked before NFKC, which
+    keeps them), and letters from more than one script in the local part or a
+    domain label (``аdmin`` with a Cyrillic а). Syntax and IDNA rules are
+    email-validator's; no DNS look-up is made.
+    """
+    raw = (email or "").strip()
+    if any(unicodedata.category(ch) in ("Cc", "Cf", "Zs", "Zl", "Zp", "Co", "Cn") for ch in raw):
+        raise AccountError("account.err_email")
+    address = normalise_email(raw)
+    if len(address) > 254:
+        raise AccountError("account.err_email")
+    try:
+        checked = validate_email(address, check_deliverability=False)
+    except EmailNotValidError as exc:
+        raise AccountError("account.err_email") from exc
+    if not _one_script(checked.local_part) or not all(_one_script(label) for label in checked.domain.split(".")):
+        raise AccountError("account.err_email")
+    return checked.normalized.lower()
+
+
+# --- passwords ----------------------------------------------------------------------------------
+
+
+@contextmanager
+def _argon2_slot() -> Iterator[None]:
+    if not _SLOTS.acquire(timeout=ARGON2_WAIT_S):
+        raise AccountError("account.err_busy")
+    try:
+        yield
+    finally:
+        _SLOTS.release()
+
+
+def hash_password(password: str) -> str:
+    with _argon2_slot():
+        return _hasher.hash(password)
+
+
+def check_password(stored_hash: str, password: str) -> bool:
+    with _argon2_slot():
+        try:
+            return _hasher.verify(stored_hash, password)
+        except (VerificationError, InvalidHashError):
+            return False
+
+
+def _check_new_password(password: str) -> None:
+    if len(password) < MIN_PASSWORD:
+        raise AccountError("account.err_password_short")
+    if len(password) > MAX_PASSWORD:
+        raise AccountError("account.err_password_long")
+
+
+# --- rate limits --------------------------------------------------------------------------------
+
+
+def _bump(session: Session, key: str, delta: int = 1) -> int:
+    """Add ``delta`` to the counter of ``key`` in one statement and return the new count.
+
+    ``UPDATE … RETURNING`` is atomic on SQLite and PostgreSQL alike: of N
+    concurrent callers each sees a different count. A window that has ended
+    starts again at ``delta``.
+    """
+    now = utcnow()
+    cutoff = now - timedelta(seconds=get_settings().signin_window_s)
+    expired = col(SigninCounter.window_start) < cutoff
+    stmt = (
+        update(SigninCounter)
+        .where(col(SigninCounter.key) == key)
+        .values(
+            count=case((expired, max(delta, 0)), else_=col(SigninCounter.count) + delta),
+            window_start=case((expired, now), else_=col(SigninCounter.window_start)),
+        )
+        .returning(SigninCounter.count)
+    )
+    got = session.execute(stmt).scalar_one_or_none()
+    if got is None:
+        if delta <= 0:
+            session.commit()
+            return 0
+        try:
+            with session.begin_nested():
+                session.add(SigninCounter(key=key, window_start=now, count=delta))
+            got = delta
+        except IntegrityError:  # another attempt created it meanwhile
+            got = session.execute(stmt).scalar_one()
+    session.commit()
+    return got
+
+
+def prune_counters(*, session: Session) -> int:
+    """Delete counters whose window has ended (they would restart at 1 anyway), so that
+    spraying many addresses does not grow the table for good. Sign-ins call it now and then."""
+    cutoff = utcnow() - timedelta(seconds=get_settings().signin_window_s)
+    gone = session.execute(delete(SigninCounter).where(col(SigninCounter.window_start) < cutoff)).rowcount
+    session.commit()
+    return gone
+
+
+def _reserve(session: Session, limits: list[tuple[str, int]]) -> list[str]:
+    """Count one attempt against each (key, limit); refuse if any is over its limit.
+
+    A refused attempt stays counted against the first key (the client's own, or
+    the address-from-this-client one);
+    the others are given back, so a client hammering an address cannot push the
+    address's total over its limit with refused attempts.
+    """
+    taken: list[str] = []
+    for key, limit in limits:
+        taken.append(key)
+        if _bump(session, key) > limit:
+            _release(session, taken[1:])
+            per_client = key.startswith(("client:", "signup:"))
+            raise AccountError("account.err_rate_limited_client" if per_client else "account.err_rate_limited")
+    return taken
+
+
+def _release(session: Session, keys: list[str]) -> None:
+    for key in keys:
+        _bump(session, key, -1)
+
+
+# The client Streamlit reports for localhost. Behind a proxy on the same machine that
+# is every visitor at once, so limits *per client* would be limits for everybody (one
+# person could lock the whole site out): they apply only to real addresses.
+UNKNOWN_CLIENT = "local"
+
+
+def _signin_limits(email: str, client: str) -> list[tuple[str, int]]:
+    s = get_settings()
+    limits = [
+        (f"pair:{client}|{email}", s.signin_max_failures),
+        (f"address:{email}", s.signin_max_failures_address),
+    ]
+    if client != UNKNOWN_CLIENT:
+        limits.insert(0, (f"client:{client}", s.signin_max_failures_client))
+    return limits
+
+
+# --- sign-up and sign-in ------------------------------------------------------------------------
+
+
+def sign_up(
+    *, session: Session, email: str, password: str, display_name: str = "", language: str = "en",
+    client: str = UNKNOWN_CLIENT,
+) -> Learner:
+    """A new account (never an administrator). Throttled per client; a taken address gets
+    the neutral ``err_sign_up_neutral``, not "already exists" (see README "Security")."""
+    email = check_email(email)
+    _check_new_password(password)
+    display_name = clean_display_name(display_name)
+    if client != UNKNOWN_CLIENT:
+        _reserve(session, [(f"signup:{client}", get_settings().signup_max_per_client)])
+    password_hash = hash_password(password)  # before any query: no connection held while hashing
+    if session.exec(select(Learner).where(Learner.email == email)).first():
+        raise AccountError("account.err_sign_up_neutral")
+    learner = Learner(email=email, display_name=display_name, password_hash=password_hash, language=language)
+    session.add(learner)
+    try:
+        session.commit()
+    except IntegrityError as exc:  # the same e-mail signed up in another tab meanwhile
+        session.rollback()
+        raise AccountError("account.err_sign_up_neutral") from exc
+    session.refresh(learner)
+    return learner
+
+
+def sign_in(*, session: Session, email: str, password: str, client: str = UNKNOWN_CLIENT) -> Learner:
+    """The learner for these credentials.
+
+    The attempt is counted before the password is checked and given back only
+    if it succeeds, so attempts still being checked count too.
+    """
+    email = normalise_email(email)
+    if secrets.randbelow(100) == 0:
+        prune_counters(session=session)
+    taken = _reserve(session, _signin_limits(email, client))
+    learner = session.exec(select(Learner).where(Learner.email == email)).first()
+    stored_hash = learner.password_hash if learner else _DUMMY_HASH
+    session.commit()  # end the read: no connection held while hashing (seconds under load)
+    try:
+        # Hash even for an unknown address so timing does not reveal which exist.
+        ok = check_password(stored_hash, password)
+    except AccountError:  # busy: not the learner's failure
+        _release(session, taken)
+        raise
+    if not (learner and ok):
+        raise AccountError("account.err_credentials")
+    pair = next(key for key in taken if key.startswith("pair:"))
+    _release(session, [key for key in taken if key != pair])
+    session.exec(update(SigninCounter).where(col(SigninCounter.key) == pair).values(count=0))
+    session.commit()
+    return learner
+
+
+_DUMMY_HASH = _hasher.hash(secrets.token_hex(16))
+
+
+# --- sessions -----------------------------------------------------------------------------------
+
+
+def _serializer() -> URLSafeTimedSerializer:
+    from academy.keystore import session_secret
+
+    return URLSafeTimedSerializer(session_secret(), salt="dpa-session")
+
+
+def _session_id(token: str, max_age: int | None = None) -> str | None:
+    try:
+        found = _serializer().loads(token, max_age=max_age)
+    except BadSignature:
+        return None
+    return found if isinstance(found, str) else None
+
+
+def open_session(*, session: Session, learner_id: int) -> str:
+    """Create a server-side session and return the signed token for the browser."""
+    days = get_settings().session_days
+    row = LoginSession(
+        id=secrets.token_urlsafe(24), learner_id=learner_id, expires_at=utcnow() + timedelta(days=days)
+    )
+    session.add(row)
+    session.commit()
+    return _serializer().dumps(row.id)
+
+
+def learner_for_token(*, session: Session, token: str) -> Learner | None:
+    """The learner a browser token belongs to, or None if forged, expired or revoked.
+
+    Two primary-key look-ups: cheap enough for every script run (F-5).
+    """
+    session_id = _session_id(token or "", max_age=get_settings().session_days * 86400)
+    if session_id is None:
+        return None
+    row = session.get(LoginSession, session_id)
+    if row is None or row.revoked_at is not None or row.expires_at < utcnow():
+        return None
+    return session.get(Learner, row.learner_id)
+
+
+def close_session(*, session: Session, token: str) -> None:
+    session_id = _session_id(token or "")
+    if session_id is None:
+        return
+    session.exec(
+        update(LoginSession)
+        .where(col(LoginSession.id) == session_id, col(LoginSession.revoked_at).is_(None))
+        .values(revoked_at=utcnow())
+    )
+    session.commit()
+
+
+def close_all_sessions(*, session: Session, learner_id: int, keep_token: str | None = None) -> int:
+    """Revoke every open session of the learner but ``keep_token``'s; how many were open."""
+    keep = _session_id(keep_token or "")
+    stmt = update(LoginSession).where(
+        col(LoginSession.learner_id) == learner_id, col(LoginSession.revoked_at).is_(None)
+    )
+    if keep is not None:
+        stmt = stmt.where(col(LoginSession.id) != keep)
+    count = session.execute(stmt.values(revoked_at=utcnow())).rowcount
+    session.commit()
+    return count
+
+
+def change_password(
+    *, session: Session, learner_id: int, current: str, new: str, keep_token: str | None,
+    client: str = UNKNOWN_CLIENT,
+) -> None:
+    """Check the current password (rate limited like a sign-in), store the new one and
+    sign out every other session, so a stolen session or password stops working."""
+    _check_new_password(new)
+    learner = session.get(Learner, learner_id)
+    if learner is None:
+        raise AccountError("account.err_credentials")
+    taken = _reserve(session, _signin_limits(learner.email, client))
+    session.commit()
+    try:
+        ok = check_password(learner.password_hash, current)
+    except AccountError:
+        _release(session, taken)
+        raise
+    if not ok:
+        raise AccountError("account.err_credentials")
+    _release(session, taken)
+    new_hash = hash_password(new)
+    learner = session.get(Learner, learner_id)
+    learner.password_hash = new_hash
+    session.add(learner)
+    session.commit()
+    close_all_sessions(session=session, learner_id=learner_id, keep_token=keep_token)
+
+
+# --- administrators -----------------------------------------------------------------------------
+
+
+def make_admin(*, session: Session, email: str) -> Learner:
+    learner = session.exec(select(Learner).where(Learner.email == normalise_email(email))).first()
+    if learner is None:
+        raise AccountError("account.err_no_such_account")
+    learner.is_admin = True
+    session.add(learner)
+    session.commit()
+    return learner
+
+
+def _token_hash(token: str) -> str:
+    return hashlib.sha256(token.strip().encode()).hexdigest()
+
+
+def create_admin_token(*, session: Session) -> str:
+    """A one-time token (valid one hour) that makes whoever redeems it, signed in, an admin.
+
+    For the operator of the server (the CLI prints it); only its hash is stored.
+    """
+    token = secrets.token_urlsafe(24)
+    session.add(AdminToken(id=_token_hash(token), expires_at=utcnow() + timedelta(hours=ADMIN_TOKEN_HOURS)))
+    session.commit()
+    return token
+
+
+def redeem_admin_token(*, session: Session, learner_id: int, token: str) -> Learner:
+    """Use the token up (one conditional UPDATE: two tabs cannot both redeem it) and make the
+    learner an administrator; ``AccountError("account.err_admin_token")`` if it is unknown,
+    used or expired."""
+    used = session.execute(
+        update(AdminToken)
+        .where(col(AdminToken.id) == _token_hash(token or ""), col(AdminToken.used_at).is_(None),
+               col(AdminToken.expires_at) > utcnow())
+        .values(used_at=utcnow(), used_by=learner_id)
+    ).rowcount
+    if used != 1:
+        session.rollback()
+        raise AccountError("account.err_admin_token")
+    learner = session.get(Learner, learner_id)
+    learner.is_admin = True
+    session.add(learner)
+    session.commit()
+    return learner

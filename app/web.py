@@ -1,0 +1,119 @@
+"""The HTTP side of the app: security headers, host check, no public metrics, no global
+cache flush by anonymous clients.
+
+``app/main.py`` defines ``app = st.App(...)`` with :func:`middleware`, so that
+``streamlit run app/main.py`` serves the pages through Starlette with these
+rules in front (Streamlit 1.67 detects the ``st.App`` and runs it under
+uvicorn). Imports no page code; the rules are plain functions a test can call.
+What cannot be enforced here is listed in README "Security".
+"""
+
+from __future__ import annotations
+
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from academy.settings import get_settings
+
+# What the Streamlit front end needs, found by running every page in Chromium with the
+# policy enforced (tests/test_security_headers.py fails on any CSP violation):
+# inline styles (emotion), inline/eval'd scripts (the app shell, Plotly, st.html's
+# script for the session cookie), data:/blob: images and fonts, the websocket to
+# ourselves, and same-origin iframes (st.html / components). No third-party origin.
+CSP = "; ".join([
+    "default-src 'self'",
+    "script-src 'self' 'unsafe-inline' 'unsafe-eval'",
+    "style-src 'self' 'unsafe-inline'",
+    "img-src 'self' data: blob:",
+    "font-src 'self' data:",
+    "connect-src 'self' ws: wss:",
+    "frame-src 'self' blob: data:",
+    "worker-src 'self' blob:",
+    "object-src 'none'",
+    "base-uri 'self'",
+    "form-action 'self'",
+    "frame-ancestors 'none'",
+])
+
+# Streamlit's own endpoints that must not be public: session counts and cache names.
+# (/_stcore/host-config stays: the front end reads it on start.)
+BLOCKED_PATHS = ("/_stcore/metrics",)
+
+
+def security_headers(*, https: bool) -> list[tuple[bytes, bytes]]:
+    """The headers every HTTP response gets (review F-13)."""
+    headers = {
+        "Content-Security-Policy": CSP,
+        "X-Frame-Options": "DENY",
+        "X-Content-Type-Options": "nosniff",
+        # Verify links carry certificate IDs: say nothing about them to other sites.
+        "Referrer-Policy": "no-referrer",
+        "Permissions-Policy": "camera=(), microphone=(), geolocation=(), payment=()",
+        "Cross-Origin-Opener-Policy": "same-origin",
+    }
+    if https:
+        headers["Strict-Transport-Security"] = "max-age=31536000; includeSubDomains"
+    return [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+
+
+class SecurityHeaders:
+    """Pure ASGI middleware: adds :func:`security_headers` to every HTTP response and
+    answers 404 for :data:`BLOCKED_PATHS`. Websocket traffic passes untouched."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        extra = security_headers(https=get_settings().https)
+        if scope.get("path", "").rstrip("/") in BLOCKED_PATHS:
+            await send({"type": "http.response.start", "status": 404,
+                        "headers": [(b"content-type", b"text/plain"), *extra]})
+            await send({"type": "http.response.body", "body": b"Not Found"})
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                names = {k.lower() for k, _ in extra}
+                kept = [(k, v) for k, v in message.get("headers", []) if k.lower() not in names]
+                message = {**message, "headers": kept + extra}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def middleware() -> list[Middleware]:
+    """The middleware for ``st.App``: the headers, and in front of them Streamlit's own
+    ``server.allowedHosts`` (which guards only its websocket) applied to every HTTP request
+    too, so one list in ``.streamlit/config.toml`` / ``STREAMLIT_SERVER_ALLOWED_HOSTS`` says
+    which Host headers the app answers (DNS rebinding)."""
+    from streamlit import config
+
+    stack = [Middleware(SecurityHeaders)]
+    hosts = [h for h in config.get_option("server.allowedHosts") or [] if h and h != "*"]
+    if hosts:
+        stack.insert(0, Middleware(TrustedHostMiddleware, allowed_hosts=hosts))
+    return stack
+
+
+def refuse_global_cache_clear() -> None:
+    """Make a client's ``clear_cache`` message clear only that client's own session state.
+
+    Streamlit handles that message for every client by flushing the process-wide
+    ``st.cache_data``/``st.cache_resource`` (review F-14); our UI never offers it
+    (toolbarMode "minimal"). Streamlit has no setting or hook for this, so we
+    replace its private handler; if a Streamlit upgrade renames it, start-up
+    fails here instead of silently leaving the hole (tests/test_security_headers.py).
+    """
+    from streamlit.runtime.app_session import AppSession
+
+    if not hasattr(AppSession, "_handle_clear_cache_request"):
+        raise RuntimeError("Streamlit changed: AppSession._handle_clear_cache_request is gone")
+
+    def clear_own_state_only(self: AppSession) -> None:
+        self._session_state.clear()
+
+    AppSession._handle_clear_cache_request = clear_own_state_only
