@@ -227,6 +227,17 @@ def live_workers(*, session, queue: str) -> list[LabWorker]:
     return [w for w in rows if queue in w.queues.split(",")]
 
 
+def largest_gpu_set() -> int:
+    """GPUs in the largest device set of a live GPU worker (0: none is up).
+
+    An NCCL lab of N ranks needs one set of N GPUs; the web process itself
+    may have none, so this, not its own CUDA, says whether one can run.
+    """
+    with session_scope() as session:
+        workers = live_workers(session=session, queue="gpu")
+    return max((len(s.split(",")) for w in workers for s in w.devices.split(";") if s), default=0)
+
+
 def queue_info(run_id: int, *, recent: int = 20) -> tuple[int | None, int, float | None]:
     """(position, slots, expected wait in seconds) of a waiting run; (None, 0, None) otherwise.
 

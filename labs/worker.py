@@ -1,6 +1,7 @@
 """A lab worker: takes lab runs from the job queue and runs them, here or on another machine.
 
     python -m labs.worker                          # CPU labs, lab_concurrency at a time
+                                                   # (and NCCL labs, one at a time, if there are GPUs)
     python -m labs.worker --concurrency 4          # four CPU labs at once
     python -m labs.worker --queues gpu --devices 0,1 --devices 2,3   # two NCCL labs, 2 GPUs each
     python -m labs.worker --queues cpu,gpu --devices 0
@@ -38,12 +39,19 @@ def _device_sets(values: list[str]) -> list[tuple[int, ...]]:
     return sets
 
 
+def _gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def _parser() -> argparse.ArgumentParser:
     from academy.labqueue import QUEUES
 
     parser = argparse.ArgumentParser(prog="python -m labs.worker", description=__doc__.split("\n")[0])
-    parser.add_argument("--queues", default="cpu",
-                        help=f"comma-separated queues to serve, of {', '.join(QUEUES)} (default cpu)")
+    parser.add_argument("--queues",
+                        help=f"comma-separated queues to serve, of {', '.join(QUEUES)} (default: "
+                             "cpu, and gpu too when this machine has a GPU)")
     parser.add_argument("--concurrency", type=int, default=0,
                         help="CPU labs at once (default: the LAB_MAX_CONCURRENT setting, "
                              "or one per two cores)")
@@ -63,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     from academy.settings import get_settings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if args.queues is None:  # one machine with a GPU runs its NCCL labs too, with no flags
+        args.queues = "cpu,gpu" if args.devices or _gpu_count() else "cpu"
     queues = [q.strip() for q in args.queues.split(",") if q.strip()]
     unknown = set(queues) - set(labqueue.QUEUES)
     if unknown or not queues:
@@ -72,9 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     if "gpu" in queues:
         sets = _device_sets(args.devices)
         if not sets:
-            import torch
-
-            count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            count = _gpu_count()
             sets = [tuple(range(count))] if count else []
         if not sets:
             print("the gpu queue needs GPUs: none visible and no --devices given", file=sys.stderr)

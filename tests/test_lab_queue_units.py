@@ -145,3 +145,13 @@ def test_migration_0005_goes_down_and_up_again(engine):
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
     assert added <= state()[0] and state()[1] is True
+
+
+def test_the_largest_live_gpu_set_says_how_many_ranks_an_nccl_lab_may_have(app_db):
+    assert labqueue.largest_gpu_set() == 0
+    with session_scope() as s:
+        s.add(LabWorker(name="g:1", host="g", pid=1, queues="gpu", slots=2, devices="0,1;2,3"))
+        s.add(LabWorker(name="g:2", host="g", pid=2, queues="cpu,gpu", slots=1, devices="0,1,2,3",
+                        heartbeat_at=utcnow() - timedelta(minutes=5)))  # gone
+        s.add(LabWorker(name="c:3", host="c", pid=3, queues="cpu", slots=8))
+    assert labqueue.largest_gpu_set() == 2
