@@ -84,7 +84,23 @@ class LabRun(SQLModel, table=True):
     finished_at: datetime | None = None
 
 
+_OPEN = "status = 'in_progress'"
+
+
 class QuizAttempt(SQLModel, table=True):
+    # At most one open graded and one open practice attempt per learner: two
+    # tabs that start an attempt at once get the same one (quizzes.store).
+    __table_args__ = (
+        Index(
+            "uq_quizattempt_one_open",
+            "learner_id",
+            "practice",
+            unique=True,
+            sqlite_where=text(_OPEN),
+            postgresql_where=text(_OPEN),
+        ),
+    )
+
     id: int | None = Field(default=None, primary_key=True)
     learner_id: int = Field(foreign_key="learner.id", index=True)
     course_id: str = Field(default="data-parallelism", max_length=64)
@@ -93,7 +109,7 @@ class QuizAttempt(SQLModel, table=True):
     # The drawn questions: ids, drawn parameter values and option order.
     plan: list[dict[str, Any]] = Field(default_factory=list, sa_column=Column(JSON))
     practice: bool = False
-    # in_progress | finished
+    # in_progress | finished | abandoned (a duplicate open attempt closed by migration 0005)
     status: str = Field(default="in_progress", max_length=16, index=True)
     score: float | None = None
     passed: bool | None = None

@@ -32,7 +32,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, and_
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, col, delete, select, update
+from sqlmodel import Session, col, select, update
 
 from academy.models import QuizAnswer, QuizAttempt, utcnow
 from academy.settings import get_settings
@@ -207,17 +207,17 @@ def start_attempt(
         practice=practice,
     )
     session.add(attempt)
-    session.commit()
-    session.refresh(attempt)
-    if practice:
-        return attempt
-    # Two tabs may both have found nothing to resume and both inserted: the
-    # older attempt wins and the newer one (nobody has its id yet) goes.
-    first = current_attempt(session=session, learner_id=learner_id)
-    if first is not None and first.id != attempt.id:
-        session.exec(delete(QuizAttempt).where(col(QuizAttempt.id) == attempt.id))
+    try:
         session.commit()
-        return first
+    except IntegrityError:
+        # Another tab started one between our check and our insert: the unique
+        # index on open attempts kept it to one, and both tabs resume that one.
+        session.rollback()
+        other = current_attempt(session=session, learner_id=learner_id, practice=practice)
+        if other is None:
+            raise
+        return other
+    session.refresh(attempt)
     return attempt
 
 
