@@ -253,14 +253,19 @@ def launched_externally() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def run_in_env(lab: str, params=None, *, backend: str = "auto", timeout: float = 300.0,
+def run_in_env(lab: str, params=None, *, backend: str = "auto", timeout: float | None = None,
                fail: FailSpec | None = None,
                on_event: Callable[[dict], None] | None = None) -> LabResult | None:
     """Run ``lab`` as one rank of a job whose launcher set RANK/WORLD_SIZE/MASTER_*.
 
     Every rank calls this; rank 0 returns the LabResult, the others None.
     Failures raise: torchrun notices a failed rank and stops the others.
+    ``timeout`` (for the collectives) defaults to ``LAB_TIMEOUT_S``.
     """
+    from labs.params import Limits
+
+    if timeout is None:
+        timeout = Limits.from_env().timeout_s
     t0 = time.perf_counter()
     module = load_lab(lab)
     p = params if is_dataclass(params) else module.Params(**params_dict(params))
