@@ -50,10 +50,13 @@ def param_widget(where, cls, name: str, limits: lab_params.Limits, *, none: bool
         sizes = [int(low)]
         while sizes[-1] * 4 <= high:
             sizes.append(sizes[-1] * 4)
+        value = min(sizes, key=lambda size: abs(size - value))  # a default the limits left out
         return where.select_slider(t(spec.key), sizes, value=value, format_func=_fmt_bytes, help=helptext)
+    low, high = int(low), int(high)
+    value = min(max(int(value), low), high)  # e.g. fail rank 1 when the limit is one rank
     if widget == "number":
-        return int(where.number_input(t(spec.key), int(low), int(high), int(value), help=helptext))
-    return where.slider(t(spec.key), int(low), int(high), int(value), help=helptext)
+        return int(where.number_input(t(spec.key), low, high, value, help=helptext))
+    return where.slider(t(spec.key), low, high, value, help=helptext)
 
 
 def _fit(latest_bench: dict | None) -> tuple[float, float]:

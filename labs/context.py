@@ -2,8 +2,10 @@
 
 A lab is a module with these names (``labs.ring``, ``labs.bench``, ``labs.ddp``):
 
-- ``Params``: a dataclass of the lab's parameters (validates itself);
-- ``check(params, world_size)``: raises ValueError if the lab cannot run so;
+- ``Params``: a dataclass of the lab's parameters, each declared with
+  ``labs.params.option`` (validates itself; see ``labs.params``);
+- ``check(params, world_size)``: raises ValueError if the lab cannot run so
+  (the world size's own limit is ``labs.params.Run``'s);
 - ``run_rank(ctx, params) -> dict``: the work of one rank (JSON-serialisable,
   with ``work_s``, the seconds of timed work); ``ctx`` is a `RankContext`;
 - ``summarize(params, ranks, *, world_size, backend) -> dict`` and

@@ -55,7 +55,7 @@ import torch
 import torch.distributed as dist
 
 # LabError, LabResult, FailSpec, machine_summary and resolve_backend are also
-# imported from here by callers of run_lab (app.views.labs: machine_summary).
+# imported from here by callers of run_lab.
 from labs.context import (
     FailSpec,
     LabError,
