@@ -79,11 +79,14 @@ def fewer_dtypes(monkeypatch):
                         MappingProxyType({"spec": replace(spec, choices=("float32", "bfloat16", "int64"))}))
 
 
-def test_one_change_to_the_choices_changes_form_cli_and_validation(app_db, fewer_dtypes):
+def test_one_change_to_the_choices_changes_form_cli_and_validation(app_db, fewer_dtypes, capsys):
     at = open_page("labs")
     assert not at.exception, at.exception
     assert [b.options for b in at.selectbox if b.label == t("labs.dtype")][0] == ["float32", "bfloat16", "int64"]
     parser = _parser(params.Limits())
+    with pytest.raises(SystemExit):
+        parser.parse_args(["ring", "--help"])
+    assert "--dtype {float32,bfloat16,int64}" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         parser.parse_args(["ring", "--dtype", "float64"])
     assert parser.parse_args(["ring", "--dtype", "bfloat16"]).dtype == "bfloat16"
