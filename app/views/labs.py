@@ -26,8 +26,8 @@ if st.query_params.get("lab") != lab:
 # The form is built from the parameters' schema (labs.params): what each
 # offers, its range and default; app.labjobs accepts exactly that.
 limits = settings.lab_limits
-Params = load_lab(lab).Params
-main = [(Run, "world_size"), *((Params, name) for name in offered(Params)),
+lab_fields = load_lab(lab).Params
+main = [(Run, "world_size"), *((lab_fields, name) for name in offered(lab_fields)),
         *((Run, name) for name, (_f, spec) in offered(Run).items()
           if name != "world_size" and not spec.page.advanced)]
 advanced = [name for name, (_f, spec) in offered(Run).items() if spec.page.advanced]
