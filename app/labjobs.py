@@ -38,23 +38,12 @@ from sqlmodel import func, select
 from academy.db import session_scope
 from academy.models import LabRun, utcnow
 from academy.settings import ROOT, get_settings
+from labs import context
 from labs.launch import resolve_backend
-from labs.ring import DTYPES
+from labs.params import ParamError, Run, Spec, check, element_type, flag, offered
 
-LABS = ("ring", "bench", "ddp")
+LABS = tuple(context.LABS)
 ACTIVE = ("queued", "running")
-# Parameters a learner may set, per lab, mapped to the CLI's flags.
-FLAGS = {
-    "world_size": "--world-size", "backend": "--backend", "size": "--size", "dtype": "--dtype",
-    "op": "--op", "fail_rank": "--fail-rank", "fail_at_step": "--fail-at-step",
-    "fail_mode": "--fail-mode", "min_bytes": "--min-bytes", "max_bytes": "--max-bytes",
-    "steps": "--steps", "algo": "--algo",
-}
-ALLOWED = {
-    "ring": {"world_size", "backend", "size", "dtype", "op", "algo", "fail_rank", "fail_at_step", "fail_mode"},
-    "bench": {"world_size", "backend", "min_bytes", "max_bytes", "fail_rank", "fail_at_step", "fail_mode"},
-    "ddp": {"world_size", "backend", "steps", "fail_rank", "fail_at_step", "fail_mode"},
-}
 
 
 class LabRequestError(ValueError):
@@ -115,35 +104,60 @@ class _Manager:
 _manager = _Manager()
 
 
+def offers(lab: str) -> dict[str, tuple[type, Spec]]:
+    """What a learner may set for ``lab``: the parameters the page offers
+    (`labs.params.Run`'s and the lab's own), with the dataclass each belongs to."""
+    return {name: (cls, spec) for cls in (Run, context.load_lab(lab).Params)
+            for name, (_f, spec) in offered(cls).items()}
+
+
 def validate(lab: str, params: dict[str, Any]) -> dict[str, Any]:
-    """Keep only known parameters, with types and bounds checked."""
+    """Keep only the parameters the page offers, checked against their schema
+    (``labs.params``) and Settings' limits, in the page's ranges."""
     if lab not in LABS:
         raise LabRequestError("labs.err_unknown_lab", lab=lab)
+    offer = offers(lab)
     clean: dict[str, Any] = {}
-    for key, value in params.items():
-        if value is None or key not in ALLOWED[lab]:
-            continue
-        clean[key] = value
-    ws = int(clean.get("world_size", 2))
-    if not 1 <= ws <= get_settings().lab_max_world_size:
-        raise LabRequestError("labs.err_world_size", max=get_settings().lab_max_world_size)
-    clean["world_size"] = ws
-    if "fail_rank" in clean and not 0 <= int(clean["fail_rank"]) < ws:
-        raise LabRequestError("labs.err_fail_rank", max=ws - 1)
-    for key in ("size", "min_bytes", "max_bytes"):
-        if key in clean and not 8 <= int(clean[key]) <= 256 * 2**20:
-            raise LabRequestError("labs.err_size")
-    # Requests the lab itself would refuse are refused here, in the learner's
-    # language, instead of after starting processes.
-    if clean.get("op") == "avg" and not DTYPES[clean.get("dtype", "float32")].is_floating_point:
-        raise LabRequestError("labs_refused.avg_int")
+    try:
+        for key, value in params.items():
+            if value is None or key not in offer:
+                continue
+            kind, _many = element_type(offer[key][0], key)
+            clean[key] = kind(value)
+    except (TypeError, ValueError):
+        raise LabRequestError("labs.err_value") from None
+    clean.setdefault("world_size", Run().world_size)
+    limits = get_settings().lab_limits
+    try:
+        # Requests the lab itself would refuse are refused here, in the
+        # learner's language, instead of after starting processes.
+        for cls in (Run, context.load_lab(lab).Params):
+            check(cls(**{k: v for k, v in clean.items() if offer[k][0] is cls}), limits, page=True)
+    except ParamError as err:
+        raise _refusal(err, offer) from None
+    except ValueError:  # a lab's own rule across fields (e.g. bench: max below min)
+        raise LabRequestError("labs.err_value") from None
     if clean.get("backend") == "nccl":
         try:
-            resolve_backend("nccl", ws)
+            resolve_backend("nccl", clean["world_size"])
         except ValueError:
             gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
             raise LabRequestError("labs_refused.nccl", gpus=gpus) from None
     return clean
+
+
+def _refusal(err: ParamError, offer: dict[str, tuple[type, Spec]]) -> LabRequestError:
+    """The learner's words for a value the schema refused."""
+    high = err.values.get("high")
+    if err.rule == "avg_int":
+        return LabRequestError("labs_refused.avg_int")
+    if err.name == "world_size" and high is not None:
+        return LabRequestError("labs.err_world_size", max=high)
+    if err.name == "fail_rank" and high is not None:
+        return LabRequestError("labs.err_fail_rank", max=high)
+    if err.name in offer and offer[err.name][1].unit == "bytes" and high is not None:
+        return LabRequestError("labs.err_size", low=err.values["low"], high=high)
+    return LabRequestError("labs.err_value")
 
 
 def command(lab: str, params: dict[str, Any], workdir: Path) -> list[str]:
@@ -151,8 +165,9 @@ def command(lab: str, params: dict[str, Any], workdir: Path) -> list[str]:
     args = [sys.executable, "-m", "labs", lab, "--json", "--timeout", str(settings.lab_timeout_s),
             "--hang-timeout", str(settings.lab_hang_timeout_s),
             "--events", str(workdir / "events.jsonl"), "--out", str(workdir / "result.json")]
+    offer = offers(lab)
     for key, value in params.items():
-        args += [FLAGS[key], str(value)]
+        args += [flag(key, offer[key][1]), str(value)]
     return args
 
 
@@ -230,7 +245,8 @@ def _run(job: Job) -> None:
 
 def _run_in(job: Job) -> None:
     job.started = time.monotonic()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    # Settings' limits go to the CLI in the variables it reads (they may have come from .env).
+    env = {**os.environ, **get_settings().lab_limits.environ(), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     log = open(job.workdir / "output.log", "w")  # noqa: SIM115
     try:
         job.proc = subprocess.Popen(
