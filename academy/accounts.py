@@ -22,7 +22,6 @@ import threading
 import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import timedelta
 
 from argon2 import PasswordHasher
@@ -33,6 +32,7 @@ from sqlalchemy import case, delete, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
+from academy.errors import UserError
 from academy.models import AdminToken, Learner, LoginSession, SigninCounter, utcnow
 from academy.settings import get_settings
 
@@ -47,14 +47,8 @@ ARGON2_WAIT_S = 2.0
 ADMIN_TOKEN_HOURS = 1
 
 
-@dataclass
-class AccountError(Exception):
-    """A refusal the page shows in the learner's language (``code`` is a catalog key)."""
-
-    code: str
-
-    def __str__(self) -> str:
-        return self.code
+class AccountError(UserError):
+    """A refusal the page shows in the learner's language (``key`` in ``account.*``)."""
 
 
 def clean_display_name(name: str) -> str:

@@ -18,12 +18,16 @@ from __future__ import annotations
 
 import numbers
 import string
+from datetime import date, datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import yaml
 from babel import Locale, UnknownLocaleError
+from babel.dates import format_date as babel_date
+from babel.dates import format_time as babel_time
+from babel.dates import get_datetime_format
 from babel.numbers import get_decimal_symbol, get_group_symbol
 
 from academy import content
@@ -126,6 +130,21 @@ def format_number(value: float, lang: str, spec: str = "") -> str:
     """``format(value, spec)`` in ``lang``'s marks, for numbers shown outside a
     catalog string (metrics, table cells): Dutch readers get "1,5 MB" there too."""
     return _LocalFormatter(lang).format_field(value, spec)
+
+
+def format_date(value: date, lang: str, length: str = "medium") -> str:
+    """A date as ``lang``'s readers write it (Babel's CLDR data: "Mar 7, 2025",
+    "7 mrt 2025", "2025年3月7日"), never a hand-made pattern; English's if unknown."""
+    return babel_date(value, length, locale=lang if _locale(lang) else DEFAULT_LANG)
+
+
+def format_datetime(value: datetime, lang: str) -> str:
+    """Date and minute (the stored UTC time, as stored) in ``lang``'s order and marks:
+    "Mar 7, 2025, 3:04 PM", "7 mrt 2025, 15:04", "2025年3月7日 15:04"."""
+    code = lang if _locale(lang) else DEFAULT_LANG
+    return (get_datetime_format("medium", locale=code)
+            .replace("{1}", babel_date(value, "medium", locale=code))
+            .replace("{0}", babel_time(value, "short", locale=code)))
 
 
 def t(key: str, lang: str, /, **values: Any) -> str:

@@ -36,6 +36,7 @@ import torch
 from sqlmodel import func, select
 
 from academy.db import session_scope
+from academy.errors import UserError
 from academy.models import LabRun, utcnow
 from academy.settings import ROOT, get_settings
 from labs import context
@@ -46,12 +47,8 @@ LABS = tuple(context.LABS)
 ACTIVE = ("queued", "running")
 
 
-class LabRequestError(ValueError):
-    """The request cannot be run as asked (the page shows ``code`` translated)."""
-
-    def __init__(self, code: str, **values: Any):
-        super().__init__(code)
-        self.code, self.values = code, values
+class LabRequestError(UserError, ValueError):
+    """The request cannot be run as asked (the page shows ``key`` translated)."""
 
 
 @dataclass

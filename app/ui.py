@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+from datetime import date, datetime
 
 import streamlit as st
 from sqlmodel import func, select
@@ -21,6 +22,7 @@ from academy.accounts import (
     open_session,
 )
 from academy.db import session_scope
+from academy.errors import UserError
 from academy.labruns import scaling_points
 from academy.lessons import completed, mark_done, mark_undone
 from academy.models import LabRun, Learner
@@ -53,6 +55,18 @@ def lang() -> str:
 
 def t(key: str, /, **values) -> str:
     return i18n.t(key, st.session_state.get("lang", i18n.DEFAULT_LANG), **values)
+
+
+def error_text(err: UserError) -> str:
+    """The one way a page shows an error from below: its catalog text in the
+    learner's language (``academy.errors``), never ``str(err)``, which is English."""
+    return err.text(st.session_state.get("lang", i18n.DEFAULT_LANG))
+
+
+def date_text(value: date | datetime, *, minutes: bool = False) -> str:
+    """A date (with ``minutes``, also the time) as the learner's language writes it, by Babel."""
+    code = st.session_state.get("lang", i18n.DEFAULT_LANG)
+    return i18n.format_datetime(value, code) if minutes else i18n.format_date(value, code)
 
 
 def client() -> str:

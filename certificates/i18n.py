@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from babel.dates import format_date as babel_date
 
 from academy import content
 
@@ -40,12 +41,10 @@ def _texts(path: Path) -> dict[str, Any]:
 
 
 def format_date(iso: str, lang: str) -> str:
-    """``2025-11-30`` as ``30 November 2025`` / ``2025年11月30日`` / ``30 november 2025``."""
-    d = date.fromisoformat(iso)
-    t = texts(lang)
-    return t["date_format"].format(
-        day=d.day, month=t["months"][d.month - 1], month_num=d.month, year=d.year
-    )
+    """``2025-11-30`` as ``30 November 2025`` / ``2025年11月30日`` / ``30 november 2025``:
+    Babel names the months; ``date_pattern`` in the locale file is a CLDR length
+    ("long") or pattern ("d MMMM y": the English certificate keeps its day-first date)."""
+    return babel_date(date.fromisoformat(iso), texts(lang)["date_pattern"], locale=lang)
 
 
 def format_score(score: float, lang: str) -> str:

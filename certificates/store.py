@@ -32,6 +32,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select, update
 
+from academy.errors import UserError
 from academy.models import Certificate, CertificateEvent, Learner, QuizAttempt, utcnow
 from academy.settings import get_settings
 from certificates import ids, keys, openbadges, pdf, pdfscan, signing
@@ -63,32 +64,41 @@ STATUSES = (
 )
 
 
-class CertificateError(Exception):
-    """Base of the errors below."""
+class CertificateError(UserError):
+    """Base of the errors below: each names its text in the UI catalog
+    (``academy.errors``); ``str()`` is English, for the CLI."""
+
+    key = "common.error"
 
 
 class NotEligible(CertificateError):
     """No passed, finished, non-practice attempt to certify."""
 
+    key = "certificate.err_not_eligible"
+
 
 class CertificateNotFound(CertificateError):
-    pass
+    key = "admin_certs.not_found"
 
 
 class AlreadyRevoked(CertificateError):
-    pass
+    key = "admin_certs.already"
 
 
 class NotAllowed(CertificateError):
     """The actor may not do this (not an admin; not the certificate's owner)."""
+
+    key = "certificate.err_not_allowed"
 
 
 class AlreadyCertified(CertificateError):
     """The learner already holds an active certificate for the course, with
     another name or language: ``reissue`` it instead."""
 
+    key = "certificate.already"
+
     def __init__(self, certificate_id: str):
-        super().__init__(f"an active certificate exists: {certificate_id}; reissue it to change it")
+        super().__init__(id=certificate_id)
         self.certificate_id = certificate_id
 
 
@@ -96,24 +106,40 @@ class Disqualified(CertificateError):
     """An admin revoked this learner's certificate for cause; no new one
     until an admin lifts it."""
 
+    key = "certificate.disqualified"
+
 
 class NotDisqualified(CertificateError):
     """Lifting a disqualification that is not there."""
 
+    key = "admin_certs.not_blocked"
+
 
 class InvalidInput(CertificateError, ValueError):
-    pass
+    key = "certificate.err_invalid"
 
 
 class InvalidName(InvalidInput):
     """Empty, too long, hidden characters (``kind`` "hidden": controls,
     invisible and bidi format characters) or characters no font can print
-    (``kind`` "unprintable"), listed in ``chars`` for the page to show."""
+    (``kind`` "unprintable"), listed in ``chars``; the page names them."""
 
-    def __init__(self, message: str, chars: list[str] | None = None, kind: str = "other"):
-        super().__init__(message)
+    def __init__(self, key: str, chars: list[str] | None = None, kind: str = "other", **values: Any):
         self.chars = chars or []
         self.kind = kind
+        if kind == "hidden":
+            # Invisible characters cannot be shown, so they are named: "U+200B ZERO WIDTH SPACE".
+            values["chars"] = ", ".join(char_names(self.chars[:10]))
+        elif kind == "unprintable":
+            values["chars"] = ", ".join(f"U+{ord(c):04X}" for c in self.chars[:10])
+        super().__init__(key, **values)
+
+    def text(self, lang: str) -> str:
+        """Unprintable characters are named with their kind in ``lang``
+        ("U+E000 (private-use character)"): most show as nothing or a box."""
+        if self.kind == "unprintable":
+            return pdf.refusal_message(self.chars[:10], lang)
+        return super().text(lang)
 
 
 @dataclass(frozen=True)
@@ -144,21 +170,21 @@ class VerifyResult:
 def clean_name(name: str) -> str:
     """The name as it will be printed and signed: NFC, trimmed, single spaces."""
     if not isinstance(name, str):
-        raise InvalidName("name must be text")
+        raise InvalidName("certificate.empty_name")
     name = " ".join(unicodedata.normalize("NFC", name).split())
     if not name:
-        raise InvalidName("name is empty")
+        raise InvalidName("certificate.empty_name")
     if len(name) > NAME_MAX:
-        raise InvalidName(f"name is longer than {NAME_MAX} characters")
+        raise InvalidName("certificate.err_name_long", max=NAME_MAX)
     hidden = list(dict.fromkeys(
         c for i, c in enumerate(name)
         if unicodedata.category(c) in HIDDEN_CATEGORIES and not _joins_here(name, i)
     ))
     if hidden:
-        raise InvalidName("name contains invisible, control or unassigned characters", hidden, "hidden")
+        raise InvalidName("certificate.err_hidden", hidden, "hidden")
     missing = pdf.unprintable_chars(name)
     if missing:
-        raise InvalidName("name contains characters the certificate fonts cannot print", missing, "unprintable")
+        raise InvalidName("certificate.err_unprintable", missing, "unprintable")
     return name
 
 
@@ -193,9 +219,9 @@ def _check_score(score: float) -> float:
     try:
         score = float(score)
     except (TypeError, ValueError) as e:
-        raise InvalidInput("score must be a number") from e
+        raise InvalidInput(field="score") from e
     if not 0 <= score <= 100:
-        raise InvalidInput("score is a percentage, 0 to 100")
+        raise InvalidInput(field="score")
     return score
 
 
@@ -205,7 +231,7 @@ def _check_date(pass_date: str | date) -> str:
     try:
         return date.fromisoformat(str(pass_date)).isoformat()
     except ValueError as e:
-        raise InvalidInput("pass_date must be an ISO date, YYYY-MM-DD") from e
+        raise InvalidInput(field="pass_date") from e
 
 
 def attempt_percent(attempt: QuizAttempt) -> float:
@@ -314,7 +340,7 @@ def issue_certificate(
     """
     name = clean_name(name)
     if lang not in languages():
-        raise InvalidInput(f"language must be one of {languages()}")
+        raise InvalidInput(field="lang")
     score = _check_score(score)
     pass_date = _check_date(pass_date)
     if learner_id is not None or attempt_id is not None:
@@ -324,9 +350,9 @@ def issue_certificate(
             )
         ).first()
         if attempt is None:
-            raise NotEligible("certificates are issued for the learner's passed quiz attempt")
+            raise NotEligible
         if is_disqualified(session=session, learner_id=learner_id):
-            raise Disqualified("an admin revoked this learner's certificate; an admin must lift it first")
+            raise Disqualified
         existing = _active(session, learner_id)
         if existing is not None:
             return _same_or_refuse(existing, name, lang)
@@ -398,7 +424,7 @@ def issue_for_learner(*, session: Session, learner_id: int, name: str, lang: str
     """Issue (or return) the learner's certificate for their best passed attempt."""
     attempt = eligible_attempt(session=session, learner_id=learner_id)
     if attempt is None:
-        raise NotEligible("the learner has not passed the quiz")
+        raise NotEligible
     return issue_certificate(
         session=session,
         learner_id=learner_id,
@@ -460,16 +486,16 @@ def get_certificate(*, session: Session, cert_id: str) -> Certificate:
     """The row for an ID as typed (``InvalidId`` or ``CertificateNotFound``)."""
     cert = session.get(Certificate, ids.parse_id(cert_id))
     if cert is None:
-        raise CertificateNotFound(cert_id)
+        raise CertificateNotFound(id=cert_id)
     return cert
 
 
 def _check_reason(reason: str) -> str:
     reason = " ".join((reason or "").split())
     if not reason:
-        raise InvalidInput("a reason is required")
+        raise InvalidInput(field="reason")
     if len(reason) > REASON_MAX:
-        raise InvalidInput(f"reason is longer than {REASON_MAX} characters")
+        raise InvalidInput(field="reason")
     return reason
 
 
@@ -477,7 +503,7 @@ def _check_admin(session: Session, actor_id: int | None, what: str) -> None:
     if actor_id is not None:
         actor = session.get(Learner, actor_id)
         if actor is None or not actor.is_admin:
-            raise NotAllowed(f"only admins {what}")
+            raise NotAllowed(what=what)
 
 
 def _claim(session: Session, cert_id: str, **values: Any) -> None:
@@ -491,7 +517,7 @@ def _claim(session: Session, cert_id: str, **values: Any) -> None:
     )
     if done.rowcount != 1:
         session.rollback()
-        raise AlreadyRevoked(cert_id)
+        raise AlreadyRevoked(id=cert_id)
 
 
 def revoke(
@@ -507,7 +533,7 @@ def revoke(
     _check_admin(session, actor_id, "revoke certificates")
     reason = _check_reason(reason)
     if cert.revoked_at is not None:
-        raise AlreadyRevoked(cert.id)
+        raise AlreadyRevoked(id=cert.id)
     _claim(session, cert.id, revoked_reason=reason, disqualified=disqualify)
     session.add(_event(cert.id, "revoked", actor_id, reason))
     if disqualify:
@@ -532,7 +558,7 @@ def lift_disqualification(
     )
     if done.rowcount != 1:
         session.rollback()
-        raise NotDisqualified(cert.id)
+        raise NotDisqualified(id=cert.id)
     session.add(_event(cert.id, "lifted", actor_id, reason))
     session.commit()
     session.refresh(cert)
@@ -561,12 +587,12 @@ def reissue(
     inserted. Of several concurrent reissues exactly one wins."""
     old = get_certificate(session=session, cert_id=cert_id)
     if old.learner_id is None or old.learner_id != learner_id:
-        raise NotAllowed("only the certificate's owner reissues it")
+        raise NotAllowed
     if old.revoked_at is not None:
-        raise AlreadyRevoked(old.id)
+        raise AlreadyRevoked(id=old.id)
     name = clean_name(new_name)
     if lang not in languages():
-        raise InvalidInput(f"language must be one of {languages()}")
+        raise InvalidInput(field="lang")
     old_id, attempt_id, score, pass_date = old.id, old.attempt_id, old.score, old.pass_date
     for _ in range(8):
         new_id = ids.new_id()

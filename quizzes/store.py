@@ -2,8 +2,8 @@
 
 Plain keyword-only functions that take a Session (STYLE.md, 8). Each write
 commits at once, so a refresh or a crash loses nothing; a refused write rolls
-the session back. Errors are QuizError subclasses whose ``message(lang)``
-is the text to show.
+the session back. Errors are QuizError subclasses (``academy.errors.UserError``):
+a catalog key the page shows with ``ui.error_text``.
 
 Two tabs of one learner are the concurrency to survive:
 
@@ -118,7 +118,7 @@ def _get_attempt(
     if attempt is None:
         raise AttemptNotFound("attempt_not_found")
     if learner_id is not None and attempt.learner_id != learner_id:
-        raise NotYourAttempt("not_your_attempt")
+        raise NotYourAttempt("quiz_errors.not_your_attempt")
     return attempt
 
 
@@ -197,7 +197,7 @@ def start_attempt(
     else:
         plan = draw_attempt(bank, seed=seed, k=k or get_settings().quiz_questions)
     if not plan:
-        raise NoQuestions("no_questions")
+        raise NoQuestions("quiz_errors.no_questions")
     attempt = QuizAttempt(
         learner_id=learner_id,
         course_id=get_settings().course_id,
@@ -252,10 +252,10 @@ def record_answer(
     attempt = _get_attempt(session, attempt_id, learner_id, lock=True)
     if attempt.status != IN_PROGRESS:
         session.rollback()
-        raise AttemptFinished("attempt_finished")
+        raise AttemptFinished("quiz_errors.attempt_finished")
     if not 0 <= position < len(attempt.plan):
         session.rollback()
-        raise InvalidPosition("invalid_position")
+        raise InvalidPosition("quiz_errors.invalid_position")
     item = attempt.plan[position]
     try:
         stored = normalize_response(item, bank, response, lang)
@@ -283,7 +283,7 @@ def record_answer(
     status = session.exec(select(QuizAttempt.status).where(QuizAttempt.id == attempt_id)).one()
     if status != IN_PROGRESS:
         session.rollback()
-        raise AttemptFinished("attempt_finished")
+        raise AttemptFinished("quiz_errors.attempt_finished")
     session.commit()
     return feedback
 
@@ -452,7 +452,7 @@ def missed_questions(
     """
     attempt = _get_attempt(session, attempt_id, learner_id)
     if attempt.status != FINISHED:
-        raise AttemptNotFinished("attempt_not_finished")
+        raise AttemptNotFinished("quiz_errors.attempt_not_finished")
     right = {a.position for a in _answers(session, attempt_id) if a.correct}
     return [
         item["question_id"] for pos, item in enumerate(attempt.plan) if pos not in right
@@ -474,7 +474,7 @@ def review(
     bank = _bank(bank)
     attempt = _get_attempt(session, attempt_id, learner_id)
     if attempt.status != FINISHED:
-        raise AttemptNotFinished("attempt_not_finished")
+        raise AttemptNotFinished("quiz_errors.attempt_not_finished")
     answers = {a.position: a for a in _answers(session, attempt_id)}
     items = []
     for pos, item in enumerate(attempt.plan):

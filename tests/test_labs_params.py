@@ -121,7 +121,7 @@ def test_one_change_to_a_limit_changes_form_cli_and_validation(three_ranks):
     assert refused.returncode == 2 and "1 to 3" in refused.stderr
     with pytest.raises(labjobs.LabRequestError) as err:
         labjobs.validate("ring", {"world_size": 4})
-    assert (err.value.code, err.value.values) == ("labs.err_world_size", {"max": 3})
+    assert (err.value.key, err.value.values) == ("labs.err_world_size", {"max": 3})
     assert labjobs.validate("ring", {"world_size": 3})["world_size"] == 3
     assert run_lab("ring", world_size=4).kind == "invalid"
 
@@ -129,10 +129,10 @@ def test_one_change_to_a_limit_changes_form_cli_and_validation(three_ranks):
 def test_the_page_refuses_what_its_form_does_not_offer():
     with pytest.raises(labjobs.LabRequestError) as err:
         labjobs.validate("ddp", {"world_size": 2, "steps": 500})  # the form's slider stops at 20
-    assert err.value.code == "labs.err_value"
+    assert err.value.key == "labs.err_value"
     with pytest.raises(labjobs.LabRequestError) as err:
         labjobs.validate("ring", {"world_size": 2, "size": 1 << 30})
-    assert err.value.code == "labs.err_size" and err.value.values == {"low": 1024, "high": 64 << 20}
+    assert err.value.key == "labs.err_size" and err.value.values == {"low": 1024, "high": 64 << 20}
     assert labjobs.validate("ring", {"world_size": "2", "warmup": 99}) == {"world_size": 2}
 
 

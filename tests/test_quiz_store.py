@@ -185,7 +185,7 @@ def test_refusals(engine, learners, bank):
             store.missed_questions(session=session, attempt_id=attempt.id, learner_id=other)
         with pytest.raises(store.AttemptFinished) as info:
             _answer(session, bank, attempt, me, 0)
-        assert "finished" in info.value.message("en")
+        assert "finished" in info.value.text("en")
         assert session.exec(select(QuizAnswer)).all() == []
 
 

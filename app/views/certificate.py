@@ -52,21 +52,6 @@ def _badge(cert_id: str) -> str:
         return certs.ensure_credential(session=session, cert=cert).credential_json
 
 
-def explain(err: certs.CertificateError) -> str:
-    if isinstance(err, certs.AlreadyCertified):
-        return t("certificate.already", id=err.certificate_id)
-    if isinstance(err, certs.Disqualified):
-        return t("certificate.disqualified")
-    if isinstance(err, certs.InvalidName) and err.kind == "hidden":
-        # Invisible characters cannot be shown, so they are named: "U+200B ZERO WIDTH SPACE".
-        named = ", ".join(certs.char_names(err.chars[:10]))
-        return t("certificate.bad_name", detail=t("certificate.hidden_chars", chars=named))
-    if isinstance(err, certs.InvalidName) and err.chars:
-        # Most refused characters show as nothing or a box: each is named by its code point.
-        return certs.refusal_message(err.chars[:10], code)
-    return t("certificate.bad_name", detail=str(err))
-
-
 if not has_active and not blocked:
     with st.container(border=True):
         st.write(t("certificate.eligible", score=round(attempt.score)))
@@ -87,7 +72,7 @@ if not has_active and not blocked:
                         st.session_state["_cert_created"] = True
                         st.rerun()
                     except certs.CertificateError as err:
-                        st.error(explain(err))
+                        st.error(ui.error_text(err))
 
 if st.session_state.pop("_cert_created", False):
     st.success(t("certificate.created"))
@@ -101,7 +86,7 @@ for cert in mine:
         status = t("certificate.status_revoked") if revoked else t("certificate.status_valid")
         st.markdown(f"**{cert.id}** · {status}")
         ui.person_name(cert.name)
-        st.caption(t("certificate.issued_on", date=f"{cert.issued_at:%Y-%m-%d}",
+        st.caption(t("certificate.issued_on", date=ui.date_text(cert.issued_at),
                      lang=lang_names.get(cert.language, cert.language)))
         if revoked:
             continue
@@ -130,7 +115,7 @@ for cert in mine:
                         st.session_state["_cert_reissued"] = True
                         st.rerun()
                     except certs.CertificateError as err:
-                        st.error(explain(err))
+                        st.error(ui.error_text(err))
 
 if st.session_state.pop("_cert_reissued", False):
     st.success(t("certificate.reissued"))

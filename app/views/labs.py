@@ -50,7 +50,7 @@ if submitted:
         state["lab_run_id"] = run_id
         state.setdefault("lab_runs", []).append(run_id)
     except labjobs.LabRequestError as err:
-        st.error(t(err.code, **err.values))
+        st.error(ui.error_text(err))
 
 if "lab_run_id" not in state and who is not None:
     # A refresh or a new tab: bring back the learner's lab that is still going.
@@ -95,7 +95,7 @@ st.markdown(f"#### {t('labs.history') if who else t('labs.history_guest')}")
 for past in mine:
     label = t("labs.history_row", id=past.id, lab=t(f"labs_names.{past.lab}"),
               count=past.params.get("world_size", "?"), status=t(f"labs.status.{past.status}"),
-              date=f"{past.created_at:%Y-%m-%d %H:%M}")
+              date=ui.date_text(past.created_at, minutes=True))
     if st.button(label, key=f"past_{past.id}", icon=":material/history:"):
         state["lab_run_id"] = past.id
         st.rerun()
