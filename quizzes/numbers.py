@@ -97,8 +97,8 @@ def parse_number(text: str | float | int, lang: str) -> float:
     if " " in s:
         if not _GROUPED_SPACES.match(s):
             parts = [p for p in s.split(" ") if _NUMBERISH.search(p)]
-            key = "quiz_errors.multiple_numbers" if len(parts) > 1 else "quiz_errors.not_a_number"
-            raise NumberParseError(key, text=original)
+            raise NumberParseError("quiz_errors.multiple_numbers" if len(parts) > 1 else "quiz_errors.not_a_number",
+                                   text=original)
         s = s.replace(" ", "")
     m = re.fullmatch(r"([+-]?)([\d.,]+)(?:[eE]([+-]?\d+))?", s)
     if not m or not re.search(r"\d", m.group(2)):

@@ -116,7 +116,7 @@ def _get_attempt(
         statement = statement.with_for_update()
     attempt = session.exec(statement).first()
     if attempt is None:
-        raise AttemptNotFound("attempt_not_found")
+        raise AttemptNotFound("quiz_errors.attempt_not_found")
     if learner_id is not None and attempt.learner_id != learner_id:
         raise NotYourAttempt("quiz_errors.not_your_attempt")
     return attempt
@@ -413,10 +413,13 @@ def attempt_history(
 
 def best_attempt(*, session: Session, learner_id: int) -> AttemptSummary | None:
     """The finished graded attempt with the highest score (earliest on a tie)."""
-    finished = [
-        s for s in attempt_history(session=session, learner_id=learner_id)
-        if s.status == FINISHED and s.score is not None
-    ]
+    return best_of(attempt_history(session=session, learner_id=learner_id))
+
+
+def best_of(history: list[AttemptSummary]) -> AttemptSummary | None:
+    """``best_attempt`` from a history already read (newest first), so a page
+    that shows both reads the attempts once."""
+    finished = [s for s in history if s.status == FINISHED and s.score is not None]
     if not finished:
         return None
     return max(reversed(finished), key=lambda s: s.score or 0.0)
