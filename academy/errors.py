@@ -13,8 +13,11 @@ the quiz engine's feedback; neither holds an error a page shows.)
 
 Errors only a developer meets (``academy.lessons.ContentError``,
 ``quizzes.bank.ExpressionError``) stay plain exceptions, and so do errors
-that a lower layer turns into a result (``labs.params.ParamError`` becomes a
-``LabRequestError``, a bad signature becomes a Verify status).
+that a lower layer turns into a result before a page sees them:
+``labs.params.ParamError`` becomes a ``LabRequestError`` (``labs`` sits beside
+``academy`` and must not import it back), and ``certificates``' SignatureError,
+CredentialError and StatusListError become a Verify status (``VerifyResult.status``,
+whose texts are the certificate's own, in ``certificates/locales``).
 """
 
 from __future__ import annotations
