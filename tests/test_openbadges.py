@@ -669,3 +669,27 @@ def test_the_running_app_serves_every_route_with_its_headers(server, on_server_d
     with pytest.raises(urllib.error.HTTPError) as err:
         get("/api/verify/DP-0000")
     assert err.value.code == 400
+
+
+def test_two_requests_making_one_credential_keep_one_and_both_serve_it(tmp_path):
+    """Two requests that loaded a certificate without a credential both make one:
+    only the first stored is kept and served, so a revocation flips the bit of the
+    credential everyone holds (review: a lost version kept its own, unrevocable bit)."""
+    from academy.db import make_engine, migrate
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'race.db'}")
+    migrate(engine)
+    with Session(engine, expire_on_commit=False) as s:
+        cert = store.issue_certificate(session=s, learner_id=None, attempt_id=None, name="Ada",
+                                       lang="en", score=90, pass_date="2026-11-30")
+        cert.credential_json = cert.credential_jwt = cert.status_index = None  # as before 0003
+        s.add(cert)
+        s.commit()
+    with Session(engine, expire_on_commit=False) as a, Session(engine, expire_on_commit=False) as b:
+        in_a, in_b = a.get(Certificate, cert.id), b.get(Certificate, cert.id)  # both loaded first
+        first = openbadges.ensure_credential(session=a, cert=in_a).credential_json
+        second = openbadges.ensure_credential(session=b, cert=in_b).credential_json
+        assert first == second
+        store.revoke(session=a, cert_id=cert.id, actor_id=None, reason="test")
+        listed = openbadges.signed_status_list(session=a)
+        assert openbadges.is_revoked(json.loads(second), listed, trusted()) is True
