@@ -574,7 +574,10 @@ def test_cli_offline_checks_the_proof_and_says_revocation_was_not_seen(session, 
     good = tmp_path / "good.json"
     good.write_text(cert.credential_json, encoding="utf-8")
     # academy.example is not reachable from tests; the list URL of 127.0.0.1:9 refuses.
-    assert cli_main(["verify", str(good), "--status-url", "http://127.0.0.1:9/status/1"]) == 0
+    # Revocation unknown: fail closed (2), unless only the signature was asked for.
+    assert cli_main(["verify", str(good), "--status-url", "http://127.0.0.1:9/status/1"]) == 2
+    assert "UNCHECKED" in capsys.readouterr().out
+    assert cli_main(["verify", str(good), "--status-url", "http://127.0.0.1:9/status/1", "--offline"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("VALID") and "revocation not checked" in out
 
@@ -693,3 +696,32 @@ def test_two_requests_making_one_credential_keep_one_and_both_serve_it(tmp_path)
         store.revoke(session=a, cert_id=cert.id, actor_id=None, reason="test")
         listed = openbadges.signed_status_list(session=a)
         assert openbadges.is_revoked(json.loads(second), listed, trusted()) is True
+
+
+def test_cli_refuses_a_credential_from_an_issuer_it_was_not_asked_to_trust(
+    session, tmp_path, status_server, capsys
+):
+    """Review: a forger signs with their own key, names a did:web of their own (whose DID
+    document lists that key) and calls the issuer "Data Parallelism Academy". Only the
+    academy's own DID (PUBLIC_URL, or --issuer) is trusted, so this is NOT VALID."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    folder, url = status_server
+    private = Ed25519PrivateKey.generate()
+    forger = keys.IssuerKey(kid="forger", public=private.public_key(), private=private)
+    their_did = openbadges.did_web(url)
+    cert = issue(session)
+    credential = json.loads(cert.credential_json)
+    credential.pop("proof")
+    credential["issuer"] = {**credential["issuer"], "id": their_did}
+    forged = openbadges.add_proof(credential, forger, created=credential["validFrom"])
+    (folder / ".well-known").mkdir()
+    (folder / ".well-known" / "did.json").write_text(
+        json.dumps(openbadges.did_document(url, {"forger": forger.public})))
+    badge = tmp_path / "forged.json"
+    badge.write_text(json.dumps(forged))
+    assert cli_main(["verify", str(badge), "--offline"]) == 1
+    assert capsys.readouterr().out.startswith("NOT VALID")
+    # Naming that issuer on purpose is the only way to accept it (and the output says whose it is).
+    assert cli_main(["verify", str(badge), "--offline", "--issuer", their_did]) == 0
+    assert their_did in capsys.readouterr().out
