@@ -45,8 +45,6 @@ def _show(result: store.VerifyResult, *, offline: bool) -> int:
         if result.status == "revoked":
             print(f"  revoked at: {result.revoked_at:%Y-%m-%d %H:%M} UTC")
             print(f"  reason:     {result.revoked_reason}")
-            if result.replaced_by:
-                print(f"  replaced by: {result.replaced_by}")
         if result.name:
             print(f"  name:       {result.name}")
         return 1
@@ -210,7 +208,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return cmd_verify_credential(args)
     if args.id:
         with _session() as session:
-            return _show(store.lookup(session=session, text=args.id), offline=False)
+            result = store.lookup(session=session, text=args.id)
+            code = _show(result, offline=False)
+            if result.status == "revoked" and result.id:
+                # The operator sees what the public does not: the admin's words, the replacement.
+                row = store.get_certificate(session=session, cert_id=result.id)
+                print(f"  recorded reason: {row.revoked_reason}")
+                if row.replaced_by:
+                    print(f"  replaced by: {row.replaced_by}")
+            return code
     if not args.file:
         print("give a PDF file or --id ID", file=sys.stderr)
         return 2

@@ -132,8 +132,10 @@ class VerifyResult:
     key_id: str | None = None
     issued_at: datetime | None = None  # database lookups only
     revoked_at: datetime | None = None
+    # Public: "reissued", "superseded" or "revoked", never the admin's own words
+    # (they may say why, e.g. "exam fraud"), and no link to a replacement (its
+    # new name would tell anyone holding the old ID about a change of name).
     revoked_reason: str | None = None
-    replaced_by: str | None = None
     detail: str | None = None  # technical reason in English, for logs and the CLI
 
     @property
@@ -428,10 +430,16 @@ def _public(
         key_id=payload.get("kid"),
         issued_at=cert.issued_at if cert is not None else None,
         revoked_at=cert.revoked_at if cert is not None else None,
-        revoked_reason=cert.revoked_reason if cert is not None else None,
-        replaced_by=cert.replaced_by if cert is not None else None,
+        revoked_reason=public_reason(cert.revoked_reason) if cert is not None else None,
         **extra,
     )
+
+
+def public_reason(reason: str | None) -> str | None:
+    """What anyone may read about why a certificate was revoked: its kind only."""
+    if reason is None:
+        return None
+    return {"reissued": "reissued", "superseded by policy": "superseded"}.get(reason, "revoked")
 
 
 def lookup(*, session: Session, text: str) -> VerifyResult:

@@ -192,7 +192,7 @@ def test_revoked_shows_revoked_with_when_and_why(session):
     store.revoke(session=session, cert_id=cert.id, actor_id=admin.id, reason="cheating")
     result = store.lookup(session=session, text=cert.id)
     assert result.status == "revoked" and not result.valid
-    assert result.revoked_reason == "cheating" and result.revoked_at is not None
+    assert result.revoked_reason == "revoked" and result.revoked_at is not None  # its kind, not the words
     with pytest.raises(store.AlreadyRevoked):
         store.revoke(session=session, cert_id=cert.id, actor_id=admin.id, reason="again")
     events = store.events_of(session=session, cert_id=cert.id)
@@ -220,7 +220,7 @@ def test_reissue_links_old_and_new(session):
     )
     old_result = store.lookup(session=session, text=old.id)
     assert old_result.status == "revoked"
-    assert old_result.revoked_reason == "reissued" and old_result.replaced_by == new.id
+    assert old_result.revoked_reason == "reissued" and new.id not in repr(old_result)  # no link to the new name
     assert store.lookup(session=session, text=new.id).status == "valid"
     assert [e.action for e in store.events_of(session=session, cert_id=old.id)] == [
         "issued",
