@@ -60,6 +60,7 @@ STATUSES = (
     "too_large",  # an upload larger than a certificate PDF can be
     "pages",  # an upload with other than exactly one page
     "too_complex",  # an upload that needs more than the reader's limits
+    "busy",  # the server is reading as many uploads as it allows at once
 )
 
 
