@@ -195,7 +195,16 @@ def identity_hash(email: str, salt: str) -> str:
 
 @cache
 def credential_texts(lang: str) -> dict[str, str]:
-    return yaml.safe_load((TEXTS / f"{lang}.yaml").read_text(encoding="utf-8"))
+    """The credential's own texts in ``lang``; English for a course language that
+    has none yet (as ``certificates.i18n.texts``), so a new language never stops
+    a certificate from being issued."""
+    path = TEXTS / f"{lang}.yaml"
+    return _credential_texts(path if path.is_file() else TEXTS / "en.yaml")
+
+
+@cache
+def _credential_texts(path: Path) -> dict[str, str]:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
 def credential_name(lang: str) -> str:
