@@ -41,7 +41,9 @@ has_active = any(c.revoked_at is None for c in mine)
 def _pdf(cert_id: str) -> bytes:
     """A certificate never changes once issued (a new name is a new ID), so its PDF is cached."""
     with session_scope() as session:
-        return certs.render_pdf(certs.get_certificate(session=session, cert_id=cert_id))
+        cert = certs.get_certificate(session=session, cert_id=cert_id)
+        # The credential first, so the cached PDF always carries it (older rows have none yet).
+        return certs.render_pdf(certs.ensure_credential(session=session, cert=cert))
 
 
 @st.cache_data(max_entries=256, show_spinner=False)
