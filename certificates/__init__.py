@@ -31,6 +31,7 @@ from certificates.keys import (
 from certificates.openbadges import ensure_credential, linkedin_url
 from certificates.pdf import refusal_message
 from certificates.store import (
+    MARKS_MAX,
     STATUSES,
     AlreadyCertified,
     AlreadyRevoked,
@@ -66,6 +67,7 @@ from certificates.store import (
 )
 
 __all__ = [
+    "MARKS_MAX",
     "STATUSES",
     "AlreadyCertified",
     "AlreadyRevoked",

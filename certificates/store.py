@@ -153,16 +153,59 @@ def clean_name(name: str) -> str:
         raise InvalidName("name is empty")
     if len(name) > NAME_MAX:
         raise InvalidName(f"name is longer than {NAME_MAX} characters")
-    hidden = list(dict.fromkeys(
-        c for i, c in enumerate(name)
-        if unicodedata.category(c) in HIDDEN_CATEGORIES and not _joins_here(name, i)
-    ))
+    hidden = list(dict.fromkeys(c for i, c in enumerate(name) if _hidden_here(name, i)))
     if hidden:
         raise InvalidName("name contains invisible, control or unassigned characters", hidden, "hidden")
+    stacked = _stacked_marks(name)
+    if stacked:
+        raise InvalidName(f"more than {MARKS_MAX} marks on one letter", stacked, "stacked")
     missing = pdf.unprintable_chars(name)
     if missing:
         raise InvalidName("name contains characters the certificate fonts cannot print", missing, "unprintable")
     return name
+
+
+# Unicode's Default_Ignorable_Code_Point ranges (DerivedCoreProperties.txt), which
+# the standard library cannot look up, plus the blank Braille pattern: characters
+# that show as nothing, so a name with them looks like one without. Most are Cf
+# (caught by category anyway); these are the ones that are not.
+_IGNORABLE = (
+    (0x034F, 0x034F), (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180F), (0x2800, 0x2800),
+    (0x3164, 0x3164), (0xFE00, 0xFE0F), (0xFFA0, 0xFFA0), (0x1D173, 0x1D17A), (0xE0100, 0xE01EF),
+)
+MARKS_MAX = 4  # combining marks in a row: Vietnamese and Indic names need 2 or 3
+
+
+def _ignorable(c: str) -> bool:
+    return any(lo <= ord(c) <= hi for lo, hi in _IGNORABLE)
+
+
+def _hidden_here(name: str, i: int) -> bool:
+    """Whether ``name[i]`` is invisible where it stands: controls, format and
+    unassigned characters and default-ignorable ones, except joiners between
+    letters of scripts that use them and a variation selector after an emoji."""
+    c = name[i]
+    if unicodedata.category(c) in HIDDEN_CATEGORIES:
+        return not _joins_here(name, i)
+    if not _ignorable(c):
+        return False
+    # U+FE0E/FE0F choose text or emoji style after a pictograph, a digit or # and * (keycaps).
+    return not (c in "\ufe0e\ufe0f" and i > 0
+                and (unicodedata.category(name[i - 1]) in ("So", "Sk") or name[i - 1] in "0123456789#*"))
+
+
+def _stacked_marks(name: str) -> list[str]:
+    """The marks of a run of more than MARKS_MAX combining marks (a "zalgo" name that
+    draws over the lines around it), or none."""
+    run: list[str] = []
+    for c in name:
+        if unicodedata.category(c) in ("Mn", "Me"):
+            run.append(c)
+            if len(run) > MARKS_MAX:
+                return list(dict.fromkeys(run))
+        else:
+            run = []
+    return []
 
 
 def _joins_here(name: str, i: int) -> bool:

@@ -380,3 +380,23 @@ def test_joiners_pass_only_where_a_script_needs_them(name, ok):
         with pytest.raises(store.InvalidName) as err:
             store.clean_name(name)
         assert err.value.kind == "hidden"
+
+
+@pytest.mark.parametrize("name", [
+    "Bob\u3164Smith",  # HANGUL FILLER: shows as nothing
+    "Bob\u2800",  # BRAILLE PATTERN BLANK
+    "Bo\u034fb",  # COMBINING GRAPHEME JOINER
+    "Bob\ufe0f",  # an emoji-style selector after a Latin letter
+])
+def test_default_ignorable_characters_are_refused(name):
+    with pytest.raises(store.InvalidName) as err:
+        store.clean_name(name)
+    assert err.value.kind == "hidden"
+
+
+def test_stacked_marks_are_refused_but_real_names_with_marks_pass():
+    with pytest.raises(store.InvalidName) as err:
+        store.clean_name("Z" + "\u0336\u0337\u0338\u0334\u0335" + "oe")  # none composes under NFC
+    assert err.value.kind == "stacked"
+    for name in ("Nguyễn Thị Minh Khai", "Nguye\u0302\u0303n", "अनुष्का", "1\ufe0f\u20e3 ❤\ufe0f Ada"):
+        assert store.clean_name(name)

@@ -63,6 +63,10 @@ def explain(err: certs.CertificateError) -> str:
         # Invisible characters cannot be shown, so they are named: "U+200B ZERO WIDTH SPACE".
         named = ", ".join(certs.char_names(err.chars[:10]))
         return t("certificate.bad_name", detail=t("certificate.hidden_chars", chars=named))
+    if isinstance(err, certs.InvalidName) and err.kind == "stacked":
+        named = ", ".join(certs.char_names(err.chars[:10]))
+        return t("certificate.bad_name", detail=t("certificate.stacked_marks", count=certs.MARKS_MAX,
+                                                 chars=named))
     if isinstance(err, certs.InvalidName) and err.chars:
         # Most refused characters show as nothing or a box: each is named by its code point.
         return certs.refusal_message(err.chars[:10], code)
