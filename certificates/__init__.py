@@ -32,6 +32,7 @@ from certificates.openbadges import ensure_credential, linkedin_url
 from certificates.pdf import refusal_message
 from certificates.store import (
     MARKS_MAX,
+    REISSUES_PER_DAY,
     STATUSES,
     AlreadyCertified,
     AlreadyRevoked,
@@ -43,6 +44,8 @@ from certificates.store import (
     NotAllowed,
     NotDisqualified,
     NotEligible,
+    TooManyReissues,
+    Unchanged,
     VerifyResult,
     active_certificate,
     certificates_of,
@@ -68,6 +71,7 @@ from certificates.store import (
 
 __all__ = [
     "MARKS_MAX",
+    "REISSUES_PER_DAY",
     "STATUSES",
     "AlreadyCertified",
     "AlreadyRevoked",
@@ -82,6 +86,8 @@ __all__ = [
     "NotAllowed",
     "NotDisqualified",
     "NotEligible",
+    "TooManyReissues",
+    "Unchanged",
     "PublicKeyInfo",
     "VerifyResult",
     "active_certificate",

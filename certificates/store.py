@@ -25,12 +25,12 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, col, select, update
+from sqlmodel import Session, col, func, select, update
 
 from academy.models import Certificate, CertificateEvent, Learner, QuizAttempt, utcnow
 from academy.settings import get_settings
@@ -100,6 +100,14 @@ class Disqualified(CertificateError):
 
 class NotDisqualified(CertificateError):
     """Lifting a disqualification that is not there."""
+
+
+class Unchanged(CertificateError):
+    """A reissue with the same name and language: nothing to make."""
+
+
+class TooManyReissues(CertificateError):
+    """More reissues in a day than ``REISSUES_PER_DAY``."""
 
 
 class InvalidInput(CertificateError, ValueError):
@@ -173,6 +181,7 @@ _IGNORABLE = (
     (0x034F, 0x034F), (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180F), (0x2800, 0x2800),
     (0x3164, 0x3164), (0xFE00, 0xFE0F), (0xFFA0, 0xFFA0), (0x1D173, 0x1D17A), (0xE0100, 0xE01EF),
 )
+REISSUES_PER_DAY = 5
 MARKS_MAX = 4  # combining marks in a row: Vietnamese and Indic names need 2 or 3
 
 
@@ -619,6 +628,19 @@ def reissue(
     name = clean_name(new_name)
     if lang not in languages():
         raise InvalidInput(f"language must be one of {languages()}")
+    if (name, lang) == (old.name, old.language):
+        raise Unchanged("the same name and language: nothing to reissue")
+    # Each certificate takes a bit of the public status list for good: a learner
+    # cannot burn through it (or the audit log) by reissuing in a loop.
+    since = utcnow() - timedelta(days=1)
+    recent = session.exec(
+        select(func.count()).where(
+            CertificateEvent.action == "reissued", CertificateEvent.actor_id == learner_id,
+            col(CertificateEvent.at) >= since,
+        )
+    ).one()
+    if recent >= REISSUES_PER_DAY:
+        raise TooManyReissues(f"at most {REISSUES_PER_DAY} reissues a day")
     old_id, attempt_id, score, pass_date = old.id, old.attempt_id, old.score, old.pass_date
     for _ in range(8):
         new_id = ids.new_id()

@@ -400,3 +400,18 @@ def test_stacked_marks_are_refused_but_real_names_with_marks_pass():
     assert err.value.kind == "stacked"
     for name in ("Nguyễn Thị Minh Khai", "Nguye\u0302\u0303n", "अनुष्का", "1\ufe0f\u20e3 ❤\ufe0f Ada"):
         assert store.clean_name(name)
+
+
+def test_a_reissue_must_change_something_and_is_limited_per_day(session):
+    """Review: each certificate takes a status-list bit for good, and reissues were free."""
+    learner = add_learner(session)
+    cert = issue(session, learner, add_attempt(session, learner))
+    with pytest.raises(store.Unchanged):
+        store.reissue(session=session, cert_id=cert.id, learner_id=learner.id, new_name=cert.name,
+                      lang=cert.language)
+    for n in range(store.REISSUES_PER_DAY):
+        cert = store.reissue(session=session, cert_id=cert.id, learner_id=learner.id, new_name=f"Name {n}",
+                             lang="en")
+    with pytest.raises(store.TooManyReissues):
+        store.reissue(session=session, cert_id=cert.id, learner_id=learner.id, new_name="One more", lang="en")
+    assert store.lookup(session=session, text=cert.id).status == "valid"  # the last one stands

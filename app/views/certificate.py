@@ -55,6 +55,10 @@ def _badge(cert_id: str) -> str:
 
 
 def explain(err: certs.CertificateError) -> str:
+    if isinstance(err, certs.Unchanged):
+        return t("certificate.unchanged")
+    if isinstance(err, certs.TooManyReissues):
+        return t("certificate.too_many_reissues", count=certs.REISSUES_PER_DAY)
     if isinstance(err, certs.AlreadyCertified):
         return t("certificate.already", id=err.certificate_id)
     if isinstance(err, certs.Disqualified):
@@ -128,11 +132,15 @@ for cert in mine:
             st.caption(t("certificate.reissue_help"))
             with st.form(f"reissue_{cert.id}"):
                 new_name = st.text_input(t("certificate.name"), value=cert.name, max_chars=200)
+                new_lang = st.selectbox(t("certificate.language"), list(certs.languages()),
+                                        index=list(certs.languages()).index(cert.language)
+                                        if cert.language in certs.languages() else 0,
+                                        format_func=lambda c: lang_names.get(c, c), key=f"relang_{cert.id}")
                 if st.form_submit_button(t("certificate.reissue_button")):
                     try:
                         with session_scope() as session:
                             certs.reissue(session=session, cert_id=cert.id, learner_id=who.id,
-                                          new_name=new_name, lang=cert.language)
+                                          new_name=new_name, lang=new_lang)
                         st.session_state["_cert_reissued"] = True
                         st.rerun()
                     except certs.CertificateError as err:
