@@ -31,6 +31,8 @@ from certificates.keys import (
 from certificates.openbadges import ensure_credential, linkedin_url
 from certificates.pdf import refusal_message
 from certificates.store import (
+    MARKS_MAX,
+    REISSUES_PER_DAY,
     STATUSES,
     AlreadyCertified,
     AlreadyRevoked,
@@ -42,6 +44,8 @@ from certificates.store import (
     NotAllowed,
     NotDisqualified,
     NotEligible,
+    TooManyReissues,
+    Unchanged,
     VerifyResult,
     active_certificate,
     certificates_of,
@@ -66,6 +70,8 @@ from certificates.store import (
 )
 
 __all__ = [
+    "MARKS_MAX",
+    "REISSUES_PER_DAY",
     "STATUSES",
     "AlreadyCertified",
     "AlreadyRevoked",
@@ -80,6 +86,8 @@ __all__ = [
     "NotAllowed",
     "NotDisqualified",
     "NotEligible",
+    "TooManyReissues",
+    "Unchanged",
     "PublicKeyInfo",
     "VerifyResult",
     "active_certificate",

@@ -25,12 +25,12 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, col, select, update
+from sqlmodel import Session, col, func, select, update
 
 from academy.errors import UserError
 from academy.models import Certificate, CertificateEvent, Learner, QuizAttempt, utcnow
@@ -61,6 +61,7 @@ STATUSES = (
     "too_large",  # an upload larger than a certificate PDF can be
     "pages",  # an upload with other than exactly one page
     "too_complex",  # an upload that needs more than the reader's limits
+    "busy",  # the server is reading as many uploads as it allows at once
 )
 
 
@@ -115,20 +116,34 @@ class NotDisqualified(CertificateError):
     key = "admin_certs.not_blocked"
 
 
+class Unchanged(CertificateError):
+    """A reissue with the same name and language: nothing to make."""
+
+    key = "certificate.unchanged"
+
+
+class TooManyReissues(CertificateError):
+    """More reissues in a day than ``REISSUES_PER_DAY`` (``count``)."""
+
+    key = "certificate.too_many_reissues"
+
+
 class InvalidInput(CertificateError, ValueError):
     key = "certificate.err_invalid"
 
 
 class InvalidName(InvalidInput):
     """Empty, too long, hidden characters (``kind`` "hidden": controls,
-    invisible and bidi format characters) or characters no font can print
-    (``kind`` "unprintable"), listed in ``chars``; the page names them."""
+    invisible, default-ignorable and bidi format characters), a pile of marks on
+    one letter (``kind`` "stacked") or characters no font can print (``kind``
+    "unprintable"), listed in ``chars``; the page names them."""
 
     def __init__(self, key: str, chars: list[str] | None = None, kind: str = "other", **values: Any):
         self.chars = chars or []
         self.kind = kind
-        if kind == "hidden":
-            # Invisible characters cannot be shown, so they are named: "U+200B ZERO WIDTH SPACE".
+        if kind in ("hidden", "stacked"):
+            # Invisible characters and marks cannot be shown alone, so they are named:
+            # "U+200B ZERO WIDTH SPACE".
             values["chars"] = ", ".join(char_names(self.chars[:10]))
         elif kind == "unprintable":
             values["chars"] = ", ".join(f"U+{ord(c):04X}" for c in self.chars[:10])
@@ -158,8 +173,10 @@ class VerifyResult:
     key_id: str | None = None
     issued_at: datetime | None = None  # database lookups only
     revoked_at: datetime | None = None
+    # Public: "reissued", "superseded" or "revoked", never the admin's own words
+    # (they may say why, e.g. "exam fraud"), and no link to a replacement (its
+    # new name would tell anyone holding the old ID about a change of name).
     revoked_reason: str | None = None
-    replaced_by: str | None = None
     detail: str | None = None  # technical reason in English, for logs and the CLI
 
     @property
@@ -176,16 +193,60 @@ def clean_name(name: str) -> str:
         raise InvalidName("certificate.empty_name")
     if len(name) > NAME_MAX:
         raise InvalidName("certificate.err_name_long", max=NAME_MAX)
-    hidden = list(dict.fromkeys(
-        c for i, c in enumerate(name)
-        if unicodedata.category(c) in HIDDEN_CATEGORIES and not _joins_here(name, i)
-    ))
+    hidden = list(dict.fromkeys(c for i, c in enumerate(name) if _hidden_here(name, i)))
     if hidden:
         raise InvalidName("certificate.err_hidden", hidden, "hidden")
+    stacked = _stacked_marks(name)
+    if stacked:
+        raise InvalidName("certificate.err_stacked", stacked, "stacked", count=MARKS_MAX)
     missing = pdf.unprintable_chars(name)
     if missing:
         raise InvalidName("certificate.err_unprintable", missing, "unprintable")
     return name
+
+
+# Unicode's Default_Ignorable_Code_Point ranges (DerivedCoreProperties.txt), which
+# the standard library cannot look up, plus the blank Braille pattern: characters
+# that show as nothing, so a name with them looks like one without. Most are Cf
+# (caught by category anyway); these are the ones that are not.
+_IGNORABLE = (
+    (0x034F, 0x034F), (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180F), (0x2800, 0x2800),
+    (0x3164, 0x3164), (0xFE00, 0xFE0F), (0xFFA0, 0xFFA0), (0x1D173, 0x1D17A), (0xE0100, 0xE01EF),
+)
+REISSUES_PER_DAY = 5
+MARKS_MAX = 4  # combining marks in a row: Vietnamese and Indic names need 2 or 3
+
+
+def _ignorable(c: str) -> bool:
+    return any(lo <= ord(c) <= hi for lo, hi in _IGNORABLE)
+
+
+def _hidden_here(name: str, i: int) -> bool:
+    """Whether ``name[i]`` is invisible where it stands: controls, format and
+    unassigned characters and default-ignorable ones, except joiners between
+    letters of scripts that use them and a variation selector after an emoji."""
+    c = name[i]
+    if unicodedata.category(c) in HIDDEN_CATEGORIES:
+        return not _joins_here(name, i)
+    if not _ignorable(c):
+        return False
+    # U+FE0E/FE0F choose text or emoji style after a pictograph, a digit or # and * (keycaps).
+    return not (c in "\ufe0e\ufe0f" and i > 0
+                and (unicodedata.category(name[i - 1]) in ("So", "Sk") or name[i - 1] in "0123456789#*"))
+
+
+def _stacked_marks(name: str) -> list[str]:
+    """The marks of a run of more than MARKS_MAX combining marks (a "zalgo" name that
+    draws over the lines around it), or none."""
+    run: list[str] = []
+    for c in name:
+        if unicodedata.category(c) in ("Mn", "Me"):
+            run.append(c)
+            if len(run) > MARKS_MAX:
+                return list(dict.fromkeys(run))
+        else:
+            run = []
+    return []
 
 
 def _joins_here(name: str, i: int) -> bool:
@@ -454,10 +515,16 @@ def _public(
         key_id=payload.get("kid"),
         issued_at=cert.issued_at if cert is not None else None,
         revoked_at=cert.revoked_at if cert is not None else None,
-        revoked_reason=cert.revoked_reason if cert is not None else None,
-        replaced_by=cert.replaced_by if cert is not None else None,
+        revoked_reason=public_reason(cert.revoked_reason) if cert is not None else None,
         **extra,
     )
+
+
+def public_reason(reason: str | None) -> str | None:
+    """What anyone may read about why a certificate was revoked: its kind only."""
+    if reason is None:
+        return None
+    return {"reissued": "reissued", "superseded by policy": "superseded"}.get(reason, "revoked")
 
 
 def lookup(*, session: Session, text: str) -> VerifyResult:
@@ -593,6 +660,19 @@ def reissue(
     name = clean_name(new_name)
     if lang not in languages():
         raise InvalidInput(field="lang")
+    if (name, lang) == (old.name, old.language):
+        raise Unchanged()
+    # Each certificate takes a bit of the public status list for good: a learner
+    # cannot burn through it (or the audit log) by reissuing in a loop.
+    since = utcnow() - timedelta(days=1)
+    recent = session.exec(
+        select(func.count()).where(
+            CertificateEvent.action == "reissued", CertificateEvent.actor_id == learner_id,
+            col(CertificateEvent.at) >= since,
+        )
+    ).one()
+    if recent >= REISSUES_PER_DAY:
+        raise TooManyReissues(count=REISSUES_PER_DAY)
     old_id, attempt_id, score, pass_date = old.id, old.attempt_id, old.score, old.pass_date
     for _ in range(8):
         new_id = ids.new_id()

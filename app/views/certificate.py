@@ -41,7 +41,9 @@ has_active = any(c.revoked_at is None for c in mine)
 def _pdf(cert_id: str) -> bytes:
     """A certificate never changes once issued (a new name is a new ID), so its PDF is cached."""
     with session_scope() as session:
-        return certs.render_pdf(certs.get_certificate(session=session, cert_id=cert_id))
+        cert = certs.get_certificate(session=session, cert_id=cert_id)
+        # The credential first, so the cached PDF always carries it (older rows have none yet).
+        return certs.render_pdf(certs.ensure_credential(session=session, cert=cert))
 
 
 @st.cache_data(max_entries=256, show_spinner=False)
@@ -107,11 +109,15 @@ for cert in mine:
             st.caption(t("certificate.reissue_help"))
             with st.form(f"reissue_{cert.id}"):
                 new_name = st.text_input(t("certificate.name"), value=cert.name, max_chars=200)
+                new_lang = st.selectbox(t("certificate.language"), list(certs.languages()),
+                                        index=list(certs.languages()).index(cert.language)
+                                        if cert.language in certs.languages() else 0,
+                                        format_func=lambda c: lang_names.get(c, c), key=f"relang_{cert.id}")
                 if st.form_submit_button(t("certificate.reissue_button")):
                     try:
                         with session_scope() as session:
                             certs.reissue(session=session, cert_id=cert.id, learner_id=who.id,
-                                          new_name=new_name, lang=cert.language)
+                                          new_name=new_name, lang=new_lang)
                         st.session_state["_cert_reissued"] = True
                         st.rerun()
                     except certs.CertificateError as err:

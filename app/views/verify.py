@@ -49,12 +49,8 @@ def show(result: certs.VerifyResult, *, upload: bool = False) -> None:
     }
     if result.issued_at:
         rows[labels["issued"]] = ui.date_text(result.issued_at)
-    if result.revoked_reason:
-        reason = result.revoked_reason
-        known = {"reissued": "reissued", "superseded by policy": "superseded"}
-        rows[labels["reason"]] = ctext["reasons"][known[reason]] if reason in known else reason
-    if result.replaced_by:
-        rows[labels["replaced_by"]] = result.replaced_by
+    if result.revoked_reason:  # its kind only: an admin's own words stay in the admin area
+        rows[labels["reason"]] = ctext["reasons"][result.revoked_reason]
     st.text("\n".join(f"{k}: {v}" for k, v in rows.items()))
 
 
