@@ -72,50 +72,49 @@ def _session():
 
 
 def cmd_issue(args: argparse.Namespace) -> int:
-    from sqlmodel import select
-
-    from academy.models import Learner
-
+    if not args.learner and args.score is None:
+        print("--score is required without --learner", file=sys.stderr)
+        return 2
     with _session() as session:
-        if args.learner:
-            learner = session.exec(
-                select(Learner).where(Learner.email == args.learner.strip().lower())
-            ).first()
-            if learner is None:
-                print(f"no learner with e-mail {args.learner}", file=sys.stderr)
-                return 1
-            attempt = store.eligible_attempt(session=session, learner_id=learner.id)
-            if attempt is None:
-                print(f"{args.learner} has no passed quiz attempt", file=sys.stderr)
-                return 1
-            score = args.score if args.score is not None else store.attempt_percent(attempt)
-            cert = store.issue_certificate(
-                session=session,
-                learner_id=learner.id,
-                attempt_id=attempt.id,
-                name=args.name,
-                lang=args.lang,
-                score=score,
-                pass_date=args.date or store.attempt_date(attempt),
-            )
-        else:
-            if args.score is None:
-                print("--score is required without --learner", file=sys.stderr)
-                return 2
-            cert = store.issue_certificate(
-                session=session,
-                learner_id=None,
-                attempt_id=None,
-                name=args.name,
-                lang=args.lang,
-                score=args.score,
-                pass_date=args.date or datetime.now(UTC).date().isoformat(),
-            )
+        try:
+            cert = _issue(session, args)
+        except store.CertificateError as err:  # refused: say why, in English, for the operator
+            print(f"not issued: {err}", file=sys.stderr)
+            return 1
+        if cert is None:
+            return 1
         Path(args.out).write_bytes(store.render_pdf(cert))
     print(cert.id)
     print(f"  wrote {args.out}")
     print(f"  verify at {store.verify_link(cert)}")
     return 0
+
+
+def _issue(session, args: argparse.Namespace):
+    """The certificate ``issue`` asks for, or None after saying why there is none."""
+    from sqlmodel import select
+
+    from academy.accounts import normalise_email
+    from academy.models import Learner
+
+    if not args.learner:  # tied to nobody: the operator vouches for name and score
+        return store.issue_certificate(
+            session=session, learner_id=None, attempt_id=None, name=args.name, lang=args.lang,
+            score=args.score, pass_date=args.date or datetime.now(UTC).date().isoformat(),
+        )
+    learner = session.exec(select(Learner).where(Learner.email == normalise_email(args.learner))).first()
+    if learner is None:
+        print(f"no learner with e-mail {args.learner}", file=sys.stderr)
+        return None
+    attempt = store.eligible_attempt(session=session, learner_id=learner.id)
+    if attempt is None:
+        print(f"{args.learner} has no passed quiz attempt", file=sys.stderr)
+        return None
+    return store.issue_certificate(
+        session=session, learner_id=learner.id, attempt_id=attempt.id, name=args.name, lang=args.lang,
+        score=args.score if args.score is not None else attempt.score,
+        pass_date=args.date or store.attempt_date(attempt),
+    )
 
 
 FETCH_TIMEOUT_S = 10

@@ -51,7 +51,6 @@ from joserfc import jws
 from joserfc.errors import JoseError
 from joserfc.jwk import OKPKey
 from pypdf import PdfReader, PdfWriter
-from pypdf.errors import PyPdfError
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, update
 
@@ -398,9 +397,9 @@ def verify_proof(
         public_keys[kid].verify(signature, data)
     except InvalidSignature as e:
         raise CredentialError("proof does not match the credential") from e
-    return Verified(
-        credential={k: v for k, v in secured.items() if k != "proof"}, kid=kid, form="data-integrity"
-    )
+    # Exactly what was signed: with the proof's own @context, so entries a forger
+    # appended to the document's context list do not come back as verified.
+    return Verified(credential=document, kid=kid, form="data-integrity")
 
 
 # --- securing: VC-JWT (joserfc signs; tests verify with PyJWT too) ----------
@@ -529,7 +528,9 @@ def keys_from_did_document(document: dict[str, Any], did: str) -> dict[str, Ed25
     """The Ed25519 assertion keys a DID document lists (JWK or Multikey), by kid."""
     if not isinstance(document, dict) or document.get("id") != did:
         return {}
-    assertion = set(document.get("assertionMethod") or [])
+    listed = document.get("assertionMethod")
+    # References only (strings): an embedded method object is not one of ours.
+    assertion = {m for m in listed if isinstance(m, str)} if isinstance(listed, list) else set()
     found: dict[str, Ed25519PublicKey] = {}
     for method in document.get("verificationMethod") or []:
         if not isinstance(method, dict) or method.get("id") not in assertion:
@@ -542,7 +543,7 @@ def keys_from_did_document(document: dict[str, Any], did: str) -> dict[str, Ed25
                 raw = raw[2:]
             else:
                 key = method.get("publicKeyJwk") or {}
-                if key.get("kty") != "OKP" or key.get("crv") != "Ed25519":
+                if not isinstance(key, dict) or key.get("kty") != "OKP" or key.get("crv") != "Ed25519":
                     continue
                 x = str(key["x"])
                 raw = base64.urlsafe_b64decode(x + "=" * (-len(x) % 4))
@@ -677,15 +678,6 @@ def attach_to_pdf(pdf_bytes: bytes, cert: Certificate) -> bytes:
     out = io.BytesIO()
     writer.write(out)
     return out.getvalue()
-
-
-def credentials_in_pdf(pdf_bytes: bytes) -> dict[str, bytes]:
-    """The credential files embedded by ``attach_to_pdf`` (none: empty)."""
-    try:
-        found = PdfReader(io.BytesIO(pdf_bytes)).attachments
-    except (PyPdfError, ValueError, OSError):
-        return {}
-    return {name: found[name][0] for name in PDF_ATTACHMENTS if found.get(name)}
 
 
 # --- sharing ----------------------------------------------------------------

@@ -295,13 +295,6 @@ def _check_date(pass_date: str | date) -> str:
         raise InvalidInput(field="pass_date") from e
 
 
-def attempt_percent(attempt: QuizAttempt) -> float:
-    """The attempt's score in percent (a passed attempt scores at least the pass
-    mark, so a stored value up to 1.0 can only be a fraction)."""
-    score = float(attempt.score or 0.0)
-    return score * 100 if score <= 1.0 else score
-
-
 def attempt_date(attempt: QuizAttempt) -> str:
     return (attempt.finished_at or attempt.started_at).date().isoformat()
 
@@ -461,12 +454,6 @@ def _same_or_refuse(existing: Certificate, name: str, lang: str) -> Certificate:
     raise AlreadyCertified(existing.id)
 
 
-def active_certificate(*, session: Session, learner_id: int) -> Certificate | None:
-    """The learner's one active certificate for the course (the page offers
-    reissue instead of "create" when there is one)."""
-    return _active(session, learner_id)
-
-
 def is_disqualified(*, session: Session, learner_id: int) -> bool:
     """Whether an admin's "revoke and disqualify" blocks new certificates."""
     return (
@@ -492,7 +479,7 @@ def issue_for_learner(*, session: Session, learner_id: int, name: str, lang: str
         attempt_id=attempt.id,
         name=name,
         lang=lang,
-        score=attempt_percent(attempt),
+        score=float(attempt.score or 0.0),  # stored in percent
         pass_date=attempt_date(attempt),
     )
 

@@ -326,3 +326,11 @@ def test_concurrent_guesses_are_limited_on_postgres(postgres_url, monkeypatch):
             s.exec(delete(SigninCounter).where(col(SigninCounter.key).contains(str(os.getpid()))))
             s.commit()
         engine.dispose()
+
+
+def test_an_overlong_address_at_sign_in_is_a_wrong_password_not_a_crash(session):
+    """Review: the rate-limit key built from an unbounded address overflowed its column
+    on PostgreSQL (DataError, a crashed page)."""
+    with pytest.raises(AccountError) as err:
+        accounts.sign_in(session=session, email="a" * 5000 + "@example.org", password="whatever pw")
+    assert err.value.key == "account.err_credentials"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import copy
 import hashlib
+import io
 import json
 import threading
 from datetime import UTC, datetime
@@ -20,6 +21,7 @@ import jwt as pyjwt
 import pytest
 import rfc8785
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from pypdf import PdfReader
 from sqlmodel import Session
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
@@ -592,17 +594,23 @@ def test_cli_offline_checks_the_proof_and_says_revocation_was_not_seen(session, 
 # --- the PDF ------------------------------------------------------------------
 
 
+def credentials_in_pdf(pdf_bytes: bytes) -> dict[str, bytes]:
+    """The credential files attach_to_pdf embedded (the server never parses PDFs itself)."""
+    found = PdfReader(io.BytesIO(pdf_bytes)).attachments
+    return {name: found[name][0] for name in openbadges.PDF_ATTACHMENTS if found.get(name)}
+
+
 def test_credential_rides_in_the_pdf_and_the_pdf_still_verifies_offline(session):
     cert = issue(session)
     plain = pdf.render(payload=cert.payload, signature=cert.signature,
                        public_url="https://academy.example")
-    assert openbadges.credentials_in_pdf(plain) == {}
+    assert credentials_in_pdf(plain) == {}
     carried = openbadges.attach_to_pdf(plain, cert)
     assert store.verify_pdf(carried).status == "valid"
     # What learners download (store.render_pdf) carries it too.
-    assert openbadges.credentials_in_pdf(store.render_pdf(cert)).keys() == {"credential.json",
+    assert credentials_in_pdf(store.render_pdf(cert)).keys() == {"credential.json",
                                                                            "credential.jwt"}
-    files = openbadges.credentials_in_pdf(carried)
+    files = credentials_in_pdf(carried)
     assert files == {
         "credential.json": cert.credential_json.encode(),
         "credential.jwt": cert.credential_jwt.encode(),

@@ -29,8 +29,9 @@ with st.form("make_admin"):
     if st.form_submit_button(t("admin.make_admin")):
         try:
             with session_scope() as session:
-                make_admin(session=session, email=email)
-            st.success(t("admin.made_admin", email=email.strip().lower()))
+                made = make_admin(session=session, email=email, granted_by=who.id)
+            st.success(t("admin.made_admin"))
+            st.text(made.email)  # what was typed is shown as text
         except AccountError as err:
             st.error(ui.error_text(err))
 
