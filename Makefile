@@ -27,7 +27,7 @@ migrate: $(STAMP)
 # The app and one lab worker together; the worker stops when the app does.
 # On several machines, run each on its own (see the README's multi-machine layout).
 run: migrate
-	@$(BIN)/python -m labs.worker & worker=$$!; \
+	@$(BIN)/python -m academy.worker & worker=$$!; \
 	trap 'kill $$worker 2>/dev/null; wait $$worker 2>/dev/null' EXIT INT TERM; \
 	$(BIN)/streamlit run app/main.py --server.port $(PORT) --server.headless true \
 		--browser.gatherUsageStats false

@@ -17,12 +17,12 @@ server's operator grants them (``python -m academy.admin``).
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 import threading
 import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import timedelta
 
 from argon2 import PasswordHasher
@@ -33,6 +33,7 @@ from sqlalchemy import case, delete, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
+from academy.errors import UserError
 from academy.models import AdminToken, Learner, LoginSession, SigninCounter, utcnow
 from academy.settings import get_settings
 
@@ -46,15 +47,12 @@ _SLOTS = threading.BoundedSemaphore(max(1, get_settings().argon2_max_concurrent)
 ARGON2_WAIT_S = 2.0
 ADMIN_TOKEN_HOURS = 1
 
+_log = logging.getLogger(__name__)
+EMAIL_MAX = 254  # the longest address SMTP allows (RFC 5321 path limit)
 
-@dataclass
-class AccountError(Exception):
-    """A refusal the page shows in the learner's language (``code`` is a catalog key)."""
 
-    code: str
-
-    def __str__(self) -> str:
-        return self.code
+class AccountError(UserError):
+    """A refusal the page shows in the learner's language (``key`` in ``account.*``)."""
 
 
 def clean_display_name(name: str) -> str:
@@ -102,7 +100,7 @@ def check_email(email: str) -> str:
     if any(unicodedata.category(ch) in ("Cc", "Cf", "Zs", "Zl", "Zp", "Co", "Cn") for ch in raw):
         raise AccountError("account.err_email")
     address = normalise_email(raw)
-    if len(address) > 254:
+    if len(address) > EMAIL_MAX:
         raise AccountError("account.err_email")
     try:
         checked = validate_email(address, check_deliverability=False)
@@ -267,6 +265,10 @@ def sign_in(*, session: Session, email: str, password: str, client: str = UNKNOW
     if it succeeds, so attempts still being checked count too.
     """
     email = normalise_email(email)
+    if len(email) > EMAIL_MAX:
+        # No account has such an address (sign-up refuses it), and the counter keys
+        # built from it would not fit their column: the same answer as any wrong one.
+        raise AccountError("account.err_credentials")
     if secrets.randbelow(100) == 0:
         prune_counters(session=session)
     taken = _reserve(session, _signin_limits(email, client))
@@ -389,13 +391,17 @@ def change_password(
 # --- administrators -----------------------------------------------------------------------------
 
 
-def make_admin(*, session: Session, email: str) -> Learner:
+def make_admin(*, session: Session, email: str, granted_by: int | None = None) -> Learner:
+    """Make the account with this address an administrator; the grant is logged with
+    who made it (``granted_by``, a learner id; None: the operator's CLI)."""
     learner = session.exec(select(Learner).where(Learner.email == normalise_email(email))).first()
     if learner is None:
         raise AccountError("account.err_no_such_account")
     learner.is_admin = True
     session.add(learner)
     session.commit()
+    _log.warning("administrator rights granted to learner %s by %s", learner.id,
+                 f"learner {granted_by}" if granted_by is not None else "the operator (CLI)")
     return learner
 
 
@@ -428,7 +434,11 @@ def redeem_admin_token(*, session: Session, learner_id: int, token: str) -> Lear
         session.rollback()
         raise AccountError("account.err_admin_token")
     learner = session.get(Learner, learner_id)
+    if learner is None:  # the account went away meanwhile: the token stays unused
+        session.rollback()
+        raise AccountError("account.err_no_such_account")
     learner.is_admin = True
     session.add(learner)
     session.commit()
+    _log.warning("administrator rights granted to learner %s by a one-time token", learner.id)
     return learner

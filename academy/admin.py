@@ -22,7 +22,6 @@ from academy.accounts import (
     sign_up,
 )
 from academy.db import session_scope
-from academy.i18n import t
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
                 sign_up(session=session, email=args.email, password=password)
             learner = make_admin(session=session, email=args.email)
     except AccountError as err:
-        print(t(err.code, "en"), file=sys.stderr)
+        print(err, file=sys.stderr)  # English, for the operator
         return 1
     print(f"{learner.email} is now an administrator.")
     return 0

@@ -18,12 +18,16 @@ from __future__ import annotations
 
 import numbers
 import string
+from datetime import date, datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import yaml
 from babel import Locale, UnknownLocaleError
+from babel.dates import format_date as babel_date
+from babel.dates import format_time as babel_time
+from babel.dates import get_datetime_format
 from babel.numbers import get_decimal_symbol, get_group_symbol
 
 from academy import content
@@ -73,7 +77,9 @@ def languages() -> dict[str, str]:
 
 
 @cache
-def _locale(lang: str) -> Locale | None:
+def babel_locale(lang: str) -> Locale | None:
+    """Babel's locale for a language code, or None where Babel has none (a new
+    course language may be added before Babel knows it)."""
     try:
         return Locale.parse(lang)
     except (UnknownLocaleError, ValueError):
@@ -83,7 +89,7 @@ def _locale(lang: str) -> Locale | None:
 def plural_form(lang: str, count: Any) -> str:
     """The CLDR plural category (``one``, ``other``...) of ``count`` in ``lang``;
     ``other`` for anything that is not a number (such as a "?" placeholder)."""
-    locale = _locale(lang)
+    locale = babel_locale(lang)
     if locale is None or isinstance(count, bool) or not isinstance(count, numbers.Real):
         return "other"
     return locale.plural_form(abs(count))
@@ -91,14 +97,14 @@ def plural_form(lang: str, count: Any) -> str:
 
 def plural_forms(lang: str) -> frozenset[str]:
     """The plural categories ``lang`` distinguishes (always including ``other``)."""
-    locale = _locale(lang)
+    locale = babel_locale(lang)
     return frozenset(locale.plural_form.tags if locale else ()) | {"other"}
 
 
 @cache
 def number_marks(lang: str) -> tuple[str, str]:
     """(decimal mark, grouping mark) of ``lang``, from CLDR; English's if unknown."""
-    if _locale(lang) is None:
+    if babel_locale(lang) is None:
         return ".", ","
     return get_decimal_symbol(lang), get_group_symbol(lang)
 
@@ -126,6 +132,21 @@ def format_number(value: float, lang: str, spec: str = "") -> str:
     """``format(value, spec)`` in ``lang``'s marks, for numbers shown outside a
     catalog string (metrics, table cells): Dutch readers get "1,5 MB" there too."""
     return _LocalFormatter(lang).format_field(value, spec)
+
+
+def format_date(value: date, lang: str, length: str = "medium") -> str:
+    """A date as ``lang``'s readers write it (Babel's CLDR data: "Mar 7, 2025",
+    "7 mrt 2025", "2025年3月7日"), never a hand-made pattern; English's if unknown."""
+    return babel_date(value, length, locale=lang if babel_locale(lang) else DEFAULT_LANG)
+
+
+def format_datetime(value: datetime, lang: str) -> str:
+    """Date and minute (the stored UTC time, as stored) in ``lang``'s order and marks:
+    "Mar 7, 2025, 3:04 PM", "7 mrt 2025, 15:04", "2025年3月7日 15:04"."""
+    code = lang if babel_locale(lang) else DEFAULT_LANG
+    return (get_datetime_format("medium", locale=code)
+            .replace("{1}", babel_date(value, "medium", locale=code))
+            .replace("{0}", babel_time(value, "short", locale=code)))
 
 
 def t(key: str, lang: str, /, **values: Any) -> str:

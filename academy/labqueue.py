@@ -1,7 +1,7 @@
 """Lab runs as jobs on a durable queue, run by worker processes anywhere.
 
 The web process only writes a :class:`~academy.models.LabRun` row and puts its id
-on a huey queue; a ``python -m labs.worker`` process (on this machine or
+on a huey queue; a ``python -m academy.worker`` process (on this machine or
 another) takes it, starts ``python -m labs LAB ... --events F --out G`` in its
 own process group, and writes everything back to the row: the claim, a
 heartbeat and the newest progress event about once a second, and the result
@@ -57,15 +57,18 @@ from sqlalchemy import update
 from sqlmodel import func, select
 
 from academy.db import session_scope
+from academy.errors import UserError
 from academy.models import LabRun, LabWorker, utcnow
 from academy.settings import ROOT, get_settings
+from labs import context
+from labs.params import Run, flag, specs
 
 QUEUES = ("cpu", "gpu")
 ACTIVE = ("queued", "running")
 TERMINAL = ("done", "failed", "cancelled")
 TICK_S = 0.5  # how often a worker looks at each of its runs (cancel flag, heartbeat)
 REAP_EVERY_S = 2.0
-log = logging.getLogger("labs.worker")
+log = logging.getLogger("academy.worker")
 
 
 def queue_for(params: dict[str, Any]) -> str:
@@ -129,12 +132,12 @@ def pending(queue: str) -> int:
 # What the web side asks of the database
 
 
-class QueueFull(Exception):
-    """Fair use refused the run: ``code`` is the i18n key, ``values`` its placeholders."""
+class LabRequestError(UserError, ValueError):
+    """The lab request cannot be run as asked (the page shows ``key`` translated)."""
 
-    def __init__(self, code: str, **values: Any):
-        super().__init__(code)
-        self.code, self.values = code, values
+
+class QueueFull(LabRequestError):
+    """Fair use refused the run: the learner's own limit, or the whole queue's."""
 
 
 def _admission_lock(session) -> None:
@@ -157,7 +160,8 @@ def submit(*, lab: str, params: dict[str, Any], learner_id: int | None, machine:
     Refused with :class:`QueueFull` when the learner already has
     ``lab_max_per_learner`` labs queued or running, or ``lab_max_queued`` are
     queued or running in all. A guest has no learner id: ``session_runs``,
-    the ids its browser session submitted, are what it is counted by.
+    the ids its browser session submitted, are what it is counted by; and
+    with a :class:`LabRequestError` when the queue cannot be reached.
     """
     settings = get_settings()
     queue = queue_for(params)
@@ -179,12 +183,12 @@ def submit(*, lab: str, params: dict[str, Any], learner_id: int | None, machine:
         run_id = run.id
     try:
         enqueue(run_id, queue)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001  (the queue's storage is down: say so, do not crash)
         with session_scope() as session:
             session.exec(update(LabRun).where(LabRun.id == run_id).values(
                 status="failed", finished_at=utcnow(),
                 error={"kind": "queue_unavailable", "message": repr(exc)}))
-        raise
+        raise LabRequestError("labs_refused.queue_unavailable") from exc
     return run_id
 
 
@@ -362,7 +366,7 @@ class DevicePool:
 
 @dataclass
 class WorkerState:
-    """What the running ``python -m labs.worker`` process tells execute()."""
+    """What the running ``python -m academy.worker`` process tells execute()."""
 
     name: str
     workroot: Path
@@ -385,14 +389,16 @@ def set_worker(state: WorkerState | None) -> None:
 
 
 def command(lab: str, params: dict[str, Any], workdir: Path) -> list[str]:
-    """The lab's CLI for this run; each stored parameter is the flag of the same name."""
+    """The lab's CLI for this run, each stored parameter as its flag in the lab's schema."""
     settings = get_settings()
     args = [sys.executable, "-m", "labs", lab, "--json", "--timeout", str(settings.lab_timeout_s),
             "--hang-timeout", str(settings.lab_hang_timeout_s),
             "--events", str(workdir / "events.jsonl"), "--out", str(workdir / "result.json")]
+    flags = {name: flag(name, spec) for cls in (Run, context.load_lab(lab).Params)
+             for name, (_field, spec) in specs(cls).items()}
     for key, value in params.items():
         if key != "nodes":
-            args += [f"--{key.replace('_', '-')}", str(value)]
+            args += [flags[key], str(value)]
     return args
 
 
@@ -457,7 +463,7 @@ def execute(run_id: int) -> None:
     """The job: claim the run, run its lab to the end, record the outcome, tidy up."""
     state = _worker
     if state is None:
-        raise RuntimeError("lab jobs run only inside `python -m labs.worker`")
+        raise RuntimeError("lab jobs run only inside `python -m academy.worker`")
     if state.stopping.is_set():
         # Taken from the queue just as the worker was told to stop: put it back
         # (the row is still "queued"), so that another worker runs it.
@@ -529,7 +535,9 @@ def _kill(proc: subprocess.Popen) -> None:
 
 def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str, str]) -> None:
     settings = get_settings()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **env_extra}
+    # Settings' limits go to the CLI in the variables it reads (they may have come from .env).
+    env = {**os.environ, **settings.lab_limits.environ(), "OMP_NUM_THREADS": "1",
+           "PYTHONUNBUFFERED": "1", **env_extra}
     started = time.monotonic()
     stopped_by: str | None = None
     tail = _Tail(workdir / "events.jsonl")

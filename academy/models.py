@@ -95,7 +95,7 @@ class LabRun(SQLModel, table=True):
 
 
 class LabWorker(SQLModel, table=True):
-    """A ``python -m labs.worker`` process, as it last reported itself.
+    """A ``python -m academy.worker`` process, as it last reported itself.
 
     The page reads it for the expected wait (how many runs can start at once
     per queue); the heartbeat says whether the worker is still there.
@@ -111,7 +111,23 @@ class LabWorker(SQLModel, table=True):
     heartbeat_at: datetime = Field(default_factory=utcnow)
 
 
+_OPEN = "status = 'in_progress'"
+
+
 class QuizAttempt(SQLModel, table=True):
+    # At most one open graded and one open practice attempt per learner: two
+    # tabs that start an attempt at once get the same one (quizzes.store).
+    __table_args__ = (
+        Index(
+            "uq_quizattempt_one_open",
+            "learner_id",
+            "practice",
+            unique=True,
+            sqlite_where=text(_OPEN),
+            postgresql_where=text(_OPEN),
+        ),
+    )
+
     id: int | None = Field(default=None, primary_key=True)
     learner_id: int = Field(foreign_key="learner.id", index=True)
     course_id: str = Field(default="data-parallelism", max_length=64)
@@ -120,7 +136,7 @@ class QuizAttempt(SQLModel, table=True):
     # The drawn questions: ids, drawn parameter values and option order.
     plan: list[dict[str, Any]] = Field(default_factory=list, sa_column=Column(JSON))
     practice: bool = False
-    # in_progress | finished
+    # in_progress | finished | abandoned (a duplicate open attempt closed by migration 0005)
     status: str = Field(default="in_progress", max_length=16, index=True)
     score: float | None = None
     passed: bool | None = None

@@ -13,6 +13,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from labs.params import Limits
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -43,14 +45,15 @@ class Settings(BaseSettings):
     # 0: the client is the peer address of the websocket (no proxy, or a proxy we
     # cannot tell apart, which then counts as one client for everybody).
     trusted_proxy_hops: int = 0
-    # Labs: how many CPU labs one worker runs at once (0 = derived from the CPU count), and
-    # the wall-clock limit of one run.
+    # Labs: how many CPU labs one worker runs at once (0 = derived from the CPU count). The
+    # limits of one run (wall clock, hang, ranks, message size) read the
+    # LAB_* variables that `python -m labs` reads too; their defaults are
+    # labs.params.Limits', so the number is written once.
     lab_max_concurrent: int = 0
-    lab_timeout_s: int = 120
-    # A rank that reports no progress and uses no CPU for this long counts as hung.
-    # Above the engine default of 10 s: a 64 MiB step on a busy 2-core machine can take that long.
-    lab_hang_timeout_s: int = 20
-    lab_max_world_size: int = 8
+    lab_timeout_s: int = Limits.timeout_s
+    lab_hang_timeout_s: int = Limits.hang_timeout_s
+    lab_max_world_size: int = Limits.max_world_size
+    lab_max_bytes: int = Limits.max_bytes
     # Fair queueing: labs one learner (or one guest's browser session) may have
     # queued or running at once, and labs queued or running in all.
     lab_max_per_learner: int = 2
@@ -78,6 +81,11 @@ class Settings(BaseSettings):
     def https(self) -> bool:
         """Served over HTTPS: the cookie gets ``Secure`` and the ``__Host-`` prefix, and HSTS is sent."""
         return self.public_url.lower().startswith("https://")
+
+    @property
+    def lab_limits(self) -> Limits:
+        return Limits(max_world_size=self.lab_max_world_size, max_bytes=self.lab_max_bytes,
+                      timeout_s=self.lab_timeout_s, hang_timeout_s=self.lab_hang_timeout_s)
 
     @property
     def lab_concurrency(self) -> int:

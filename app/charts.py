@@ -1,7 +1,9 @@
 """Plotly figures for lessons and labs. Plain functions: data in, figure out.
 
 Labels come in from the caller (already in the learner's language), so this
-module holds no learner-visible text.
+module holds no learner-visible text. Numbers are the learner's too: ``lang``
+sets plotly's decimal and grouping marks (ticks, hover) and the marks of the
+numbers we write into titles ourselves.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
+
+from academy.i18n import DEFAULT_LANG, format_number, number_marks
+from labs import model as ring_model
 
 # (src, dst, chunk, phase) as in app.calculators.ring_schedule and lab traces;
 # chunk is None for the naive ring, which sends the whole buffer.
@@ -47,6 +52,13 @@ def replay(world_size: int, steps: Sequence[Sequence[Send]]) -> list[RingState]:
                 state[dst][chunk] = snapshot[src][chunk]
         states.append(RingState(tuple(tuple(row) for row in state)))
     return states
+
+
+def _marks(fig: go.Figure, lang: str) -> go.Figure:
+    """Ticks and hover text in ``lang``'s marks ("0,5" in Dutch)."""
+    decimal, group = number_marks(lang)
+    fig.update_layout(separators=decimal + group)
+    return fig
 
 
 def _rank_xy(n: int) -> list[tuple[float, float]]:
@@ -96,13 +108,13 @@ def _node_trace(n: int, labels: dict[str, str]) -> go.Scatter:
 
 
 def _step_title(k: int, steps: Sequence[Sequence[Send]], labels: dict[str, str],
-                step_durations: Sequence[float] | None) -> str:
+                step_durations: Sequence[float] | None, lang: str) -> str:
     if k == 0:
         return labels["start"]
     phase = steps[k - 1][0][3] if steps[k - 1] else ""
     text = f"{labels['step']} {k}/{len(steps)} · {labels.get(phase, phase)}"
     if step_durations:
-        text += f" · {step_durations[k - 1] * 1e3:.2f} ms"
+        text += f" · {format_number(step_durations[k - 1] * 1e3, lang, '.2f')} ms"
     return text
 
 
@@ -148,6 +160,7 @@ def ring_figure(
     labels: dict[str, str],
     step_durations: Sequence[float] | None = None,
     chunk_sizes: Sequence[str] | None = None,
+    lang: str = DEFAULT_LANG,
 ) -> go.Figure:
     """An animated ring all-reduce: one frame per step plus the starting state.
 
@@ -194,10 +207,10 @@ def ring_figure(
     node_trace = _node_trace(n, labels)
     frames = [
         go.Frame(name=str(k), data=[node_trace, *frame_data(k)],
-                 layout={"annotations": arrows(k), "title": {"text": _step_title(k, steps, labels, step_durations)}})
+                 layout={"annotations": arrows(k), "title": {"text": _step_title(k, steps, labels, step_durations, lang)}})
         for k in range(len(states))
     ]
-    return _animated(frames, labels=labels, step_durations=step_durations)
+    return _marks(_animated(frames, labels=labels, step_durations=step_durations), lang)
 
 
 @dataclass(frozen=True)
@@ -235,6 +248,7 @@ def naive_ring_figure(
     labels: dict[str, str],
     step_durations: Sequence[float] | None = None,
     buffer_size: str | None = None,
+    lang: str = DEFAULT_LANG,
 ) -> go.Figure:
     """The naive ring, animated: in every step each rank sends its whole buffer to the next.
 
@@ -299,10 +313,10 @@ def naive_ring_figure(
     node_trace = _node_trace(n, labels)
     frames = [
         go.Frame(name=str(k), data=[node_trace, *frame_data(k)],
-                 layout={"annotations": arrows(k), "title": {"text": _step_title(k, steps, labels, step_durations)}})
+                 layout={"annotations": arrows(k), "title": {"text": _step_title(k, steps, labels, step_durations, lang)}})
         for k in range(len(states))
     ]
-    return _animated(frames, labels=labels, step_durations=step_durations)
+    return _marks(_animated(frames, labels=labels, step_durations=step_durations), lang)
 
 
 def trace_steps(traces: Sequence[Sequence[dict]]) -> tuple[list[list[Send]], list[float]]:
@@ -326,7 +340,8 @@ def trace_steps(traces: Sequence[Sequence[dict]]) -> tuple[list[list[Send]], lis
     return steps, durations
 
 
-def step_time_figure(measured: Sequence[float], predicted: Sequence[float], labels: dict[str, str]) -> go.Figure:
+def step_time_figure(measured: Sequence[float], predicted: Sequence[float], labels: dict[str, str],
+                     lang: str = DEFAULT_LANG) -> go.Figure:
     """Measured step times beside the alpha-beta prediction (milliseconds)."""
     xs = list(range(1, len(measured) + 1))
     fig = go.Figure()
@@ -334,11 +349,11 @@ def step_time_figure(measured: Sequence[float], predicted: Sequence[float], labe
     fig.add_scatter(x=xs, y=[p * 1e3 for p in predicted], mode="lines+markers", name=labels["theory"])
     fig.update_layout(height=300, xaxis_title=labels["step"], yaxis_title="ms", margin={"t": 20},
                       legend={"orientation": "h"})
-    return fig
+    return _marks(fig, lang)
 
 
 def busbw_figure(rows: Sequence[dict], *, world_size: int, fit: dict | None, labels: dict[str, str],
-                 reference: tuple[float, float] | None = None) -> go.Figure:
+                 reference: tuple[float, float] | None = None, lang: str = DEFAULT_LANG) -> go.Figure:
     """busbw against message size (log x) per implementation, with the fitted model."""
     fig = go.Figure()
     impls = []
@@ -352,10 +367,8 @@ def busbw_figure(rows: Sequence[dict], *, world_size: int, fit: dict | None, lab
     n = world_size
     if fit and fit.get("alpha_s") is not None and fit.get("bandwidth_Bps") and n > 1:
         sizes = sorted({r["size"] for r in rows})
-        model = []
-        for size in sizes:
-            t = 2 * (n - 1) * fit["alpha_s"] + 2 * (n - 1) / n * size / fit["bandwidth_Bps"]
-            model.append(size / t * 2 * (n - 1) / n / 1e9)
+        model = [ring_model.busbw(size, ring_model.ring_time(n, size, fit["alpha_s"], fit["bandwidth_Bps"]), n) / 1e9
+                 for size in sizes]
         fig.add_scatter(x=sizes, y=model, mode="lines", line={"dash": "dot"}, name=labels["fit"])
     yaxis: dict = {}
     if reference:
@@ -370,10 +383,11 @@ def busbw_figure(rows: Sequence[dict], *, world_size: int, fit: dict | None, lab
     fig.update_layout(height=460, xaxis_type="log", yaxis_type="log", xaxis_title=labels["size"],
                       yaxis_title="busbw (GB/s)", yaxis=yaxis, margin={"t": 20},
                       legend={"orientation": "h", "y": -0.25, "x": 0})
-    return fig
+    return _marks(fig, lang)
 
 
-def breakdown_figure(parts: dict[str, dict[str, float]], labels: dict[str, str]) -> go.Figure:
+def breakdown_figure(parts: dict[str, dict[str, float]], labels: dict[str, str],
+                     lang: str = DEFAULT_LANG) -> go.Figure:
     """Stacked per-step time (ms): forward, backward, exposed communication, optimizer."""
     fig = go.Figure()
     names = list(parts)
@@ -381,15 +395,15 @@ def breakdown_figure(parts: dict[str, dict[str, float]], labels: dict[str, str])
         fig.add_bar(x=[labels[n] for n in names], y=[parts[n].get(part, 0.0) for n in names], name=labels[part])
     fig.update_layout(barmode="stack", height=320, yaxis_title="ms", margin={"t": 20},
                       legend={"orientation": "h"})
-    return fig
+    return _marks(fig, lang)
 
 
 def lines_figure(series: dict[str, Sequence[float]], *, x_title: str, y_title: str,
-                 xs: Sequence[float] | None = None, log_x: bool = False) -> go.Figure:
+                 xs: Sequence[float] | None = None, log_x: bool = False, lang: str = DEFAULT_LANG) -> go.Figure:
     fig = go.Figure()
     for name, ys in series.items():
         fig.add_scatter(x=list(xs) if xs is not None else list(range(1, len(ys) + 1)), y=list(ys),
                         mode="lines+markers", name=name)
     fig.update_layout(height=300, xaxis_title=x_title, yaxis_title=y_title, margin={"t": 20},
                       legend={"orientation": "h"}, xaxis_type="log" if log_x else None)
-    return fig
+    return _marks(fig, lang)

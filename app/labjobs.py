@@ -2,7 +2,7 @@
 
 The web process never starts a lab. :func:`submit` writes a
 :class:`~academy.models.LabRun` row and puts it on the queue (academy/labqueue.py);
-a ``python -m labs.worker`` process, here or on another machine, runs it and
+a ``python -m academy.worker`` process, here or on another machine, runs it and
 writes progress and the outcome back to the row. The page polls the row, so
 any app replica can show any run. Cancel sets a flag the worker acts on
 within a second (a queued run is dropped at once).
@@ -25,62 +25,73 @@ from academy import labqueue
 from academy.db import session_scope
 from academy.models import LabRun
 from academy.settings import get_settings
+from labs import context
 from labs.launch import resolve_backend
-from labs.ring import DTYPES
+from labs.params import ParamError, Run, Spec, check, element_type, offered
 
-LABS = ("ring", "bench", "ddp")
+LABS = tuple(context.LABS)
 ACTIVE = ("queued", "running")
-# Parameters a learner may set, per lab, mapped to the CLI's flags.
-FLAGS = {
-    "world_size": "--world-size", "backend": "--backend", "size": "--size", "dtype": "--dtype",
-    "op": "--op", "fail_rank": "--fail-rank", "fail_at_step": "--fail-at-step",
-    "fail_mode": "--fail-mode", "min_bytes": "--min-bytes", "max_bytes": "--max-bytes",
-    "steps": "--steps", "algo": "--algo",
-}
-ALLOWED = {
-    "ring": {"world_size", "backend", "size", "dtype", "op", "algo", "fail_rank", "fail_at_step", "fail_mode"},
-    "bench": {"world_size", "backend", "min_bytes", "max_bytes", "fail_rank", "fail_at_step", "fail_mode"},
-    "ddp": {"world_size", "backend", "steps", "fail_rank", "fail_at_step", "fail_mode"},
-}
 
 
-class LabRequestError(ValueError):
-    """The request cannot be run as asked (the page shows ``code`` translated)."""
+# The page's kind of error; the queue's fair-use refusals (QueueFull) are of it too.
+LabRequestError = labqueue.LabRequestError
 
-    def __init__(self, code: str, **values: Any):
-        super().__init__(code)
-        self.code, self.values = code, values
+
+def offers(lab: str) -> dict[str, tuple[type, Spec]]:
+    """What a learner may set for ``lab``: the parameters the page offers
+    (`labs.params.Run`'s and the lab's own), with the dataclass each belongs to."""
+    return {name: (cls, spec) for cls in (Run, context.load_lab(lab).Params)
+            for name, (_f, spec) in offered(cls).items()}
 
 
 def validate(lab: str, params: dict[str, Any]) -> dict[str, Any]:
-    """Keep only known parameters, with types and bounds checked."""
+    """Keep only the parameters the page offers, checked against their schema
+    (``labs.params``) and Settings' limits, in the page's ranges."""
     if lab not in LABS:
         raise LabRequestError("labs.err_unknown_lab", lab=lab)
+    offer = offers(lab)
     clean: dict[str, Any] = {}
-    for key, value in params.items():
-        if value is None or key not in ALLOWED[lab]:
-            continue
-        clean[key] = value
-    ws = int(clean.get("world_size", 2))
-    if not 1 <= ws <= get_settings().lab_max_world_size:
-        raise LabRequestError("labs.err_world_size", max=get_settings().lab_max_world_size)
-    clean["world_size"] = ws
-    if "fail_rank" in clean and not 0 <= int(clean["fail_rank"]) < ws:
-        raise LabRequestError("labs.err_fail_rank", max=ws - 1)
-    for key in ("size", "min_bytes", "max_bytes"):
-        if key in clean and not 8 <= int(clean[key]) <= 256 * 2**20:
-            raise LabRequestError("labs.err_size")
-    # Requests the lab itself would refuse are refused here, in the learner's
-    # language, instead of after starting processes.
-    if clean.get("op") == "avg" and not DTYPES[clean.get("dtype", "float32")].is_floating_point:
-        raise LabRequestError("labs_refused.avg_int")
-    if clean.get("backend") == "nccl":
+    try:
+        for key, value in params.items():
+            if value is None or key not in offer:
+                continue
+            kind, _many = element_type(offer[key][0], key)
+            clean[key] = kind(value)
+    except (TypeError, ValueError):
+        raise LabRequestError("labs.err_value") from None
+    clean.setdefault("world_size", Run().world_size)
+    limits = get_settings().lab_limits
+    try:
+        # Requests the lab itself would refuse are refused here, in the
+        # learner's language, instead of after starting processes.
+        for cls in (Run, context.load_lab(lab).Params):
+            check(cls(**{k: v for k, v in clean.items() if offer[k][0] is cls}), limits, page=True)
+    except ParamError as err:
+        raise _refusal(err, offer) from None
+    except ValueError:  # a lab's own rule across fields (e.g. bench: max below min)
+        raise LabRequestError("labs.err_value") from None
+    # NCCL needs a GPU per rank: a live GPU worker's device set, or else this machine's GPUs.
+    if clean.get("backend") == "nccl" and labqueue.largest_gpu_set() < clean["world_size"]:
         try:
-            resolve_backend("nccl", ws)
+            resolve_backend("nccl", clean["world_size"])
         except ValueError:
             gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
             raise LabRequestError("labs_refused.nccl", gpus=gpus) from None
     return clean
+
+
+def _refusal(err: ParamError, offer: dict[str, tuple[type, Spec]]) -> LabRequestError:
+    """The learner's words for a value the schema refused."""
+    high = err.values.get("high")
+    if err.rule == "avg_int":
+        return LabRequestError("labs_refused.avg_int")
+    if err.name == "world_size" and high is not None:
+        return LabRequestError("labs.err_world_size", max=high)
+    if err.name == "fail_rank" and high is not None:
+        return LabRequestError("labs.err_fail_rank", max=high)
+    if err.name in offer and offer[err.name][1].unit == "bytes" and high is not None:
+        return LabRequestError("labs.err_size", low=err.values["low"], high=high)
+    return LabRequestError("labs.err_value")
 
 
 def submit(*, lab: str, params: dict[str, Any], learner_id: int | None, machine: dict[str, Any],
@@ -88,17 +99,12 @@ def submit(*, lab: str, params: dict[str, Any], learner_id: int | None, machine:
     """Queue a lab run; returns its LabRun id.
 
     Refused with a :class:`LabRequestError` when the parameters are not
-    allowed, or by fair use (:func:`academy.labqueue.submit`): the learner's
-    own limit, or the queue's.
+    allowed, by fair use (:func:`academy.labqueue.submit`: the learner's own
+    limit, or the queue's), or when the queue cannot be reached.
     """
     clean = validate(lab, params)
-    try:
-        return labqueue.submit(lab=lab, params=clean, learner_id=learner_id, machine=machine,
-                               session_runs=session_runs)
-    except labqueue.QueueFull as err:
-        raise LabRequestError(err.code, **err.values) from None
-    except Exception as exc:  # noqa: BLE001  (the queue's storage is down: say so, do not crash)
-        raise LabRequestError("labs_refused.queue_unavailable") from exc
+    return labqueue.submit(lab=lab, params=clean, learner_id=learner_id, machine=machine,
+                           session_runs=session_runs)
 
 
 def progress(run_id: int) -> dict[str, Any] | None:

@@ -1,7 +1,9 @@
 """Results of a lab run on the page: metrics, plots and the ring animation.
 
 Figures come from ``app.charts``; the numbers are the ones the processes
-measured (``LabRun.result``), never recomputed or canned.
+measured (``LabRun.result``), never recomputed or canned, and are written
+with the learner's decimal marks (``num``). The form's widgets are built here
+too, from the parameters' schema in ``labs.params``.
 """
 
 from __future__ import annotations
@@ -9,14 +11,16 @@ from __future__ import annotations
 import csv
 import io
 import json
+from typing import Any
 
 import streamlit as st
 
 from academy.models import LabRun
 from app import calculators as calc
 from app import charts
-from app.ui import t
-from app.widgets import ring_labels
+from app.ui import labeler, t
+from app.widgets import lang, num, ring_labels
+from labs import params as lab_params
 
 NVLINK_REFERENCE = (360.0, 480.0)  # GB/s busbw, NCCL all-reduce on 8 x H100/H200
 
@@ -24,9 +28,35 @@ NVLINK_REFERENCE = (360.0, 480.0)  # GB/s busbw, NCCL all-reduce on 8 x H100/H20
 def _fmt_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.4g} {unit}"
+            return f"{num(n, '.0f')} {unit}" if unit == "B" else f"{num(n, '.4g')} {unit}"
         n /= 1024
-    return f"{n} B"
+    return f"{num(n)} B"
+
+
+def param_widget(where, cls, name: str, limits: lab_params.Limits, *, none: bool = False) -> Any:
+    """The form widget of one parameter, as its Spec describes it (label,
+    choices or range, default); ``none`` puts a "none" choice first and picks it."""
+    f, spec = lab_params.specs(cls)[name]
+    page = spec.page
+    value = lab_params.default(f, spec, limits, page=True)
+    low, high = lab_params.bounds(spec, limits, page=True)
+    helptext = t(page.help) if page.help else None
+    widget = page.widget or ("select" if spec.choices else "sizes" if spec.unit == "bytes" else "slider")
+    if widget == "select":
+        options = (["none"] if none else []) + list(spec.choices)
+        return where.selectbox(t(spec.key), options, index=0 if none else options.index(value),
+                               format_func=labeler(spec.labels) if spec.labels else str, help=helptext)
+    if widget == "sizes":  # powers of four from low to high
+        sizes = [int(low)]
+        while sizes[-1] * 4 <= high:
+            sizes.append(sizes[-1] * 4)
+        value = min(sizes, key=lambda size: abs(size - value))  # a default the limits left out
+        return where.select_slider(t(spec.key), sizes, value=value, format_func=_fmt_bytes, help=helptext)
+    low, high = int(low), int(high)
+    value = min(max(int(value), low), high)  # e.g. fail rank 1 when the limit is one rank
+    if widget == "number":
+        return int(where.number_input(t(spec.key), low, high, value, help=helptext))
+    return where.slider(t(spec.key), low, high, value, help=helptext)
 
 
 def _fit(latest_bench: dict | None) -> tuple[float, float]:
@@ -41,9 +71,9 @@ def ring(run: LabRun, latest_bench: dict | None) -> None:
     s = run.result["summary"]
     n = s["world_size"]
     c1, c2, c3 = st.columns(3)
-    c1.metric(t("labs.ring.total"), f"{s['total_time_s'] * 1e3:.2f} ms")
-    c2.metric(t("labs.ring.builtin"), f"{s['builtin_time_s'] * 1e3:.2f} ms")
-    c3.metric(t("labs.ring.busbw"), f"{s['busbw_GBps']:.4f} GB/s")
+    c1.metric(t("labs.ring.total"), f"{num(s['total_time_s'] * 1e3, '.2f')} ms")
+    c2.metric(t("labs.ring.builtin"), f"{num(s['builtin_time_s'] * 1e3, '.2f')} ms")
+    c3.metric(t("labs.ring.busbw"), f"{num(s['busbw_GBps'], '.4f')} GB/s")
     (st.success if s["correct"] else st.error)(
         t("labs.ring.correct", ok="✓" if s["correct"] else "✗", err=s.get("max_abs_err") or 0.0))
     if n < 2:
@@ -53,18 +83,19 @@ def ring(run: LabRun, latest_bench: dict | None) -> None:
     naive = s.get("algo") == "naive"
     st.markdown(f"**{t('labs_naive.animation') if naive else t('labs.ring.animation')}**")
     speed = st.select_slider(t("labs.ring.speed"), [0.25, 0.5, 1.0, 2.0, 4.0], value=1.0,
-                             format_func=lambda v: f"{v}×", key=f"speed_{run.id}")
+                             format_func=lambda v: f"{num(v, 'g')}×", key=f"speed_{run.id}")
     paced = [d / speed for d in durations]
     if naive:
         # Whole buffers go round the ring: one bar per rank, not n chunks.
         labels = {**ring_labels(), "pass-around": t("labs_naive.pass_around"), "buffer": t("labs_naive.whole_buffer"),
                   "carries": t("labs_naive.carries", rank="{rank}")}
         fig = charts.naive_ring_figure(n, steps, labels=labels, step_durations=paced,
-                                       buffer_size=_fmt_bytes(s["size_bytes"]))
+                                       buffer_size=_fmt_bytes(s["size_bytes"]), lang=lang())
         sent_bytes = s["size_bytes"]
     else:
         fig = charts.ring_figure(n, steps, labels=ring_labels(), step_durations=paced,
-                                 chunk_sizes=[_fmt_bytes(c * s["element_size"]) for c in s["chunk_numels"]])
+                                 chunk_sizes=[_fmt_bytes(c * s["element_size"]) for c in s["chunk_numels"]],
+                                 lang=lang())
         sent_bytes = max(s["chunk_numels"]) * s["element_size"]
     st.plotly_chart(fig, key=f"ring_{run.id}")
     alpha, bandwidth = _fit(latest_bench)
@@ -72,7 +103,7 @@ def ring(run: LabRun, latest_bench: dict | None) -> None:
     st.markdown(f"**{t('labs.ring.theory')}**")
     st.plotly_chart(charts.step_time_figure(durations, predicted, {
         "measured": t("labs.ring.measured"), "theory": t("labs.ring.theory_line"),
-        "step": t("widgets.ring.step")}), key=f"steps_{run.id}")
+        "step": t("widgets.ring.step")}, lang=lang()), key=f"steps_{run.id}")
     with st.expander(t("labs.ring.trace")):
         st.dataframe([{"rank": r, **rec} for r, recs in enumerate(s["traces"]) for rec in recs],
                      hide_index=True)
@@ -93,7 +124,7 @@ def bench(run: LabRun) -> None:
     fit = (s.get("fit") or {}).get("all_reduce")
     st.markdown(f"**{t('labs.bench.plot')}**")
     st.plotly_chart(charts.busbw_figure(rows, world_size=s["world_size"], fit=fit, labels=labels,
-                                        reference=NVLINK_REFERENCE), key=f"busbw_{run.id}")
+                                        reference=NVLINK_REFERENCE, lang=lang()), key=f"busbw_{run.id}")
     if fit and fit.get("alpha_s") is not None and fit.get("bandwidth_GBps"):
         st.caption(t("labs.bench.fit", alpha=fit["alpha_s"] * 1e6, bw=fit["bandwidth_GBps"]))
     ratios = s.get("ring_vs_all_reduce") or []
@@ -109,20 +140,20 @@ def ddp(run: LabRun) -> None:
     eq = sec.get("equivalence")
     if eq:
         n = run.result["summary"]["world_size"]
-        st.markdown(f"**{t('labs.ddp.equivalence', n=n, b=eq['batch_per_rank'], nb=eq['global_batch'])}**")
+        st.markdown(f"**{t('labs.ddp.equivalence', count=n, b=eq['batch_per_rank'], nb=eq['global_batch'])}**")
         if eq["equivalent"]:
             st.success(t("labs.ddp.equivalence_ok", diff=eq["max_abs_diff_vs_single_process"],
                          tol=eq["tolerance"], same="✓" if eq["ranks_identical"] else "✗"))
         else:
             st.error(t("labs.ddp.equivalence_bad", diff=eq["max_abs_diff_vs_single_process"], tol=eq["tolerance"]))
         st.plotly_chart(charts.lines_figure(
-            {t("labs.ddp.loss_ranks", n=n): eq["losses"], t("labs.ddp.loss_single"): eq["single_process_losses"]},
-            x_title=t("widgets.ring.step"), y_title=t("labs.ddp.loss")), key=f"loss_{run.id}")
+            {t("labs.ddp.loss_ranks", count=n): eq["losses"], t("labs.ddp.loss_single"): eq["single_process_losses"]},
+            x_title=t("widgets.ring.step"), y_title=t("labs.ddp.loss"), lang=lang()), key=f"loss_{run.id}")
     bd = sec.get("breakdown")
     if bd:
         st.markdown(f"**{t('labs.ddp.breakdown')}**")
         names = {k: t(f"labs.ddp.{k}") for k in ("naive", "ddp", "forward", "backward", "exposed_comm", "optimizer")}
-        st.plotly_chart(charts.breakdown_figure({"naive": bd["naive"], "ddp": bd["ddp"]}, names),
+        st.plotly_chart(charts.breakdown_figure({"naive": bd["naive"], "ddp": bd["ddp"]}, names, lang=lang()),
                         key=f"bd_{run.id}")
         st.caption(t("labs.ddp.hidden", ms=bd.get("comm_hidden_by_overlap", 0.0)))
     buckets = sec.get("buckets")
@@ -134,8 +165,8 @@ def ddp(run: LabRun) -> None:
     if ns:
         st.write(t("labs.ddp.no_sync", calls_ns=ns["no_sync"]["allreduce_calls_per_optimizer_step"],
                    calls=ns["sync_every_micro_batch"]["allreduce_calls_per_optimizer_step"],
-                   bytes_ns=f"{ns['no_sync']['bytes_per_optimizer_step']:,}",
-                   bytes=f"{ns['sync_every_micro_batch']['bytes_per_optimizer_step']:,}"))
+                   bytes_ns=num(ns["no_sync"]["bytes_per_optimizer_step"], ","),
+                   bytes=num(ns["sync_every_micro_batch"]["bytes_per_optimizer_step"], ",")))
     fp = sec.get("fp16")
     if fp:
         st.write(t("labs.ddp.fp16", ratio=fp["bytes_ratio"], loss16=fp["fp16"]["final_loss"],
@@ -147,7 +178,7 @@ def ddp(run: LabRun) -> None:
     if sc and sc.get("rows"):
         st.markdown(f"**{t('labs.ddp.scaling')}**")
         st.dataframe([{t("labs.ddp.world"): r["world_size"], t("labs.ddp.throughput"): round(r["samples_per_s"]),
-                       t("labs.ddp.efficiency"): f"{r['efficiency']:.0%}"} for r in sc["rows"]], hide_index=True)
+                       t("labs.ddp.efficiency"): num(r["efficiency"], ".0%")} for r in sc["rows"]], hide_index=True)
         st.caption(t("labs.ddp.scaling_note"))
 
 

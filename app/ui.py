@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import html
 import json
+from dataclasses import dataclass
+from datetime import date, datetime
 
 import streamlit as st
 from sqlmodel import func, select
@@ -21,6 +23,7 @@ from academy.accounts import (
     open_session,
 )
 from academy.db import session_scope
+from academy.errors import UserError
 from academy.labruns import scaling_points
 from academy.lessons import completed, mark_done, mark_undone
 from academy.models import LabRun, Learner
@@ -53,6 +56,18 @@ def lang() -> str:
 
 def t(key: str, /, **values) -> str:
     return i18n.t(key, st.session_state.get("lang", i18n.DEFAULT_LANG), **values)
+
+
+def error_text(err: UserError) -> str:
+    """The one way a page shows an error from below: its catalog text in the
+    learner's language (``academy.errors``), never ``str(err)``, which is English."""
+    return err.text(st.session_state.get("lang", i18n.DEFAULT_LANG))
+
+
+def date_text(value: date | datetime, *, minutes: bool = False) -> str:
+    """A date (with ``minutes``, also the time) as the learner's language writes it, by Babel."""
+    code = st.session_state.get("lang", i18n.DEFAULT_LANG)
+    return i18n.format_datetime(value, code) if minutes else i18n.format_date(value, code)
 
 
 def client() -> str:
@@ -90,13 +105,21 @@ def learner() -> Learner | None:
         if state.get("learner_id") is not None:
             state["_session_ended"] = True
         if token:
-            state["_pending_cookie"] = ""  # a dead token: drop it from the browser too
+            state["_cookie_write"] = CookieWrite(token=None)  # a dead token: drop it from the browser too
         for key in ("session_token", "quiz_attempt_id"):
             state.pop(key, None)
         state["learner_id"] = None
         return None
     state["learner_id"], state["session_token"] = found.id, token
     return found
+
+
+@dataclass(frozen=True)
+class CookieWrite:
+    """The session cookie this run decided on, written by ``flush_cookie``:
+    a token to set, or ``None`` to clear it (a typed value, not an empty string)."""
+
+    token: str | None
 
 
 def _set_cookie(value: str, max_age: int) -> None:
@@ -117,7 +140,7 @@ def sign_in_as(found: Learner) -> None:
         token = open_session(session=session, learner_id=found.id)
     st.session_state["learner_id"] = found.id
     st.session_state["session_token"] = token
-    st.session_state["_pending_cookie"] = token
+    st.session_state["_cookie_write"] = CookieWrite(token=token)
 
 
 def sign_out(*, everywhere: bool = False) -> None:
@@ -133,15 +156,18 @@ def sign_out(*, everywhere: bool = False) -> None:
     for key in ("learner_id", "session_token", "quiz_attempt_id"):
         st.session_state.pop(key, None)
     st.session_state["learner_id"] = None
-    st.session_state["_pending_cookie"] = ""
+    st.session_state["_cookie_write"] = CookieWrite(token=None)
 
 
 def flush_cookie() -> None:
     """Write (or clear) the session cookie decided during this run."""
-    token = st.session_state.pop("_pending_cookie", None)
-    if token is None:
+    write = st.session_state.pop("_cookie_write", None)
+    if write is None:
         return
-    _set_cookie(token, get_settings().session_days * 86400 if token else 0)
+    if write.token is None:
+        _set_cookie("", 0)
+    else:
+        _set_cookie(write.token, get_settings().session_days * 86400)
 
 
 def sidebar(code: str, who: Learner | None) -> None:

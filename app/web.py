@@ -27,7 +27,7 @@ CSP = "; ".join([
     "style-src 'self' 'unsafe-inline'",
     "img-src 'self' data: blob:",
     "font-src 'self' data:",
-    "connect-src 'self' ws: wss:",
+    "connect-src 'self'",  # CSP3: 'self' covers ws(s):// to this same host
     "frame-src 'self' blob: data:",
     "worker-src 'self' blob:",
     "object-src 'none'",
@@ -38,7 +38,7 @@ CSP = "; ".join([
 
 # Streamlit's own endpoints that must not be public: session counts and cache names.
 # (/_stcore/host-config stays: the front end reads it on start.)
-BLOCKED_PATHS = ("/_stcore/metrics",)
+BLOCKED_PATHS = ("/_stcore/metrics",)  # matched at the end, so under a baseUrlPath too
 
 
 def security_headers(*, https: bool) -> list[tuple[bytes, bytes]]:
@@ -69,7 +69,7 @@ class SecurityHeaders:
             await self.app(scope, receive, send)
             return
         extra = security_headers(https=get_settings().https)
-        if scope.get("path", "").rstrip("/") in BLOCKED_PATHS:
+        if scope.get("path", "").rstrip("/").endswith(BLOCKED_PATHS):
             await send({"type": "http.response.start", "status": 404,
                         "headers": [(b"content-type", b"text/plain"), *extra]})
             await send({"type": "http.response.body", "body": b"Not Found"})

@@ -5,9 +5,26 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import streamlit as st
 
+from academy import i18n
 from app import calculators as calc
 from app.charts import ring_figure
 from app.ui import labeler, t
+
+
+def lang() -> str:
+    """The page's language, as ``app.ui.t`` reads it."""
+    return st.session_state.get("lang", i18n.DEFAULT_LANG)
+
+
+def separators() -> str:
+    """plotly's ``separators`` (decimal mark, then grouping mark) for the page's language."""
+    decimal, group = i18n.number_marks(lang())
+    return decimal + group
+
+
+def num(value: float, spec: str = "") -> str:
+    """A number we print outside a catalog string, with the learner's marks ("1,5" in Dutch)."""
+    return i18n.format_number(value, lang(), spec)
 
 
 def ring_labels() -> dict[str, str]:
@@ -29,7 +46,7 @@ def memory_calculator() -> None:
         fig.add_bar(name=t(f"widgets.memory.{part}"), x=[value / calc.GB], y=[""], orientation="h")
     for name, gb in calc.DEVICES.items():
         fig.add_vline(x=gb, line_dash="dash", annotation_text=name, annotation_position="top")
-    fig.update_layout(barmode="stack", height=260, xaxis_title=t("widgets.memory.gb"),
+    fig.update_layout(separators=separators(), barmode="stack", height=260, xaxis_title=t("widgets.memory.gb"),
                       margin={"t": 40, "b": 40}, legend={"orientation": "h"})
     st.plotly_chart(fig, key="mem_chart")
     st.write(t("widgets.memory.total", total=mem.total / calc.GB))
@@ -51,14 +68,14 @@ def ring_traffic() -> None:
     traffic = calc.ring_traffic(n, mb * 1e6)
     m1, m2, m3, m4 = st.columns(4)
     m1.metric(t("widgets.ring_traffic.steps"), traffic.steps)
-    m2.metric(t("widgets.ring_traffic.chunk"), f"{traffic.chunk_bytes / 1e6:.3g} MB")
-    m3.metric(t("widgets.ring_traffic.sent"), f"{traffic.sent_per_device / 1e6:.4g} MB")
-    m4.metric(t("widgets.ring_traffic.total"), f"{traffic.total_on_links / 1e6:.4g} MB")
+    m2.metric(t("widgets.ring_traffic.chunk"), f"{num(traffic.chunk_bytes / 1e6, '.3g')} MB")
+    m3.metric(t("widgets.ring_traffic.sent"), f"{num(traffic.sent_per_device / 1e6, '.4g')} MB")
+    m4.metric(t("widgets.ring_traffic.total"), f"{num(traffic.total_on_links / 1e6, '.4g')} MB")
     xs = [k for k in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if k <= max(n, 16)]
     fig = go.Figure(go.Scatter(x=xs, y=[calc.ring_traffic(k, mb * 1e6).sent_per_device / 1e6 for k in xs],
                                mode="lines+markers"))
     fig.add_hline(y=2 * mb, line_dash="dot", annotation_text="2S")
-    fig.update_layout(height=280, xaxis_type="log", xaxis_title=t("widgets.ring_traffic.devices_axis"),
+    fig.update_layout(separators=separators(), height=280, xaxis_type="log", xaxis_title=t("widgets.ring_traffic.devices_axis"),
                       yaxis_title=t("widgets.ring_traffic.per_device_axis"), margin={"t": 20})
     st.plotly_chart(fig, key="rt_chart")
     st.caption(t("widgets.ring_traffic.note"))
@@ -84,7 +101,7 @@ def scaling_explorer(measured: list[tuple[int, float]] | None = None) -> None:
     left, right = st.columns(2)
     tp = go.Figure(go.Scatter(x=sizes, y=[p.throughput for p in points], mode="lines+markers",
                               name=t("widgets.scaling.model")))
-    tp.update_layout(height=320, xaxis_type="log", xaxis_title=t("widgets.scaling.devices"),
+    tp.update_layout(separators=separators(), height=320, xaxis_type="log", xaxis_title=t("widgets.scaling.devices"),
                      yaxis_title=t("widgets.scaling.throughput"), margin={"t": 20})
     left.plotly_chart(tp, key="sc_tp")
     eff = go.Figure(go.Scatter(x=sizes, y=[p.efficiency for p in points], mode="lines+markers",
@@ -92,7 +109,7 @@ def scaling_explorer(measured: list[tuple[int, float]] | None = None) -> None:
     if measured:
         eff.add_scatter(x=[m[0] for m in measured], y=[m[1] for m in measured], mode="markers",
                         marker={"size": 12, "symbol": "diamond"}, name=t("widgets.scaling.yours"))
-    eff.update_layout(height=320, xaxis_type="log", xaxis_title=t("widgets.scaling.devices"),
+    eff.update_layout(separators=separators(), height=320, xaxis_type="log", xaxis_title=t("widgets.scaling.devices"),
                       yaxis_title=t("widgets.scaling.efficiency"), yaxis_range=[0, 1.05], margin={"t": 20})
     right.plotly_chart(eff, key="sc_eff")
     if measured:
@@ -102,4 +119,4 @@ def scaling_explorer(measured: list[tuple[int, float]] | None = None) -> None:
 def ring_diagram() -> None:
     st.subheader(t("widgets.ring.title"))
     n = st.slider(t("widgets.ring.world_size"), 2, 8, 4, key="rd_n")
-    st.plotly_chart(ring_figure(n, calc.ring_schedule(n), labels=ring_labels()), key="rd_chart")
+    st.plotly_chart(ring_figure(n, calc.ring_schedule(n), labels=ring_labels(), lang=lang()), key="rd_chart")

@@ -3,7 +3,7 @@
 One place that starts it, waits for its health check and stops its whole
 process group; it can be killed and started again on the same port,
 database and secrets (the server-restart fault test). Like ``make run`` it
-starts one lab worker (``python -m labs.worker``) beside the app, on the same
+starts one lab worker (``python -m academy.worker``) beside the app, on the same
 database and queue (for the app itself, unless ``worker=False``); killing the
 app leaves the worker running, as on separate machines.
 """
@@ -49,7 +49,7 @@ class AppServer:
         if self.want_worker and (self.worker is None or self.worker.poll() is not None):
             with open(self.base / "worker.log", "a") as log:
                 self.worker = subprocess.Popen(
-                    [sys.executable, "-m", "labs.worker"], cwd=ROOT, env=self.env, stdout=log,
+                    [sys.executable, "-m", "academy.worker"], cwd=ROOT, env=self.env, stdout=log,
                     stderr=subprocess.STDOUT, start_new_session=True,
                 )
         with open(self.log, "a") as log:

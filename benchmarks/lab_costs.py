@@ -175,7 +175,7 @@ def queue(cfg: Config, base: Path) -> dict:
             folder.mkdir()
             use_database(f"sqlite:///{folder / 'app.db'}")
             get_engine()  # migrated before the workers open it
-            workers = [subprocess.Popen([sys.executable, "-m", "labs.worker", "--concurrency", "1"],
+            workers = [subprocess.Popen([sys.executable, "-m", "academy.worker", "--concurrency", "1"],
                                         cwd=ROOT, env=dict(os.environ), start_new_session=True,
                                         stdout=open(folder / f"worker-{i}.log", "w"),  # noqa: SIM115
                                         stderr=subprocess.STDOUT)

@@ -31,6 +31,8 @@ from certificates.keys import (
 from certificates.openbadges import ensure_credential, linkedin_url
 from certificates.pdf import refusal_message
 from certificates.store import (
+    MARKS_MAX,
+    REISSUES_PER_DAY,
     STATUSES,
     AlreadyCertified,
     AlreadyRevoked,
@@ -42,8 +44,9 @@ from certificates.store import (
     NotAllowed,
     NotDisqualified,
     NotEligible,
+    TooManyReissues,
+    Unchanged,
     VerifyResult,
-    active_certificate,
     certificates_of,
     char_names,
     check_pdf,
@@ -66,6 +69,8 @@ from certificates.store import (
 )
 
 __all__ = [
+    "MARKS_MAX",
+    "REISSUES_PER_DAY",
     "STATUSES",
     "AlreadyCertified",
     "AlreadyRevoked",
@@ -80,9 +85,10 @@ __all__ = [
     "NotAllowed",
     "NotDisqualified",
     "NotEligible",
+    "TooManyReissues",
+    "Unchanged",
     "PublicKeyInfo",
     "VerifyResult",
-    "active_certificate",
     "active_key",
     "certificates_of",
     "char_names",

@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from babel.dates import format_date as babel_date
 
 from academy import content
+from academy.i18n import babel_locale
 
 LOCALES = Path(__file__).resolve().parent / "locales"
 
@@ -40,12 +42,12 @@ def _texts(path: Path) -> dict[str, Any]:
 
 
 def format_date(iso: str, lang: str) -> str:
-    """``2025-11-30`` as ``30 November 2025`` / ``2025年11月30日`` / ``30 november 2025``."""
-    d = date.fromisoformat(iso)
-    t = texts(lang)
-    return t["date_format"].format(
-        day=d.day, month=t["months"][d.month - 1], month_num=d.month, year=d.year
-    )
+    """``2025-11-30`` as ``30 November 2025`` / ``2025年11月30日`` / ``30 november 2025``:
+    Babel names the months; ``date_pattern`` in the locale file is a CLDR length
+    ("long") or pattern ("d MMMM y": the English certificate keeps its day-first date)."""
+    # A course language Babel does not know (a new or made-up code) dates in English.
+    locale = lang if babel_locale(lang) is not None else content.DEFAULT_LANG
+    return babel_date(date.fromisoformat(iso), texts(lang)["date_pattern"], locale=locale)
 
 
 def format_score(score: float, lang: str) -> str:

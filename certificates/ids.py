@@ -28,6 +28,8 @@ import secrets
 import unicodedata
 from urllib.parse import parse_qs, urlsplit
 
+from academy.errors import UserError
+
 PREFIX = "DP"
 ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 BODY_DIGITS = 16  # 16 x 5 = 80 random bits
@@ -38,10 +40,14 @@ _ALIASES = str.maketrans({"I": "1", "L": "1", "O": "0"})
 _SEPARATORS = re.compile(r"[\s\-_.\u2010-\u2015\u2212]+")
 
 
-class InvalidId(ValueError):
-    """The text is not a certificate ID; ``kind`` says why."""
+class InvalidId(UserError, ValueError):
+    """The text is not a certificate ID; ``kind`` says why (a Verify status)."""
 
     kind = "invalid"
+    key = "certificate.err_id_malformed"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail=detail)  # English, for the CLI: the page's text has no slot for it
 
 
 class MalformedId(InvalidId):
@@ -54,6 +60,7 @@ class IdTypo(InvalidId):
     """Right shape, but the check digits do not match: a mistyped character."""
 
     kind = "typo"
+    key = "certificate.err_id_typo"
 
 
 def _encode(value: int, digits: int) -> str:

@@ -51,9 +51,8 @@ from joserfc import jws
 from joserfc.errors import JoseError
 from joserfc.jwk import OKPKey
 from pypdf import PdfReader, PdfWriter
-from pypdf.errors import PyPdfError
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session
+from sqlmodel import Session, col, update
 
 from academy.models import Certificate, Learner
 from academy.settings import Settings, get_settings
@@ -195,7 +194,16 @@ def identity_hash(email: str, salt: str) -> str:
 
 @cache
 def credential_texts(lang: str) -> dict[str, str]:
-    return yaml.safe_load((TEXTS / f"{lang}.yaml").read_text(encoding="utf-8"))
+    """The credential's own texts in ``lang``; English for a course language that
+    has none yet (as ``certificates.i18n.texts``), so a new language never stops
+    a certificate from being issued."""
+    path = TEXTS / f"{lang}.yaml"
+    return _credential_texts(path if path.is_file() else TEXTS / "en.yaml")
+
+
+@cache
+def _credential_texts(path: Path) -> dict[str, str]:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
 def credential_name(lang: str) -> str:
@@ -389,9 +397,9 @@ def verify_proof(
         public_keys[kid].verify(signature, data)
     except InvalidSignature as e:
         raise CredentialError("proof does not match the credential") from e
-    return Verified(
-        credential={k: v for k, v in secured.items() if k != "proof"}, kid=kid, form="data-integrity"
-    )
+    # Exactly what was signed: with the proof's own @context, so entries a forger
+    # appended to the document's context list do not come back as verified.
+    return Verified(credential=document, kid=kid, form="data-integrity")
 
 
 # --- securing: VC-JWT (joserfc signs; tests verify with PyJWT too) ----------
@@ -520,7 +528,9 @@ def keys_from_did_document(document: dict[str, Any], did: str) -> dict[str, Ed25
     """The Ed25519 assertion keys a DID document lists (JWK or Multikey), by kid."""
     if not isinstance(document, dict) or document.get("id") != did:
         return {}
-    assertion = set(document.get("assertionMethod") or [])
+    listed = document.get("assertionMethod")
+    # References only (strings): an embedded method object is not one of ours.
+    assertion = {m for m in listed if isinstance(m, str)} if isinstance(listed, list) else set()
     found: dict[str, Ed25519PublicKey] = {}
     for method in document.get("verificationMethod") or []:
         if not isinstance(method, dict) or method.get("id") not in assertion:
@@ -533,7 +543,7 @@ def keys_from_did_document(document: dict[str, Any], did: str) -> dict[str, Ed25
                 raw = raw[2:]
             else:
                 key = method.get("publicKeyJwk") or {}
-                if key.get("kty") != "OKP" or key.get("crv") != "Ed25519":
+                if not isinstance(key, dict) or key.get("kty") != "OKP" or key.get("crv") != "Ed25519":
                     continue
                 x = str(key["x"])
                 raw = base64.urlsafe_b64decode(x + "=" * (-len(x) % 4))
@@ -572,13 +582,17 @@ def summary(credential: dict[str, Any]) -> dict[str, Any]:
 
 def ensure_credential(*, session: Session, cert: Certificate) -> Certificate:
     """Give ``cert`` its status-list position and its two signed credential
-    forms, once; commits. Safe to call again (returns at once) and from two
-    processes at the same time (the unique status index makes one retry)."""
+    forms, once; commits. Safe to call again and from several requests or
+    processes at once: the credential is stored by a conditional UPDATE that
+    only succeeds while the row has none, so exactly one version is ever kept,
+    and every caller returns the stored one (never a credential it made and
+    lost with, whose status bit would not follow a revocation)."""
     for _ in range(8):
+        session.refresh(cert)
         if cert.credential_json and cert.credential_jwt:
             return cert
         settings = get_settings()
-        index = statuslist.assign_index(session=session, cert=cert)
+        index = cert.status_index if cert.status_index is not None else statuslist.draw_index(session)
         learner = session.get(Learner, cert.learner_id) if cert.learner_id is not None else None
         credential = build_credential(
             cert=cert,
@@ -589,24 +603,22 @@ def ensure_credential(*, session: Session, cert: Certificate) -> Certificate:
         )
         key = keys.active_key()
         secured = add_proof(credential, key, created=credential["validFrom"])
-        cert.credential_json = json.dumps(secured, ensure_ascii=False, indent=2)
-        cert.credential_jwt = sign_jwt(credential, key)
-        session.add(cert)
+        claim = (
+            update(Certificate)
+            .where(col(Certificate.id) == cert.id, col(Certificate.credential_json).is_(None))
+            .values(status_index=index, credential_json=json.dumps(secured, ensure_ascii=False, indent=2),
+                    credential_jwt=sign_jwt(credential, key))
+        )
         try:
+            session.exec(claim)
             session.commit()
         except IntegrityError:
-            session.rollback()  # another process took that index (or made it all)
-            session.refresh(cert)
+            session.rollback()  # another certificate took that position: draw again
             continue
-        session.refresh(cert)
-        return cert
-    raise RuntimeError("no free status-list index after 8 tries")
-
-
-def credential_for(*, session: Session, cert: Certificate) -> dict[str, Any]:
-    """The signed credential (JSON with its proof), made on first request."""
-    ensure_credential(session=session, cert=cert)
-    return json.loads(cert.credential_json or "{}")
+    session.refresh(cert)
+    if not (cert.credential_json and cert.credential_jwt):
+        raise RuntimeError("no free status-list index after 8 tries")
+    return cert
 
 
 def signed_status_list(*, session: Session, now: datetime | None = None) -> dict[str, Any]:
@@ -666,15 +678,6 @@ def attach_to_pdf(pdf_bytes: bytes, cert: Certificate) -> bytes:
     out = io.BytesIO()
     writer.write(out)
     return out.getvalue()
-
-
-def credentials_in_pdf(pdf_bytes: bytes) -> dict[str, bytes]:
-    """The credential files embedded by ``attach_to_pdf`` (none: empty)."""
-    try:
-        found = PdfReader(io.BytesIO(pdf_bytes)).attachments
-    except (PyPdfError, ValueError, OSError):
-        return {}
-    return {name: found[name][0] for name in PDF_ATTACHMENTS if found.get(name)}
 
 
 # --- sharing ----------------------------------------------------------------

@@ -18,11 +18,14 @@ is refused as "too_complex".
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import resource
 import subprocess
 import sys
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 MAX_BYTES = 2 * 2**20  # a rendered certificate is ~50-150 KB (subset fonts, one page)
@@ -30,9 +33,16 @@ CPU_SECONDS = 2  # RLIMIT_CPU of the child: pypdf reads a genuine certificate in
 MEMORY_BYTES = 512 * 2**20  # RLIMIT_AS of the child: the interpreter, pypdf and the file
 WALL_SECONDS = 10  # a child that sleeps or waits is killed as well
 KEYWORDS_MAX = 16_384  # a token is ~1 KB; more is not a certificate
+# Children at once for the whole server: each may hold MEMORY_BYTES for WALL_SECONDS,
+# so many anonymous uploads at once must not add up. Over it, an upload is told "busy".
+MAX_CONCURRENT = 2
+_SLOTS = threading.BoundedSemaphore(MAX_CONCURRENT)
+SEEN_MAX = 256  # answers remembered by file hash (a few hundred bytes each)
+_SEEN: OrderedDict[bytes, Scan] = OrderedDict()
+_SEEN_LOCK = threading.Lock()
 
 # Scan.status values; "ok" means pages and keywords were read.
-STATUSES = ("ok", "too_large", "unreadable", "pages", "too_complex")
+STATUSES = ("ok", "too_large", "unreadable", "pages", "too_complex", "busy")
 
 
 @dataclass(frozen=True)
@@ -44,14 +54,37 @@ class Scan:
 
 
 def scan(data: bytes) -> Scan:
-    """Page count and /Keywords of ``data``, read in a limited child process."""
+    """Page count and /Keywords of ``data``, read in a limited child process.
+
+    A file stays in the page's uploader, so every rerun of the Verify page
+    asks again: what a file says is remembered by its SHA-256 (a definite
+    answer only; a timeout or "busy" may go differently next time)."""
     if len(data) > MAX_BYTES:
         return Scan("too_large", detail=f"{len(data)} bytes, more than {MAX_BYTES}")
+    digest = hashlib.sha256(data).digest()
+    with _SEEN_LOCK:
+        if digest in _SEEN:
+            _SEEN.move_to_end(digest)
+            return _SEEN[digest]
+    found = _scan_in_child(data)
+    if found.status in ("ok", "unreadable", "pages"):
+        with _SEEN_LOCK:
+            _SEEN[digest] = found
+            while len(_SEEN) > SEEN_MAX:
+                _SEEN.popitem(last=False)
+    return found
+
+
+def _scan_in_child(data: bytes) -> Scan:
+    if not _SLOTS.acquire(timeout=1):
+        return Scan("busy", detail=f"{MAX_CONCURRENT} uploads are being read already")
     command = [sys.executable, "-I", __file__, str(CPU_SECONDS), str(MEMORY_BYTES)]
     try:
         proc = subprocess.run(command, input=data, capture_output=True, timeout=WALL_SECONDS, check=False)
     except subprocess.TimeoutExpired:
         return Scan("too_complex", detail=f"reading took longer than {WALL_SECONDS} s")
+    finally:
+        _SLOTS.release()
     if proc.returncode != 0:
         # SIGXCPU/SIGKILL from RLIMIT_CPU, MemoryError from RLIMIT_AS, or a parser crash.
         return Scan("too_complex", detail=f"the reader stopped (exit status {proc.returncode})")

@@ -131,8 +131,7 @@ def verify(request: Request) -> Response:
         "key_id": result.key_id,
         "issued_at": result.issued_at.isoformat() if result.issued_at else None,
         "revoked_at": result.revoked_at.isoformat() if result.revoked_at else None,
-        "revoked_reason": result.revoked_reason,
-        "replaced_by": result.replaced_by,
+        "revoked_reason": result.revoked_reason,  # reissued | superseded | revoked
         "credential": f"{base}/credentials/{result.id}.json" if result.id else None,
     }
     return _answer(body, media_type=JSON, cache=NEVER)

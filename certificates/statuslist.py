@@ -53,12 +53,10 @@ def entry(public_url: str, index: int) -> dict[str, Any]:
     }
 
 
-def assign_index(*, session: Session, cert: Certificate) -> int:
-    """Give ``cert`` a free random position (kept if it has one); adds, does
-    not commit. The column is unique, so two processes that draw the same
-    free position cannot both commit it: the caller retries on IntegrityError."""
-    if cert.status_index is not None:
-        return cert.status_index
+def draw_index(session: Session) -> int:
+    """A free random position in the list. Nothing is written: the caller
+    stores it with the credential, and the column is unique, so two processes
+    that draw the same position cannot both keep it (the loser retries)."""
     used = set(
         session.exec(
             select(Certificate.status_index).where(col(Certificate.status_index).is_not(None))
@@ -69,10 +67,7 @@ def assign_index(*, session: Session, cert: Certificate) -> int:
     while True:
         index = secrets.randbelow(LIST_SIZE)
         if index not in used:
-            break
-    cert.status_index = index
-    session.add(cert)
-    return index
+            return index
 
 
 def revoked_indexes(session: Session) -> list[int]:

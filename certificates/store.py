@@ -25,13 +25,14 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, col, select, update
+from sqlmodel import Session, col, func, select, update
 
+from academy.errors import UserError
 from academy.models import Certificate, CertificateEvent, Learner, QuizAttempt, utcnow
 from academy.settings import get_settings
 from certificates import ids, keys, openbadges, pdf, pdfscan, signing
@@ -60,35 +61,45 @@ STATUSES = (
     "too_large",  # an upload larger than a certificate PDF can be
     "pages",  # an upload with other than exactly one page
     "too_complex",  # an upload that needs more than the reader's limits
+    "busy",  # the server is reading as many uploads as it allows at once
 )
 
 
-class CertificateError(Exception):
-    """Base of the errors below."""
+class CertificateError(UserError):
+    """Base of the errors below: each names its text in the UI catalog
+    (``academy.errors``); ``str()`` is English, for the CLI."""
+
+    key = "common.error"
 
 
 class NotEligible(CertificateError):
     """No passed, finished, non-practice attempt to certify."""
 
+    key = "certificate.err_not_eligible"
+
 
 class CertificateNotFound(CertificateError):
-    pass
+    key = "admin_certs.not_found"
 
 
 class AlreadyRevoked(CertificateError):
-    pass
+    key = "admin_certs.already"
 
 
 class NotAllowed(CertificateError):
     """The actor may not do this (not an admin; not the certificate's owner)."""
+
+    key = "certificate.err_not_allowed"
 
 
 class AlreadyCertified(CertificateError):
     """The learner already holds an active certificate for the course, with
     another name or language: ``reissue`` it instead."""
 
+    key = "certificate.already"
+
     def __init__(self, certificate_id: str):
-        super().__init__(f"an active certificate exists: {certificate_id}; reissue it to change it")
+        super().__init__(id=certificate_id)
         self.certificate_id = certificate_id
 
 
@@ -96,24 +107,54 @@ class Disqualified(CertificateError):
     """An admin revoked this learner's certificate for cause; no new one
     until an admin lifts it."""
 
+    key = "certificate.disqualified"
+
 
 class NotDisqualified(CertificateError):
     """Lifting a disqualification that is not there."""
 
+    key = "admin_certs.not_blocked"
+
+
+class Unchanged(CertificateError):
+    """A reissue with the same name and language: nothing to make."""
+
+    key = "certificate.unchanged"
+
+
+class TooManyReissues(CertificateError):
+    """More reissues in a day than ``REISSUES_PER_DAY`` (``count``)."""
+
+    key = "certificate.too_many_reissues"
+
 
 class InvalidInput(CertificateError, ValueError):
-    pass
+    key = "certificate.err_invalid"
 
 
 class InvalidName(InvalidInput):
     """Empty, too long, hidden characters (``kind`` "hidden": controls,
-    invisible and bidi format characters) or characters no font can print
-    (``kind`` "unprintable"), listed in ``chars`` for the page to show."""
+    invisible, default-ignorable and bidi format characters), a pile of marks on
+    one letter (``kind`` "stacked") or characters no font can print (``kind``
+    "unprintable"), listed in ``chars``; the page names them."""
 
-    def __init__(self, message: str, chars: list[str] | None = None, kind: str = "other"):
-        super().__init__(message)
+    def __init__(self, key: str, chars: list[str] | None = None, kind: str = "other", **values: Any):
         self.chars = chars or []
         self.kind = kind
+        if kind in ("hidden", "stacked"):
+            # Invisible characters and marks cannot be shown alone, so they are named:
+            # "U+200B ZERO WIDTH SPACE".
+            values["chars"] = ", ".join(char_names(self.chars[:10]))
+        elif kind == "unprintable":
+            values["chars"] = ", ".join(f"U+{ord(c):04X}" for c in self.chars[:10])
+        super().__init__(key, **values)
+
+    def text(self, lang: str) -> str:
+        """Unprintable characters are named with their kind in ``lang``
+        ("U+E000 (private-use character)"): most show as nothing or a box."""
+        if self.kind == "unprintable":
+            return pdf.refusal_message(self.chars[:10], lang)
+        return super().text(lang)
 
 
 @dataclass(frozen=True)
@@ -132,8 +173,10 @@ class VerifyResult:
     key_id: str | None = None
     issued_at: datetime | None = None  # database lookups only
     revoked_at: datetime | None = None
+    # Public: "reissued", "superseded" or "revoked", never the admin's own words
+    # (they may say why, e.g. "exam fraud"), and no link to a replacement (its
+    # new name would tell anyone holding the old ID about a change of name).
     revoked_reason: str | None = None
-    replaced_by: str | None = None
     detail: str | None = None  # technical reason in English, for logs and the CLI
 
     @property
@@ -144,22 +187,66 @@ class VerifyResult:
 def clean_name(name: str) -> str:
     """The name as it will be printed and signed: NFC, trimmed, single spaces."""
     if not isinstance(name, str):
-        raise InvalidName("name must be text")
+        raise InvalidName("certificate.empty_name")
     name = " ".join(unicodedata.normalize("NFC", name).split())
     if not name:
-        raise InvalidName("name is empty")
+        raise InvalidName("certificate.empty_name")
     if len(name) > NAME_MAX:
-        raise InvalidName(f"name is longer than {NAME_MAX} characters")
-    hidden = list(dict.fromkeys(
-        c for i, c in enumerate(name)
-        if unicodedata.category(c) in HIDDEN_CATEGORIES and not _joins_here(name, i)
-    ))
+        raise InvalidName("certificate.err_name_long", max=NAME_MAX)
+    hidden = list(dict.fromkeys(c for i, c in enumerate(name) if _hidden_here(name, i)))
     if hidden:
-        raise InvalidName("name contains invisible, control or unassigned characters", hidden, "hidden")
+        raise InvalidName("certificate.err_hidden", hidden, "hidden")
+    stacked = _stacked_marks(name)
+    if stacked:
+        raise InvalidName("certificate.err_stacked", stacked, "stacked", count=MARKS_MAX)
     missing = pdf.unprintable_chars(name)
     if missing:
-        raise InvalidName("name contains characters the certificate fonts cannot print", missing, "unprintable")
+        raise InvalidName("certificate.err_unprintable", missing, "unprintable")
     return name
+
+
+# Unicode's Default_Ignorable_Code_Point ranges (DerivedCoreProperties.txt), which
+# the standard library cannot look up, plus the blank Braille pattern: characters
+# that show as nothing, so a name with them looks like one without. Most are Cf
+# (caught by category anyway); these are the ones that are not.
+_IGNORABLE = (
+    (0x034F, 0x034F), (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180F), (0x2800, 0x2800),
+    (0x3164, 0x3164), (0xFE00, 0xFE0F), (0xFFA0, 0xFFA0), (0x1D173, 0x1D17A), (0xE0100, 0xE01EF),
+)
+REISSUES_PER_DAY = 5
+MARKS_MAX = 4  # combining marks in a row: Vietnamese and Indic names need 2 or 3
+
+
+def _ignorable(c: str) -> bool:
+    return any(lo <= ord(c) <= hi for lo, hi in _IGNORABLE)
+
+
+def _hidden_here(name: str, i: int) -> bool:
+    """Whether ``name[i]`` is invisible where it stands: controls, format and
+    unassigned characters and default-ignorable ones, except joiners between
+    letters of scripts that use them and a variation selector after an emoji."""
+    c = name[i]
+    if unicodedata.category(c) in HIDDEN_CATEGORIES:
+        return not _joins_here(name, i)
+    if not _ignorable(c):
+        return False
+    # U+FE0E/FE0F choose text or emoji style after a pictograph, a digit or # and * (keycaps).
+    return not (c in "\ufe0e\ufe0f" and i > 0
+                and (unicodedata.category(name[i - 1]) in ("So", "Sk") or name[i - 1] in "0123456789#*"))
+
+
+def _stacked_marks(name: str) -> list[str]:
+    """The marks of a run of more than MARKS_MAX combining marks (a "zalgo" name that
+    draws over the lines around it), or none."""
+    run: list[str] = []
+    for c in name:
+        if unicodedata.category(c) in ("Mn", "Me"):
+            run.append(c)
+            if len(run) > MARKS_MAX:
+                return list(dict.fromkeys(run))
+        else:
+            run = []
+    return []
 
 
 def _joins_here(name: str, i: int) -> bool:
@@ -193,9 +280,9 @@ def _check_score(score: float) -> float:
     try:
         score = float(score)
     except (TypeError, ValueError) as e:
-        raise InvalidInput("score must be a number") from e
+        raise InvalidInput(field="score") from e
     if not 0 <= score <= 100:
-        raise InvalidInput("score is a percentage, 0 to 100")
+        raise InvalidInput(field="score")
     return score
 
 
@@ -205,14 +292,7 @@ def _check_date(pass_date: str | date) -> str:
     try:
         return date.fromisoformat(str(pass_date)).isoformat()
     except ValueError as e:
-        raise InvalidInput("pass_date must be an ISO date, YYYY-MM-DD") from e
-
-
-def attempt_percent(attempt: QuizAttempt) -> float:
-    """The attempt's score in percent (a passed attempt scores at least the pass
-    mark, so a stored value up to 1.0 can only be a fraction)."""
-    score = float(attempt.score or 0.0)
-    return score * 100 if score <= 1.0 else score
+        raise InvalidInput(field="pass_date") from e
 
 
 def attempt_date(attempt: QuizAttempt) -> str:
@@ -314,7 +394,7 @@ def issue_certificate(
     """
     name = clean_name(name)
     if lang not in languages():
-        raise InvalidInput(f"language must be one of {languages()}")
+        raise InvalidInput(field="lang")
     score = _check_score(score)
     pass_date = _check_date(pass_date)
     if learner_id is not None or attempt_id is not None:
@@ -324,9 +404,9 @@ def issue_certificate(
             )
         ).first()
         if attempt is None:
-            raise NotEligible("certificates are issued for the learner's passed quiz attempt")
+            raise NotEligible
         if is_disqualified(session=session, learner_id=learner_id):
-            raise Disqualified("an admin revoked this learner's certificate; an admin must lift it first")
+            raise Disqualified
         existing = _active(session, learner_id)
         if existing is not None:
             return _same_or_refuse(existing, name, lang)
@@ -374,12 +454,6 @@ def _same_or_refuse(existing: Certificate, name: str, lang: str) -> Certificate:
     raise AlreadyCertified(existing.id)
 
 
-def active_certificate(*, session: Session, learner_id: int) -> Certificate | None:
-    """The learner's one active certificate for the course (the page offers
-    reissue instead of "create" when there is one)."""
-    return _active(session, learner_id)
-
-
 def is_disqualified(*, session: Session, learner_id: int) -> bool:
     """Whether an admin's "revoke and disqualify" blocks new certificates."""
     return (
@@ -398,14 +472,14 @@ def issue_for_learner(*, session: Session, learner_id: int, name: str, lang: str
     """Issue (or return) the learner's certificate for their best passed attempt."""
     attempt = eligible_attempt(session=session, learner_id=learner_id)
     if attempt is None:
-        raise NotEligible("the learner has not passed the quiz")
+        raise NotEligible
     return issue_certificate(
         session=session,
         learner_id=learner_id,
         attempt_id=attempt.id,
         name=name,
         lang=lang,
-        score=attempt_percent(attempt),
+        score=float(attempt.score or 0.0),  # stored in percent
         pass_date=attempt_date(attempt),
     )
 
@@ -428,10 +502,16 @@ def _public(
         key_id=payload.get("kid"),
         issued_at=cert.issued_at if cert is not None else None,
         revoked_at=cert.revoked_at if cert is not None else None,
-        revoked_reason=cert.revoked_reason if cert is not None else None,
-        replaced_by=cert.replaced_by if cert is not None else None,
+        revoked_reason=public_reason(cert.revoked_reason) if cert is not None else None,
         **extra,
     )
+
+
+def public_reason(reason: str | None) -> str | None:
+    """What anyone may read about why a certificate was revoked: its kind only."""
+    if reason is None:
+        return None
+    return {"reissued": "reissued", "superseded by policy": "superseded"}.get(reason, "revoked")
 
 
 def lookup(*, session: Session, text: str) -> VerifyResult:
@@ -460,16 +540,16 @@ def get_certificate(*, session: Session, cert_id: str) -> Certificate:
     """The row for an ID as typed (``InvalidId`` or ``CertificateNotFound``)."""
     cert = session.get(Certificate, ids.parse_id(cert_id))
     if cert is None:
-        raise CertificateNotFound(cert_id)
+        raise CertificateNotFound(id=cert_id)
     return cert
 
 
 def _check_reason(reason: str) -> str:
     reason = " ".join((reason or "").split())
     if not reason:
-        raise InvalidInput("a reason is required")
+        raise InvalidInput(field="reason")
     if len(reason) > REASON_MAX:
-        raise InvalidInput(f"reason is longer than {REASON_MAX} characters")
+        raise InvalidInput(field="reason")
     return reason
 
 
@@ -477,7 +557,7 @@ def _check_admin(session: Session, actor_id: int | None, what: str) -> None:
     if actor_id is not None:
         actor = session.get(Learner, actor_id)
         if actor is None or not actor.is_admin:
-            raise NotAllowed(f"only admins {what}")
+            raise NotAllowed(what=what)
 
 
 def _claim(session: Session, cert_id: str, **values: Any) -> None:
@@ -491,7 +571,7 @@ def _claim(session: Session, cert_id: str, **values: Any) -> None:
     )
     if done.rowcount != 1:
         session.rollback()
-        raise AlreadyRevoked(cert_id)
+        raise AlreadyRevoked(id=cert_id)
 
 
 def revoke(
@@ -507,7 +587,7 @@ def revoke(
     _check_admin(session, actor_id, "revoke certificates")
     reason = _check_reason(reason)
     if cert.revoked_at is not None:
-        raise AlreadyRevoked(cert.id)
+        raise AlreadyRevoked(id=cert.id)
     _claim(session, cert.id, revoked_reason=reason, disqualified=disqualify)
     session.add(_event(cert.id, "revoked", actor_id, reason))
     if disqualify:
@@ -532,7 +612,7 @@ def lift_disqualification(
     )
     if done.rowcount != 1:
         session.rollback()
-        raise NotDisqualified(cert.id)
+        raise NotDisqualified(id=cert.id)
     session.add(_event(cert.id, "lifted", actor_id, reason))
     session.commit()
     session.refresh(cert)
@@ -561,12 +641,25 @@ def reissue(
     inserted. Of several concurrent reissues exactly one wins."""
     old = get_certificate(session=session, cert_id=cert_id)
     if old.learner_id is None or old.learner_id != learner_id:
-        raise NotAllowed("only the certificate's owner reissues it")
+        raise NotAllowed
     if old.revoked_at is not None:
-        raise AlreadyRevoked(old.id)
+        raise AlreadyRevoked(id=old.id)
     name = clean_name(new_name)
     if lang not in languages():
-        raise InvalidInput(f"language must be one of {languages()}")
+        raise InvalidInput(field="lang")
+    if (name, lang) == (old.name, old.language):
+        raise Unchanged()
+    # Each certificate takes a bit of the public status list for good: a learner
+    # cannot burn through it (or the audit log) by reissuing in a loop.
+    since = utcnow() - timedelta(days=1)
+    recent = session.exec(
+        select(func.count()).where(
+            CertificateEvent.action == "reissued", CertificateEvent.actor_id == learner_id,
+            col(CertificateEvent.at) >= since,
+        )
+    ).one()
+    if recent >= REISSUES_PER_DAY:
+        raise TooManyReissues(count=REISSUES_PER_DAY)
     old_id, attempt_id, score, pass_date = old.id, old.attempt_id, old.score, old.pass_date
     for _ in range(8):
         new_id = ids.new_id()

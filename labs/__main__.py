@@ -14,6 +14,11 @@ document, which ``--json`` also prints: on success the LabResult
 Exit status: 0 success, 1 the lab failed (crash, hang,
 timeout), 2 invalid request, 130 cancelled (SIGINT/SIGTERM). SIGTERM or
 SIGINT stops every rank; so does killing this process's group.
+
+The options are generated from ``labs.params`` (`Run` and each lab's
+``Params``): ``--help`` lists them all with their ranges and defaults, and
+the largest world size and the default timeouts follow ``LAB_MAX_WORLD_SIZE``,
+``LAB_TIMEOUT_S`` and ``LAB_HANG_TIMEOUT_S`` as the web app's do.
 """
 
 from __future__ import annotations
@@ -24,81 +29,58 @@ import os
 import signal
 import sys
 import threading
-from dataclasses import fields
 
 EXIT_FAILED, EXIT_INVALID, EXIT_CANCELLED = 1, 2, 130
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(limits) -> argparse.ArgumentParser:
+    """Options generated from `labs.params.Run` and each lab's Params; only the
+    command line's own (output files, ``bench --size``) are written here."""
+    from labs.context import LABS, load_lab
+    from labs.params import Run, add_arguments
+
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--world-size", type=int, default=2, help="number of ranks (default 2)")
-    common.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto")
-    common.add_argument("--timeout", type=float, default=300.0, help="seconds for the whole run")
-    common.add_argument("--hang-timeout", type=float, default=10.0,
-                        help="seconds without progress before the run counts as hung")
+    add_arguments(common, Run, limits)
     common.add_argument("--json", action="store_true", help="print the result as JSON")
     common.add_argument("--events", metavar="PATH", help="append progress events as JSON lines")
     common.add_argument("--out", metavar="PATH", help="write the result or error as JSON")
-    common.add_argument("--start", choices=["auto", "fork", "spawn"], default="auto",
-                        help="how ranks are started (default: fork when safe)")
-    common.add_argument("--fail-rank", type=int, help="inject a failure on this rank")
-    common.add_argument("--fail-at-step", type=int, default=0, help="...when it reaches this step")
-    common.add_argument("--fail-mode", choices=["crash", "hang"], default="crash")
 
     parser = argparse.ArgumentParser(prog="python -m labs", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="lab", required=True)
-
-    ring = sub.add_parser("ring", parents=[common], help="hand-written ring all-reduce")
-    ring.add_argument("--size", type=int, default=1 << 20, help="bytes per rank (default 1 MiB)")
-    ring.add_argument("--dtype", choices=["float32", "float64", "bfloat16", "int64"],
-                      default="float32")
-    ring.add_argument("--op", choices=["sum", "avg"], default="sum")
-    ring.add_argument("--algo", choices=["ring", "naive", "pipelined"], default="ring")
-    ring.add_argument("--seed", type=int, default=0)
-
-    bench = sub.add_parser("bench", parents=[common], help="collective benchmark sweep")
-    bench.add_argument("--size", type=int, help="one message size in bytes (sets min and max)")
-    bench.add_argument("--min-bytes", "--min-size", dest="min_bytes", type=int, default=1 << 10,
-                       help="smallest message in bytes (default 1 KiB)")
-    bench.add_argument("--max-bytes", "--max-size", dest="max_bytes", type=int, default=64 << 20,
-                       help="largest message in bytes (default 64 MiB)")
-    bench.add_argument("--factor", type=int, default=4, help="size multiplier between rows")
-    bench.add_argument("--dtype", choices=["float32", "float64", "bfloat16", "int64"],
-                       default="float32")
-    bench.add_argument("--op", choices=["sum", "avg"], default="sum")
-    bench.add_argument("--warmup", type=int, default=2)
-    bench.add_argument("--iters", type=int, default=5)
-    bench.add_argument("--impls", nargs="+", metavar="IMPL",
-                       help="ring ring_pipelined naive all_reduce reduce_scatter all_gather "
-                            "(default: all)")
-
-    ddp = sub.add_parser("ddp", parents=[common], help="DistributedDataParallel, measured")
-    ddp.add_argument("--steps", type=int, help="training steps per section")
-    ddp.add_argument("--batch", type=int, help="samples per rank per step")
-    ddp.add_argument("--hidden", type=int, help="MLP width")
-    ddp.add_argument("--sections", nargs="+", metavar="SECTION",
-                     help="equivalence sampler breakdown buckets no_sync fp16 scaling")
-    ddp.add_argument("--world-sizes", dest="scaling_world_sizes", type=int, nargs="+",
-                     metavar="N", help="rank counts for the scaling section (default 1 2 4)")
-    ddp.add_argument("--seed", type=int)
+    for lab in LABS:
+        module = load_lab(lab)
+        lab_parser = sub.add_parser(lab, parents=[common], help=module.__doc__.split("\n")[0])
+        add_arguments(lab_parser, module.Params, limits)
+        if lab == "bench":
+            lab_parser.add_argument("--size", type=int, help="one message size in bytes (sets min and max)")
     return parser
 
 
-def _params(args: argparse.Namespace) -> dict:
-    """The lab's Params fields that were given on the command line."""
-    from labs.context import load_lab
+def _run(args: argparse.Namespace):
+    """The run's parameters (world size, backend, timeouts, failure) as given."""
+    from labs.params import Run, specs
 
-    names = {f.name for f in fields(load_lab(args.lab).Params)}
-    values = {k: v for k, v in vars(args).items() if k in names and v is not None}
+    return Run(**{name: getattr(args, name) for name in specs(Run)})
+
+
+def _params(args: argparse.Namespace) -> dict:
+    """The lab's Params fields, as the command line set them."""
+    from labs.context import load_lab
+    from labs.params import specs
+
+    values = {name: getattr(args, name) for name in specs(load_lab(args.lab).Params)}
     if args.lab == "bench" and args.size is not None:
         values["min_bytes"] = values["max_bytes"] = args.size
     return values
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    # Heavy imports after parsing, so that --help is instant. A rank under
-    # torchrun needs only the lab side; the supervisor is imported to run one.
+    from labs.params import Limits, check
+
+    limits = Limits.from_env()
+    args = _parser(limits).parse_args(argv)
+    # A rank under torchrun needs only the lab side; the supervisor is
+    # imported only to start the ranks ourselves.
     from labs import context
 
     # Under torchrun only rank 0 reports, so only rank 0 touches the files.
@@ -131,14 +113,15 @@ def main(argv: list[str] | None = None) -> int:
             events.close()
         return code
 
-    try:
+    try:  # validate before starting anything
+        run = _run(args).resolved(limits)
+        check(run, limits)
         fail = None
-        if args.fail_rank is not None:
-            fail = context.FailSpec(rank=args.fail_rank, step=args.fail_at_step,
-                                    mode=args.fail_mode)
+        if run.fail_rank is not None:
+            fail = context.FailSpec(rank=run.fail_rank, step=run.fail_at_step, mode=run.fail_mode)
         params = _params(args)
         module = context.load_lab(args.lab)
-        module.Params(**params)  # validate before starting anything
+        check(module.Params(**params), limits)
     except (ValueError, TypeError) as exc:
         err = context.LabError(kind="invalid", rank=None, message=str(exc), lab=args.lab,
                                world_size=args.world_size, backend=args.backend)
@@ -146,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if context.launched_externally():
         # torchrun (or similar) started us as one rank: run in place, rank 0 reports.
-        result = context.run_in_env(args.lab, params, backend=args.backend,
-                                    timeout=args.timeout, fail=fail, on_event=on_event)
+        result = context.run_in_env(args.lab, params, backend=run.backend,
+                                    timeout=run.timeout, fail=fail, on_event=on_event)
         if result is None:
             return 0
         return finish(result.to_dict(), _result_text(module, result), 0)
@@ -161,9 +144,9 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    outcome = launch.run_lab(args.lab, params, world_size=args.world_size, backend=args.backend,
-                             timeout=args.timeout, hang_timeout=args.hang_timeout, fail=fail,
-                             on_event=on_event, cancel=cancel, start=args.start)
+    outcome = launch.run_lab(args.lab, params, world_size=run.world_size, backend=run.backend,
+                             timeout=run.timeout, hang_timeout=run.hang_timeout, fail=fail,
+                             on_event=on_event, cancel=cancel, start=run.start)
     if outcome.ok:
         return finish(outcome.to_dict(), _result_text(module, outcome), 0)
     code = {"invalid": EXIT_INVALID, "cancelled": EXIT_CANCELLED}.get(outcome.kind, EXIT_FAILED)

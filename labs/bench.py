@@ -28,13 +28,15 @@ T = 2(n-1) alpha + 2(n-1)/n * S/B to each implementation's rows
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from labs.model import algbw, busbw, fit_alpha_beta
-from labs.ring import DTYPES, naive_allreduce, ring_allreduce, ring_allreduce_pipelined
+from labs.params import Page, ParamError, limit, option
+from labs.params import check as check_values
+from labs.ring import DTYPES, OPS, naive_allreduce, ring_allreduce, ring_allreduce_pipelined
 
 IMPLS = ("ring", "ring_pipelined", "naive", "all_reduce", "reduce_scatter", "all_gather")
 # Which collective each implementation performs (for busbw and the fit).
@@ -68,33 +70,27 @@ def sweep_sizes(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
 
 @dataclass
 class Params:
-    min_bytes: int = 1 << 10
-    max_bytes: int = 64 << 20
-    factor: int = 4
-    dtype: str = "float32"
-    op: str = "sum"
-    warmup: int = 2
-    iters: int = 5
-    impls: list[str] = field(default_factory=lambda: list(IMPLS))
+    min_bytes: int = option(1 << 10, help="smallest message in bytes", low=1, high=limit("max_bytes"),
+                           unit="bytes", flags=("--min-bytes", "--min-size"))
+    max_bytes: int = option(64 << 20, key="labs.max_size", help="largest message in bytes", low=1,
+                           high=limit("max_bytes"), unit="bytes", flags=("--max-bytes", "--max-size"),
+                           page=Page(widget="sizes", low=64 << 10, high=64 << 20, default=4 << 20))
+    factor: int = option(4, help="size multiplier between rows", low=2)
+    dtype: str = option("float32", help="element type", choices=tuple(DTYPES))
+    op: str = option("sum", help="reduction", choices=OPS)
+    warmup: int = option(2, help="untimed calls before timing", low=0)
+    iters: int = option(5, help="timed calls per size", low=1)
+    impls: list[str] = option(list(IMPLS), help="implementations to time", choices=IMPLS)
 
     def __post_init__(self) -> None:
+        check_values(self)
         sweep_sizes(self.min_bytes, self.max_bytes, self.factor)  # raises if nonsense
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, not {self.dtype!r}")
-        if self.op not in ("sum", "avg"):
-            raise ValueError(f"op must be sum or avg, not {self.op!r}")
         if self.op == "avg" and not DTYPES[self.dtype].is_floating_point:
-            raise ValueError(f"op avg needs a floating-point dtype, not {self.dtype}")
-        unknown = set(self.impls) - set(IMPLS)
-        if unknown or not self.impls:
-            raise ValueError(f"impls must be among {IMPLS}, not {sorted(unknown)}")
-        if self.warmup < 0 or self.iters < 1:
-            raise ValueError("need warmup >= 0 and iters >= 1")
+            raise ParamError("op", "avg_int", f"op avg needs a floating-point dtype, not {self.dtype}")
 
 
 def check(params: Params, world_size: int) -> None:
-    if world_size > 8:
-        raise ValueError(f"the bench lab runs on 1 to 8 ranks, not {world_size}")
+    """Any world size the limits allow will do (see ``labs.params.Run``)."""
 
 
 def _pattern(numel: int, period_values: torch.Tensor, dtype, device) -> torch.Tensor:

@@ -2,8 +2,10 @@
 
 A lab is a module with these names (``labs.ring``, ``labs.bench``, ``labs.ddp``):
 
-- ``Params``: a dataclass of the lab's parameters (validates itself);
-- ``check(params, world_size)``: raises ValueError if the lab cannot run so;
+- ``Params``: a dataclass of the lab's parameters, each declared with
+  ``labs.params.option`` (validates itself; see ``labs.params``);
+- ``check(params, world_size)``: raises ValueError if the lab cannot run so
+  (the world size's own limit is ``labs.params.Run``'s);
 - ``run_rank(ctx, params) -> dict``: the work of one rank (JSON-serialisable,
   with ``work_s``, the seconds of timed work); ``ctx`` is a `RankContext`;
 - ``summarize(params, ranks, *, world_size, backend) -> dict`` and
@@ -253,14 +255,19 @@ def launched_externally() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def run_in_env(lab: str, params=None, *, backend: str = "auto", timeout: float = 300.0,
+def run_in_env(lab: str, params=None, *, backend: str = "auto", timeout: float | None = None,
                fail: FailSpec | None = None,
                on_event: Callable[[dict], None] | None = None) -> LabResult | None:
     """Run ``lab`` as one rank of a job whose launcher set RANK/WORLD_SIZE/MASTER_*.
 
     Every rank calls this; rank 0 returns the LabResult, the others None.
     Failures raise: torchrun notices a failed rank and stops the others.
+    ``timeout`` (for the collectives) defaults to ``LAB_TIMEOUT_S``.
     """
+    from labs.params import Limits
+
+    if timeout is None:
+        timeout = Limits.from_env().timeout_s
     t0 = time.perf_counter()
     module = load_lab(lab)
     p = params if is_dataclass(params) else module.Params(**params_dict(params))

@@ -35,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch._dynamo  # noqa: F401 - DDP imports it on first use; a forked rank inherits it
@@ -51,6 +51,8 @@ from torch.nn.utils import parameters_to_vector
 from torch.utils.data import DistributedSampler
 
 from labs.model import bus_factor
+from labs.params import Page, option
+from labs.params import check as check_values
 
 SECTIONS = ("equivalence", "sampler", "breakdown", "buckets", "no_sync", "fp16", "scaling")
 
@@ -94,32 +96,28 @@ def ddp_train_step(model, optimizer, inputs, targets):
 
 @dataclass
 class Params:
-    samples: int = 2048
-    features: int = 32
-    classes: int = 4
-    hidden: int = 128
-    depth: int = 3  # hidden layers
-    batch: int = 32  # per rank
-    steps: int = 12  # measured steps per section
-    warmup: int = 2  # unmeasured steps before timing
-    lr: float = 0.05
-    seed: int = 0
-    tolerance: float = 1e-5  # max |w_ddp - w_single| allowed in `equivalence`
-    bucket_caps_mb: list[float] = field(default_factory=lambda: [0.01, 0.05, 0.25, 25.0])
-    accumulation: int = 4  # micro-batches per optimizer step in `no_sync`
-    scaling_world_sizes: list[int] = field(default_factory=lambda: [1, 2, 4])
-    sections: list[str] = field(default_factory=lambda: list(SECTIONS))
+    samples: int = option(2048, help="samples in the synthetic data set", low=1)
+    features: int = option(32, help="input features", low=1)
+    classes: int = option(4, help="classes to tell apart", low=1)
+    hidden: int = option(128, help="MLP width", low=1)
+    depth: int = option(3, help="hidden layers", low=1)
+    batch: int = option(32, help="samples per rank per step", low=1)
+    steps: int = option(12, key="labs.steps", help="measured steps per section", low=1,
+                       page=Page(widget="slider", low=2, high=20, default=5))
+    warmup: int = option(2, help="unmeasured steps before timing", low=0)
+    lr: float = option(0.05, help="learning rate (> 0)")
+    seed: int = option(0, help="seed of the data and the model")
+    tolerance: float = option(1e-5, help="max |w_ddp - w_single| allowed in equivalence (> 0)")
+    bucket_caps_mb: list[float] = option([0.01, 0.05, 0.25, 25.0], help="bucket sizes to compare, MB (> 0)")
+    accumulation: int = option(4, help="micro-batches per optimizer step in no_sync", low=1)
+    scaling_world_sizes: list[int] = option([1, 2, 4], help="rank counts for the scaling section", low=1,
+                                           flags=("--world-sizes",))
+    sections: list[str] = option(list(SECTIONS), help="sections to run", choices=SECTIONS)
 
     def __post_init__(self) -> None:
-        unknown = set(self.sections) - set(SECTIONS)
-        if unknown or not self.sections:
-            raise ValueError(f"sections must be among {SECTIONS}, not {sorted(unknown)}")
-        for name in ("samples", "features", "classes", "hidden", "depth", "batch", "steps",
-                     "accumulation"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1")
-        if self.warmup < 0 or self.lr <= 0 or self.tolerance <= 0:
-            raise ValueError("need warmup >= 0, lr > 0 and tolerance > 0")
+        check_values(self)
+        if self.lr <= 0 or self.tolerance <= 0:
+            raise ValueError("need lr > 0 and tolerance > 0")
         if any(c <= 0 for c in self.bucket_caps_mb):
             raise ValueError("bucket caps must be > 0 MB")
 

@@ -55,7 +55,7 @@ import torch
 import torch.distributed as dist
 
 # LabError, LabResult, FailSpec, machine_summary and resolve_backend are also
-# imported from here by callers of run_lab (app.views.labs: machine_summary).
+# imported from here by callers of run_lab.
 from labs.context import (
     FailSpec,
     LabError,
@@ -67,9 +67,9 @@ from labs.context import (
     params_dict,
     resolve_backend,
 )
+from labs.params import Limits, Run, check
 from labs.verdict import HEARTBEAT_S, RankSnapshot, exit_text, judge
 
-MAX_WORLD_SIZE = 16
 CPU_BUSY = 0.05  # a rank using more than 5% of a core between heartbeats is working
 _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 
@@ -229,14 +229,15 @@ def _tail(path: str, limit: int = 1500) -> str:
 
 
 def run_lab(lab: str, params=None, *, world_size: int = 2, backend: str = "auto",
-            timeout: float = 120.0, hang_timeout: float = 10.0, fail: FailSpec | None = None,
+            timeout: float | None = None, hang_timeout: float | None = None, fail: FailSpec | None = None,
             on_event: Callable[[dict], None] | None = None,
             cancel: threading.Event | None = None, start: str = "auto") -> LabResult | LabError:
     """Run ``lab`` on ``world_size`` local processes and return its result or error.
 
     ``params`` is the lab's ``Params`` (or a dict of its fields). ``timeout``
     bounds the whole run; ``hang_timeout`` is how long all ranks may go
-    without progress before the run counts as hung. ``on_event`` receives
+    without progress before the run counts as hung (both default to the
+    `labs.params.Limits` in force, as is the largest world size). ``on_event`` receives
     progress dicts (kind, rank, step, total_steps, phase, fraction, message,
     t, overall) as they happen; setting ``cancel`` stops the run. ``start``
     is "fork", "spawn" or "auto" (see the module docstring).
@@ -253,12 +254,13 @@ def run_lab(lab: str, params=None, *, world_size: int = 2, backend: str = "auto"
     try:
         module = load_lab(lab)
         p = params if is_dataclass(params) else module.Params(**params_dict(params))
-        if not 1 <= world_size <= MAX_WORLD_SIZE:
-            raise ValueError(f"world size must be between 1 and {MAX_WORLD_SIZE}, not {world_size}")
-        if fail is not None and fail.rank >= world_size:
-            raise ValueError(f"fail rank {fail.rank} does not exist with {world_size} ranks")
-        if timeout <= 0 or hang_timeout <= 0:
-            raise ValueError("timeouts must be positive")
+        limits = Limits.from_env()
+        run = Run(world_size=world_size, backend=backend, timeout=timeout, hang_timeout=hang_timeout,
+                  start=start, fail_rank=fail.rank if fail else None, fail_at_step=fail.step if fail else 0,
+                  fail_mode=fail.mode if fail else "crash").resolved(limits)
+        check(run, limits)
+        check(p, limits)
+        timeout, hang_timeout = run.timeout, run.hang_timeout
         resolved = resolve_backend(backend, world_size)
         module.check(p, world_size)
     except (ValueError, TypeError, ImportError) as exc:
@@ -267,8 +269,6 @@ def run_lab(lab: str, params=None, *, world_size: int = 2, backend: str = "auto"
         single_threaded = threading.active_count() == 1
         start = "fork" if (resolved == "gloo" and single_threaded and hasattr(os, "fork")
                            and not torch.cuda.is_available()) else "spawn"
-    if start not in ("fork", "spawn"):
-        return invalid(f"start must be auto, fork or spawn, not {start!r}")
 
     emit = on_event or (lambda _e: None)
     sup = _Supervisor(name=name, world_size=world_size, backend=resolved, timeout=timeout,

@@ -36,6 +36,8 @@ import torch.distributed as dist
 
 from labs import model
 from labs.context import shared_clock_origin
+from labs.params import Page, ParamError, limit, option
+from labs.params import check as check_values
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64,
           "bfloat16": torch.bfloat16, "int64": torch.int64}
@@ -263,29 +265,26 @@ def ring_allreduce_pipelined(tensor, *, op="sum", group=None, trace=None,
 # --------------------------------------------------------------------------
 # The lab around them
 
-ALGOS = {"ring": ring_allreduce, "naive": naive_allreduce, "pipelined": ring_allreduce_pipelined}
+# In the order the page offers them.
+ALGOS = {"ring": ring_allreduce, "pipelined": ring_allreduce_pipelined, "naive": naive_allreduce}
+OPS = ("sum", "avg")
 
 
 @dataclass
 class Params:
-    size: int = 1 << 20  # bytes per rank
-    dtype: str = "float32"
-    op: str = "sum"
-    algo: str = "ring"  # "ring", "naive" or "pipelined"
-    seed: int = 0
-    warmup: int = 1  # untraced all-reduces before the traced one
+    size: int = option(1 << 20, key="labs.size", help="bytes per rank", low=0, high=limit("max_bytes"),
+                      unit="bytes", page=Page(widget="sizes", low=1 << 10, high=64 << 20))
+    dtype: str = option("float32", key="labs.dtype", help="element type", choices=tuple(DTYPES), page=Page())
+    op: str = option("sum", key="labs.op", help="reduction", choices=OPS, page=Page())
+    algo: str = option("ring", key="labs.algo", help="all-reduce algorithm", choices=tuple(ALGOS),
+                      labels="labs.algo_", page=Page())
+    seed: int = option(0, help="seed of every rank's input")
+    warmup: int = option(1, help="untraced all-reduces before the traced one", low=0)
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, not {self.dtype!r}")
-        if self.op not in ("sum", "avg"):
-            raise ValueError(f"op must be sum or avg, not {self.op!r}")
-        if self.algo not in ALGOS:
-            raise ValueError(f"algo must be one of {sorted(ALGOS)}, not {self.algo!r}")
+        check_values(self)
         if self.op == "avg" and not DTYPES[self.dtype].is_floating_point:
-            raise ValueError(f"op avg needs a floating-point dtype, not {self.dtype}")
-        if self.size < 0 or self.warmup < 0:
-            raise ValueError("size and warmup must be >= 0")
+            raise ParamError("op", "avg_int", f"op avg needs a floating-point dtype, not {self.dtype}")
 
     @property
     def numel(self) -> int:
@@ -293,8 +292,7 @@ class Params:
 
 
 def check(params: Params, world_size: int) -> None:
-    if world_size > 8:
-        raise ValueError(f"the ring lab runs on 1 to 8 ranks, not {world_size}")
+    """Any world size the limits allow will do (see ``labs.params.Run``)."""
 
 
 def make_input(params: Params, rank: int, device="cpu") -> torch.Tensor:

@@ -128,7 +128,7 @@ def _question(plan_item: dict[str, Any], bank: Bank) -> Question:
         or sorted(plan_item.get("items", [])) != list(range(len(question.items)))
         or set(plan_item.get("params", {})) != set(question.params)
     ):
-        raise QuestionUnavailable("question_unavailable", question_id=plan_item.get("question_id"))
+        raise QuestionUnavailable("quiz_errors.question_unavailable", question_id=plan_item.get("question_id"))
     return question
 
 
@@ -248,24 +248,24 @@ def _normalize(question: Question, response: Any, lang: str) -> Any:
     if question.type in ("single", "multiple"):
         keys = [response] if isinstance(response, str) else response
         if not isinstance(keys, list | tuple) or not all(isinstance(k, str) for k in keys):
-            raise InvalidResponse("invalid_response")
+            raise InvalidResponse("quiz_errors.invalid_response")
         if not set(keys) <= set(KEYS[: len(question.options)]) or len(set(keys)) != len(keys):
-            raise InvalidResponse("invalid_response")
+            raise InvalidResponse("quiz_errors.invalid_response")
         if question.type == "single":
             if len(keys) != 1:
-                raise InvalidResponse("invalid_response")
+                raise InvalidResponse("quiz_errors.invalid_response")
             return keys[0]
         return sorted(keys)
     if question.type == "ordering":
         if not isinstance(response, list | tuple) or sorted(response) != list(
             KEYS[: len(question.items)]
         ):
-            raise InvalidResponse("invalid_response")
+            raise InvalidResponse("quiz_errors.invalid_response")
         return list(response)
     if isinstance(response, dict) and set(response) == {"text", "value"}:
         return {"text": str(response["text"]), "value": parse_number(response["value"], lang)}
     if isinstance(response, bool) or not isinstance(response, str | int | float):
-        raise InvalidResponse("invalid_response")
+        raise InvalidResponse("quiz_errors.invalid_response")
     text = str(response).strip()
     return {"text": text, "value": _read_numeric(question, text, lang)}
 

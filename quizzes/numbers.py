@@ -26,6 +26,8 @@ from typing import Any
 
 import yaml
 
+from academy.errors import UserError
+
 MESSAGES_DIR = Path(__file__).resolve().parent / "messages"
 
 
@@ -41,7 +43,7 @@ def _messages(lang: str) -> dict[str, Any]:
 
 
 def message(key: str, lang: str, **values: Any) -> str:
-    """A learner-visible message ("number.empty") in `lang`, else English."""
+    """A quiz text (``"see.one"``, ``"number.decimal"``) in `lang`, else English."""
     for source in (lang, "en"):
         node: Any = _messages(source)
         for part in key.split("."):
@@ -51,20 +53,13 @@ def message(key: str, lang: str, **values: Any) -> str:
     return key
 
 
-class QuizError(Exception):
-    """An error the learner may see; `key` names its text in the messages."""
-
-    def __init__(self, key: str, **values: Any) -> None:
-        super().__init__(key)
-        self.key = key
-        self.values = values
-
-    def message(self, lang: str) -> str:
-        return message(self.key, lang, **self.values)
+class QuizError(UserError):
+    """An error the learner may see: ``key`` names its text in the UI catalog
+    (``quiz_errors.*`` in ``content/i18n``, see ``academy.errors``)."""
 
 
 class NumberParseError(QuizError, ValueError):
-    """The learner's text is not one number (number.empty, number.not_a_number, ...)."""
+    """The learner's text is not one number (quiz_errors.empty, quiz_errors.not_a_number, ...)."""
 
 
 class InvalidResponse(QuizError, ValueError):
@@ -87,37 +82,37 @@ def parse_number(text: str | float | int, lang: str) -> float:
     if isinstance(text, int | float) and not isinstance(text, bool):
         value = float(text)
         if not math.isfinite(value):
-            raise NumberParseError("number.not_finite")
+            raise NumberParseError("quiz_errors.not_finite")
         return value
     if not isinstance(text, str):
-        raise NumberParseError("number.not_a_number", text=str(text))
+        raise NumberParseError("quiz_errors.not_a_number", text=str(text))
     original = text.strip()
     # NFKC turns full-width digits and punctuation (zh input methods) and the
     # exotic spaces into ASCII; U+2212 is the typographic minus.
     s = unicodedata.normalize("NFKC", original).replace("\u2212", "-").strip()
     s = _SPACES.sub(" ", s)
     if not s:
-        raise NumberParseError("number.empty")
+        raise NumberParseError("quiz_errors.empty")
     s = re.sub(r"^([+-]) ", r"\1", s)  # "- 5"
     if " " in s:
         if not _GROUPED_SPACES.match(s):
             parts = [p for p in s.split(" ") if _NUMBERISH.search(p)]
-            key = "number.multiple_numbers" if len(parts) > 1 else "number.not_a_number"
-            raise NumberParseError(key, text=original)
+            raise NumberParseError("quiz_errors.multiple_numbers" if len(parts) > 1 else "quiz_errors.not_a_number",
+                                   text=original)
         s = s.replace(" ", "")
     m = re.fullmatch(r"([+-]?)([\d.,]+)(?:[eE]([+-]?\d+))?", s)
     if not m or not re.search(r"\d", m.group(2)):
-        raise NumberParseError("number.not_a_number", text=original)
+        raise NumberParseError("quiz_errors.not_a_number", text=original)
     sign, body, exponent = m.groups()
     digits = _plain_digits(body, message("number.decimal", lang))
     if digits is None:
-        raise NumberParseError("number.not_a_number", text=original)
+        raise NumberParseError("quiz_errors.not_a_number", text=original)
     try:
         value = float(f"{sign}{digits}" + (f"e{exponent}" if exponent else ""))
     except (ValueError, OverflowError):
-        raise NumberParseError("number.not_a_number", text=original) from None
+        raise NumberParseError("quiz_errors.not_a_number", text=original) from None
     if not math.isfinite(value):
-        raise NumberParseError("number.not_finite", text=original)
+        raise NumberParseError("quiz_errors.not_finite", text=original)
     return value
 
 

@@ -2,8 +2,8 @@
 
 Plain keyword-only functions that take a Session (STYLE.md, 8). Each write
 commits at once, so a refresh or a crash loses nothing; a refused write rolls
-the session back. Errors are QuizError subclasses whose ``message(lang)``
-is the text to show.
+the session back. Errors are QuizError subclasses (``academy.errors.UserError``):
+a catalog key the page shows with ``ui.error_text``.
 
 Two tabs of one learner are the concurrency to survive:
 
@@ -32,7 +32,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, and_
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, col, delete, select, update
+from sqlmodel import Session, col, select, update
 
 from academy.models import QuizAnswer, QuizAttempt, utcnow
 from academy.settings import get_settings
@@ -116,9 +116,9 @@ def _get_attempt(
         statement = statement.with_for_update()
     attempt = session.exec(statement).first()
     if attempt is None:
-        raise AttemptNotFound("attempt_not_found")
+        raise AttemptNotFound("quiz_errors.attempt_not_found")
     if learner_id is not None and attempt.learner_id != learner_id:
-        raise NotYourAttempt("not_your_attempt")
+        raise NotYourAttempt("quiz_errors.not_your_attempt")
     return attempt
 
 
@@ -197,7 +197,7 @@ def start_attempt(
     else:
         plan = draw_attempt(bank, seed=seed, k=k or get_settings().quiz_questions)
     if not plan:
-        raise NoQuestions("no_questions")
+        raise NoQuestions("quiz_errors.no_questions")
     attempt = QuizAttempt(
         learner_id=learner_id,
         course_id=get_settings().course_id,
@@ -207,17 +207,17 @@ def start_attempt(
         practice=practice,
     )
     session.add(attempt)
-    session.commit()
-    session.refresh(attempt)
-    if practice:
-        return attempt
-    # Two tabs may both have found nothing to resume and both inserted: the
-    # older attempt wins and the newer one (nobody has its id yet) goes.
-    first = current_attempt(session=session, learner_id=learner_id)
-    if first is not None and first.id != attempt.id:
-        session.exec(delete(QuizAttempt).where(col(QuizAttempt.id) == attempt.id))
+    try:
         session.commit()
-        return first
+    except IntegrityError:
+        # Another tab started one between our check and our insert: the unique
+        # index on open attempts kept it to one, and both tabs resume that one.
+        session.rollback()
+        other = current_attempt(session=session, learner_id=learner_id, practice=practice)
+        if other is None:
+            raise
+        return other
+    session.refresh(attempt)
     return attempt
 
 
@@ -252,10 +252,10 @@ def record_answer(
     attempt = _get_attempt(session, attempt_id, learner_id, lock=True)
     if attempt.status != IN_PROGRESS:
         session.rollback()
-        raise AttemptFinished("attempt_finished")
+        raise AttemptFinished("quiz_errors.attempt_finished")
     if not 0 <= position < len(attempt.plan):
         session.rollback()
-        raise InvalidPosition("invalid_position")
+        raise InvalidPosition("quiz_errors.invalid_position")
     item = attempt.plan[position]
     try:
         stored = normalize_response(item, bank, response, lang)
@@ -283,7 +283,7 @@ def record_answer(
     status = session.exec(select(QuizAttempt.status).where(QuizAttempt.id == attempt_id)).one()
     if status != IN_PROGRESS:
         session.rollback()
-        raise AttemptFinished("attempt_finished")
+        raise AttemptFinished("quiz_errors.attempt_finished")
     session.commit()
     return feedback
 
@@ -413,10 +413,13 @@ def attempt_history(
 
 def best_attempt(*, session: Session, learner_id: int) -> AttemptSummary | None:
     """The finished graded attempt with the highest score (earliest on a tie)."""
-    finished = [
-        s for s in attempt_history(session=session, learner_id=learner_id)
-        if s.status == FINISHED and s.score is not None
-    ]
+    return best_of(attempt_history(session=session, learner_id=learner_id))
+
+
+def best_of(history: list[AttemptSummary]) -> AttemptSummary | None:
+    """``best_attempt`` from a history already read (newest first), so a page
+    that shows both reads the attempts once."""
+    finished = [s for s in history if s.status == FINISHED and s.score is not None]
     if not finished:
         return None
     return max(reversed(finished), key=lambda s: s.score or 0.0)
@@ -452,7 +455,7 @@ def missed_questions(
     """
     attempt = _get_attempt(session, attempt_id, learner_id)
     if attempt.status != FINISHED:
-        raise AttemptNotFinished("attempt_not_finished")
+        raise AttemptNotFinished("quiz_errors.attempt_not_finished")
     right = {a.position for a in _answers(session, attempt_id) if a.correct}
     return [
         item["question_id"] for pos, item in enumerate(attempt.plan) if pos not in right
@@ -474,7 +477,7 @@ def review(
     bank = _bank(bank)
     attempt = _get_attempt(session, attempt_id, learner_id)
     if attempt.status != FINISHED:
-        raise AttemptNotFinished("attempt_not_finished")
+        raise AttemptNotFinished("quiz_errors.attempt_not_finished")
     answers = {a.position: a for a in _answers(session, attempt_id)}
     items = []
     for pos, item in enumerate(attempt.plan):

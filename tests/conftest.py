@@ -66,7 +66,7 @@ def app_db(tmp_path, monkeypatch):
 
 @pytest.fixture
 def lab_worker(app_db, tmp_path):
-    """A ``python -m labs.worker`` on the test's database: the labs a test submits run there."""
+    """A ``python -m academy.worker`` on the test's database: the labs a test submits run there."""
     from tests.labstack import Worker
 
     worker = Worker(tmp_path, {}, "--concurrency", "1")  # the test's environment, app_db's database

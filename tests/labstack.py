@@ -1,5 +1,5 @@
 """The lab queue's moving parts for tests and benchmarks: a throw-away Redis,
-``python -m labs.worker`` processes, and the /proc checks on who started a rank.
+``python -m academy.worker`` processes, and the /proc checks on who started a rank.
 
 Used by tests/test_lab_worker.py, tests/test_lab_scale.py and the queue rows
 of ``make bench``.
@@ -69,12 +69,12 @@ def with_group(proc: subprocess.Popen, sig: int) -> None:
 
 
 class Worker:
-    """One ``python -m labs.worker`` process with the given settings; its log in ``base``."""
+    """One ``python -m academy.worker`` process with the given settings; its log in ``base``."""
 
     def __init__(self, base: Path, env: dict[str, str], *args: str, name: str = "w"):
         self.log = base / f"worker-{name}.log"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "labs.worker", *args], cwd=ROOT, env={**os.environ, **env},
+            [sys.executable, "-m", "academy.worker", *args], cwd=ROOT, env={**os.environ, **env},
             stdout=open(self.log, "w"), stderr=subprocess.STDOUT, start_new_session=True,  # noqa: SIM115
         )
 
@@ -207,7 +207,7 @@ def learners_main(argv: list[str] | None = None) -> None:
                                         learner_id=learner_id, machine={})
             except labjobs.LabRequestError as err:
                 with lock:
-                    refused.append(err.code)
+                    refused.append(err.key)
                 continue
             with lock:
                 runs.append(run_id)

@@ -34,7 +34,7 @@ def test_password_is_hashed_not_stored(session):
 def test_bad_sign_up_input(session, email, password, code):
     with pytest.raises(AccountError) as err:
         accounts.sign_up(session=session, email=email, password=password)
-    assert err.value.code == code
+    assert err.value.key == code
     assert session.exec(select(Learner)).all() == []
 
 
@@ -42,7 +42,7 @@ def test_duplicate_email_refused(session):
     accounts.sign_up(session=session, email="dup@example.org", password=PW)
     with pytest.raises(AccountError) as err:
         accounts.sign_up(session=session, email=" DUP@example.org ", password=PW)
-    assert err.value.code == "account.err_sign_up_neutral"
+    assert err.value.key == "account.err_sign_up_neutral"
 
 
 def test_sign_in_and_wrong_password(session):
@@ -50,7 +50,7 @@ def test_sign_in_and_wrong_password(session):
     assert accounts.sign_in(session=session, email="B@example.org", password=PW).email == "b@example.org"
     with pytest.raises(AccountError) as err:
         accounts.sign_in(session=session, email="b@example.org", password="wrong password!")
-    assert err.value.code == "account.err_credentials"
+    assert err.value.key == "account.err_credentials"
     with pytest.raises(AccountError):
         accounts.sign_in(session=session, email="nobody@example.org", password=PW)
 
@@ -62,7 +62,7 @@ def test_sign_in_rate_limited(session):
             accounts.sign_in(session=session, email="c@example.org", password="nope nope nope")
     with pytest.raises(AccountError) as err:
         accounts.sign_in(session=session, email="c@example.org", password=PW)  # even the right one
-    assert err.value.code == "account.err_rate_limited"
+    assert err.value.key == "account.err_rate_limited"
 
 
 def test_session_token_round_trip_and_revocation(session):
@@ -95,10 +95,10 @@ def test_admin_token_is_one_time(session):
     second = accounts.sign_up(session=session, email="second@example.org", password=PW)
     token = accounts.create_admin_token(session=session)
     assert token not in str(session.exec(select(AdminToken.id)).all())  # only its hash is stored
-    with pytest.raises(AccountError, match="admin_token"):
+    with pytest.raises(AccountError, check=lambda e: e.key.endswith("admin_token")):
         accounts.redeem_admin_token(session=session, learner_id=first.id, token=token + "x")
     assert accounts.redeem_admin_token(session=session, learner_id=first.id, token=token).is_admin
-    with pytest.raises(AccountError, match="admin_token"):
+    with pytest.raises(AccountError, check=lambda e: e.key.endswith("admin_token")):
         accounts.redeem_admin_token(session=session, learner_id=second.id, token=token)
     assert not session.get(Learner, second.id).is_admin
 
@@ -144,7 +144,7 @@ def _burst(engine, email: str, passwords: list[str], client: str = "203.0.113.9"
                 accounts.sign_in(session=s, email=email, password=password, client=client)
                 out.append("ok")
             except AccountError as err:
-                out.append(err.code)
+                out.append(err.key)
 
     threads = [threading.Thread(target=one, args=(p,)) for p in passwords]
     for th in threads:
@@ -183,7 +183,7 @@ def test_lock_out_is_per_client(session):
     for _ in range(get_settings().signin_max_failures):
         with pytest.raises(AccountError):
             accounts.sign_in(session=session, email="owner@example.org", password="nope nope", client=attacker)
-    with pytest.raises(AccountError, match="rate_limited"):
+    with pytest.raises(AccountError, check=lambda e: e.key.endswith("rate_limited")):
         accounts.sign_in(session=session, email="owner@example.org", password=PW, client=attacker)
     assert accounts.sign_in(session=session, email="owner@example.org", password=PW, client=owner)
     refused = []
@@ -191,7 +191,7 @@ def test_lock_out_is_per_client(session):
         try:
             accounts.sign_in(session=session, email=f"spray{n}@example.org", password="nope nope", client="198.51.100.1")
         except AccountError as err:
-            refused.append(err.code)
+            refused.append(err.key)
     assert refused[-1] == "account.err_rate_limited_client"
 
 
@@ -203,7 +203,7 @@ def test_argon2_verifications_are_capped(session, monkeypatch):
     monkeypatch.setattr(accounts, "ARGON2_WAIT_S", 0.01)
     slots.acquire()  # another verification holds the only slot
     try:
-        with pytest.raises(AccountError, match="busy"):
+        with pytest.raises(AccountError, check=lambda e: e.key.endswith("busy")):
             accounts.sign_in(session=session, email="cap@example.org", password=PW)
     finally:
         slots.release()
@@ -221,7 +221,7 @@ def test_sign_up_is_throttled_per_client(session):
             accounts.sign_up(session=session, email=f"new{n}@example.org", password=PW, client="198.51.100.3")
             codes.append("ok")
         except AccountError as err:
-            codes.append(err.code)
+            codes.append(err.key)
     assert codes[-1] == "account.err_rate_limited_client" and codes[0] == "ok"
     # Localhost (every visitor, behind a proxy on this machine) is no client to limit.
     for n in range(get_settings().signup_max_per_client + 1):
@@ -232,7 +232,7 @@ def test_duplicate_sign_up_answer_does_not_say_the_account_exists(session):
     accounts.sign_up(session=session, email="known@example.org", password=PW)
     with pytest.raises(AccountError) as err:
         accounts.sign_up(session=session, email="known@example.org", password=PW)
-    assert err.value.code == "account.err_sign_up_neutral"
+    assert err.value.key == "account.err_sign_up_neutral"
 
 
 # --- F-16: look-alike addresses ---------------------------------------------------------------
@@ -252,7 +252,7 @@ def test_duplicate_sign_up_answer_does_not_say_the_account_exists(session):
 def test_look_alike_addresses_are_refused(session, email):
     with pytest.raises(AccountError) as err:
         accounts.sign_up(session=session, email=email, password=PW)
-    assert err.value.code == "account.err_email"
+    assert err.value.key == "account.err_email"
 
 
 def test_addresses_are_nfkc_normalised(session):
@@ -269,10 +269,10 @@ def test_sign_out_everywhere_and_password_change(session):
     learner = accounts.sign_up(session=session, email="many@example.org", password=PW)
     tokens = [accounts.open_session(session=session, learner_id=learner.id) for _ in range(3)]
     new_pw = "another long password"
-    with pytest.raises(AccountError, match="credentials"):
+    with pytest.raises(AccountError, check=lambda e: e.key.endswith("credentials")):
         accounts.change_password(session=session, learner_id=learner.id, current="wrong wrong",
                                  new=new_pw, keep_token=tokens[0])
-    with pytest.raises(AccountError, match="password_short"):
+    with pytest.raises(AccountError, check=lambda e: e.key.endswith("password_short")):
         accounts.change_password(session=session, learner_id=learner.id, current=PW, new="short",
                                  keep_token=tokens[0])
     assert all(accounts.learner_for_token(session=session, token=tok) for tok in tokens)
@@ -326,3 +326,11 @@ def test_concurrent_guesses_are_limited_on_postgres(postgres_url, monkeypatch):
             s.exec(delete(SigninCounter).where(col(SigninCounter.key).contains(str(os.getpid()))))
             s.commit()
         engine.dispose()
+
+
+def test_an_overlong_address_at_sign_in_is_a_wrong_password_not_a_crash(session):
+    """Review: the rate-limit key built from an unbounded address overflowed its column
+    on PostgreSQL (DataError, a crashed page)."""
+    with pytest.raises(AccountError) as err:
+        accounts.sign_in(session=session, email="a" * 5000 + "@example.org", password="whatever pw")
+    assert err.value.key == "account.err_credentials"

@@ -203,3 +203,23 @@ def test_full_width_id_from_a_cjk_keyboard_verifies(app_db):
     full_width = "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in cert.id)
     v = open_page("verify", "zh", None, id=full_width)
     assert certs.texts("zh")["status"]["valid"] in [m.value for m in v.success]
+
+
+@pytest.mark.parametrize("lang", ["en", "zh", "nl"])
+def test_dates_read_in_the_learners_language(app_db, lang):
+    """Issued and revoked dates are Babel's, in the page's language (issue #14), never ISO."""
+    learner_id = learner_who_passed(f"dates-{lang}@example.org")
+    with session_scope() as s:
+        cert = certs.issue_for_learner(session=s, learner_id=learner_id, name="Zoë Ødegård", lang="en")
+        issued = cert.issued_at
+    day = i18n.format_date(issued, lang)
+    assert day != f"{issued:%Y-%m-%d}"
+    at = open_page("certificate", lang, learner_id)
+    assert any(day in c.value for c in at.caption), [c.value for c in at.caption]
+    assert not any(f"{issued:%Y-%m-%d}" in c.value for c in at.caption)
+    v = open_page("verify", lang, None, id=cert.id)
+    assert any(f": {day}" in x.value for x in v.text)  # the "Issued" row
+    with session_scope() as s:
+        certs.revoke(session=s, cert_id=cert.id, actor_id=None, reason="test revocation")
+    v = open_page("verify", lang, None, id=cert.id)
+    assert any(day in e.value for e in v.error), [e.value for e in v.error]

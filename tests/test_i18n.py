@@ -3,6 +3,7 @@ counts get the language's plural form and numbers its decimal mark."""
 
 import re
 import string
+from datetime import datetime
 
 import pytest
 
@@ -185,3 +186,15 @@ def test_unknown_key_shows_the_key():
 )
 def test_normalise_lang(value, expected):
     assert i18n.normalise_lang(value) == expected
+
+
+def test_dates_are_written_the_way_each_language_writes_them():
+    """Babel's CLDR data, not an ISO f-string: what the pages' history rows and
+    certificate dates show (issue #14)."""
+    when = datetime(2025, 3, 7, 15, 4)
+    assert i18n.format_date(when, "nl") == "7 mrt 2025"
+    assert i18n.format_date(when, "zh") == "2025年3月7日"
+    assert i18n.format_datetime(when, "zh") == "2025年3月7日 15:04"
+    assert i18n.format_datetime(when, "nl") == "7 mrt 2025, 15:04"
+    assert i18n.format_datetime(when, "en").replace("\u202f", " ") == "Mar 7, 2025, 3:04 PM"
+    assert i18n.format_date(when, "xx") == i18n.format_date(when, "en")  # no such language: English

@@ -122,7 +122,7 @@ def test_the_progress_tail_reads_only_whole_new_lines(tmp_path: Path):
     assert tail.last == {"step": 3}
 
 
-def test_migration_0005_goes_down_and_up_again(engine):
+def test_migration_0006_goes_down_and_up_again(engine):
     from alembic import command
     from alembic.config import Config
     from sqlalchemy import inspect
@@ -139,7 +139,7 @@ def test_migration_0005_goes_down_and_up_again(engine):
     cfg.set_main_option("script_location", str(ROOT / "academy" / "migrations"))
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
-        command.downgrade(cfg, "0005-1")
+        command.downgrade(cfg, "0006-1")
     assert not added & state()[0] and state()[1] is False
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn

@@ -1,4 +1,4 @@
-"""Lab runs as jobs on the queue, run by ``python -m labs.worker`` processes.
+"""Lab runs as jobs on the queue, run by ``python -m academy.worker`` processes.
 
 Each path runs twice: on the embedded stack (SQLite database, huey's SQLite
 queue beside it) and on the multi-machine one (PostgreSQL, Redis), both
@@ -232,11 +232,11 @@ def test_fair_use_per_learner_and_in_all(stack, monkeypatch):
     submit(TINY, learner_id=ann)
     with pytest.raises(labqueue.QueueFull) as err:
         submit(TINY, learner_id=ann)
-    assert (err.value.code, err.value.values) == ("labs_refused.too_many", {"limit": 2})
+    assert (err.value.key, err.value.values) == ("labs_refused.too_many", {"limit": 2})
     bobs = submit(TINY, learner_id=bob)
     with pytest.raises(labqueue.QueueFull) as err:
         submit(TINY, learner_id=bob)
-    assert (err.value.code, err.value.values) == ("labs_refused.queue_full", {"limit": 3})
+    assert (err.value.key, err.value.values) == ("labs_refused.queue_full", {"limit": 3})
     with pytest.raises(labqueue.QueueFull):
         labqueue.submit(lab="ring", params=TINY, learner_id=None, machine={}, session_runs=[])
     assert labqueue.request_cancel(bobs)

@@ -1,6 +1,6 @@
 """A lab run from the page runs under the worker, never under Streamlit.
 
-The real app (``streamlit run``) and its worker (``python -m labs.worker``,
+The real app (``streamlit run``) and its worker (``python -m academy.worker``,
 started beside it as ``make run`` does) on a temporary database; a guest
 presses Run in Chromium while a thread reads /proc every 20 ms and notes, for
 every lab process it sees (the CLI and its ranks), which of the two it

@@ -176,7 +176,7 @@ def test_labs_import_only_the_lab_side():
 
 
 def test_launch_still_offers_the_names_its_callers_import():
-    """app.views.labs imports machine_summary from labs.launch; run_lab's callers its types."""
+    """run_lab's callers import its types (and machine_summary) from labs.launch."""
     from labs import context, launch
 
     for name in ("FailSpec", "LabError", "LabResult", "machine_summary", "resolve_backend"):

@@ -153,7 +153,7 @@ def test_injected_crash_shows_a_message_naming_the_rank(lab_worker):
 def test_bad_requests_are_refused_clearly():
     with pytest.raises(labjobs.LabRequestError) as err:
         labjobs.validate("ring", {"world_size": 99})
-    assert err.value.code == "labs.err_world_size"
+    assert err.value.key == "labs.err_world_size"
     with pytest.raises(labjobs.LabRequestError):
         labjobs.validate("rm -rf", {})
     with pytest.raises(labjobs.LabRequestError):

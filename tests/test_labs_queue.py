@@ -100,14 +100,14 @@ def test_learner_and_global_caps_are_counted_in_the_database(app_db, limits):
         labjobs.submit(lab="ring", params=HANG, learner_id=ann, machine={})
         with pytest.raises(labjobs.LabRequestError) as err:
             labjobs.submit(lab="ring", params=HANG, learner_id=ann, machine={})
-        assert err.value.code == "labs_refused.too_many" and err.value.values == {"limit": 2}
+        assert err.value.key == "labs_refused.too_many" and err.value.values == {"limit": 2}
         bobs = labjobs.submit(lab="ring", params=HANG, learner_id=bob, machine={})
         with pytest.raises(labjobs.LabRequestError) as err:
             labjobs.submit(lab="ring", params=HANG, learner_id=bob, machine={})
-        assert err.value.code == "labs_refused.queue_full" and err.value.values == {"limit": 3}
+        assert err.value.key == "labs_refused.queue_full" and err.value.values == {"limit": 3}
         with pytest.raises(labjobs.LabRequestError) as err:  # a guest too
             labjobs.submit(lab="ring", params=HANG, learner_id=None, machine={}, session_runs=[])
-        assert err.value.code == "labs_refused.queue_full"
+        assert err.value.key == "labs_refused.queue_full"
         assert active_runs() == 3
         assert labjobs.get_run(bobs).status == "queued"
         labjobs.cancel(bobs)  # cancelled while queued: a place is free again at once

@@ -77,3 +77,11 @@ def test_a_certificate_can_be_chosen_in_the_new_language(xx_content):
     [choice] = [s for s in at.selectbox if s.label == i18n.t("certificate.language", "xx")]
     assert choice.label.startswith(MARK)
     assert choice.value == "xx"  # the page's language is preselected
+    # ... and issuing it works end to end: the credential, its LinkedIn link and the PDF
+    # (certificate texts fall back to English where a language has none yet).
+    [create] = [b for b in at.button if b.label == i18n.t("certificate.create", "xx")]
+    create.click()
+    at.run()
+    assert not at.exception, at.exception
+    assert i18n.t("certificate.created", "xx") in [s.value for s in at.success]
+    assert [b.proto.url for b in at.get("link_button")], "the LinkedIn link is there"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import copy
 import hashlib
+import io
 import json
 import threading
 from datetime import UTC, datetime
@@ -20,6 +21,7 @@ import jwt as pyjwt
 import pytest
 import rfc8785
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from pypdf import PdfReader
 from sqlmodel import Session
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
@@ -460,8 +462,10 @@ def test_routes_serve_did_status_credentials_and_verification(client, session):
     pyjwt_verify(jwt_list.text)
 
     store.revoke(session=session, cert_id=cert.id, actor_id=None, reason="copied answers")
-    body = client.get(f"/api/verify/{cert.id}").json()
-    assert body["status"] == "revoked" and body["valid"] is False and body["revoked_reason"] == "copied answers"
+    answer = client.get(f"/api/verify/{cert.id}")
+    body = answer.json()
+    assert body["status"] == "revoked" and body["valid"] is False and body["revoked_reason"] == "revoked"
+    assert "copied answers" not in answer.text  # the admin's words stay private
     listed = client.get("/status/1").json()
     assert openbadges.is_revoked(json.loads(cert.credential_json), listed, trusted()) is True
 
@@ -574,7 +578,10 @@ def test_cli_offline_checks_the_proof_and_says_revocation_was_not_seen(session, 
     good = tmp_path / "good.json"
     good.write_text(cert.credential_json, encoding="utf-8")
     # academy.example is not reachable from tests; the list URL of 127.0.0.1:9 refuses.
-    assert cli_main(["verify", str(good), "--status-url", "http://127.0.0.1:9/status/1"]) == 0
+    # Revocation unknown: fail closed (2), unless only the signature was asked for.
+    assert cli_main(["verify", str(good), "--status-url", "http://127.0.0.1:9/status/1"]) == 2
+    assert "UNCHECKED" in capsys.readouterr().out
+    assert cli_main(["verify", str(good), "--status-url", "http://127.0.0.1:9/status/1", "--offline"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("VALID") and "revocation not checked" in out
 
@@ -587,17 +594,23 @@ def test_cli_offline_checks_the_proof_and_says_revocation_was_not_seen(session, 
 # --- the PDF ------------------------------------------------------------------
 
 
+def credentials_in_pdf(pdf_bytes: bytes) -> dict[str, bytes]:
+    """The credential files attach_to_pdf embedded (the server never parses PDFs itself)."""
+    found = PdfReader(io.BytesIO(pdf_bytes)).attachments
+    return {name: found[name][0] for name in openbadges.PDF_ATTACHMENTS if found.get(name)}
+
+
 def test_credential_rides_in_the_pdf_and_the_pdf_still_verifies_offline(session):
     cert = issue(session)
     plain = pdf.render(payload=cert.payload, signature=cert.signature,
                        public_url="https://academy.example")
-    assert openbadges.credentials_in_pdf(plain) == {}
+    assert credentials_in_pdf(plain) == {}
     carried = openbadges.attach_to_pdf(plain, cert)
     assert store.verify_pdf(carried).status == "valid"
     # What learners download (store.render_pdf) carries it too.
-    assert openbadges.credentials_in_pdf(store.render_pdf(cert)).keys() == {"credential.json",
+    assert credentials_in_pdf(store.render_pdf(cert)).keys() == {"credential.json",
                                                                            "credential.jwt"}
-    files = openbadges.credentials_in_pdf(carried)
+    files = credentials_in_pdf(carried)
     assert files == {
         "credential.json": cert.credential_json.encode(),
         "credential.jwt": cert.credential_jwt.encode(),
@@ -669,3 +682,56 @@ def test_the_running_app_serves_every_route_with_its_headers(server, on_server_d
     with pytest.raises(urllib.error.HTTPError) as err:
         get("/api/verify/DP-0000")
     assert err.value.code == 400
+
+
+def test_two_requests_making_one_credential_keep_one_and_both_serve_it(tmp_path):
+    """Two requests that loaded a certificate without a credential both make one:
+    only the first stored is kept and served, so a revocation flips the bit of the
+    credential everyone holds (review: a lost version kept its own, unrevocable bit)."""
+    from academy.db import make_engine, migrate
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'race.db'}")
+    migrate(engine)
+    with Session(engine, expire_on_commit=False) as s:
+        cert = store.issue_certificate(session=s, learner_id=None, attempt_id=None, name="Ada",
+                                       lang="en", score=90, pass_date="2026-11-30")
+        cert.credential_json = cert.credential_jwt = cert.status_index = None  # as before 0003
+        s.add(cert)
+        s.commit()
+    with Session(engine, expire_on_commit=False) as a, Session(engine, expire_on_commit=False) as b:
+        in_a, in_b = a.get(Certificate, cert.id), b.get(Certificate, cert.id)  # both loaded first
+        first = openbadges.ensure_credential(session=a, cert=in_a).credential_json
+        second = openbadges.ensure_credential(session=b, cert=in_b).credential_json
+        assert first == second
+        store.revoke(session=a, cert_id=cert.id, actor_id=None, reason="test")
+        listed = openbadges.signed_status_list(session=a)
+        assert openbadges.is_revoked(json.loads(second), listed, trusted()) is True
+
+
+def test_cli_refuses_a_credential_from_an_issuer_it_was_not_asked_to_trust(
+    session, tmp_path, status_server, capsys
+):
+    """Review: a forger signs with their own key, names a did:web of their own (whose DID
+    document lists that key) and calls the issuer "Data Parallelism Academy". Only the
+    academy's own DID (PUBLIC_URL, or --issuer) is trusted, so this is NOT VALID."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    folder, url = status_server
+    private = Ed25519PrivateKey.generate()
+    forger = keys.IssuerKey(kid="forger", public=private.public_key(), private=private)
+    their_did = openbadges.did_web(url)
+    cert = issue(session)
+    credential = json.loads(cert.credential_json)
+    credential.pop("proof")
+    credential["issuer"] = {**credential["issuer"], "id": their_did}
+    forged = openbadges.add_proof(credential, forger, created=credential["validFrom"])
+    (folder / ".well-known").mkdir()
+    (folder / ".well-known" / "did.json").write_text(
+        json.dumps(openbadges.did_document(url, {"forger": forger.public})))
+    badge = tmp_path / "forged.json"
+    badge.write_text(json.dumps(forged))
+    assert cli_main(["verify", str(badge), "--offline"]) == 1
+    assert capsys.readouterr().out.startswith("NOT VALID")
+    # Naming that issuer on purpose is the only way to accept it (and the output says whose it is).
+    assert cli_main(["verify", str(badge), "--offline", "--issuer", their_did]) == 0
+    assert their_did in capsys.readouterr().out

@@ -15,6 +15,7 @@ from benchmarks.quizkey import right_answer, wrong_answer
 from quizzes import store
 from quizzes.bank import load_bank
 from quizzes.engine import draw_attempt, message
+from tests import apptest
 from tests.apptest import MAIN, open_page, press
 
 
@@ -176,3 +177,41 @@ def test_every_option_explains_itself_after_the_answer_and_none_before(app_db, l
     for option in question.options:
         for sec in option.see:
             assert f"[{titles[sec]}](/lessons?section={sec}&lang={lang})" in shown
+
+
+def test_a_partial_ordering_asks_for_every_item_and_stores_nothing(app_db):
+    """The page tells "nothing chosen" from "some items chosen" by a flag beside
+    the response, not by a magic response string."""
+    with session_scope() as s:
+        learner = sign_up(session=s, email="partial-order@example.org", password="long enough pw")
+    attempt, pos = seeded_attempt(learner.id, "ordering")
+    at = open_quiz(learner.id, "en")
+    for _ in range(pos):
+        click(at, i18n.t("quiz.next", "en"))
+    answer(at, attempt, pos, right_answer(attempt.plan[pos], load_bank(), "en")[:1], "en")
+    assert i18n.t("quiz.need_all_items", "en") in [w.value for w in at.warning]
+    click(at, i18n.t("quiz.submit", "en"))  # the widget keeps the one item: the same hint again
+    assert i18n.t("quiz.need_all_items", "en") in [w.value for w in at.warning]
+    with session_scope() as s:
+        assert s.exec(select(QuizAnswer).where(QuizAnswer.attempt_id == attempt.id)).all() == []
+
+
+def test_attempt_history_is_read_once_per_run(app_db, monkeypatch):
+    calls = []
+    real = store.attempt_history
+
+    def counted(**kwargs):
+        calls.append(kwargs["learner_id"])
+        return real(**kwargs)
+
+    monkeypatch.setattr(store, "attempt_history", counted)
+    with session_scope() as s:
+        learner = sign_up(session=s, email="history-once@example.org", password="long enough pw")
+    at = apptest.open_page("home", "en", learner.id)  # Home reads it once, for the best score
+    for setup in (lambda: None, lambda: seeded_attempt(learner.id, "single")):
+        setup()  # first the overview (no attempt yet), then an attempt in progress with history below it
+        calls.clear()
+        at.switch_page("views/quiz.py")
+        at.run()
+        assert not at.exception, at.exception
+        assert calls == [learner.id]

@@ -185,7 +185,7 @@ def test_refusals(engine, learners, bank):
             store.missed_questions(session=session, attempt_id=attempt.id, learner_id=other)
         with pytest.raises(store.AttemptFinished) as info:
             _answer(session, bank, attempt, me, 0)
-        assert "finished" in info.value.message("en")
+        assert "finished" in info.value.text("en")
         assert session.exec(select(QuizAnswer)).all() == []
 
 
@@ -406,3 +406,43 @@ def test_two_tabs_start_one_attempt(file_engine, bank):
             ).all()
             assert [a.id for a in open_attempts] == [first]
             store.finish_attempt(session=session, attempt_id=first, learner_id=me)
+
+
+def test_the_database_refuses_a_second_open_attempt(file_engine):
+    """The one-open-attempt rule is the database's, not only start_attempt's check."""
+    from sqlalchemy.exc import IntegrityError
+
+    me, _ = _learners(file_engine)
+    with _session(file_engine) as session:
+        session.add(QuizAttempt(learner_id=me, seed=1, plan=[]))
+        session.commit()
+        session.add(QuizAttempt(learner_id=me, seed=2, plan=[]))
+        with pytest.raises(IntegrityError):
+            session.commit()
+        session.rollback()
+        session.add(QuizAttempt(learner_id=me, seed=3, plan=[], practice=True))  # practice: its own slot
+        session.add(QuizAttempt(learner_id=me, seed=4, plan=[], status="finished"))  # closed ones: any number
+        session.commit()
+
+
+def test_migration_0005_keeps_the_oldest_open_attempt(tmp_path):
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import text
+
+    from academy.settings import ROOT
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'old.db'}")
+    cfg = Config(str(ROOT / "alembic.ini"))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0004")
+        conn.execute(text("INSERT INTO learner (id, email, display_name, password_hash, is_admin, language, created_at) "
+                          "VALUES (1, 'a@example.org', 'A', 'x', 0, 'en', '2026-01-01')"))
+        for attempt_id in (1, 2, 3):  # three open graded attempts from a race before the index
+            conn.execute(text("INSERT INTO quizattempt (id, learner_id, course_id, seed, language, plan, "
+                              "practice, status, started_at) VALUES (:id, 1, 'data-parallelism', 1, 'en', "
+                              "'[]', 0, 'in_progress', '2026-01-01')"), {"id": attempt_id})
+        command.upgrade(cfg, "0005")
+        rows = conn.execute(text("SELECT id, status FROM quizattempt ORDER BY id")).all()
+    assert [tuple(r) for r in rows] == [(1, "in_progress"), (2, "abandoned"), (3, "abandoned")]

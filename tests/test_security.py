@@ -291,6 +291,27 @@ def test_ending_a_session_ends_it_in_every_open_tab(app_db, how):
         assert _signed_in(acting)
 
 
+def test_signing_out_clears_the_cookie_and_a_dead_token_too(app_db):
+    """The cookie to write is a typed ``ui.CookieWrite`` in the session state, not a
+    magic empty string: signing out, and a token the server no longer knows, clear it."""
+    from tests import apptest
+    from tests.apptest import press
+
+    def cookie_scripts(at) -> list[str]:
+        return [h.proto.body for h in at.get("html") if "document.cookie" in h.proto.body]
+
+    learner_id = _make_learner("cookie@example.org")
+    token = login_token(learner_id)
+    acting = _tab(token, "account")
+    press(acting, t("account.sign_out"))
+    assert [c for c in cookie_scripts(acting) if "dpa_session=;" in c and "max-age=0" in c]
+    # Another tab with the same token after sign-out: the server has closed it.
+    dead = apptest.open_page("home", state={"session_token": token, "learner_id": learner_id})
+    assert [c for c in cookie_scripts(dead) if "dpa_session=;" in c and "max-age=0" in c]
+    fresh = _tab(login_token(learner_id))  # a live token is kept, not rewritten on every run
+    assert cookie_scripts(fresh) == []
+
+
 @pytest.mark.browser
 def test_sign_out_ends_the_other_tab_at_its_next_click(server, browser, on_server_db):
     """F-5 in a real browser: tab 2 (no reload) is a guest at its next navigation."""

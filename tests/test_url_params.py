@@ -62,7 +62,7 @@ def test_check_email_raises_only_account_error(value):
     try:
         address = accounts.check_email(value)
     except accounts.AccountError as err:
-        assert err.code == "account.err_email"
+        assert err.key == "account.err_email"
         return
     assert address == accounts.normalise_email(address) and "@" in address
     assert not [ch for ch in address if unicodedata.category(ch) in ("Cc", "Cf")]

@@ -32,7 +32,7 @@ if who is None:
                 ui.sign_in_as(found)
                 st.rerun()
             except AccountError as err:
-                st.error(t(err.code))
+                st.error(ui.error_text(err))
     with tab_up, st.form("sign_up"):
         name = st.text_input(t("account.display_name"), key="up_name", max_chars=200)
         email = st.text_input(t("account.email"), key="up_email", max_chars=254)
@@ -50,7 +50,7 @@ if who is None:
                 st.session_state["_account_created"] = True
                 st.rerun()
             except AccountError as err:
-                st.error(t(err.code))
+                st.error(ui.error_text(err))
 else:
     if st.session_state.pop("_account_created", False):
         st.success(t("account.created"))
@@ -83,7 +83,7 @@ else:
                     st.session_state["_password_changed"] = True
                     st.rerun()
                 except AccountError as err:
-                    st.error(t(err.code))
+                    st.error(ui.error_text(err))
         if st.button(t("account.sign_out_everywhere"), help=t("account.sign_out_everywhere_help"),
                      icon=":material/devices:"):
             ui.sign_out(everywhere=True)
@@ -100,7 +100,7 @@ else:
                         st.session_state["_admin_redeemed"] = True
                         st.rerun()
                     except AccountError as err:
-                        st.error(t(err.code))
+                        st.error(ui.error_text(err))
     if st.session_state.pop("_admin_redeemed", False):
         st.success(t("account.admin_token_redeemed"))
     if st.button(t("account.sign_out"), icon=":material/logout:"):

@@ -29,10 +29,11 @@ with st.form("make_admin"):
     if st.form_submit_button(t("admin.make_admin")):
         try:
             with session_scope() as session:
-                make_admin(session=session, email=email)
-            st.success(t("admin.made_admin", email=email.strip().lower()))
+                made = make_admin(session=session, email=email, granted_by=who.id)
+            st.success(t("admin.made_admin"))
+            st.text(made.email)  # what was typed is shown as text
         except AccountError as err:
-            st.error(t(err.code))
+            st.error(ui.error_text(err))
 
 st.header(t("admin.content"))
 problems = {code: i18n.missing_keys(code) for code in i18n.languages()}
@@ -61,12 +62,10 @@ with st.form("revoke"):
                     certs.revoke(session=session, cert_id=clean_id, actor_id=who.id, reason=reason.strip(),
                                  disqualify=for_cause)
                 st.success(t("admin_certs.disqualified" if for_cause else "admin_certs.revoked", id=clean_id))
-            except certs.InvalidId:
-                st.error(certs.texts(st.session_state["lang"])["status"]["malformed"])
-            except certs.CertificateNotFound:
-                st.error(t("admin_certs.not_found"))
-            except certs.AlreadyRevoked:
-                st.warning(t("admin_certs.already"))
+            except (certs.InvalidId, certs.CertificateNotFound) as err:
+                st.error(ui.error_text(err))
+            except certs.AlreadyRevoked as err:
+                st.warning(ui.error_text(err))
 
 st.subheader(t("admin_certs.blocked"))
 st.caption(t("admin_certs.blocked_help"))
@@ -78,18 +77,18 @@ for cert in blocked:
     with st.container(border=True):
         # Names and reasons are typed by people: plain text, never Markdown.
         st.text(t("admin_certs.blocked_row", id=cert.id, name=cert.name, reason=cert.revoked_reason or "",
-                  date=f"{cert.revoked_at:%Y-%m-%d}" if cert.revoked_at else ""))
+                  date=ui.date_text(cert.revoked_at) if cert.revoked_at else ""))
         if st.button(t("admin_certs.lift_button"), key=f"lift_{cert.id}"):
             try:
                 with session_scope() as session:
                     certs.lift_disqualification(session=session, cert_id=cert.id, actor_id=who.id)
                 st.success(t("admin_certs.lifted", id=cert.id))
-            except certs.NotDisqualified:
-                st.warning(t("admin_certs.not_blocked"))
+            except certs.NotDisqualified as err:
+                st.warning(ui.error_text(err))
 
 st.subheader(t("admin_certs.events"))
 with session_scope() as session:
     events = session.exec(select(CertificateEvent).order_by(CertificateEvent.id.desc()).limit(20)).all()
 for ev in events:
-    st.text(t("admin_certs.event_row", at=f"{ev.at:%Y-%m-%d %H:%M}", action=ev.action,
+    st.text(t("admin_certs.event_row", at=ui.date_text(ev.at, minutes=True), action=ev.action,
               id=ev.certificate_id, reason=ev.reason or ""))

@@ -41,7 +41,9 @@ has_active = any(c.revoked_at is None for c in mine)
 def _pdf(cert_id: str) -> bytes:
     """A certificate never changes once issued (a new name is a new ID), so its PDF is cached."""
     with session_scope() as session:
-        return certs.render_pdf(certs.get_certificate(session=session, cert_id=cert_id))
+        cert = certs.get_certificate(session=session, cert_id=cert_id)
+        # The credential first, so the cached PDF always carries it (older rows have none yet).
+        return certs.render_pdf(certs.ensure_credential(session=session, cert=cert))
 
 
 @st.cache_data(max_entries=256, show_spinner=False)
@@ -50,21 +52,6 @@ def _badge(cert_id: str) -> str:
     with session_scope() as session:
         cert = certs.get_certificate(session=session, cert_id=cert_id)
         return certs.ensure_credential(session=session, cert=cert).credential_json
-
-
-def explain(err: certs.CertificateError) -> str:
-    if isinstance(err, certs.AlreadyCertified):
-        return t("certificate.already", id=err.certificate_id)
-    if isinstance(err, certs.Disqualified):
-        return t("certificate.disqualified")
-    if isinstance(err, certs.InvalidName) and err.kind == "hidden":
-        # Invisible characters cannot be shown, so they are named: "U+200B ZERO WIDTH SPACE".
-        named = ", ".join(certs.char_names(err.chars[:10]))
-        return t("certificate.bad_name", detail=t("certificate.hidden_chars", chars=named))
-    if isinstance(err, certs.InvalidName) and err.chars:
-        # Most refused characters show as nothing or a box: each is named by its code point.
-        return certs.refusal_message(err.chars[:10], code)
-    return t("certificate.bad_name", detail=str(err))
 
 
 if not has_active and not blocked:
@@ -87,7 +74,7 @@ if not has_active and not blocked:
                         st.session_state["_cert_created"] = True
                         st.rerun()
                     except certs.CertificateError as err:
-                        st.error(explain(err))
+                        st.error(ui.error_text(err))
 
 if st.session_state.pop("_cert_created", False):
     st.success(t("certificate.created"))
@@ -101,7 +88,7 @@ for cert in mine:
         status = t("certificate.status_revoked") if revoked else t("certificate.status_valid")
         st.markdown(f"**{cert.id}** · {status}")
         ui.person_name(cert.name)
-        st.caption(t("certificate.issued_on", date=f"{cert.issued_at:%Y-%m-%d}",
+        st.caption(t("certificate.issued_on", date=ui.date_text(cert.issued_at),
                      lang=lang_names.get(cert.language, cert.language)))
         if revoked:
             continue
@@ -122,15 +109,19 @@ for cert in mine:
             st.caption(t("certificate.reissue_help"))
             with st.form(f"reissue_{cert.id}"):
                 new_name = st.text_input(t("certificate.name"), value=cert.name, max_chars=200)
+                new_lang = st.selectbox(t("certificate.language"), list(certs.languages()),
+                                        index=list(certs.languages()).index(cert.language)
+                                        if cert.language in certs.languages() else 0,
+                                        format_func=lambda c: lang_names.get(c, c), key=f"relang_{cert.id}")
                 if st.form_submit_button(t("certificate.reissue_button")):
                     try:
                         with session_scope() as session:
                             certs.reissue(session=session, cert_id=cert.id, learner_id=who.id,
-                                          new_name=new_name, lang=cert.language)
+                                          new_name=new_name, lang=new_lang)
                         st.session_state["_cert_reissued"] = True
                         st.rerun()
                     except certs.CertificateError as err:
-                        st.error(explain(err))
+                        st.error(ui.error_text(err))
 
 if st.session_state.pop("_cert_reissued", False):
     st.success(t("certificate.reissued"))

@@ -4,7 +4,8 @@ import streamlit as st
 
 from academy.settings import get_settings
 from app import labjobs, labviews, ui
-from labs.launch import machine_summary
+from labs.context import load_lab, machine_summary
+from labs.params import Run, offered
 
 t = ui.t
 state = st.session_state
@@ -22,31 +23,24 @@ lab = st.radio(t("labs.choose"), LABS, index=LABS.index(asked) if asked in LABS 
 if st.query_params.get("lab") != lab:
     st.query_params["lab"] = lab
 
-SIZES = [2**k for k in range(10, 27, 2)]  # 1 KiB .. 64 MiB
+# The form is built from the parameters' schema (labs.params): what each
+# offers, its range and default; app.labjobs accepts exactly that.
+limits = settings.lab_limits
+lab_fields = load_lab(lab).Params
+main = [(Run, "world_size"), *((lab_fields, name) for name in offered(lab_fields)),
+        *((Run, name) for name, (_f, spec) in offered(Run).items()
+          if name != "world_size" and not spec.page.advanced)]
+advanced = [name for name, (_f, spec) in offered(Run).items() if spec.page.advanced]
 with st.form("lab_form"):
-    c1, c2, c3 = st.columns(3)
-    params = {"world_size": c1.slider(t("labs.world_size"), 1, settings.lab_max_world_size, 2)}
-    if lab == "ring":
-        params["size"] = c2.select_slider(t("labs.size"), SIZES, value=2**20, format_func=labviews._fmt_bytes)
-        params["algo"] = c3.selectbox(t("labs.algo"), ["ring", "pipelined", "naive"],
-                                      format_func=ui.labeler("labs.algo_"))
-        c4, c5, _ = st.columns(3)
-        params["dtype"] = c4.selectbox(t("labs.dtype"), ["float32", "float64", "bfloat16", "int64"])
-        params["op"] = c5.selectbox(t("labs.op"), ["sum", "avg"])
-    elif lab == "bench":
-        params["max_bytes"] = c2.select_slider(t("labs.max_size"), SIZES[3:], value=2**22,
-                                               format_func=labviews._fmt_bytes)
-        params["min_bytes"] = 1024
-    else:
-        params["steps"] = c2.slider(t("labs.steps"), 2, 20, 5)
-    params["backend"] = st.selectbox(t("labs.backend"), ["auto", "gloo", "nccl"], help=t("labs.backend_help"))
+    params = {}
+    for row in range(0, len(main), 3):
+        for column, (cls, name) in zip(st.columns(3), main[row:row + 3], strict=False):
+            params[name] = labviews.param_widget(column, cls, name, limits)
     with st.expander(t("labs.advanced")):
-        f1, f2, f3 = st.columns(3)
-        mode = f1.selectbox(t("labs.fail_mode"), ["none", "crash", "hang"], format_func=ui.labeler("labs.fail_"))
-        fail_rank = f2.number_input(t("labs.fail_rank"), 0, settings.lab_max_world_size - 1, 1)
-        fail_step = f3.number_input(t("labs.fail_step"), 0, 100, 1)
-        if mode != "none":
-            params.update(fail_mode=mode, fail_rank=int(fail_rank), fail_at_step=int(fail_step))
+        chosen = {name: labviews.param_widget(column, Run, name, limits, none=name == "fail_mode")
+                  for column, name in zip(st.columns(3), advanced, strict=False)}
+        if chosen.get("fail_mode") != "none":
+            params.update(chosen)
     submitted = st.form_submit_button(t("labs.run"), type="primary", icon=":material/play_arrow:")
 
 if submitted:
@@ -56,7 +50,7 @@ if submitted:
         state["lab_run_id"] = run_id
         state.setdefault("lab_runs", []).append(run_id)
     except labjobs.LabRequestError as err:
-        st.error(t(err.code, **err.values))
+        st.error(ui.error_text(err))
 
 if "lab_run_id" not in state and who is not None:
     # A refresh or a new tab: bring back the learner's lab that is still going.
@@ -106,7 +100,7 @@ st.markdown(f"#### {t('labs.history') if who else t('labs.history_guest')}")
 for past in mine:
     label = t("labs.history_row", id=past.id, lab=t(f"labs_names.{past.lab}"),
               count=past.params.get("world_size", "?"), status=t(f"labs.status.{past.status}"),
-              date=f"{past.created_at:%Y-%m-%d %H:%M}")
+              date=ui.date_text(past.created_at, minutes=True))
     if st.button(label, key=f"past_{past.id}", icon=":material/history:"):
         state["lab_run_id"] = past.id
         st.rerun()

@@ -57,24 +57,27 @@ def show_feedback(fb, key: str) -> None:
             ":material/menu_book:", section=fb.topic)
 
 
-def answer_widget(question, key: str):
-    """The input for one question; returns the response, or None when incomplete."""
+def answer_widget(question, key: str) -> tuple[object, bool]:
+    """The input for one question: (response or None, whether it is complete).
+
+    A partial ordering is a response (the learner started) that is not
+    complete yet; nothing at all is ``(None, False)``."""
     if question.type == "single":
         labels = dict(question.options)
-        return st.radio(t("quiz.choose_one"), list(labels), index=None,
-                        format_func=labels.get, key=key)
+        choice = st.radio(t("quiz.choose_one"), list(labels), index=None, format_func=labels.get, key=key)
+        return choice, choice is not None
     if question.type == "multiple":
         st.caption(t("quiz.choose_many"))
         picked = [k for k, text in question.options if st.checkbox(text, key=f"{key}_{k}")]
-        return picked or None
+        return picked or None, bool(picked)
     if question.type == "numeric":
         label = t("quiz.number_label", unit=question.unit) if question.unit else t("quiz.number_label_plain")
         text = st.text_input(label, key=key, max_chars=64, help=t("quiz.number_help"))
-        return text if text.strip() else None
+        return (text, True) if text.strip() else (None, False)
     labels = dict(question.items)
     st.caption(t("quiz.order_hint"))
     order = st.multiselect(t("quiz.order_label"), list(labels), format_func=labels.get, key=key)
-    return order if len(order) == len(labels) else ("incomplete" if order else None)
+    return order or None, len(order) == len(labels)
 
 
 def show_summary(summary) -> None:
@@ -138,7 +141,7 @@ with session_scope() as session:
         state["quiz_practice"] = practice = False
         attempt = store.current_attempt(session=session, learner_id=who.id)
     history = store.attempt_history(session=session, learner_id=who.id)
-    best = store.best_attempt(session=session, learner_id=who.id)
+best = store.best_of(history)  # from the history just read: one read of the attempts per run
 
 if attempt is None:
     st.write(t("quiz.intro", count=settings.quiz_questions, pass_mark=settings.quiz_pass_percent))
@@ -189,15 +192,15 @@ else:
                         session=session, attempt_id=attempt.id, learner_id=who.id, position=pos,
                         lang=code, bank=bank)
             if state[fb_key] is None:
-                st.warning(message("question_unavailable", code))
+                st.warning(t("quiz_errors.question_unavailable"))
             else:
                 show_feedback(state[fb_key], f"fb_{attempt.id}_{pos}")
         else:
-            response = answer_widget(question, f"ans_{attempt.id}_{pos}")
+            response, complete = answer_widget(question, f"ans_{attempt.id}_{pos}")
             if st.button(t("quiz.submit"), type="primary", key=f"submit_{attempt.id}_{pos}"):
                 if response is None:
                     st.warning(t("quiz.need_choice"))
-                elif response == "incomplete":
+                elif not complete:
                     st.warning(t("quiz.need_all_items"))
                 else:
                     try:
@@ -207,7 +210,7 @@ else:
                                 position=pos, response=response, lang=code, bank=bank)
                         st.rerun()
                     except QuizError as err:
-                        st.error(err.message(code))
+                        st.error(ui.error_text(err))
                     except OperationalError:  # e.g. SQLite still locked after its busy timeout
                         st.error(t("common.busy"))
 
@@ -251,7 +254,7 @@ if not any(h.status == store.FINISHED for h in history):
 for h in history:
     if h.status != store.FINISHED:
         continue
-    row = t("quiz.history_row", id=h.attempt_id, date=f"{h.finished_at:%Y-%m-%d %H:%M}", score=round(h.score),
+    row = t("quiz.history_row", id=h.attempt_id, date=ui.date_text(h.finished_at, minutes=True), score=round(h.score),
             result=t("quiz.result_pass") if h.passed else t("quiz.result_fail"))
     if st.button(row, key=f"hist_{h.attempt_id}", icon=":material/history:"):
         state["quiz_finished_id"] = h.attempt_id

@@ -28,7 +28,7 @@ def show(result: certs.VerifyResult, *, upload: bool = False) -> None:
         if upload:
             st.info(status["compare"])
     elif result.status == "revoked":
-        st.error(status["revoked"].format(date=f"{result.revoked_at:%Y-%m-%d}" if result.revoked_at else "?"))
+        st.error(status["revoked"].format(date=ui.date_text(result.revoked_at) if result.revoked_at else "?"))
     elif result.status in ("not_found", "typo"):
         st.warning(status[result.status])
     elif result.status == "too_large":
@@ -48,13 +48,9 @@ def show(result: certs.VerifyResult, *, upload: bool = False) -> None:
         labels["language"]: ctext["languages"].get(result.lang, result.lang),
     }
     if result.issued_at:
-        rows[labels["issued"]] = f"{result.issued_at:%Y-%m-%d}"
-    if result.revoked_reason:
-        reason = result.revoked_reason
-        known = {"reissued": "reissued", "superseded by policy": "superseded"}
-        rows[labels["reason"]] = ctext["reasons"][known[reason]] if reason in known else reason
-    if result.replaced_by:
-        rows[labels["replaced_by"]] = result.replaced_by
+        rows[labels["issued"]] = ui.date_text(result.issued_at)
+    if result.revoked_reason:  # its kind only: an admin's own words stay in the admin area
+        rows[labels["reason"]] = ctext["reasons"][result.revoked_reason]
     st.text("\n".join(f"{k}: {v}" for k, v in rows.items()))
 
 

@@ -1,10 +1,10 @@
 """A lab worker: takes lab runs from the job queue and runs them, here or on another machine.
 
-    python -m labs.worker                          # CPU labs, lab_concurrency at a time
+    python -m academy.worker                          # CPU labs, lab_concurrency at a time
                                                    # (and NCCL labs, one at a time, if there are GPUs)
-    python -m labs.worker --concurrency 4          # four CPU labs at once
-    python -m labs.worker --queues gpu --devices 0,1 --devices 2,3   # two NCCL labs, 2 GPUs each
-    python -m labs.worker --queues cpu,gpu --devices 0
+    python -m academy.worker --concurrency 4          # four CPU labs at once
+    python -m academy.worker --queues gpu --devices 0,1 --devices 2,3   # two NCCL labs, 2 GPUs each
+    python -m academy.worker --queues cpu,gpu --devices 0
 
 The worker reads the same settings as the app (DATABASE_URL, LAB_QUEUE_URL;
 see the README's multi-machine layout): it must reach the database and the
@@ -48,7 +48,7 @@ def _gpu_count() -> int:
 def _parser() -> argparse.ArgumentParser:
     from academy.labqueue import QUEUES
 
-    parser = argparse.ArgumentParser(prog="python -m labs.worker", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m academy.worker", description=__doc__.split("\n")[0])
     parser.add_argument("--queues",
                         help=f"comma-separated queues to serve, of {', '.join(QUEUES)} (default: "
                              "cpu, and gpu too when this machine has a GPU)")
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     # After the consumers' start(), which set huey's own handlers: the worker stops as one.
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    log = logging.getLogger("labs.worker")
+    log = logging.getLogger("academy.worker")
     log.info("worker %s serving %s (%s)", state.name, ",".join(queues),
              ", ".join(f"{q}: {slots[q]} at once" for q in queues))
     try:

@@ -1,10 +1,10 @@
 """Lab runs on a job queue: queue, worker, heartbeat, progress, cancel flag; workers
 
-Revision ID: 0005
-Revises: 0004
+Revision ID: 0006
+Revises: 0005
 Create Date: 2026-12-01 05:00:00
 
-Lab runs are now jobs that ``python -m labs.worker`` processes take from a
+Lab runs are now jobs that ``python -m academy.worker`` processes take from a
 huey queue (academy/labqueue.py). The run row carries what the web process
 used to keep in memory: the hardware queue it waits in, the worker that
 claimed it and that worker's heartbeat on it, the newest progress event, and
@@ -16,8 +16,8 @@ import sqlalchemy as sa
 import sqlmodel
 
 
-revision = '0005'
-down_revision = '0004'
+revision = '0006'
+down_revision = '0005'
 branch_labels = None
 depends_on = None
 

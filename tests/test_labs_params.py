@@ -1,0 +1,194 @@
+"""One schema per lab's parameters: the form, the CLI and the validation all follow it.
+
+Changing a parameter's choices (one Spec) or a limit (one environment
+variable, which Settings and ``python -m labs`` both read) must change the
+Labs page's form, the command line's ``--help`` and parsing, and what
+``app.labjobs`` and ``run_lab`` accept, together. And the Labs page writes
+its numbers with the learner's decimal marks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from types import MappingProxyType
+
+import pytest
+
+from academy import i18n
+from academy.db import session_scope
+from academy.models import LabRun
+from academy.settings import get_settings
+from app import labjobs
+from labs import params, ring
+from labs.__main__ import _parser
+from labs.launch import run_lab
+from tests.apptest import open_page
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def t(key: str, **values) -> str:
+    return i18n.t(key, "en", **values)
+
+
+def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "labs", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+
+
+def test_the_documented_flags_are_generated_from_the_fields():
+    args = _parser(params.Limits()).parse_args(
+        ["ring", "--world-size", "4", "--backend", "gloo", "--timeout", "30", "--json", "--events", "e.jsonl",
+         "--out", "o.json", "--fail-rank", "2", "--fail-at-step", "3", "--fail-mode", "hang", "--size", "4096",
+         "--dtype", "int64", "--algo", "naive"])
+    assert (args.world_size, args.backend, args.timeout, args.json, args.events, args.out) == \
+        (4, "gloo", 30.0, True, "e.jsonl", "o.json")
+    assert (args.fail_rank, args.fail_at_step, args.fail_mode, args.size, args.dtype, args.algo) == \
+        (2, 3, "hang", 4096, "int64", "naive")
+    bench = _parser(params.Limits()).parse_args(["bench", "--min-size", "64", "--max-bytes", "128", "--impls", "ring"])
+    assert (bench.min_bytes, bench.max_bytes, bench.impls) == (64, 128, ["ring"])
+    ddp = _parser(params.Limits()).parse_args(["ddp", "--world-sizes", "1", "2", "--sections", "equivalence"])
+    assert ddp.scaling_world_sizes == [1, 2] and ddp.sections == ["equivalence"] and ddp.steps == 12
+    # Every Params field has an option, with the field's default.
+    for lab in labjobs.LABS:
+        parsed = vars(_parser(params.Limits()).parse_args([lab]))
+        for name, (field, spec) in params.specs(__import__(f"labs.{lab}", fromlist=["Params"]).Params).items():
+            assert parsed[name] == params.default(field, spec), (lab, name)
+
+
+def test_timeouts_have_one_default_the_limits():
+    limits = params.Limits(timeout_s=77, hang_timeout_s=11)
+    args = _parser(limits).parse_args(["ring"])
+    assert (args.timeout, args.hang_timeout) == (77, 11)
+    assert params.Run().resolved(limits).timeout == 77
+    assert get_settings().lab_timeout_s == params.Limits().timeout_s
+    assert get_settings().lab_hang_timeout_s == params.Limits().hang_timeout_s
+
+
+@pytest.fixture
+def fewer_dtypes(monkeypatch):
+    """Take float64 out of the ring lab's dtype choices: one Spec, changed once."""
+    field = ring.Params.__dataclass_fields__["dtype"]
+    spec = field.metadata["spec"]
+    monkeypatch.setattr(field, "metadata",
+                        MappingProxyType({"spec": replace(spec, choices=("float32", "bfloat16", "int64"))}))
+
+
+def test_one_change_to_the_choices_changes_form_cli_and_validation(app_db, fewer_dtypes, capsys):
+    at = open_page("labs")
+    assert not at.exception, at.exception
+    assert [b.options for b in at.selectbox if b.label == t("labs.dtype")][0] == ["float32", "bfloat16", "int64"]
+    parser = _parser(params.Limits())
+    with pytest.raises(SystemExit):
+        parser.parse_args(["ring", "--help"])
+    assert "--dtype {float32,bfloat16,int64}" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        parser.parse_args(["ring", "--dtype", "float64"])
+    assert parser.parse_args(["ring", "--dtype", "bfloat16"]).dtype == "bfloat16"
+    with pytest.raises(labjobs.LabRequestError):
+        labjobs.validate("ring", {"world_size": 2, "dtype": "float64"})
+    assert labjobs.validate("ring", {"world_size": 2, "dtype": "int64"})["dtype"] == "int64"
+    err = run_lab("ring", {"dtype": "float64"}, world_size=2)
+    assert err.kind == "invalid" and "dtype" in err.message
+
+
+@pytest.fixture
+def three_ranks(app_db, monkeypatch):
+    monkeypatch.setenv("LAB_MAX_WORLD_SIZE", "3")
+    get_settings.cache_clear()
+    yield
+    monkeypatch.delenv("LAB_MAX_WORLD_SIZE")
+    get_settings.cache_clear()
+
+
+def test_one_change_to_a_limit_changes_form_cli_and_validation(three_ranks):
+    at = open_page("labs")
+    assert not at.exception, at.exception
+    ranks = [s for s in at.slider if s.label == t("labs.world_size")][0]
+    assert (ranks.min, ranks.max) == (1, 3)
+    assert [n for n in at.number_input if n.label == t("labs.fail_rank")][0].max == 2
+    # The CLI reads the same variable (the web app also hands it Settings' value).
+    assert get_settings().lab_limits.environ()["LAB_MAX_WORLD_SIZE"] == "3"
+    helptext = cli("ring", "--help").stdout
+    assert re.search(r"--world-size WORLD_SIZE\s+number of ranks \(1\.\.3,", helptext), helptext
+    refused = cli("ring", "--world-size", "4")
+    assert refused.returncode == 2 and "1 to 3" in refused.stderr
+    with pytest.raises(labjobs.LabRequestError) as err:
+        labjobs.validate("ring", {"world_size": 4})
+    assert (err.value.key, err.value.values) == ("labs.err_world_size", {"max": 3})
+    assert labjobs.validate("ring", {"world_size": 3})["world_size"] == 3
+    assert run_lab("ring", world_size=4).kind == "invalid"
+
+
+def test_the_page_refuses_what_its_form_does_not_offer():
+    with pytest.raises(labjobs.LabRequestError) as err:
+        labjobs.validate("ddp", {"world_size": 2, "steps": 500})  # the form's slider stops at 20
+    assert err.value.key == "labs.err_value"
+    with pytest.raises(labjobs.LabRequestError) as err:
+        labjobs.validate("ring", {"world_size": 2, "size": 1 << 30})
+    assert err.value.key == "labs.err_size" and err.value.values == {"low": 1024, "high": 64 << 20}
+    assert labjobs.validate("ring", {"world_size": "2", "warmup": 99}) == {"world_size": 2}
+
+
+def test_one_rank_reads_one_rank():
+    assert i18n.t("labs.ddp.loss_ranks", "en", count=1) == "1 rank (DDP)"
+    assert i18n.t("labs.ddp.loss_ranks", "nl", count=4) == "4 ranks (DDP)"
+    assert i18n.t("labs.ddp.equivalence", "en", count=1, b=8, nb=8).startswith("Equivalence: 1 rank with")
+
+
+def _record() -> None:
+    """Print one real 2-rank result per lab (own process: the ranks fork fast there)."""
+    small = {"ring": {"size": 4096}, "bench": {"min_bytes": 1024, "max_bytes": 65536, "iters": 2},
+             "ddp": {"steps": 2}}
+    print(json.dumps({lab: run_lab(lab, p, world_size=2).to_dict() for lab, p in small.items()}))
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[str, dict]:
+    proc = subprocess.run([sys.executable, "-c", "from tests.test_labs_params import _record; _record()"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1], parse_constant=lambda _name: None)
+
+
+GROUPED = re.compile(r"\b\d{1,3}(?:\.\d{3})+\b")  # 12.345.678: Dutch grouping, not a decimal point
+
+
+def _shown(app_db, result: dict, lang: str):
+    with session_scope() as s:
+        run = LabRun(lab=result["lab"], params=result["params"], machine=result["machine"], status="done",
+                     result=result)
+        s.add(run)
+        s.flush()
+        run_id = run.id
+    at = open_page("labs", lang, state={"lab_run_id": run_id})
+    assert not at.exception, at.exception
+    texts = [e.value for kind in ("markdown", "caption", "success", "info", "error") for e in at.get(kind)]
+    texts += [m.value for m in at.metric]
+    texts = [x.replace(result["machine"]["torch"], "torch") for x in texts]  # a version, not a number
+    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    return texts, charts
+
+
+@pytest.mark.parametrize("lab", ["ring", "bench", "ddp"])
+def test_results_in_dutch_have_decimal_commas(app_db, results, lab):
+    texts, charts = _shown(app_db, results[lab], "nl")
+    assert charts and all(c["layout"]["separators"] == ",." for c in charts), "plotly's ticks and hover"
+    assert all("." not in c["layout"].get("title", {}).get("text", "").replace(" · ", "")
+               for c in charts), "our own numbers in chart titles"
+    pointed = [x for x in texts if re.search(r"\d\.\d", GROUPED.sub("", x))]
+    assert not pointed, pointed
+    assert any(re.search(r"\d,\d", x) for x in texts), texts
+    english, _ = _shown(app_db, results[lab], "en")
+    assert any(re.search(r"\d\.\d", x) for x in english), "the check above can fail"
+    if lab == "ring":
+        s = results["ring"]["summary"]
+        metrics = [x for x in texts if x.endswith(" ms")]
+        assert f"{i18n.format_number(s['total_time_s'] * 1e3, 'nl', '.2f')} ms" in metrics
+        assert all(re.fullmatch(r"\d+,\d\d ms", m) for m in metrics), metrics
