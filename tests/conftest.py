@@ -107,7 +107,7 @@ def _start_temp_postgres(base: Path) -> tuple[str, callable] | None:
 
 
 @pytest.fixture(scope="session")
-def postgres_url(tmp_path_factory):
+def postgres_url():
     """TEST_POSTGRES_URL, or a temporary local cluster; skip when neither is possible."""
     url = os.environ.get("TEST_POSTGRES_URL")
     if url:

@@ -44,7 +44,8 @@ def poll(at: AppTest, until, timeout: float = 90) -> None:
     raise AssertionError("the page never showed the expected result")
 
 
-def test_page_runs_a_two_rank_ring_and_shows_the_animation(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_page_runs_a_two_rank_ring_and_shows_the_animation():
     at = open_labs("zh")
     [b for b in at.button if b.label == i18n.t("labs.run", "zh")][0].click()
     at.run()
@@ -55,7 +56,8 @@ def test_page_runs_a_two_rank_ring_and_shows_the_animation(app_db):
 
 
 @pytest.mark.parametrize("algo", ["ring", "pipelined"])
-def test_animation_replays_a_real_four_rank_trace(app_db, algo):
+@pytest.mark.usefixtures("app_db")
+def test_animation_replays_a_real_four_rank_trace(algo):
     run_id = labjobs.submit(lab="ring", params={"world_size": 4, "size": 4 * 1001, "algo": algo},
                             learner_id=None, machine={})
     assert wait(run_id) == "done"
@@ -81,7 +83,8 @@ def test_animation_replays_a_real_four_rank_trace(app_db, algo):
     assert all(c[2] == 1 for c in first.customdata)
 
 
-def test_naive_animation_moves_whole_buffers_as_the_real_trace_says(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_naive_animation_moves_whole_buffers_as_the_real_trace_says():
     run_id = labjobs.submit(lab="ring", params={"world_size": 4, "size": 4 * 1001, "algo": "naive"},
                             learner_id=None, machine={})
     assert wait(run_id) == "done"
@@ -117,7 +120,8 @@ def test_schedule_replay_completes_for_any_world_size(world_size):
     assert all(c == world_size for row in states[-1].counts() for c in row)
 
 
-def test_second_lab_waits_its_turn_and_cancel_leaves_no_process(app_db, monkeypatch):
+@pytest.mark.usefixtures("app_db")
+def test_second_lab_waits_its_turn_and_cancel_leaves_no_process(monkeypatch):
     monkeypatch.setenv("LAB_MAX_CONCURRENT", "1")
     from academy.settings import get_settings
 
@@ -139,7 +143,8 @@ def test_second_lab_waits_its_turn_and_cancel_leaves_no_process(app_db, monkeypa
     assert wait(second) == "done"
 
 
-def test_injected_crash_shows_a_message_naming_the_rank(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_injected_crash_shows_a_message_naming_the_rank():
     at = open_labs("en")
     run_id = labjobs.submit(lab="ring", params={"world_size": 2, "fail_mode": "crash", "fail_rank": 1,
                                                 "fail_at_step": 1}, learner_id=None, machine={})
@@ -165,7 +170,8 @@ def test_bad_requests_are_refused_clearly():
     assert "evil" not in labjobs.validate("ring", {"world_size": 2, "evil": "; rm -rf /"})
 
 
-def test_a_running_lab_comes_back_after_a_refresh(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_a_running_lab_comes_back_after_a_refresh():
     from academy.accounts import sign_up
     from academy.db import session_scope
 
