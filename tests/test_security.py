@@ -534,8 +534,9 @@ def test_sixth_wrong_sign_in_is_rate_limited(server, browser, on_server_db):
     with Session(on_server_db) as s:  # the account is locked for now, even with the right password
         from academy.accounts import AccountError, sign_in
 
-        with pytest.raises(AccountError, match="rate_limited"):
+        with pytest.raises(AccountError) as refused:
             sign_in(session=s, email=email, password=PASSWORD)
+        assert refused.value.key == "account.err_rate_limited"
 
 
 # --- the database file ------------------------------------------------------------------------------
