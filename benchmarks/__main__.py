@@ -66,7 +66,7 @@ def run(cfg: Config, base: Path) -> dict:
             "verification": _measure("verification", platform_costs.verification_lookups, cfg,
                                      base),
             "pages": _measure("pages", platform_costs.page_renders, cfg, base),
-            "load": _measure("load", platform_costs.concurrent_load, cfg, base),
+            "load": _measure("load", platform_costs.concurrent_load, cfg),
             "classroom": _measure("classroom", platform_costs.classroom, cfg),
         },
     }

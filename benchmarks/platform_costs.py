@@ -371,7 +371,7 @@ def page_renders(cfg: Config, base: Path) -> dict:
 # ------------------------------------------------------------------- load
 
 
-def concurrent_load(cfg: Config, base: Path) -> dict | str:
+def concurrent_load(cfg: Config) -> dict | str:
     try:
         from benchmarks.load import run_load
     except Exception as exc:  # noqa: BLE001 - written by another change; may be missing

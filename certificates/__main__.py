@@ -241,7 +241,7 @@ def cmd_lift(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_rotate_key(args: argparse.Namespace) -> int:
+def cmd_rotate_key(_args: argparse.Namespace) -> int:  # every command takes the parsed args
     key = keys.rotate_key()
     print(f"new active key {key.kid}; old keys stay for verifying")
     return 0

@@ -63,7 +63,7 @@ def _error(status: int, code: str) -> Response:
     return _answer({"status": code}, media_type=JSON, cache=NEVER, status=status)
 
 
-def did_json(request: Request) -> Response:
+def did_json(_request: Request) -> Response:
     document = openbadges.did_document(openbadges.base_url(), keys.local_public_keys())
     return _answer(document, media_type=DID_JSON, cache=SHORT)
 
@@ -137,7 +137,7 @@ def verify(request: Request) -> Response:
     return _answer(body, media_type=JSON, cache=NEVER)
 
 
-def preflight(request: Request) -> Response:
+def preflight(_request: Request) -> Response:
     """CORS preflight: GET from anywhere, with the one header a client sends."""
     return Response(
         status_code=204,

@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cancel = threading.Event()
 
-    def stop(signum, _frame):
+    def stop(_signum, _frame):
         cancel.set()  # the launcher notices, kills every rank and returns "cancelled"
 
     signal.signal(signal.SIGTERM, stop)

@@ -268,7 +268,7 @@ def _equivalence(ctx, p, data, tick) -> dict:
             "losses": losses, "single_process_losses": single_losses}
 
 
-def _sampler(ctx, p, data, tick) -> dict:
+def _sampler(ctx, p, _data, tick) -> dict:  # every part takes the same arguments
     tick("sampler")
     world, rank = ctx.world_size, ctx.rank
     show = 8

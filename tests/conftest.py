@@ -65,10 +65,11 @@ def app_db(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def lab_worker(app_db, tmp_path):
+def lab_worker(request, tmp_path):
     """A ``python -m academy.worker`` on the test's database: the labs a test submits run there."""
     from tests.labstack import Worker
 
+    request.getfixturevalue("app_db")  # first: the worker inherits its DATABASE_URL
     worker = Worker(tmp_path, {}, "--concurrency", "1")  # the test's environment, app_db's database
     worker.wait_ready()
     yield worker
@@ -118,7 +119,7 @@ def _start_temp_postgres(base: Path) -> tuple[str, callable] | None:
 
 
 @pytest.fixture(scope="session")
-def postgres_url(tmp_path_factory):
+def postgres_url():
     """TEST_POSTGRES_URL, or a temporary local cluster; skip when neither is possible."""
     url = os.environ.get("TEST_POSTGRES_URL")
     if url:

@@ -103,7 +103,8 @@ def test_admin_token_is_one_time(session):
     assert not session.get(Learner, second.id).is_admin
 
 
-def test_admin_cli(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_admin_cli():
     from academy.admin import main
     from academy.db import session_scope
 
@@ -115,7 +116,8 @@ def test_admin_cli(app_db):
     assert main(["create-admin", "missing@example.org"]) == 1
 
 
-def test_admin_token_cli_prints_a_token_that_works(app_db, capsys):
+@pytest.mark.usefixtures("app_db")
+def test_admin_token_cli_prints_a_token_that_works(capsys):
     from academy.admin import main
     from academy.db import session_scope
 

@@ -109,7 +109,8 @@ def check(problems: list[str], case: str, at: AppTest, ok: bool, what: str) -> N
 # --- accounts ----------------------------------------------------------------------------------
 
 
-def test_sign_up_names_are_kept_as_typed(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_sign_up_names_are_kept_as_typed():
     at, problems = open_page("account"), []
     for n, case in enumerate(COSTLY):
         name, email = HOSTILE[case], f"name{n}@example.org"
@@ -142,7 +143,8 @@ EMAILS = {
 }
 
 
-def test_sign_up_emails_are_checked(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_sign_up_emails_are_checked():
     at, problems, known = open_page("account"), [], set()
     for case, (email, ok) in EMAILS.items():
         at.text_input(key="up_name").set_value("Ada")
@@ -161,7 +163,8 @@ def test_sign_up_emails_are_checked(app_db):
     assert problems == []
 
 
-def test_sign_up_passwords_round_trip_or_get_a_message(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_sign_up_passwords_round_trip_or_get_a_message():
     at, problems = open_page("account"), []
     for n, (case, password) in enumerate(PASSWORDS.items()):
         email = f"pw{n}@example.org"
@@ -183,7 +186,8 @@ def test_sign_up_passwords_round_trip_or_get_a_message(app_db):
     assert problems == []
 
 
-def test_sign_in_with_hostile_credentials_is_refused(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_sign_in_with_hostile_credentials_is_refused():
     victim = learner("victim@example.org")
     at, problems = open_page("account"), []
     tries = {**{case: (HOSTILE[case], HOSTILE[case]) for case in COSTLY if case != "10k chars"},
@@ -204,7 +208,8 @@ def test_sign_in_with_hostile_credentials_is_refused(app_db):
     assert at.session_state["learner_id"] == victim
 
 
-def test_profile_names_are_kept_as_typed(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_profile_names_are_kept_as_typed():
     learner_id = learner("profile@example.org")
     at, problems = open_page("account", learner_id), []
     for case, name in HOSTILE.items():
@@ -270,7 +275,8 @@ REFUSED_NUMBERS = {
 }
 
 
-def test_unreadable_numbers_get_a_message_and_lose_nothing(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_unreadable_numbers_get_a_message_and_lose_nothing():
     learner_id = learner("numbers@example.org")
     attempt, pos, other = numeric_attempt(learner_id)
     before = answers(attempt.id)
@@ -294,7 +300,8 @@ def test_unreadable_numbers_get_a_message_and_lose_nothing(app_db):
     ("-0", 0.0), ("١٢٣", 123.0), ("１２３", 123.0), ("1 000 000,5", 1_000_000.5), ("+5", 5.0), ("−5", -5.0),
     ("9" * 64, 1e64),
 ])
-def test_odd_but_readable_numbers_are_taken_as_typed(app_db, typed, value):
+@pytest.mark.usefixtures("app_db")
+def test_odd_but_readable_numbers_are_taken_as_typed(typed, value):
     learner_id = learner("odd-number@example.org")
     attempt, pos, other = numeric_attempt(learner_id)
     at = quiz_at(learner_id, attempt, pos)
@@ -331,7 +338,8 @@ CERT_NAMES = {  # long names last: the page renders every PDF on each run, a lon
 }
 
 
-def test_certificate_names_are_signed_and_shown_as_typed(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_certificate_names_are_signed_and_shown_as_typed():
     from tests.test_certificate_pages import learner_who_passed
 
     # One active certificate per learner: each name is a different learner's first certificate.
@@ -361,7 +369,8 @@ def test_certificate_names_are_signed_and_shown_as_typed(app_db):
         assert shown_name(v, cert.name), case  # escaped, in its own direction
 
 
-def test_verify_ids_junk_in_the_url_and_typed(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_verify_ids_junk_in_the_url_and_typed():
     from tests.test_certificate_pages import learner_who_passed
 
     learner_id = learner_who_passed("verify-me@example.org")
@@ -401,7 +410,8 @@ def test_verify_ids_junk_in_the_url_and_typed(app_db):
     ("x" * 10_000, None), ("🎓", None), ("../en", None), ("zh-CN", "zh"), ("NL", "nl"), ("nl_BE", "nl"),
     ("[Verify](//0.0.0.0)", None), ("![](//0.0.0.0/a.png)", None), ("**BOLD** :red[x]", None),
 ])
-def test_lang_parameter(app_db, asked, code):
+@pytest.mark.usefixtures("app_db")
+def test_lang_parameter(asked, code):
     at = AppTest.from_file(MAIN, default_timeout=60)
     at.query_params["lang"] = asked
     at.run()
@@ -417,7 +427,8 @@ def test_lang_parameter(app_db, asked, code):
     assert at.title[0].value == i18n.t("app.title", code)
 
 
-def test_section_parameter(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_section_parameter():
     first = lessons.sections("en")[0]
     at, problems = open_page("lessons"), []
     for case, asked in {**HOSTILE, "path": "../../etc/passwd", "near miss": f" {first.id} "}.items():
@@ -431,7 +442,8 @@ def test_section_parameter(app_db):
 # --- admin forms -----------------------------------------------------------------------------------------
 
 
-def test_admin_forms_with_hostile_input(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_admin_forms_with_hostile_input():
     from tests.test_certificate_pages import learner_who_passed
 
     admin_id = learner("root@example.org", admin=True)

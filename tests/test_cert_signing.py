@@ -46,7 +46,8 @@ def test_key_created_on_first_use_with_owner_only_permissions(secrets):
     assert keys.active_key().kid == key.kid  # loaded, not recreated
 
 
-def test_round_trip_and_canonical_json(secrets):
+@pytest.mark.usefixtures("secrets")
+def test_round_trip_and_canonical_json():
     signed = signing.sign(_payload(name="张伟", lang="zh"))
     assert signed.payload == signing.canonical(json.loads(signed.payload)).decode("utf-8")
     assert " " not in signed.payload.replace("Data Parallelism Academy", "")
@@ -70,7 +71,8 @@ def test_round_trip_and_canonical_json(secrets):
         ("v", 2),
     ],
 )
-def test_tampering_with_any_field_is_rejected(secrets, field, value):
+@pytest.mark.usefixtures("secrets")
+def test_tampering_with_any_field_is_rejected(field, value):
     signed = signing.sign(_payload())
     payload = json.loads(signed.payload)
     payload[field] = value
@@ -78,7 +80,8 @@ def test_tampering_with_any_field_is_rejected(secrets, field, value):
         signing.verify(signing.canonical(payload), signed.signature, keys.local_public_keys())
 
 
-def test_tampering_with_the_bytes_or_the_signature_is_rejected(secrets):
+@pytest.mark.usefixtures("secrets")
+def test_tampering_with_the_bytes_or_the_signature_is_rejected():
     signed = signing.sign(_payload())
     public = keys.local_public_keys()
     raw = signed.payload.encode()
@@ -99,7 +102,8 @@ def test_tampering_with_the_bytes_or_the_signature_is_rejected(secrets):
         signing.verify(b"\xff\xfe", signed.signature, public)
 
 
-def test_unknown_key_and_forged_kid(secrets, tmp_path):
+@pytest.mark.usefixtures("secrets")
+def test_unknown_key_and_forged_kid(tmp_path):
     signed = signing.sign(_payload())
     with pytest.raises(signing.UnknownKey):
         signing.verify(signed.payload.encode(), signed.signature, {})
@@ -112,7 +116,8 @@ def test_unknown_key_and_forged_kid(secrets, tmp_path):
         signing.verify(forged, forged_sig, keys.local_public_keys())
 
 
-def test_rotation_keeps_old_certificates_verifiable(secrets):
+@pytest.mark.usefixtures("secrets")
+def test_rotation_keeps_old_certificates_verifiable():
     old = signing.sign(_payload())
     new_key = keys.rotate_key()
     assert new_key.kid != old.kid
@@ -128,7 +133,8 @@ def test_rotation_keeps_old_certificates_verifiable(secrets):
     assert "BEGIN PUBLIC KEY" in infos[0].pem
 
 
-def test_exported_public_keys_verify_without_the_key_folder(secrets, tmp_path):
+@pytest.mark.usefixtures("secrets")
+def test_exported_public_keys_verify_without_the_key_folder(tmp_path):
     signed = signing.sign(_payload())
     json_file = tmp_path / "keys.json"
     json_file.write_text(keys.export_public_keys_json())
@@ -146,7 +152,8 @@ def test_reading_keys_creates_nothing(tmp_path):
     assert not (tmp_path / "nowhere").exists()
 
 
-def test_first_use_from_many_threads_makes_one_key(secrets):
+@pytest.mark.usefixtures("secrets")
+def test_first_use_from_many_threads_makes_one_key():
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(8) as pool:

@@ -296,7 +296,8 @@ def test_a_tampered_database_row_does_not_verify(session):
     assert result.status == "bad_signature" and result.name is None
 
 
-def test_verify_pdf_offline_round_trip(session, secrets, tmp_path):
+@pytest.mark.usefixtures("secrets")
+def test_verify_pdf_offline_round_trip(session, tmp_path):
     cert = issue(session, name="张伟", lang="zh")
     data = store.render_pdf(cert)
     assert store.verify_link(cert) == f"https://academy.example/verify?id={cert.id}"
@@ -345,7 +346,8 @@ def test_verify_pdf_rejects_tampering(session):
     assert (moved.status, moved.name, moved.id) == ("valid", "Zoë Ødegård", cert.id)
 
 
-def test_verify_pdf_checks_the_id_check_digits(session):
+@pytest.mark.usefixtures("session")
+def test_verify_pdf_checks_the_id_check_digits():
     # A validly signed payload whose ID has bad check digits (a buggy or
     # hostile issuer) is still refused.
     cert_id = ids.new_id()

@@ -173,7 +173,8 @@ def test_a_signed_certificate_missing_from_the_database_is_not_valid(session):
     assert result.status == "not_found" and not result.valid
 
 
-def test_genuine_token_on_another_names_page_shows_the_signed_name_to_compare(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_genuine_token_on_another_names_page_shows_the_signed_name_to_compare():
     # F-7: X's token on a page printing "CERTIFICATE OF EXCELLENCE / Maximilian
     # Vance" was "Valid certificate.". Now the page shows the signed name and ID
     # and asks the reader to compare them with the document.
@@ -193,7 +194,8 @@ def test_genuine_token_on_another_names_page_shows_the_signed_name_to_compare(ap
     assert "Maximilian" not in shown
 
 
-def test_the_stall_pdf_on_the_page_gets_a_clear_refusal(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_the_stall_pdf_on_the_page_gets_a_clear_refusal():
     with session_scope() as s:
         data = stall_pdf(token_of(store.render_pdf(issued(s))), pages=3)
     at = apptest.open_page("verify", "en")
@@ -204,7 +206,8 @@ def test_the_stall_pdf_on_the_page_gets_a_clear_refusal(app_db):
     assert not at.success
 
 
-def test_a_revoked_upload_on_the_page_says_revoked(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_a_revoked_upload_on_the_page_says_revoked():
     with session_scope() as s:
         sign_up(session=s, email="boss@example.org", password="long enough pw")
         cert = issued(s, "Revoked Person")

@@ -20,7 +20,8 @@ def server_cpu_seconds(pid: int) -> float:
 
 
 @pytest.mark.browser
-def test_stall_pdf_upload_is_refused_without_costing_the_server(server, browser, on_server_db):
+@pytest.mark.usefixtures("on_server_db")
+def test_stall_pdf_upload_is_refused_without_costing_the_server(server, browser):
     with session_scope() as s:
         cert = certs.issue_certificate(session=s, learner_id=None, attempt_id=None, name="Ann", lang="en",
                                        score=90, pass_date="2026-11-30")

@@ -34,7 +34,8 @@ def open_page(page: str, lang: str, learner_id: int | None = None, **params) -> 
 
 
 @pytest.mark.parametrize("lang", ["en", "zh", "nl"])
-def test_claim_then_verify_then_revoke(app_db, lang):
+@pytest.mark.usefixtures("app_db")
+def test_claim_then_verify_then_revoke(lang):
     learner_id = learner_who_passed(f"cert-{lang}@example.org", "张伟" if lang == "zh" else "Zoë Ødegård")
     at = open_page("certificate", lang, learner_id)
     at.selectbox[-1].set_value(lang)
@@ -66,7 +67,8 @@ def test_claim_then_verify_then_revoke(app_db, lang):
     assert any(e.value.startswith(certs.texts(lang)["status"]["revoked"].split("{")[0]) for e in v.error)
 
 
-def test_no_certificate_without_a_pass(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_no_certificate_without_a_pass():
     with session_scope() as s:
         learner = sign_up(session=s, email="nopass@example.org", password="long enough pw")
     at = open_page("certificate", "en", learner.id)
@@ -80,7 +82,8 @@ def test_no_certificate_without_a_pass(app_db):
      ("' OR 1=1 --", "malformed"), ("x" * 5000, "malformed"),
      ("x://[/?id=1", "malformed"), ("http://[::1/?id=DP-32GY-9968-T9TV-JB45-KH", "malformed")],  # F-12
 )
-def test_verify_junk_ids(app_db, junk, status):
+@pytest.mark.usefixtures("app_db")
+def test_verify_junk_ids(junk, status):
     at = open_page("verify", "nl", None, id=junk)
     shown = [m.value for m in at.error] + [m.value for m in at.warning]
     assert shown, "a message is shown"
@@ -89,7 +92,8 @@ def test_verify_junk_ids(app_db, junk, status):
     assert not at.success
 
 
-def test_verify_typo_is_caught(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_verify_typo_is_caught():
     learner_id = learner_who_passed("typo@example.org")
     with session_scope() as s:
         cert = certs.issue_for_learner(session=s, learner_id=learner_id, name="Ada", lang="en")
@@ -100,7 +104,8 @@ def test_verify_typo_is_caught(app_db):
     assert certs.texts("en")["status"]["typo"] in [w.value for w in at.warning]
 
 
-def test_admin_revokes_from_the_page(app_db, monkeypatch):
+@pytest.mark.usefixtures("app_db", "monkeypatch")
+def test_admin_revokes_from_the_page():
     learner_id = learner_who_passed("revokee@example.org")
     with session_scope() as s:
         cert = certs.issue_for_learner(session=s, learner_id=learner_id, name="Ada", lang="en")
@@ -124,7 +129,8 @@ HOSTILE_NAMES = ["Bob http://evil.example/login", "Bob www.evil-example.com/rese
 
 
 @pytest.mark.parametrize("name", HOSTILE_NAMES)
-def test_verify_page_shows_names_as_plain_text(app_db, name):
+@pytest.mark.usefixtures("app_db")
+def test_verify_page_shows_names_as_plain_text(name):
     # F-11: autolinks and HTML entities survived the Markdown escaping.
     with session_scope() as s:
         cert = certs.issue_certificate(session=s, learner_id=None, attempt_id=None, name=name, lang="en",
@@ -138,7 +144,8 @@ def test_verify_page_shows_names_as_plain_text(app_db, name):
 
 @pytest.mark.parametrize(("name", "named"), [("Bob\u200bZero", "U+200B"), ("Bob\u200dWidth", "U+200D"),
                                              ("Bob\u2060X", "U+2060"), ("\u202egnp.exe", "U+202E")])
-def test_invisible_characters_are_refused_by_name(app_db, name, named):
+@pytest.mark.usefixtures("app_db")
+def test_invisible_characters_are_refused_by_name(name, named):
     # F-16 (and F-19's RLO message): named as what they are, not as "not in the fonts".
     learner_id = learner_who_passed(f"inv{named[2:]}@example.org")
     at = open_page("certificate", "en", learner_id)
@@ -152,7 +159,8 @@ def test_invisible_characters_are_refused_by_name(app_db, name, named):
         assert certs.certificates_of(session=s, learner_id=learner_id) == []
 
 
-def test_claiming_again_does_not_mint_a_second_certificate(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_claiming_again_does_not_mint_a_second_certificate():
     # F-2: "Create my certificate" stays away once a certificate is active; reissue is offered.
     learner_id = learner_who_passed("once@example.org")
     at = open_page("certificate", "en", learner_id)
@@ -166,7 +174,8 @@ def test_claiming_again_does_not_mint_a_second_certificate(app_db):
         assert len(certs.certificates_of(session=s, learner_id=learner_id)) == 1
 
 
-def test_admin_disqualifies_and_lifts(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_admin_disqualifies_and_lifts():
     # F-3: after "revoke and disqualify" the learner cannot claim a new one until an admin lifts it.
     learner_id = learner_who_passed("cheat@example.org")
     with session_scope() as s:
@@ -195,7 +204,8 @@ def test_admin_disqualifies_and_lifts(app_db):
                        ("lifted", admin.id)]
 
 
-def test_full_width_id_from_a_cjk_keyboard_verifies(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_full_width_id_from_a_cjk_keyboard_verifies():
     # F-19: "ＤＰ－３２ＧＹ…" read as "not a certificate ID".
     with session_scope() as s:
         cert = certs.issue_certificate(session=s, learner_id=None, attempt_id=None, name="张伟", lang="zh",
@@ -206,7 +216,8 @@ def test_full_width_id_from_a_cjk_keyboard_verifies(app_db):
 
 
 @pytest.mark.parametrize("lang", ["en", "zh", "nl"])
-def test_dates_read_in_the_learners_language(app_db, lang):
+@pytest.mark.usefixtures("app_db")
+def test_dates_read_in_the_learners_language(lang):
     """Issued and revoked dates are Babel's, in the page's language (issue #14), never ISO."""
     learner_id = learner_who_passed(f"dates-{lang}@example.org")
     with session_scope() as s:

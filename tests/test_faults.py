@@ -91,7 +91,8 @@ def short_busy_timeout(app_db):
 # --- the database locked during submission ---------------------------------------------------
 
 
-def test_submission_waits_out_a_brief_lock(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_submission_waits_out_a_brief_lock():
     learner_id, attempt = start_quiz("brief-lock@example.org")
     lock = exclusive_lock()
     outcome: dict = {}
@@ -114,7 +115,8 @@ def test_submission_waits_out_a_brief_lock(app_db):
     assert stored(attempt.id) == [0]
 
 
-def test_lock_past_the_busy_timeout_fails_cleanly_then_a_retry_works(short_busy_timeout):
+@pytest.mark.usefixtures("short_busy_timeout")
+def test_lock_past_the_busy_timeout_fails_cleanly_then_a_retry_works():
     learner_id, attempt = start_quiz("long-lock@example.org")
     submit(learner_id, attempt, 0)
     lock = exclusive_lock()
@@ -138,7 +140,8 @@ def test_lock_past_the_busy_timeout_fails_cleanly_then_a_retry_works(short_busy_
     assert (summary.status, summary.answered, summary.correct) == ("finished", 2, 2)
 
 
-def test_quiz_page_says_so_when_the_database_stays_locked(short_busy_timeout):
+@pytest.mark.usefixtures("short_busy_timeout")
+def test_quiz_page_says_so_when_the_database_stays_locked():
     learner_id, attempt = start_quiz("page-lock@example.org")
     bank = load_bank()
     pos = next(i for i, item in enumerate(attempt.plan) if bank.questions[item["question_id"]].type == "single")

@@ -17,7 +17,8 @@ from academy.models import LabRun, LabWorker, utcnow
 from tests.apptest import open_page, press
 
 
-def test_the_page_says_where_a_waiting_lab_stands_in_the_learners_language(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_the_page_says_where_a_waiting_lab_stands_in_the_learners_language():
     at = open_page("labs", "nl")
     press(at, i18n.t("labs.run", "nl"))
     run_id = at.session_state["lab_run_id"]
@@ -40,7 +41,8 @@ def test_the_page_says_where_a_waiting_lab_stands_in_the_learners_language(app_d
 
 
 @pytest.mark.parametrize("kind", ["worker_lost", "worker_stopped"])
-def test_a_run_its_machine_lost_is_explained_not_blamed_on_a_rank(app_db, kind):
+@pytest.mark.usefixtures("app_db")
+def test_a_run_its_machine_lost_is_explained_not_blamed_on_a_rank(kind):
     with session_scope() as s:
         run = LabRun(lab="ring", status="failed", error={"kind": kind, "worker": "h:1", "message": "x"})
         s.add(run)
@@ -147,7 +149,8 @@ def test_migration_0006_goes_down_and_up_again(engine):
     assert added <= state()[0] and state()[1] is True
 
 
-def test_the_largest_live_gpu_set_says_how_many_ranks_an_nccl_lab_may_have(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_the_largest_live_gpu_set_says_how_many_ranks_an_nccl_lab_may_have():
     assert labqueue.largest_gpu_set() == 0
     with session_scope() as s:
         s.add(LabWorker(name="g:1", host="g", pid=1, queues="gpu", slots=2, devices="0,1;2,3"))

@@ -218,7 +218,8 @@ def test_two_workers_never_run_one_job_twice(stack):
 # Without a worker: fair use, position, expected wait, the reaper
 
 
-def test_fair_use_per_learner_and_in_all(stack, monkeypatch):
+@pytest.mark.usefixtures("stack")
+def test_fair_use_per_learner_and_in_all(monkeypatch):
     from academy.accounts import sign_up
     from academy.settings import get_settings
 
@@ -244,7 +245,8 @@ def test_fair_use_per_learner_and_in_all(stack, monkeypatch):
     get_settings.cache_clear()
 
 
-def test_queue_position_and_expected_wait_come_from_the_database(stack):
+@pytest.mark.usefixtures("stack")
+def test_queue_position_and_expected_wait_come_from_the_database():
     now = utcnow()
     with session_scope() as s:
         for seconds in (10, 20):  # two finished runs: 15 s on average
@@ -271,7 +273,8 @@ def test_queue_position_and_expected_wait_come_from_the_database(stack):
     assert labqueue.queue_info(ids[0]) == (None, 0, None)
 
 
-def test_the_reaper_fails_only_runs_whose_heartbeat_is_stale(stack):
+@pytest.mark.usefixtures("stack")
+def test_the_reaper_fails_only_runs_whose_heartbeat_is_stale():
     now = utcnow()
     with session_scope() as s:
         stale = LabRun(lab="ring", status="running", worker="h:1", started_at=now,

@@ -85,7 +85,8 @@ def test_crash_exit_code_and_error_json(tmp_path):
     assert all(_gone(pid) for pid in doc["error"]["pids"])
 
 
-def test_hang_exit_code(tmp_path):
+@pytest.mark.usefixtures("tmp_path")
+def test_hang_exit_code():
     proc = labs("ring", "--world-size", "2", "--fail-rank", "1", "--fail-at-step", "1",
                 "--fail-mode", "hang", "--hang-timeout", "2", "--json")
     assert proc.returncode == 1

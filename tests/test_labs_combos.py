@@ -120,7 +120,8 @@ def assert_ring_drawn(at, algo: str) -> None:
         assert texts == [t("labs_naive.carries", rank=r) + " (1 KiB)" for r in (0, 1)], texts
 
 
-def test_the_form_offers_what_this_test_covers(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_the_form_offers_what_this_test_covers():
     at = open_page("labs")
     options = {box.label: box.options for box in at.selectbox}
     assert options[t("labs.algo")] == [t(f"labs.algo_{a}") for a in ALGOS]
@@ -131,7 +132,8 @@ def test_the_form_offers_what_this_test_covers(app_db):
         [t(f"labs.lab_{lab}") for lab in labjobs.LABS]
 
 
-def test_each_algorithm_bench_and_ddp_run_from_the_form_and_are_drawn(lab_worker):
+@pytest.mark.usefixtures("lab_worker")
+def test_each_algorithm_bench_and_ddp_run_from_the_form_and_are_drawn():
     at = open_page("labs")
     for algo in ALGOS:
         choose(at, "labs.algo", algo)
@@ -151,7 +153,8 @@ def test_each_algorithm_bench_and_ddp_run_from_the_form_and_are_drawn(lab_worker
         assert len(charts(at)) >= drawn
 
 
-def test_every_recorded_combination_is_drawn_by_the_real_page(app_db, recorded):
+@pytest.mark.usefixtures("app_db")
+def test_every_recorded_combination_is_drawn_by_the_real_page(recorded):
     at = open_page("labs")
     for key, result in recorded.items():
         with session_scope() as s:
@@ -170,7 +173,8 @@ def test_every_recorded_combination_is_drawn_by_the_real_page(app_db, recorded):
             assert charts(at), key
 
 
-def test_combinations_the_labs_cannot_run_are_refused_clearly(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_combinations_the_labs_cannot_run_are_refused_clearly():
     at = open_page("labs")
     choose(at, "labs.dtype", "int64")
     choose(at, "labs.op", "avg")

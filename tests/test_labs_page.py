@@ -44,7 +44,8 @@ def poll(at: AppTest, until, timeout: float = 90) -> None:
     raise AssertionError("the page never showed the expected result")
 
 
-def test_page_runs_a_two_rank_ring_and_shows_the_animation(lab_worker):
+@pytest.mark.usefixtures("lab_worker")
+def test_page_runs_a_two_rank_ring_and_shows_the_animation():
     at = open_labs("zh")
     [b for b in at.button if b.label == i18n.t("labs.run", "zh")][0].click()
     at.run()
@@ -55,7 +56,8 @@ def test_page_runs_a_two_rank_ring_and_shows_the_animation(lab_worker):
 
 
 @pytest.mark.parametrize("algo", ["ring", "pipelined"])
-def test_animation_replays_a_real_four_rank_trace(lab_worker, algo):
+@pytest.mark.usefixtures("lab_worker")
+def test_animation_replays_a_real_four_rank_trace(algo):
     run_id = labjobs.submit(lab="ring", params={"world_size": 4, "size": 4 * 1001, "algo": algo},
                             learner_id=None, machine={})
     assert wait(run_id) == "done"
@@ -81,7 +83,8 @@ def test_animation_replays_a_real_four_rank_trace(lab_worker, algo):
     assert all(c[2] == 1 for c in first.customdata)
 
 
-def test_naive_animation_moves_whole_buffers_as_the_real_trace_says(lab_worker):
+@pytest.mark.usefixtures("lab_worker")
+def test_naive_animation_moves_whole_buffers_as_the_real_trace_says():
     run_id = labjobs.submit(lab="ring", params={"world_size": 4, "size": 4 * 1001, "algo": "naive"},
                             learner_id=None, machine={})
     assert wait(run_id) == "done"
@@ -117,7 +120,8 @@ def test_schedule_replay_completes_for_any_world_size(world_size):
     assert all(c == world_size for row in states[-1].counts() for c in row)
 
 
-def test_second_lab_waits_its_turn_and_cancel_leaves_no_process(lab_worker):
+@pytest.mark.usefixtures("lab_worker")
+def test_second_lab_waits_its_turn_and_cancel_leaves_no_process():
     hang = labjobs.submit(lab="ring", params={"world_size": 2, "fail_mode": "hang", "fail_rank": 1,
                                               "fail_at_step": 0}, learner_id=None, machine={})
     second = labjobs.submit(lab="ring", params={"world_size": 2}, learner_id=None, machine={})
@@ -135,7 +139,8 @@ def test_second_lab_waits_its_turn_and_cancel_leaves_no_process(lab_worker):
     assert wait(second) == "done"
 
 
-def test_injected_crash_shows_a_message_naming_the_rank(lab_worker):
+@pytest.mark.usefixtures("lab_worker")
+def test_injected_crash_shows_a_message_naming_the_rank():
     at = open_labs("en")
     run_id = labjobs.submit(lab="ring", params={"world_size": 2, "fail_mode": "crash", "fail_rank": 1,
                                                 "fail_at_step": 1}, learner_id=None, machine={})
@@ -161,7 +166,8 @@ def test_bad_requests_are_refused_clearly():
     assert "evil" not in labjobs.validate("ring", {"world_size": 2, "evil": "; rm -rf /"})
 
 
-def test_a_running_lab_comes_back_after_a_refresh(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_a_running_lab_comes_back_after_a_refresh():
     from academy.accounts import sign_up
     from academy.db import session_scope
 

@@ -80,7 +80,8 @@ def fewer_dtypes(monkeypatch):
                         MappingProxyType({"spec": replace(spec, choices=("float32", "bfloat16", "int64"))}))
 
 
-def test_one_change_to_the_choices_changes_form_cli_and_validation(app_db, fewer_dtypes, capsys):
+@pytest.mark.usefixtures("app_db", "fewer_dtypes")
+def test_one_change_to_the_choices_changes_form_cli_and_validation(capsys):
     at = open_page("labs")
     assert not at.exception, at.exception
     assert [b.options for b in at.selectbox if b.label == t("labs.dtype")][0] == ["float32", "bfloat16", "int64"]
@@ -99,7 +100,8 @@ def test_one_change_to_the_choices_changes_form_cli_and_validation(app_db, fewer
 
 
 @pytest.fixture
-def three_ranks(app_db, monkeypatch):
+def three_ranks(request, monkeypatch):
+    request.getfixturevalue("app_db")  # a migrated database first
     monkeypatch.setenv("LAB_MAX_WORLD_SIZE", "3")
     get_settings.cache_clear()
     yield
@@ -107,7 +109,8 @@ def three_ranks(app_db, monkeypatch):
     get_settings.cache_clear()
 
 
-def test_one_change_to_a_limit_changes_form_cli_and_validation(three_ranks):
+@pytest.mark.usefixtures("three_ranks")
+def test_one_change_to_a_limit_changes_form_cli_and_validation():
     at = open_page("labs")
     assert not at.exception, at.exception
     ranks = [s for s in at.slider if s.label == t("labs.world_size")][0]
@@ -160,7 +163,7 @@ def results() -> dict[str, dict]:
 GROUPED = re.compile(r"\b\d{1,3}(?:\.\d{3})+\b")  # 12.345.678: Dutch grouping, not a decimal point
 
 
-def _shown(app_db, result: dict, lang: str):
+def _shown(result: dict, lang: str):
     with session_scope() as s:
         run = LabRun(lab=result["lab"], params=result["params"], machine=result["machine"], status="done",
                      result=result)
@@ -177,15 +180,16 @@ def _shown(app_db, result: dict, lang: str):
 
 
 @pytest.mark.parametrize("lab", ["ring", "bench", "ddp"])
-def test_results_in_dutch_have_decimal_commas(app_db, results, lab):
-    texts, charts = _shown(app_db, results[lab], "nl")
+@pytest.mark.usefixtures("app_db")
+def test_results_in_dutch_have_decimal_commas(results, lab):
+    texts, charts = _shown(results[lab], "nl")
     assert charts and all(c["layout"]["separators"] == ",." for c in charts), "plotly's ticks and hover"
     assert all("." not in c["layout"].get("title", {}).get("text", "").replace(" · ", "")
                for c in charts), "our own numbers in chart titles"
     pointed = [x for x in texts if re.search(r"\d\.\d", GROUPED.sub("", x))]
     assert not pointed, pointed
     assert any(re.search(r"\d,\d", x) for x in texts), texts
-    english, _ = _shown(app_db, results[lab], "en")
+    english, _ = _shown(results[lab], "en")
     assert any(re.search(r"\d\.\d", x) for x in english), "the check above can fail"
     if lab == "ring":
         s = results["ring"]["summary"]

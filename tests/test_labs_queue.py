@@ -62,7 +62,8 @@ def cancel_all() -> None:
         wait(run_id)
 
 
-def test_one_guest_session_cannot_fill_the_queue(app_db, limits):
+@pytest.mark.usefixtures("app_db")
+def test_one_guest_session_cannot_fill_the_queue(limits):
     limits(lab_max_concurrent=1)
     at = open_page("labs", "nl")
     [b for b in at.selectbox if b.label == i18n.t("labs.fail_mode", "nl")][0].set_value("hang")
@@ -86,7 +87,8 @@ def test_one_guest_session_cannot_fill_the_queue(app_db, limits):
     cancel_all()
 
 
-def test_learner_and_global_caps_are_counted_in_the_database(app_db, limits):
+@pytest.mark.usefixtures("app_db")
+def test_learner_and_global_caps_are_counted_in_the_database(limits):
     limits(lab_max_concurrent=1, lab_max_per_learner=2, lab_max_queued=3)
     with session_scope() as s:
         ann = sign_up(session=s, email="ann@example.org", password="long enough pw").id

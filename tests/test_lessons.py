@@ -131,7 +131,8 @@ def _write(path, text):
     path.write_text(textwrap.dedent(text), encoding="utf-8")
 
 
-def test_models_read_a_valid_folder(lesson_dir):
+@pytest.mark.usefixtures("lesson_dir")
+def test_models_read_a_valid_folder():
     assert lessons.languages() == ("en", "de")
     assert lessons.section_ids() == ["overview", "ring-allreduce"]
     first, second = lessons.sections("de")

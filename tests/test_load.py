@@ -17,7 +17,8 @@ from benchmarks.load import run_load
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
-def test_thirty_learners_and_five_browsers(server, on_server_db):
+@pytest.mark.usefixtures("on_server_db")
+def test_thirty_learners_and_five_browsers(server):
     log = server.base / "server.log"
     log_start = log.stat().st_size
     result = run_load(learners=30, browsers=5, seconds=2, url=server.url)

@@ -32,7 +32,8 @@ def marked(value: Any) -> Any:
 
 
 @pytest.fixture
-def xx_content(tmp_path, monkeypatch, app_db):
+def xx_content(tmp_path, monkeypatch, request):
+    request.getfixturevalue("app_db")  # a migrated database first
     root = tmp_path / "content"
     shutil.copytree(content.root(), root)
     shutil.copytree(root / "lessons" / "en", root / "lessons" / "xx")
@@ -60,7 +61,8 @@ def test_the_language_list_comes_from_the_content(xx_content):
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_every_page_renders_in_the_new_language(xx_content, page):
+@pytest.mark.usefixtures("xx_content")
+def test_every_page_renders_in_the_new_language(page):
     at = open_page(page, "xx")
     assert not at.exception, at.exception
     assert at.session_state["lang"] == "xx"  # not refused as an unknown language
@@ -70,7 +72,8 @@ def test_every_page_renders_in_the_new_language(xx_content, page):
     assert any(MARK.strip() in str(text) for text in shown), f"{page} shows none of xx's strings"
 
 
-def test_a_certificate_can_be_chosen_in_the_new_language(xx_content):
+@pytest.mark.usefixtures("xx_content")
+def test_a_certificate_can_be_chosen_in_the_new_language():
     learner_id = learner_who_passed("xx@example.org")
     at = open_page("certificate", "xx", learner_id)
     assert not at.exception, at.exception

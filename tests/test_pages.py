@@ -26,26 +26,30 @@ def texts(at: AppTest) -> str:
 
 @pytest.mark.parametrize("lang", sorted(i18n.languages()))
 @pytest.mark.parametrize("page", PAGES)
-def test_page_renders(app_db, page, lang):
+@pytest.mark.usefixtures("app_db")
+def test_page_renders(page, lang):
     at = run_page(page, lang)
     assert not at.exception, at.exception
     if page not in ("home", "lessons"):
         assert at.title[0].value == i18n.t(f"nav.{page}", lang)
 
 
-def test_chinese_ui_text(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_chinese_ui_text():
     at = run_page("home", "zh")
     assert "课程地图" in texts(at)
 
 
-def test_unknown_language_falls_back_with_a_message(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_unknown_language_falls_back_with_a_message():
     at = run_page("home", "xx")
     assert not at.exception
     assert [w.value for w in at.warning] == [i18n.t("common.unknown_language_link", "en")]  # F-10: not echoed
     assert at.query_params["lang"] == ["en"] or at.query_params["lang"] == "en"
 
 
-def test_admin_page_refuses_non_admins(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_admin_page_refuses_non_admins():
     at = AppTest.from_file(str(Path(MAIN).parent / "views" / "admin.py"), default_timeout=30)
     at.session_state["lang"] = "en"
     at.session_state["learner_id"] = None
@@ -54,7 +58,8 @@ def test_admin_page_refuses_non_admins(app_db):
     assert at.error[0].value == i18n.t("admin.refused", "en")
 
 
-def test_sign_up_sign_out_sign_in(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_sign_up_sign_out_sign_in():
     at = run_page("account", "nl")
     at.text_input(key="up_name").input("Zoë Ødegård")
     at.text_input(key="up_email").input("zoe@example.org")
@@ -76,7 +81,8 @@ def test_sign_up_sign_out_sign_in(app_db):
     assert at.session_state["learner_id"] is not None
 
 
-def test_bad_sign_up_gets_a_message_in_the_language(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_bad_sign_up_gets_a_message_in_the_language():
     at = run_page("account", "zh")
     at.text_input(key="up_email").input("not an email")
     at.text_input(key="up_password").input("a long enough password")
@@ -86,7 +92,8 @@ def test_bad_sign_up_gets_a_message_in_the_language(app_db):
 
 
 @pytest.mark.parametrize("lang", sorted(i18n.languages()))
-def test_every_lesson_section_renders(app_db, lang):
+@pytest.mark.usefixtures("app_db")
+def test_every_lesson_section_renders(lang):
     from academy import lessons
 
     for number, section in enumerate(lessons.sections(lang), 1):

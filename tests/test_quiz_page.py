@@ -83,7 +83,8 @@ def play(at, learner_id, lang, plan_answers):
 
 
 @pytest.mark.parametrize("lang", ["en", "zh", "nl"])
-def test_right_and_wrong_feedback_fail_practise_then_pass(app_db, lang):
+@pytest.mark.usefixtures("app_db")
+def test_right_and_wrong_feedback_fail_practise_then_pass(lang):
     with session_scope() as s:
         learner = sign_up(session=s, email=f"quiz-{lang}@example.org", password="long enough pw")
     at = open_quiz(learner.id, lang)
@@ -96,11 +97,11 @@ def test_right_and_wrong_feedback_fail_practise_then_pass(app_db, lang):
     missed = len(first.plan) // 2
     click(at, i18n.t("quiz.practice_start", lang, count=missed))
     assert i18n.t("quiz.practice_banner", lang) in [i.value for i in at.info]
-    play(at, learner.id, lang, lambda pos: True)
+    play(at, learner.id, lang, lambda _pos: True)
     click(at, i18n.t("quiz.finish", lang))
     click(at, i18n.t("quiz.back", lang))
     click(at, i18n.t("quiz.start", lang))
-    play(at, learner.id, lang, lambda pos: True)
+    play(at, learner.id, lang, lambda _pos: True)
     click(at, i18n.t("quiz.finish", lang))
     assert i18n.t("quiz.passed", lang, pass_mark=80) in [s.value for s in at.success]
     with session_scope() as s:
@@ -112,7 +113,8 @@ def test_right_and_wrong_feedback_fail_practise_then_pass(app_db, lang):
             assert len(answers) == len(a.plan)
 
 
-def test_attempt_resumes_after_refresh(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_attempt_resumes_after_refresh():
     with session_scope() as s:
         learner = sign_up(session=s, email="resume@example.org", password="long enough pw")
     at = open_quiz(learner.id, "en")
@@ -128,7 +130,8 @@ def test_attempt_resumes_after_refresh(app_db):
     assert i18n.t("quiz.question_of", "en", n=2, total=len(attempt.plan)) in "".join(c.value for c in again.caption)
 
 
-def test_garbage_numeric_answer_gets_a_message_and_loses_nothing(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_garbage_numeric_answer_gets_a_message_and_loses_nothing():
     with session_scope() as s:
         learner = sign_up(session=s, email="garbage@example.org", password="long enough pw")
     attempt, pos = seeded_attempt(learner.id, "numeric")
@@ -141,7 +144,8 @@ def test_garbage_numeric_answer_gets_a_message_and_loses_nothing(app_db):
         assert s.exec(select(QuizAnswer).where(QuizAnswer.attempt_id == attempt.id)).all() == []
 
 
-def test_quiz_needs_an_account(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_quiz_needs_an_account():
     at = AppTest.from_file(MAIN, default_timeout=60)
     at.query_params["lang"] = "en"
     at.run()
@@ -156,7 +160,8 @@ def _texts(at: AppTest) -> str:
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
-def test_every_option_explains_itself_after_the_answer_and_none_before(app_db, lang):
+@pytest.mark.usefixtures("app_db")
+def test_every_option_explains_itself_after_the_answer_and_none_before(lang):
     with session_scope() as s:
         learner = sign_up(session=s, email=f"explain-{lang}@example.org", password="long enough pw")
     attempt, pos = seeded_attempt(learner.id, "single")
@@ -179,7 +184,8 @@ def test_every_option_explains_itself_after_the_answer_and_none_before(app_db, l
             assert f"[{titles[sec]}](/lessons?section={sec}&lang={lang})" in shown
 
 
-def test_a_partial_ordering_asks_for_every_item_and_stores_nothing(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_a_partial_ordering_asks_for_every_item_and_stores_nothing():
     """The page tells "nothing chosen" from "some items chosen" by a flag beside
     the response, not by a magic response string."""
     with session_scope() as s:
@@ -196,7 +202,8 @@ def test_a_partial_ordering_asks_for_every_item_and_stores_nothing(app_db):
         assert s.exec(select(QuizAnswer).where(QuizAnswer.attempt_id == attempt.id)).all() == []
 
 
-def test_attempt_history_is_read_once_per_run(app_db, monkeypatch):
+@pytest.mark.usefixtures("app_db")
+def test_attempt_history_is_read_once_per_run(monkeypatch):
     calls = []
     real = store.attempt_history
 

@@ -171,7 +171,8 @@ def _sign_in(page, server, email: str, password: str = PASSWORD) -> None:  # noq
 
 
 @pytest.mark.browser
-def test_admin_page_is_not_there_for_guests_and_learners(server, browser, on_server_db):
+@pytest.mark.usefixtures("on_server_db")
+def test_admin_page_is_not_there_for_guests_and_learners(server, browser):
     from tests import browserkit as kit
 
     _make_learner("plain-learner@example.org")
@@ -197,7 +198,8 @@ def test_admin_page_is_not_there_for_guests_and_learners(server, browser, on_ser
         ctx.close()
 
 
-def test_admin_page_and_its_forms_refuse_non_admins(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_admin_page_and_its_forms_refuse_non_admins():
     learner_id = _make_learner("learner@example.org")
     admin_id = _make_learner("boss@example.org", admin=True)
 
@@ -257,7 +259,8 @@ def _signed_in(at: AppTest) -> bool:
 
 
 @pytest.mark.parametrize("how", ["sign_out", "sign_out_everywhere", "change_password"])
-def test_ending_a_session_ends_it_in_every_open_tab(app_db, how):
+@pytest.mark.usefixtures("app_db")
+def test_ending_a_session_ends_it_in_every_open_tab(how):
     """F-5: the other tab (same token) and another browser (its own token) are guests at
     their next run; with "sign out everywhere" and a password change the second browser too."""
     from tests.apptest import press
@@ -291,7 +294,8 @@ def test_ending_a_session_ends_it_in_every_open_tab(app_db, how):
         assert _signed_in(acting)
 
 
-def test_signing_out_clears_the_cookie_and_a_dead_token_too(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_signing_out_clears_the_cookie_and_a_dead_token_too():
     """The cookie to write is a typed ``ui.CookieWrite`` in the session state, not a
     magic empty string: signing out, and a token the server no longer knows, clear it."""
     from tests import apptest
@@ -313,7 +317,8 @@ def test_signing_out_clears_the_cookie_and_a_dead_token_too(app_db):
 
 
 @pytest.mark.browser
-def test_sign_out_ends_the_other_tab_at_its_next_click(server, browser, on_server_db):
+@pytest.mark.usefixtures("on_server_db")
+def test_sign_out_ends_the_other_tab_at_its_next_click(server, browser):
     """F-5 in a real browser: tab 2 (no reload) is a guest at its next navigation."""
     from tests import browserkit as kit
 
@@ -337,7 +342,8 @@ def test_sign_out_ends_the_other_tab_at_its_next_click(server, browser, on_serve
     ctx.close()
 
 
-def test_a_redeemed_admin_token_makes_an_admin_once(app_db):
+@pytest.mark.usefixtures("app_db")
+def test_a_redeemed_admin_token_makes_an_admin_once():
     from academy.accounts import create_admin_token
 
     learner_id = _make_learner("future-admin@example.org")
@@ -415,7 +421,8 @@ def _key_material(secrets_dir: Path) -> list[bytes]:
 
 
 @pytest.mark.browser
-def test_signing_key_is_in_no_page_log_or_repository(server, browser, on_server_db):
+@pytest.mark.usefixtures("on_server_db")
+def test_signing_key_is_in_no_page_log_or_repository(server, browser):
     from tests import browserkit as kit
 
     with session_scope() as s:
@@ -527,8 +534,9 @@ def test_sixth_wrong_sign_in_is_rate_limited(server, browser, on_server_db):
     with Session(on_server_db) as s:  # the account is locked for now, even with the right password
         from academy.accounts import AccountError, sign_in
 
-        with pytest.raises(AccountError, match="rate_limited"):
+        with pytest.raises(AccountError) as refused:
             sign_in(session=s, email=email, password=PASSWORD)
+        assert refused.value.key == "account.err_rate_limited"
 
 
 # --- the database file ------------------------------------------------------------------------------

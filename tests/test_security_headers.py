@@ -39,7 +39,7 @@ def _call(app, path: str, host: str = "127.0.0.1") -> tuple[int, dict[str, str]]
     return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}
 
 
-async def _plain_app(scope, receive, send) -> None:  # noqa: ANN001
+async def _plain_app(_scope, _receive, send) -> None:  # noqa: ANN001
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-type", b"text/html"), (b"x-frame-options", b"SAMEORIGIN")]})
     await send({"type": "http.response.body", "body": b"<html></html>"})
@@ -90,7 +90,8 @@ def test_allowed_hosts_refuse_other_host_headers():
     ("http://localhost:8501", "dpa_session", False),
     ("https://academy.example.org", "__Host-dpa_session", True),
 ])
-def test_session_cookie_is_secure_over_https(app_db, monkeypatch, public_url, name, secure):
+@pytest.mark.usefixtures("app_db")
+def test_session_cookie_is_secure_over_https(monkeypatch, public_url, name, secure):
     """F-13: the cookie script the page sends carries ``Secure`` and the ``__Host-`` name on HTTPS."""
     from academy.accounts import sign_up
     from academy.db import session_scope

@@ -24,7 +24,7 @@ titles = {s.id: s.title for s in lessons.sections(code)}
 state = st.session_state
 
 
-def show_feedback(fb, key: str) -> None:
+def show_feedback(fb) -> None:
     """Right or wrong, why, the right answer, and the section to read."""
     if fb.duplicate:
         st.info(t("quiz.duplicate"))
@@ -101,7 +101,7 @@ def show_review(attempt_id: int) -> None:
                          f"{item.question.text[:90]}",
                          icon=":material/check_circle:" if item.correct else ":material/cancel:"):
             st.markdown(item.question.text)
-            show_feedback(item.feedback, f"review_{attempt_id}_{item.position}")
+            show_feedback(item.feedback)
 
 
 # --- a just-finished attempt: score, review, next steps -------------------------------
@@ -194,7 +194,7 @@ else:
             if state[fb_key] is None:
                 st.warning(t("quiz_errors.question_unavailable"))
             else:
-                show_feedback(state[fb_key], f"fb_{attempt.id}_{pos}")
+                show_feedback(state[fb_key])
         else:
             response, complete = answer_widget(question, f"ans_{attempt.id}_{pos}")
             if st.button(t("quiz.submit"), type="primary", key=f"submit_{attempt.id}_{pos}"):
