@@ -59,6 +59,17 @@ def use_database(monkeypatch, **env: str):
 
 
 @pytest.fixture
+def secrets(tmp_path, monkeypatch):
+    """A fresh secrets folder (the issuer keys) for one test; settings re-read around it."""
+    from academy.settings import get_settings
+
+    monkeypatch.setenv("SECRETS_DIR", str(tmp_path / "secrets"))
+    get_settings.cache_clear()
+    yield tmp_path / "secrets"
+    get_settings.cache_clear()
+
+
+@pytest.fixture
 def app_db(tmp_path, monkeypatch):
     """Point the app's process-wide engine at a fresh file database."""
     yield from use_database(monkeypatch, DATABASE_URL=f"sqlite:///{tmp_path / 'app.db'}")

@@ -11,7 +11,6 @@ import pytest
 from pypdf import PdfReader
 from pypdf.generic import IndirectObject
 
-from academy.settings import get_settings
 from certificates import i18n, pdf, signing
 from certificates.ids import new_id
 
@@ -20,12 +19,7 @@ MARKUP = ["<b>Bold</b> & \"quoted\" 'single'", "Tom & Jerry <script>", "&amp; &l
 LONG = ("Maximiliane Alexandra Wilhelmina von Hohenzollern-Sigmaringen-Ødegård " * 3)[:200]
 
 
-@pytest.fixture(autouse=True)
-def secrets(tmp_path, monkeypatch):
-    monkeypatch.setenv("SECRETS_DIR", str(tmp_path / "secrets"))
-    get_settings.cache_clear()
-    yield
-    get_settings.cache_clear()
+pytestmark = pytest.mark.usefixtures("secrets")  # own issuer keys (conftest.py)
 
 
 def render(name: str, lang: str = "en", score: float = 92) -> tuple[bytes, str]:

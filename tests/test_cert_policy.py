@@ -18,16 +18,10 @@ from sqlmodel import Session, select
 
 from academy.db import make_engine, migrate
 from academy.models import Certificate, CertificateEvent, Learner, QuizAttempt
-from academy.settings import ROOT, get_settings
+from academy.settings import ROOT
 from certificates import store
 
-
-@pytest.fixture(autouse=True)
-def secrets(tmp_path, monkeypatch):
-    monkeypatch.setenv("SECRETS_DIR", str(tmp_path / "secrets"))
-    get_settings.cache_clear()
-    yield
-    get_settings.cache_clear()
+pytestmark = pytest.mark.usefixtures("secrets")  # own issuer keys (conftest.py)
 
 
 def passed_learner(session, email="bob@example.org", admin=False) -> tuple[Learner, QuizAttempt]:

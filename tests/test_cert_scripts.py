@@ -54,11 +54,10 @@ BIDI_MARKS = dict.fromkeys(map(ord, "\u202a\u202b\u202c\u202d\u202e"))
 
 
 @pytest.fixture(autouse=True)
-def secrets(tmp_path, monkeypatch):
-    monkeypatch.setenv("SECRETS_DIR", str(tmp_path / "secrets"))
+def public_url(secrets, monkeypatch):  # own issuer keys (conftest.py) and a fixed public address
     monkeypatch.setenv("PUBLIC_URL", "https://academy.example/")
     get_settings.cache_clear()
-    yield
+    yield secrets
     get_settings.cache_clear()
 
 

@@ -7,17 +7,8 @@ import stat
 
 import pytest
 
-from academy.settings import get_settings
 from certificates import keys, signing
 from certificates.ids import new_id
-
-
-@pytest.fixture
-def secrets(tmp_path, monkeypatch):
-    monkeypatch.setenv("SECRETS_DIR", str(tmp_path / "secrets"))
-    get_settings.cache_clear()
-    yield tmp_path / "secrets"
-    get_settings.cache_clear()
 
 
 def _payload(**over):

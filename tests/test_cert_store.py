@@ -20,11 +20,10 @@ from certificates.ids import ALPHABET
 
 
 @pytest.fixture(autouse=True)
-def secrets(tmp_path, monkeypatch):
-    monkeypatch.setenv("SECRETS_DIR", str(tmp_path / "secrets"))
+def public_url(secrets, monkeypatch):  # own issuer keys (conftest.py) and a fixed public address
     monkeypatch.setenv("PUBLIC_URL", "https://academy.example/")
     get_settings.cache_clear()
-    yield tmp_path / "secrets"
+    yield secrets
     get_settings.cache_clear()
 
 

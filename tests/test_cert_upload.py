@@ -20,17 +20,10 @@ import certificates as certs
 from academy.accounts import sign_up
 from academy.db import session_scope
 from academy.models import Learner, QuizAttempt
-from academy.settings import get_settings
 from certificates import ids, pdf, pdfscan, signing, store
 from tests import apptest
 
-
-@pytest.fixture(autouse=True)
-def secrets(tmp_path, monkeypatch):
-    monkeypatch.setenv("SECRETS_DIR", str(tmp_path / "secrets"))
-    get_settings.cache_clear()
-    yield
-    get_settings.cache_clear()
+pytestmark = pytest.mark.usefixtures("secrets")  # own issuer keys (conftest.py)
 
 
 def issued(session, name="Ann", admin=False):
