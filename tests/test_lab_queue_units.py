@@ -158,3 +158,13 @@ def test_the_largest_live_gpu_set_says_how_many_ranks_an_nccl_lab_may_have():
                         heartbeat_at=utcnow() - timedelta(minutes=5)))  # gone
         s.add(LabWorker(name="c:3", host="c", pid=3, queues="cpu", slots=8))
     assert labqueue.largest_gpu_set() == 2
+
+
+def test_labs_worker_is_the_academy_worker():
+    """`python -m labs.worker` (the name issue #15 gives) runs academy.worker itself."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "labs.worker", "--help"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and "--queues" in out.stdout and "academy.worker" in out.stdout
