@@ -13,6 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
 from academy.i18n import t
 
 WAIT = 30_000  # ms: one Streamlit rerun on a busy 2-core machine, with room to spare
@@ -169,9 +171,17 @@ def answer(page, question, response: Any, lang: str) -> None:
         select = m.get_by_test_id("stMultiSelect")
         for n, key in enumerate(response, 1):
             listbox = page.get_by_role("listbox")
-            if not listbox.is_visible():
-                select.get_by_role("combobox").click()
-            listbox.get_by_role("option", name=items[key], exact=True).click()
+            for _ in range(5):
+                # Each pick reruns the page, which may close the list just as we look at it
+                # (a busy machine makes that likely): open it again and retry the pick.
+                wait_app(page)
+                if not listbox.is_visible():
+                    select.get_by_role("combobox").click()
+                try:
+                    listbox.get_by_role("option", name=items[key], exact=True).click(timeout=5_000)
+                    break
+                except PlaywrightTimeout:
+                    continue
             # a rerun per item: wait for its chip before the next click
             select.locator("[data-tag-index]").nth(n - 1).wait_for(timeout=WAIT)
             wait_app(page)

@@ -178,33 +178,6 @@ def app_server(tmp_path):
     srv.stop()
 
 
-def give(page, question, response) -> None:  # noqa: ANN001
-    """Answer the question on screen through its widgets (options by position), then Submit."""
-    from tests import browserkit as kit
-
-    m, keys = kit.main(page), "abcdefghijklmnopqrstuvwxyz"
-    if question.type == "single":
-        m.get_by_test_id("stRadioOption").nth(keys.index(response)).click()
-    elif question.type == "multiple":
-        for key in response:
-            m.get_by_test_id("stCheckbox").nth(keys.index(key)).locator("label").click()
-            kit.wait_app(page)
-    elif question.type == "numeric":
-        box = m.get_by_test_id("stTextInput").get_by_role("textbox")
-        box.fill(response)
-        box.press("Enter")
-    else:
-        items, select = dict(question.items), m.get_by_test_id("stMultiSelect")
-        for n, key in enumerate(response, 1):
-            if not page.get_by_role("listbox").is_visible():
-                select.get_by_role("combobox").click()
-            page.get_by_role("listbox").get_by_role("option", name=items[key], exact=True).click()
-            select.locator(f'[data-tag-index="{n - 1}"]').wait_for()  # the chip: its rerun is done
-        page.keyboard.press("Escape")
-    kit.wait_app(page)
-    kit.button(m, "quiz.submit", "en").click()
-
-
 @pytest.mark.browser
 def test_server_restart_mid_quiz_resumes_the_attempt(app_server, browser, artifacts):
     from tests import browserkit as kit
@@ -222,7 +195,7 @@ def test_server_restart_mid_quiz_resumes_the_attempt(app_server, browser, artifa
     kit.wait_app(page)
     attempt = kit.open_attempt(app_server.env["DATABASE_URL"], email)
     total = len(attempt.plan)
-    give(page, public_question(attempt.plan[0], bank, "en"), right_answer(attempt.plan[0], bank, "en"))
+    kit.answer(page, public_question(attempt.plan[0], bank, "en"), right_answer(attempt.plan[0], bank, "en"), "en")
     kit.alert(page, t("quiz.right"))
 
     app_server.kill()
@@ -234,7 +207,7 @@ def test_server_restart_mid_quiz_resumes_the_attempt(app_server, browser, artifa
     kit.see(page, t("quiz.answered_of", answered=1, total=total))
     kit.see(page, re.compile(re.escape(t("quiz.question_of", n=2, total=total))))
     page.screenshot(path=str(artifacts / "fault-restart-resumed.png"), full_page=True)
-    give(page, public_question(attempt.plan[1], bank, "en"), right_answer(attempt.plan[1], bank, "en"))
+    kit.answer(page, public_question(attempt.plan[1], bank, "en"), right_answer(attempt.plan[1], bank, "en"), "en")
     kit.alert(page, t("quiz.right"))
     kit.see(page, t("quiz.answered_of", answered=2, total=total))
     ctx.close()
