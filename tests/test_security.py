@@ -82,7 +82,6 @@ FEEDBACK_MARKERS = (RIGHT_MARK, t("quiz.why_correct"), t("quiz.why_chosen"), t("
 @pytest.mark.browser
 def test_no_explanation_or_key_reaches_the_browser_before_the_answer(server, browser, artifacts):
     from tests import browserkit as kit
-    from tests.test_faults import give
 
     email, bank = "keyless@example.org", load_bank()
     ctx, page = new_page(browser)
@@ -124,7 +123,7 @@ def test_no_explanation_or_key_reaches_the_browser_before_the_answer(server, bro
 
     # Answer it (wrongly): now its explanations arrive, the others' still do not.
     item = attempt.plan[pos]
-    give(page, public_question(item, bank, "en"), wrong_answer(item, bank, "en"))
+    kit.answer(page, public_question(item, bank, "en"), wrong_answer(item, bank, "en"), "en")
     kit.alert(page, t("quiz.wrong"))
     kit.wait_app(page)
     page.screenshot(path=str(artifacts / "security-explanation-after-answer.png"), full_page=True)
