@@ -123,17 +123,22 @@ def test_tampered_pdf_fails(env, tmp_path):
     assert cli(env, "verify", tmp_path / "c.pdf").returncode == 0
 
 
-def test_issue_for_a_learner(env, tmp_path):
+def learner_who_passed(env, email: str) -> None:
+    """A learner with one passed quiz attempt (85 %) in the CLI's database."""
     engine = make_engine(env["DATABASE_URL"])
     migrate(engine)
     with Session(engine) as s:
-        learner = Learner(email="khai@example.org", password_hash="x")
+        learner = Learner(email=email, password_hash="x")
         s.add(learner)
         s.commit()
         s.refresh(learner)
         s.add(QuizAttempt(learner_id=learner.id, seed=1, status="finished", score=85, passed=True))
         s.commit()
     engine.dispose()
+
+
+def test_issue_for_a_learner(env, tmp_path):
+    learner_who_passed(env, "khai@example.org")
     out = tmp_path / "k.pdf"
     missing = cli(
         env, "issue", "--name", "X", "--lang", "en", "--out", out, "--learner", "nobody@example.org"
@@ -157,16 +162,7 @@ def test_issue_for_a_learner(env, tmp_path):
 
 
 def test_revoke_for_cause_blocks_until_lifted(env, tmp_path):
-    engine = make_engine(env["DATABASE_URL"])
-    migrate(engine)
-    with Session(engine) as s:
-        learner = Learner(email="bob@example.org", password_hash="x")
-        s.add(learner)
-        s.commit()
-        s.refresh(learner)
-        s.add(QuizAttempt(learner_id=learner.id, seed=1, status="finished", score=85, passed=True))
-        s.commit()
-    engine.dispose()
+    learner_who_passed(env, "bob@example.org")
     out = tmp_path / "b.pdf"
     claim = ("issue", "--name", "Bob", "--lang", "en", "--out", out, "--learner", "bob@example.org")
     first = cli(env, *claim)
