@@ -128,6 +128,44 @@ def pending(queue: str) -> int:
     return get_huey(queue).pending_count()
 
 
+def pending_run_ids(queue: str) -> set[int]:
+    """The run ids whose messages wait in the queue's storage now."""
+    ids = set()
+    for task in get_huey(queue).pending():
+        with contextlib.suppress(IndexError, TypeError, ValueError):
+            ids.add(int(task.args[0]))
+    return ids
+
+
+def requeue_lost(queues: list[str], *, now=None) -> int:
+    """Put back on the queue the queued runs whose message is gone; returns how many.
+
+    A message can be lost while its row says "queued": Redis restarted
+    without persistence or was flushed, or a worker died between taking the
+    message and claiming the run. Such a run would wait forever. A run
+    queued for longer than ``lab_requeue_after_s`` with no message in its
+    queue gets a new one. A message sent twice is harmless: the claim is a
+    conditional UPDATE, so the second copy finds the run taken and skips it.
+    """
+    cutoff = (now or utcnow()) - timedelta(seconds=get_settings().lab_requeue_after_s)
+    count = 0
+    for queue in queues:
+        with session_scope() as session:
+            waiting = session.exec(
+                select(LabRun.id).where(LabRun.status == "queued", LabRun.queue == queue,
+                                        LabRun.created_at < cutoff)
+            ).all()
+        if not waiting:
+            continue
+        present = pending_run_ids(queue)
+        for run_id in waiting:
+            if run_id not in present:
+                log.warning("run %s: queued with no message in queue %s, sent again", run_id, queue)
+                enqueue(run_id, queue)
+                count += 1
+    return count
+
+
 # --------------------------------------------------------------------------
 # What the web side asks of the database
 

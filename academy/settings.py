@@ -65,6 +65,9 @@ class Settings(BaseSettings):
     # A worker writes a heartbeat on each run it has going about once a second;
     # a run whose heartbeat is older than this is failed (the worker died).
     lab_dead_after_s: int = 10
+    # A run queued this long with no message left in its queue (Redis flushed,
+    # a worker killed between taking the message and claiming the run) is sent again.
+    lab_requeue_after_s: int = 30
     # Multi-node labs: the torchrun rendezvous endpoint (host:port) that every
     # node's worker passes as --rdzv-endpoint. Documented, not tested here.
     lab_rendezvous_endpoint: str = ""

@@ -130,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 labqueue.register_worker(state, queues=queues, slots=sum(slots[q] for q in queues))
                 labqueue.reap()
+                labqueue.requeue_lost(queues)
                 labqueue.forget_workers()
             except Exception:  # noqa: BLE001  (a database hiccup must not stop the worker)
                 log.exception("heartbeat or reap failed")

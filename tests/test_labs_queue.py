@@ -117,3 +117,35 @@ def test_learner_and_global_caps_are_counted_in_the_database(limits):
         labjobs.submit(lab="ring", params=HANG, learner_id=bob, machine={})
     finally:
         cancel_all()
+
+
+@pytest.mark.usefixtures("app_db")
+def test_a_run_whose_queue_message_was_lost_is_sent_again_once(limits):
+    """Redis flushed (or a worker killed between taking a message and claiming
+    the run) leaves a row "queued" with nothing in the queue: it would wait
+    forever. The workers' periodic check sends it again, once."""
+    from academy import labqueue
+
+    limits(lab_requeue_after_s=30)
+    kept = labjobs.submit(lab="ring", params={"world_size": 2}, learner_id=None, machine={})
+    lost = labjobs.submit(lab="ring", params={"world_size": 2}, learner_id=None, machine={})
+    huey = labqueue.get_huey("cpu")
+    try:
+        assert labqueue.pending_run_ids("cpu") == {kept, lost}
+        huey.flush()  # both messages gone ...
+        labqueue.enqueue(kept, "cpu")  # ... and one put back by hand
+        # Too young to count as lost: nothing happens yet.
+        assert labqueue.requeue_lost(["cpu"]) == 0
+        later = utcnow() + timedelta(seconds=31)
+        assert labqueue.requeue_lost(["cpu"], now=later) == 1
+        assert labqueue.pending_run_ids("cpu") == {kept, lost}
+        assert labqueue.pending("cpu") == 2  # no second copy of either
+        assert labqueue.requeue_lost(["cpu"], now=later) == 0
+        # A run no longer queued is never sent again.
+        labjobs.cancel(lost)
+        huey.flush()
+        labqueue.enqueue(kept, "cpu")
+        assert labqueue.requeue_lost(["cpu"], now=later) == 0
+    finally:
+        cancel_all()
+        huey.flush()
