@@ -103,7 +103,8 @@ class Outcome:
     stderr: bytes
     duration_s: float
     mode: str
-    stopped: str | None = None  # None | "wall_time" | "output" | "memory" | "cpu_time" | "processes"
+    # None | "wall_time" | "output" | "memory" | "cpu_time" | "processes" | "file_size"
+    stopped: str | None = None
     details: dict = field(default_factory=dict)  # what the limits saw: oom kills, pids hits, cgroup kind
 
 
@@ -180,7 +181,8 @@ def run_python(module: str, args: list[str], *, files: dict[str, bytes], stdin: 
 
 def _run(python_args: list[str], *, files: dict[str, bytes], limits: Limits, chosen: str,
          on_line, harness: Path, stdin: bytes = b"") -> Outcome:
-    work = Path(tempfile.mkdtemp(prefix="dpa-sandbox-"))
+    _sweep()
+    work = Path(tempfile.mkdtemp(prefix=f"dpa-sandbox-{os.getpid()}-"))
     try:
         inputs = work / "input"
         inputs.mkdir()
@@ -191,19 +193,67 @@ def _run(python_args: list[str], *, files: dict[str, bytes], limits: Limits, cho
             (inputs / name).chmod(0o444)
         inputs.chmod(0o555)
         with contextlib.ExitStack() as stack:
+            args_fd = None
             if chosen == "bwrap":
                 uid = stack.enter_context(_slot()) if os.geteuid() == 0 else None
-                cmd, env = _bwrap_command(python_args, work=work, harness=harness, limits=limits,
-                                          uid=uid)
+                prefix, inner, env = _bwrap_command(python_args, work=work, harness=harness,
+                                                    limits=limits, uid=uid)
+                # bwrap reads its options from a pipe, so the sandbox's pid 1 shows
+                # "bwrap --args N -- <command>" in /proc and not our paths.
+                split = inner.index("--")
+                args_fd = _args_pipe(inner[:split], stack)
+                cmd, cwd = [*prefix, "--args", str(args_fd), *inner[split:]], work
             else:
-                uid = None
                 cmd, env = _none_command(python_args, work=work, harness=harness, limits=limits)
+                cwd = work / "tmp"
             group = stack.enter_context(_Cgroup.make(limits))
-            return _supervise(group.wrap(cmd), env=env, cwd=work if chosen == "bwrap"
-                              else work / "tmp", stdin=stdin, limits=limits, on_line=on_line,
-                              chosen=chosen, group=group)
+            return _supervise(group.wrap(cmd), env=env, cwd=cwd, stdin=stdin, limits=limits,
+                              on_line=on_line, chosen=chosen, group=group,
+                              pass_fds=() if args_fd is None else (args_fd,))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _args_pipe(args: list[str], stack: contextlib.ExitStack) -> int:
+    """A pipe holding ``args`` NUL-separated for ``bwrap --args``; returns its read end."""
+    data = b"".join(a.encode() + b"\0" for a in args)
+    read, write = os.pipe()
+    stack.callback(os.close, read)
+    try:
+        if len(data) > 60_000:  # a pipe holds 64 KiB; ours are a few KiB
+            raise ValueError("bwrap arguments too long")
+        os.write(write, data)
+    finally:
+        os.close(write)
+    return read
+
+
+def _sweep() -> None:
+    """Remove what a run left behind when its caller was killed (SIGKILL skips
+    our cleanup): work folders and cgroups named after a pid that is gone."""
+    for path in Path(tempfile.gettempdir()).glob("dpa-sandbox-*-*"):
+        if not _alive(path.name):
+            shutil.rmtree(path, ignore_errors=True)
+    for parent in (_Cgroup._parents() or {}).values():
+        for path in parent.glob("dpa-sandbox-*-*"):
+            if not _alive(path.name):
+                with contextlib.suppress(OSError):
+                    path.rmdir()
+
+
+def _alive(name: str) -> bool:
+    """Whether the pid in a name made as ``dpa-sandbox-<pid>-...`` is running."""
+    try:
+        pid = int(name.split("-")[2])
+    except (IndexError, ValueError):
+        return True  # not ours to judge
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def _rlimits(limits: Limits, *, nproc: bool, memory: bool) -> list[str]:
@@ -248,6 +298,16 @@ def _python_layout() -> tuple[Path, str, Path | None]:
     return base, rel, (None if site.is_relative_to(base) else site)
 
 
+def _copy_harness(harness: Path, work: Path) -> Path:
+    """A copy the run's uid can read whatever the checkout's modes (a umask of
+    077, a pytest temp dir), without bytecode caches."""
+    copy = work / "harness"
+    shutil.copytree(harness, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for path in [copy, *copy.rglob("*")]:
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    return copy
+
+
 def _etc(work: Path, uid: int) -> Path:
     """A small /etc: enough for gloo (hosts), getpass and pwd (passwd, group)."""
     etc = work / "etc"
@@ -267,10 +327,10 @@ def _bwrap_command(python_args, *, work: Path, harness: Path, limits: Limits, ui
     base, rel, site = _python_layout()
     root = uid is not None
     etc = _etc(work, uid if root else os.getuid())
-    cmd = [shutil.which("prlimit") or "prlimit",
-           *_rlimits(limits, nproc=root, memory=not _Cgroup.possible()), "--",
-           shutil.which("bwrap") or "bwrap",
-           "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+    prefix = [shutil.which("prlimit") or "prlimit",
+              *_rlimits(limits, nproc=root, memory=not _Cgroup.possible()), "--",
+              shutil.which("bwrap") or "bwrap"]
+    cmd = ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
            "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--hostname", "sandbox"]
     if root:
         # setpriv needs these three to drop to the run's uid; it then clears them all.
@@ -298,7 +358,7 @@ def _bwrap_command(python_args, *, work: Path, harness: Path, limits: Limits, ui
     if site is not None:
         cmd += ["--ro-bind", str(site), "/opt/site"]
         pythonpath += ":/opt/site"
-    cmd += ["--ro-bind", str(harness.resolve()), "/opt/harness",
+    cmd += ["--ro-bind", str(_copy_harness(harness, work)), "/opt/harness",
             "--ro-bind", str(work / "input"), "/opt/input", "--chdir", "/tmp", "--"]
     if root:
         cmd += [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}",
@@ -308,7 +368,7 @@ def _bwrap_command(python_args, *, work: Path, harness: Path, limits: Limits, ui
                     pythonpath=pythonpath)
     # The pyenv/python.org interpreter finds libpython through an absolute RUNPATH.
     env["LD_LIBRARY_PATH"] = "/opt/python/lib"
-    return cmd, env
+    return prefix, cmd, env
 
 
 @contextlib.contextmanager
@@ -500,14 +560,14 @@ def _counter(path: Path, key: str) -> int:
 
 
 def _supervise(cmd, *, env, cwd, stdin: bytes, limits: Limits, on_line, chosen: str,
-               group: _Cgroup) -> Outcome:
+               group: _Cgroup, pass_fds: tuple[int, ...] = ()) -> Outcome:
     """Start the run, stream and cap its output, enforce the wall clock, and
     say which limit (if any) ended it."""
     t0 = time.monotonic()
     deadline = t0 + limits.wall_s
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=env, cwd=cwd, start_new_session=True,
-                            close_fds=True)
+                            close_fds=True, pass_fds=pass_fds)
     out, err = bytearray(), bytearray()
     pending = bytearray()  # stdout not yet handed to on_line (no newline yet)
     ours: str | None = None  # the limit we enforced ourselves
@@ -570,9 +630,18 @@ def _supervise(cmd, *, env, cwd, stdin: bytes, limits: Limits, on_line, chosen: 
             stopped = "cpu_time"  # the soft limit's SIGXCPU, or the hard limit's SIGKILL
         elif counters.get("pids_max") and rc != 0:
             stopped = "processes"
+        elif rc == -signal.SIGXFSZ:  # Python ignores it (EFBIG instead) unless told otherwise
+            stopped = "file_size"
+        elif group.kind == "none" and rc != 0 and _last_line(err).startswith(b"MemoryError"):
+            stopped = "memory"  # RLIMIT_DATA: Python raises instead of being killed
     return Outcome(returncode=None if ours else rc, stdout=bytes(out), stderr=bytes(err),
                    duration_s=time.monotonic() - t0, mode=chosen, stopped=stopped,
                    details={"cgroup": group.kind, "cpu_s": round(cpu_used, 3), **counters})
+
+
+def _last_line(data: bytes | bytearray) -> bytes:
+    lines = bytes(data).strip().splitlines()
+    return lines[-1] if lines else b""
 
 
 def _exited(proc: subprocess.Popen) -> bool:
