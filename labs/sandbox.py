@@ -119,6 +119,10 @@ class SandboxUnavailable(RuntimeError):
 
 def mode() -> str:
     """The mode from ``EXERCISE_SANDBOX``: "bwrap" unless "none" is asked for by name."""
+    return _env_mode()
+
+
+def _env_mode() -> str:
     value = os.environ.get("EXERCISE_SANDBOX", "").strip() or "bwrap"
     if value not in MODES:
         raise SandboxUnavailable(f"EXERCISE_SANDBOX={value!r} is not one of {', '.join(MODES)}")
@@ -128,10 +132,10 @@ def mode() -> str:
 _checked: dict[str, str | None] = {}  # mode -> None (works) or the reason it does not
 
 
-def check_available(mode_: str | None = None) -> None:
+def check_available(mode: str | None = None) -> None:  # noqa: A002 - the design's name
     """Raise `SandboxUnavailable` unless a run in this mode can start. The first
     call for bwrap starts a tiny sandbox once; the answer is kept."""
-    chosen = mode() if mode_ is None else mode_
+    chosen = _env_mode() if mode is None else mode
     if chosen not in MODES:
         raise SandboxUnavailable(f"unknown sandbox mode {chosen!r}")
     if chosen not in _checked:
@@ -173,7 +177,7 @@ def run_python(module: str, args: list[str], *, files: dict[str, bytes], stdin: 
     ``on_line`` gets each line of stdout, without its newline, as it arrives.
     Raises `SandboxUnavailable` when the mode cannot run here.
     """
-    chosen = globals()["mode"]() if mode is None else mode
+    chosen = _env_mode() if mode is None else mode
     check_available(chosen)
     return _run(["-m", module, *args], files=files, limits=limits, chosen=chosen,
                 on_line=on_line, harness=HARNESS if harness is None else harness, stdin=stdin)
@@ -193,20 +197,23 @@ def _run(python_args: list[str], *, files: dict[str, bytes], limits: Limits, cho
             (inputs / name).chmod(0o444)
         inputs.chmod(0o555)
         with contextlib.ExitStack() as stack:
+            group = stack.enter_context(_Cgroup.make(limits))
+            memory_rlimit = group.kind == "none"  # RLIMIT_DATA stands in for the cgroup
             args_fd = None
             if chosen == "bwrap":
                 uid = stack.enter_context(_slot()) if os.geteuid() == 0 else None
                 prefix, inner, env = _bwrap_command(python_args, work=work, harness=harness,
-                                                    limits=limits, uid=uid)
+                                                    limits=limits, uid=uid,
+                                                    memory_rlimit=memory_rlimit)
                 # bwrap reads its options from a pipe, so the sandbox's pid 1 shows
                 # "bwrap --args N -- <command>" in /proc and not our paths.
                 split = inner.index("--")
                 args_fd = _args_pipe(inner[:split], stack)
                 cmd, cwd = [*prefix, "--args", str(args_fd), *inner[split:]], work
             else:
-                cmd, env = _none_command(python_args, work=work, harness=harness, limits=limits)
+                cmd, env = _none_command(python_args, work=work, harness=harness, limits=limits,
+                                         memory_rlimit=memory_rlimit)
                 cwd = work / "tmp"
-            group = stack.enter_context(_Cgroup.make(limits))
             return _supervise(group.wrap(cmd), env=env, cwd=cwd, stdin=stdin, limits=limits,
                               on_line=on_line, chosen=chosen, group=group,
                               pass_fds=() if args_fd is None else (args_fd,))
@@ -274,13 +281,14 @@ def _base_env(*, path: str, home: str, inputs: str, pythonpath: str) -> dict[str
             "PYTHONPATH": pythonpath}
 
 
-def _none_command(python_args, *, work: Path, harness: Path, limits: Limits):
+def _none_command(python_args, *, work: Path, harness: Path, limits: Limits,
+                  memory_rlimit: bool):
     tmp = work / "tmp"
     tmp.mkdir(mode=0o700)
     env = _base_env(path=f"{Path(sys.executable).parent}:{os.defpath}", home=str(tmp),
                     inputs=str(work / "input"), pythonpath=str(harness))
     cmd = [shutil.which("prlimit") or "prlimit",
-           *_rlimits(limits, nproc=False, memory=not _Cgroup.possible()), "--",
+           *_rlimits(limits, nproc=False, memory=memory_rlimit), "--",
            sys.executable, "-s", "-B", *python_args]
     return cmd, env
 
@@ -323,12 +331,13 @@ def _etc(work: Path, uid: int) -> Path:
     return etc
 
 
-def _bwrap_command(python_args, *, work: Path, harness: Path, limits: Limits, uid: int | None):
+def _bwrap_command(python_args, *, work: Path, harness: Path, limits: Limits, uid: int | None,
+                   memory_rlimit: bool):
     base, rel, site = _python_layout()
     root = uid is not None
     etc = _etc(work, uid if root else os.getuid())
     prefix = [shutil.which("prlimit") or "prlimit",
-              *_rlimits(limits, nproc=root, memory=not _Cgroup.possible()), "--",
+              *_rlimits(limits, nproc=root, memory=memory_rlimit), "--",
               shutil.which("bwrap") or "bwrap"]
     cmd = ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
            "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--hostname", "sandbox"]
@@ -345,8 +354,8 @@ def _bwrap_command(python_args, *, work: Path, harness: Path, limits: Limits, ui
             cmd += ["--symlink", os.readlink(host), f"/{top}"]
         elif host.is_dir():
             cmd += ["--ro-bind", str(host), f"/{top}"]
-    cmd += ["--proc", "/proc", "--dev", "/dev",
-            "--perms", "1777", "--size", str(limits.tmpfs_mb * MiB), "--tmpfs", "/tmp",
+    tmpfs = ["--perms", "1777", "--size", str(limits.tmpfs_mb * MiB), "--tmpfs"]
+    cmd += ["--proc", "/proc", "--dev", "/dev", *tmpfs, "/dev/shm", *tmpfs, "/tmp",
             "--perms", "0755", "--dir", "/etc"]
     for f in sorted(etc.iterdir()):
         cmd += ["--ro-bind", str(f), f"/etc/{f.name}"]
@@ -403,10 +412,6 @@ class _Cgroup:
     def __init__(self, dirs: dict[str, Path], kind: str):
         self.dirs = dirs  # "memory" and "pids" -> the run's directory (the same one on v2)
         self.kind = kind
-
-    @classmethod
-    def possible(cls) -> bool:
-        return bool(cls._parents())
 
     @staticmethod
     def _parents() -> dict[str, Path] | None:
@@ -572,10 +577,15 @@ def _supervise(cmd, *, env, cwd, stdin: bytes, limits: Limits, on_line, chosen: 
     pending = bytearray()  # stdout not yet handed to on_line (no newline yet)
     ours: str | None = None  # the limit we enforced ourselves
     try:
-        _feed(proc, stdin)
         sel = selectors.DefaultSelector()
         sel.register(proc.stdout, selectors.EVENT_READ, out)
         sel.register(proc.stderr, selectors.EVENT_READ, err)
+        feeding = memoryview(stdin)  # what the program has yet to read
+        if stdin:
+            os.set_blocking(proc.stdin.fileno(), False)
+            sel.register(proc.stdin, selectors.EVENT_WRITE, None)
+        else:
+            proc.stdin.close()
         exited_at = None
         while sel.get_map():
             now = time.monotonic()
@@ -587,6 +597,9 @@ def _supervise(cmd, *, env, cwd, stdin: bytes, limits: Limits, on_line, chosen: 
             if exited_at is not None and now - exited_at > _DRAIN_S:
                 break  # something the program left behind holds its pipes open
             for key, _ in sel.select(timeout=min(deadline - now, 0.2)):
+                if key.fileobj is proc.stdin:
+                    feeding = _feed(proc, feeding, sel)
+                    continue
                 chunk = os.read(key.fd, 65536)
                 if not chunk:
                     sel.unregister(key.fileobj)
@@ -610,7 +623,9 @@ def _supervise(cmd, *, env, cwd, stdin: bytes, limits: Limits, on_line, chosen: 
         if ours or not _exited(proc):
             _kill(proc)
         group.kill()
-        cpu_used = _reap(proc)
+        cpu_used = _reap(proc) if chosen == "none" else None
+        if chosen != "none":
+            proc.wait()
         for pipe in (proc.stdin, proc.stdout, proc.stderr):
             with contextlib.suppress(OSError):
                 pipe.close()
@@ -626,7 +641,8 @@ def _supervise(cmd, *, env, cwd, stdin: bytes, limits: Limits, on_line, chosen: 
     elif not ours:
         if counters.get("oom_kill"):
             stopped = "memory"
-        elif rc == -signal.SIGXCPU or (rc == -signal.SIGKILL and cpu_used >= limits.cpu_s):
+        elif rc == -signal.SIGXCPU or (rc == -signal.SIGKILL and cpu_used is not None
+                                       and cpu_used >= limits.cpu_s):
             stopped = "cpu_time"  # the soft limit's SIGXCPU, or the hard limit's SIGKILL
         elif counters.get("pids_max") and rc != 0:
             stopped = "processes"
@@ -636,7 +652,8 @@ def _supervise(cmd, *, env, cwd, stdin: bytes, limits: Limits, on_line, chosen: 
             stopped = "memory"  # RLIMIT_DATA: Python raises instead of being killed
     return Outcome(returncode=None if ours else rc, stdout=bytes(out), stderr=bytes(err),
                    duration_s=time.monotonic() - t0, mode=chosen, stopped=stopped,
-                   details={"cgroup": group.kind, "cpu_s": round(cpu_used, 3), **counters})
+                   details={"cgroup": group.kind, **counters,
+                            **({} if cpu_used is None else {"cpu_s": round(cpu_used, 3)})})
 
 
 def _last_line(data: bytes | bytearray) -> bytes:
@@ -650,9 +667,11 @@ def _exited(proc: subprocess.Popen) -> bool:
 
 
 def _reap(proc: subprocess.Popen) -> float:
-    """Wait for the run's first process and return the CPU seconds it and the
-    descendants it reaped used (bwrap's init reaps the program): a SIGKILL
-    after ``cpu_s`` of CPU is the hard CPU limit, not someone's kill."""
+    """Wait for the program (mode none) and return the CPU seconds it and the
+    children it reaped used: a SIGKILL after ``cpu_s`` of CPU is the hard CPU
+    limit (a program that ignores SIGXCPU), not someone's kill. In mode bwrap
+    the program is bwrap's grandchild and its time does not reach us; there
+    only SIGXCPU names the CPU limit."""
     try:
         _, status, usage = os.wait4(proc.pid, 0)
     except ChildProcessError:  # reaped elsewhere
@@ -662,17 +681,19 @@ def _reap(proc: subprocess.Popen) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _feed(proc: subprocess.Popen, data: bytes) -> None:
-    """Write stdin and close it; a program that does not read it cannot block us
-    (the rest is dropped once the pipe is full)."""
+def _feed(proc: subprocess.Popen, rest: memoryview, sel: selectors.BaseSelector) -> memoryview:
+    """Write what the pipe takes of ``rest`` to stdin; close it when all is
+    written or the program closed its end. Returns what is still to write."""
     try:
-        if data:
-            os.set_blocking(proc.stdin.fileno(), False)
-            with contextlib.suppress(BlockingIOError):
-                os.write(proc.stdin.fileno(), data)
+        rest = rest[os.write(proc.stdin.fileno(), rest[:65536]):]
+    except BlockingIOError:
+        return rest
+    except OSError:  # BrokenPipeError: the program does not want the rest
+        rest = rest[:0]
+    if not rest:
+        sel.unregister(proc.stdin)
         proc.stdin.close()
-    except (BrokenPipeError, OSError):
-        pass
+    return rest
 
 
 def _kill(proc: subprocess.Popen) -> None:

@@ -51,6 +51,11 @@ print(json.dumps({"env": dict(os.environ), "cwd": os.getcwd(), "uid": os.getuid(
                             for n in sorted(os.listdir(os.environ["SANDBOX_INPUT"]))},
                   "self_environ": open("/proc/self/environ", "rb").read().decode(errors="replace")}))
 """,
+    "echo": r"""
+import hashlib, sys
+data = sys.stdin.buffer.read()
+print(len(data), hashlib.sha256(data).hexdigest())
+""",
     "network": r"""
 import errno, json, os, socket, sys
 port = int(sys.argv[1])
@@ -291,6 +296,15 @@ def test_the_program_sees_its_files_and_a_cleared_environment(harness, monkeypat
         assert found["cwd"] == "/tmp" and found["env"]["SANDBOX_INPUT"] == "/opt/input"
         if os.geteuid() == 0:
             assert found["uid"] >= sandbox.UID_BASE  # not root, a uid of its own
+
+
+@pytest.mark.parametrize("mode", [pytest.param("bwrap", marks=needs_bwrap), "none"])
+def test_stdin_larger_than_a_pipe_reaches_the_program(harness, mode):
+    import hashlib
+    data = os.urandom(300 * KiB)
+    out = run(harness, "echo", mode=mode, stdin=data)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(len(data)).encode(), hashlib.sha256(data).hexdigest().encode()]
 
 
 # --- network ---------------------------------------------------------------------------------
