@@ -40,11 +40,14 @@ whole sandbox is killed and `Outcome.stopped` says which limit ended it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
+import platform
 import selectors
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import sysconfig
@@ -199,7 +202,7 @@ def _run(python_args: list[str], *, files: dict[str, bytes], limits: Limits, cho
         with contextlib.ExitStack() as stack:
             group = stack.enter_context(_Cgroup.make(limits))
             memory_rlimit = group.kind == "none"  # RLIMIT_DATA stands in for the cgroup
-            args_fd = None
+            fds: list[int] = []
             if chosen == "bwrap":
                 uid = stack.enter_context(_slot()) if os.geteuid() == 0 else None
                 prefix, inner, env = _bwrap_command(python_args, work=work, harness=harness,
@@ -208,27 +211,31 @@ def _run(python_args: list[str], *, files: dict[str, bytes], limits: Limits, cho
                 # bwrap reads its options from a pipe, so the sandbox's pid 1 shows
                 # "bwrap --args N -- <command>" in /proc and not our paths.
                 split = inner.index("--")
-                args_fd = _args_pipe(inner[:split], stack)
-                cmd, cwd = [*prefix, "--args", str(args_fd), *inner[split:]], work
+                options = inner[:split]
+                fds = []
+                if SECCOMP:
+                    fds.append(_pipe_with(_seccomp_filter(), stack))
+                    options += ["--seccomp", str(fds[-1])]
+                fds.append(_pipe_with(b"".join(a.encode() + b"\0" for a in options), stack))
+                cmd, cwd = [*prefix, "--args", str(fds[-1]), *inner[split:]], work
             else:
                 cmd, env = _none_command(python_args, work=work, harness=harness, limits=limits,
                                          memory_rlimit=memory_rlimit)
                 cwd = work / "tmp"
             return _supervise(group.wrap(cmd), env=env, cwd=cwd, stdin=stdin, limits=limits,
                               on_line=on_line, chosen=chosen, group=group,
-                              pass_fds=() if args_fd is None else (args_fd,))
+                              pass_fds=tuple(fds))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _args_pipe(args: list[str], stack: contextlib.ExitStack) -> int:
-    """A pipe holding ``args`` NUL-separated for ``bwrap --args``; returns its read end."""
-    data = b"".join(a.encode() + b"\0" for a in args)
+def _pipe_with(data: bytes, stack: contextlib.ExitStack) -> int:
+    """A pipe already holding ``data`` (bwrap reads it to the end); returns its read end."""
+    if len(data) > 60_000:  # a pipe holds 64 KiB; ours hold a few KiB
+        raise ValueError("too much for a pipe")
     read, write = os.pipe()
     stack.callback(os.close, read)
     try:
-        if len(data) > 60_000:  # a pipe holds 64 KiB; ours are a few KiB
-            raise ValueError("bwrap arguments too long")
         os.write(write, data)
     finally:
         os.close(write)
@@ -378,6 +385,56 @@ def _bwrap_command(python_args, *, work: Path, harness: Path, limits: Limits, ui
     # The pyenv/python.org interpreter finds libpython through an absolute RUNPATH.
     env["LD_LIBRARY_PATH"] = "/opt/python/lib"
     return prefix, cmd, env
+
+
+# A seccomp filter on top of the namespaces: no user namespace of its own
+# (CLONE_NEWUSER would hand the program capabilities in it, the usual door to
+# kernel bugs), no ptrace of a neighbouring rank, and none of the calls a
+# Python program never needs but kernel exploits like (keyrings, bpf,
+# perf events, userfaultfd, io_uring, mounts, modules). Numbers per arch.
+_BLOCKED = {
+    "x86_64": (0xC000003E, {"unshare": 272, "setns": 308, "ptrace": 101, "keyctl": 250,
+                            "add_key": 248, "request_key": 249, "bpf": 321, "perf_event_open": 298,
+                            "userfaultfd": 323, "mount": 165, "umount2": 166, "pivot_root": 155,
+                            "kexec_load": 246, "init_module": 175, "finit_module": 313,
+                            "delete_module": 176, "open_by_handle_at": 304, "acct": 163},
+               56),
+    "aarch64": (0xC00000B7, {"unshare": 97, "setns": 268, "ptrace": 117, "keyctl": 219,
+                             "add_key": 217, "request_key": 218, "bpf": 280, "perf_event_open": 241,
+                             "userfaultfd": 282, "mount": 40, "umount2": 39, "pivot_root": 41,
+                             "kexec_load": 104, "init_module": 105, "finit_module": 273,
+                             "delete_module": 106, "open_by_handle_at": 265, "acct": 89},
+                220),
+}
+# The same numbers on every arch (io_uring and the new mount API).
+_BLOCKED_COMMON = {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+                   "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
+                   "fsmount": 432, "fspick": 433, "mount_setattr": 442}
+_CLONE3 = 435
+_CLONE_NEWUSER = 0x10000000
+SECCOMP = platform.machine() in _BLOCKED  # elsewhere: the namespaces and limits only
+
+
+def _seccomp_filter() -> bytes:
+    """The classic BPF program for ``bwrap --seccomp``: a wrong arch is killed,
+    a blocked call fails with EPERM, clone3 with ENOSYS (its flags sit in
+    memory a filter cannot read; glibc then falls back to clone), and clone
+    with CLONE_NEWUSER with EPERM."""
+    arch, blocked, clone = _BLOCKED[platform.machine()]
+    ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, JMP|JSET|K, RET|K
+    allow, kill = 0x7FFF0000, 0x80000000  # SECCOMP_RET_ALLOW, SECCOMP_RET_KILL_PROCESS
+    eperm, enosys = 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS  # SECCOMP_RET_ERRNO
+
+    prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, kill), (ld, 0, 0, 0)]
+    if arch == 0xC000003E:  # x32 calls carry bit 30 and would dodge the numbers below
+        prog += [(jset, 0, 1, 0x40000000), (ret, 0, 0, enosys)]
+    for nr in sorted({*blocked.values(), *_BLOCKED_COMMON.values()}):
+        prog += [(jeq, 0, 1, nr), (ret, 0, 0, eperm)]
+    prog += [(jeq, 0, 1, _CLONE3), (ret, 0, 0, enosys),
+             (jeq, 1, 0, clone), (ret, 0, 0, allow),
+             (ld, 0, 0, 16),  # args[0] of clone, low 32 bits: the flags
+             (jset, 0, 1, _CLONE_NEWUSER), (ret, 0, 0, eperm), (ret, 0, 0, allow)]
+    return b"".join(struct.pack("=HBBI", *insn) for insn in prog)
 
 
 @contextlib.contextmanager

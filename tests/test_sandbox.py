@@ -122,6 +122,28 @@ except OSError as exc:
 found["big_size"] = os.path.getsize("/tmp/big")
 print(json.dumps(found))
 """,
+    "nested": r"""
+import ctypes, errno, json, os, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+found = {}
+child = os.fork()
+if child == 0:
+    __import__("time").sleep(30)
+    os._exit(0)
+for name, call in (("unshare_user", lambda: libc.unshare(0x10000000)),  # CLONE_NEWUSER
+                   ("ptrace_child", lambda: libc.ptrace(16, child, 0, 0))):  # PTRACE_ATTACH
+    found[name] = errno.errorcode.get(ctypes.get_errno(), "?") if call() == -1 else "allowed"
+os.kill(child, 9)
+os.waitpid(child, 0)
+tool = subprocess.run(["/usr/bin/unshare", "--user", "--map-root-user", "id", "-u"],
+                      capture_output=True, text=True)
+found["unshare_tool"] = tool.stdout.strip() or "refused"
+pid = os.fork()  # plain processes and threads still work
+if pid == 0:
+    os._exit(3)
+found["fork"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+print(json.dumps(found))
+""",
     "forkbomb": r"""
 import os, time
 print(os.getuid(), flush=True)
@@ -374,6 +396,14 @@ def test_writes_stay_in_tmp_and_files_stop_at_the_size_limit(harness):
         t: found[t] for t in targets if found[t] in ("EROFS", "EACCES", "EPERM", "ENOENT")}
     assert found["big"] == "EFBIG" and found["big_size"] == SMALL.file_size_mb << 20
     assert not (harness / "pwned").exists() and not (ROOT / "pwned").exists()
+
+
+@needs_bwrap
+@pytest.mark.skipif(not sandbox.SECCOMP, reason="no seccomp filter for this CPU architecture")
+def test_no_user_namespace_of_its_own_and_no_ptrace(harness):
+    found = report(run(harness, "nested"))
+    assert found == {"unshare_user": "EPERM", "ptrace_child": "EPERM", "unshare_tool": "refused",
+                     "fork": 3}
 
 
 # --- resource limits -------------------------------------------------------------------------
