@@ -22,7 +22,10 @@ Two modes (``EXERCISE_SANDBOX``, default ``bwrap``):
   the namespaces and ``setpriv`` drops to a uid of its own for this run
   (``UID_BASE + slot``), so two runs can neither signal each other nor share
   a process count. Not root, bwrap makes a user namespace instead
-  (``--unshare-user``) and the limits are rlimits only.
+  (``--unshare-user``) and the limits are rlimits only (no process count:
+  RLIMIT_NPROC would count the developer's own processes too). A seccomp
+  filter (x86_64, aarch64) refuses a user namespace of its own, ptrace and
+  the kernel interfaces exploits favour.
 - ``none``: a plain child process with the same cleared environment, a
   private temporary cwd and the files in a read-only folder. For a
   single-user machine only; it must be asked for by name, and is never
@@ -30,7 +33,9 @@ Two modes (``EXERCISE_SANDBOX``, default ``bwrap``):
 
 Limits: a cgroup made for the run caps the memory and the number of
 processes of the whole sandbox when ``/sys/fs/cgroup`` is writable (cgroup v1
-``memory``/``pids`` hierarchies, or v2 with those controllers); rlimits apply
+``memory``/``pids`` hierarchies, or v2 where our cgroup may have children with
+those controllers: v2 forbids that while it holds processes itself, so a v2
+host needs the server started in a delegated subtree); rlimits apply
 always (file size, CPU seconds per process, no core dumps, and the process
 count of the per-run uid; ``RLIMIT_DATA`` holds each process's memory where
 no cgroup can). The wall clock and the output cap are enforced here: the
