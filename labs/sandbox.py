@@ -477,41 +477,14 @@ class _Cgroup:
 
     @staticmethod
     def _parents() -> dict[str, Path] | None:
-        """Where this process's memory and pids cgroups are, if both are writable."""
+        """Where this process's memory and pids cgroups are, if we may make children there."""
         if os.geteuid() != 0:
             return None
-        mine = {}
         try:
-            for line in Path("/proc/self/cgroup").read_text().splitlines():
-                _, controllers, path = line.split(":", 2)
-                for c in controllers.split(",") if controllers else [""]:
-                    mine[c] = path
-            mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+            return _find_parents(Path("/proc/self/cgroup").read_text(),
+                                 Path("/proc/self/mountinfo").read_text())
         except OSError:
             return None
-        v1, v2 = {}, None
-        for line in mounts:
-            pre, _, post = line.partition(" - ")
-            parts, post = pre.split(), post.split()
-            fstype, options = post[0], post[-1].split(",")
-            mount_root, point = parts[3], parts[4]
-            if fstype == "cgroup2":
-                v2 = (mount_root, Path(point))
-            elif fstype == "cgroup":
-                for c in ("memory", "pids"):
-                    if c in options and c in mine:
-                        v1[c] = _under(Path(point), mount_root, mine[c])
-        if set(v1) == {"memory", "pids"} and all(os.access(p, os.W_OK) for p in v1.values()):
-            return v1
-        if v2 is not None and "" in mine:
-            parent = _under(v2[1], v2[0], mine[""])
-            try:
-                controllers = (parent / "cgroup.controllers").read_text().split()
-            except OSError:
-                return None
-            if {"memory", "pids"} <= set(controllers) and os.access(parent, os.W_OK):
-                return {"v2": parent}
-        return None
 
     @classmethod
     @contextlib.contextmanager
@@ -605,6 +578,40 @@ class _Cgroup:
                     break
                 except OSError:
                     time.sleep(0.02)
+
+
+def _find_parents(cgroups: str, mountinfo: str) -> dict[str, Path] | None:
+    """{"memory": dir, "pids": dir} on cgroup v1 (also hybrid hosts), {"v2": dir}
+    on v2 where that dir offers both controllers, else None; from the texts of
+    /proc/self/cgroup and /proc/self/mountinfo."""
+    mine = {}
+    for line in cgroups.splitlines():
+        _, controllers, path = line.split(":", 2)
+        for c in controllers.split(",") if controllers else [""]:
+            mine[c] = path
+    v1, v2 = {}, None
+    for line in mountinfo.splitlines():
+        pre, _, post = line.partition(" - ")
+        parts, post = pre.split(), post.split()
+        fstype, options = post[0], post[-1].split(",")
+        mount_root, point = parts[3], parts[4]
+        if fstype == "cgroup2":
+            v2 = (mount_root, Path(point))
+        elif fstype == "cgroup":
+            for c in ("memory", "pids"):
+                if c in options and c in mine:
+                    v1[c] = _under(Path(point), mount_root, mine[c])
+    if set(v1) == {"memory", "pids"} and all(os.access(p, os.W_OK) for p in v1.values()):
+        return v1
+    if v2 is not None and "" in mine:
+        parent = _under(v2[1], v2[0], mine[""])
+        try:
+            controllers = (parent / "cgroup.controllers").read_text().split()
+        except OSError:
+            return None
+        if {"memory", "pids"} <= set(controllers) and os.access(parent, os.W_OK):
+            return {"v2": parent}
+    return None
 
 
 def _under(point: Path, mount_root: str, path: str) -> Path:

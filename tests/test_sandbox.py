@@ -540,3 +540,42 @@ def test_torch_and_two_gloo_ranks_run_inside_the_default_limits(harness):
     out = run(harness, "gloo", limits=Limits(wall_s=60))
     assert out.returncode == 0 and out.stopped is None, out.stderr.decode()[-2000:]
     assert sorted(out.stdout.decode().split("\n")[:2]) == ["rank 0: 3.0", "rank 1: 3.0"]
+
+
+# --- finding the cgroup (v1 here; v2-only hosts are read from the same files) --------------
+
+def fake_cgroup_fs(tmp_path: Path, v2_controllers: str) -> tuple[str, str]:
+    """/proc/self/cgroup and mountinfo texts of a host with v1 memory/pids
+    hierarchies under tmp_path/v1 and a cgroup2 mount at tmp_path/v2."""
+    for d in ("v1/memory/app", "v1/pids/app", "v2/app"):
+        (tmp_path / d).mkdir(parents=True)
+    (tmp_path / "v2/app/cgroup.controllers").write_text(v2_controllers)
+    (tmp_path / "v2/app/cgroup.subtree_control").write_text("")
+    mountinfo = "\n".join([
+        f"30 25 0:26 / {tmp_path}/v1/memory rw,nosuid - cgroup cgroup rw,memory",
+        f"31 25 0:27 / {tmp_path}/v1/pids rw,nosuid - cgroup cgroup rw,pids",
+        f"32 25 0:28 / {tmp_path}/v2 rw,nosuid - cgroup2 cgroup2 rw",
+    ])
+    return "5:memory:/app\n4:pids:/app\n0::/app\n", mountinfo
+
+
+def test_v1_hierarchies_are_found_where_they_are_mounted(tmp_path):
+    cgroups, mountinfo = fake_cgroup_fs(tmp_path, "")
+    assert sandbox._find_parents(cgroups, mountinfo) == {
+        "memory": tmp_path / "v1/memory/app", "pids": tmp_path / "v1/pids/app"}
+
+
+def test_a_v2_only_host_gets_one_cgroup_with_both_limits(tmp_path):
+    cgroups, mountinfo = fake_cgroup_fs(tmp_path, "cpu memory pids")
+    v2_only = "0::/app\n"
+    assert sandbox._find_parents(v2_only, mountinfo) == {"v2": tmp_path / "v2/app"}
+    parent = tmp_path / "v2/app"
+    group = sandbox._Cgroup._make_v2(parent, "dpa-sandbox-1-2", Limits(memory_mb=100, processes=7))
+    assert (parent / "cgroup.subtree_control").read_text() == "+memory +pids"
+    assert (parent / "dpa-sandbox-1-2/memory.max").read_text() == str(100 << 20)
+    assert (parent / "dpa-sandbox-1-2/pids.max").read_text() == "7"
+    assert group.wrap(["prog"])[-2:] == ["sh", "prog"]
+    assert f'echo $$ > "{parent}/dpa-sandbox-1-2/cgroup.procs"' in group.wrap(["prog"])[2]
+    # Without the controllers there, no cgroup: the rlimits stand in.
+    (parent / "cgroup.controllers").write_text("cpu io")
+    assert sandbox._find_parents(v2_only, mountinfo) is None
