@@ -174,7 +174,7 @@ _PACKAGES = {"bwrap": "bubblewrap", "prlimit": "util-linux", "setpriv": "util-li
 
 
 def run_python(module: str, args: list[str], *, files: dict[str, bytes], stdin: bytes = b"",
-               limits: Limits = Limits(), mode: str | None = None,  # noqa: B008 - frozen
+               limits: Limits | None = None, mode: str | None = None,
                on_line: Callable[[bytes], object] | None = None,
                harness: Path | None = None) -> Outcome:
     """Run ``python -m module *args`` in the sandbox and wait for it.
@@ -183,10 +183,12 @@ def run_python(module: str, args: list[str], *, files: dict[str, bytes], stdin: 
     path is in the program's ``SANDBOX_INPUT``); ``harness`` is the folder on
     the program's path (default `HARNESS`, bound at ``/opt/harness``).
     ``on_line`` gets each line of stdout, without its newline, as it arrives.
+    ``limits`` default to `Limits.from_env()` (the operator's overrides).
     Raises `SandboxUnavailable` when the mode cannot run here.
     """
     chosen = _env_mode() if mode is None else mode
     check_available(chosen)
+    limits = Limits.from_env() if limits is None else limits
     return _run(["-m", module, *args], files=files, limits=limits, chosen=chosen,
                 on_line=on_line, harness=HARNESS if harness is None else harness, stdin=stdin)
 

@@ -287,10 +287,14 @@ def test_a_missing_bwrap_refuses_and_never_falls_back_to_none(monkeypatch, harne
     assert "apt-get install bubblewrap" in caught.value.reason
 
 
-def test_limits_read_their_overrides_from_the_environment():
+def test_limits_read_their_overrides_from_the_environment(harness, monkeypatch):
     limits = Limits.from_env({"EXERCISE_MEMORY_MB": "512", "EXERCISE_WALL_S": "2.5"}, cpu_s=7)
     assert (limits.memory_mb, limits.wall_s, limits.cpu_s) == (512, 2.5, 7)
     assert limits.processes == Limits().processes
+    # A caller that passes no limits gets the operator's.
+    monkeypatch.setenv("EXERCISE_WALL_S", "0.5")
+    out = run_python("loop", [], files={}, mode="none", harness=harness)
+    assert out.stopped == "wall_time"
 
 
 def test_ci_has_a_sandbox():
@@ -507,6 +511,20 @@ def test_nothing_is_left_behind_after_the_wall_clock_kill(harness):
     if os.geteuid() == 0:
         assert none_left(int(out.stdout.split()[0]))
         assert our_cgroups(os.getpid()) == []
+
+
+@needs_bwrap
+@as_root
+def test_a_failing_on_line_still_takes_the_sandbox_down(harness):
+    seen = []
+
+    def on_line(line: bytes) -> None:
+        seen.append(int(line))
+        raise RuntimeError("the caller broke")
+    with pytest.raises(RuntimeError, match="the caller broke"):
+        run(harness, "lingering", on_line=on_line, limits=Limits(wall_s=60))
+    assert none_left(seen[0])
+    assert our_cgroups(os.getpid()) == []
 
 
 @needs_bwrap
