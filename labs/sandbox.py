@@ -153,11 +153,13 @@ def check_available(mode: str | None = None) -> None:  # noqa: A002 - the design
 
 
 def _probe(chosen: str) -> str | None:
-    if chosen == "none":
-        return None
-    for tool in ("bwrap", "prlimit") + (("setpriv",) if os.geteuid() == 0 else ()):
+    tools = ("prlimit",) if chosen == "none" else \
+        ("bwrap", "prlimit") + (("setpriv",) if os.geteuid() == 0 else ())
+    for tool in tools:
         if shutil.which(tool) is None:
             return f"{tool} is not installed (apt-get install {_PACKAGES[tool]})"
+    if chosen == "none":
+        return None
     with tempfile.TemporaryDirectory(prefix="dpa-probe-") as empty:
         try:
             outcome = _run(["-c", "print('ok')"], files={}, limits=Limits(wall_s=30, processes=8),
@@ -219,7 +221,6 @@ def _run(python_args: list[str], *, files: dict[str, bytes], limits: Limits, cho
                 # "bwrap --args N -- <command>" in /proc and not our paths.
                 split = inner.index("--")
                 options = inner[:split]
-                fds = []
                 if SECCOMP:
                     fds.append(_pipe_with(_seccomp_filter(), stack))
                     options += ["--seccomp", str(fds[-1])]
@@ -233,7 +234,17 @@ def _run(python_args: list[str], *, files: dict[str, bytes], limits: Limits, cho
                               on_line=on_line, chosen=chosen, group=group,
                               pass_fds=tuple(fds))
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        _remove(work)
+
+
+def _remove(work: Path) -> None:
+    """Delete a work folder, read-only folders in it included (their owner may
+    not delete entries without write permission when it is not root)."""
+    for path in [work, *work.rglob("*")]:
+        if path.is_dir() and not path.is_symlink():
+            with contextlib.suppress(OSError):
+                path.chmod(0o700)
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def _pipe_with(data: bytes, stack: contextlib.ExitStack) -> int:
@@ -254,7 +265,7 @@ def _sweep() -> None:
     our cleanup): work folders and cgroups named after a pid that is gone."""
     for path in Path(tempfile.gettempdir()).glob("dpa-sandbox-*-*"):
         if not _alive(path.name):
-            shutil.rmtree(path, ignore_errors=True)
+            _remove(path)
     for parent in (_Cgroup._parents() or {}).values():
         for path in parent.glob("dpa-sandbox-*-*"):
             if not _alive(path.name):
