@@ -1,0 +1,787 @@
+"""Run a Python program we did not write, with nothing of ours in reach (issue #16).
+
+    from labs.sandbox import Limits, run_python
+    outcome = run_python("harness", [], files={"submission.py": source, "plan.json": plan},
+                         limits=Limits(wall_s=30), on_line=print)
+    outcome.returncode, outcome.stopped, outcome.stdout
+
+Why this module exists: the exercises run a learner's code on our server.
+The harness and its guard make grading honest, but only the operating system
+can keep a hostile program away from the database, the issuer keys, the
+network and other learners. This module is that boundary; it knows nothing
+about exercises.
+
+Two modes (``EXERCISE_SANDBOX``, default ``bwrap``):
+
+- ``bwrap``: bubblewrap (Debian's ``bubblewrap``) builds a network namespace
+  with loopback only, and pid, ipc, uts and cgroup namespaces. The program
+  sees ``/usr``, the interpreter at ``/opt/python``, the site-packages at
+  ``/opt/site`` and the harness at ``/opt/harness``, all read-only, its files
+  read-only at ``/opt/input``, a small ``/etc`` of our own, a fresh ``/proc``
+  and a private tmpfs ``/tmp`` (its cwd and HOME). Run as root, bwrap builds
+  the namespaces and ``setpriv`` drops to a uid of its own for this run
+  (``UID_BASE + slot``), so two runs can neither signal each other nor share
+  a process count. Not root, bwrap makes a user namespace instead
+  (``--unshare-user``) and the limits are rlimits only (no process count:
+  RLIMIT_NPROC would count the developer's own processes too). A seccomp
+  filter (x86_64, aarch64) refuses a user namespace of its own, ptrace and
+  the kernel interfaces exploits favour.
+- ``none``: a plain child process with the same cleared environment, a
+  private temporary cwd and the files in a read-only folder. For a
+  single-user machine only; it must be asked for by name, and is never
+  picked because bwrap is missing.
+
+Limits: a cgroup made for the run caps the memory and the number of
+processes of the whole sandbox when ``/sys/fs/cgroup`` is writable (cgroup v1
+``memory``/``pids`` hierarchies, or v2 where our cgroup may have children with
+those controllers: v2 forbids that while it holds processes itself, so a v2
+host needs the server started in a delegated subtree); rlimits apply
+always (file size, CPU seconds per process, no core dumps, and the process
+count of the per-run uid; ``RLIMIT_DATA`` holds each process's memory where
+no cgroup can). The wall clock and the output cap are enforced here: the
+whole sandbox is killed and `Outcome.stopped` says which limit ended it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import platform
+import selectors
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+MODES = ("bwrap", "none")
+ROOT = Path(__file__).resolve().parent.parent
+HARNESS = ROOT / "labs" / "exercises" / "runtime"  # bound read-only at /opt/harness
+UID_BASE = 200_000  # per-run uids are UID_BASE + slot (root only)
+SLOTS = 1000
+MiB = 1 << 20
+# What the program may run after its own exit before we stop waiting for its
+# output pipes to close (mode none: a grandchild that kept them open).
+_DRAIN_S = 1.0
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one run may use. `from_env` reads ``EXERCISE_<FIELD>`` overrides
+    (e.g. ``EXERCISE_MEMORY_MB=1024``) so an operator can tune a server
+    without code."""
+
+    memory_mb: int = 2048  # the whole sandbox (cgroup); else RLIMIT_DATA per process
+    processes: int = 64  # cgroup pids.max, and RLIMIT_NPROC of the per-run uid
+    file_size_mb: int = 16  # RLIMIT_FSIZE: the largest file the program may write
+    cpu_s: int = 120  # RLIMIT_CPU per process: SIGXCPU, then SIGKILL a second later
+    wall_s: float = 60.0  # the whole run; then the whole sandbox is killed
+    output_bytes: int = 1 << 20  # stdout and stderr each; more stops the run
+    tmpfs_mb: int = 64  # the private /tmp (mode bwrap)
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, **overrides: object) -> Limits:
+        environ = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for f in fields(cls):
+            raw = environ.get(f"EXERCISE_{f.name.upper()}")
+            if raw is not None:
+                values[f.name] = float(raw) if f.type == "float" else int(raw)
+        values.update(overrides)
+        return cls(**values)
+
+
+@dataclass
+class Outcome:
+    """How a run ended. ``returncode`` is negative (-N) when signal N killed the
+    program (bwrap reports that as 128+N; we turn it back); ``stopped`` names
+    the limit that ended the run, or None when the program ended by itself
+    within every limit."""
+
+    returncode: int | None
+    stdout: bytes
+    stderr: bytes
+    duration_s: float
+    mode: str
+    # None | "wall_time" | "output" | "memory" | "cpu_time" | "processes" | "file_size"
+    stopped: str | None = None
+    details: dict = field(default_factory=dict)  # what the limits saw: oom kills, pids hits, cgroup kind
+
+
+class SandboxUnavailable(RuntimeError):
+    """No sandbox can start here; ``reason`` is a short English reason for logs
+    and the CLI (the page shows a translated message instead)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def mode() -> str:
+    """The mode from ``EXERCISE_SANDBOX``: "bwrap" unless "none" is asked for by name."""
+    return _env_mode()
+
+
+def _env_mode() -> str:
+    value = os.environ.get("EXERCISE_SANDBOX", "").strip() or "bwrap"
+    if value not in MODES:
+        raise SandboxUnavailable(f"EXERCISE_SANDBOX={value!r} is not one of {', '.join(MODES)}")
+    return value
+
+
+_checked: dict[str, str | None] = {}  # mode -> None (works) or the reason it does not
+
+
+def check_available(mode: str | None = None) -> None:  # noqa: A002 - the design's name
+    """Raise `SandboxUnavailable` unless a run in this mode can start. The first
+    call for bwrap starts a tiny sandbox once; the answer is kept."""
+    chosen = _env_mode() if mode is None else mode
+    if chosen not in MODES:
+        raise SandboxUnavailable(f"unknown sandbox mode {chosen!r}")
+    if chosen not in _checked:
+        _checked[chosen] = _probe(chosen)
+    if _checked[chosen] is not None:
+        raise SandboxUnavailable(_checked[chosen])
+
+
+def _probe(chosen: str) -> str | None:
+    tools = ("prlimit",) if chosen == "none" else \
+        ("bwrap", "prlimit") + (("setpriv",) if os.geteuid() == 0 else ())
+    for tool in tools:
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (apt-get install {_PACKAGES[tool]})"
+    if chosen == "none":
+        return None
+    with tempfile.TemporaryDirectory(prefix="dpa-probe-") as empty:
+        try:
+            outcome = _run(["-c", "print('ok')"], files={}, limits=Limits(wall_s=30, processes=8),
+                           chosen="bwrap", on_line=None, harness=Path(empty))
+        except OSError as exc:
+            return f"bwrap cannot start: {exc}"
+    if outcome.returncode != 0 or outcome.stdout.strip() != b"ok":
+        why = (outcome.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+        return f"bwrap cannot start a sandbox: {why[:200]}"
+    return None
+
+
+_PACKAGES = {"bwrap": "bubblewrap", "prlimit": "util-linux", "setpriv": "util-linux"}
+
+
+def run_python(module: str, args: list[str], *, files: dict[str, bytes], stdin: bytes = b"",
+               limits: Limits | None = None, mode: str | None = None,
+               on_line: Callable[[bytes], object] | None = None,
+               harness: Path | None = None) -> Outcome:
+    """Run ``python -m module *args`` in the sandbox and wait for it.
+
+    ``files`` are written read-only into the input folder (``/opt/input``; its
+    path is in the program's ``SANDBOX_INPUT``); ``harness`` is the folder on
+    the program's path (default `HARNESS`, bound at ``/opt/harness``).
+    ``on_line`` gets each line of stdout, without its newline, as it arrives.
+    ``limits`` default to `Limits.from_env()` (the operator's overrides).
+    Raises `SandboxUnavailable` when the mode cannot run here.
+    """
+    chosen = _env_mode() if mode is None else mode
+    check_available(chosen)
+    limits = Limits.from_env() if limits is None else limits
+    return _run(["-m", module, *args], files=files, limits=limits, chosen=chosen,
+                on_line=on_line, harness=HARNESS if harness is None else harness, stdin=stdin)
+
+
+def _run(python_args: list[str], *, files: dict[str, bytes], limits: Limits, chosen: str,
+         on_line, harness: Path, stdin: bytes = b"") -> Outcome:
+    _sweep()
+    work = Path(tempfile.mkdtemp(prefix=f"dpa-sandbox-{os.getpid()}-"))
+    try:
+        inputs = work / "input"
+        inputs.mkdir()
+        for name, data in files.items():
+            if "/" in name or name in ("", ".", ".."):
+                raise ValueError(f"file names are plain names: {name!r}")
+            (inputs / name).write_bytes(data)
+            (inputs / name).chmod(0o444)
+        inputs.chmod(0o555)
+        with contextlib.ExitStack() as stack:
+            group = stack.enter_context(_Cgroup.make(limits))
+            memory_rlimit = group.kind == "none"  # RLIMIT_DATA stands in for the cgroup
+            fds: list[int] = []
+            if chosen == "bwrap":
+                uid = stack.enter_context(_slot()) if os.geteuid() == 0 else None
+                prefix, inner, env = _bwrap_command(python_args, work=work, harness=harness,
+                                                    limits=limits, uid=uid,
+                                                    memory_rlimit=memory_rlimit)
+                # bwrap reads its options from a pipe, so the sandbox's pid 1 shows
+                # "bwrap --args N -- <command>" in /proc and not our paths.
+                split = inner.index("--")
+                options = inner[:split]
+                if SECCOMP:
+                    fds.append(_pipe_with(_seccomp_filter(), stack))
+                    options += ["--seccomp", str(fds[-1])]
+                fds.append(_pipe_with(b"".join(a.encode() + b"\0" for a in options), stack))
+                cmd, cwd = [*prefix, "--args", str(fds[-1]), *inner[split:]], work
+            else:
+                cmd, env = _none_command(python_args, work=work, harness=harness, limits=limits,
+                                         memory_rlimit=memory_rlimit)
+                cwd = work / "tmp"
+            return _supervise(group.wrap(cmd), env=env, cwd=cwd, stdin=stdin, limits=limits,
+                              on_line=on_line, chosen=chosen, group=group,
+                              pass_fds=tuple(fds))
+    finally:
+        _remove(work)
+
+
+def _remove(work: Path) -> None:
+    """Delete a work folder, read-only folders in it included (their owner may
+    not delete entries without write permission when it is not root)."""
+    for path in [work, *work.rglob("*")]:
+        if path.is_dir() and not path.is_symlink():
+            with contextlib.suppress(OSError):
+                path.chmod(0o700)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _pipe_with(data: bytes, stack: contextlib.ExitStack) -> int:
+    """A pipe already holding ``data`` (bwrap reads it to the end); returns its read end."""
+    if len(data) > 60_000:  # a pipe holds 64 KiB; ours hold a few KiB
+        raise ValueError("too much for a pipe")
+    read, write = os.pipe()
+    stack.callback(os.close, read)
+    try:
+        os.write(write, data)
+    finally:
+        os.close(write)
+    return read
+
+
+def _sweep() -> None:
+    """Remove what a run left behind when its caller was killed (SIGKILL skips
+    our cleanup): work folders and cgroups named after a pid that is gone."""
+    for path in Path(tempfile.gettempdir()).glob("dpa-sandbox-*-*"):
+        if not _alive(path.name):
+            _remove(path)
+    for parent in (_Cgroup._parents() or {}).values():
+        for path in parent.glob("dpa-sandbox-*-*"):
+            if not _alive(path.name):
+                with contextlib.suppress(OSError):
+                    path.rmdir()
+
+
+def _alive(name: str) -> bool:
+    """Whether the pid in a name made as ``dpa-sandbox-<pid>-...`` is running."""
+    try:
+        pid = int(name.split("-")[2])
+    except (IndexError, ValueError):
+        return True  # not ours to judge
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def _rlimits(limits: Limits, *, nproc: bool, memory: bool) -> list[str]:
+    """``prlimit`` options: set in the process that execs bwrap (or python), so
+    every process of the run inherits them."""
+    opts = [f"--fsize={limits.file_size_mb * MiB}", f"--cpu={limits.cpu_s}:{limits.cpu_s + 1}",
+            "--core=0"]
+    if nproc:
+        opts.append(f"--nproc={limits.processes}")
+    if memory:
+        opts.append(f"--data={limits.memory_mb * MiB}")
+    return opts
+
+
+def _base_env(*, path: str, home: str, inputs: str, pythonpath: str) -> dict[str, str]:
+    return {"PATH": path, "HOME": home, "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1",
+            "GLOO_SOCKET_IFNAME": "lo", "PYTHONDONTWRITEBYTECODE": "1", "SANDBOX_INPUT": inputs,
+            "PYTHONPATH": pythonpath}
+
+
+def _none_command(python_args, *, work: Path, harness: Path, limits: Limits,
+                  memory_rlimit: bool):
+    tmp = work / "tmp"
+    tmp.mkdir(mode=0o700)
+    env = _base_env(path=f"{Path(sys.executable).parent}:{os.defpath}", home=str(tmp),
+                    inputs=str(work / "input"), pythonpath=str(harness))
+    cmd = [shutil.which("prlimit") or "prlimit",
+           *_rlimits(limits, nproc=False, memory=memory_rlimit), "--",
+           sys.executable, "-s", "-B", *python_args]
+    return cmd, env
+
+
+def _python_layout() -> tuple[Path, str, Path | None]:
+    """(the interpreter's prefix, its binary relative to it, the venv's
+    site-packages when it is outside the prefix)."""
+    base = Path(sys.base_prefix).resolve()
+    binary = Path(sys.executable).resolve()
+    try:
+        rel = str(binary.relative_to(base))
+    except ValueError:
+        rel = f"bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    site = Path(sysconfig.get_paths()["purelib"]).resolve()
+    return base, rel, (None if site.is_relative_to(base) else site)
+
+
+def _copy_harness(harness: Path, work: Path) -> Path:
+    """A copy the run's uid can read whatever the checkout's modes (a umask of
+    077, a pytest temp dir), without bytecode caches."""
+    copy = work / "harness"
+    shutil.copytree(harness, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for path in [copy, *copy.rglob("*")]:
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    return copy
+
+
+def _etc(work: Path, uid: int) -> Path:
+    """A small /etc: enough for gloo (hosts), getpass and pwd (passwd, group)."""
+    etc = work / "etc"
+    etc.mkdir()
+    (etc / "passwd").write_text(f"root:x:0:0::/:/usr/sbin/nologin\n"
+                                f"learner:x:{uid}:{uid}::/tmp:/usr/sbin/nologin\n")
+    (etc / "group").write_text(f"root:x:0:\nlearner:x:{uid}:\n")
+    (etc / "hosts").write_text("127.0.0.1 localhost sandbox\n::1 localhost\n")
+    (etc / "nsswitch.conf").write_text("passwd: files\ngroup: files\nhosts: files\n")
+    for f in etc.iterdir():
+        f.chmod(0o444)
+    etc.chmod(0o555)
+    return etc
+
+
+def _bwrap_command(python_args, *, work: Path, harness: Path, limits: Limits, uid: int | None,
+                   memory_rlimit: bool):
+    base, rel, site = _python_layout()
+    root = uid is not None
+    etc = _etc(work, uid if root else os.getuid())
+    prefix = [shutil.which("prlimit") or "prlimit",
+              *_rlimits(limits, nproc=root, memory=memory_rlimit), "--",
+              shutil.which("bwrap") or "bwrap"]
+    cmd = ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+           "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--hostname", "sandbox"]
+    if root:
+        # setpriv needs these three to drop to the run's uid; it then clears them all.
+        cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
+                "--cap-add", "CAP_SETPCAP"]
+    else:
+        cmd += ["--unshare-user"]
+    cmd += ["--ro-bind", "/usr", "/usr"]
+    for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        host = Path("/") / top
+        if host.is_symlink():
+            cmd += ["--symlink", os.readlink(host), f"/{top}"]
+        elif host.is_dir():
+            cmd += ["--ro-bind", str(host), f"/{top}"]
+    tmpfs = ["--perms", "1777", "--size", str(limits.tmpfs_mb * MiB), "--tmpfs"]
+    cmd += ["--proc", "/proc", "--dev", "/dev", *tmpfs, "/dev/shm", *tmpfs, "/tmp",
+            "--perms", "0755", "--dir", "/etc"]
+    for f in sorted(etc.iterdir()):
+        cmd += ["--ro-bind", str(f), f"/etc/{f.name}"]
+    if Path("/etc/ld.so.cache").is_file():
+        cmd += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+    # bwrap makes the parents of a bind mode 0700: make /opt ourselves first.
+    cmd += ["--perms", "0755", "--dir", "/opt", "--ro-bind", str(base), "/opt/python"]
+    pythonpath = "/opt/harness"
+    if site is not None:
+        cmd += ["--ro-bind", str(site), "/opt/site"]
+        pythonpath += ":/opt/site"
+    cmd += ["--ro-bind", str(_copy_harness(harness, work)), "/opt/harness",
+            "--ro-bind", str(work / "input"), "/opt/input", "--chdir", "/tmp", "--"]
+    if root:
+        cmd += [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}",
+                "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+    cmd += [f"/opt/python/{rel}", "-s", "-B", *python_args]
+    env = _base_env(path="/opt/python/bin:/usr/bin:/bin", home="/tmp", inputs="/opt/input",
+                    pythonpath=pythonpath)
+    # The pyenv/python.org interpreter finds libpython through an absolute RUNPATH.
+    env["LD_LIBRARY_PATH"] = "/opt/python/lib"
+    return prefix, cmd, env
+
+
+# A seccomp filter on top of the namespaces: no user namespace of its own
+# (CLONE_NEWUSER would hand the program capabilities in it, the usual door to
+# kernel bugs), no ptrace of a neighbouring rank, and none of the calls a
+# Python program never needs but kernel exploits like (keyrings, bpf,
+# perf events, userfaultfd, io_uring, mounts, modules). Numbers per arch.
+_BLOCKED = {
+    "x86_64": (0xC000003E, {"unshare": 272, "setns": 308, "ptrace": 101, "keyctl": 250,
+                            "add_key": 248, "request_key": 249, "bpf": 321, "perf_event_open": 298,
+                            "userfaultfd": 323, "mount": 165, "umount2": 166, "pivot_root": 155,
+                            "kexec_load": 246, "init_module": 175, "finit_module": 313,
+                            "delete_module": 176, "open_by_handle_at": 304, "acct": 163},
+               56),
+    "aarch64": (0xC00000B7, {"unshare": 97, "setns": 268, "ptrace": 117, "keyctl": 219,
+                             "add_key": 217, "request_key": 218, "bpf": 280, "perf_event_open": 241,
+                             "userfaultfd": 282, "mount": 40, "umount2": 39, "pivot_root": 41,
+                             "kexec_load": 104, "init_module": 105, "finit_module": 273,
+                             "delete_module": 106, "open_by_handle_at": 265, "acct": 89},
+                220),
+}
+# The same numbers on every arch (io_uring and the new mount API).
+_BLOCKED_COMMON = {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+                   "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
+                   "fsmount": 432, "fspick": 433, "mount_setattr": 442}
+_CLONE3 = 435
+_CLONE_NEWUSER = 0x10000000
+SECCOMP = platform.machine() in _BLOCKED  # elsewhere: the namespaces and limits only
+
+
+def _seccomp_filter() -> bytes:
+    """The classic BPF program for ``bwrap --seccomp``: a wrong arch is killed,
+    a blocked call fails with EPERM, clone3 with ENOSYS (its flags sit in
+    memory a filter cannot read; glibc then falls back to clone), and clone
+    with CLONE_NEWUSER with EPERM."""
+    arch, blocked, clone = _BLOCKED[platform.machine()]
+    ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, JMP|JSET|K, RET|K
+    allow, kill = 0x7FFF0000, 0x80000000  # SECCOMP_RET_ALLOW, SECCOMP_RET_KILL_PROCESS
+    eperm, enosys = 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS  # SECCOMP_RET_ERRNO
+
+    prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, kill), (ld, 0, 0, 0)]
+    if arch == 0xC000003E:  # x32 calls carry bit 30 and would dodge the numbers below
+        prog += [(jset, 0, 1, 0x40000000), (ret, 0, 0, enosys)]
+    for nr in sorted({*blocked.values(), *_BLOCKED_COMMON.values()}):
+        prog += [(jeq, 0, 1, nr), (ret, 0, 0, eperm)]
+    prog += [(jeq, 0, 1, _CLONE3), (ret, 0, 0, enosys),
+             (jeq, 1, 0, clone), (ret, 0, 0, allow),
+             (ld, 0, 0, 16),  # args[0] of clone, low 32 bits: the flags
+             (jset, 0, 1, _CLONE_NEWUSER), (ret, 0, 0, eperm), (ret, 0, 0, allow)]
+    return b"".join(struct.pack("=HBBI", *insn) for insn in prog)
+
+
+@contextlib.contextmanager
+def _slot():
+    """A uid no other run on this host holds: a lock file per slot, held for the run."""
+    lockdir = Path(tempfile.gettempdir()) / "dpa-sandbox-slots"
+    lockdir.mkdir(mode=0o700, exist_ok=True)
+    start = os.getpid() % SLOTS  # spread concurrent callers out
+    for i in range(SLOTS):
+        slot = (start + i) % SLOTS
+        fd = os.open(lockdir / f"{slot}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        try:
+            yield UID_BASE + slot
+        finally:
+            os.close(fd)
+        return
+    raise SandboxUnavailable(f"all {SLOTS} sandbox slots are busy")
+
+
+class _Cgroup:
+    """The run's own cgroup: memory and process caps for the whole sandbox,
+    its OOM and pids counters, and a kill that reaches every process in it.
+
+    A no-op object where no cgroup can be made (not root, read-only
+    /sys/fs/cgroup); the rlimits still apply then."""
+
+    def __init__(self, dirs: dict[str, Path], kind: str):
+        self.dirs = dirs  # "memory" and "pids" -> the run's directory (the same one on v2)
+        self.kind = kind
+
+    @staticmethod
+    def _parents() -> dict[str, Path] | None:
+        """Where this process's memory and pids cgroups are, if we may make children there."""
+        if os.geteuid() != 0:
+            return None
+        try:
+            return _find_parents(Path("/proc/self/cgroup").read_text(),
+                                 Path("/proc/self/mountinfo").read_text())
+        except OSError:
+            return None
+
+    @classmethod
+    @contextlib.contextmanager
+    def make(cls, limits: Limits):
+        parents = cls._parents()
+        group = cls({}, "none")
+        name = f"dpa-sandbox-{os.getpid()}-{time.monotonic_ns()}"
+        try:
+            if parents and "v2" in parents:
+                group = cls._make_v2(parents["v2"], name, limits)
+            elif parents:
+                group = cls._make_v1(parents, name, limits)
+        except OSError:
+            group.remove()
+            group = cls({}, "none")
+        try:
+            yield group
+        finally:
+            group.kill()
+            group.remove()
+
+    @classmethod
+    def _make_v1(cls, parents, name, limits):
+        group = cls({}, "v1")
+        for c, parent in parents.items():
+            (parent / name).mkdir()
+            group.dirs[c] = parent / name
+        memory = group.dirs["memory"]
+        (memory / "memory.limit_in_bytes").write_text(str(limits.memory_mb * MiB))
+        with contextlib.suppress(OSError):  # only where swap accounting is on
+            (memory / "memory.memsw.limit_in_bytes").write_text(str(limits.memory_mb * MiB))
+        (group.dirs["pids"] / "pids.max").write_text(str(limits.processes))
+        return group
+
+    @classmethod
+    def _make_v2(cls, parent, name, limits):
+        enabled = (parent / "cgroup.subtree_control").read_text().split()
+        missing = [f"+{c}" for c in ("memory", "pids") if c not in enabled]
+        if missing:  # fails (EBUSY) where the parent holds processes itself
+            (parent / "cgroup.subtree_control").write_text(" ".join(missing))
+        (parent / name).mkdir()
+        group = cls({"memory": parent / name, "pids": parent / name}, "v2")
+        (parent / name / "memory.max").write_text(str(limits.memory_mb * MiB))
+        with contextlib.suppress(OSError):
+            (parent / name / "memory.swap.max").write_text("0")
+        (parent / name / "pids.max").write_text(str(limits.processes))
+        return group
+
+    def wrap(self, cmd: list[str]) -> list[str]:
+        """Enter the cgroup before exec, so the very first process is inside."""
+        if not self.dirs:
+            return cmd
+        targets = sorted({str(d / "cgroup.procs") for d in self.dirs.values()})
+        script = "".join(f'echo $$ > "{t}" && ' for t in targets) + 'exec "$@"'
+        return ["/bin/sh", "-c", script, "sh", *cmd]
+
+    def counters(self) -> dict[str, int]:
+        found = {}
+        if "memory" in self.dirs:
+            events = "memory.events" if self.kind == "v2" else "memory.oom_control"
+            found["oom_kill"] = _counter(self.dirs["memory"] / events, "oom_kill")
+        if "pids" in self.dirs:
+            found["pids_max"] = _counter(self.dirs["pids"] / "pids.events", "max")
+        return found
+
+    def kill(self) -> None:
+        if not self.dirs:
+            return
+        if self.kind == "v2" and (self.dirs["pids"] / "cgroup.kill").exists():
+            with contextlib.suppress(OSError):
+                (self.dirs["pids"] / "cgroup.kill").write_text("1")
+        for _ in range(50):  # v1: kill what is there until nothing is left
+            pids = set()
+            for d in self.dirs.values():
+                with contextlib.suppress(OSError):
+                    pids |= {int(p) for p in (d / "cgroup.procs").read_text().split()}
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.02)
+
+    def remove(self) -> None:
+        for d in set(self.dirs.values()):
+            for _ in range(100):  # rmdir fails while a killed process is still exiting
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.02)
+
+
+def _find_parents(cgroups: str, mountinfo: str) -> dict[str, Path] | None:
+    """{"memory": dir, "pids": dir} on cgroup v1 (also hybrid hosts), {"v2": dir}
+    on v2 where that dir offers both controllers, else None; from the texts of
+    /proc/self/cgroup and /proc/self/mountinfo."""
+    mine = {}
+    for line in cgroups.splitlines():
+        _, controllers, path = line.split(":", 2)
+        for c in controllers.split(",") if controllers else [""]:
+            mine[c] = path
+    v1, v2 = {}, None
+    for line in mountinfo.splitlines():
+        pre, _, post = line.partition(" - ")
+        parts, post = pre.split(), post.split()
+        fstype, options = post[0], post[-1].split(",")
+        mount_root, point = parts[3], parts[4]
+        if fstype == "cgroup2":
+            v2 = (mount_root, Path(point))
+        elif fstype == "cgroup":
+            for c in ("memory", "pids"):
+                if c in options and c in mine:
+                    v1[c] = _under(Path(point), mount_root, mine[c])
+    if set(v1) == {"memory", "pids"} and all(os.access(p, os.W_OK) for p in v1.values()):
+        return v1
+    if v2 is not None and "" in mine:
+        parent = _under(v2[1], v2[0], mine[""])
+        try:
+            controllers = (parent / "cgroup.controllers").read_text().split()
+        except OSError:
+            return None
+        if {"memory", "pids"} <= set(controllers) and os.access(parent, os.W_OK):
+            return {"v2": parent}
+    return None
+
+
+def _under(point: Path, mount_root: str, path: str) -> Path:
+    """The directory of cgroup ``path`` in a hierarchy mounted at ``point``."""
+    if mount_root != "/" and (path == mount_root or path.startswith(mount_root + "/")):
+        path = path[len(mount_root):]
+    candidate = point / path.lstrip("/")
+    return candidate if candidate.is_dir() else point
+
+
+def _counter(path: Path, key: str) -> int:
+    try:
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _supervise(cmd, *, env, cwd, stdin: bytes, limits: Limits, on_line, chosen: str,
+               group: _Cgroup, pass_fds: tuple[int, ...] = ()) -> Outcome:
+    """Start the run, stream and cap its output, enforce the wall clock, and
+    say which limit (if any) ended it."""
+    t0 = time.monotonic()
+    deadline = t0 + limits.wall_s
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, cwd=cwd, start_new_session=True,
+                            close_fds=True, pass_fds=pass_fds)
+    out, err = bytearray(), bytearray()
+    pending = bytearray()  # stdout not yet handed to on_line (no newline yet)
+    ours: str | None = None  # the limit we enforced ourselves
+    try:
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ, out)
+        sel.register(proc.stderr, selectors.EVENT_READ, err)
+        feeding = memoryview(stdin)  # what the program has yet to read
+        if stdin:
+            os.set_blocking(proc.stdin.fileno(), False)
+            sel.register(proc.stdin, selectors.EVENT_WRITE, None)
+        else:
+            proc.stdin.close()
+        exited_at = None
+        while sel.get_map():
+            now = time.monotonic()
+            if now >= deadline:
+                ours = "wall_time"
+                break
+            if exited_at is None and _exited(proc):
+                exited_at = now
+            if exited_at is not None and now - exited_at > _DRAIN_S:
+                break  # something the program left behind holds its pipes open
+            for key, _ in sel.select(timeout=min(deadline - now, 0.2)):
+                if key.fileobj is proc.stdin:
+                    feeding = _feed(proc, feeding, sel)
+                    continue
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    continue
+                buf = key.data
+                room = limits.output_bytes - len(buf)
+                buf += chunk[:room]
+                if buf is out and on_line is not None:
+                    pending += chunk[:room]
+                    *lines, rest = pending.split(b"\n")
+                    pending[:] = rest
+                    for line in lines:
+                        on_line(bytes(line))
+                if len(chunk) > room:
+                    ours = "output"
+                    break
+            if ours:
+                break
+        sel.close()
+    finally:
+        if ours or not _exited(proc):
+            _kill(proc)
+        group.kill()
+        cpu_used = _reap(proc) if chosen == "none" else None
+        if chosen != "none":
+            proc.wait()
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            with contextlib.suppress(OSError):
+                pipe.close()
+    if on_line is not None and pending and ours != "output":
+        on_line(bytes(pending))
+    rc = proc.returncode
+    if chosen == "bwrap" and rc is not None and rc > 128 and not ours:
+        rc = -(rc - 128)  # bwrap's "killed by signal N" is 128+N
+    counters = group.counters()
+    stopped = ours
+    if ours == "wall_time" and counters.get("pids_max"):
+        stopped = "processes"
+    elif not ours:
+        if counters.get("oom_kill"):
+            stopped = "memory"
+        elif rc == -signal.SIGXCPU or (rc == -signal.SIGKILL and cpu_used is not None
+                                       and cpu_used >= limits.cpu_s):
+            stopped = "cpu_time"  # the soft limit's SIGXCPU, or the hard limit's SIGKILL
+        elif counters.get("pids_max") and rc != 0:
+            stopped = "processes"
+        elif rc == -signal.SIGXFSZ:  # Python ignores it (EFBIG instead) unless told otherwise
+            stopped = "file_size"
+        elif group.kind == "none" and rc != 0 and _last_line(err).startswith(b"MemoryError"):
+            stopped = "memory"  # RLIMIT_DATA: Python raises instead of being killed
+    return Outcome(returncode=None if ours else rc, stdout=bytes(out), stderr=bytes(err),
+                   duration_s=time.monotonic() - t0, mode=chosen, stopped=stopped,
+                   details={"cgroup": group.kind, **counters,
+                            **({} if cpu_used is None else {"cpu_s": round(cpu_used, 3)})})
+
+
+def _last_line(data: bytes | bytearray) -> bytes:
+    lines = bytes(data).strip().splitlines()
+    return lines[-1] if lines else b""
+
+
+def _exited(proc: subprocess.Popen) -> bool:
+    """Whether the first process has exited, without reaping it (`_reap` wants its rusage)."""
+    return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+def _reap(proc: subprocess.Popen) -> float:
+    """Wait for the program (mode none) and return the CPU seconds it and the
+    children it reaped used: a SIGKILL after ``cpu_s`` of CPU is the hard CPU
+    limit (a program that ignores SIGXCPU), not someone's kill. In mode bwrap
+    the program is bwrap's grandchild and its time does not reach us; there
+    only SIGXCPU names the CPU limit."""
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    except ChildProcessError:  # reaped elsewhere
+        proc.wait()
+        return 0.0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _feed(proc: subprocess.Popen, rest: memoryview, sel: selectors.BaseSelector) -> memoryview:
+    """Write what the pipe takes of ``rest`` to stdin; close it when all is
+    written or the program closed its end. Returns what is still to write."""
+    try:
+        rest = rest[os.write(proc.stdin.fileno(), rest[:65536]):]
+    except BlockingIOError:
+        return rest
+    except OSError:  # BrokenPipeError: the program does not want the rest
+        rest = rest[:0]
+    if not rest:
+        sel.unregister(proc.stdin)
+        proc.stdin.close()
+    return rest
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """SIGKILL the run's process group: bwrap, or the program and the children
+    that stayed in its group; bwrap's --die-with-parent takes the namespace down."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
