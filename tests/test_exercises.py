@@ -319,3 +319,15 @@ def test_the_sandbox_refusing_is_exit_2(monkeypatch):
     from labs.exercises.__main__ import EXIT
 
     assert EXIT[report["status"]] == 2
+
+
+def test_static_checks_find_syntax_errors_and_missing_names_without_running_anything():
+    assert grader.static_error("def ring_allreduce(t):\n    return t\n", "ring_allreduce") is None
+    assert grader.static_error("class Bucketer:\n    pass\n", "Bucketer") is None
+    assert grader.static_error("def mine(t):\n    return t\nring_allreduce = mine\n", "ring_allreduce") is None
+    assert grader.static_error("from helpers import ring_allreduce\n", "ring_allreduce") is None
+    nested = "def outer():\n    def ring_allreduce(t):\n        return t\n"
+    assert grader.static_error(nested, "ring_allreduce")["key"] == "missing_function"
+    error = grader.static_error("x = 1\ndef f(:\n", "f")
+    assert error["key"] == "syntax_error" and error["values"]["line"] == 2
+    assert grader.static_error("x = '\0'", "f")["key"] in ("syntax_error", "missing_function")

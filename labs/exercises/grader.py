@@ -46,7 +46,10 @@ def plan(exercise, seed: int, case_timeout_s: float, case_ids=None) -> dict:
 
 
 def static_error(source: str, function: str) -> dict | None:
-    """``syntax_error`` or ``missing_function``, found without running anything; None when fine."""
+    """``syntax_error`` or ``missing_function``, found without running anything; None when fine.
+
+    ``function`` is what the exercise asks for: a function, or a class (bucketed-overlap's
+    ``Bucketer``), defined, assigned or imported at the top level."""
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
@@ -54,7 +57,7 @@ def static_error(source: str, function: str) -> dict | None:
     except ValueError as exc:  # null bytes
         return {"key": "syntax_error", "values": {"line": 0, "message": str(exc)}}
     for node in tree.body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == function:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.name == function:
             return None
         targets = node.targets if isinstance(node, ast.Assign) else \
             [node.target] if isinstance(node, ast.AnnAssign) else []
