@@ -331,3 +331,12 @@ def test_static_checks_find_syntax_errors_and_missing_names_without_running_anyt
     error = grader.static_error("x = 1\ndef f(:\n", "f")
     assert error["key"] == "syntax_error" and error["values"]["line"] == 2
     assert grader.static_error("x = '\0'", "f")["key"] in ("syntax_error", "missing_function")
+
+
+def test_a_file_that_never_finishes_loading_is_stopped_and_says_so():
+    _sandbox_or_skip()
+    source = "print('loading')\nwhile True:\n    pass\n\ndef ring_allreduce(tensor):\n    return tensor\n"
+    report = grader.grade("ring-allreduce", source, case_timeout_s=1.0, case_ids={"w2-n5-float32"})
+    assert report["status"] == "error"
+    assert report["error"]["key"] == "import_timeout" and report["error"]["values"] == {"seconds": 1.0}
+    assert "loading" in report["error"]["output"]

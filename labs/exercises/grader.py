@@ -147,6 +147,8 @@ def _error_from_event(event: dict) -> dict:
     if key == "import_error":
         return {"key": key, "values": {"exception": event.get("exc", ""), "message": event.get("message", "")},
                 "frames": _frames(event.get("frames", [])), "output": event.get("output", "")}
+    if key == "import_timeout":
+        return {"key": key, "values": {"seconds": event.get("seconds")}, "output": event.get("output", "")}
     return {"key": key, "values": {}}
 
 
