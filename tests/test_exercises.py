@@ -340,3 +340,13 @@ def test_a_file_that_never_finishes_loading_is_stopped_and_says_so():
     assert report["status"] == "error"
     assert report["error"]["key"] == "import_timeout" and report["error"]["values"] == {"seconds": 1.0}
     assert "loading" in report["error"]["output"]
+
+
+def test_a_rank_that_exits_is_reported_as_ended_not_as_a_deadlock():
+    _sandbox_or_skip()
+    source = ("import os\nimport torch.distributed as dist\n\n\ndef ring_allreduce(tensor):\n"
+              "    if dist.get_rank() == 1:\n        os._exit(0)\n    return tensor\n")
+    report = grader.grade("ring-allreduce", source, case_ids={"w2-n5-float32", "w2-n8-float32"})
+    first, second = report["cases"]
+    assert first["findings"] == [{"check": "crash", "passed": False, "key": "rank_died", "values": {"rank": 1}}]
+    assert second["status"] == "not_run"

@@ -125,8 +125,8 @@ def _case_entry(exercise, event: dict) -> tuple[dict, list[dict] | None]:
                                              "message": reply.get("message", "")},
                                   "frames": _frames(reply.get("frames", []))}]
             return entry, None
-    entry["findings"] = [{"check": "crash", "passed": False, "key": "crash",
-                          "values": {"rank": None, "exception": "", "message": ""}, "frames": []}]
+    died = next((r["rank"] for r in event["ranks"] if (r["reply"] or {}).get("type") == "died"), None)
+    entry["findings"] = [{"check": "crash", "passed": False, "key": "rank_died", "values": {"rank": died}}]
     return entry, None
 
 

@@ -373,8 +373,10 @@ def _run_group(plan: dict, group: dict, index: int, total: int) -> tuple[int, bo
                                 first_error = time.monotonic()
                                 deadline = min(deadline, first_error + CRASH_GRACE_S)
                         elif g.eof[rank]:
-                            replies[rank] = {"type": "crash", "exc": "exit", "message":
-                                             "the rank's process ended", "frames": []}
+                            replies[rank] = {"type": "died", "frames": []}
+                            if first_error is None:
+                                first_error = time.monotonic()
+                                deadline = min(deadline, first_error + CRASH_GRACE_S)
             index += 1
             timed_out = len(replies) < g.world and first_error is None
             finished = {r for r, m in replies.items() if m["type"] == "result"}
@@ -389,7 +391,7 @@ def _run_group(plan: dict, group: dict, index: int, total: int) -> tuple[int, bo
             if len(replies) < g.world:
                 event["waiting"] = _waiting_list(g, replies)
             emit(event)
-            if len(replies) < g.world:
+            if len(replies) < g.world or any(m["type"] == "died" for m in replies.values()):
                 # The group's state is unknown now (messages in flight, ranks blocked): stop it.
                 index = not_run(k + 1, index)
                 break
