@@ -6,8 +6,10 @@ def average_gradients(model):
 
     Called on every rank after loss.backward() and before optimizer.step().
     """
-    # TODO: find the number of ranks.
-    # TODO: for each parameter of the model, all-reduce its gradient (a sum
-    #       over the ranks) and turn the sum into a mean.
-    # TODO: a parameter whose .grad is None took no part in the loss; skip it.
-    raise NotImplementedError
+    world_size = dist.get_world_size()
+    for param in model.parameters():
+        # TODO: skip a parameter whose .grad is None (it took no part in the loss).
+        # TODO: all-reduce param.grad; afterwards it holds the sum over the ranks.
+        # TODO: turn that sum into the mean.
+        raise NotImplementedError(f"average a gradient of shape {tuple(param.shape)} "
+                                  f"over {world_size} ranks")

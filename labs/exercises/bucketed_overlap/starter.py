@@ -16,22 +16,25 @@ class Bucketer:
     def __init__(self, model, bucket_cap_bytes):
         self.cap = bucket_cap_bytes
         self.world_size = dist.get_world_size()
-        # TODO: keep the open bucket (its parameters and their bytes) and the
-        #       buckets already sent (the work handle each all-reduce returned).
-        # TODO: register a hook on every parameter that requires a gradient:
-        #       param.register_post_accumulate_grad_hook(self._ready)
+        self.open: list[torch.nn.Parameter] = []  # the parameters in the open bucket
+        self.open_bytes = 0  # the bytes of their gradients
+        self.in_flight = []  # the buckets already sent: (work handle, flat tensor, parameters)
+        for param in model.parameters():
+            if param.requires_grad:
+                pass  # TODO: make self._ready this parameter's post-accumulate-grad hook
 
     def _ready(self, param):
         """Called by autograd as soon as param.grad is final for this backward."""
-        # TODO: add param to the open bucket; once the bucket holds at least
-        #       self.cap bytes, flatten its gradients into one tensor and start
-        #       dist.all_reduce(flat, async_op=True). Keep the work handle.
+        # TODO: add param to the open bucket. Once the bucket holds at least
+        #       self.cap bytes, flatten its gradients into one tensor, start
+        #       dist.all_reduce(flat, async_op=True), keep the work handle in
+        #       self.in_flight and open a new, empty bucket.
         raise NotImplementedError
 
     def finish(self):
         """Called once after every backward: wait, average, write back into .grad."""
-        # TODO: send the last bucket if it is not empty.
+        # TODO: send the open bucket if it is not empty.
         # TODO: wait for each work handle, divide by the world size and copy the
         #       slices of the flat tensor back into each parameter's .grad.
-        # TODO: start the next step with empty buckets.
+        # TODO: start the next step with no bucket in flight.
         raise NotImplementedError
