@@ -1,0 +1,100 @@
+"""average-gradients: N ranks must train exactly like one process on the global batch.
+
+Trusted (never bound into the sandbox). The driver
+(``runtime/drivers/average_gradients.py``) trains a small model on each
+rank's shard, calling the learner's ``average_gradients(model)`` after every
+backward, and sends the parameters at the end and the gradients after the
+first call; its trusted phase trains the same model in one process on the
+whole global batch. ``check`` compares the two and, when they differ, says
+why: a sum not divided by the number of ranks, a parameter left with its
+local gradient, a gradient removed, or just how far off it is.
+"""
+
+from __future__ import annotations
+
+ID = "average-gradients"
+FUNCTION = "average_gradients"
+DRIVER = "average_gradients"
+FORBID_COLLECTIVES = False  # averaging is what all_reduce is for
+ALLOWED = ("all_reduce", "get_rank", "get_world_size", "barrier")
+
+# Largest |difference| accepted, per dtype: float32 sums in another order
+# than the single process does, float64 barely differs.
+TOLERANCE = {"float32": 1e-5, "float64": 1e-10}
+
+
+def cases(seed: int) -> list[dict]:
+    """Every world size with a plain model and one whose spare layer gets no gradient; float64 once."""
+    out = []
+    for world in (2, 3, 4):
+        for unused in (False, True):
+            out.append(_case(seed, world, unused, "float32"))
+    out.append(_case(seed, 2, False, "float64"))
+    return out
+
+
+def _case(seed: int, world: int, unused: bool, dtype: str) -> dict:
+    name = f"w{world}-{'unused-param' if unused else 'mlp'}-{dtype}"
+    return {"id": name, "world_size": world, "seed": seed + 100 * world + 10 * unused + len(dtype),
+            "dtype": dtype, "unused": unused, "features": 6, "hidden": 8, "classes": 3,
+            "batch": 3, "steps": 3, "lr": 0.5}
+
+
+def _max_diff(a: list[float], b: list[float], scale: float = 1.0) -> float:
+    return max((abs(x - scale * y) for x, y in zip(a, b, strict=True)), default=0.0)
+
+
+def check(case: dict, ranks: list[dict]) -> list[dict]:
+    world, tol = case["world_size"], TOLERANCE[case["dtype"]]
+    missing = [r for r, entry in enumerate(ranks) if not entry.get("output")]
+    if missing:
+        return [{"check": "output", "passed": False, "key": "avg_output_missing",
+                 "values": {"rank": missing[0]}}]
+    return [_grads_finding(ranks, world, tol), _params_finding(case, ranks, world, tol)]
+
+
+def _grads_finding(ranks: list[dict], world: int, tol: float) -> dict:
+    """The first rank and parameter whose gradient after the first call is not the mean, and why."""
+    for rank, entry in enumerate(ranks):
+        expected, got = entry["expected"], entry["output"]["grads"]
+        for name, mean in expected["grads"].items():
+            if mean is None:  # no gradient in backward: None or zeros are both fine
+                continue
+            mine = got.get(name)
+            values = {"rank": rank, "param": name, "world_size": world, "tolerance": tol}
+            if mine is None or len(mine) != len(mean):
+                return _fail("grads", "avg_grad_removed", values)
+            diff = _max_diff(mine, mean)
+            if diff <= tol:
+                continue
+            if _max_diff(mine, mean, world) <= tol * world:
+                return _fail("grads", "avg_summed_not_divided", values)
+            if _max_diff(mine, expected["local_grads"][name]) <= tol:
+                return _fail("grads", "avg_param_missed", values)
+            return _fail("grads", "avg_grad_wrong", {**values, "diff": _short(diff)})
+    return {"check": "grads", "passed": True, "key": "avg_grads_match", "values": {"world_size": world}}
+
+
+def _params_finding(case: dict, ranks: list[dict], world: int, tol: float) -> dict:
+    """Every rank's final parameters against the single process's, or the first rank that is off."""
+    largest = 0.0
+    values = {"steps": case["steps"], "global_batch": case["batch"] * world, "tolerance": tol}
+    for rank, entry in enumerate(ranks):
+        single, mine = entry["expected"]["params"], entry["output"]["params"]
+        diffs = {name: _max_diff(mine[name], single[name]) if len(mine.get(name) or ()) == len(ref)
+                 else float("inf") for name, ref in single.items()}
+        name = max(diffs, key=diffs.get)
+        if diffs[name] > tol:
+            return _fail("params", "avg_weights_differ",
+                         {**values, "rank": rank, "param": name, "diff": _short(diffs[name])})
+        largest = max(largest, diffs[name])
+    return {"check": "params", "passed": True, "key": "avg_matches_single",
+            "values": {**values, "diff": _short(largest)}}
+
+
+def _fail(check: str, key: str, values: dict) -> dict:
+    return {"check": check, "passed": False, "key": key, "values": values}
+
+
+def _short(x: float) -> str:
+    return "inf" if x == float("inf") else f"{x:.2g}"
