@@ -20,7 +20,7 @@ plan, and its expected values leave the rank before any learner code loads.
         the group first, then the learner's code is loaded, so a learner
         cannot have patched anything that ``prepare`` uses.'''
 
-    def run(case: dict, rank: int, world: int, submission, api, state) -> dict:
+    def run(case: dict, rank: int, world: int, submission, api, state) -> dict:  # noqa: ARG001
         '''Call the learner's function (``getattr(submission,
         plan["function"])``) on ``state`` and return what the grader's
         ``check`` needs, JSON-able: the values after the call, whether the
