@@ -46,7 +46,7 @@ def _max_diff(a: list[float], b: list[float], scale: float = 1.0) -> float:
 
 def check(case: dict, ranks: list[dict]) -> list[dict]:
     world, tol = case["world_size"], TOLERANCE[case["dtype"]]
-    missing = [r for r, entry in enumerate(ranks) if not entry.get("output")]
+    missing = [r for r, entry in enumerate(ranks) if _result(entry) is None]
     if missing:
         return [{"check": "output", "passed": False, "key": "avg_output_missing",
                  "values": {"rank": missing[0]}}]
@@ -56,7 +56,7 @@ def check(case: dict, ranks: list[dict]) -> list[dict]:
 def _grads_finding(ranks: list[dict], world: int, tol: float) -> dict:
     """The first rank and parameter whose gradient after the first call is not the mean, and why."""
     for rank, entry in enumerate(ranks):
-        expected, got = entry["expected"], entry["output"]["grads"]
+        expected, got = entry["expected"], _result(entry)["grads"]
         for name, mean in expected["grads"].items():
             if mean is None:  # no gradient in backward: None or zeros are both fine
                 continue
@@ -80,7 +80,7 @@ def _params_finding(case: dict, ranks: list[dict], world: int, tol: float) -> di
     largest = 0.0
     values = {"steps": case["steps"], "global_batch": case["batch"] * world, "tolerance": tol}
     for rank, entry in enumerate(ranks):
-        single, mine = entry["expected"]["params"], entry["output"]["params"]
+        single, mine = entry["expected"]["params"], _result(entry)["params"]
         diffs = {name: _max_diff(mine[name], single[name]) if len(mine.get(name) or ()) == len(ref)
                  else float("inf") for name, ref in single.items()}
         name = max(diffs, key=diffs.get)
@@ -98,3 +98,9 @@ def _fail(check: str, key: str, values: dict) -> dict:
 
 def _short(x: float) -> str:
     return "inf" if x == float("inf") else f"{x:.2g}"
+
+
+def _result(entry: dict) -> dict | None:
+    """What the driver's ``run`` returned on this rank (None when the rank raised or never answered)."""
+    reply = entry.get("reply") or {}
+    return reply.get("result") if reply.get("type") == "result" else None

@@ -43,13 +43,13 @@ def buckets(sizes: list[int], cap: int) -> int:
 
 
 def check(case: dict, ranks: list[dict]) -> list[dict]:
-    missing = [r for r, entry in enumerate(ranks) if not entry.get("output")]
+    missing = [r for r, entry in enumerate(ranks) if _result(entry) is None]
     if missing:
         return [{"check": "output", "passed": False, "key": "bucket_output_missing",
                  "values": {"rank": missing[0]}}]
     findings = [_params_finding(case, ranks), _calls_finding(case, ranks)]
     if any(buckets([size for _, size in step["ready"]], case["cap"]) > 1
-           for step in ranks[0]["output"]["steps"]):
+           for step in _result(ranks[0])["steps"]):
         findings.append(_overlap_finding(ranks))
     return findings
 
@@ -59,7 +59,7 @@ def _params_finding(case: dict, ranks: list[dict]) -> dict:
     values = {"steps": case["steps"], "global_batch": case["batch"] * case["world_size"],
               "tolerance": TOLERANCE}
     for rank, entry in enumerate(ranks):
-        single, mine = entry["expected"]["params"], entry["output"]["params"]
+        single, mine = entry["expected"]["params"], _result(entry)["params"]
         diffs = {name: max(abs(a - b) for a, b in zip(mine[name], ref, strict=True))
                  if len(mine.get(name) or ()) == len(ref) else float("inf")
                  for name, ref in single.items()}
@@ -76,7 +76,7 @@ def _calls_finding(case: dict, ranks: list[dict]) -> dict:
     """All-reduces per step: as many as the rule gives, carrying every gradient's bytes once."""
     cap = case["cap"]
     for rank, entry in enumerate(ranks):
-        for step, record in enumerate(entry["output"]["steps"]):
+        for step, record in enumerate(_result(entry)["steps"]):
             sizes = [size for _, size in record["ready"]]
             calls, sent = len(record["calls"]), sum(c["bytes"] for c in record["calls"])
             where = {"rank": rank, "step": step, "cap": cap}
@@ -86,14 +86,14 @@ def _calls_finding(case: dict, ranks: list[dict]) -> dict:
                 return _fail("calls", "bucket_calls_wrong",
                              {**where, "calls": calls, "expected": buckets(sizes, cap),
                               "sizes": ", ".join(map(str, sizes))})
-    calls = len(ranks[0]["output"]["steps"][0]["calls"])
+    calls = len(_result(ranks[0])["steps"][0]["calls"])
     return {"check": "calls", "passed": True, "key": "bucket_calls_ok", "values": {"calls": calls, "cap": cap}}
 
 
 def _overlap_finding(ranks: list[dict]) -> dict:
     """The first all-reduce of each step starts inside backward and is not waited for there."""
     for rank, entry in enumerate(ranks):
-        for step, record in enumerate(entry["output"]["steps"]):
+        for step, record in enumerate(_result(entry)["steps"]):
             calls, where = record["calls"], {"rank": rank, "step": step}
             if not calls or not calls[0]["in_backward"]:
                 return _fail("overlap", "bucket_no_overlap", {**where, "calls": len(calls)})
@@ -110,3 +110,9 @@ def _fail(check: str, key: str, values: dict) -> dict:
 
 def _short(x: float) -> str:
     return "inf" if x == float("inf") else f"{x:.2g}"
+
+
+def _result(entry: dict) -> dict | None:
+    """What the driver's ``run`` returned on this rank (None when the rank raised or never answered)."""
+    reply = entry.get("reply") or {}
+    return reply.get("result") if reply.get("type") == "result" else None

@@ -36,7 +36,7 @@ def cases(seed: int) -> list[dict]:
 
 def check(case: dict, ranks: list[dict]) -> list[dict]:
     n, world = case["n"], case["world_size"]
-    outputs = [entry.get("output") for entry in ranks]
+    outputs = [_result(entry) for entry in ranks]
     for rank, out in enumerate(outputs):
         if not out:
             return [_fail("output", "shard_output_missing", {"rank": rank})]
@@ -90,3 +90,9 @@ def _shards_finding(shards: list[list[int]], where: dict, per_rank: int, padding
 
 def _fail(check: str, key: str, values: dict) -> dict:
     return {"check": check, "passed": False, "key": key, "values": values}
+
+
+def _result(entry: dict) -> dict | None:
+    """What the driver's ``run`` returned on this rank (None when the rank raised or never answered)."""
+    reply = entry.get("reply") or {}
+    return reply.get("result") if reply.get("type") == "result" else None

@@ -6,11 +6,16 @@ return together), so ``prepare`` only passes the case on. ``run`` calls
 ``shard_indices`` four times: epoch 0, the same call again (is it
 deterministic?), epoch 1 (reshuffled?) and epoch 0 with another seed. A
 result that is not a list of integers is reported by its type name.
+Before the calls each rank seeds the global generators (``random`` and
+torch's) with its own rank, as ranks on separate machines would be: a
+solution that shuffles with the global state then disagrees between ranks
+instead of agreeing by the accident of a fork.
 """
 
 from __future__ import annotations
 
 import operator
+import random
 
 import torch
 
@@ -41,5 +46,7 @@ def as_indices(result) -> list[int] | str:
 
 def run(case: dict, rank: int, world: int, submission, api, state) -> dict:  # noqa: ARG001 - the interface
     fn = submission.shard_indices
+    random.seed(10_007 * (rank + 1))
+    torch.manual_seed(10_007 * (rank + 1))
     return {key: as_indices(fn(case["n"], rank, world, epoch, case[seed]))
             for key, epoch, seed in CALLS}
