@@ -54,7 +54,11 @@ def check(case: dict, ranks: list[dict]) -> list[dict]:
         if out["first"] != out["again"]:
             return [_fail("deterministic", "shard_not_deterministic", {"rank": rank})]
     if n >= SHUFFLE_CHECK_MIN:
-        if all(out["first"] == sorted(out["first"]) for out in outputs):
+        # In natural order a rank's list only ever goes down where the padding
+        # wraps to the start: at most once per rank. A shuffle of 20 or more
+        # goes down about half the time.
+        descents = sum(a > b for out in outputs for a, b in zip(out["first"], out["first"][1:]))
+        if descents <= world:
             return [_fail("shuffled", "shard_not_shuffled", {})]
         if [out["first"] for out in outputs] == [out["epoch1"] for out in outputs]:
             return [_fail("shuffled", "shard_same_each_epoch", {})]

@@ -6,7 +6,7 @@ return together), so ``prepare`` only passes the case on. ``run`` calls
 ``shard_indices`` four times: epoch 0, the same call again (is it
 deterministic?), epoch 1 (reshuffled?) and epoch 0 with another seed. A
 result that is not a list of integers is reported by its type name.
-Before the calls each rank seeds the global generators (``random`` and
+In the trusted phase each rank seeds the global generators (``random`` and
 torch's) with its own rank, as ranks on separate machines would be: a
 solution that shuffles with the global state then disagrees between ranks
 instead of agreeing by the accident of a fork.
@@ -24,6 +24,10 @@ CALLS = (("first", 0, "seed"), ("again", 0, "seed"), ("epoch1", 1, "seed"),
 
 
 def prepare(case: dict, rank: int, world: int):  # noqa: ARG001 - the interface
+    # Here, not in run: torch.manual_seed walks the stack (torch.cuda's lazy
+    # init), which the guard refuses once it is armed.
+    random.seed(10_007 * (rank + 1))
+    torch.manual_seed(10_007 * (rank + 1))
     return None, None
 
 
@@ -46,7 +50,5 @@ def as_indices(result) -> list[int] | str:
 
 def run(case: dict, rank: int, world: int, submission, api, state) -> dict:  # noqa: ARG001 - the interface
     fn = submission.shard_indices
-    random.seed(10_007 * (rank + 1))
-    torch.manual_seed(10_007 * (rank + 1))
     return {key: as_indices(fn(case["n"], rank, world, epoch, case[seed]))
             for key, epoch, seed in CALLS}
