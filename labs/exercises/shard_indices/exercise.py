@@ -13,6 +13,8 @@ leaves the layout (strided or blocks) to the learner.
 
 from __future__ import annotations
 
+import itertools
+
 ID = "shard-indices"
 FUNCTION = "shard_indices"
 DRIVER = "shard_indices"
@@ -57,7 +59,7 @@ def check(case: dict, ranks: list[dict]) -> list[dict]:
         # In natural order a rank's list only ever goes down where the padding
         # wraps to the start: at most once per rank. A shuffle of 20 or more
         # goes down about half the time.
-        descents = sum(a > b for out in outputs for a, b in zip(out["first"], out["first"][1:]))
+        descents = sum(a > b for out in outputs for a, b in itertools.pairwise(out["first"]))
         if descents <= world:
             return [_fail("shuffled", "shard_not_shuffled", {})]
         if [out["first"] for out in outputs] == [out["epoch1"] for out in outputs]:
