@@ -79,7 +79,7 @@ def _calls_finding(case: dict, ranks: list[dict]) -> dict:
         for step, record in enumerate(_result(entry)["steps"]):
             sizes = [size for _, size in record["ready"]]
             calls, sent = len(record["calls"]), sum(c["bytes"] for c in record["calls"])
-            where = {"rank": rank, "step": step, "cap": cap}
+            where = {"rank": rank, "step": step + 1, "cap": cap}
             if sent != sum(sizes):
                 return _fail("calls", "bucket_bytes_wrong", {**where, "sent": sent, "total": sum(sizes)})
             if calls != buckets(sizes, cap):
@@ -94,7 +94,7 @@ def _overlap_finding(ranks: list[dict]) -> dict:
     """The first all-reduce of each step starts inside backward and is not waited for there."""
     for rank, entry in enumerate(ranks):
         for step, record in enumerate(_result(entry)["steps"]):
-            calls, where = record["calls"], {"rank": rank, "step": step}
+            calls, where = record["calls"], {"rank": rank, "step": step + 1}
             if not calls or not calls[0]["in_backward"]:
                 return _fail("overlap", "bucket_no_overlap", {**where, "calls": len(calls)})
             blocked = [c for c in calls if c["in_backward"] and c.get("t_end") is not None
