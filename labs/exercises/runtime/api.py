@@ -106,12 +106,20 @@ class Api:
     # -- the calls, with torch.distributed's own signatures
 
     def send(self, tensor, dst=None, group=None, tag=0, group_dst=None):
+        # Through the real isend + wait, not the real send: torch's send and
+        # recv call the module's isend/irecv, which now are ours and would
+        # count the bytes twice.
         rec = self._record("send", tensor, dst if dst is not None else group_dst, sent=True, received=False)
-        return self._blocking(rec, self._real["send"], tensor, dst, group, tag, group_dst=group_dst)
+        work = self._real["isend"](tensor, dst, group, tag, group_dst=group_dst)
+        self._blocking(rec, work.wait)
 
     def recv(self, tensor, src=None, group=None, tag=0, group_src=None):
         rec = self._record("recv", tensor, src if src is not None else group_src, sent=False, received=True)
-        return self._blocking(rec, self._real["recv"], tensor, src, group, tag, group_src=group_src)
+        work = self._real["irecv"](tensor, src, group, tag, group_src=group_src)
+        self._blocking(rec, work.wait)
+        if src is not None:
+            return src
+        return group_src if group_src is not None else work._source_rank()
 
     def isend(self, tensor, dst=None, group=None, tag=0, group_dst=None):
         rec = self._record("isend", tensor, dst if dst is not None else group_dst, sent=True, received=False)

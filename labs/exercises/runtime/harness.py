@@ -285,12 +285,13 @@ class _Group:
         self.sel.close()
 
 
-def _waiting_list(g: _Group, finished: set[int]) -> list[dict]:
+def _waiting_list(g: _Group, replies: dict[int, dict]) -> list[dict]:
     rows = []
     for rank in range(g.world):
         w = g.waiting[rank]
-        if rank in finished:
-            rows.append({"rank": rank, "op": "finished", "peer": None, "bytes": None})
+        if rank in replies:
+            op = "finished" if replies[rank]["type"] == "result" else "raised"
+            rows.append({"rank": rank, "op": op, "peer": None, "bytes": None})
         elif w is None:
             rows.append({"rank": rank, "op": "running", "peer": None, "bytes": None})
         else:
@@ -376,10 +377,10 @@ def _run_group(plan: dict, group: dict, index: int, total: int) -> tuple[int, bo
             status = "timeout" if timed_out else ("done" if len(finished) == g.world else "error")
             event = {"event": "case", "index": index, "total": total, "case": case, "status": status,
                      "ranks": ranks}
-            if status != "done":
-                event["waiting"] = _waiting_list(g, finished)
+            if len(replies) < g.world:
+                event["waiting"] = _waiting_list(g, replies)
             emit(event)
-            if status != "done":
+            if len(replies) < g.world:
                 # The group's state is unknown now (messages in flight, ranks blocked): stop it.
                 index = not_run(k + 1, index)
                 break
