@@ -309,6 +309,27 @@ def test_starter_has_the_signature_and_is_not_an_answer(exercise_id):
     assert "TODO" in source and "NotImplementedError" in source
 
 
+@pytest.mark.parametrize("exercise_id", MINE)
+def test_show_gives_statement_starter_and_hints_never_the_reference(exercise_id):
+    starter = (folder(exercise_id) / "starter.py").read_text("utf-8")
+    for lang in messages.languages():  # the languages the CLI offers (a shared feedback.yaml each)
+        proc = subprocess.run([sys.executable, "-m", "labs.exercises", "show", exercise_id, "--lang", lang],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        t = texts(exercise_id, lang)
+        assert t["title"] in proc.stdout and all(h in proc.stdout for h in t["hints"])
+        assert starter.strip() in proc.stdout
+        shown_anyway = starter + t["statement"] + "".join(t["hints"])
+        secret = [line.strip() for line in exercises_reference(exercise_id).splitlines()
+                  if len(line.strip()) > 20 and line.strip() not in shown_anyway]
+        assert len(secret) >= 3
+        assert not [line for line in secret if line in proc.stdout], lang
+
+
+def exercises_reference(exercise_id: str) -> str:
+    return (folder(exercise_id) / "reference.py").read_text("utf-8")
+
+
 # --------------------------------------------------------------------------
 # Real grading on gloo ranks
 
