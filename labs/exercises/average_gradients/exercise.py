@@ -12,6 +12,10 @@ local gradient, a gradient removed, or just how far off it is.
 
 from __future__ import annotations
 
+import math
+
+from labs.exercises import checks
+
 ID = "average-gradients"
 FUNCTION = "average_gradients"
 DRIVER = "average_gradients"
@@ -48,7 +52,8 @@ def _max_diff(a: list[float], b: list[float], scale: float = 1.0) -> float:
 
 def check(case: dict, ranks: list[dict]) -> list[dict]:
     world, tol = case["world_size"], TOLERANCE[case["dtype"]]
-    return [_grads_finding(ranks, world, tol), _params_finding(case, ranks, world, tol)]
+    return [_grads_finding(ranks, world, tol),
+            params_finding(case, ranks, tol, ok="avg_matches_single", differ="avg_weights_differ")]
 
 
 def _grads_finding(ranks: list[dict], world: int, tol: float) -> dict:
@@ -61,39 +66,38 @@ def _grads_finding(ranks: list[dict], world: int, tol: float) -> dict:
             mine = got.get(name)
             values = {"rank": rank, "param": name, "world_size": world, "tolerance": tol}
             if mine is None or len(mine) != len(mean):
-                return _fail("grads", "avg_grad_removed", values)
+                return checks.failed("grads", "avg_grad_removed", **values)
             diff = _max_diff(mine, mean)
             if diff <= tol:
                 continue
             if _max_diff(mine, mean, world) <= tol * world:
-                return _fail("grads", "avg_summed_not_divided", values)
+                return checks.failed("grads", "avg_summed_not_divided", **values)
             if _max_diff(mine, expected["local_grads"][name]) <= tol:
-                return _fail("grads", "avg_param_missed", values)
-            return _fail("grads", "avg_grad_wrong", {**values, "diff": _short(diff)})
+                return checks.failed("grads", "avg_param_missed", **values)
+            return checks.failed("grads", "avg_grad_wrong", **values, diff=short(diff))
     return {"check": "grads", "passed": True, "key": "avg_grads_match", "values": {"world_size": world}}
 
 
-def _params_finding(case: dict, ranks: list[dict], world: int, tol: float) -> dict:
-    """Every rank's final parameters against the single process's, or the first rank that is off."""
+def params_finding(case: dict, ranks: list[dict], tolerance: float, *, ok: str, differ: str) -> dict:
+    """Every rank's final parameters against the single process's: a pass, or the first rank off.
+
+    Shared with bucketed-overlap, whose learners train the same way and are
+    held to the same result; ``ok`` and ``differ`` are each exercise's keys.
+    """
     largest = 0.0
-    values = {"steps": case["steps"], "global_batch": case["batch"] * world, "tolerance": tol}
+    values = {"steps": case["steps"], "global_batch": case["batch"] * case["world_size"],
+              "tolerance": tolerance}
     for rank, entry in enumerate(ranks):
         single, mine = entry["expected"]["params"], entry["result"]["params"]
-        diffs = {name: _max_diff(mine[name], single[name]) if len(mine.get(name) or ()) == len(ref)
-                 else float("inf") for name, ref in single.items()}
+        diffs = {name: _max_diff(mine[name], ref) if len(mine.get(name) or ()) == len(ref) else math.inf
+                 for name, ref in single.items()}
         name = max(diffs, key=diffs.get)
-        if diffs[name] > tol:
-            return _fail("params", "avg_weights_differ",
-                         {**values, "rank": rank, "param": name, "diff": _short(diffs[name])})
+        if diffs[name] > tolerance:
+            return checks.failed("params", differ, **values, rank=rank, param=name, diff=short(diffs[name]))
         largest = max(largest, diffs[name])
-    return {"check": "params", "passed": True, "key": "avg_matches_single",
-            "values": {**values, "diff": _short(largest)}}
+    return {"check": "params", "passed": True, "key": ok, "values": {**values, "diff": short(largest)}}
 
 
-def _fail(check: str, key: str, values: dict) -> dict:
-    return {"check": check, "passed": False, "key": key, "values": values}
-
-
-def _short(x: float) -> str:
-    return "inf" if x == float("inf") else f"{x:.2g}"
-
+def short(x: float) -> str:
+    """A difference as the feedback shows it: two significant digits."""
+    return "inf" if x == math.inf else f"{x:.2g}"

@@ -13,6 +13,9 @@ overlap is the first all-reduce being made while backward runs and, for
 
 from __future__ import annotations
 
+from labs.exercises import checks
+from labs.exercises.average_gradients.exercise import params_finding
+
 ID = "bucketed-overlap"
 FUNCTION = "Bucketer"
 DRIVER = "bucketed_overlap"
@@ -45,29 +48,12 @@ def buckets(sizes: list[int], cap: int) -> int:
 
 
 def check(case: dict, ranks: list[dict]) -> list[dict]:
-    findings = [_params_finding(case, ranks), _calls_finding(case, ranks)]
+    findings = [params_finding(case, ranks, TOLERANCE, ok="bucket_matches_single", differ="bucket_weights_differ"),
+                _calls_finding(case, ranks)]
     if any(buckets([size for _, size in step["ready"]], case["cap"]) > 1
            for step in ranks[0]["result"]["steps"]):
         findings.append(_overlap_finding(ranks))
     return findings
-
-
-def _params_finding(case: dict, ranks: list[dict]) -> dict:
-    largest = 0.0
-    values = {"steps": case["steps"], "global_batch": case["batch"] * case["world_size"],
-              "tolerance": TOLERANCE}
-    for rank, entry in enumerate(ranks):
-        single, mine = entry["expected"]["params"], entry["result"]["params"]
-        diffs = {name: max(abs(a - b) for a, b in zip(mine[name], ref, strict=True))
-                 if len(mine.get(name) or ()) == len(ref) else float("inf")
-                 for name, ref in single.items()}
-        name = max(diffs, key=diffs.get)
-        if diffs[name] > TOLERANCE:
-            return _fail("params", "bucket_weights_differ",
-                         {**values, "rank": rank, "param": name, "diff": _short(diffs[name])})
-        largest = max(largest, diffs[name])
-    return {"check": "params", "passed": True, "key": "bucket_matches_single",
-            "values": {**values, "diff": _short(largest)}}
 
 
 def _calls_finding(case: dict, ranks: list[dict]) -> dict:
@@ -79,11 +65,10 @@ def _calls_finding(case: dict, ranks: list[dict]) -> dict:
             calls, sent = len(record["calls"]), sum(c["bytes"] for c in record["calls"])
             where = {"rank": rank, "step": step + 1, "cap": cap}
             if sent != sum(sizes):
-                return _fail("calls", "bucket_bytes_wrong", {**where, "sent": sent, "total": sum(sizes)})
+                return checks.failed("calls", "bucket_bytes_wrong", **where, sent=sent, total=sum(sizes))
             if calls != buckets(sizes, cap):
-                return _fail("calls", "bucket_calls_wrong",
-                             {**where, "calls": calls, "expected": buckets(sizes, cap),
-                              "sizes": ", ".join(map(str, sizes))})
+                return checks.failed("calls", "bucket_calls_wrong", **where, calls=calls,
+                                     expected=buckets(sizes, cap), sizes=", ".join(map(str, sizes)))
     calls = len(ranks[0]["result"]["steps"][0]["calls"])
     return {"check": "calls", "passed": True, "key": "bucket_calls_ok", "values": {"calls": calls, "cap": cap}}
 
@@ -94,18 +79,10 @@ def _overlap_finding(ranks: list[dict]) -> dict:
         for step, record in enumerate(entry["result"]["steps"]):
             calls, where = record["calls"], {"rank": rank, "step": step + 1}
             if not calls or not calls[0]["in_backward"]:
-                return _fail("overlap", "bucket_no_overlap", {**where, "calls": len(calls)})
+                return checks.failed("overlap", "bucket_no_overlap", **where, calls=len(calls))
             blocked = [c for c in calls if c["in_backward"] and c.get("t_end") is not None
                        and c["t_end"] <= record["backward_end"]]
             if blocked:
-                return _fail("overlap", "bucket_not_async", where)
+                return checks.failed("overlap", "bucket_not_async", **where)
     return {"check": "overlap", "passed": True, "key": "bucket_overlap_ok", "values": {}}
-
-
-def _fail(check: str, key: str, values: dict) -> dict:
-    return {"check": check, "passed": False, "key": key, "values": values}
-
-
-def _short(x: float) -> str:
-    return "inf" if x == float("inf") else f"{x:.2g}"
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import itertools
 
+from labs.exercises import checks
+
 ID = "shard-indices"
 FUNCTION = "shard_indices"
 DRIVER = "shard_indices"
@@ -43,7 +45,7 @@ def check(case: dict, ranks: list[dict]) -> list[dict]:
     for rank, out in enumerate(outputs):
         for key in ("first", "again", "epoch1", "other_seed"):
             if isinstance(out[key], str):
-                return [_fail("type", "shard_not_list", {"rank": rank, "kind": out[key]})]
+                return [checks.failed("type", "shard_not_list", rank=rank, kind=out[key])]
     per_rank = -(-n // world)
     padding = per_rank * world - n
     for key, epoch, seed_key in CALLS:
@@ -53,19 +55,19 @@ def check(case: dict, ranks: list[dict]) -> list[dict]:
             return [finding]
     for rank, out in enumerate(outputs):
         if out["first"] != out["again"]:
-            return [_fail("deterministic", "shard_not_deterministic", {"rank": rank})]
+            return [checks.failed("deterministic", "shard_not_deterministic", rank=rank)]
     if n >= SHUFFLE_CHECK_MIN:
         # In natural order a rank's list only ever goes down where the padding
         # wraps to the start: at most once per rank. A shuffle of 20 or more
         # goes down about half the time.
         descents = sum(a > b for out in outputs for a, b in itertools.pairwise(out["first"]))
         if descents <= world:
-            return [_fail("shuffled", "shard_not_shuffled", {})]
+            return [checks.failed("shuffled", "shard_not_shuffled")]
         if [out["first"] for out in outputs] == [out["epoch1"] for out in outputs]:
-            return [_fail("shuffled", "shard_same_each_epoch", {})]
+            return [checks.failed("shuffled", "shard_same_each_epoch")]
         if [out["first"] for out in outputs] == [out["other_seed"] for out in outputs]:
-            return [_fail("shuffled", "shard_ignores_seed",
-                          {"seed": case["seed"], "other_seed": case["other_seed"]})]
+            return [checks.failed("shuffled", "shard_ignores_seed", seed=case["seed"],
+                                  other_seed=case["other_seed"])]
     return [{"check": "shards", "passed": True, "key": "shard_ok",
              "values": {"n": n, "per_rank": per_rank, "padding": padding}}]
 
@@ -75,12 +77,10 @@ def _shards_finding(shards: list[list[int]], where: dict, per_rank: int, padding
     n = where["n"]
     for rank, shard in enumerate(shards):
         if len(shard) != per_rank:
-            return _fail("count", "shard_count", {**where, "rank": rank, "got": len(shard),
-                                                  "expected": per_rank})
+            return checks.failed("count", "shard_count", **where, rank=rank, got=len(shard), expected=per_rank)
         bad = [i for i in shard if not 0 <= i < n]
         if bad:
-            return _fail("range", "shard_out_of_range", {**where, "rank": rank, "index": bad[0],
-                                                         "last": n - 1})
+            return checks.failed("range", "shard_out_of_range", **where, rank=rank, index=bad[0], last=n - 1)
     together = [i for shard in shards for i in shard]
     # With the lengths right and every index in range, the ranks hold n +
     # padding entries, so at least `padding` of them repeat; exactly that many
@@ -88,11 +88,7 @@ def _shards_finding(shards: list[list[int]], where: dict, per_rank: int, padding
     repeats = len(together) - len(set(together))
     if repeats > padding:
         missing = min(set(range(n)) - set(together))
-        return _fail("disjoint", "shard_overlap", {**where, "extra": repeats - padding,
-                                                   "padding": padding, "example": missing})
+        return checks.failed("disjoint", "shard_overlap", **where, extra=repeats - padding, padding=padding,
+                             example=missing)
     return None
-
-
-def _fail(check: str, key: str, values: dict) -> dict:
-    return {"check": check, "passed": False, "key": key, "values": values}
 
