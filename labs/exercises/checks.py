@@ -24,13 +24,16 @@ def failed(check: str, key: str, **values) -> dict:
 
 
 def shape_and_dtype(case: dict, ranks: list[dict]) -> list[dict]:
-    out = []
-    for check, want, key in (("shape", list(case["shape"]), "shape_changed"),
-                             ("dtype", case["dtype"], "dtype_changed")):
-        bad = next((r for r in ranks if r["result"][check] != want), None)
-        out.append(passed(check) if bad is None else
-                   failed(check, key, rank=bad["rank"], expected=_show(want), got=_show(bad["result"][check])))
-    return out
+    """The tensor keeps its shape and its element type on every rank."""
+    shape, dtype = list(case["shape"]), case["dtype"]
+    bad = next((r for r in ranks if r["result"]["shape"] != shape), None)
+    findings = [passed("shape") if bad is None else
+                failed("shape", "shape_changed", rank=bad["rank"], expected=_show(shape),
+                       got=_show(bad["result"]["shape"]))]
+    bad = next((r for r in ranks if r["result"]["dtype"] != dtype), None)
+    findings.append(passed("dtype") if bad is None else
+                    failed("dtype", "dtype_changed", rank=bad["rank"], expected=dtype, got=bad["result"]["dtype"]))
+    return findings
 
 
 def in_place(case: dict, ranks: list[dict]) -> dict:
