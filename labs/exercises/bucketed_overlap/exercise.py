@@ -1,0 +1,88 @@
+"""bucketed-overlap: a DDP of one's own, graded for equivalence, bucket count and overlap.
+
+Trusted (never bound into the sandbox). The driver
+(``runtime/drivers/bucketed_overlap.py``) trains a small MLP on each rank
+with the learner's ``Bucketer(model, cap)`` and reports, per step, the
+order and size in which backward produced the gradients, the all-reduces
+the api counted (bytes, made during backward or not, when they returned)
+and when backward ended. ``check`` needs no timing thresholds: the number
+of buckets follows from the statement's rule applied to that order, and
+overlap is the first all-reduce being made while backward runs and, for
+``async_op=True``, returning (its ``wait``) only after backward ended.
+"""
+
+from __future__ import annotations
+
+from labs.exercises import checks
+from labs.exercises.average_gradients.exercise import params_finding
+
+ID = "bucketed-overlap"
+FUNCTION = "Bucketer"
+DRIVER = "bucketed_overlap"
+FORBID_COLLECTIVES = False  # the buckets go through all_reduce
+ALLOWED = ("all_reduce", "get_rank", "get_world_size", "barrier")
+
+TOLERANCE = 1e-5  # float32, summed in another order than one process sums
+# 1: smaller than any parameter (one bucket each); 100 and 400: a few
+# parameters per bucket; 1 MiB: every gradient in one bucket, sent by finish().
+CAPS = (1, 100, 400, 1 << 20)
+
+
+def cases(seed: int) -> list[dict]:
+    batch, features = 3, 6
+    # shape and dtype: the global batch's inputs (what the report shows as the case's size)
+    return [{"id": f"w{world}-cap{cap}", "world_size": world, "seed": seed + 10 * world + i,
+             "cap": cap, "shape": [batch * world, features], "dtype": "float32",
+             "features": features, "hidden": 16, "classes": 3, "batch": batch, "steps": 3, "lr": 0.5}
+            for world in (2, 3, 4) for i, cap in enumerate(CAPS)]
+
+
+def buckets(sizes: list[int], cap: int) -> int:
+    """How many all-reduces the statement's rule makes for gradients of ``sizes`` bytes, in order."""
+    count, open_bytes = 0, 0
+    for size in sizes:
+        open_bytes += size
+        if open_bytes >= cap:
+            count, open_bytes = count + 1, 0
+    return count + (open_bytes > 0)
+
+
+def check(case: dict, ranks: list[dict]) -> list[dict]:
+    findings = [params_finding(case, ranks, TOLERANCE, ok="bucket_matches_single", differ="bucket_weights_differ"),
+                _calls_finding(case, ranks)]
+    if any(buckets([size for _, size in step["ready"]], case["cap"]) > 1
+           for step in ranks[0]["result"]["steps"]):
+        findings.append(_overlap_finding(ranks))
+    return findings
+
+
+def _calls_finding(case: dict, ranks: list[dict]) -> dict:
+    """All-reduces per step: as many as the rule gives, carrying every gradient's bytes once."""
+    cap = case["cap"]
+    for rank, entry in enumerate(ranks):
+        for step, record in enumerate(entry["result"]["steps"]):
+            sizes = [size for _, size in record["ready"]]
+            calls, sent = len(record["calls"]), sum(c["bytes"] for c in record["calls"])
+            where = {"rank": rank, "step": step + 1, "cap": cap}
+            if sent != sum(sizes):
+                return checks.failed("calls", "bucket_bytes_wrong", **where, sent=sent, total=sum(sizes))
+            if calls != buckets(sizes, cap):
+                return checks.failed("calls", "bucket_calls_wrong", **where, calls=calls,
+                                     expected=buckets(sizes, cap), sizes=", ".join(map(str, sizes)))
+    calls = len(ranks[0]["result"]["steps"][0]["calls"])
+    return {"check": "calls", "passed": True, "key": "bucket_calls_ok", "values": {"calls": calls, "cap": cap}}
+
+
+def _overlap_finding(ranks: list[dict]) -> dict:
+    """The first all-reduce of each step starts inside backward and is not waited for there."""
+    for rank, entry in enumerate(ranks):
+        for step, record in enumerate(entry["result"]["steps"]):
+            calls, where = record["calls"], {"rank": rank, "step": step + 1}
+            if not calls or not calls[0]["in_backward"]:
+                return checks.failed("overlap", "bucket_no_overlap", **where, calls=len(calls))
+            blocked = [c for c in calls if c["in_backward"] and c.get("t_end") is not None
+                       and c["t_end"] <= record["backward_end"]]
+            if blocked:
+                return checks.failed("overlap", "bucket_not_async", **where)
+    return {"check": "overlap", "passed": True, "key": "bucket_overlap_ok", "values": {}}
+
