@@ -169,9 +169,36 @@ def _under(path: str, roots: tuple[str, ...]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
+def _no_stack_for_lazy_device_calls() -> None:
+    """``torch.manual_seed`` seeds every device kind lazily (CUDA, XPU, MTIA...):
+    their ``_lazy_call`` queues the seeding with ``traceback.format_stack()``,
+    which walks frames with ``sys._getframe`` and so would be refused below
+    while a learner's code is on the stack. The sandbox has no device to seed
+    later, so the calls run when their device is up (never here) and are
+    otherwise dropped, stack and all. Every module holding a ``_lazy_call`` of
+    torch's (the device package and the modules that imported the name) gets
+    the replacement.
+    """
+    replacements = {}
+    for module in list(sys.modules.values()):
+        name = getattr(module, "__name__", "")
+        original = getattr(module, "_lazy_call", None) if name.startswith("torch") else None
+        owner = sys.modules.get(getattr(original, "__module__", None) or "")
+        if original is None or owner is None or not hasattr(owner, "is_initialized"):
+            continue
+        if id(original) not in replacements:
+            def lazy_call(callable, _owner=owner, **_kwargs):  # noqa: A002  (torch's own name)
+                if _owner.is_initialized():
+                    callable()
+
+            replacements[id(original)] = (original, lazy_call)
+        module._lazy_call = replacements[id(original)][1]
+
+
 def arm(api, *, allowed, submission_path: str, input_dir: str) -> None:
     """Replace the forbidden calls and install the audit hook; there is no way back."""
     _patch_names(api, set(allowed))
+    _no_stack_for_lazy_device_calls()
     read_roots, write_roots = _allowed_roots(input_dir)
     submission = os.path.realpath(submission_path)
     learner_files = {submission, submission_path}
