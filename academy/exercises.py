@@ -258,3 +258,13 @@ def own_run(*, learner_id: int, run_id: int) -> LabRun | None:
     if run is None or run.learner_id != learner_id or run.lab != LAB:
         return None
     return labqueue.reap_if_stale(run)
+
+
+def case_progress(event: dict[str, Any] | None) -> tuple[int, int] | None:
+    """(case k, of n) from the grader's newest progress event, as the worker stored it; None before the first."""
+    if not event:
+        return None
+    k, n = event.get("case"), event.get("cases")
+    if isinstance(k, int) and isinstance(n, int) and n > 0:
+        return k, n
+    return None
