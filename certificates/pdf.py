@@ -684,6 +684,13 @@ def extract_token(text: str) -> tuple[bytes, str] | None:
         return None
 
 
+def exercises_line(exercises: list[str], lang: str) -> str:
+    """"including hands-on exercises: ring all-reduce, broadcast, ..." in the certificate's language."""
+    t = texts(lang)
+    names = t["exercise_names"]
+    return t["exercises_line"].format(exercises=t["exercise_separator"].join(names.get(e, e) for e in exercises))
+
+
 def render(*, payload: str, signature: str, public_url: str) -> bytes:
     """The certificate for a signed payload (canonical JSON text)."""
     p = json.loads(payload)
@@ -751,6 +758,8 @@ def render(*, payload: str, signature: str, public_url: str) -> bytes:
     _draw(c, t["course_title"], cx, 250, size=24, **title)
     score = t["score"].format(score=format_score(p["score"], p["lang"]))
     _draw(c, score, cx, 220, **{**prose, "color": INK})
+    if p.get("exercises"):  # version 2: the certificate required the coding exercises
+        _draw(c, exercises_line(p["exercises"], p["lang"]), cx, 194, **{**prose, "size": 11})
 
     # Bottom row: date and ID | seal and issuer | QR code.
     left = 80

@@ -162,3 +162,101 @@ def test_missing_for_certificate_follows_passes_and_the_setting(db, monkeypatch)
     finally:
         monkeypatch.delenv("CERTIFICATE_REQUIRES_EXERCISES")
         get_settings.cache_clear()
+
+
+# -------------------------------------------------------------- the certificate requirement
+
+
+def _text_of(data: bytes) -> str:
+    import io
+
+    from pypdf import PdfReader
+
+    return "".join(page.extract_text() for page in PdfReader(io.BytesIO(data)).pages)
+
+
+def _quiz_passed(session) -> int:
+    from datetime import UTC, datetime
+
+    from academy.models import QuizAttempt
+
+    me = learner(session)
+    session.add(QuizAttempt(learner_id=me, seed=1, status="finished", score=90.0, passed=True,
+                            finished_at=datetime(2026, 11, 30, 12, tzinfo=UTC)))
+    session.commit()
+    return me
+
+
+@pytest.fixture
+def issuer(secrets):  # noqa: ARG001  (own issuer keys for the test, conftest.py)
+    from certificates import store
+
+    return store
+
+
+def test_the_store_refuses_a_certificate_until_the_required_exercises_are_passed(db, issuer):
+    from academy.models import Certificate
+
+    me = _quiz_passed(db)
+    with pytest.raises(issuer.ExercisesMissing) as err:
+        issuer.issue_for_learner(session=db, learner_id=me, name="Zoë", lang="en")
+    assert err.value.missing == ["ring-allreduce", "broadcast"]
+    assert isinstance(err.value, issuer.NotEligible)  # older callers that catch NotEligible still do
+    exercises.record_pass(session=db, learner_id=me, exercise="broadcast", run_id=finished_run(db, me, "broadcast"))
+    db.commit()
+    with pytest.raises(issuer.ExercisesMissing) as err:
+        issuer.issue_for_learner(session=db, learner_id=me, name="Zoë", lang="en")
+    assert err.value.missing == ["ring-allreduce"]
+    assert db.exec(select(Certificate)).all() == []
+
+
+@pytest.mark.parametrize("lang, line, criteria", [
+    ("en", "including hands-on exercises: ring all-reduce, broadcast", "Wrote and passed the hands-on"),
+    ("nl", "inclusief praktijkoefeningen: ring all-reduce, broadcast", "Schreef en haalde de praktijkoefeningen"),
+    ("zh", "包括动手练习：环形全归约、广播", "编写并通过了动手编程练习：环形全归约、广播。"),
+])
+def test_with_the_exercises_passed_the_certificate_signs_them_and_the_pdf_and_credential_say_so(
+        db, issuer, lang, line, criteria):
+    import json
+
+    from certificates import openbadges
+
+    me = _quiz_passed(db)
+    from tests.exercisepass import pass_required_exercises
+
+    pass_required_exercises(db, me)
+    cert = issuer.issue_for_learner(session=db, learner_id=me, name="Zoë Ødegård", lang=lang)
+    payload = json.loads(cert.payload)
+    assert (payload["v"], payload["exercises"]) == (2, ["ring-allreduce", "broadcast"])
+    data = issuer.render_pdf(cert)
+    assert line in _text_of(data).replace("\n", "")
+    assert issuer.verify_pdf(data).valid  # version 2 verifies offline too
+    assert issuer.lookup(session=db, text=cert.id).valid
+    credential = json.loads(cert.credential_json)
+    narrative = credential["credentialSubject"]["achievement"]["criteria"]["narrative"]
+    assert criteria in narrative.replace("\n", "")
+    assert openbadges.verify_any(cert.credential_json, openbadges.keys.local_public_keys()) is not None
+    # A reissue under a new name states the same exercises.
+    again = issuer.reissue(session=db, cert_id=cert.id, learner_id=me, new_name="Zoë Ø.", lang=lang)
+    assert json.loads(again.payload)["exercises"] == ["ring-allreduce", "broadcast"]
+
+
+def test_with_the_setting_off_the_quiz_is_enough_and_the_certificate_says_nothing_of_exercises(
+        db, issuer, monkeypatch):
+    import json
+
+    from academy.settings import get_settings
+
+    monkeypatch.setenv("CERTIFICATE_REQUIRES_EXERCISES", "0")
+    get_settings.cache_clear()
+    try:
+        me = _quiz_passed(db)
+        cert = issuer.issue_for_learner(session=db, learner_id=me, name="Zoë", lang="en")
+        payload = json.loads(cert.payload)
+        assert payload["v"] == 1 and "exercises" not in payload
+        assert "hands-on exercises" not in _text_of(issuer.render_pdf(cert))
+        narrative = json.loads(cert.credential_json)["credentialSubject"]["achievement"]["criteria"]["narrative"]
+        assert "exercises" not in narrative
+    finally:
+        monkeypatch.delenv("CERTIFICATE_REQUIRES_EXERCISES")
+        get_settings.cache_clear()
