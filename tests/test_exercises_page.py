@@ -186,3 +186,36 @@ def test_a_report_that_could_not_be_graded_shows_the_reason_as_text():
     assert not at.exception, at.exception
     assert t("exercises.error", "nl") in [e.value for e in at.error]
     assert "[nl] syntax_error line=1 text=def broadcast(:" in [x.value for x in at.text]
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_certificate_page_names_the_missing_exercises_with_links_and_offers_no_claim(lang, secrets):  # noqa: ARG001
+    from academy.models import QuizAttempt
+    from certificates import store
+    from tests.exercisepass import pass_required_exercises
+
+    me = learner()
+    with session_scope() as session:
+        session.add(QuizAttempt(learner_id=me, seed=1, status="finished", score=92.0, passed=True))
+    with session_scope() as session:
+        exercises.record_pass(session=session, learner_id=me, exercise="broadcast",
+                              run_id=exercises.submit(learner_id=me, exercise="broadcast", source="b = 1\n", lang=lang))
+    at = open_page("certificate", lang, me)
+    assert not at.exception, at.exception
+    assert t("certificate.needs_exercises", lang) in [i.value for i in at.info]
+    links = [(p.proto.label, p.proto.page, dict(p.proto.query_string and [kv.split("=") for kv in
+              p.proto.query_string.split("&")] or [])) for p in at.get("page_link")]
+    todo = [link for link in links if link[0] == t("certificate.exercise_todo", lang, title="Title ring-allreduce")]
+    assert todo and todo[0][2].get("exercise") == "ring-allreduce", links
+    assert t("certificate.exercise_done", lang, title="Title broadcast") in [m.value for m in at.markdown]
+    assert not [b for b in at.button if b.label == t("certificate.create", lang)]
+
+    with session_scope() as session:
+        pass_required_exercises(session, me)  # the one still missing (the other is kept, not doubled)
+        assert exercises.missing_for_certificate(session=session, learner_id=me) == []
+    at = open_page("certificate", lang, me)
+    assert t("certificate.needs_exercises", lang) not in [i.value for i in at.info]
+    press(at, t("certificate.create", lang))
+    with session_scope() as session:
+        [cert] = store.certificates_of(session=session, learner_id=me)
+    assert '"exercises":["ring-allreduce","broadcast"]' in cert.payload
