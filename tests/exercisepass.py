@@ -25,3 +25,19 @@ def pass_required_exercises(session: Session, learner_id: int) -> list[str]:
         exercises.record_pass(session=session, learner_id=learner_id, exercise=ex, run_id=run.id)
     session.commit()
     return done
+
+
+def pass_required_exercises_of(database_url: str, email: str) -> list[str]:
+    """The same for a learner of a running server, found by e-mail (browser journeys)."""
+    from sqlmodel import select
+
+    from academy.db import make_engine
+    from academy.models import Learner
+
+    engine = make_engine(database_url)
+    try:
+        with Session(engine) as session:
+            learner_id = session.exec(select(Learner.id).where(Learner.email == email)).one()
+            return pass_required_exercises(session, learner_id)
+    finally:
+        engine.dispose()
