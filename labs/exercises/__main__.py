@@ -1,0 +1,164 @@
+"""The exercises from a terminal; the lab worker runs the same ``grade`` command for the page.
+
+    python -m labs.exercises list [--lang L]
+    python -m labs.exercises show ring-allreduce [--lang zh]     # statement, starter code, hints
+    python -m labs.exercises grade ring-allreduce my_ring.py [--json] [--lang nl]
+                                   [--events events.jsonl] [--out report.json]
+
+``grade`` exits 0 when every case passed, 1 when a case failed, 2 when the
+file cannot be graded (syntax error, missing function, refused by or not
+available in the sandbox). ``--json`` prints the report (the format in
+``labs.exercises.grader``) instead of text; ``--events`` appends one JSON
+line per finished case, in the format of the labs' progress events;
+``--out`` writes the report. ``show`` never shows the reference solution.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from labs.exercises import EXERCISES, REQUIRED_FOR_CERTIFICATE, available, messages, starter
+
+EXIT = {"passed": 0, "failed": 1, "error": 2}
+MARK = {"passed": "+", "failed": "x", "not_run": "."}
+
+
+def _lang_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--lang", default=messages.DEFAULT_LANG, choices=messages.languages(),
+                        help="language of the texts (default en)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m labs.exercises", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    _lang_option(sub.add_parser("list", help="the exercises"))
+    show = sub.add_parser("show", help="statement, starter code and hints of one exercise")
+    show.add_argument("exercise", choices=EXERCISES)
+    _lang_option(show)
+    grade = sub.add_parser("grade", help="grade a file on real ranks in the sandbox")
+    grade.add_argument("exercise", choices=EXERCISES)
+    grade.add_argument("file", type=Path)
+    grade.add_argument("--json", action="store_true", help="print the report as JSON")
+    grade.add_argument("--events", metavar="PATH", help="append progress events as JSON lines")
+    grade.add_argument("--out", metavar="PATH", help="write the report as JSON")
+    grade.add_argument("--seed", type=int, default=None, help="fix the numbers of the cases")
+    _lang_option(grade)
+    return parser
+
+
+def cmd_list(lang: str) -> int:
+    loaded = set(available())
+    for exercise_id in EXERCISES:
+        if exercise_id not in loaded:
+            continue
+        texts = messages.exercise(exercise_id, lang)
+        required = f"  [{messages.text('list_required', lang)}]" if exercise_id in REQUIRED_FOR_CERTIFICATE else ""
+        print(f"{exercise_id:<18} {texts.get('title', '')}{required}")
+        if texts.get("summary"):
+            print(f"{'':<18} {texts['summary']}")
+    return 0
+
+
+def cmd_show(exercise_id: str, lang: str) -> int:
+    texts = messages.exercise(exercise_id, lang)
+    print(f"# {texts.get('title', exercise_id)}\n")
+    print(str(texts.get("statement", "")).rstrip() + "\n")
+    print(f"## {messages.text('show_starter', lang)}\n")
+    print(starter(exercise_id).rstrip() + "\n")
+    for i, hint in enumerate(texts.get("hints") or [], 1):
+        print(f"## {messages.text('show_hint', lang, n=i)}\n\n{str(hint).rstrip()}\n")
+    return 0
+
+
+def finding_lines(finding: dict, lang: str, exercise_id: str) -> list[str]:
+    """A finding as text lines: its message, then the learner's own frames when it has them."""
+    lines = [messages.text(finding["key"], lang, exercise=exercise_id, **finding.get("values", {}))]
+    for frame in finding.get("frames") or []:
+        lines.append("  " + messages.text("frame", lang, **frame))
+    return lines
+
+
+def waiting_lines(rows: list[dict], lang: str) -> list[str]:
+    out = []
+    for row in rows:
+        op = row["op"]
+        key = {"send": "waiting_send", "isend": "waiting_send", "recv": "waiting_recv", "irecv": "waiting_recv",
+               "running": "waiting_running", "finished": "waiting_finished"}.get(op, "waiting_other")
+        if key == "waiting_recv" and row["peer"] is None:
+            key = "waiting_recv_any"
+        out.append(messages.text(key, lang, **row))
+    return out
+
+
+def render(report: dict, lang: str) -> str:
+    exercise_id = report["exercise"]
+    title = messages.exercise(exercise_id, lang).get("title", exercise_id)
+    cases = report["cases"]
+    passed = sum(c["status"] == "passed" for c in cases)
+    lines = [f"{title}: {messages.text('status_' + report['status'], lang)}"]
+    if report["error"]:
+        lines += finding_lines(report["error"], lang, exercise_id)
+        if report["error"].get("output"):
+            lines += [messages.text("output", lang, rank=0), report["error"]["output"].rstrip()]
+    for case in cases:
+        lines.append(f"  {MARK[case['status']]} {case['id']}")
+        if case["status"] == "not_run":
+            lines.append("      " + messages.text("case_not_run", lang))
+        for finding in case["findings"]:
+            if not finding["passed"]:
+                lines += ["      " + line for line in finding_lines(finding, lang, exercise_id)]
+        if case.get("waiting"):
+            lines += ["      " + line for line in waiting_lines(case["waiting"], lang)]
+        if case["status"] != "passed":
+            for rank, text in sorted(case.get("output", {}).items()):
+                lines.append("      " + messages.text("output", lang, rank=rank))
+                lines += ["        " + line for line in text.rstrip().splitlines()]
+    if cases:
+        lines.append(messages.text("summary", lang, passed=passed, total=len(cases),
+                                   seconds=f"{report['duration_s']:.1f}", sandbox=report["sandbox"]))
+    return "\n".join(lines)
+
+
+def cmd_grade(args) -> int:
+    from labs.exercises.grader import grade
+
+    try:
+        source = args.file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        print(messages.text("file_unreadable", args.lang, path=str(args.file), reason=str(exc)), file=sys.stderr)
+        return 2
+    events = open(args.events, "a", buffering=1, encoding="utf-8") if args.events else None  # noqa: SIM115
+
+    def on_event(event: dict) -> None:
+        if events is not None:
+            fraction = event["step"] / event["total_steps"] if event["total_steps"] else None
+            events.write(json.dumps({"kind": "progress", "rank": None, "step": event["step"],
+                                     "total_steps": event["total_steps"], "phase": "case",
+                                     "fraction": fraction, "overall": fraction, "message": event["case"],
+                                     "status": event["status"]}) + "\n")
+
+    try:
+        report = grade(args.exercise, source, seed=args.seed, on_event=on_event)
+    finally:
+        if events is not None:
+            events.close()
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1), encoding="utf-8")
+    print(json.dumps(report, indent=1) if args.json else render(report, args.lang))
+    return EXIT[report["status"]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "list":
+        return cmd_list(args.lang)
+    if args.command == "show":
+        return cmd_show(args.exercise, args.lang)
+    return cmd_grade(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

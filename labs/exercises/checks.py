@@ -1,0 +1,84 @@
+"""Checks shared by the tensor exercises: shape, dtype, in place, values against the built-in.
+
+Each check looks at every rank of one case and returns one finding, the
+first rank that fails it or a pass: ``{"check", "passed", "key", "values"}``,
+where ``key`` names a message in ``content/exercises/<lang>/`` and
+``values`` fills its placeholders. ``ranks`` are the harness's replies for
+a case that finished on every rank: ``{"rank", "expected", "result",
+"sent", "received", "calls"}``.
+"""
+
+from __future__ import annotations
+
+import math
+
+EPS = {"float32": 2.0 ** -23, "float64": 2.0 ** -52, "bfloat16": 2.0 ** -7}
+
+
+def passed(check: str, **values) -> dict:
+    return {"check": check, "passed": True, "key": f"{check}_ok", "values": values}
+
+
+def failed(check: str, key: str, **values) -> dict:
+    return {"check": check, "passed": False, "key": key, "values": values}
+
+
+def shape_and_dtype(case: dict, ranks: list[dict]) -> list[dict]:
+    out = []
+    for check, want, key in (("shape", list(case["shape"]), "shape_changed"),
+                             ("dtype", case["dtype"], "dtype_changed")):
+        bad = next((r for r in ranks if r["result"][check] != want), None)
+        out.append(passed(check) if bad is None else
+                   failed(check, key, rank=bad["rank"], expected=_show(want), got=_show(bad["result"][check])))
+    return out
+
+
+def in_place(ranks: list[dict]) -> dict:
+    """The tensor passed in holds the result in its own memory (not a new tensor, not ``.data =``)."""
+    for r in ranks:
+        res = r["result"]
+        if res.get("returned") is not None and res["values"] != r["expected"]["values"] \
+                and res["returned"]["values"] == r["expected"]["values"]:
+            return failed("in_place", "returned_new_tensor", rank=r["rank"])
+        if not res["same_storage"]:
+            return failed("in_place", "not_in_place", rank=r["rank"])
+    return passed("in_place")
+
+
+def tolerance(case: dict, world: int, abs_sum: float) -> float:
+    """How far a correct sum may be from gloo's: summing n numbers in another order moves
+    it by at most about (n-1) eps sum|x_i|; we allow 2n of that (as ``labs.ring``). Integers: exact."""
+    eps = EPS.get(case["dtype"])
+    return 0.0 if eps is None else 2 * world * eps * abs_sum
+
+
+def values(case: dict, ranks: list[dict], *, exact: bool = False) -> dict:
+    """Every element on every rank against the built-in collective's result."""
+    world = len(ranks)
+    for r in ranks:
+        got, want = r["result"]["values"], r["expected"]["values"]
+        sums = r["expected"].get("abs_sum") or [0.0] * len(want)
+        if len(got) != len(want):
+            return failed("values", "values_count", rank=r["rank"], expected=len(want), got=len(got))
+        wrong = []
+        for i, (g, w, s) in enumerate(zip(got, want, sums, strict=True)):
+            tol = 0.0 if exact else tolerance(case, world, s)
+            if not (isinstance(g, int | float) and math.isfinite(g) and abs(g - w) <= tol):
+                wrong.append(i)
+        if wrong:
+            i = wrong[0]
+            return failed("values", "values_wrong", rank=r["rank"], wrong=len(wrong), total=len(want),
+                          index=i, expected=_num(want[i]), got=_num(got[i]))
+    return passed("values")
+
+
+def _num(x) -> str:
+    return f"{x:.6g}" if isinstance(x, float) else str(x)
+
+
+def _show(x) -> str:
+    return "x".join(map(str, x)) if isinstance(x, list) else str(x)
+
+
+def size_bytes(case: dict) -> int:
+    return math.prod(case["shape"]) * {"float32": 4, "float64": 8, "int64": 8, "bfloat16": 2}[case["dtype"]]

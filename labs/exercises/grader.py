@@ -1,0 +1,209 @@
+"""Grade one submission: plan -> sandbox -> the harness's JSON lines -> checks -> report.
+
+    from labs.exercises.grader import grade
+    report = grade("ring-allreduce", source)          # the dict the CLI's --json prints
+    report["status"]                                  # "passed" | "failed" | "error"
+
+The trusted half of the grading. Here, outside the sandbox: the syntax check
+and the check that the function exists (``ast``: nothing of the learner's
+runs here), the plan (the exercise's hidden cases, with this run's seed),
+and every check of the results. Inside the sandbox (``labs.sandbox``): the
+harness in ``runtime/``, which runs the cases on real gloo ranks and prints
+what each rank's call did. The report's format is in the design of issue
+#16; every text in it is a message key plus values, rendered per language
+by ``labs.exercises.messages``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import secrets
+import time
+from collections.abc import Callable
+
+from labs import sandbox
+from labs.exercises import load
+
+CASE_TIMEOUT_S = 5.0  # a case that takes longer is a deadlock (the cases are tiny)
+OUTPUT_BYTES_PER_RANK = 2048  # of the learner's prints, per rank and case
+TRACEBACK_FRAMES = 6
+
+
+def plan(exercise, seed: int, case_timeout_s: float) -> dict:
+    """What the harness runs: the cases grouped by world size (one fork of the ranks each)."""
+    groups: dict[int, list[dict]] = {}
+    for case in exercise.cases(seed):
+        groups.setdefault(case["world_size"], []).append(dict(case, function=exercise.FUNCTION))
+    return {"exercise": exercise.ID, "driver": exercise.DRIVER, "function": exercise.FUNCTION,
+            "allowed": list(exercise.ALLOWED), "case_timeout_s": case_timeout_s,
+            "output_bytes_per_rank": OUTPUT_BYTES_PER_RANK,
+            "groups": [{"world_size": w, "cases": cs} for w, cs in sorted(groups.items())]}
+
+
+def static_error(source: str, function: str) -> dict | None:
+    """``syntax_error`` or ``missing_function``, found without running anything; None when fine."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        return {"key": "syntax_error", "values": {"line": exc.lineno or 0, "message": exc.msg or ""}}
+    except ValueError as exc:  # null bytes
+        return {"key": "syntax_error", "values": {"line": 0, "message": str(exc)}}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == function:
+            return None
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == function for t in targets):
+            return None  # ring_allreduce = my_ring: fine; the harness checks it is callable
+        if isinstance(node, ast.ImportFrom | ast.Import) and any(
+                (a.asname or a.name) == function for a in node.names):
+            return None
+    return {"key": "missing_function", "values": {"function": function}}
+
+
+def _report(exercise_id: str, *, error=None, cases=(), trace=None, duration=0.0, mode="") -> dict:
+    cases = list(cases)
+    if error is not None:
+        status = "error"
+    elif cases and all(c["status"] == "passed" for c in cases):
+        status = "passed"
+    else:
+        status = "failed"
+    return {"exercise": exercise_id, "status": status, "ok": status == "passed", "error": error,
+            "cases": cases, "trace": trace, "duration_s": round(duration, 3), "sandbox": mode}
+
+
+def _frames(frames: list[dict]) -> list[dict]:
+    return frames[-TRACEBACK_FRAMES:]
+
+
+def _case_entry(exercise, event: dict) -> tuple[dict, list[dict] | None]:
+    """One case of the report from the harness's case event; also the ranks' replies when all returned."""
+    case = event["case"]
+    entry = {"id": case["id"], "world_size": case["world_size"],
+             "size": _numel(case), "shape": case["shape"], "dtype": case["dtype"],
+             "status": "not_run", "findings": [], "output": {}}
+    if "src" in case:
+        entry["src"] = case["src"]
+    if event["status"] == "not_run":
+        return entry, None
+    entry["output"] = {str(r["rank"]): r["output"] for r in event["ranks"] if r.get("output")}
+    if event["status"] == "done":
+        ranks = [{"rank": r["rank"], "expected": r["expected"], "result": r["reply"]["result"],
+                  "sent": r["reply"]["sent"], "received": r["reply"]["received"],
+                  "calls": r["reply"]["calls"]} for r in event["ranks"]]
+        entry["findings"] = exercise.check(case, ranks)
+        entry["status"] = "passed" if all(f["passed"] for f in entry["findings"]) else "failed"
+        return entry, ranks
+    entry["status"] = "failed"
+    entry["waiting"] = event.get("waiting", [])
+    if event["status"] == "timeout":
+        entry["findings"] = [{"check": "deadlock", "passed": False, "key": "deadlock",
+                              "values": {"seconds": event.get("timeout_s", CASE_TIMEOUT_S)}}]
+        return entry, None
+    for r in event["ranks"]:  # the first rank that raised says what happened
+        reply = r["reply"] or {}
+        if reply.get("type") == "forbidden":
+            entry["findings"] = [{"check": "forbidden", "passed": False, "key": "forbidden_call",
+                                  "values": {"call": reply["call"], "rank": r["rank"]},
+                                  "frames": _frames(reply.get("frames", []))}]
+            return entry, None
+    for r in event["ranks"]:
+        reply = r["reply"] or {}
+        if reply.get("type") == "crash":
+            entry["findings"] = [{"check": "crash", "passed": False, "key": "crash",
+                                  "values": {"rank": r["rank"], "exception": reply.get("exc", ""),
+                                             "message": reply.get("message", "")},
+                                  "frames": _frames(reply.get("frames", []))}]
+            return entry, None
+    entry["findings"] = [{"check": "crash", "passed": False, "key": "crash",
+                          "values": {"rank": None, "exception": "", "message": ""}, "frames": []}]
+    return entry, None
+
+
+def _numel(case: dict) -> int:
+    n = 1
+    for d in case["shape"]:
+        n *= d
+    return n
+
+
+def _error_from_event(event: dict) -> dict:
+    key = event["key"]
+    if key == "missing_function":
+        return {"key": key, "values": {"function": event.get("function", "")}}
+    if key == "forbidden_call":
+        return {"key": key, "values": {"call": event.get("call", ""), "rank": event.get("rank")},
+                "frames": _frames(event.get("frames", []))}
+    if key == "import_error":
+        return {"key": key, "values": {"exception": event.get("exc", ""), "message": event.get("message", "")},
+                "frames": _frames(event.get("frames", [])), "output": event.get("output", "")}
+    return {"key": key, "values": {}}
+
+
+def grade(exercise_id: str, source: str, *, seed: int | None = None, mode: str | None = None,
+          case_timeout_s: float = CASE_TIMEOUT_S, limits: sandbox.Limits | None = None,
+          on_event: Callable[[dict], None] | None = None) -> dict:
+    """Grade ``source`` for ``exercise_id``; the report (see the module docstring).
+
+    ``on_event`` gets ``{"kind": "progress", "step": k, "total_steps": n,
+    "case": id, "status": ...}`` as each case finishes (the CLI's --events).
+    ``seed`` fixes the numbers in the cases (tests); by default every run
+    draws new ones, so a file that prints fixed answers cannot pass.
+    """
+    t0 = time.perf_counter()
+    exercise = load(exercise_id)
+    chosen = mode or sandbox.mode()
+    error = static_error(source, exercise.FUNCTION)
+    if error is not None:
+        return _report(exercise_id, error=error, duration=time.perf_counter() - t0, mode=chosen)
+    try:
+        sandbox.check_available(chosen)
+    except sandbox.SandboxUnavailable as exc:
+        return _report(exercise_id, error={"key": "sandbox_unavailable", "values": {"reason": exc.reason}},
+                       duration=time.perf_counter() - t0, mode=chosen)
+    the_plan = plan(exercise, secrets.randbelow(1 << 30) if seed is None else seed, case_timeout_s)
+    cases, traced_ranks = [], {}
+    error = None
+    done = False
+
+    def on_line(raw: bytes) -> None:
+        nonlocal error, done
+        try:
+            event = json.loads(raw)
+        except ValueError:
+            return
+        kind = event.get("event")
+        if kind == "case":
+            entry, ranks = _case_entry(exercise, dict(event, timeout_s=case_timeout_s))
+            cases.append(entry)
+            if ranks is not None and entry["id"] == getattr(exercise, "TRACE_CASE", None):
+                traced_ranks[entry["id"]] = (event["case"], ranks)
+            if on_event is not None:
+                on_event({"kind": "progress", "step": event["index"], "total_steps": event["total"],
+                          "case": entry["id"], "status": entry["status"]})
+        elif kind == "error" and error is None:
+            error = _error_from_event(event)
+        elif kind == "done":
+            done = True
+
+    limits = limits or sandbox.Limits(wall_s=min(60.0, 20.0 + case_timeout_s * len(the_plan["groups"]) * 2))
+    try:
+        outcome = sandbox.run_python("harness", [], files={
+            "submission.py": source.encode(), "plan.json": json.dumps(the_plan).encode()},
+            limits=limits, mode=chosen, on_line=on_line)
+    except sandbox.SandboxUnavailable as exc:
+        return _report(exercise_id, error={"key": "sandbox_unavailable", "values": {"reason": exc.reason}},
+                       duration=time.perf_counter() - t0, mode=chosen)
+    if error is None and outcome.stopped:
+        error = {"key": f"sandbox_stopped_{outcome.stopped}", "values": {"limit": outcome.stopped}}
+    elif error is None and not done:
+        tail = outcome.stderr.decode("utf-8", errors="replace")[-1500:]
+        error = {"key": "harness_failed", "values": {"returncode": outcome.returncode}, "detail": tail}
+    trace = None
+    if traced_ranks:
+        case, ranks = next(iter(traced_ranks.values()))
+        trace = exercise.trace(case, ranks)
+    return _report(exercise_id, error=error, cases=cases, trace=trace,
+                   duration=time.perf_counter() - t0, mode=outcome.mode)

@@ -1,0 +1,70 @@
+"""What the tensor drivers (ring all-reduce, broadcast) share: inputs from a seed, outputs as JSON."""
+
+from __future__ import annotations
+
+import torch
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "int64": torch.int64,
+          "bfloat16": torch.bfloat16}
+
+
+def make_input(case: dict, rank: int) -> torch.Tensor:
+    """This rank's input for ``case``, the same on every run: from (seed, rank)."""
+    gen = torch.Generator().manual_seed(int(case["seed"]) * 1000 + rank)
+    shape = tuple(case["shape"])
+    dtype = DTYPES[case["dtype"]]
+    if dtype.is_floating_point:
+        data = torch.randn(shape, generator=gen, dtype=torch.float64)
+    else:
+        data = torch.randint(-1000, 1000, shape, generator=gen)
+    return data.to(dtype)
+
+
+def as_list(tensor: torch.Tensor) -> list:
+    """The values, flat, as JSON numbers (bfloat16 through float64, which holds it exactly)."""
+    t = tensor.detach().reshape(-1)
+    if t.dtype == torch.bfloat16:
+        t = t.double()
+    return t.tolist()
+
+
+def locate(tensor: torch.Tensor, buffer: torch.Tensor, world: int) -> int | None:
+    """Which of ``torch.tensor_split(buffer.view(-1), world)`` ``tensor`` is, if any.
+
+    First by memory (a view of the buffer, the usual way), then by value (a
+    copy of a chunk's current contents); None for anything else, e.g. the
+    whole buffer, which the ring animation draws as a whole-buffer send.
+    """
+    flat = buffer.reshape(-1)
+    if tensor.numel() == flat.numel() and world > 1:
+        return None
+    chunks = torch.tensor_split(flat, world)
+    try:
+        ptr = tensor.data_ptr()
+    except RuntimeError:
+        return None
+    for i, chunk in enumerate(chunks):
+        if chunk.numel() == tensor.numel() and chunk.numel() and chunk.data_ptr() == ptr:
+            return i
+    for i, chunk in enumerate(chunks):
+        if chunk.numel() == tensor.numel() and chunk.dtype == tensor.dtype \
+                and torch.equal(chunk, tensor.reshape(-1)):
+            return i
+    return None
+
+
+def snapshot(tensor: torch.Tensor) -> dict:
+    """What the in-place check needs to know about a tensor: where it lives, its shape and dtype."""
+    return {"ptr": tensor.untyped_storage().data_ptr(), "shape": list(tensor.shape),
+            "dtype": str(tensor.dtype).removeprefix("torch.")}
+
+
+def outcome(before: dict, tensor: torch.Tensor, returned) -> dict:
+    """The driver's result for a tensor the learner should have changed in place."""
+    after = snapshot(tensor)
+    result = {"values": as_list(tensor), "shape": after["shape"], "dtype": after["dtype"],
+              "same_storage": after["ptr"] == before["ptr"], "returned": None}
+    if isinstance(returned, torch.Tensor) and returned is not tensor:
+        result["returned"] = {"values": as_list(returned), "shape": list(returned.shape),
+                              "dtype": str(returned.dtype).removeprefix("torch.")}
+    return result

@@ -1,0 +1,195 @@
+"""The guard: what the learner's code may call, armed in each rank before it is imported.
+
+The sandbox is the security boundary; this is about honest grading and a
+clear message. Two layers:
+
+1. Names. Every collective reachable from Python (``torch.distributed.X``,
+   ``distributed_c10d.X``, any other module that holds the same function,
+   the collective methods of ``ProcessGroup``/``Backend``/``ProcessGroupGloo``,
+   the ``torch.ops.c10d`` namespaces) is replaced by a function that raises
+   `ForbiddenCall` naming the call; the calls the plan allows point at the
+   counting `api.Api`. A route we missed still ends in the grader's bytes
+   check: a result that did not travel through our send/recv counts 0 bytes.
+2. An audit hook (``sys.addaudithook``: it cannot be removed, and there is
+   no way to switch it off once armed) refuses ctypes, importing
+   ctypes/cffi, ``sys._getframe``, the ``gc`` walkers, setting attributes on
+   types the learner did not define (no un-patching), starting processes,
+   and opening files outside the private tmp folder and the interpreter's
+   own files (the plan, with this run's cases, is not readable either).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+
+
+class ForbiddenCall(RuntimeError):
+    """The learner called a collective (or another call) this exercise does not allow."""
+
+    def __init__(self, call: str):
+        super().__init__(f"{call} is not available in this exercise")
+        self.call = call
+
+
+# torch.distributed functions that do communication other than the counted
+# point-to-point calls. A plan's "allowed" list takes names out of this list.
+COLLECTIVES = (
+    "all_reduce", "all_reduce_coalesced", "reduce", "broadcast", "broadcast_object_list",
+    "all_gather", "all_gather_into_tensor", "all_gather_coalesced", "all_gather_object",
+    "all_gather_single", "_all_gather_base", "reduce_scatter", "reduce_scatter_tensor",
+    "reduce_scatter_single", "_reduce_scatter_base", "all_to_all", "all_to_all_single",
+    "gather", "gather_object", "scatter", "scatter_object_list", "barrier", "monitored_barrier",
+    "batch_isend_irecv", "send_object_list", "recv_object_list", "new_group", "new_subgroups",
+    "new_subgroups_by_enumeration", "split_group", "_broadcast_coalesced",
+)
+# Collective methods of the C++ group objects, and the dist name that allows each.
+GROUP_METHODS = {
+    "allreduce": "all_reduce", "allreduce_coalesced": "all_reduce", "reduce": "reduce",
+    "broadcast": "broadcast", "allgather": "all_gather", "allgather_coalesced": "all_gather",
+    "allgather_into_tensor_coalesced": "all_gather", "_allgather_base": "all_gather",
+    "all_gather_single": "all_gather", "all_gather_single_coalesced": "all_gather",
+    "reduce_scatter": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
+    "reduce_scatter_single": "reduce_scatter", "reduce_scatter_single_coalesced": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter", "alltoall": "all_to_all",
+    "alltoall_base": "all_to_all", "all_to_all_single": "all_to_all", "gather": "gather",
+    "scatter": "scatter", "barrier": "barrier", "monitored_barrier": "barrier",
+}
+# Operator namespaces whose ops run collectives straight from C++.
+OP_NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd", "c10d_functional", "_dtensor")
+# Modules that are only a door to what the guard refuses.
+REFUSED_IMPORTS = ("ctypes", "_ctypes", "cffi", "_cffi_backend", "torch.distributed._functional_collectives")
+PROCESS_EVENTS = ("os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
+                  "subprocess.Popen", "os.kill", "os.killpg", "signal.pthread_kill", "pty.spawn")
+WALKERS = ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._getframe",
+           "sys._current_frames", "sys.settrace", "sys.setprofile", "sys._getframemodulename")
+
+
+def _raiser(call: str):
+    def forbidden(*_args, **_kwargs):
+        raise ForbiddenCall(call)
+    forbidden.__name__ = forbidden.__qualname__ = call.rpartition(".")[2] or call
+    return forbidden
+
+
+class _ForbiddenNamespace(types.ModuleType):
+    """Stands in for ``torch.ops.c10d`` and friends: any op looked up there is refused."""
+
+    def __getattr__(self, name):
+        raise ForbiddenCall(f"{self.__name__}.{name}")
+
+
+def _patch_names(api, allowed: set[str]) -> None:
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    replace = {}  # id(original) -> replacement, for the sweep over all modules
+    for name in COLLECTIVES:
+        if name in allowed:
+            continue
+        for module, label in ((dist, "torch.distributed"), (c10d, "torch.distributed.distributed_c10d")):
+            original = module.__dict__.get(name)
+            if original is not None:
+                fake = _raiser(f"{label}.{name}" if module is c10d else f"dist.{name}")
+                replace[id(original)] = fake
+                setattr(module, name, fake)
+    from api import WRAPPED
+    for name in WRAPPED:
+        if name in allowed:
+            for module in (dist, c10d):
+                original = module.__dict__.get(name)
+                counted = getattr(api, name)
+                if original is not None:
+                    replace[id(original)] = counted
+                setattr(module, name, counted)
+    # Any other module that imported one of them by name (``from torch.distributed import all_reduce``).
+    for module in list(sys.modules.values()):
+        try:
+            items = list(vars(module).items())
+        except TypeError:
+            continue
+        for key, value in items:
+            fake = replace.get(id(value))
+            if fake is not None and value is not fake:
+                try:
+                    setattr(module, key, fake)
+                except (AttributeError, TypeError):
+                    pass
+
+    from torch._C import _distributed_c10d as cpp
+    for cls_name in ("ProcessGroup", "Backend", "ProcessGroupGloo"):
+        cls = getattr(cpp, cls_name, None)
+        for method, dist_name in GROUP_METHODS.items():
+            if dist_name not in allowed and cls is not None and method in cls.__dict__:
+                setattr(cls, method, _raiser(f"{cls_name}.{method}"))
+    for name in dir(cpp):
+        if name.startswith("_") and any(k in name for k in ("broadcast", "allreduce", "all_reduce")):
+            setattr(cpp, name, _raiser(f"torch._C._distributed_c10d.{name}"))
+    for ns in OP_NAMESPACES:
+        setattr(torch.ops, ns, _ForbiddenNamespace(f"torch.ops.{ns}"))
+    real_get_operation = torch._C._jit_get_operation
+
+    def get_operation(name, *args, **kwargs):
+        if str(name).split("::")[0] in OP_NAMESPACES:
+            raise ForbiddenCall(f"torch.ops.{name}")
+        return real_get_operation(name, *args, **kwargs)
+    torch._C._jit_get_operation = get_operation
+
+
+def _allowed_roots(input_dir: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(folders readable, folders writable): the interpreter, its packages and this harness; tmp."""
+    import sysconfig
+
+    read = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.abspath(__file__))}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            read.add(path)
+    read.update(p for p in sys.path if p and os.path.isdir(p) and os.path.realpath(p) != os.path.realpath(input_dir))
+    write = {os.path.realpath(os.getcwd())}
+    read = {os.path.realpath(p) for p in read} | write
+    return tuple(sorted(read)), tuple(sorted(write))
+
+
+def _under(path: str, roots: tuple[str, ...]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def arm(api, *, allowed, submission_path: str, input_dir: str) -> None:
+    """Replace the forbidden calls and install the audit hook; there is no way back."""
+    _patch_names(api, set(allowed))
+    read_roots, write_roots = _allowed_roots(input_dir)
+    submission = os.path.realpath(submission_path)
+    learner_module = "submission"
+
+    def hook(event, args):
+        if event == "open":
+            path, mode = args[0], args[1]
+            if isinstance(path, int) or path is None:
+                return
+            real = os.path.realpath(os.fsdecode(path))
+            writing = mode is not None and any(c in str(mode) for c in "wax+")
+            if isinstance(args[2], int) and args[2] & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+                writing = True
+            if real == submission and not writing:
+                return
+            if _under(real, write_roots) or (not writing and _under(real, read_roots)):
+                return
+            if not writing and real in ("/dev/null", "/dev/urandom"):
+                return
+            raise PermissionError(f"the exercise guard refuses to open {os.fsdecode(path)!r}")
+        if event.startswith("ctypes."):
+            raise ForbiddenCall("ctypes")
+        if event == "import" and (args[0] in REFUSED_IMPORTS or str(args[0]).split(".")[0] in ("ctypes", "cffi")):
+            raise ForbiddenCall(f"import {args[0]}")
+        if event in WALKERS:
+            raise ForbiddenCall(event)
+        if event in PROCESS_EVENTS:
+            raise ForbiddenCall(event)
+        if event == "object.__setattr__" and isinstance(args[0], type) \
+                and getattr(args[0], "__module__", None) != learner_module:
+            raise ForbiddenCall(f"setting {args[1]} on {getattr(args[0], '__name__', 'a type')}")
+
+    sys.addaudithook(hook)
