@@ -27,7 +27,7 @@ TEXT = {
 }
 
 
-def message(key: str, lang: str, values: dict[str, Any] | None = None) -> str:
+def message(key: str, lang: str, values: dict[str, Any] | None = None, exercise: str | None = None) -> str:  # noqa: ARG001
     return f"[{lang}] {key} " + " ".join(f"{k}={v}" for k, v in sorted((values or {}).items()))
 
 

@@ -142,21 +142,30 @@ def live(run_id: int) -> None:
 
 
 def ring(trace: dict, run_id: int) -> None:
-    """The learner's own ring, animated from the sends their ranks made (as the ring lab's)."""
+    """The learner's own ring, animated from the sends their ranks made (as the ring lab's).
+
+    Chunked sends draw as the ring; sends of the whole buffer as the naive
+    ring; sends the grader could not name as a chunk (another split) are not
+    drawn rather than drawn as something they were not.
+    """
     n = int(trace.get("world_size") or 0)
     traces = trace.get("traces") or []
     if n < 2 or not any(traces):
         return
     try:
         steps, durations = charts.trace_steps(traces)
-        whole = all(send[2] is None for sends in steps for send in sends)
+        whole_bytes = int(trace["size"]) * exercises.element_size(trace["dtype"])
+        sends = [rec for records in traces for rec in records]
+        whole = all(rec.get("send_chunk") is None and rec.get("bytes") == whole_bytes for rec in sends)
         if whole:
             labels = {**ring_labels(), "pass-around": t("labs_naive.pass_around"),
                       "buffer": t("labs_naive.whole_buffer"), "carries": t("labs_naive.carries", rank="{rank}")}
             fig = charts.naive_ring_figure(n, steps, labels=labels, step_durations=durations, lang=code)
+        elif any(send[2] is None for step in steps for send in step):
+            raise ValueError("a send that is no chunk of the ring")
         else:
             fig = charts.ring_figure(n, steps, labels=ring_labels(), step_durations=durations, lang=code)
-    except (KeyError, IndexError, TypeError, ValueError):  # sends that are no ring: nothing to draw
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):  # sends that are no ring
         st.caption(t("exercises.ring_unavailable"))
         return
     st.markdown(f"**{t('exercises.ring_whole') if whole else t('exercises.ring')}**")
@@ -179,7 +188,7 @@ def report(run) -> None:  # noqa: ANN001  (a LabRun)
     elif res.get("status") == "error" or res.get("error"):
         err = res.get("error") or {}
         st.error(t("exercises.error"))
-        st.text(exercises.message(err.get("key", "crash"), code, err.get("values")))
+        st.text(exercises.message(err.get("key", "crash"), code, err.get("values"), run.params.get("exercise")))
     else:
         st.error(t("exercises.failed", failed=sum(c.get("status") == "failed" for c in cases), count=len(cases)))
     if res.get("duration_s") is not None:
@@ -195,7 +204,8 @@ def report(run) -> None:  # noqa: ANN001  (a LabRun)
             # Findings and waits carry values from the learner's run: shown as plain text.
             for finding in case.get("findings") or []:
                 if not finding.get("passed", False):
-                    st.text("✗ " + exercises.message(finding.get("key", ""), code, finding.get("values")))
+                    st.text("✗ " + exercises.message(finding.get("key", ""), code, finding.get("values"),
+                                                     run.params.get("exercise")))
             for wait in case.get("waiting") or []:
                 st.text(t("exercises.waiting", rank=wait.get("rank"), op=wait.get("op"),
                           peer=wait.get("peer"), bytes=wait.get("bytes")))
