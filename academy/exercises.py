@@ -240,10 +240,15 @@ def submit(*, learner_id: int, exercise: str, source: str, lang: str,
     text (:class:`SourceRefused`), and like any lab by fair use (the
     learner's own limit of active runs, the queue's) or an unreachable queue.
     """
+    from labs.exercises import messages
+
     exercise = check_exercise(exercise)
     source = check_source(source)
     with session_scope() as session:
         save_draft(session=session, learner_id=learner_id, exercise=exercise, source=source)
+    # The grader's own text output is in a language it has (the page renders the
+    # report's keys itself, in the learner's language, whatever this is).
+    lang = lang if lang in messages.languages() else DEFAULT_LANG
     return labqueue.submit(lab=LAB, params={"exercise": exercise, "lang": lang}, learner_id=learner_id,
                            machine=machine or {}, source=source)
 

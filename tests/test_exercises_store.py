@@ -118,14 +118,21 @@ def test_a_refused_submission_queues_nothing(app_db, monkeypatch):
     with Session(app_db) as s:
         assert s.exec(select(LabRun)).all() == []
     assert queued == []
+    from labs.exercises import messages
+
+    monkeypatch.setattr(messages, "languages", lambda: ["en", "nl"])
     run_id = exercises.submit(learner_id=me, exercise="broadcast", source="ok = 1\n", lang="nl")
     with Session(app_db) as s:
         run = s.get(LabRun, run_id)
         assert (run.lab, run.params, run.source, run.status) == \
             ("exercise", {"exercise": "broadcast", "lang": "nl"}, "ok = 1\n", "queued")
+    # A language the grader has no texts in: its text output is English (the page renders the keys).
+    other = exercises.submit(learner_id=me, exercise="broadcast", source="ok = 2\n", lang="zh")
+    with Session(app_db) as s:
+        assert s.get(LabRun, other).params["lang"] == "en"
         # Submitting saves the draft too: a refresh shows what was run.
         assert exercises.get_draft(session=s, learner_id=me, exercise="broadcast").source == "ok = 1\n"
-    assert queued == [run_id]
+    assert queued == [run_id, other]
     with pytest.raises(exercises.UnknownExercise):
         exercises.submit(learner_id=me, exercise="../etc/passwd", source="x", lang="en")
 
