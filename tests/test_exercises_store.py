@@ -131,7 +131,7 @@ def test_a_refused_submission_queues_nothing(app_db, monkeypatch):
     with Session(app_db) as s:
         assert s.get(LabRun, other).params["lang"] == "en"
         # Submitting saves the draft too: a refresh shows what was run.
-        assert exercises.get_draft(session=s, learner_id=me, exercise="broadcast").source == "ok = 1\n"
+        assert exercises.get_draft(session=s, learner_id=me, exercise="broadcast").source == "ok = 2\n"
     assert queued == [run_id, other]
     with pytest.raises(exercises.UnknownExercise):
         exercises.submit(learner_id=me, exercise="../etc/passwd", source="x", lang="en")
