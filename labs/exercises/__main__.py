@@ -86,7 +86,8 @@ def waiting_lines(rows: list[dict], lang: str) -> list[str]:
     for row in rows:
         op = row["op"]
         key = {"send": "waiting_send", "isend": "waiting_send", "recv": "waiting_recv", "irecv": "waiting_recv",
-               "running": "waiting_running", "finished": "waiting_finished"}.get(op, "waiting_other")
+               "running": "waiting_running", "finished": "waiting_finished",
+               "raised": "waiting_raised"}.get(op, "waiting_other")
         if key == "waiting_recv" and row["peer"] is None:
             key = "waiting_recv_any"
         out.append(messages.text(key, lang, **row))

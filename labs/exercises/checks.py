@@ -24,21 +24,24 @@ def failed(check: str, key: str, **values) -> dict:
 
 
 def shape_and_dtype(case: dict, ranks: list[dict]) -> list[dict]:
-    out = []
-    for check, want, key in (("shape", list(case["shape"]), "shape_changed"),
-                             ("dtype", case["dtype"], "dtype_changed")):
-        bad = next((r for r in ranks if r["result"][check] != want), None)
-        out.append(passed(check) if bad is None else
-                   failed(check, key, rank=bad["rank"], expected=_show(want), got=_show(bad["result"][check])))
-    return out
+    """The tensor keeps its shape and its element type on every rank."""
+    shape, dtype = list(case["shape"]), case["dtype"]
+    bad = next((r for r in ranks if r["result"]["shape"] != shape), None)
+    findings = [passed("shape") if bad is None else
+                failed("shape", "shape_changed", rank=bad["rank"], expected=_show(shape),
+                       got=_show(bad["result"]["shape"]))]
+    bad = next((r for r in ranks if r["result"]["dtype"] != dtype), None)
+    findings.append(passed("dtype") if bad is None else
+                    failed("dtype", "dtype_changed", rank=bad["rank"], expected=dtype, got=bad["result"]["dtype"]))
+    return findings
 
 
-def in_place(ranks: list[dict]) -> dict:
+def in_place(case: dict, ranks: list[dict]) -> dict:
     """The tensor passed in holds the result in its own memory (not a new tensor, not ``.data =``)."""
     for r in ranks:
         res = r["result"]
-        if res.get("returned") is not None and res["values"] != r["expected"]["values"] \
-                and res["returned"]["values"] == r["expected"]["values"]:
+        if res.get("returned") is not None and _wrong(case, len(ranks), res["values"], r["expected"]) \
+                and not _wrong(case, len(ranks), res["returned"]["values"], r["expected"]):
             return failed("in_place", "returned_new_tensor", rank=r["rank"])
         if not res["same_storage"]:
             return failed("in_place", "not_in_place", rank=r["rank"])
@@ -54,22 +57,30 @@ def tolerance(case: dict, world: int, abs_sum: float) -> float:
 
 def values(case: dict, ranks: list[dict], *, exact: bool = False) -> dict:
     """Every element on every rank against the built-in collective's result."""
-    world = len(ranks)
     for r in ranks:
         got, want = r["result"]["values"], r["expected"]["values"]
-        sums = r["expected"].get("abs_sum") or [0.0] * len(want)
         if len(got) != len(want):
             return failed("values", "values_count", rank=r["rank"], expected=len(want), got=len(got))
-        wrong = []
-        for i, (g, w, s) in enumerate(zip(got, want, sums, strict=True)):
-            tol = 0.0 if exact else tolerance(case, world, s)
-            if not (isinstance(g, int | float) and math.isfinite(g) and abs(g - w) <= tol):
-                wrong.append(i)
+        wrong = _wrong(case, len(ranks), got, r["expected"], exact=exact)
         if wrong:
             i = wrong[0]
             return failed("values", "values_wrong", rank=r["rank"], wrong=len(wrong), total=len(want),
                           index=i, expected=_num(want[i]), got=_num(got[i]))
     return passed("values")
+
+
+def _wrong(case: dict, world: int, got: list, expected: dict, *, exact: bool = False) -> list[int]:
+    """Indices of the elements of ``got`` that are not the expected values (all, if the count differs)."""
+    want = expected["values"]
+    if len(got) != len(want):
+        return list(range(max(len(got), len(want))))
+    sums = expected.get("abs_sum") or [0.0] * len(want)
+    wrong = []
+    for i, (g, w, s) in enumerate(zip(got, want, sums, strict=True)):
+        tol = 0.0 if exact else tolerance(case, world, s)
+        if not (isinstance(g, int | float) and math.isfinite(g) and abs(g - w) <= tol):
+            wrong.append(i)
+    return wrong
 
 
 def _num(x) -> str:

@@ -30,10 +30,14 @@ OUTPUT_BYTES_PER_RANK = 2048  # of the learner's prints, per rank and case
 TRACEBACK_FRAMES = 6
 
 
-def plan(exercise, seed: int, case_timeout_s: float) -> dict:
-    """What the harness runs: the cases grouped by world size (one fork of the ranks each)."""
+def plan(exercise, seed: int, case_timeout_s: float, case_ids=None) -> dict:
+    """What the harness runs: the cases grouped by world size (one fork of the ranks each).
+
+    ``case_ids`` keeps only those cases (tests that need one case, not all)."""
     groups: dict[int, list[dict]] = {}
     for case in exercise.cases(seed):
+        if case_ids is not None and case["id"] not in case_ids:
+            continue
         groups.setdefault(case["world_size"], []).append(dict(case, function=exercise.FUNCTION))
     return {"exercise": exercise.ID, "driver": exercise.DRIVER, "function": exercise.FUNCTION,
             "allowed": list(exercise.ALLOWED), "case_timeout_s": case_timeout_s,
@@ -105,7 +109,8 @@ def _case_entry(exercise, event: dict) -> tuple[dict, list[dict] | None]:
     for r in event["ranks"]:  # the first rank that raised says what happened
         reply = r["reply"] or {}
         if reply.get("type") == "forbidden":
-            entry["findings"] = [{"check": "forbidden", "passed": False, "key": "forbidden_call",
+            key = "guard_refused" if reply.get("kind") == "guard" else "forbidden_call"
+            entry["findings"] = [{"check": "forbidden", "passed": False, "key": key,
                                   "values": {"call": reply["call"], "rank": r["rank"]},
                                   "frames": _frames(reply.get("frames", []))}]
             return entry, None
@@ -134,7 +139,7 @@ def _error_from_event(event: dict) -> dict:
     if key == "missing_function":
         return {"key": key, "values": {"function": event.get("function", "")}}
     if key == "forbidden_call":
-        return {"key": key, "values": {"call": event.get("call", ""), "rank": event.get("rank")},
+        return {"key": "guard_refused" if event.get("kind") == "guard" else key, "values": {"call": event.get("call", ""), "rank": event.get("rank")},
                 "frames": _frames(event.get("frames", []))}
     if key == "import_error":
         return {"key": key, "values": {"exception": event.get("exc", ""), "message": event.get("message", "")},
@@ -144,13 +149,14 @@ def _error_from_event(event: dict) -> dict:
 
 def grade(exercise_id: str, source: str, *, seed: int | None = None, mode: str | None = None,
           case_timeout_s: float = CASE_TIMEOUT_S, limits: sandbox.Limits | None = None,
-          on_event: Callable[[dict], None] | None = None) -> dict:
+          case_ids=None, on_event: Callable[[dict], None] | None = None) -> dict:
     """Grade ``source`` for ``exercise_id``; the report (see the module docstring).
 
     ``on_event`` gets ``{"kind": "progress", "step": k, "total_steps": n,
     "case": id, "status": ...}`` as each case finishes (the CLI's --events).
     ``seed`` fixes the numbers in the cases (tests); by default every run
     draws new ones, so a file that prints fixed answers cannot pass.
+    ``case_ids`` grades only those cases (see `plan`).
     """
     t0 = time.perf_counter()
     exercise = load(exercise_id)
@@ -163,7 +169,7 @@ def grade(exercise_id: str, source: str, *, seed: int | None = None, mode: str |
     except sandbox.SandboxUnavailable as exc:
         return _report(exercise_id, error={"key": "sandbox_unavailable", "values": {"reason": exc.reason}},
                        duration=time.perf_counter() - t0, mode=chosen)
-    the_plan = plan(exercise, secrets.randbelow(1 << 30) if seed is None else seed, case_timeout_s)
+    the_plan = plan(exercise, secrets.randbelow(1 << 30) if seed is None else seed, case_timeout_s, case_ids)
     cases, traced_ranks = [], {}
     error = None
     done = False

@@ -54,7 +54,7 @@ def bytes_check(case: dict, ranks: list[dict]) -> dict:
 
 def check(case: dict, ranks: list[dict]) -> list[dict]:
     findings = checks.shape_and_dtype(case, ranks)
-    findings.append(checks.in_place(ranks))
+    findings.append(checks.in_place(case, ranks))
     findings.append(checks.values(case, ranks, exact=True))
     findings.append(bytes_check(case, ranks))
     return findings

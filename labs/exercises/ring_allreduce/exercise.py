@@ -73,6 +73,8 @@ def bytes_check(case: dict, ranks: list[dict]) -> dict:
             return checks.failed("bytes", "bytes_whole_buffer", **common, whole=(n - 1) * size)
         return checks.failed("bytes", "bytes_off", **common, low=max(0, int(low)), high=int(high))
     total = sum(r["sent"] for r in ranks)
+    if total == 0:
+        return checks.failed("bytes", "bytes_none", rank=0, sent=0, expected=shown, world_size=n, size=size)
     if total != total_expected:
         r = next((r for r in ranks if whole(r)), None)
         if r is not None:
@@ -85,7 +87,7 @@ def bytes_check(case: dict, ranks: list[dict]) -> dict:
 
 def check(case: dict, ranks: list[dict]) -> list[dict]:
     findings = checks.shape_and_dtype(case, ranks)
-    findings.append(checks.in_place(ranks))
+    findings.append(checks.in_place(case, ranks))
     findings.append(checks.values(case, ranks))
     findings.append(bytes_check(case, ranks))
     return findings

@@ -12,7 +12,8 @@ clear message. Two layers:
    check: a result that did not travel through our send/recv counts 0 bytes.
 2. An audit hook (``sys.addaudithook``: it cannot be removed, and there is
    no way to switch it off once armed) refuses ctypes, importing
-   ctypes/cffi, ``sys._getframe``, the ``gc`` walkers, setting attributes on
+   ctypes/cffi, frames (``sys._getframe``, ``tb_frame``) while the learner's
+   code is on the stack, the ``gc`` walkers, setting attributes on
    types the learner did not define (no un-patching), starting processes,
    and opening files outside the private tmp folder and the interpreter's
    own files (the plan, with this run's cases, is not readable either).
@@ -28,9 +29,10 @@ import types
 class ForbiddenCall(RuntimeError):
     """The learner called a collective (or another call) this exercise does not allow."""
 
-    def __init__(self, call: str):
+    def __init__(self, call: str, kind: str = "collective"):
         super().__init__(f"{call} is not available in this exercise")
         self.call = call
+        self.kind = kind  # "collective" (and ctypes: a way to one) or "guard" (a way to the harness's data)
 
 
 # torch.distributed functions that do communication other than the counted
@@ -62,8 +64,11 @@ OP_NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd", "c10d_
 REFUSED_IMPORTS = ("ctypes", "_ctypes", "cffi", "_cffi_backend", "torch.distributed._functional_collectives")
 PROCESS_EVENTS = ("os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
                   "subprocess.Popen", "os.kill", "os.killpg", "signal.pthread_kill", "pty.spawn")
-WALKERS = ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._getframe",
-           "sys._current_frames", "sys.settrace", "sys.setprofile", "sys._getframemodulename")
+WALKERS = ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.settrace", "sys.setprofile")
+# Ways to a frame, whose locals are the harness's (this group's cases): refused while a
+# frame of the learner's file is on the stack; the harness reads its own tracebacks after.
+FRAME_EVENTS = ("sys._getframe", "sys._current_frames", "sys._getframemodulename")
+FRAME_ATTRIBUTES = ("tb_frame", "gi_frame", "cr_frame", "ag_frame")
 
 
 def _raiser(call: str):
@@ -162,9 +167,33 @@ def arm(api, *, allowed, submission_path: str, input_dir: str) -> None:
     _patch_names(api, set(allowed))
     read_roots, write_roots = _allowed_roots(input_dir)
     submission = os.path.realpath(submission_path)
+    learner_files = {submission, submission_path}
     learner_module = "submission"
+    busy = []  # the hook's own sys._getframe must not come back into it
+
+    def learner_on_stack() -> bool:
+        frame = sys._getframe(2)
+        while frame is not None:
+            if frame.f_code.co_filename in learner_files:
+                return True
+            frame = frame.f_back
+        return False
+
+    def frames_event(event, args) -> bool:
+        return event in FRAME_EVENTS or (event == "object.__getattr__" and args[1] in FRAME_ATTRIBUTES)
 
     def hook(event, args):
+        if busy:
+            return
+        if frames_event(event, args):
+            busy.append(True)
+            try:
+                refuse = learner_on_stack()
+            finally:
+                busy.pop()
+            if refuse:
+                raise ForbiddenCall(event if event != "object.__getattr__" else args[1], "guard")
+            return
         if event == "open":
             path, mode = args[0], args[1]
             if isinstance(path, int) or path is None:
@@ -184,12 +213,10 @@ def arm(api, *, allowed, submission_path: str, input_dir: str) -> None:
             raise ForbiddenCall("ctypes")
         if event == "import" and (args[0] in REFUSED_IMPORTS or str(args[0]).split(".")[0] in ("ctypes", "cffi")):
             raise ForbiddenCall(f"import {args[0]}")
-        if event in WALKERS:
-            raise ForbiddenCall(event)
-        if event in PROCESS_EVENTS:
-            raise ForbiddenCall(event)
+        if event in WALKERS or event in PROCESS_EVENTS:
+            raise ForbiddenCall(event, "guard")
         if event == "object.__setattr__" and isinstance(args[0], type) \
                 and getattr(args[0], "__module__", None) != learner_module:
-            raise ForbiddenCall(f"setting {args[1]} on {getattr(args[0], '__name__', 'a type')}")
+            raise ForbiddenCall(f"setattr({getattr(args[0], '__name__', 'type')}, {args[1]!r})", "guard")
 
     sys.addaudithook(hook)

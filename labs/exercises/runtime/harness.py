@@ -83,7 +83,8 @@ def _error_record(exc: BaseException, path: str) -> dict:
             forbidden = cause
         cause = cause.__cause__ or cause.__context__
     if forbidden is not None:
-        return {"type": "forbidden", "call": forbidden.call, "frames": _learner_frames(exc, path)}
+        return {"type": "forbidden", "call": forbidden.call, "kind": forbidden.kind,
+                "frames": _learner_frames(exc, path)}
     return {"type": "crash", "exc": type(exc).__name__, "message": str(exc)[:500],
             "frames": _learner_frames(exc, path)}
 
@@ -336,7 +337,7 @@ def _run_group(plan: dict, group: dict, index: int, total: int) -> tuple[int, bo
                 else:  # the learner's file raised while being imported
                     emit({"event": "error", "key": "import_error" if msg["type"] == "crash" else "forbidden_call",
                           "rank": rank, "exc": msg.get("exc"), "message": msg.get("message"),
-                          "call": msg.get("call"), "frames": msg.get("frames", []),
+                          "call": msg.get("call"), "kind": msg.get("kind"), "frames": msg.get("frames", []),
                           "output": g.output(rank, 0, per_rank_output)})
                     return index, False
         if len(ready) < g.world:

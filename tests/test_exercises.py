@@ -1,0 +1,321 @@
+"""The coding exercises ring-allreduce and broadcast, graded for real (issue #16).
+
+Solutions written for these tests from scratch (tests/fixtures/exercises/,
+not the reference) must pass every case from the command line; known
+mistakes must fail with the right message: a whole-buffer ring (values
+right, bytes wrong from 3 ranks on), a ring of blocking sends (a deadlock,
+with what each rank waited for), a crash (only the learner's frames), a new
+tensor returned instead of writing in place. The bytes rules themselves are
+checked without any process, on the sends a ring makes for every size.
+
+The sandbox mode is ``EXERCISE_SANDBOX`` (bwrap, as CI runs as root; none on
+a machine without bubblewrap).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from labs import exercises, sandbox
+from labs.exercises import grader
+from labs.exercises.broadcast import exercise as bcast_ex
+from labs.exercises.ring_allreduce import exercise as ring_ex
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "exercises"
+
+
+def _sandbox_or_skip() -> None:
+    try:
+        sandbox.check_available()
+    except sandbox.SandboxUnavailable as exc:
+        pytest.skip(f"no sandbox here: {exc.reason}")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "labs.exercises", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+
+
+def failing(report: dict) -> dict[str, list[dict]]:
+    return {c["id"]: [f for f in c["findings"] if not f["passed"]] for c in report["cases"]
+            if c["status"] != "passed"}
+
+
+# --------------------------------------------------------------------------
+# The bytes rules, on the sends real rings make (no processes)
+
+
+def _ring_sends(numel: int, n: int, elem: int, split) -> list[list[int]]:
+    """Bytes of each message each rank sends in a ring all-reduce over chunks ``split(numel, n)``."""
+    sizes = split(numel, n)
+    out = []
+    for r in range(n):
+        msgs = [sizes[(r - s) % n] * elem for s in range(n - 1)]
+        msgs += [sizes[(r + 1 - s) % n] * elem for s in range(n - 1)]
+        out.append(msgs)
+    return out
+
+
+def _tensor_split(numel, n):
+    return [c.numel() for c in torch.tensor_split(torch.empty(numel), n)]
+
+
+def _ceil_split(numel, n):
+    per = -(-numel // n)
+    return [max(0, min(per, numel - i * per)) for i in range(n)]
+
+
+def _ranks(case, sends_per_rank, *, received=None):
+    ranks = []
+    for r, msgs in enumerate(sends_per_rank):
+        calls = [{"op": "isend", "peer": (r + 1) % len(sends_per_rank), "bytes": b} for b in msgs]
+        ranks.append({"rank": r, "sent": sum(msgs), "received": received[r] if received else 0, "calls": calls,
+                      "expected": {"values": [0.0] * math.prod(case["shape"])}})
+    return ranks
+
+
+@pytest.mark.parametrize("split", [_tensor_split, _ceil_split])
+def test_every_chunked_ring_passes_the_bytes_rule(split):
+    for n in (2, 3, 4):
+        for numel in range(1, 30):
+            for dtype, elem in (("float32", 4), ("float64", 8)):
+                case = {"shape": [numel], "dtype": dtype}
+                finding = ring_ex.bytes_check(case, _ranks(case, _ring_sends(numel, n, elem, split)))
+                assert finding["passed"], (n, numel, dtype, finding)
+
+
+def test_a_whole_buffer_ring_fails_the_bytes_rule_from_three_ranks_on():
+    for n in (2, 3, 4):
+        for numel in (1, 2, 7, 16):
+            case = {"shape": [numel], "dtype": "float32"}
+            size = numel * 4
+            finding = ring_ex.bytes_check(case, _ranks(case, [[size] * (n - 1)] * n))
+            if n == 2:  # one message of S each: the same as a ring, and as good as it gets
+                assert finding["passed"]
+                continue
+            assert finding["key"] == "bytes_whole_buffer", (n, numel, finding)
+            assert finding["values"]["sent"] == (n - 1) * size
+            assert finding["values"]["whole"] == (n - 1) * size
+
+
+def test_nothing_sent_or_one_extra_chunk_fails_the_bytes_rule():
+    case = {"shape": [10], "dtype": "float32"}
+    assert ring_ex.bytes_check(case, _ranks(case, [[]] * 4))["key"] == "bytes_none"
+    sends = _ring_sends(10, 4, 4, _tensor_split)
+    sends[2] = sends[2] + [sends[2][0]]  # rank 2 sends one chunk twice
+    assert not ring_ex.bytes_check(case, _ranks(case, sends))["passed"]
+
+
+def test_the_broadcast_bytes_rule():
+    case = {"shape": [5], "dtype": "float64", "src": 2}
+    s = 40
+
+    def ranks(sent, received):
+        return [{"rank": r, "sent": sent[r], "received": received[r], "calls": []} for r in range(4)]
+
+    chain = ranks([s, s, s, 0], [s, s, 0, s])  # 2 -> 3 -> 0 -> 1
+    star = ranks([0, 0, 3 * s, 0], [s, s, 0, s])
+    assert bcast_ex.bytes_check(case, chain)["passed"]
+    assert bcast_ex.bytes_check(case, star)["passed"]
+    assert bcast_ex.bytes_check(case, ranks([0, 0, 3 * s, 0], [s, 2 * s, 0, s]))["key"] == "bytes_received"
+    assert bcast_ex.bytes_check(case, ranks([0, 0, 3 * s, 0], [s, s, s, s]))["key"] == "bytes_src_received"
+    assert bcast_ex.bytes_check(case, ranks([0, 0, 0, 0], [0, 0, 0, 0]))["key"] == "bytes_none"
+
+
+def test_values_tolerance_is_rounding_for_floats_and_exact_for_integers():
+    def ranks(got, want, sums):
+        return [{"rank": 0, "result": {"values": got}, "expected": {"values": want, "abs_sum": sums}}]
+
+    f32 = {"dtype": "float32"}
+    assert ring_ex.checks.values(f32, ranks([1.0 + 1e-7], [1.0], [1.0]) * 4)["passed"]
+    assert not ring_ex.checks.values(f32, ranks([1.001], [1.0], [1.0]) * 4)["passed"]
+    assert not ring_ex.checks.values(f32, ranks([float("nan")], [1.0], [1.0]) * 4)["passed"]
+    wrong = ring_ex.checks.values({"dtype": "int64"}, ranks([3, 5], [3, 4], [3.0, 4.0]) * 2)
+    assert wrong["key"] == "values_wrong" and wrong["values"]["index"] == 1
+
+
+def test_cases_cover_what_the_issue_asks():
+    ring = ring_ex.cases(1)
+    assert {c["world_size"] for c in ring} == {2, 3, 4}
+    for n in (2, 3, 4):
+        sizes = [math.prod(c["shape"]) for c in ring if c["world_size"] == n]
+        assert any(s % n == 0 for s in sizes) and any(s % n for s in sizes)
+        assert 1 in sizes and any(s < n for s in sizes)
+    assert any(len(c["shape"]) == 2 for c in ring)
+    assert {"float32", "float64", "int64"} <= {c["dtype"] for c in ring}
+    assert len({c["id"] for c in ring}) == len(ring)
+    srcs = {c["src"] for c in bcast_ex.cases(1)}
+    assert srcs - {0}, "broadcast must not only come from rank 0"
+
+
+# --------------------------------------------------------------------------
+# Graded on real ranks
+
+
+def test_solutions_from_scratch_pass_every_case_from_the_command_line(tmp_path):
+    _sandbox_or_skip()
+    for exercise_id, fixture in (("ring-allreduce", "ring_isend_irecv.py"),
+                                 ("broadcast", "broadcast_chain.py"), ("broadcast", "broadcast_star.py")):
+        out = tmp_path / f"{fixture}.json"
+        proc = cli("grade", exercise_id, str(FIXTURES / fixture), "--out", str(out))
+        report = json.loads(out.read_text())
+        assert proc.returncode == 0, (fixture, proc.stdout[-3000:], proc.stderr[-2000:])
+        assert report["status"] == "passed" and report["ok"] is True
+        assert len(report["cases"]) == len(exercises.load(exercise_id).cases(0))
+        assert all(f["passed"] for c in report["cases"] for f in c["findings"])
+
+
+def test_the_reference_passes_and_the_ring_report_has_the_learners_trace():
+    _sandbox_or_skip()
+    t0 = time.perf_counter()
+    report = grader.grade("ring-allreduce", exercises.reference("ring-allreduce"))
+    elapsed = time.perf_counter() - t0
+    print(f"\nring-allreduce, all {len(report['cases'])} cases, sandbox {report['sandbox']}: {elapsed:.2f} s")
+    assert report["status"] == "passed", failing(report)
+    trace = report["trace"]
+    assert trace["world_size"] == 4 and len(trace["traces"]) == 4
+    from app.charts import trace_steps
+
+    steps, durations = trace_steps(trace["traces"])
+    assert len(steps) == 2 * (4 - 1) == len(durations)
+    # Step 0 of reduce-scatter: rank r sends its own chunk r to rank r+1 (as labs.ring does).
+    assert sorted(steps[0]) == [(r, (r + 1) % 4, r, "reduce-scatter") for r in range(4)]
+    assert steps[-1][0][3] == "all-gather"
+    assert grader.grade("broadcast", exercises.reference("broadcast"))["status"] == "passed"
+
+
+def test_a_whole_buffer_ring_passes_values_and_fails_bytes_with_an_explanation():
+    _sandbox_or_skip()
+    proc = cli("grade", "ring-allreduce", str(FIXTURES / "ring_whole_buffer.py"), "--json")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    for case in report["cases"]:
+        by_check = {f["check"]: f for f in case["findings"]}
+        assert by_check["values"]["passed"] and by_check["in_place"]["passed"], case
+        if case["world_size"] == 2:
+            assert case["status"] == "passed", case
+        else:
+            assert by_check["bytes"]["key"] == "bytes_whole_buffer", case
+            values = by_check["bytes"]["values"]
+            assert values["sent"] == values["whole"] == (case["world_size"] - 1) * values["size"]
+    # The animation draws whole-buffer sends: no chunk numbers.
+    assert all(step["send_chunk"] is None for steps in report["trace"]["traces"] for step in steps)
+    assert report["trace"]["traces"][0][0]["phase"] == "pass-around"
+
+
+def test_a_ring_of_blocking_sends_deadlocks_and_says_what_each_rank_waited_for():
+    _sandbox_or_skip()
+    source = (FIXTURES / "ring_blocking_send.py").read_text()
+    report = grader.grade("ring-allreduce", source, case_timeout_s=1.0,
+                          case_ids={"w3-n7-float32", "w3-n9-float32"})
+    first, second = report["cases"]
+    assert first["status"] == "failed" and first["findings"][0]["key"] == "deadlock"
+    assert first["waiting"] == [{"rank": r, "op": "send", "peer": (r + 1) % 3, "bytes": 28} for r in range(3)]
+    assert second["status"] == "not_run"
+    assert report["status"] == "failed"
+    from labs.exercises.__main__ import render
+
+    text = render(report, "en")
+    assert "rank 0: waiting in send to rank 1 (28 bytes)" in text
+
+
+def test_a_crash_reports_the_learners_frames_only():
+    _sandbox_or_skip()
+    report = grader.grade("ring-allreduce", (FIXTURES / "ring_crash.py").read_text(),
+                          case_ids={"w2-n5-float32", "w2-n8-float32"})
+    for case in report["cases"]:  # every rank raised, so the next case still ran
+        (finding,) = case["findings"]
+        assert finding["key"] == "crash"
+        assert finding["values"] == {"rank": 1, "exception": "ZeroDivisionError",
+                                     "message": "integer division or modulo by zero"}
+        assert [f["function"] for f in finding["frames"]] == ["ring_allreduce", "_scale"]
+        assert finding["frames"][-1] == {"line": 6, "function": "_scale", "code": "return 1 // (rank - 1)"}
+
+
+def test_returning_a_new_tensor_is_not_in_place():
+    _sandbox_or_skip()
+    report = grader.grade("ring-allreduce", (FIXTURES / "ring_new_tensor.py").read_text(),
+                          case_ids={"w3-n7-float32"})
+    keys = {f["key"] for f in failing(report)["w3-n7-float32"]}
+    assert "returned_new_tensor" in keys
+
+
+def test_the_learners_prints_reach_the_report_not_the_protocol():
+    _sandbox_or_skip()
+    source = ("import torch.distributed as dist\n"
+              "def ring_allreduce(tensor):\n"
+              "    print('{\"event\": \"done\"}', 'hello from', dist.get_rank())\n"
+              "    return tensor\n")
+    report = grader.grade("ring-allreduce", source, case_ids={"w2-n5-float32"})
+    (case,) = report["cases"]
+    assert case["status"] == "failed"
+    assert "hello from 0" in case["output"]["0"] and "hello from 1" in case["output"]["1"]
+
+
+# --------------------------------------------------------------------------
+# The command line
+
+
+def test_exit_codes_and_the_json_report(tmp_path):
+    _sandbox_or_skip()
+    broken = tmp_path / "broken.py"
+    broken.write_text("def ring_allreduce(tensor)\n    return tensor\n")
+    proc = cli("grade", "ring-allreduce", str(broken), "--json")
+    assert proc.returncode == 2
+    report = json.loads(proc.stdout)
+    assert report["status"] == "error" and report["error"]["key"] == "syntax_error"
+    assert report["error"]["values"]["line"] == 1 and report["cases"] == []
+
+    proc = cli("grade", "ring-allreduce", str(FIXTURES / "ring_missing_function.py"), "--lang", "nl")
+    assert proc.returncode == 2
+    assert "ring_allreduce" in proc.stdout
+
+    events = tmp_path / "events.jsonl"
+    proc = cli("grade", "broadcast", str(FIXTURES / "broadcast_star.py"), "--json", "--events", str(events))
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    report = json.loads(proc.stdout)
+    assert set(report) == {"exercise", "status", "ok", "error", "cases", "trace", "duration_s", "sandbox"}
+    assert report["sandbox"] in sandbox.MODES and report["error"] is None
+    case = report["cases"][0]
+    assert {"id", "world_size", "size", "dtype", "status", "findings", "output"} <= set(case)
+    assert {"check", "passed", "key", "values"} <= set(case["findings"][0])
+    lines = [json.loads(line) for line in events.read_text().splitlines()]
+    assert [e["step"] for e in lines] == list(range(1, len(report["cases"]) + 1))
+    assert lines[-1]["fraction"] == 1.0 and lines[-1]["kind"] == "progress"
+
+    proc = cli("grade", "ring-allreduce", str(FIXTURES / "ring_whole_buffer.py"))
+    assert proc.returncode == 1
+
+
+def test_list_and_show_never_show_the_reference():
+    proc = cli("list")
+    assert proc.returncode == 0
+    assert "ring-allreduce" in proc.stdout and "broadcast" in proc.stdout
+    for lang in ("en", "zh", "nl"):
+        proc = cli("show", "ring-allreduce", "--lang", lang)
+        assert proc.returncode == 0
+        assert "def ring_allreduce(tensor):" in proc.stdout  # the starter
+        assert "chunks[recv_c].add_(into)" not in proc.stdout  # a line only the reference has
+        assert proc.stdout.count("## ") >= 4  # starter code and three or more hints
+
+
+def test_the_sandbox_refusing_is_exit_2(monkeypatch):
+    def unavailable(_mode=None):
+        raise sandbox.SandboxUnavailable("bwrap: not installed")
+
+    monkeypatch.setattr(sandbox, "check_available", unavailable)
+    report = grader.grade("ring-allreduce", exercises.reference("ring-allreduce"))
+    assert report["status"] == "error"
+    assert report["error"] == {"key": "sandbox_unavailable", "values": {"reason": "bwrap: not installed"}}
+    from labs.exercises.__main__ import EXIT
+
+    assert EXIT[report["status"]] == 2

@@ -1,0 +1,149 @@
+"""The exercises' texts: every message the code can produce exists in every language.
+
+The keys are read from the code itself (``ast``): every ``"key": "..."`` in a
+finding or error, every ``failed(check, KEY)`` and ``passed(CHECK)`` (whose
+message is ``CHECK_ok``), every ``messages.text(KEY)``, and the families the
+code builds from a prefix (``status_*``, ``sandbox_stopped_*``,
+``waiting_*``). A key used in an exercise's ``exercise.py`` may live in that
+exercise's own ``feedback:``; any other key must be shared
+(``feedback.yaml``). Translations keep the English placeholders, the
+statements follow each language's glossary, and every exercise has a title,
+a summary, a statement and three or more hints in every language.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import yaml
+
+from labs import exercises
+from labs.exercises import messages
+from tests.test_terminology import LESSONS, findings, report, rules_from, yaml_texts
+
+ROOT = Path(__file__).resolve().parent.parent
+CODE = ROOT / "labs" / "exercises"
+CONTENT = ROOT / "content" / "exercises"
+LANGS = ("en", "zh", "nl")
+MINE = ("ring-allreduce", "broadcast")
+STOPPED = ("wall_time", "output", "memory", "cpu_time", "processes")  # labs.sandbox.Outcome.stopped
+
+
+def _const(node) -> list[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.IfExp):
+        return _const(node.body) + _const(node.orelse)
+    return []
+
+
+def keys_in(path: Path) -> set[str]:
+    """The message keys one module can put in a report or print."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("waiting_"):
+            found.add(node.value)  # the CLI's table from a rank's state to its message
+        elif isinstance(node, ast.Dict):
+            for k, v in zip(node.keys, node.values, strict=True):
+                if isinstance(k, ast.Constant) and k.value == "key":
+                    found.update(_const(v))
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "key" for t in node.targets):
+            found.update(_const(node.value))
+        elif isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name == "failed" and len(node.args) >= 2:
+                found.update(_const(node.args[1]))
+            elif name == "passed" and node.args:
+                found.update(f"{c}_ok" for c in _const(node.args[0]))
+            elif name == "text" and node.args:
+                found.update(_const(node.args[0]))
+    return found
+
+
+def used_keys() -> dict[str | None, set[str]]:
+    """Keys per exercise (its exercise.py) and, under None, those every exercise can produce."""
+    shared: set[str] = {f"status_{s}" for s in ("passed", "failed", "error")}
+    shared |= {f"sandbox_stopped_{s}" for s in STOPPED}
+    per_exercise: dict[str | None, set[str]] = {}
+    for path in sorted(CODE.rglob("*.py")):
+        keys = keys_in(path)
+        if path.name == "exercise.py":
+            per_exercise[path.parent.name.replace("_", "-")] = keys
+        elif "drivers" not in path.parts:
+            shared |= keys
+    per_exercise[None] = shared
+    return per_exercise
+
+
+def test_the_key_walk_finds_what_the_grader_uses():
+    """The walk itself: it must see keys of each kind, or the test below would pass on nothing."""
+    keys = used_keys()
+    assert {"forbidden_call", "guard_refused", "deadlock", "crash", "syntax_error", "missing_function",
+            "sandbox_unavailable", "harness_failed", "values_wrong", "returned_new_tensor", "values_ok",
+            "waiting_recv", "waiting_running", "waiting_raised", "waiting_other", "frame", "summary",
+            "shape_changed", "dtype_ok"} <= keys[None]
+    assert {"bytes_whole_buffer", "bytes_total", "bytes_ok", "bytes_none"} <= keys["ring-allreduce"]
+    assert {"bytes_src_sent", "bytes_received"} <= keys["broadcast"]
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_every_key_used_has_a_message_in_every_language(lang):
+    shared = yaml.safe_load((CONTENT / lang / "feedback.yaml").read_text(encoding="utf-8"))
+    missing = sorted(f"shared: {k}" for k in used_keys()[None] if k not in shared)
+    for exercise_id, keys in used_keys().items():
+        if exercise_id is None or not (CONTENT / "en" / f"{exercise_id}.yaml").is_file():
+            continue  # an exercise whose texts are not written yet is someone else's finding
+        path = CONTENT / lang / f"{exercise_id}.yaml"
+        own = (yaml.safe_load(path.read_text(encoding="utf-8")).get("feedback") or {}) if path.is_file() else {}
+        missing += sorted(f"{exercise_id}: {k}" for k in keys if k not in own and k not in shared)
+    assert missing == [], f"{lang} lacks messages: {missing}"
+
+
+@pytest.mark.parametrize("lang", ["zh", "nl"])
+def test_translations_keep_the_placeholders(lang):
+    files = ["feedback.yaml"] + [f"{e}.yaml" for e in MINE]
+    wrong = []
+    for name in files:
+        en = yaml.safe_load((CONTENT / "en" / name).read_text(encoding="utf-8"))
+        other = yaml.safe_load((CONTENT / lang / name).read_text(encoding="utf-8"))
+        en_msgs = en.get("feedback", en) if name != "feedback.yaml" else en
+        other_msgs = other.get("feedback", other) if name != "feedback.yaml" else other
+        for key, text in en_msgs.items():
+            if isinstance(text, str) and key in other_msgs and \
+                    messages.placeholders(text) != messages.placeholders(str(other_msgs[key])):
+                wrong.append(f"{name}: {key}")
+        wrong += [f"{name}: {key} (not in en)" for key in other_msgs if key not in en_msgs]
+    assert wrong == []
+
+
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("exercise_id", MINE)
+def test_each_exercise_has_its_texts(lang, exercise_id):
+    texts = yaml.safe_load((CONTENT / lang / f"{exercise_id}.yaml").read_text(encoding="utf-8"))
+    assert texts["title"].strip() and texts["summary"].strip()
+    assert len(texts["hints"]) >= 3
+    statement = texts["statement"]
+    function = exercises.load(exercise_id).FUNCTION
+    assert f"def {function}(" in statement  # the signature
+    for call in exercises.load(exercise_id).ALLOWED:  # the calls it may use
+        assert f"dist.{call}" in statement, call
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_exercise_texts_follow_the_glossary(lang):
+    texts = [t for path in sorted((CONTENT / lang).glob("*.yaml")) for t in yaml_texts(path)]
+    found = findings(texts, lang, rules_from(LESSONS / lang / "glossary.yaml"))
+    assert found == [], report(found)
+
+
+def test_text_fills_values_as_plain_text_and_falls_back_to_english():
+    assert messages.text("crash", "en", rank=1, exception="ValueError", message="**{rank}** <b>") \
+        == "Rank 1 raised ValueError: **{rank}** <b>"
+    assert messages.text("bytes_total", "zh", exercise="ring-allreduce", sent=1, expected=2, size=3,
+                         world_size=4).startswith("所有 rank 合计发送了 1 字节")
+    assert "{rank}" in messages.text("crash", "nl")  # a value not given stays visible, nothing fails
+    assert messages.text("no_such_key", "zh") == "no_such_key"
+    assert messages.languages() == sorted(LANGS)
+
