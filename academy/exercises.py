@@ -186,17 +186,9 @@ def show_hint(*, session: Session, learner_id: int, exercise: str) -> int:
 # Passes
 
 
-def record_pass(*, session: Session, learner_id: int, exercise: str, run_id: int) -> None:
-    """Record that ``run_id`` passed ``exercise`` for the learner, unless a pass is there already.
-
-    Does not commit: the worker calls it in the transaction that stores the
-    run's report, so a pass never exists without its passing report. One
-    statement that the unique constraint settles (ON CONFLICT DO NOTHING).
-    """
-    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
-    session.exec(dialect.insert(ExercisePass.__table__).values(
-        learner_id=learner_id, exercise=exercise, run_id=run_id, passed_at=utcnow(),
-    ).on_conflict_do_nothing(index_elements=["learner_id", "exercise"]))
+# The worker writes a pass in the transaction that stores the passing report, so the
+# function lives with the worker (academy.labqueue) and is the same one here.
+record_pass = labqueue.record_exercise_pass
 
 
 def passes(*, session: Session, learner_id: int) -> dict[str, ExercisePass]:

@@ -54,11 +54,12 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import func, select
 
 from academy.db import session_scope
 from academy.errors import UserError
-from academy.models import LabRun, LabWorker, utcnow
+from academy.models import ExercisePass, LabRun, LabWorker, utcnow
 from academy.settings import ROOT, get_settings
 from labs import context
 from labs.params import Run, flag, specs
@@ -474,10 +475,22 @@ def _finish(run_id: int, me: str, *, passed: tuple[int, str] | None = None, **va
             .values(finished_at=utcnow(), **values)
         ).rowcount
         if ours and passed is not None:
-            # Imported here: academy.exercises submits through this module.
-            from academy.exercises import record_pass
+            record_exercise_pass(session=session, learner_id=passed[0], exercise=passed[1], run_id=run_id)
 
-            record_pass(session=session, learner_id=passed[0], exercise=passed[1], run_id=run_id)
+
+def record_exercise_pass(*, session, learner_id: int, exercise: str, run_id: int) -> None:
+    """Record that ``run_id`` passed ``exercise`` for the learner, unless a pass is there already.
+
+    Does not commit: :func:`_finish` calls it in the transaction that stores
+    the run's report, so a pass never exists without its passing report
+    (``academy.exercises.record_pass`` is this function). One statement that
+    the unique constraint settles (ON CONFLICT DO NOTHING), so two passing
+    runs finishing at once leave one row.
+    """
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    session.exec(dialect.insert(ExercisePass.__table__).values(
+        learner_id=learner_id, exercise=exercise, run_id=run_id, passed_at=utcnow(),
+    ).on_conflict_do_nothing(index_elements=["learner_id", "exercise"]))
 
 
 def execute(run_id: int) -> None:
