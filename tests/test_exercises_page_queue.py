@@ -95,3 +95,25 @@ def test_code_that_cannot_be_graded_is_a_report_with_its_reason_not_a_pass():
     assert run.status == "done", run.error
     assert run.result["status"] == "error" and run.result["error"]["key"] == "syntax_error"
     assert passes_of(me) == []
+
+
+@pytest.mark.parametrize("lang", ["zh", "nl"])
+def test_the_real_exercises_in_each_language_and_labs_keep_to_their_own_runs(app_db, lang):  # noqa: ARG001
+    """Without the stand-in: the page lists the exercises in place with their texts in ``lang``;
+    the Labs page neither lists an exercise submission nor takes it for its own running lab."""
+    from academy import i18n
+    from labs.exercises import messages
+    from tests.apptest import open_page
+
+    me = learner()
+    at = open_page("exercises", lang, me, exercise="broadcast")
+    assert not at.exception, at.exception
+    for ex in exercises.catalog():
+        assert any(m.value.startswith(f"**{messages.exercise(ex, lang)['title']}**") for m in at.markdown), ex
+    assert at.header[0].value == messages.exercise("broadcast", lang)["title"]
+    assert at.text_area[0].value == exercises.starter("broadcast")
+    exercises.submit(learner_id=me, exercise="broadcast", source="def broadcast(tensor, src):\n    pass\n", lang=lang)
+    labs = open_page("labs", lang, me)
+    assert not labs.exception, labs.exception
+    assert not [b for b in labs.button if b.label == i18n.t("labs.cancel", lang)]
+    assert not [b for b in labs.button if b.key and b.key.startswith("past_")]
