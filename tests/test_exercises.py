@@ -319,3 +319,34 @@ def test_the_sandbox_refusing_is_exit_2(monkeypatch):
     from labs.exercises.__main__ import EXIT
 
     assert EXIT[report["status"]] == 2
+
+
+def test_static_checks_find_syntax_errors_and_missing_names_without_running_anything():
+    assert grader.static_error("def ring_allreduce(t):\n    return t\n", "ring_allreduce") is None
+    assert grader.static_error("class Bucketer:\n    pass\n", "Bucketer") is None
+    assert grader.static_error("def mine(t):\n    return t\nring_allreduce = mine\n", "ring_allreduce") is None
+    assert grader.static_error("from helpers import ring_allreduce\n", "ring_allreduce") is None
+    nested = "def outer():\n    def ring_allreduce(t):\n        return t\n"
+    assert grader.static_error(nested, "ring_allreduce")["key"] == "missing_function"
+    error = grader.static_error("x = 1\ndef f(:\n", "f")
+    assert error["key"] == "syntax_error" and error["values"]["line"] == 2
+    assert grader.static_error("x = '\0'", "f")["key"] in ("syntax_error", "missing_function")
+
+
+def test_a_file_that_never_finishes_loading_is_stopped_and_says_so():
+    _sandbox_or_skip()
+    source = "print('loading')\nwhile True:\n    pass\n\ndef ring_allreduce(tensor):\n    return tensor\n"
+    report = grader.grade("ring-allreduce", source, case_timeout_s=1.0, case_ids={"w2-n5-float32"})
+    assert report["status"] == "error"
+    assert report["error"]["key"] == "import_timeout" and report["error"]["values"] == {"seconds": 1.0}
+    assert "loading" in report["error"]["output"]
+
+
+def test_a_rank_that_exits_is_reported_as_ended_not_as_a_deadlock():
+    _sandbox_or_skip()
+    source = ("import os\nimport torch.distributed as dist\n\n\ndef ring_allreduce(tensor):\n"
+              "    if dist.get_rank() == 1:\n        os._exit(0)\n    return tensor\n")
+    report = grader.grade("ring-allreduce", source, case_ids={"w2-n5-float32", "w2-n8-float32"})
+    first, second = report["cases"]
+    assert first["findings"] == [{"check": "crash", "passed": False, "key": "rank_died", "values": {"rank": 1}}]
+    assert second["status"] == "not_run"

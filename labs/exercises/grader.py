@@ -46,7 +46,10 @@ def plan(exercise, seed: int, case_timeout_s: float, case_ids=None) -> dict:
 
 
 def static_error(source: str, function: str) -> dict | None:
-    """``syntax_error`` or ``missing_function``, found without running anything; None when fine."""
+    """``syntax_error`` or ``missing_function``, found without running anything; None when fine.
+
+    ``function`` is what the exercise asks for: a function, or a class (bucketed-overlap's
+    ``Bucketer``), defined, assigned or imported at the top level."""
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
@@ -54,7 +57,7 @@ def static_error(source: str, function: str) -> dict | None:
     except ValueError as exc:  # null bytes
         return {"key": "syntax_error", "values": {"line": 0, "message": str(exc)}}
     for node in tree.body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == function:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.name == function:
             return None
         targets = node.targets if isinstance(node, ast.Assign) else \
             [node.target] if isinstance(node, ast.AnnAssign) else []
@@ -122,8 +125,8 @@ def _case_entry(exercise, event: dict) -> tuple[dict, list[dict] | None]:
                                              "message": reply.get("message", "")},
                                   "frames": _frames(reply.get("frames", []))}]
             return entry, None
-    entry["findings"] = [{"check": "crash", "passed": False, "key": "crash",
-                          "values": {"rank": None, "exception": "", "message": ""}, "frames": []}]
+    died = next((r["rank"] for r in event["ranks"] if (r["reply"] or {}).get("type") == "died"), None)
+    entry["findings"] = [{"check": "crash", "passed": False, "key": "rank_died", "values": {"rank": died}}]
     return entry, None
 
 
@@ -144,6 +147,8 @@ def _error_from_event(event: dict) -> dict:
     if key == "import_error":
         return {"key": key, "values": {"exception": event.get("exc", ""), "message": event.get("message", "")},
                 "frames": _frames(event.get("frames", [])), "output": event.get("output", "")}
+    if key == "import_timeout":
+        return {"key": key, "values": {"seconds": event.get("seconds")}, "output": event.get("output", "")}
     return {"key": key, "values": {}}
 
 

@@ -13,10 +13,14 @@ clear message. Two layers:
 2. An audit hook (``sys.addaudithook``: it cannot be removed, and there is
    no way to switch it off once armed) refuses ctypes, importing
    ctypes/cffi, frames (``sys._getframe``, ``tb_frame``) while the learner's
-   code is on the stack, the ``gc`` walkers, setting attributes on
-   types the learner did not define (no un-patching), starting processes,
-   and opening files outside the private tmp folder and the interpreter's
-   own files (the plan, with this run's cases, is not readable either).
+   code is on the stack, the ``gc`` walkers, setting the special attributes
+   (``__class__``, ``__bases__``...) of types the learner did not define,
+   starting processes, and opening files outside the private tmp folder and
+   the interpreter's own files (the plan, with this run's cases, is not
+   readable either). Plain attributes of a type (``torch.Tensor.add_ = f``)
+   raise no audit event; the learner then only breaks their own rank: the
+   expected results left it before their code loaded, and the checks run
+   outside the sandbox.
 """
 
 from __future__ import annotations
@@ -91,6 +95,7 @@ def _patch_names(api, allowed: set[str]) -> None:
     import torch.distributed.distributed_c10d as c10d
 
     replace = {}  # id(original) -> replacement, for the sweep over all modules
+    originals = []  # alive until the sweep is done: a freed original's id could be reused
     for name in COLLECTIVES:
         if name in allowed:
             continue
@@ -99,6 +104,7 @@ def _patch_names(api, allowed: set[str]) -> None:
             if original is not None:
                 fake = _raiser(f"{label}.{name}" if module is c10d else f"dist.{name}")
                 replace[id(original)] = fake
+                originals.append(original)
                 setattr(module, name, fake)
     from api import WRAPPED
     for name in WRAPPED:
@@ -108,6 +114,7 @@ def _patch_names(api, allowed: set[str]) -> None:
                 counted = getattr(api, name)
                 if original is not None:
                     replace[id(original)] = counted
+                    originals.append(original)
                 setattr(module, name, counted)
     # Any other module that imported one of them by name (``from torch.distributed import all_reduce``).
     for module in list(sys.modules.values()):

@@ -114,6 +114,7 @@ def _rank_main(plan: dict, group: dict, rank: int, to_parent: int, from_parent: 
     api = Api(out.send)
     path = os.path.join(INPUT, "submission.py")
     guard.arm(api, allowed=plan["allowed"], submission_path=path, input_dir=INPUT)
+    out.send({"type": "loading"})  # from here on, time spent is the learner's file loading
     try:
         spec = importlib.util.spec_from_file_location("submission", path)
         submission = importlib.util.module_from_spec(spec)
@@ -316,12 +317,17 @@ def _run_group(plan: dict, group: dict, index: int, total: int) -> tuple[int, bo
     try:
         g.start()
         ready: set[int] = set()
+        loading = False
         deadline = time.monotonic() + SETUP_S
         while len(ready) < g.world and time.monotonic() < deadline:
             g.pump(deadline)
             for rank in range(g.world):
                 if rank in ready:
                     continue
+                if not loading and g.take(rank, ("loading",)) is not None:
+                    # Loading the learner's file gets the time of a case, not of our setup.
+                    loading = True
+                    deadline = min(deadline, time.monotonic() + float(plan["case_timeout_s"]))
                 msg = g.take(rank, ("ready", "missing_function", "crash", "forbidden"))
                 if msg is None:
                     if g.eof[rank]:
@@ -341,13 +347,16 @@ def _run_group(plan: dict, group: dict, index: int, total: int) -> tuple[int, bo
                           "output": g.output(rank, 0, per_rank_output)})
                     return index, False
         if len(ready) < g.world:
-            emit({"event": "error", "key": "setup_timeout", "world_size": g.world})
+            key = "import_timeout" if loading else "setup_timeout"
+            emit({"event": "error", "key": key, "world_size": g.world, "seconds": plan["case_timeout_s"],
+                  "output": g.output(0, 0, per_rank_output)})
             return index, False
 
         for k, case in enumerate(cases):
             starts = [g.out_size(r) for r in range(g.world)]
             for fd in g.down:
-                os.write(fd, f"{k}\n".encode())
+                with contextlib.suppress(OSError):  # a rank that died shows as such below
+                    os.write(fd, f"{k}\n".encode())
             deadline = time.monotonic() + float(plan["case_timeout_s"])
             replies: dict[int, dict] = {}
             first_error = None
@@ -365,8 +374,10 @@ def _run_group(plan: dict, group: dict, index: int, total: int) -> tuple[int, bo
                                 first_error = time.monotonic()
                                 deadline = min(deadline, first_error + CRASH_GRACE_S)
                         elif g.eof[rank]:
-                            replies[rank] = {"type": "crash", "exc": "exit", "message":
-                                             "the rank's process ended", "frames": []}
+                            replies[rank] = {"type": "died", "frames": []}
+                            if first_error is None:
+                                first_error = time.monotonic()
+                                deadline = min(deadline, first_error + CRASH_GRACE_S)
             index += 1
             timed_out = len(replies) < g.world and first_error is None
             finished = {r for r, m in replies.items() if m["type"] == "result"}
@@ -381,7 +392,7 @@ def _run_group(plan: dict, group: dict, index: int, total: int) -> tuple[int, bo
             if len(replies) < g.world:
                 event["waiting"] = _waiting_list(g, replies)
             emit(event)
-            if len(replies) < g.world:
+            if len(replies) < g.world or any(m["type"] == "died" for m in replies.values()):
                 # The group's state is unknown now (messages in flight, ranks blocked): stop it.
                 index = not_run(k + 1, index)
                 break

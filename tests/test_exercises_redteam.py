@@ -1,0 +1,143 @@
+"""Red team: submissions that try to get the result, or the answers, some way they may not.
+
+Every route to a collective (the name, ``getattr``, ``distributed_c10d``,
+``importlib``, the group and backend objects, ``torch.ops.c10d``, the
+functional collectives, ctypes) must end in a clear ``forbidden_call``
+finding or error, never a pass; reaching into the harness (frames, gc) in
+``guard_refused``. Reading the reference solution or the hidden cases,
+through the host's paths or by searching the file system, must find
+nothing. Each submission runs one small case on 2 ranks, in the sandbox
+mode of ``EXERCISE_SANDBOX`` (bwrap in CI).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from labs import exercises, sandbox
+from labs.exercises.__main__ import render
+from labs.exercises.grader import grade
+
+CASES = {"ring-allreduce": {"w2-n5-float32"}, "broadcast": {"w2-src1-n6-int64"}}
+HEADER = "import torch\nimport torch.distributed as dist\n\n\ndef ring_allreduce(tensor):\n"
+
+
+def _grade(body: str, exercise_id: str = "ring-allreduce", header: str = HEADER) -> dict:
+    try:
+        sandbox.check_available()
+    except sandbox.SandboxUnavailable as exc:
+        pytest.skip(f"no sandbox here: {exc.reason}")
+    lines = "".join(f"    {line}\n" for line in body.strip().splitlines())
+    return grade(exercise_id, header + lines + "    return tensor\n", case_ids=CASES[exercise_id])
+
+
+def _finding(report: dict) -> dict:
+    """The one failing finding of the one case (or the report's error)."""
+    assert report["status"] != "passed"
+    if report["error"] is not None:
+        return report["error"]
+    (case,) = report["cases"]
+    failed = [f for f in case["findings"] if not f["passed"]]
+    assert failed, case
+    return failed[0]
+
+
+ROUTES = {
+    "name": ("dist.all_reduce(tensor)", "dist.all_reduce"),
+    "getattr": ('getattr(dist, "all_" + "reduce")(tensor)', "dist.all_reduce"),
+    "c10d": ("torch.distributed.distributed_c10d.all_reduce(tensor)", "distributed_c10d.all_reduce"),
+    "importlib": ('import importlib\nimportlib.import_module("torch.distributed").all_reduce(tensor)',
+                  "dist.all_reduce"),
+    "group allreduce": ("dist.group.WORLD.allreduce([tensor]).wait()", "ProcessGroup.allreduce"),
+    "group reduce_scatter": ("out = torch.empty(1)\n"
+                             "dist.group.WORLD.reduce_scatter([out], [[tensor[:1], tensor[1:2]]]).wait()",
+                             "ProcessGroup.reduce_scatter"),
+    "group all_gather": ("outs = [torch.empty_like(tensor) for _ in range(2)]\n"
+                         "dist.group.WORLD.allgather([outs], [tensor]).wait()", "ProcessGroup.allgather"),
+    "group broadcast": ("dist.group.WORLD.broadcast([tensor]).wait()", "ProcessGroup.broadcast"),
+    "backend object": ("dist.group.WORLD._get_backend(tensor.device).allreduce([tensor]).wait()",
+                       "Backend.allreduce"),
+    "reduce_scatter": ("dist.reduce_scatter_tensor(tensor[:2], torch.cat([tensor, tensor])[:4])",
+                       "dist.reduce_scatter_tensor"),
+    "torch.ops": ("group = torch.distributed.distributed_c10d._get_default_group()\n"
+                  "torch.ops.c10d.allreduce_([tensor], group, None, None, False, -1)",
+                  "torch.ops.c10d.allreduce_"),
+    "jit operation": ('torch._C._jit_get_operation("c10d::allreduce_")', "c10d::allreduce_"),
+    "ctypes": ('import ctypes\nctypes.CDLL("libc.so.6").getpid()', "ctypes"),
+}
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_every_route_to_a_collective_is_a_forbidden_call(route):
+    body, call = ROUTES[route]
+    report = _grade(body)
+    finding = _finding(report)
+    assert finding["key"] == "forbidden_call", finding
+    assert call in finding["values"]["call"]
+    assert "which this exercise does not allow" in render(report, "en")
+
+
+def test_importing_a_collective_by_name_or_the_functional_collectives_is_refused_too():
+    for header, call in (("from torch.distributed import all_reduce\n", "dist.all_reduce"),
+                         ("import torch.distributed._functional_collectives\n", "_functional_collectives")):
+        body = "all_reduce(tensor)" if "all_reduce" in header else "pass"
+        finding = _finding(_grade(body, header=header + HEADER))
+        assert finding["key"] == "forbidden_call", finding
+        assert call in finding["values"]["call"]
+
+
+def test_broadcast_by_the_built_in_is_forbidden():
+    header = "import torch.distributed as dist\n\n\ndef broadcast(tensor, src):\n"
+    finding = _finding(_grade("dist.broadcast(tensor, src)", "broadcast", header=header))
+    assert finding["key"] == "forbidden_call" and finding["values"]["call"] == "dist.broadcast"
+
+
+@pytest.mark.parametrize("body, what", [
+    ("import gc\ngc.get_objects()", "gc.get_objects"),
+    ("try:\n    1 / 0\nexcept ZeroDivisionError as exc:\n    exc.__traceback__.tb_frame.f_back", "tb_frame"),
+    ("import sys\nsys._getframe(1)", "sys._getframe"),
+    ("import inspect\ninspect.stack()", "sys._getframe"),
+    ("import os\nos.system('true')", "os.system"),
+])
+def test_reaching_into_the_harness_is_refused(body, what):
+    finding = _finding(_grade(body))
+    assert finding["key"] == "guard_refused", finding
+    assert finding["values"]["call"] == what
+
+
+def test_the_reference_and_the_hidden_cases_cannot_be_read():
+    ring = exercises.folder("ring-allreduce")
+    # In bwrap the whole file system is small enough to search; without a
+    # sandbox (a developer's machine) search where the files really are.
+    tops = ("/",) if sandbox.mode() == "bwrap" else (str(ring.parent), "/tmp")
+    body = f"""
+import os
+seen = []
+for path in ({str(ring / "reference.py")!r}, {str(ring / "exercise.py")!r},
+             os.path.join(os.environ.get("SANDBOX_INPUT", "/opt/input"), "plan.json")):
+    try:
+        with open(path) as f:
+            seen.append("READ " + f.read())
+    except OSError as exc:
+        seen.append("REFUSED " + type(exc).__name__)
+skip = ("/proc", "/sys", "/dev", "/usr", "/opt/python", "/opt/site", "/work/shared")
+for top in {tops!r}:
+    for folder, dirs, files in os.walk(top):
+        dirs[:] = [d for d in dirs if os.path.join(folder, d) not in skip and ".venv" not in d
+                   and "site-packages" not in folder]
+        for name in files:
+            if name in ("reference.py", "exercise.py", "plan.json"):
+                try:
+                    with open(os.path.join(folder, name)) as f:
+                        seen.append("READ " + f.read())
+                except OSError as exc:
+                    seen.append("REFUSED " + type(exc).__name__)
+print("\\n".join(seen))
+"""
+    report = _grade(body)
+    (case,) = report["cases"]
+    printed = "\n".join(case["output"].values())
+    assert "REFUSED" in printed  # it tried, and was refused
+    assert "READ" not in printed, printed[:2000]
+    assert "exchange(chunks[send_c], into)" not in printed  # a line of the reference
+    assert '"groups"' not in printed and "_CASES" not in printed  # the plan, the case list
