@@ -219,3 +219,17 @@ def test_the_certificate_page_names_the_missing_exercises_with_links_and_offers_
     with session_scope() as session:
         [cert] = store.certificates_of(session=session, learner_id=me)
     assert '"exercises":["ring-allreduce","broadcast"]' in cert.payload
+
+
+@pytest.mark.parametrize("kind, key", [("worker_lost", "exercises.stopped"), ("crash", "exercises.grader_failed"),
+                                       ("cancelled", "exercises.cancelled")])
+def test_a_run_without_a_report_says_why(kind, key):
+    me = learner()
+    run_id = exercises.submit(learner_id=me, exercise="broadcast", source="x = 1\n", lang="en")
+    labqueue._claim(run_id, "test-worker")
+    labqueue._finish(run_id, "test-worker", status="cancelled" if kind == "cancelled" else "failed",
+                     error={"kind": kind, "message": "boom"})
+    at = open_page("exercises", "en", me, exercise="broadcast")
+    assert not at.exception, at.exception
+    assert t(key) in [m.value for m in (*at.error, *at.warning)]
+    assert "boom" not in texts(at)  # the technical message is for the log, not the learner

@@ -178,7 +178,10 @@ def report(run) -> None:  # noqa: ANN001  (a LabRun)
         st.warning(t("exercises.cancelled"))
         return
     if run.status != "done" or not run.result:
-        st.error(t("exercises.stopped"))
+        # The machine went away or ran out of time, or else the grader itself broke.
+        kind = (run.error or {}).get("kind")
+        stopped = kind in ("worker_lost", "worker_stopped", "timeout", "restart", "queue_unavailable")
+        st.error(t("exercises.stopped") if stopped else t("exercises.grader_failed"))
         return
     res = run.result
     cases = res.get("cases") or []
