@@ -267,3 +267,14 @@ def test_with_the_setting_off_the_quiz_is_enough_and_the_certificate_says_nothin
     finally:
         monkeypatch.delenv("CERTIFICATE_REQUIRES_EXERCISES")
         get_settings.cache_clear()
+
+
+@pytest.mark.parametrize("style", ["serif", "sans", "serif-bold"])
+def test_no_discretionary_ligature_joins_st_on_the_certificate(style):
+    """reportlab shapes with "dlig" by default, and DejaVu then prints "st" as one old-style
+    glyph: "broadcast" on the exercises line (and "Kristina" in a name) looked misspelt."""
+    from certificates import pdf
+
+    for word in ("broadcast", "Kristina"):
+        [run] = pdf._line(word, style)[0]
+        assert len(pdf._shaped(run).inline) == len(word), (word, style)
