@@ -233,3 +233,17 @@ def test_a_run_without_a_report_says_why(kind, key):
     assert not at.exception, at.exception
     assert t(key) in [m.value for m in (*at.error, *at.warning)]
     assert "boom" not in texts(at)  # the technical message is for the log, not the learner
+
+
+def test_a_running_submission_shows_case_k_of_n_and_can_be_cancelled():
+    me = learner()
+    run_id = exercises.submit(learner_id=me, exercise="ring-allreduce", source="x = 1\n", lang="en")
+    labqueue._claim(run_id, "test-worker")
+    labqueue._beat(run_id, "test-worker", {"kind": "progress", "step": 3, "total_steps": 21, "phase": "case"})
+    at = open_page("exercises", "en", me)
+    assert not at.exception, at.exception
+    [bar] = at.get("progress")
+    assert bar.proto.text == t("exercises.grading", case=3, cases=21)
+    press(at, t("exercises.cancel"))
+    with session_scope() as session:
+        assert session.get(LabRun, run_id).cancel_requested
