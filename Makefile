@@ -8,7 +8,7 @@ PORT    ?= 8501
 STAMP   := $(VENV)/.installed
 DEVSTAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint bench migrate system-deps clean
+.PHONY: run test lint bench migrate system-deps sandbox-deps clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -26,16 +26,29 @@ migrate: $(STAMP)
 
 # The app and one lab worker together; the worker stops when the app does.
 # On several machines, run each on its own (see the README's multi-machine layout).
-run: migrate
+run: migrate sandbox-deps
 	@$(BIN)/python -m academy.worker & worker=$$!; \
 	trap 'kill $$worker 2>/dev/null; wait $$worker 2>/dev/null' EXIT INT TERM; \
 	$(BIN)/streamlit run app/main.py --server.port $(PORT) --server.headless true \
 		--browser.gatherUsageStats false
 
+# bubblewrap runs learners' exercise code in a sandbox (labs/sandbox.py; setpriv
+# comes with util-linux). Installed as root; otherwise say how, and go on: the
+# exercises are then refused with a clear message, everything else works.
+sandbox-deps:
+	@if command -v bwrap >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing: bubblewrap"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+	else \
+		echo "note: no bubblewrap; coding exercises will be refused (sudo apt-get install bubblewrap)"; \
+	fi
+
 # Debian packages the tests use: Chromium for the browser tests, poppler for
 # rendering certificate PDFs, zbar to decode their QR codes, PostgreSQL for
-# the postgres-marked tests, Redis for the lab queue's multi-machine tests.
-system-deps:
+# the postgres-marked tests, Redis for the lab queue's multi-machine tests,
+# and bubblewrap for the sandbox (sandbox-deps).
+system-deps: sandbox-deps
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		missing=""; \
 		command -v chromium >/dev/null || missing="$$missing chromium"; \

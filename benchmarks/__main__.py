@@ -49,7 +49,7 @@ def _measure(name: str, fn: Callable[..., object], *args: object) -> object:
 def run(cfg: Config, base: Path) -> dict:
     # Labs first: run_lab forks its ranks only while this process has a
     # single thread, and Streamlit's AppTest starts threads.
-    from benchmarks import collectives, gpu, lab_costs, platform_costs
+    from benchmarks import collectives, gpu, lab_costs, platform_costs, sandbox_costs
 
     return {
         "collectives": _measure("collectives", collectives.run, cfg),
@@ -58,6 +58,7 @@ def run(cfg: Config, base: Path) -> dict:
             "first_event": _measure("first progress event", lab_costs.first_event, cfg),
             "ddp": _measure("ddp", lab_costs.ddp, cfg),
             "queue": _measure("lab queue", lab_costs.queue, cfg, base),
+            "sandbox": _measure("exercise sandbox", sandbox_costs.overhead, cfg),
         },
         "gpu": _measure("gpu", gpu.run, cfg),
         "platform": {

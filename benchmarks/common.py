@@ -36,6 +36,7 @@ class Config:
     queue_labs: int = 6  # labs submitted at once per worker count (the queue rows)
     ddp_world_sizes: tuple[int, ...] = (1, 2, 4)
     ddp_steps: int | None = None  # None: labs.ddp's own default
+    sandbox_repeats: int = 10  # runs per mode of the sandbox overhead (p50, p95)
     # Platform.
     quiz_attempts: int = 30
     pdfs: int = 10
@@ -53,7 +54,7 @@ class Config:
     def quick_mode(cls) -> Config:
         return cls(quick=True, min_bytes=16 * KiB, max_bytes=8 * MiB, factor=8, warmup=1,
                    iters=3, sweeps=1, tcp_bytes=64 * MiB, tcp_repeats=3, lab_repeats=1, queue_labs=3,
-                   ddp_steps=5, quiz_attempts=5, pdfs=2, certificates=10_000, lookups=1_000,
+                   ddp_steps=5, sandbox_repeats=3, quiz_attempts=5, pdfs=2, certificates=10_000, lookups=1_000,
                    pages=("home", "quiz", "verify"), page_repeats=1,
                    load_learners=4, load_browsers=0, load_seconds=5.0,
                    classroom_sessions=(1, 5), classroom_seconds=3.0)

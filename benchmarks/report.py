@@ -126,6 +126,14 @@ def labs(lab: dict) -> list[Row]:
             rows.append((s, f"{what}, {n} worker(s): {q['burst']} at once, wait · end to end (medians)",
                          f"{_num(r['burst_queue_wait_s'])} s · {_num(r['burst_end_to_end_s'])} s",
                          f"all {q['burst']} done in {_num(r['burst_total_s'])} s", ""))
+    sb = lab.get("sandbox")
+    if isinstance(sb, str):
+        rows.append(_missing(s, "exercise sandbox (bwrap) overhead", sb))
+    elif sb:
+        rows.append((s, f"exercise sandbox: {sb['program']}, bwrap, p50 · p95 of {sb['runs']}",
+                     f"{_num(sb['bwrap_p50_s'])} s · {_num(sb['bwrap_p95_s'])} s",
+                     f"no sandbox {_num(sb['none_p50_s'])} s · {_num(sb['none_p95_s'])} s",
+                     f"{sb['overhead_p50_s']:+.2f} s (p50)"))
     return rows
 
 

@@ -22,7 +22,10 @@ Two modes (``EXERCISE_SANDBOX``, default ``bwrap``):
   the namespaces and ``setpriv`` drops to a uid of its own for this run
   (``UID_BASE + slot``), so two runs can neither signal each other nor share
   a process count. Not root, bwrap makes a user namespace instead
-  (``--unshare-user``) and the limits are rlimits only.
+  (``--unshare-user``) and the limits are rlimits only (no process count:
+  RLIMIT_NPROC would count the developer's own processes too). A seccomp
+  filter (x86_64, aarch64) refuses a user namespace of its own, ptrace and
+  the kernel interfaces exploits favour.
 - ``none``: a plain child process with the same cleared environment, a
   private temporary cwd and the files in a read-only folder. For a
   single-user machine only; it must be asked for by name, and is never
@@ -30,7 +33,9 @@ Two modes (``EXERCISE_SANDBOX``, default ``bwrap``):
 
 Limits: a cgroup made for the run caps the memory and the number of
 processes of the whole sandbox when ``/sys/fs/cgroup`` is writable (cgroup v1
-``memory``/``pids`` hierarchies, or v2 with those controllers); rlimits apply
+``memory``/``pids`` hierarchies, or v2 where our cgroup may have children with
+those controllers: v2 forbids that while it holds processes itself, so a v2
+host needs the server started in a delegated subtree); rlimits apply
 always (file size, CPU seconds per process, no core dumps, and the process
 count of the per-run uid; ``RLIMIT_DATA`` holds each process's memory where
 no cgroup can). The wall clock and the output cap are enforced here: the
@@ -40,11 +45,14 @@ whole sandbox is killed and `Outcome.stopped` says which limit ended it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
+import platform
 import selectors
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import sysconfig
@@ -103,7 +111,8 @@ class Outcome:
     stderr: bytes
     duration_s: float
     mode: str
-    stopped: str | None = None  # None | "wall_time" | "output" | "memory" | "cpu_time" | "processes"
+    # None | "wall_time" | "output" | "memory" | "cpu_time" | "processes" | "file_size"
+    stopped: str | None = None
     details: dict = field(default_factory=dict)  # what the limits saw: oom kills, pids hits, cgroup kind
 
 
@@ -118,6 +127,10 @@ class SandboxUnavailable(RuntimeError):
 
 def mode() -> str:
     """The mode from ``EXERCISE_SANDBOX``: "bwrap" unless "none" is asked for by name."""
+    return _env_mode()
+
+
+def _env_mode() -> str:
     value = os.environ.get("EXERCISE_SANDBOX", "").strip() or "bwrap"
     if value not in MODES:
         raise SandboxUnavailable(f"EXERCISE_SANDBOX={value!r} is not one of {', '.join(MODES)}")
@@ -127,10 +140,10 @@ def mode() -> str:
 _checked: dict[str, str | None] = {}  # mode -> None (works) or the reason it does not
 
 
-def check_available(mode_: str | None = None) -> None:
+def check_available(mode: str | None = None) -> None:  # noqa: A002 - the design's name
     """Raise `SandboxUnavailable` unless a run in this mode can start. The first
     call for bwrap starts a tiny sandbox once; the answer is kept."""
-    chosen = mode() if mode_ is None else mode_
+    chosen = _env_mode() if mode is None else mode
     if chosen not in MODES:
         raise SandboxUnavailable(f"unknown sandbox mode {chosen!r}")
     if chosen not in _checked:
@@ -140,11 +153,13 @@ def check_available(mode_: str | None = None) -> None:
 
 
 def _probe(chosen: str) -> str | None:
-    if chosen == "none":
-        return None
-    for tool in ("bwrap", "prlimit") + (("setpriv",) if os.geteuid() == 0 else ()):
+    tools = ("prlimit",) if chosen == "none" else \
+        ("bwrap", "prlimit") + (("setpriv",) if os.geteuid() == 0 else ())
+    for tool in tools:
         if shutil.which(tool) is None:
             return f"{tool} is not installed (apt-get install {_PACKAGES[tool]})"
+    if chosen == "none":
+        return None
     with tempfile.TemporaryDirectory(prefix="dpa-probe-") as empty:
         try:
             outcome = _run(["-c", "print('ok')"], files={}, limits=Limits(wall_s=30, processes=8),
@@ -161,7 +176,7 @@ _PACKAGES = {"bwrap": "bubblewrap", "prlimit": "util-linux", "setpriv": "util-li
 
 
 def run_python(module: str, args: list[str], *, files: dict[str, bytes], stdin: bytes = b"",
-               limits: Limits = Limits(), mode: str | None = None,  # noqa: B008 - frozen
+               limits: Limits | None = None, mode: str | None = None,
                on_line: Callable[[bytes], object] | None = None,
                harness: Path | None = None) -> Outcome:
     """Run ``python -m module *args`` in the sandbox and wait for it.
@@ -170,17 +185,20 @@ def run_python(module: str, args: list[str], *, files: dict[str, bytes], stdin: 
     path is in the program's ``SANDBOX_INPUT``); ``harness`` is the folder on
     the program's path (default `HARNESS`, bound at ``/opt/harness``).
     ``on_line`` gets each line of stdout, without its newline, as it arrives.
+    ``limits`` default to `Limits.from_env()` (the operator's overrides).
     Raises `SandboxUnavailable` when the mode cannot run here.
     """
-    chosen = globals()["mode"]() if mode is None else mode
+    chosen = _env_mode() if mode is None else mode
     check_available(chosen)
+    limits = Limits.from_env() if limits is None else limits
     return _run(["-m", module, *args], files=files, limits=limits, chosen=chosen,
                 on_line=on_line, harness=HARNESS if harness is None else harness, stdin=stdin)
 
 
 def _run(python_args: list[str], *, files: dict[str, bytes], limits: Limits, chosen: str,
          on_line, harness: Path, stdin: bytes = b"") -> Outcome:
-    work = Path(tempfile.mkdtemp(prefix="dpa-sandbox-"))
+    _sweep()
+    work = Path(tempfile.mkdtemp(prefix=f"dpa-sandbox-{os.getpid()}-"))
     try:
         inputs = work / "input"
         inputs.mkdir()
@@ -191,19 +209,83 @@ def _run(python_args: list[str], *, files: dict[str, bytes], limits: Limits, cho
             (inputs / name).chmod(0o444)
         inputs.chmod(0o555)
         with contextlib.ExitStack() as stack:
+            group = stack.enter_context(_Cgroup.make(limits))
+            memory_rlimit = group.kind == "none"  # RLIMIT_DATA stands in for the cgroup
+            fds: list[int] = []
             if chosen == "bwrap":
                 uid = stack.enter_context(_slot()) if os.geteuid() == 0 else None
-                cmd, env = _bwrap_command(python_args, work=work, harness=harness, limits=limits,
-                                          uid=uid)
+                prefix, inner, env = _bwrap_command(python_args, work=work, harness=harness,
+                                                    limits=limits, uid=uid,
+                                                    memory_rlimit=memory_rlimit)
+                # bwrap reads its options from a pipe, so the sandbox's pid 1 shows
+                # "bwrap --args N -- <command>" in /proc and not our paths.
+                split = inner.index("--")
+                options = inner[:split]
+                if SECCOMP:
+                    fds.append(_pipe_with(_seccomp_filter(), stack))
+                    options += ["--seccomp", str(fds[-1])]
+                fds.append(_pipe_with(b"".join(a.encode() + b"\0" for a in options), stack))
+                cmd, cwd = [*prefix, "--args", str(fds[-1]), *inner[split:]], work
             else:
-                uid = None
-                cmd, env = _none_command(python_args, work=work, harness=harness, limits=limits)
-            group = stack.enter_context(_Cgroup.make(limits))
-            return _supervise(group.wrap(cmd), env=env, cwd=work if chosen == "bwrap"
-                              else work / "tmp", stdin=stdin, limits=limits, on_line=on_line,
-                              chosen=chosen, group=group)
+                cmd, env = _none_command(python_args, work=work, harness=harness, limits=limits,
+                                         memory_rlimit=memory_rlimit)
+                cwd = work / "tmp"
+            return _supervise(group.wrap(cmd), env=env, cwd=cwd, stdin=stdin, limits=limits,
+                              on_line=on_line, chosen=chosen, group=group,
+                              pass_fds=tuple(fds))
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        _remove(work)
+
+
+def _remove(work: Path) -> None:
+    """Delete a work folder, read-only folders in it included (their owner may
+    not delete entries without write permission when it is not root)."""
+    for path in [work, *work.rglob("*")]:
+        if path.is_dir() and not path.is_symlink():
+            with contextlib.suppress(OSError):
+                path.chmod(0o700)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _pipe_with(data: bytes, stack: contextlib.ExitStack) -> int:
+    """A pipe already holding ``data`` (bwrap reads it to the end); returns its read end."""
+    if len(data) > 60_000:  # a pipe holds 64 KiB; ours hold a few KiB
+        raise ValueError("too much for a pipe")
+    read, write = os.pipe()
+    stack.callback(os.close, read)
+    try:
+        os.write(write, data)
+    finally:
+        os.close(write)
+    return read
+
+
+def _sweep() -> None:
+    """Remove what a run left behind when its caller was killed (SIGKILL skips
+    our cleanup): work folders and cgroups named after a pid that is gone."""
+    for path in Path(tempfile.gettempdir()).glob("dpa-sandbox-*-*"):
+        if not _alive(path.name):
+            _remove(path)
+    for parent in (_Cgroup._parents() or {}).values():
+        for path in parent.glob("dpa-sandbox-*-*"):
+            if not _alive(path.name):
+                with contextlib.suppress(OSError):
+                    path.rmdir()
+
+
+def _alive(name: str) -> bool:
+    """Whether the pid in a name made as ``dpa-sandbox-<pid>-...`` is running."""
+    try:
+        pid = int(name.split("-")[2])
+    except (IndexError, ValueError):
+        return True  # not ours to judge
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def _rlimits(limits: Limits, *, nproc: bool, memory: bool) -> list[str]:
@@ -224,13 +306,14 @@ def _base_env(*, path: str, home: str, inputs: str, pythonpath: str) -> dict[str
             "PYTHONPATH": pythonpath}
 
 
-def _none_command(python_args, *, work: Path, harness: Path, limits: Limits):
+def _none_command(python_args, *, work: Path, harness: Path, limits: Limits,
+                  memory_rlimit: bool):
     tmp = work / "tmp"
     tmp.mkdir(mode=0o700)
     env = _base_env(path=f"{Path(sys.executable).parent}:{os.defpath}", home=str(tmp),
                     inputs=str(work / "input"), pythonpath=str(harness))
     cmd = [shutil.which("prlimit") or "prlimit",
-           *_rlimits(limits, nproc=False, memory=not _Cgroup.possible()), "--",
+           *_rlimits(limits, nproc=False, memory=memory_rlimit), "--",
            sys.executable, "-s", "-B", *python_args]
     return cmd, env
 
@@ -248,6 +331,16 @@ def _python_layout() -> tuple[Path, str, Path | None]:
     return base, rel, (None if site.is_relative_to(base) else site)
 
 
+def _copy_harness(harness: Path, work: Path) -> Path:
+    """A copy the run's uid can read whatever the checkout's modes (a umask of
+    077, a pytest temp dir), without bytecode caches."""
+    copy = work / "harness"
+    shutil.copytree(harness, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for path in [copy, *copy.rglob("*")]:
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    return copy
+
+
 def _etc(work: Path, uid: int) -> Path:
     """A small /etc: enough for gloo (hosts), getpass and pwd (passwd, group)."""
     etc = work / "etc"
@@ -263,14 +356,15 @@ def _etc(work: Path, uid: int) -> Path:
     return etc
 
 
-def _bwrap_command(python_args, *, work: Path, harness: Path, limits: Limits, uid: int | None):
+def _bwrap_command(python_args, *, work: Path, harness: Path, limits: Limits, uid: int | None,
+                   memory_rlimit: bool):
     base, rel, site = _python_layout()
     root = uid is not None
     etc = _etc(work, uid if root else os.getuid())
-    cmd = [shutil.which("prlimit") or "prlimit",
-           *_rlimits(limits, nproc=root, memory=not _Cgroup.possible()), "--",
-           shutil.which("bwrap") or "bwrap",
-           "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+    prefix = [shutil.which("prlimit") or "prlimit",
+              *_rlimits(limits, nproc=root, memory=memory_rlimit), "--",
+              shutil.which("bwrap") or "bwrap"]
+    cmd = ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
            "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--hostname", "sandbox"]
     if root:
         # setpriv needs these three to drop to the run's uid; it then clears them all.
@@ -285,8 +379,8 @@ def _bwrap_command(python_args, *, work: Path, harness: Path, limits: Limits, ui
             cmd += ["--symlink", os.readlink(host), f"/{top}"]
         elif host.is_dir():
             cmd += ["--ro-bind", str(host), f"/{top}"]
-    cmd += ["--proc", "/proc", "--dev", "/dev",
-            "--perms", "1777", "--size", str(limits.tmpfs_mb * MiB), "--tmpfs", "/tmp",
+    tmpfs = ["--perms", "1777", "--size", str(limits.tmpfs_mb * MiB), "--tmpfs"]
+    cmd += ["--proc", "/proc", "--dev", "/dev", *tmpfs, "/dev/shm", *tmpfs, "/tmp",
             "--perms", "0755", "--dir", "/etc"]
     for f in sorted(etc.iterdir()):
         cmd += ["--ro-bind", str(f), f"/etc/{f.name}"]
@@ -298,7 +392,7 @@ def _bwrap_command(python_args, *, work: Path, harness: Path, limits: Limits, ui
     if site is not None:
         cmd += ["--ro-bind", str(site), "/opt/site"]
         pythonpath += ":/opt/site"
-    cmd += ["--ro-bind", str(harness.resolve()), "/opt/harness",
+    cmd += ["--ro-bind", str(_copy_harness(harness, work)), "/opt/harness",
             "--ro-bind", str(work / "input"), "/opt/input", "--chdir", "/tmp", "--"]
     if root:
         cmd += [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}",
@@ -308,7 +402,57 @@ def _bwrap_command(python_args, *, work: Path, harness: Path, limits: Limits, ui
                     pythonpath=pythonpath)
     # The pyenv/python.org interpreter finds libpython through an absolute RUNPATH.
     env["LD_LIBRARY_PATH"] = "/opt/python/lib"
-    return cmd, env
+    return prefix, cmd, env
+
+
+# A seccomp filter on top of the namespaces: no user namespace of its own
+# (CLONE_NEWUSER would hand the program capabilities in it, the usual door to
+# kernel bugs), no ptrace of a neighbouring rank, and none of the calls a
+# Python program never needs but kernel exploits like (keyrings, bpf,
+# perf events, userfaultfd, io_uring, mounts, modules). Numbers per arch.
+_BLOCKED = {
+    "x86_64": (0xC000003E, {"unshare": 272, "setns": 308, "ptrace": 101, "keyctl": 250,
+                            "add_key": 248, "request_key": 249, "bpf": 321, "perf_event_open": 298,
+                            "userfaultfd": 323, "mount": 165, "umount2": 166, "pivot_root": 155,
+                            "kexec_load": 246, "init_module": 175, "finit_module": 313,
+                            "delete_module": 176, "open_by_handle_at": 304, "acct": 163},
+               56),
+    "aarch64": (0xC00000B7, {"unshare": 97, "setns": 268, "ptrace": 117, "keyctl": 219,
+                             "add_key": 217, "request_key": 218, "bpf": 280, "perf_event_open": 241,
+                             "userfaultfd": 282, "mount": 40, "umount2": 39, "pivot_root": 41,
+                             "kexec_load": 104, "init_module": 105, "finit_module": 273,
+                             "delete_module": 106, "open_by_handle_at": 265, "acct": 89},
+                220),
+}
+# The same numbers on every arch (io_uring and the new mount API).
+_BLOCKED_COMMON = {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+                   "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
+                   "fsmount": 432, "fspick": 433, "mount_setattr": 442}
+_CLONE3 = 435
+_CLONE_NEWUSER = 0x10000000
+SECCOMP = platform.machine() in _BLOCKED  # elsewhere: the namespaces and limits only
+
+
+def _seccomp_filter() -> bytes:
+    """The classic BPF program for ``bwrap --seccomp``: a wrong arch is killed,
+    a blocked call fails with EPERM, clone3 with ENOSYS (its flags sit in
+    memory a filter cannot read; glibc then falls back to clone), and clone
+    with CLONE_NEWUSER with EPERM."""
+    arch, blocked, clone = _BLOCKED[platform.machine()]
+    ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, JMP|JSET|K, RET|K
+    allow, kill = 0x7FFF0000, 0x80000000  # SECCOMP_RET_ALLOW, SECCOMP_RET_KILL_PROCESS
+    eperm, enosys = 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS  # SECCOMP_RET_ERRNO
+
+    prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, kill), (ld, 0, 0, 0)]
+    if arch == 0xC000003E:  # x32 calls carry bit 30 and would dodge the numbers below
+        prog += [(jset, 0, 1, 0x40000000), (ret, 0, 0, enosys)]
+    for nr in sorted({*blocked.values(), *_BLOCKED_COMMON.values()}):
+        prog += [(jeq, 0, 1, nr), (ret, 0, 0, eperm)]
+    prog += [(jeq, 0, 1, _CLONE3), (ret, 0, 0, enosys),
+             (jeq, 1, 0, clone), (ret, 0, 0, allow),
+             (ld, 0, 0, 16),  # args[0] of clone, low 32 bits: the flags
+             (jset, 0, 1, _CLONE_NEWUSER), (ret, 0, 0, eperm), (ret, 0, 0, allow)]
+    return b"".join(struct.pack("=HBBI", *insn) for insn in prog)
 
 
 @contextlib.contextmanager
@@ -344,47 +488,16 @@ class _Cgroup:
         self.dirs = dirs  # "memory" and "pids" -> the run's directory (the same one on v2)
         self.kind = kind
 
-    @classmethod
-    def possible(cls) -> bool:
-        return bool(cls._parents())
-
     @staticmethod
     def _parents() -> dict[str, Path] | None:
-        """Where this process's memory and pids cgroups are, if both are writable."""
+        """Where this process's memory and pids cgroups are, if we may make children there."""
         if os.geteuid() != 0:
             return None
-        mine = {}
         try:
-            for line in Path("/proc/self/cgroup").read_text().splitlines():
-                _, controllers, path = line.split(":", 2)
-                for c in controllers.split(",") if controllers else [""]:
-                    mine[c] = path
-            mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+            return _find_parents(Path("/proc/self/cgroup").read_text(),
+                                 Path("/proc/self/mountinfo").read_text())
         except OSError:
             return None
-        v1, v2 = {}, None
-        for line in mounts:
-            pre, _, post = line.partition(" - ")
-            parts, post = pre.split(), post.split()
-            fstype, options = post[0], post[-1].split(",")
-            mount_root, point = parts[3], parts[4]
-            if fstype == "cgroup2":
-                v2 = (mount_root, Path(point))
-            elif fstype == "cgroup":
-                for c in ("memory", "pids"):
-                    if c in options and c in mine:
-                        v1[c] = _under(Path(point), mount_root, mine[c])
-        if set(v1) == {"memory", "pids"} and all(os.access(p, os.W_OK) for p in v1.values()):
-            return v1
-        if v2 is not None and "" in mine:
-            parent = _under(v2[1], v2[0], mine[""])
-            try:
-                controllers = (parent / "cgroup.controllers").read_text().split()
-            except OSError:
-                return None
-            if {"memory", "pids"} <= set(controllers) and os.access(parent, os.W_OK):
-                return {"v2": parent}
-        return None
 
     @classmethod
     @contextlib.contextmanager
@@ -480,6 +593,40 @@ class _Cgroup:
                     time.sleep(0.02)
 
 
+def _find_parents(cgroups: str, mountinfo: str) -> dict[str, Path] | None:
+    """{"memory": dir, "pids": dir} on cgroup v1 (also hybrid hosts), {"v2": dir}
+    on v2 where that dir offers both controllers, else None; from the texts of
+    /proc/self/cgroup and /proc/self/mountinfo."""
+    mine = {}
+    for line in cgroups.splitlines():
+        _, controllers, path = line.split(":", 2)
+        for c in controllers.split(",") if controllers else [""]:
+            mine[c] = path
+    v1, v2 = {}, None
+    for line in mountinfo.splitlines():
+        pre, _, post = line.partition(" - ")
+        parts, post = pre.split(), post.split()
+        fstype, options = post[0], post[-1].split(",")
+        mount_root, point = parts[3], parts[4]
+        if fstype == "cgroup2":
+            v2 = (mount_root, Path(point))
+        elif fstype == "cgroup":
+            for c in ("memory", "pids"):
+                if c in options and c in mine:
+                    v1[c] = _under(Path(point), mount_root, mine[c])
+    if set(v1) == {"memory", "pids"} and all(os.access(p, os.W_OK) for p in v1.values()):
+        return v1
+    if v2 is not None and "" in mine:
+        parent = _under(v2[1], v2[0], mine[""])
+        try:
+            controllers = (parent / "cgroup.controllers").read_text().split()
+        except OSError:
+            return None
+        if {"memory", "pids"} <= set(controllers) and os.access(parent, os.W_OK):
+            return {"v2": parent}
+    return None
+
+
 def _under(point: Path, mount_root: str, path: str) -> Path:
     """The directory of cgroup ``path`` in a hierarchy mounted at ``point``."""
     if mount_root != "/" and (path == mount_root or path.startswith(mount_root + "/")):
@@ -500,22 +647,27 @@ def _counter(path: Path, key: str) -> int:
 
 
 def _supervise(cmd, *, env, cwd, stdin: bytes, limits: Limits, on_line, chosen: str,
-               group: _Cgroup) -> Outcome:
+               group: _Cgroup, pass_fds: tuple[int, ...] = ()) -> Outcome:
     """Start the run, stream and cap its output, enforce the wall clock, and
     say which limit (if any) ended it."""
     t0 = time.monotonic()
     deadline = t0 + limits.wall_s
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=env, cwd=cwd, start_new_session=True,
-                            close_fds=True)
+                            close_fds=True, pass_fds=pass_fds)
     out, err = bytearray(), bytearray()
     pending = bytearray()  # stdout not yet handed to on_line (no newline yet)
     ours: str | None = None  # the limit we enforced ourselves
     try:
-        _feed(proc, stdin)
         sel = selectors.DefaultSelector()
         sel.register(proc.stdout, selectors.EVENT_READ, out)
         sel.register(proc.stderr, selectors.EVENT_READ, err)
+        feeding = memoryview(stdin)  # what the program has yet to read
+        if stdin:
+            os.set_blocking(proc.stdin.fileno(), False)
+            sel.register(proc.stdin, selectors.EVENT_WRITE, None)
+        else:
+            proc.stdin.close()
         exited_at = None
         while sel.get_map():
             now = time.monotonic()
@@ -527,6 +679,9 @@ def _supervise(cmd, *, env, cwd, stdin: bytes, limits: Limits, on_line, chosen: 
             if exited_at is not None and now - exited_at > _DRAIN_S:
                 break  # something the program left behind holds its pipes open
             for key, _ in sel.select(timeout=min(deadline - now, 0.2)):
+                if key.fileobj is proc.stdin:
+                    feeding = _feed(proc, feeding, sel)
+                    continue
                 chunk = os.read(key.fd, 65536)
                 if not chunk:
                     sel.unregister(key.fileobj)
@@ -550,7 +705,9 @@ def _supervise(cmd, *, env, cwd, stdin: bytes, limits: Limits, on_line, chosen: 
         if ours or not _exited(proc):
             _kill(proc)
         group.kill()
-        cpu_used = _reap(proc)
+        cpu_used = _reap(proc) if chosen == "none" else None
+        if chosen != "none":
+            proc.wait()
         for pipe in (proc.stdin, proc.stdout, proc.stderr):
             with contextlib.suppress(OSError):
                 pipe.close()
@@ -566,13 +723,24 @@ def _supervise(cmd, *, env, cwd, stdin: bytes, limits: Limits, on_line, chosen: 
     elif not ours:
         if counters.get("oom_kill"):
             stopped = "memory"
-        elif rc == -signal.SIGXCPU or (rc == -signal.SIGKILL and cpu_used >= limits.cpu_s):
+        elif rc == -signal.SIGXCPU or (rc == -signal.SIGKILL and cpu_used is not None
+                                       and cpu_used >= limits.cpu_s):
             stopped = "cpu_time"  # the soft limit's SIGXCPU, or the hard limit's SIGKILL
         elif counters.get("pids_max") and rc != 0:
             stopped = "processes"
+        elif rc == -signal.SIGXFSZ:  # Python ignores it (EFBIG instead) unless told otherwise
+            stopped = "file_size"
+        elif group.kind == "none" and rc != 0 and _last_line(err).startswith(b"MemoryError"):
+            stopped = "memory"  # RLIMIT_DATA: Python raises instead of being killed
     return Outcome(returncode=None if ours else rc, stdout=bytes(out), stderr=bytes(err),
                    duration_s=time.monotonic() - t0, mode=chosen, stopped=stopped,
-                   details={"cgroup": group.kind, "cpu_s": round(cpu_used, 3), **counters})
+                   details={"cgroup": group.kind, **counters,
+                            **({} if cpu_used is None else {"cpu_s": round(cpu_used, 3)})})
+
+
+def _last_line(data: bytes | bytearray) -> bytes:
+    lines = bytes(data).strip().splitlines()
+    return lines[-1] if lines else b""
 
 
 def _exited(proc: subprocess.Popen) -> bool:
@@ -581,9 +749,11 @@ def _exited(proc: subprocess.Popen) -> bool:
 
 
 def _reap(proc: subprocess.Popen) -> float:
-    """Wait for the run's first process and return the CPU seconds it and the
-    descendants it reaped used (bwrap's init reaps the program): a SIGKILL
-    after ``cpu_s`` of CPU is the hard CPU limit, not someone's kill."""
+    """Wait for the program (mode none) and return the CPU seconds it and the
+    children it reaped used: a SIGKILL after ``cpu_s`` of CPU is the hard CPU
+    limit (a program that ignores SIGXCPU), not someone's kill. In mode bwrap
+    the program is bwrap's grandchild and its time does not reach us; there
+    only SIGXCPU names the CPU limit."""
     try:
         _, status, usage = os.wait4(proc.pid, 0)
     except ChildProcessError:  # reaped elsewhere
@@ -593,17 +763,19 @@ def _reap(proc: subprocess.Popen) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _feed(proc: subprocess.Popen, data: bytes) -> None:
-    """Write stdin and close it; a program that does not read it cannot block us
-    (the rest is dropped once the pipe is full)."""
+def _feed(proc: subprocess.Popen, rest: memoryview, sel: selectors.BaseSelector) -> memoryview:
+    """Write what the pipe takes of ``rest`` to stdin; close it when all is
+    written or the program closed its end. Returns what is still to write."""
     try:
-        if data:
-            os.set_blocking(proc.stdin.fileno(), False)
-            with contextlib.suppress(BlockingIOError):
-                os.write(proc.stdin.fileno(), data)
+        rest = rest[os.write(proc.stdin.fileno(), rest[:65536]):]
+    except BlockingIOError:
+        return rest
+    except OSError:  # BrokenPipeError: the program does not want the rest
+        rest = rest[:0]
+    if not rest:
+        sel.unregister(proc.stdin)
         proc.stdin.close()
-    except (BrokenPipeError, OSError):
-        pass
+    return rest
 
 
 def _kill(proc: subprocess.Popen) -> None:

@@ -183,6 +183,7 @@ def test_the_reference_passes_and_the_ring_report_has_the_learners_trace():
     assert report["status"] == "passed", failing(report)
     trace = report["trace"]
     assert trace["world_size"] == 4 and len(trace["traces"]) == 4
+    assert (trace["size"], trace["size_bytes"], trace["dtype"]) == (10, 40, "float32")
     from app.charts import trace_steps
 
     steps, durations = trace_steps(trace["traces"])

@@ -115,5 +115,5 @@ def trace(case: dict, ranks: list[dict]) -> dict:
                           "recv_bytes": recv["bytes"] if recv else 0,
                           "t_start": c["t_start"] - origin, "t_end": t_end - origin})
         traces.append(steps)
-    return {"world_size": n, "size": size, "numel": len(ranks[0]["expected"]["values"]),
+    return {"world_size": n, "size": len(ranks[0]["expected"]["values"]), "size_bytes": size,
             "dtype": case["dtype"], "traces": traces}

@@ -1,0 +1,599 @@
+"""Red team for ``labs.sandbox``: hostile programs stay inside (issue #16).
+
+Each payload is a small Python program run through `run_python` in mode
+bwrap with small limits. Every test checks two sides: what the sandbox
+reports (``stopped``, the return code, what the program printed about its
+attempts) and, on the host, that nothing reached us: the listener got no
+connection, no file appeared, our processes and other runs are alive, no
+process of the run's uid is left.
+
+The bwrap tests are skipped only where bubblewrap is missing and we are not
+root (a developer's laptop); as root (CI) a missing sandbox fails them, and
+`test_ci_has_a_sandbox` fails outright when ``CI`` is set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from labs import sandbox
+from labs.sandbox import Limits, SandboxUnavailable, run_python
+
+ROOT = Path(__file__).resolve().parent.parent
+ROOTLESS_NO_BWRAP = shutil.which("bwrap") is None and os.geteuid() != 0
+needs_bwrap = pytest.mark.skipif(
+    ROOTLESS_NO_BWRAP, reason="bubblewrap is not installed and we are not root to install it "
+                              "(apt-get install bubblewrap)")
+as_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="the per-run uid and the cgroup limits need root (CI runs as root)")
+SMALL = Limits(memory_mb=256, processes=16, file_size_mb=1, cpu_s=10, wall_s=20,
+               output_bytes=64 << 10, tmpfs_mb=16)
+KiB = 1 << 10
+
+# The payloads: each prints one JSON line of what it managed, where that matters.
+PAYLOADS = {
+    "report": r"""
+import json, os, sys
+print(json.dumps({"env": dict(os.environ), "cwd": os.getcwd(), "uid": os.getuid(),
+                  "files": {n: open(os.path.join(os.environ["SANDBOX_INPUT"], n)).read()
+                            for n in sorted(os.listdir(os.environ["SANDBOX_INPUT"]))},
+                  "self_environ": open("/proc/self/environ", "rb").read().decode(errors="replace")}))
+""",
+    "echo": r"""
+import hashlib, sys
+data = sys.stdin.buffer.read()
+print(len(data), hashlib.sha256(data).hexdigest())
+""",
+    "network": r"""
+import errno, json, os, socket, sys
+port = int(sys.argv[1])
+found = {"interfaces": [l.split(":")[0].strip() for l in open("/proc/net/dev").read().splitlines()[2:]]}
+for name, addr in (("host_listener", ("127.0.0.1", port)), ("outside", ("192.0.2.1", 80))):
+    s = socket.socket()
+    s.settimeout(2)
+    try:
+        s.connect(addr)
+        found[name] = "connected"
+    except OSError as exc:
+        found[name] = errno.errorcode.get(exc.errno, str(exc))
+    finally:
+        s.close()
+print(json.dumps(found))
+""",
+    "read": r"""
+import json, os, sys
+found = {}
+for path in sys.argv[1:]:
+    try:
+        if os.path.isdir(path):
+            found[path] = "listed: " + ",".join(os.listdir(path))
+        else:
+            with open(path, "rb") as f:
+                found[path] = "read: " + f.read(200).decode(errors="replace")
+    except OSError as exc:
+        found[path] = type(exc).__name__
+print(json.dumps(found))
+""",
+    "proc": r"""
+import json, os, sys
+host_pid = sys.argv[1]
+found = {"pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()), "me": os.getpid()}
+for what in ("environ", "cmdline"):
+    try:
+        found[what] = open(f"/proc/{host_pid}/{what}", "rb").read().decode(errors="replace")
+    except OSError as exc:
+        found[what] = type(exc).__name__
+try:
+    found["init_environ"] = open("/proc/1/environ", "rb").read().decode(errors="replace")
+except OSError as exc:
+    found["init_environ"] = type(exc).__name__
+print(json.dumps(found))
+""",
+    "write": r"""
+import errno, json, os, sys
+found = {}
+for path in sys.argv[1:]:
+    try:
+        with open(os.path.join(path, "pwned"), "w") as f:
+            f.write("x")
+        found[path] = "written"
+    except OSError as exc:
+        found[path] = errno.errorcode.get(exc.errno, str(exc))
+big = 0
+try:
+    with open("/tmp/big", "wb") as f:
+        for _ in range(64):
+            f.write(b"x" * (1 << 20))
+            f.flush()
+except OSError as exc:
+    found["big"] = errno.errorcode.get(exc.errno, str(exc))
+found["big_size"] = os.path.getsize("/tmp/big")
+print(json.dumps(found))
+""",
+    "nested": r"""
+import ctypes, errno, json, os, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+found = {}
+child = os.fork()
+if child == 0:
+    __import__("time").sleep(30)
+    os._exit(0)
+for name, call in (("unshare_user", lambda: libc.unshare(0x10000000)),  # CLONE_NEWUSER
+                   ("ptrace_child", lambda: libc.ptrace(16, child, 0, 0))):  # PTRACE_ATTACH
+    found[name] = errno.errorcode.get(ctypes.get_errno(), "?") if call() == -1 else "allowed"
+os.kill(child, 9)
+os.waitpid(child, 0)
+tool = subprocess.run(["/usr/bin/unshare", "--user", "--map-root-user", "id", "-u"],
+                      capture_output=True, text=True)
+found["unshare_tool"] = tool.stdout.strip() or "refused"
+pid = os.fork()  # plain processes and threads still work
+if pid == 0:
+    os._exit(3)
+found["fork"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+print(json.dumps(found))
+""",
+    "forkbomb": r"""
+import os, time
+print(os.getuid(), flush=True)
+while True:
+    try:
+        os.fork()
+    except OSError:
+        time.sleep(0.01)
+""",
+    "membomb": r"""
+hog = []
+while True:
+    hog.append(b"\1" * (8 << 20))
+""",
+    "loop": r"""
+print("looping", flush=True)
+while True:
+    pass
+""",
+    "flood": r"""
+import sys
+print("first line", flush=True)
+while True:
+    sys.stdout.write("y" * 65536)
+""",
+    "lingering": r"""
+import os, sys, time
+if os.fork() == 0:  # a grandchild in its own session, that outlives its parent
+    os.setsid()
+    time.sleep(600)
+    os._exit(0)
+print(os.getuid(), flush=True)
+time.sleep(600)
+""",
+    "neighbour": r"""
+import json, os, signal, sys
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])
+open("/tmp/mine", "w").write("secret of run A")
+print(json.dumps({"ready": True}), flush=True)
+got = signal.sigtimedwait([signal.SIGUSR1], 30)  # the test says when the other run is done
+print(json.dumps({"still_mine": open("/tmp/mine").read(), "woken": got is not None}), flush=True)
+""",
+    "killer": r"""
+import json, os, sys
+found = {"tmp": os.listdir("/tmp"), "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit())}
+for name, target in (("parent", os.getppid()), ("init", 1), ("everyone", -1)):
+    try:
+        os.kill(target, 9)
+        found[name] = "sent"
+    except OSError as exc:
+        found[name] = type(exc).__name__
+print(json.dumps(found), flush=True)
+""",
+    "gloo": r"""
+import os, socket, sys
+import torch, torch.distributed as dist
+s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+children = []
+for rank in range(2):
+    pid = os.fork()
+    if pid == 0:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+        t = torch.full((256,), float(rank + 1))
+        dist.all_reduce(t)
+        print(f"rank {rank}: {t[0].item()}", flush=True)
+        dist.destroy_process_group()
+        os._exit(0)
+    children.append(pid)
+sys.exit(max(os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in children))
+""",
+}
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("payloads")
+    for name, text in PAYLOADS.items():
+        (folder / f"{name}.py").write_text(text)
+    return folder
+
+
+def run(harness: Path, name: str, *args: str, limits: Limits = SMALL, mode: str = "bwrap",
+        **kw) -> sandbox.Outcome:
+    return run_python(name, list(args), files=kw.pop("files", {}), limits=limits, mode=mode,
+                      harness=harness, **kw)
+
+
+def report(outcome: sandbox.Outcome) -> dict:
+    assert outcome.stdout, outcome.stderr.decode(errors="replace")[-2000:]
+    return json.loads(outcome.stdout.splitlines()[-1])
+
+
+def uid_tasks(uid: int) -> list[int]:
+    """Pids (threads included) on the host whose real uid is ``uid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                for line in (entry / "status").read_text().splitlines():
+                    if line.startswith("Uid:") and int(line.split()[1]) == uid:
+                        found.append(int(entry.name))
+            except (OSError, ValueError):
+                continue
+    return found
+
+
+def none_left(uid: int, wait: float = 10.0) -> bool:
+    """True once no process of ``uid`` is left (a bounded wait for the kernel to reap)."""
+    deadline = time.monotonic() + wait
+    while uid_tasks(uid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def our_cgroups(pid: int) -> list[Path]:
+    return [p for parent in (sandbox._Cgroup._parents() or {}).values()
+            for p in parent.glob(f"dpa-sandbox-{pid}-*")]
+
+
+# --- the mode and the environment ------------------------------------------------------------
+
+def test_the_mode_is_bwrap_unless_none_is_asked_for_by_name(monkeypatch):
+    monkeypatch.delenv("EXERCISE_SANDBOX", raising=False)
+    assert sandbox.mode() == "bwrap"
+    monkeypatch.setenv("EXERCISE_SANDBOX", "none")
+    assert sandbox.mode() == "none"
+    monkeypatch.setenv("EXERCISE_SANDBOX", "off")
+    with pytest.raises(SandboxUnavailable, match="EXERCISE_SANDBOX"):
+        sandbox.mode()
+
+
+def test_a_missing_bwrap_refuses_and_never_falls_back_to_none(monkeypatch, harness):
+    monkeypatch.delenv("EXERCISE_SANDBOX", raising=False)
+    monkeypatch.setattr(sandbox, "_checked", {})
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(SandboxUnavailable) as caught:
+        run_python("report", [], files={}, harness=harness)
+    assert "bwrap is not installed" in caught.value.reason
+    assert "apt-get install bubblewrap" in caught.value.reason
+
+
+def test_limits_read_their_overrides_from_the_environment(harness, monkeypatch):
+    limits = Limits.from_env({"EXERCISE_MEMORY_MB": "512", "EXERCISE_WALL_S": "2.5"}, cpu_s=7)
+    assert (limits.memory_mb, limits.wall_s, limits.cpu_s) == (512, 2.5, 7)
+    assert limits.processes == Limits().processes
+    # A caller that passes no limits gets the operator's.
+    monkeypatch.setenv("EXERCISE_WALL_S", "0.5")
+    out = run_python("loop", [], files={}, mode="none", harness=harness)
+    assert out.stopped == "wall_time"
+
+
+def test_ci_has_a_sandbox():
+    if not os.environ.get("CI"):
+        pytest.skip("only CI must have bwrap (it runs as root and installs it)")
+    sandbox.check_available("bwrap")
+
+
+@pytest.mark.parametrize("mode", [pytest.param("bwrap", marks=needs_bwrap), "none"])
+def test_the_program_sees_its_files_and_a_cleared_environment(harness, monkeypatch, mode):
+    monkeypatch.setenv("DPA_FAKE_SECRET", "hunter2-in-the-host-env")
+    lines = []
+    out = run(harness, "report", mode=mode, files={"submission.py": b"x = 1\n"},
+              on_line=lines.append)
+    assert out.returncode == 0 and out.stopped is None and out.mode == mode
+    found = report(out)
+    assert lines == [out.stdout.rstrip(b"\n")]  # on_line got the line, without its newline
+    assert set(found["env"]) - {"PWD", "LD_LIBRARY_PATH"} == {
+        "PATH", "HOME", "LANG", "OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME", "PYTHONDONTWRITEBYTECODE",
+        "SANDBOX_INPUT", "PYTHONPATH"}
+    assert found["files"] == {"submission.py": "x = 1\n"}
+    assert "hunter2" not in out.stdout.decode()
+    assert found["env"]["HOME"] == found["cwd"]
+    if mode == "bwrap":
+        assert found["cwd"] == "/tmp" and found["env"]["SANDBOX_INPUT"] == "/opt/input"
+        if os.geteuid() == 0:
+            assert found["uid"] >= sandbox.UID_BASE  # not root, a uid of its own
+
+
+@pytest.mark.parametrize("mode", [pytest.param("bwrap", marks=needs_bwrap), "none"])
+def test_stdin_larger_than_a_pipe_reaches_the_program(harness, mode):
+    import hashlib
+    data = os.urandom(300 * KiB)
+    out = run(harness, "echo", mode=mode, stdin=data)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(len(data)).encode(), hashlib.sha256(data).hexdigest().encode()]
+
+
+# --- network ---------------------------------------------------------------------------------
+
+@needs_bwrap
+def test_the_network_is_loopback_only_and_not_the_hosts(harness):
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        listener.settimeout(0.5)
+        port = listener.getsockname()[1]
+        accepted = []
+
+        def accept():
+            try:
+                accepted.append(listener.accept())
+            except OSError:
+                pass
+        waiter = threading.Thread(target=accept)
+        waiter.start()
+        out = run(harness, "network", str(port))
+        waiter.join()
+        found = report(out)
+        assert accepted == [], "the sandboxed program reached the host's listener"
+    assert found["interfaces"] == ["lo"]
+    assert found["host_listener"] == "ECONNREFUSED"  # its own loopback, where nobody listens
+    assert found["outside"] == "ENETUNREACH"  # no route: nothing left the namespace
+
+
+# --- the host's files and processes ----------------------------------------------------------
+
+@needs_bwrap
+def test_secrets_database_and_project_files_are_out_of_reach(harness, tmp_path):
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "issuer.key").write_text("PRIVATE KEY of the issuer")
+    db = tmp_path / "academy.db"
+    import sqlite3
+    with sqlite3.connect(db) as conn:
+        conn.execute("create table learner (email text)")
+        conn.execute("insert into learner values ('ada@example.org')")
+    reference = ROOT / "labs" / "sandbox.py"
+    paths = [str(secrets / "issuer.key"), str(secrets), str(db), str(reference), str(ROOT),
+             os.environ["SECRETS_DIR"], os.environ["DATABASE_URL"].removeprefix("sqlite:///"),
+             sys.prefix, "/root"]
+    found = report(run(harness, "read", *paths))
+    assert set(found) == set(paths)
+    # Not "permission denied": none of it exists in the sandbox at all.
+    assert found == dict.fromkeys(paths, "FileNotFoundError")
+
+
+@needs_bwrap
+def test_proc_shows_only_the_sandbox(harness):
+    found = report(run(harness, "proc", str(os.getpid())))
+    assert found["pids"] == [1, found["me"]]  # bwrap's init and the program, nothing of ours
+    assert found["environ"] == "FileNotFoundError" and found["cmdline"] == "FileNotFoundError"
+    assert "DATABASE_URL" not in found["init_environ"]
+
+
+@needs_bwrap
+def test_writes_stay_in_tmp_and_files_stop_at_the_size_limit(harness):
+    targets = ["/", "/usr", "/etc", "/opt", "/opt/input", "/opt/harness", "/opt/python",
+               str(harness), str(ROOT)]
+    out = run(harness, "write", *targets, files={"submission.py": b""})
+    found = report(out)
+    assert {t: found[t] for t in targets} == {
+        t: found[t] for t in targets if found[t] in ("EROFS", "EACCES", "EPERM", "ENOENT")}
+    assert found["big"] == "EFBIG" and found["big_size"] == SMALL.file_size_mb << 20
+    assert not (harness / "pwned").exists() and not (ROOT / "pwned").exists()
+
+
+@needs_bwrap
+@pytest.mark.skipif(not sandbox.SECCOMP, reason="no seccomp filter for this CPU architecture")
+def test_no_user_namespace_of_its_own_and_no_ptrace(harness):
+    found = report(run(harness, "nested"))
+    assert found == {"unshare_user": "EPERM", "ptrace_child": "EPERM", "unshare_tool": "refused",
+                     "fork": 3}
+
+
+# --- resource limits -------------------------------------------------------------------------
+
+@needs_bwrap
+@as_root
+def test_a_fork_bomb_hits_the_process_limit_and_the_host_can_still_fork(harness):
+    out = run(harness, "forkbomb", limits=Limits(processes=12, wall_s=2, cpu_s=5, memory_mb=256))
+    assert out.stopped == "processes" and out.returncode is None, out.details
+    uid = int(out.stdout.split()[0])
+    assert none_left(uid)
+    assert subprocess.run(["true"], check=False).returncode == 0
+    assert our_cgroups(os.getpid()) == []
+
+
+@needs_bwrap
+@as_root
+def test_a_memory_bomb_is_killed_by_the_memory_limit(harness):
+    out = run(harness, "membomb", limits=Limits(memory_mb=96, wall_s=20))
+    assert out.stopped == "memory", (out.returncode, out.details, out.stderr[-500:])
+    assert out.returncode == -signal.SIGKILL and out.details["oom_kill"] >= 1
+    assert bytearray(64 << 20)  # and the host can still allocate
+
+
+@needs_bwrap
+def test_an_endless_loop_is_stopped_by_the_wall_clock(harness):
+    out = run(harness, "loop", limits=Limits(wall_s=1, cpu_s=30))
+    assert out.stopped == "wall_time" and out.returncode is None
+    assert out.stdout == b"looping\n"
+
+
+@needs_bwrap
+def test_the_cpu_limit_ends_a_program_that_spins(harness):
+    out = run(harness, "loop", limits=Limits(cpu_s=1, wall_s=20))
+    assert out.stopped == "cpu_time" and out.returncode == -signal.SIGXCPU, out.details
+
+
+@needs_bwrap
+def test_a_flood_of_output_stops_at_the_cap(harness):
+    lines = []
+    out = run(harness, "flood", on_line=lines.append)
+    assert out.stopped == "output" and out.returncode is None
+    assert len(out.stdout) == SMALL.output_bytes  # kept up to the cap, the rest never buffered
+    assert lines[0] == b"first line"
+
+
+# --- other runs and the server ---------------------------------------------------------------
+
+def program_pids(module: str) -> list[int]:
+    """Host pids of sandboxed interpreters running ``-m module`` (not bwrap's init)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                args = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if args[0].startswith(b"/opt/python/") and args[-3:] == [b"-m", module.encode(), b""]:
+                found.append(int(entry.name))
+    return found
+
+
+@needs_bwrap
+def test_killing_parent_and_everyone_reaches_only_its_own_sandbox(harness):
+    """Run A holds a file and waits; run B, meanwhile, looks for A and kills
+    everything it can. A must finish untouched, and so must the host."""
+    ready = threading.Event()
+    a_result = {}
+
+    def run_a():
+        a_result["out"] = run(harness, "neighbour", on_line=lambda _: ready.set(),
+                              limits=Limits(wall_s=40))
+    sentinel = subprocess.Popen(["sleep", "60"])  # a host process B must not reach
+    a = threading.Thread(target=run_a)
+    a.start()
+    try:
+        assert ready.wait(30), "run A did not start"
+        found = report(run(harness, "killer"))
+        assert found["tmp"] == []  # A's /tmp/mine is not in B's /tmp
+        assert len(found["pids"]) == 2 and found["pids"][0] == 1  # init and B: A is not visible
+        # Its parent is bwrap's init (root): refused. kill(-1) finds nobody it may signal.
+        assert found["parent"] == found["init"] == "PermissionError"
+        assert found["everyone"] in ("sent", "ProcessLookupError")
+        assert sentinel.poll() is None  # kill(-1, 9) did not reach the host
+    finally:
+        for pid in program_pids("neighbour"):  # wake A (a bounded wait of its own otherwise)
+            os.kill(pid, signal.SIGUSR1)
+        a.join(60)
+        sentinel.kill()
+        sentinel.wait()
+    a_out = a_result["out"]
+    assert a_out.returncode == 0 and a_out.stopped is None, a_out.stderr
+    assert json.loads(a_out.stdout.splitlines()[-1]) == {"still_mine": "secret of run A",
+                                                         "woken": True}
+
+
+@needs_bwrap
+def test_nothing_is_left_behind_after_the_wall_clock_kill(harness):
+    out = run(harness, "lingering", limits=Limits(wall_s=1.5))
+    assert out.stopped == "wall_time"
+    if os.geteuid() == 0:
+        assert none_left(int(out.stdout.split()[0]))
+        assert our_cgroups(os.getpid()) == []
+
+
+@needs_bwrap
+@as_root
+def test_a_failing_on_line_still_takes_the_sandbox_down(harness):
+    seen = []
+
+    def on_line(line: bytes) -> None:
+        seen.append(int(line))
+        raise RuntimeError("the caller broke")
+    with pytest.raises(RuntimeError, match="the caller broke"):
+        run(harness, "lingering", on_line=on_line, limits=Limits(wall_s=60))
+    assert none_left(seen[0])
+    assert our_cgroups(os.getpid()) == []
+
+
+@needs_bwrap
+@as_root
+def test_the_sandbox_dies_with_the_process_that_started_it(harness):
+    code = ("import sys; from pathlib import Path; from labs.sandbox import Limits, run_python; "
+            "run_python('lingering', [], files={}, harness=Path(sys.argv[1]), mode='bwrap', "
+            "limits=Limits(wall_s=120), on_line=lambda l: print(l.decode(), flush=True))")
+    host = subprocess.Popen([sys.executable, "-c", code, str(harness)], cwd=ROOT,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        uid = int(host.stdout.readline())
+        assert uid_tasks(uid), "the sandbox should be running"
+        host.send_signal(signal.SIGKILL)  # no cleanup of ours runs
+        host.wait()
+        assert none_left(uid), f"uid {uid} still has {uid_tasks(uid)}"
+    finally:
+        host.kill()
+        host.wait()
+        host.stdout.close()
+    # What the killed caller could not clean up is swept by the next run.
+    left = our_cgroups(host.pid) + list(Path(tempfile.gettempdir()).glob(f"dpa-sandbox-{host.pid}-*"))
+    run(harness, "loop", limits=Limits(wall_s=0.5))
+    assert [p for p in left if p.exists()] == []
+
+
+# --- a real workload -------------------------------------------------------------------------
+
+@needs_bwrap
+def test_torch_and_two_gloo_ranks_run_inside_the_default_limits(harness):
+    out = run(harness, "gloo", limits=Limits(wall_s=60))
+    assert out.returncode == 0 and out.stopped is None, out.stderr.decode()[-2000:]
+    assert sorted(out.stdout.decode().split("\n")[:2]) == ["rank 0: 3.0", "rank 1: 3.0"]
+
+
+# --- finding the cgroup (v1 here; v2-only hosts are read from the same files) --------------
+
+def fake_cgroup_fs(tmp_path: Path, v2_controllers: str) -> tuple[str, str]:
+    """/proc/self/cgroup and mountinfo texts of a host with v1 memory/pids
+    hierarchies under tmp_path/v1 and a cgroup2 mount at tmp_path/v2."""
+    for d in ("v1/memory/app", "v1/pids/app", "v2/app"):
+        (tmp_path / d).mkdir(parents=True)
+    (tmp_path / "v2/app/cgroup.controllers").write_text(v2_controllers)
+    (tmp_path / "v2/app/cgroup.subtree_control").write_text("")
+    mountinfo = "\n".join([
+        f"30 25 0:26 / {tmp_path}/v1/memory rw,nosuid - cgroup cgroup rw,memory",
+        f"31 25 0:27 / {tmp_path}/v1/pids rw,nosuid - cgroup cgroup rw,pids",
+        f"32 25 0:28 / {tmp_path}/v2 rw,nosuid - cgroup2 cgroup2 rw",
+    ])
+    return "5:memory:/app\n4:pids:/app\n0::/app\n", mountinfo
+
+
+def test_v1_hierarchies_are_found_where_they_are_mounted(tmp_path):
+    cgroups, mountinfo = fake_cgroup_fs(tmp_path, "")
+    assert sandbox._find_parents(cgroups, mountinfo) == {
+        "memory": tmp_path / "v1/memory/app", "pids": tmp_path / "v1/pids/app"}
+
+
+def test_a_v2_only_host_gets_one_cgroup_with_both_limits(tmp_path):
+    cgroups, mountinfo = fake_cgroup_fs(tmp_path, "cpu memory pids")
+    v2_only = "0::/app\n"
+    assert sandbox._find_parents(v2_only, mountinfo) == {"v2": tmp_path / "v2/app"}
+    parent = tmp_path / "v2/app"
+    group = sandbox._Cgroup._make_v2(parent, "dpa-sandbox-1-2", Limits(memory_mb=100, processes=7))
+    assert (parent / "cgroup.subtree_control").read_text() == "+memory +pids"
+    assert (parent / "dpa-sandbox-1-2/memory.max").read_text() == str(100 << 20)
+    assert (parent / "dpa-sandbox-1-2/pids.max").read_text() == "7"
+    assert group.wrap(["prog"])[-2:] == ["sh", "prog"]
+    assert f'echo $$ > "{parent}/dpa-sandbox-1-2/cgroup.procs"' in group.wrap(["prog"])[2]
+    # Without the controllers there, no cgroup: the rlimits stand in.
+    (parent / "cgroup.controllers").write_text("cpu io")
+    assert sandbox._find_parents(v2_only, mountinfo) is None
