@@ -247,3 +247,23 @@ def test_a_running_submission_shows_case_k_of_n_and_can_be_cancelled():
     press(at, t("exercises.cancel"))
     with session_scope() as session:
         assert session.get(LabRun, run_id).cancel_requested
+
+
+@pytest.mark.parametrize("bytes_sent, drawn", [(28, "exercises.ring_whole"), (12, "exercises.ring_unavailable")])
+def test_sends_of_the_whole_buffer_draw_the_naive_ring_and_unnamed_chunks_draw_nothing(bytes_sent, drawn):
+    """7 float32 elements are 28 bytes: a whole-buffer ring; 12 bytes the grader could not
+    name as a chunk of ours (another split) is not drawn as something it was not."""
+    me = learner()
+    run_id = exercises.submit(learner_id=me, exercise="ring-allreduce", source="x = 1\n", lang="en")
+    report = exercisefakes.report(passed=False)
+    for records in report["trace"]["traces"]:
+        for rec in records:
+            rec.update(send_chunk=None, bytes=bytes_sent)
+    grade(run_id, report)
+    at = open_page("exercises", "en", me)
+    assert not at.exception, at.exception
+    charts = at.get("plotly_chart")
+    if drawn == "exercises.ring_whole":
+        assert len(charts) == 1 and f"**{t(drawn)}**" in [m.value for m in at.markdown]
+    else:
+        assert len(charts) == 0 and t(drawn) in [c.value for c in at.caption]
