@@ -241,8 +241,14 @@ def submit(*, learner_id: int, exercise: str, source: str, lang: str,
     # The grader's own text output is in a language it has (the page renders the
     # report's keys itself, in the learner's language, whatever this is).
     lang = lang if lang in messages.languages() else DEFAULT_LANG
-    return labqueue.submit(lab=LAB, params={"exercise": exercise, "lang": lang}, learner_id=learner_id,
-                           machine=machine or {}, source=source)
+    try:
+        return labqueue.submit(lab=LAB, params={"exercise": exercise, "lang": lang}, learner_id=learner_id,
+                               machine=machine or {}, source=source)
+    except labqueue.QueueFull as err:
+        if err.key != "labs_refused.too_many":
+            raise
+        # The limit counts labs and exercise runs together: say so in the exercise's words.
+        raise labqueue.QueueFull("exercises.too_many", **err.values) from None
 
 
 def latest_run(*, learner_id: int, exercise: str) -> LabRun | None:

@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from academy import exercises, labqueue
-from academy.db import make_engine, migrate
+from academy.db import make_engine, migrate, session_scope
 from academy.models import EXERCISE_SOURCE_MAX, ExerciseDraft, ExercisePass, LabRun, Learner
 from tests import exercisefakes
 
@@ -278,3 +278,21 @@ def test_no_discretionary_ligature_joins_st_on_the_certificate(style):
     for word in ("broadcast", "Kristina"):
         [run] = pdf._line(word, style)[0]
         assert len(pdf._shaped(run).inline) == len(word), (word, style)
+
+
+def test_the_labs_limit_of_active_runs_counts_exercise_runs_and_says_so(app_db, monkeypatch):  # noqa: ARG001
+    from academy.settings import get_settings
+
+    monkeypatch.setattr(labqueue, "enqueue", lambda _run_id, _queue: None)
+    monkeypatch.setenv("LAB_MAX_PER_LEARNER", "1")
+    get_settings.cache_clear()
+    try:
+        with session_scope() as s:
+            me = learner(s)
+        exercises.submit(learner_id=me, exercise="broadcast", source="a = 1\n", lang="en")
+        with pytest.raises(labqueue.QueueFull) as err:
+            exercises.submit(learner_id=me, exercise="ring-allreduce", source="b = 1\n", lang="en")
+        assert (err.value.key, err.value.values) == ("exercises.too_many", {"limit": 1})
+    finally:
+        monkeypatch.delenv("LAB_MAX_PER_LEARNER")
+        get_settings.cache_clear()
