@@ -28,6 +28,8 @@ from academy.db import session_scope
 from academy.errors import UserError
 from academy.models import EXERCISE_SOURCE_MAX, ExerciseDraft, ExercisePass, LabRun, utcnow
 from academy.settings import get_settings
+from labs import exercises as defs
+from labs.exercises import messages
 
 LAB = "exercise"  # LabRun.lab of a submission
 
@@ -46,16 +48,12 @@ class UnknownExercise(UserError, ValueError):
 
 def catalog() -> tuple[str, ...]:
     """Exercise ids in the order the course gives them: those whose definition is in place."""
-    from labs import exercises
-
-    return tuple(exercises.available())
+    return tuple(defs.available())
 
 
 def required() -> tuple[str, ...]:
     """The exercises a certificate needs when ``certificate_requires_exercises`` is on."""
-    from labs.exercises import REQUIRED_FOR_CERTIFICATE
-
-    return tuple(REQUIRED_FOR_CERTIFICATE)
+    return tuple(defs.REQUIRED_FOR_CERTIFICATE)
 
 
 def check_exercise(exercise: str) -> str:
@@ -71,36 +69,22 @@ def text(exercise: str, lang: str) -> dict[str, Any]:
     An exercise whose texts are not written yet is named by its id, so a page
     that lists the certificate's exercises never fails on one.
     """
-    from labs.exercises import messages
-
-    found = messages.exercise(exercise, lang) if exercise in _all() else {}
+    found = messages.exercise(exercise, lang) if exercise in defs.EXERCISES else {}
     return {"title": exercise, "summary": "", "statement": "", "hints": [], **found}
 
 
-def _all() -> tuple[str, ...]:
-    from labs.exercises import EXERCISES
-
-    return tuple(EXERCISES)
-
-
 def starter(exercise: str) -> str:
-    from labs import exercises
-
-    return exercises.starter(check_exercise(exercise))
+    return defs.starter(check_exercise(exercise))
 
 
 def reference(exercise: str) -> str:
     """The reference solution. Callers show it only to a learner who passed (:func:`has_passed`)."""
-    from labs import exercises
-
-    return exercises.reference(check_exercise(exercise))
+    return defs.reference(check_exercise(exercise))
 
 
 def message(key: str, lang: str, values: dict[str, Any] | None = None, exercise: str | None = None) -> str:
     """A grader's finding or error in the learner's language (``labs.exercises.messages``):
     the exercise's own wording first, then the shared one."""
-    from labs.exercises import messages
-
     return messages.text(key, lang, exercise, **(values or {}))
 
 
@@ -232,8 +216,6 @@ def submit(*, learner_id: int, exercise: str, source: str, lang: str,
     text (:class:`SourceRefused`), and like any lab by fair use (the
     learner's own limit of active runs, the queue's) or an unreachable queue.
     """
-    from labs.exercises import messages
-
     exercise = check_exercise(exercise)
     source = check_source(source)
     with session_scope() as session:
