@@ -54,11 +54,12 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import func, select
 
 from academy.db import session_scope
 from academy.errors import UserError
-from academy.models import LabRun, LabWorker, utcnow
+from academy.models import ExercisePass, LabRun, LabWorker, utcnow
 from academy.settings import ROOT, get_settings
 from labs import context
 from labs.params import Run, flag, specs
@@ -68,6 +69,7 @@ ACTIVE = ("queued", "running")
 TERMINAL = ("done", "failed", "cancelled")
 TICK_S = 0.5  # how often a worker looks at each of its runs (cancel flag, heartbeat)
 REAP_EVERY_S = 2.0
+EXERCISE = "exercise"  # the lab name of an exercise submission (academy.exercises.LAB)
 log = logging.getLogger("academy.worker")
 
 
@@ -192,7 +194,7 @@ def _admission_lock(session) -> None:
 
 
 def submit(*, lab: str, params: dict[str, Any], learner_id: int | None, machine: dict[str, Any],
-           session_runs: list[int] | tuple[int, ...] = ()) -> int:
+           session_runs: list[int] | tuple[int, ...] = (), source: str | None = None) -> int:
     """Write a queued run (parameters already validated) and put it on its queue; its id.
 
     Refused with :class:`QueueFull` when the learner already has
@@ -200,6 +202,8 @@ def submit(*, lab: str, params: dict[str, Any], learner_id: int | None, machine:
     queued or running in all. A guest has no learner id: ``session_runs``,
     the ids its browser session submitted, are what it is counted by; and
     with a :class:`LabRequestError` when the queue cannot be reached.
+    ``source``: an exercise submission's code (lab ``exercise``), stored
+    with the run for the worker that grades it.
     """
     settings = get_settings()
     queue = queue_for(params)
@@ -215,7 +219,7 @@ def submit(*, lab: str, params: dict[str, Any], learner_id: int | None, machine:
                 >= settings.lab_max_queued:
             raise QueueFull("labs_refused.queue_full", limit=settings.lab_max_queued)
         run = LabRun(learner_id=learner_id, lab=lab, params=params, machine=machine,
-                     status="queued", queue=queue)
+                     status="queued", queue=queue, source=source)
         session.add(run)
         session.flush()
         run_id = run.id
@@ -427,8 +431,16 @@ def set_worker(state: WorkerState | None) -> None:
 
 
 def command(lab: str, params: dict[str, Any], workdir: Path) -> list[str]:
-    """The lab's CLI for this run, each stored parameter as its flag in the lab's schema."""
+    """The lab's CLI for this run, each stored parameter as its flag in the lab's schema.
+
+    An exercise submission (lab ``exercise``) is graded by ``python -m
+    labs.exercises grade``, on the source the worker wrote to the workdir.
+    """
     settings = get_settings()
+    if lab == EXERCISE:
+        return [sys.executable, "-m", "labs.exercises", "grade", str(params["exercise"]),
+                str(workdir / "submission.py"), "--json", "--lang", str(params.get("lang", "en")),
+                "--events", str(workdir / "events.jsonl"), "--out", str(workdir / "result.json")]
     args = [sys.executable, "-m", "labs", lab, "--json", "--timeout", str(settings.lab_timeout_s),
             "--hang-timeout", str(settings.lab_hang_timeout_s),
             "--events", str(workdir / "events.jsonl"), "--out", str(workdir / "result.json")]
@@ -488,13 +500,35 @@ def _beat(run_id: int, me: str, progress: dict[str, Any] | None) -> tuple[bool, 
     return bool(ours), bool(cancel)
 
 
-def _finish(run_id: int, me: str, **values: Any) -> None:
-    """Record the outcome, unless the run is no longer ours (the reaper took it)."""
+def _finish(run_id: int, me: str, *, passed: tuple[int, str] | None = None, **values: Any) -> None:
+    """Record the outcome, unless the run is no longer ours (the reaper took it).
+
+    ``passed``: (learner id, exercise) of a passing exercise report, whose
+    pass is recorded in the same transaction as the result, so that neither
+    exists without the other.
+    """
     with session_scope() as session:
-        session.exec(
+        ours = session.exec(
             update(LabRun).where(LabRun.id == run_id, LabRun.status == "running", LabRun.worker == me)
             .values(finished_at=utcnow(), **values)
-        )
+        ).rowcount
+        if ours and passed is not None:
+            record_exercise_pass(session=session, learner_id=passed[0], exercise=passed[1], run_id=run_id)
+
+
+def record_exercise_pass(*, session, learner_id: int, exercise: str, run_id: int) -> None:
+    """Record that ``run_id`` passed ``exercise`` for the learner, unless a pass is there already.
+
+    Does not commit: :func:`_finish` calls it in the transaction that stores
+    the run's report, so a pass never exists without its passing report
+    (``academy.exercises.record_pass`` is this function). One statement that
+    the unique constraint settles (ON CONFLICT DO NOTHING), so two passing
+    runs finishing at once leave one row.
+    """
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    session.exec(dialect.insert(ExercisePass.__table__).values(
+        learner_id=learner_id, exercise=exercise, run_id=run_id, passed_at=utcnow(),
+    ).on_conflict_do_nothing(index_elements=["learner_id", "exercise"]))
 
 
 def execute(run_id: int) -> None:
@@ -576,6 +610,11 @@ def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str
     # Settings' limits go to the CLI in the variables it reads (they may have come from .env).
     env = {**os.environ, **settings.lab_limits.environ(), "OMP_NUM_THREADS": "1",
            "PYTHONUNBUFFERED": "1", **env_extra}
+    if run.lab == EXERCISE:
+        # The learner's code goes to the grader as a file; the grader runs it only
+        # inside the sandbox the setting names (labs/sandbox.py).
+        (workdir / "submission.py").write_text(run.source or "", encoding="utf-8")
+        env["EXERCISE_SANDBOX"] = settings.exercise_sandbox
     started = time.monotonic()
     stopped_by: str | None = None
     tail = _Tail(workdir / "events.jsonl")
@@ -617,6 +656,12 @@ def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str
                 error={"kind": stopped_by, "worker": state.name, "message": output.strip()[-500:]})
     elif stopped_by == "lost":
         return  # the reaper already failed it
+    elif run.lab == EXERCISE and result is not None and proc.returncode in (0, 1, 2):
+        # A report, whatever it says (passed, a case failed, cannot be graded), is the
+        # run's result; the page reads its status. Only a passing one earns the pass.
+        passed = proc.returncode == 0 and result.get("status") == "passed" and run.learner_id is not None
+        _finish(run.id, state.name, status="done", result=result, progress=tail.last,
+                passed=(run.learner_id, run.params["exercise"]) if passed else None)
     elif result is not None and proc.returncode == 0 and not result.get("error"):
         _finish(run.id, state.name, status="done", result=result, progress=tail.last)
     else:

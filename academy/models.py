@@ -9,6 +9,10 @@ from typing import Any
 from sqlalchemy import JSON, Column, Index, UniqueConstraint, false, text
 from sqlmodel import Field, SQLModel
 
+# An exercise's source in bytes of UTF-8 at most (drafts and submissions alike):
+# ample for any solution, small enough to keep in a row and a job.
+EXERCISE_SOURCE_MAX = 64 * 1024
+
 
 def utcnow() -> datetime:
     """Timezone-aware UTC now; sqlmodel stores datetimes as UTC."""
@@ -92,6 +96,44 @@ class LabRun(SQLModel, table=True):
     heartbeat_at: datetime | None = None
     progress: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
     cancel_requested: bool = Field(default=False, sa_column_kwargs={"server_default": false()})
+    # An exercise submission (lab "exercise", migration 0007): the learner's
+    # code, kept with the run so that a worker on any machine can grade it.
+    # Kept out of ``params``, which pages list and download; only the
+    # learner's own page reads it back.
+    source: str | None = Field(default=None, max_length=EXERCISE_SOURCE_MAX)
+
+
+class ExerciseDraft(SQLModel, table=True):
+    """A learner's code for one exercise as last saved (Run or Save), and how many hints they opened.
+
+    One row per learner and exercise, so that a refresh or another device
+    brings back the same code.
+    """
+
+    __table_args__ = (UniqueConstraint("learner_id", "exercise"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    learner_id: int = Field(foreign_key="learner.id", index=True)
+    exercise: str = Field(max_length=64)
+    source: str = Field(default="", max_length=EXERCISE_SOURCE_MAX)
+    hints_shown: int = 0
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class ExercisePass(SQLModel, table=True):
+    """The first graded run in which all of an exercise's hidden cases passed.
+
+    Unique per learner and exercise in the database: two passing runs that
+    finish at once record one pass. The certificate reads these.
+    """
+
+    __table_args__ = (UniqueConstraint("learner_id", "exercise"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    learner_id: int = Field(foreign_key="learner.id", index=True)
+    exercise: str = Field(max_length=64)
+    run_id: int = Field(foreign_key="labrun.id")
+    passed_at: datetime = Field(default_factory=utcnow)
 
 
 class LabWorker(SQLModel, table=True):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -71,6 +72,14 @@ class Settings(BaseSettings):
     # Multi-node labs: the torchrun rendezvous endpoint (host:port) that every
     # node's worker passes as --rdzv-endpoint. Documented, not tested here.
     lab_rendezvous_endpoint: str = ""
+    # Coding exercises (issue #16): how the worker runs learners' code, passed to
+    # the grading command as EXERCISE_SANDBOX. "bwrap" (the default) refuses to
+    # grade where bubblewrap cannot start; "none" runs the code unconfined and is
+    # only for a single-user machine whose owner is the only learner.
+    exercise_sandbox: Literal["bwrap", "none"] = "bwrap"
+    # The certificate needs, besides the passed quiz, the exercises of
+    # labs.exercises.REQUIRED_FOR_CERTIFICATE passed (and then says so).
+    certificate_requires_exercises: bool = True
     # Quiz: questions per attempt and the pass mark in percent.
     quiz_questions: int = 12
     quiz_pass_percent: int = 80

@@ -141,8 +141,10 @@ def recover_after_restart() -> int:
 
 
 def history(*, learner_id: int, limit: int = 20) -> list[LabRun]:
+    """The learner's lab runs, newest first (exercise submissions have their own page)."""
     with session_scope() as session:
-        stmt = select(LabRun).where(LabRun.learner_id == learner_id).order_by(LabRun.id.desc()).limit(limit)
+        stmt = select(LabRun).where(LabRun.learner_id == learner_id, LabRun.lab.in_(LABS)) \
+            .order_by(LabRun.id.desc()).limit(limit)
         return list(session.exec(stmt))
 
 
@@ -151,7 +153,8 @@ def runs(run_ids: list[int]) -> list[LabRun]:
     if not run_ids:
         return []
     with session_scope() as session:
-        return list(session.exec(select(LabRun).where(LabRun.id.in_(run_ids)).order_by(LabRun.id.desc())))
+        return list(session.exec(select(LabRun).where(LabRun.id.in_(run_ids), LabRun.lab.in_(LABS))
+                                 .order_by(LabRun.id.desc())))
 
 
 def latest_result(learner_id: int | None, lab: str) -> dict[str, Any] | None:
@@ -173,10 +176,13 @@ def recover_after_restart_once() -> None:
         recover_after_restart()
 
 
-def active_run_id(*, learner_id: int) -> int | None:
-    """The learner's newest queued or running lab, if any (from any server process)."""
+def active_run_id(*, learner_id: int, labs: tuple[str, ...] = LABS) -> int | None:
+    """The learner's newest queued or running run of ``labs``, if any (from any server process).
+
+    The labs page asks for its labs only; the exercises page for ``("exercise",)``.
+    """
     with session_scope() as session:
-        run = session.exec(select(LabRun).where(LabRun.learner_id == learner_id,
+        run = session.exec(select(LabRun).where(LabRun.learner_id == learner_id, LabRun.lab.in_(labs),
                                                 LabRun.status.in_(("queued", "running")))
                            .order_by(LabRun.id.desc())).first()
     return run.id if run is not None else None

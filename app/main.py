@@ -49,6 +49,7 @@ else:
         st.Page("views/home.py", title=t("nav.home"), icon=":material/home:", default=True),
         st.Page("views/lessons.py", title=t("nav.lessons"), icon=":material/menu_book:", url_path="lessons"),
         st.Page("views/labs.py", title=t("nav.labs"), icon=":material/science:", url_path="labs"),
+        st.Page("views/exercises.py", title=t("nav.exercises"), icon=":material/code:", url_path="exercises"),
         st.Page("views/quiz.py", title=t("nav.quiz"), icon=":material/quiz:", url_path="quiz"),
         st.Page(
             "views/certificate.py", title=t("nav.certificate"), icon=":material/workspace_premium:",

@@ -205,6 +205,7 @@ PAGE_PATHS = {
     "home": "views/home.py",
     "lessons": "views/lessons.py",
     "labs": "views/labs.py",
+    "exercises": "views/exercises.py",
     "quiz": "views/quiz.py",
     "certificate": "views/certificate.py",
     "verify": "views/verify.py",

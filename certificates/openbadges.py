@@ -221,6 +221,20 @@ def _score_text(score: float) -> str:
     return f"{score:.0f}" if score.is_integer() else f"{score:.1f}"
 
 
+def _criteria(cert: Certificate, settings: Settings) -> str:
+    """What the learner did to earn it: the quiz, and the coding exercises when the
+    certificate required them (its signed payload lists them)."""
+    ob = credential_texts(cert.language)
+    narrative = ob["criteria"].format(pass_percent=settings.quiz_pass_percent)
+    done = json.loads(cert.payload).get("exercises")
+    if done:
+        t = texts(cert.language)
+        names = t["exercise_separator"].join(t["exercise_names"].get(e, e) for e in done)
+        narrative = ob["criteria_both"].format(quiz=narrative,
+                                               exercises=ob["criteria_exercises"].format(exercises=names))
+    return narrative
+
+
 def build_credential(
     *,
     cert: Certificate,
@@ -278,9 +292,7 @@ def build_credential(
                 "achievementType": "Certificate",
                 "name": texts(lang)["course_title"],
                 "description": ob["achievement_description"],
-                "criteria": {
-                    "narrative": ob["criteria"].format(pass_percent=settings.quiz_pass_percent)
-                },
+                "criteria": {"narrative": _criteria(cert, settings)},
                 "inLanguage": lang,
                 "resultDescription": [
                     {

@@ -42,10 +42,11 @@ from pathlib import Path
 
 import segno
 from bidi import algorithm as uba
+from reportlab.lib.abag import ABag
 from reportlab.lib.colors import HexColor
 from reportlab.lib.pagesizes import A4, landscape
 from reportlab.pdfbase import pdfmetrics, ttfonts
-from reportlab.pdfbase.ttfonts import ShapedStr, TTFont, shapeStr
+from reportlab.pdfbase.ttfonts import ShapedStr, TTFont, shapeFragWord
 from reportlab.pdfgen.canvas import Canvas
 
 from certificates.i18n import format_date, format_score, texts
@@ -105,6 +106,10 @@ _CHAINS = {
     "sans": (("Sans", False), *((k, False) for k in _SCRIPTS)),
     "sans-bold": (("Sans-Bold", False), *((k, k == "CJK") for k in _SCRIPTS)),
 }
+# HarfBuzz features: kerning and the standard ligatures, as browsers use by default.
+# Not reportlab's default "dlig": DejaVu's discretionary ligatures join "st" into one
+# old-style glyph ("broadcast" on the exercises line came out with it).
+_FEATURES = {"kern": True, "liga": True}
 # Shaping uses these and prints nothing for them: never a reason to refuse a
 # name, never a reason to pick a font.
 _JOINERS = frozenset("\u200c\u200d")
@@ -478,7 +483,8 @@ def _shaped(run: Run) -> Shaped:
     # Shaping adds glyph codes to the shared font objects (reportlab's and
     # ours); the app renders certificates on several threads at once.
     with _SHAPING:
-        shaped = shapeStr(text, run.font, 1000)
+        shaped = shapeFragWord([pdfmetrics.stringWidth(text, run.font, 1000),
+                                (ABag(fontName=run.font, fontSize=1000), text)], features=_FEATURES)[1][1]
         if not getattr(shaped, "__shapeData__", None):  # HarfBuzz changed nothing
             return Shaped(shaped, pdfmetrics.stringWidth(text, run.font, 1))
         return _with_actual_text(shaped, text, pdfmetrics.getFont(run.font), run.rtl)
@@ -684,6 +690,13 @@ def extract_token(text: str) -> tuple[bytes, str] | None:
         return None
 
 
+def exercises_line(exercises: list[str], lang: str) -> str:
+    """"including hands-on exercises: ring all-reduce, broadcast, ..." in the certificate's language."""
+    t = texts(lang)
+    names = t["exercise_names"]
+    return t["exercises_line"].format(exercises=t["exercise_separator"].join(names.get(e, e) for e in exercises))
+
+
 def render(*, payload: str, signature: str, public_url: str) -> bytes:
     """The certificate for a signed payload (canonical JSON text)."""
     p = json.loads(payload)
@@ -751,6 +764,8 @@ def render(*, payload: str, signature: str, public_url: str) -> bytes:
     _draw(c, t["course_title"], cx, 250, size=24, **title)
     score = t["score"].format(score=format_score(p["score"], p["lang"]))
     _draw(c, score, cx, 220, **{**prose, "color": INK})
+    if p.get("exercises"):  # version 2: the certificate required the coding exercises
+        _draw(c, exercises_line(p["exercises"], p["lang"]), cx, 194, **{**prose, "size": 11})
 
     # Bottom row: date and ID | seal and issuer | QR code.
     left = 80

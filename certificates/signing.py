@@ -7,6 +7,11 @@ The payload is canonical JSON (sorted keys, no spaces, UTF-8) of
 signed with the issuer's Ed25519 key. The signature covers the exact bytes,
 so a verifier never re-serialises: it checks the bytes it was given, then
 reads them. ``kid`` names the key, so rotated keys keep working.
+
+Version 2 (issue #16) adds ``exercises``: the hands-on coding exercises the
+learner passed, when the certificate required them. They are signed, since
+the PDF and the credential state them; a certificate without them stays
+version 1, byte for byte as before, and both versions verify.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from certificates import keys
 
 VERSION = 1
 FIELDS = ("course", "id", "issuer", "kid", "lang", "name", "pass_date", "score", "v")
+# The fields of each version: 2 is 1 plus the exercises passed.
+VERSIONS = {1: FIELDS, 2: (*FIELDS, "exercises")}
 
 
 class SignatureError(ValueError):
@@ -59,11 +66,24 @@ def b64url_decode(text: str) -> bytes:
 
 
 def make_payload(
-    *, cert_id: str, name: str, course: str, score: float, pass_date: str, lang: str, issuer: str
+    *,
+    cert_id: str,
+    name: str,
+    course: str,
+    score: float,
+    pass_date: str,
+    lang: str,
+    issuer: str,
+    exercises: list[str] | tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """The payload without ``kid`` (``sign`` adds the signing key's)."""
+    """The payload without ``kid`` (``sign`` adds the signing key's); version 2 with
+    ``exercises`` when there are any, else version 1."""
     # Whole scores as integers, others to one decimal: stable JSON numbers.
     score = round(float(score), 1)
+    if exercises:
+        return {**make_payload(cert_id=cert_id, name=name, course=course, score=score,
+                               pass_date=pass_date, lang=lang, issuer=issuer),
+                "exercises": list(exercises), "v": 2}
     return {
         "course": course,
         "id": cert_id,
@@ -97,10 +117,17 @@ def verify(
         payload = json.loads(payload_bytes.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise SignatureError(f"payload is not JSON: {e}") from e
-    if not isinstance(payload, dict) or set(payload) != set(FIELDS):
+    if not isinstance(payload, dict) or "v" not in payload:
         raise SignatureError("payload does not have the certificate fields")
-    if payload["v"] != VERSION:
+    fields = VERSIONS.get(payload["v"]) if type(payload["v"]) is int else None
+    if fields is None:
         raise SignatureError(f"unknown payload version {payload['v']!r}")
+    if set(payload) != set(fields):
+        raise SignatureError("payload does not have the certificate fields")
+    if "exercises" in payload and not (
+        isinstance(payload["exercises"], list) and all(isinstance(e, str) for e in payload["exercises"])
+    ):
+        raise SignatureError("payload's exercises are not a list of names")
     public = public_keys.get(payload["kid"]) if isinstance(payload["kid"], str) else None
     if public is None:
         raise UnknownKey(f"signed by unknown key {payload['kid']!r}")

@@ -12,6 +12,13 @@ a conditional UPDATE, so concurrent reissues make exactly one replacement.
 An admin's "revoke and disqualify" blocks new certificates for that learner
 and course until an admin lifts it.
 
+Hands-on exercises (issue #16): with ``certificate_requires_exercises`` on
+(the default) a learner's certificate also needs the exercises of
+``labs.exercises.REQUIRED_FOR_CERTIFICATE`` passed; ``issue_certificate``
+refuses with ``ExercisesMissing`` otherwise, whatever page or script asks, and
+the passed exercises go into the signed payload, which the PDF and the Open
+Badges credential then state.
+
 Uploaded PDFs: the signed data is the authority. ``verify_pdf`` (offline,
 the CLI's) reads the PDF only through ``pdfscan`` (size cap, one page, a
 resource-limited child process) and checks the signature; ``check_pdf``
@@ -22,6 +29,7 @@ document.
 
 from __future__ import annotations
 
+import json
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +40,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, func, select, update
 
+from academy import exercises as exercise_store
 from academy.errors import UserError
 from academy.models import Certificate, CertificateEvent, Learner, QuizAttempt, utcnow
 from academy.settings import get_settings
@@ -76,6 +85,16 @@ class NotEligible(CertificateError):
     """No passed, finished, non-practice attempt to certify."""
 
     key = "certificate.err_not_eligible"
+
+
+class ExercisesMissing(NotEligible):
+    """The quiz is passed but required exercises are not (``missing``: their ids, in course order)."""
+
+    key = "certificate.err_exercises"
+
+    def __init__(self, missing: list[str]):
+        super().__init__(count=len(missing), exercises=", ".join(missing))
+        self.missing = missing
 
 
 class CertificateNotFound(CertificateError):
@@ -321,6 +340,7 @@ def _build(
     lang: str,
     score: float,
     pass_date: str,
+    exercises: list[str] | tuple[str, ...] = (),
 ) -> Certificate:
     settings = get_settings()
     signed = signing.sign(
@@ -332,6 +352,7 @@ def _build(
             pass_date=pass_date,
             lang=lang,
             issuer=settings.issuer,
+            exercises=exercises,
         )
     )
     return Certificate(
@@ -389,7 +410,9 @@ def issue_certificate(
     (``Disqualified``). A learner holds one active certificate per course:
     asking again with the same name and language returns it (a double click,
     a second tab), with another name or language raises ``AlreadyCertified``
-    (use ``reissue``). ``learner_id=None`` and ``attempt_id=None`` issue a
+    (use ``reissue``). With ``certificate_requires_exercises`` on, the
+    required exercises must be passed too (``ExercisesMissing``), and the
+    certificate names them. ``learner_id=None`` and ``attempt_id=None`` issue a
     certificate tied to nobody (admin CLI), which the policy does not limit.
     """
     name = clean_name(name)
@@ -397,6 +420,7 @@ def issue_certificate(
         raise InvalidInput(field="lang")
     score = _check_score(score)
     pass_date = _check_date(pass_date)
+    passed_exercises: list[str] = []
     if learner_id is not None or attempt_id is not None:
         attempt = session.exec(
             select(QuizAttempt.id).where(
@@ -410,6 +434,10 @@ def issue_certificate(
         existing = _active(session, learner_id)
         if existing is not None:
             return _same_or_refuse(existing, name, lang)
+        missing = exercise_store.missing_for_certificate(session=session, learner_id=learner_id)
+        if missing:
+            raise ExercisesMissing(missing)
+        passed_exercises = exercise_store.certified_exercises(session=session, learner_id=learner_id)
 
     def make(cert_id: str) -> list[Any]:
         cert = _build(
@@ -420,6 +448,7 @@ def issue_certificate(
             lang=lang,
             score=score,
             pass_date=pass_date,
+            exercises=passed_exercises,
         )
         actor = actor_id if actor_id is not None else learner_id
         return [cert, _event(cert_id, "issued", actor)]
@@ -452,6 +481,11 @@ def _same_or_refuse(existing: Certificate, name: str, lang: str) -> Certificate:
     if existing.name == name and existing.language == lang:
         return existing
     raise AlreadyCertified(existing.id)
+
+
+def certified_exercises(cert: Certificate) -> list[str]:
+    """The exercises a certificate states, from its signed payload (none before version 2)."""
+    return list(json.loads(cert.payload).get("exercises") or [])
 
 
 def is_disqualified(*, session: Session, learner_id: int) -> bool:
@@ -661,6 +695,8 @@ def reissue(
     if recent >= REISSUES_PER_DAY:
         raise TooManyReissues(count=REISSUES_PER_DAY)
     old_id, attempt_id, score, pass_date = old.id, old.attempt_id, old.score, old.pass_date
+    # The same achievement under a new name: the exercises it stated, and no others.
+    passed_exercises = certified_exercises(old)
     for _ in range(8):
         new_id = ids.new_id()
         _claim(session, old_id, revoked_reason="reissued", replaced_by=new_id)
@@ -672,6 +708,7 @@ def reissue(
             lang=lang,
             score=score,
             pass_date=pass_date,
+            exercises=passed_exercises,
         )
         session.add_all(
             [

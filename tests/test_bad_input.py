@@ -24,6 +24,7 @@ from quizzes.bank import load_bank
 from quizzes.engine import draw_attempt
 from tests import apptest
 from tests.apptest import MAIN, press
+from tests.exercisepass import pass_required_exercises
 
 PASSWORD = "long enough pw"
 
@@ -95,6 +96,8 @@ def learner(email: str, *, admin: bool = False) -> int:
         row = sign_up(session=s, email=email, password=PASSWORD, display_name="Ada")
         row.is_admin = admin
         s.add(row)
+        s.flush()
+        pass_required_exercises(s, row.id)  # the certificate's exercises (tested in test_exercises_store)
     return row.id
 
 

@@ -20,6 +20,7 @@ from academy.db import make_engine, migrate
 from academy.models import Certificate, CertificateEvent, Learner, QuizAttempt
 from academy.settings import ROOT
 from certificates import store
+from tests.exercisepass import pass_required_exercises
 
 pytestmark = pytest.mark.usefixtures("secrets")  # own issuer keys (conftest.py)
 
@@ -29,6 +30,7 @@ def passed_learner(session, email="bob@example.org", admin=False) -> tuple[Learn
     session.add(learner)
     session.commit()
     session.refresh(learner)
+    pass_required_exercises(session, learner.id)  # the certificate's exercises (tested in test_exercises_store)
     attempt = QuizAttempt(learner_id=learner.id, seed=1, status="finished", score=90.0, passed=True,
                           finished_at=datetime(2026, 11, 30, 12, 0, tzinfo=UTC))
     session.add(attempt)

@@ -17,6 +17,7 @@ from academy.models import Certificate, Learner, QuizAttempt
 from academy.settings import get_settings
 from certificates import ids, keys, pdf, signing, store
 from certificates.ids import ALPHABET
+from tests.exercisepass import pass_required_exercises
 
 
 @pytest.fixture(autouse=True)
@@ -41,6 +42,7 @@ def add_learner(session, email="zoe@example.org", admin=False) -> Learner:
     session.add(learner)
     session.commit()
     session.refresh(learner)
+    pass_required_exercises(session, learner.id)  # the certificate's exercises (tested in test_exercises_store)
     return learner
 
 

@@ -22,6 +22,7 @@ from academy.db import session_scope
 from academy.models import Learner, QuizAttempt
 from certificates import ids, pdf, pdfscan, signing, store
 from tests import apptest
+from tests.exercisepass import pass_required_exercises
 
 pytestmark = pytest.mark.usefixtures("secrets")  # own issuer keys (conftest.py)
 
@@ -30,6 +31,7 @@ def issued(session, name="Ann", admin=False):
     learner = Learner(email=f"{name.lower().replace(' ', '.')}@example.org", password_hash="x", is_admin=admin)
     session.add(learner)
     session.commit()
+    pass_required_exercises(session, learner.id)  # the certificate's exercises (test_exercises_store)
     attempt = QuizAttempt(learner_id=learner.id, seed=1, status="finished", score=90.0, passed=True,
                           finished_at=datetime(2026, 11, 30, tzinfo=UTC))
     session.add(attempt)

@@ -31,6 +31,7 @@ from academy.settings import get_settings
 from certificates import ids, keys, openbadges, pdf, routes, statuslist, store
 from certificates.__main__ import did_web_url
 from certificates.__main__ import main as cli_main
+from tests.exercisepass import pass_required_exercises
 
 SCHEMAS = sorted((Path(__file__).resolve().parent.parent / "certificates" / "schema").glob("*.json"))
 EMAIL = "Zoe.Odegard@Example.org"
@@ -52,6 +53,7 @@ def issue(session: Session, *, lang="en", name="Zoë Ødegård", email: str | No
         learner = Learner(email=email.lower(), display_name=name, password_hash="x")
         session.add(learner)
         session.commit()
+        pass_required_exercises(session, learner.id)  # the certificate's exercises (test_exercises_store)
         attempt = QuizAttempt(
             learner_id=learner.id, seed=1, status="finished", score=score, passed=True,
             finished_at=datetime(2025, 11, 30, 12, 0, tzinfo=UTC),
@@ -152,7 +154,8 @@ def test_every_language_has_the_credential_texts_with_the_same_placeholders():
         found = openbadges.credential_texts(lang)
         return {k: sorted(f for _, f, _, _ in string.Formatter().parse(v) if f) for k, v in found.items()}
 
-    assert shape("en") == {"credential_name": ["course"], "achievement_description": [], "criteria": ["pass_percent"]}
+    assert shape("en") == {"credential_name": ["course"], "achievement_description": [], "criteria": ["pass_percent"],
+                           "criteria_exercises": ["exercises"], "criteria_both": ["exercises", "quiz"]}
     for lang in languages():
         assert shape(lang) == shape("en"), lang
         assert all(openbadges.credential_texts(lang).values())

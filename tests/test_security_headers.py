@@ -168,7 +168,8 @@ def test_pages_work_under_the_csp_and_ask_no_other_host(server, browser, artifac
     assert "frame-ancestors 'none'" in response.headers["content-security-policy"]
     kit.wait_app(page)
     kit.sign_up(page, "en", name="Csp Tester", email="csp@example.org", password=PASSWORD)
-    for key in ("nav.home", "nav.lessons", "nav.labs", "nav.quiz", "nav.certificate", "nav.verify", "nav.account"):
+    for key in ("nav.home", "nav.lessons", "nav.labs", "nav.exercises", "nav.quiz", "nav.certificate", "nav.verify",
+                "nav.account"):
         heading = re.compile(".+") if key in ("nav.home", "nav.lessons") else None
         kit.nav(page, key, "en", heading)
         page.wait_for_timeout(800)

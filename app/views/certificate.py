@@ -8,6 +8,7 @@ and refuses a learner an admin disqualified."""
 import streamlit as st
 
 import certificates as certs
+from academy import exercises
 from academy.db import session_scope
 from academy.settings import get_settings
 from app import ui
@@ -36,6 +37,20 @@ if blocked:
 lang_names = certs.texts(code)["languages"]
 has_active = any(c.revoked_at is None for c in mine)
 
+# The quiz alone is not enough while the setting asks for exercises: say which, with links.
+# (The store refuses the same, so a forged "Create" gets nothing either.)
+with session_scope() as session:
+    missing = exercises.missing_for_certificate(session=session, learner_id=who.id)
+if missing and not has_active:
+    with st.container(border=True):
+        st.info(t("certificate.needs_exercises"))
+        for ex in exercises.required():
+            title = exercises.text(ex, code)["title"]
+            if ex in missing:
+                ui.link("exercises", t("certificate.exercise_todo", title=title), ":material/code:", exercise=ex)
+            else:
+                st.write(t("certificate.exercise_done", title=title))
+
 
 @st.cache_data(max_entries=256, show_spinner=False)
 def _pdf(cert_id: str) -> bytes:
@@ -54,7 +69,7 @@ def _badge(cert_id: str) -> str:
         return certs.ensure_credential(session=session, cert=cert).credential_json
 
 
-if not has_active and not blocked:
+if not has_active and not blocked and not missing:
     with st.container(border=True):
         st.write(t("certificate.eligible", score=round(attempt.score)))
         with st.form("issue"):

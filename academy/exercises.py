@@ -1,0 +1,271 @@
+"""Coding exercises for the web app: drafts, submissions, passes, and what the certificate needs.
+
+The exercises themselves (statements, hidden cases, the grader, the sandbox)
+live in ``labs.exercises``; this module keeps what belongs to a learner:
+
+- a draft per exercise (the code as last saved, and how many hints they
+  opened), so that a refresh or another device brings the same code back;
+- a submission, which is a lab run (lab ``exercise``) on the same queue, with
+  the same fair-use limits, as the labs: a worker runs the grading command on
+  it (``academy.labqueue``) and stores the report as the run's result;
+- a pass per exercise, written by the worker in the same transaction as a
+  passing report, one row at most (the database refuses a second).
+
+Plain keyword-only functions over a ``Session``, as ``quizzes.store``; the
+page (``app/views/exercises.py``) only lays them out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlmodel import Session, col, select
+
+from academy import labqueue
+from academy.content import DEFAULT_LANG
+from academy.db import session_scope
+from academy.errors import UserError
+from academy.models import EXERCISE_SOURCE_MAX, ExerciseDraft, ExercisePass, LabRun, utcnow
+from academy.settings import get_settings
+from labs import exercises as defs
+from labs.exercises import messages
+
+LAB = "exercise"  # LabRun.lab of a submission
+
+
+class SourceRefused(labqueue.LabRequestError):
+    """The code cannot be queued as it is (too large, not text); ``key`` names the page's text."""
+
+
+class UnknownExercise(UserError, ValueError):
+    key = "exercises.err_unknown"
+
+
+# --------------------------------------------------------------------------
+# The exercises (trusted definitions in labs.exercises; text in content/exercises)
+
+
+def catalog() -> tuple[str, ...]:
+    """Exercise ids in the order the course gives them: those whose definition is in place."""
+    return tuple(defs.available())
+
+
+def required() -> tuple[str, ...]:
+    """The exercises a certificate needs when ``certificate_requires_exercises`` is on."""
+    return tuple(defs.REQUIRED_FOR_CERTIFICATE)
+
+
+def check_exercise(exercise: str) -> str:
+    """The id if it is an exercise learners can open now; :class:`UnknownExercise` otherwise."""
+    if exercise not in catalog():
+        raise UnknownExercise(exercise=str(exercise)[:64])
+    return exercise
+
+
+def text(exercise: str, lang: str) -> dict[str, Any]:
+    """Title, summary, statement and hints of an exercise in ``lang`` (English where missing).
+
+    An exercise whose texts are not written yet is named by its id, so a page
+    that lists the certificate's exercises never fails on one.
+    """
+    found = messages.exercise(exercise, lang) if exercise in defs.EXERCISES else {}
+    return {"title": exercise, "summary": "", "statement": "", "hints": [], **found}
+
+
+def starter(exercise: str) -> str:
+    return defs.starter(check_exercise(exercise))
+
+
+def reference(exercise: str) -> str:
+    """The reference solution. Callers show it only to a learner who passed (:func:`has_passed`)."""
+    return defs.reference(check_exercise(exercise))
+
+
+def message(key: str, lang: str, values: dict[str, Any] | None = None, exercise: str | None = None) -> str:
+    """A grader's finding or error in the learner's language (``labs.exercises.messages``):
+    the exercise's own wording first, then the shared one."""
+    return messages.text(key, lang, exercise, **(values or {}))
+
+
+# --------------------------------------------------------------------------
+# Source checks
+
+
+def check_source(source: str | bytes) -> str:
+    """The source as text if it may be saved and graded; :class:`SourceRefused` otherwise.
+
+    Checked before anything is stored or queued, so an oversized or binary
+    upload costs neither a row nor a worker.
+    """
+    if isinstance(source, bytes):
+        if len(source) > EXERCISE_SOURCE_MAX:
+            raise SourceRefused("exercises.err_too_large", size=len(source), limit=EXERCISE_SOURCE_MAX)
+        try:
+            source = source.decode("utf-8")
+        except UnicodeDecodeError:
+            raise SourceRefused("exercises.err_not_text") from None
+    if not isinstance(source, str):
+        raise SourceRefused("exercises.err_not_text")
+    try:
+        size = len(source.encode("utf-8"))
+    except UnicodeEncodeError:  # lone surrogates: not UTF-8 text
+        raise SourceRefused("exercises.err_not_text") from None
+    if size > EXERCISE_SOURCE_MAX:
+        raise SourceRefused("exercises.err_too_large", size=size, limit=EXERCISE_SOURCE_MAX)
+    if "\x00" in source:  # a NUL is no Python source, and PostgreSQL text cannot hold it
+        raise SourceRefused("exercises.err_not_text")
+    return source
+
+
+# --------------------------------------------------------------------------
+# Drafts
+
+
+def get_draft(*, session: Session, learner_id: int, exercise: str) -> ExerciseDraft | None:
+    return session.exec(select(ExerciseDraft).where(
+        ExerciseDraft.learner_id == learner_id, ExerciseDraft.exercise == exercise)).first()
+
+
+def _upsert_draft(session: Session, learner_id: int, exercise: str, values: dict[str, Any]) -> None:
+    """Insert the draft or update the given columns, in one statement: two tabs that
+    save at once leave one row (the unique constraint) instead of an error."""
+    table = ExerciseDraft.__table__
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    row = {"learner_id": learner_id, "exercise": exercise, "source": "", "hints_shown": 0,
+           "updated_at": utcnow(), **values}
+    stmt = dialect.insert(table).values(**row)
+    stmt = stmt.on_conflict_do_update(index_elements=["learner_id", "exercise"],
+                                      set_={k: stmt.excluded[k] for k in (*values, "updated_at")})
+    session.exec(stmt)
+
+
+def save_draft(*, session: Session, learner_id: int, exercise: str, source: str) -> ExerciseDraft:
+    """Keep the learner's code for this exercise (refused like a submission when too large); commits."""
+    source = check_source(source)
+    _upsert_draft(session, learner_id, check_exercise(exercise), {"source": source})
+    session.commit()
+    return get_draft(session=session, learner_id=learner_id, exercise=exercise)
+
+
+def reset_draft(*, session: Session, learner_id: int, exercise: str) -> ExerciseDraft:
+    """Back to the starter code (the hints opened stay opened)."""
+    return save_draft(session=session, learner_id=learner_id, exercise=exercise, source=starter(exercise))
+
+
+def show_hint(*, session: Session, learner_id: int, exercise: str) -> int:
+    """Open the next hint; returns how many are open now (never more than there are)."""
+    total = len(text(exercise, DEFAULT_LANG).get("hints") or [])
+    draft = get_draft(session=session, learner_id=learner_id, exercise=exercise)
+    shown = min((draft.hints_shown if draft else 0) + 1, total)
+    if draft is None:
+        _upsert_draft(session, learner_id, exercise, {"source": starter(exercise), "hints_shown": shown})
+    else:
+        _upsert_draft(session, learner_id, exercise, {"hints_shown": shown})
+    session.commit()
+    return shown
+
+
+# --------------------------------------------------------------------------
+# Passes
+
+
+# The worker writes a pass in the transaction that stores the passing report, so the
+# function lives with the worker (academy.labqueue) and is the same one here.
+record_pass = labqueue.record_exercise_pass
+
+
+def passes(*, session: Session, learner_id: int) -> dict[str, ExercisePass]:
+    """The learner's passes by exercise id."""
+    rows = session.exec(select(ExercisePass).where(ExercisePass.learner_id == learner_id)).all()
+    return {row.exercise: row for row in rows}
+
+
+def has_passed(*, session: Session, learner_id: int, exercise: str) -> bool:
+    return session.exec(select(ExercisePass.id).where(
+        ExercisePass.learner_id == learner_id, ExercisePass.exercise == exercise)).first() is not None
+
+
+def missing_for_certificate(*, session: Session, learner_id: int) -> list[str]:
+    """The required exercises the learner has not passed, in course order; none when
+    ``certificate_requires_exercises`` is off."""
+    if not get_settings().certificate_requires_exercises:
+        return []
+    done = passes(session=session, learner_id=learner_id)
+    return [ex for ex in required() if ex not in done]
+
+
+def certified_exercises(*, session: Session, learner_id: int) -> list[str]:
+    """What a new certificate states the learner passed: the required exercises when the
+    setting is on (the caller has checked that none is missing), else nothing."""
+    if not get_settings().certificate_requires_exercises:
+        return []
+    done = passes(session=session, learner_id=learner_id)
+    return [ex for ex in required() if ex in done]
+
+
+# --------------------------------------------------------------------------
+# Submissions (lab runs of lab "exercise")
+
+
+def submit(*, learner_id: int, exercise: str, source: str, lang: str,
+           machine: dict[str, Any] | None = None) -> int:
+    """Save the draft and queue the code for grading; the run's id.
+
+    Refused before anything is written when the source is too large or not
+    text (:class:`SourceRefused`), and like any lab by fair use (the
+    learner's own limit of active runs, the queue's) or an unreachable queue.
+    """
+    exercise = check_exercise(exercise)
+    source = check_source(source)
+    with session_scope() as session:
+        save_draft(session=session, learner_id=learner_id, exercise=exercise, source=source)
+    # The grader's own text output is in a language it has (the page renders the
+    # report's keys itself, in the learner's language, whatever this is).
+    lang = lang if lang in messages.languages() else DEFAULT_LANG
+    try:
+        return labqueue.submit(lab=LAB, params={"exercise": exercise, "lang": lang}, learner_id=learner_id,
+                               machine=machine or {}, source=source)
+    except labqueue.QueueFull as err:
+        if err.key != "labs_refused.too_many":
+            raise
+        # The limit counts labs and exercise runs together: say so in the exercise's words.
+        raise labqueue.QueueFull("exercises.too_many", **err.values) from None
+
+
+def latest_run(*, learner_id: int, exercise: str) -> LabRun | None:
+    """The learner's newest submission of this exercise (any status)."""
+    with session_scope() as session:
+        runs = session.exec(select(LabRun).where(LabRun.learner_id == learner_id, LabRun.lab == LAB)
+                            .order_by(col(LabRun.id).desc()).limit(50)).all()
+    return next((r for r in runs if (r.params or {}).get("exercise") == exercise), None)
+
+
+def own_run(*, learner_id: int, run_id: int) -> LabRun | None:
+    """A submission of this learner's, never another's (its source is in the row)."""
+    with session_scope() as session:
+        run = session.get(LabRun, run_id)
+    if run is None or run.learner_id != learner_id or run.lab != LAB:
+        return None
+    return labqueue.reap_if_stale(run)
+
+
+def element_size(dtype: str) -> int:
+    """Bytes per element of a report's dtype name ("float32"); ValueError for a name torch lacks."""
+    import torch
+
+    kind = getattr(torch, str(dtype), None)
+    if not isinstance(kind, torch.dtype):
+        raise ValueError(f"not a torch dtype: {dtype!r}")
+    return torch.empty(0, dtype=kind).element_size()
+
+
+def case_progress(event: dict[str, Any] | None) -> tuple[int, int] | None:
+    """(case k, of n) from the grader's newest progress event (``--events``: ``step`` of
+    ``total_steps``, counted from 1), as the worker stored it; None before the first."""
+    if not event:
+        return None
+    k, n = event.get("step"), event.get("total_steps")
+    if isinstance(k, int) and isinstance(n, int) and n > 0:
+        return k, n
+    return None

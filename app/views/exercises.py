@@ -1,0 +1,243 @@
+"""Exercises: write the distributed code yourself, run it on real processes, read the per-case report.
+
+The learner's code is data everywhere on this page: an editor value, and
+``st.code``/``st.text`` when shown, never Markdown or HTML. The reference
+solution is read only once the learner has a pass, so nothing of it reaches
+the browser before (tests/test_exercises_page_browser.py watches the websocket).
+"""
+
+import streamlit as st
+
+from academy import exercises
+from academy.db import session_scope
+from app import charts, labjobs, ui
+from app.widgets import lang, ring_labels
+
+t = ui.t
+state = st.session_state
+code = lang()
+st.title(t("nav.exercises"))
+st.write(t("exercises.intro"))
+who = ui.learner()
+labjobs.recover_after_restart_once()
+
+ids = exercises.catalog()
+with session_scope() as session:
+    passed = exercises.passes(session=session, learner_id=who.id) if who else {}
+asked = st.query_params.get("exercise")
+current = asked if asked in ids else ids[0]
+
+st.markdown(f"#### {t('exercises.list')}")
+for ex in ids:
+    info = exercises.text(ex, code)
+    with st.container(border=True):
+        left, right = st.columns([5, 1])
+        mark = t("exercises.passed_mark") if ex in passed else t("exercises.not_passed")
+        left.markdown(f"**{info['title']}** · {mark}")
+        left.caption(info.get("summary", ""))
+        if right.button(t("exercises.open"), key=f"open_{ex}", disabled=ex == current,
+                        icon=":material/edit_note:"):
+            st.query_params["exercise"] = ex
+            st.rerun()
+
+st.divider()
+info = exercises.text(current, code)
+st.header(info["title"])
+st.markdown(info["statement"])  # our own text, written as Markdown
+
+who = ui.require_learner("exercises.sign_in")
+if who is None:
+    st.markdown(f"**{t('exercises.starter')}**")
+    st.code(exercises.starter(current), language="python")
+    st.stop()
+
+with session_scope() as session:
+    draft = exercises.get_draft(session=session, learner_id=who.id, exercise=current)
+source = draft.source if draft is not None else exercises.starter(current)
+hints = info.get("hints") or []
+shown = min(draft.hints_shown if draft is not None else 0, len(hints))
+
+# The editor. Its key changes when the draft is reset, so that it shows the starter again.
+generation = state.get(f"ex_gen_{current}", 0)
+typed = st.text_area(t("exercises.editor"), value=source, height=380, max_chars=exercises.EXERCISE_SOURCE_MAX,
+                     key=f"src_{current}_{generation}", help=t("exercises.editor_help"))
+with st.expander(t("exercises.highlighted")):
+    st.code(typed, language="python", line_numbers=True)
+
+c_run, c_save, c_reset, c_hint = st.columns(4)
+run_clicked = c_run.button(t("exercises.run"), type="primary", icon=":material/play_arrow:", key="ex_run")
+save_clicked = c_save.button(t("exercises.save"), icon=":material/save:", key="ex_save")
+if c_reset.button(t("exercises.reset"), icon=":material/restart_alt:", key="ex_reset"):
+    state[f"ex_confirm_{current}"] = True
+
+
+def open_hint() -> None:
+    """Before the rerun, so that the count and the button's state below are the new ones."""
+    with session_scope() as session:
+        exercises.show_hint(session=session, learner_id=who.id, exercise=current)
+
+
+c_hint.button(t("exercises.hint"), icon=":material/lightbulb:", key="ex_hint", on_click=open_hint,
+              disabled=shown >= len(hints))
+
+if state.get(f"ex_confirm_{current}"):
+    st.warning(t("exercises.reset_confirm"))
+    yes, no = st.columns(2)
+    if yes.button(t("exercises.reset_yes"), key="ex_reset_yes"):
+        with session_scope() as session:
+            exercises.reset_draft(session=session, learner_id=who.id, exercise=current)
+        state[f"ex_gen_{current}"] = generation + 1
+        state[f"ex_confirm_{current}"] = False
+        state["_ex_flash"] = "exercises.reset_done"
+        st.rerun()
+    if no.button(t("exercises.reset_no"), key="ex_reset_no"):
+        state[f"ex_confirm_{current}"] = False
+        st.rerun()
+
+if save_clicked:
+    try:
+        with session_scope() as session:
+            exercises.save_draft(session=session, learner_id=who.id, exercise=current, source=typed)
+        st.success(t("exercises.saved"))
+    except exercises.SourceRefused as err:
+        st.error(ui.error_text(err))
+
+if run_clicked:
+    try:
+        state[f"ex_run_{current}"] = exercises.submit(learner_id=who.id, exercise=current, source=typed, lang=code)
+    except labjobs.LabRequestError as err:
+        st.error(ui.error_text(err))
+
+flash = state.pop("_ex_flash", None)
+if flash:
+    st.success(t(flash))
+
+if hints:
+    st.caption(t("exercises.hints_shown", count=shown, total=len(hints)))
+    for number, hint in enumerate(hints[:shown], start=1):
+        st.info(f"**{t('exercises.hint_title', number=number)}** · {hint}", icon=":material/lightbulb:")
+
+
+@st.fragment(run_every=1.0)
+def live(run_id: int) -> None:
+    """Polls the queued or running submission once a second; reruns the page when it ends."""
+    run = exercises.own_run(learner_id=who.id, run_id=run_id)
+    if run is None or run.status not in ("queued", "running"):
+        st.rerun(scope="app")
+    if run.status == "queued":
+        position, slots, _wait = labjobs.queue_info(run_id)
+        if slots:
+            st.info(t("exercises.queued", position=position or 1, count=slots))
+        else:
+            st.warning(t("exercises.no_worker", position=position or 1))
+    else:
+        step = exercises.case_progress(run.progress)
+        if step is None:
+            st.progress(0.0, text=t("exercises.starting"))
+        else:
+            st.progress(min(step[0] / max(step[1], 1), 1.0), text=t("exercises.grading", case=step[0], cases=step[1]))
+    if st.button(t("exercises.cancel"), icon=":material/stop:", key=f"ex_cancel_{run_id}"):
+        labjobs.cancel(run_id)
+        st.rerun(scope="app")
+
+
+def ring(trace: dict, run_id: int) -> None:
+    """The learner's own ring, animated from the sends their ranks made (as the ring lab's).
+
+    Chunked sends draw as the ring; sends of the whole buffer as the naive
+    ring; sends the grader could not name as a chunk (another split) are not
+    drawn rather than drawn as something they were not.
+    """
+    n = int(trace.get("world_size") or 0)
+    traces = trace.get("traces") or []
+    if n < 2 or not any(traces):
+        return
+    try:
+        steps, durations = charts.trace_steps(traces)
+        whole_bytes = int(trace["size"]) * exercises.element_size(trace["dtype"])
+        sends = [rec for records in traces for rec in records]
+        whole = all(rec.get("send_chunk") is None and rec.get("bytes") == whole_bytes for rec in sends)
+        if whole:
+            labels = {**ring_labels(), "pass-around": t("labs_naive.pass_around"),
+                      "buffer": t("labs_naive.whole_buffer"), "carries": t("labs_naive.carries", rank="{rank}")}
+            fig = charts.naive_ring_figure(n, steps, labels=labels, step_durations=durations, lang=code)
+        elif any(send[2] is None for step in steps for send in step):
+            raise ValueError("a send that is no chunk of the ring")
+        else:
+            fig = charts.ring_figure(n, steps, labels=ring_labels(), step_durations=durations, lang=code)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):  # sends that are no ring
+        st.caption(t("exercises.ring_unavailable"))
+        return
+    st.markdown(f"**{t('exercises.ring_whole') if whole else t('exercises.ring')}**")
+    st.plotly_chart(fig, key=f"ex_ring_{run_id}")
+
+
+def report(run) -> None:  # noqa: ANN001  (a LabRun)
+    """The grading report: the verdict, each case with its findings, and the learner's ring."""
+    if run.status == "cancelled":
+        st.warning(t("exercises.cancelled"))
+        return
+    if run.status != "done" or not run.result:
+        # The machine went away or ran out of time, or else the grader itself broke.
+        kind = (run.error or {}).get("kind")
+        stopped = kind in ("worker_lost", "worker_stopped", "timeout", "restart", "queue_unavailable")
+        st.error(t("exercises.stopped") if stopped else t("exercises.grader_failed"))
+        return
+    res = run.result
+    cases = res.get("cases") or []
+    failed = [c for c in cases if c.get("status") != "passed"]
+    if res.get("status") == "passed":
+        st.success(t("exercises.passed", count=len(cases)))
+    elif res.get("status") == "error" or res.get("error"):
+        err = res.get("error") or {}
+        st.error(t("exercises.error"))
+        st.text(exercises.message(err.get("key", "crash"), code, err.get("values"), run.params.get("exercise")))
+    else:
+        st.error(t("exercises.failed", failed=sum(c.get("status") == "failed" for c in cases), count=len(cases)))
+    if res.get("duration_s") is not None:
+        st.caption(t("exercises.duration", seconds=res["duration_s"], sandbox=res.get("sandbox", "?")))
+    first_failure = failed[0]["id"] if failed else None
+    for case in cases:
+        status = case.get("status", "not_run")
+        label = t("exercises.case", id=case.get("id", "?"), world=case.get("world_size", "?"),
+                  size=case.get("size", "?"), dtype=case.get("dtype", "?"))
+        icon = {"passed": ":material/check_circle:", "failed": ":material/cancel:"}.get(status, ":material/block:")
+        with st.expander(f"{label} · {t(f'exercises.case_status.{status}')}", icon=icon,
+                         expanded=case.get("id") == first_failure):
+            # Findings and waits carry values from the learner's run: shown as plain text.
+            for finding in case.get("findings") or []:
+                if not finding.get("passed", False):
+                    st.text("✗ " + exercises.message(finding.get("key", ""), code, finding.get("values"),
+                                                     run.params.get("exercise")))
+            for wait in case.get("waiting") or []:
+                st.text(t("exercises.waiting", rank=wait.get("rank"), op=wait.get("op"),
+                          peer=wait.get("peer"), bytes=wait.get("bytes")))
+            for rank, output in sorted((case.get("output") or {}).items()):
+                if output:
+                    st.caption(t("exercises.output", rank=rank))
+                    st.code(output, language=None)
+    ring(res.get("trace") or {}, run.id)
+
+
+run_id = state.get(f"ex_run_{current}")
+run = exercises.own_run(learner_id=who.id, run_id=run_id) if run_id else \
+    exercises.latest_run(learner_id=who.id, exercise=current)
+if run is not None:
+    st.divider()
+    if run.status in ("queued", "running"):
+        live(run.id)
+    else:
+        report(run)
+
+# After a pass, and only then: the reference beside the code that passed.
+with session_scope() as session:
+    mine = exercises.passes(session=session, learner_id=who.id).get(current)
+    passing = exercises.own_run(learner_id=who.id, run_id=mine.run_id) if mine else None
+if mine is not None:
+    st.divider()
+    st.caption(t("exercises.reference_note"))
+    yours, ours = st.columns(2)
+    yours.markdown(f"**{t('exercises.yours')}**")
+    yours.code(passing.source if passing is not None and passing.source else typed, language="python")
+    ours.markdown(f"**{t('exercises.reference')}**")
+    ours.code(exercises.reference(current), language="python")

@@ -1,0 +1,120 @@
+"""Exercise submissions through the real queue: a ``python -m academy.worker`` runs
+``python -m labs.exercises grade`` on the stored source and records a pass only
+for a passing report, in the same transaction as the result.
+
+The sandbox is bubblewrap where it can start (CI runs as root), else the
+explicit "none" mode: what is tested here is the queue's bookkeeping; the
+sandbox has tests of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from sqlmodel import select
+
+from academy import exercises
+from academy.db import session_scope
+from academy.models import ExercisePass, LabRun, Learner
+
+FIXTURES = Path(__file__).parent / "fixtures"
+MINE = (FIXTURES / "exercise_page" / "ring_mine.py").read_text()
+WHOLE_BUFFER = (FIXTURES / "exercises" / "ring_whole_buffer.py").read_text()
+
+
+@pytest.fixture(autouse=True)
+def sandbox_mode(monkeypatch):
+    """Before the worker starts (autouse fixtures come first): the mode it passes to the grader."""
+    from labs import sandbox
+
+    try:
+        sandbox.check_available("bwrap")
+        monkeypatch.setenv("EXERCISE_SANDBOX", "bwrap")
+    except sandbox.SandboxUnavailable:
+        monkeypatch.setenv("EXERCISE_SANDBOX", "none")
+
+
+def learner() -> int:
+    with session_scope() as session:
+        person = Learner(email=f"q-{uuid.uuid4().hex[:8]}@example.org", password_hash="x")
+        session.add(person)
+        session.flush()
+        return person.id
+
+
+def finished(run_id: int, timeout: float = 120) -> LabRun:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with session_scope() as session:
+            run = session.get(LabRun, run_id)
+        if run.status not in ("queued", "running"):
+            return run
+        time.sleep(0.3)
+    raise AssertionError(f"exercise run {run_id} did not finish")
+
+
+def passes_of(learner_id: int) -> list[ExercisePass]:
+    with session_scope() as session:
+        return list(session.exec(select(ExercisePass).where(ExercisePass.learner_id == learner_id)))
+
+
+@pytest.mark.usefixtures("lab_worker")
+def test_a_passing_submission_records_the_pass_and_a_failing_one_does_not():
+    me = learner()
+    failing = exercises.submit(learner_id=me, exercise="ring-allreduce", source=WHOLE_BUFFER, lang="nl")
+    run = finished(failing)
+    assert run.status == "done", run.error
+    assert run.result["status"] == "failed"
+    # The whole-buffer ring gets every value right and fails on the bytes it sent.
+    failed_checks = {f["check"] for c in run.result["cases"] for f in c["findings"] if not f["passed"]}
+    assert failed_checks == {"bytes"}, failed_checks
+    assert passes_of(me) == []
+
+    passing = exercises.submit(learner_id=me, exercise="ring-allreduce", source=MINE, lang="en")
+    run = finished(passing)
+    assert run.status == "done", run.error
+    assert run.result["status"] == "passed" and run.result["cases"]
+    assert run.result["sandbox"] == os.environ["EXERCISE_SANDBOX"]  # the setting reached the grader
+    assert (run.progress or {}).get("step") == (run.progress or {}).get("total_steps") == len(run.result["cases"])
+    assert exercises.case_progress(run.progress) == (len(run.result["cases"]),) * 2
+    [row] = passes_of(me)
+    assert (row.exercise, row.run_id) == ("ring-allreduce", passing)
+
+    again = exercises.submit(learner_id=me, exercise="ring-allreduce", source=MINE, lang="en")
+    assert finished(again).result["status"] == "passed"
+    assert [p.run_id for p in passes_of(me)] == [passing]  # the first pass stays, one row
+
+
+@pytest.mark.usefixtures("lab_worker")
+def test_code_that_cannot_be_graded_is_a_report_with_its_reason_not_a_pass():
+    me = learner()
+    run = finished(exercises.submit(learner_id=me, exercise="broadcast", source="def broadcast(:\n", lang="en"))
+    assert run.status == "done", run.error
+    assert run.result["status"] == "error" and run.result["error"]["key"] == "syntax_error"
+    assert passes_of(me) == []
+
+
+@pytest.mark.parametrize("lang", ["zh", "nl"])
+def test_the_real_exercises_in_each_language_and_labs_keep_to_their_own_runs(app_db, lang):  # noqa: ARG001
+    """Without the stand-in: the page lists the exercises in place with their texts in ``lang``;
+    the Labs page neither lists an exercise submission nor takes it for its own running lab."""
+    from academy import i18n
+    from labs.exercises import messages
+    from tests.apptest import open_page
+
+    me = learner()
+    at = open_page("exercises", lang, me, exercise="broadcast")
+    assert not at.exception, at.exception
+    for ex in exercises.catalog():
+        assert any(m.value.startswith(f"**{messages.exercise(ex, lang)['title']}**") for m in at.markdown), ex
+    assert at.header[0].value == messages.exercise("broadcast", lang)["title"]
+    assert at.text_area[0].value == exercises.starter("broadcast")
+    exercises.submit(learner_id=me, exercise="broadcast", source="def broadcast(tensor, src):\n    pass\n", lang=lang)
+    labs = open_page("labs", lang, me)
+    assert not labs.exception, labs.exception
+    assert not [b for b in labs.button if b.label == i18n.t("labs.cancel", lang)]
+    assert not [b for b in labs.button if b.key and b.key.startswith("past_")]
