@@ -194,6 +194,20 @@ def test_the_reference_passes_and_the_ring_report_has_the_learners_trace():
     assert grader.grade("broadcast", exercises.reference("broadcast"))["status"] == "passed"
 
 
+def test_a_ring_with_its_own_chunk_split_still_draws_its_chunks():
+    """Chunks cut another way than tensor_split (floor-sized, remainder last) are
+    still named in the trace, so the page animates the learner's own ring."""
+    _sandbox_or_skip()
+    report = grader.grade("ring-allreduce", (FIXTURES / "ring_floor_chunks.py").read_text("utf-8"),
+                          case_ids=["w4-n10-float32"])
+    assert report["status"] == "passed", failing(report)
+    from app.charts import trace_steps
+
+    steps, _ = trace_steps(report["trace"]["traces"])
+    assert sorted(steps[0]) == [(r, (r + 1) % 4, r, "reduce-scatter") for r in range(4)]
+    assert all(chunk is not None for step in steps for (_src, _dst, chunk, _phase) in step)
+
+
 def test_a_whole_buffer_ring_passes_values_and_fails_bytes_with_an_explanation():
     _sandbox_or_skip()
     proc = cli("grade", "ring-allreduce", str(FIXTURES / "ring_whole_buffer.py"), "--json")

@@ -28,25 +28,38 @@ def as_list(tensor: torch.Tensor) -> list:
     return t.tolist()
 
 
-def locate(tensor: torch.Tensor, buffer: torch.Tensor, world: int) -> int | None:
-    """Which of ``torch.tensor_split(buffer.view(-1), world)`` ``tensor`` is, if any.
+def _partitions(flat: torch.Tensor, world: int) -> list[list[torch.Tensor]]:
+    """The ways learners split a buffer into ``world`` chunks: ``torch.tensor_split``
+    (sizes differ by at most one, the larger first), ``torch.chunk`` (ceil-sized,
+    the last one short) and floor-sized chunks with the remainder in the last."""
+    n = flat.numel()
+    floor = n // world
+    bounds = [i * floor for i in range(world)] + [n]
+    return [list(torch.tensor_split(flat, world)), list(torch.chunk(flat, world)),
+            [flat[bounds[i]:bounds[i + 1]] for i in range(world)]]
 
-    First by memory (a view of the buffer, the usual way), then by value (a
-    copy of a chunk's current contents); None for anything else, e.g. the
-    whole buffer, which the ring animation draws as a whole-buffer send.
+
+def locate(tensor: torch.Tensor, buffer: torch.Tensor, world: int) -> int | None:
+    """Which chunk of ``buffer`` ``tensor`` is, if any, for the ring animation.
+
+    First by memory: a view of the buffer that is chunk i of one of the usual
+    splits (:func:`_partitions`) is chunk i. Then by value: a copy of a
+    ``tensor_split`` chunk's current contents. None for anything else, e.g.
+    the whole buffer, which the animation draws as a whole-buffer send.
     """
     flat = buffer.reshape(-1)
     if tensor.numel() == flat.numel() and world > 1:
         return None
-    chunks = torch.tensor_split(flat, world)
     try:
         ptr = tensor.data_ptr()
     except RuntimeError:
         return None
-    for i, chunk in enumerate(chunks):
-        if chunk.numel() == tensor.numel() and chunk.numel() and chunk.data_ptr() == ptr:
-            return i
-    for i, chunk in enumerate(chunks):
+    partitions = _partitions(flat, world)
+    for chunks in partitions:
+        for i, chunk in enumerate(chunks):
+            if chunk.numel() == tensor.numel() and chunk.numel() and chunk.data_ptr() == ptr:
+                return i
+    for i, chunk in enumerate(partitions[0]):
         if chunk.numel() == tensor.numel() and chunk.dtype == tensor.dtype \
                 and torch.equal(chunk, tensor.reshape(-1)):
             return i
