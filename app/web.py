@@ -49,12 +49,12 @@ FRAMEABLE = "component"
 BLOCKED_PATHS = ("/_stcore/metrics",)  # matched at the end, so under a baseUrlPath too
 
 
-def frameable(path: str, base_url_path: str = "") -> bool:
+def component_file(path: str, base_url_path: str = "") -> bool:
     """Whether ``path`` is a custom component's file, which our own pages frame.
 
     Exactly ``/<base>/component/<name>/...``: no other prefix, no bare ``/component``.
-    (A ``..`` in it cannot reach another page: Streamlit answers 400 for a file outside
-    the component's folder, and browsers resolve dot segments before asking.)
+    (A ``..`` in it cannot reach a page: browsers resolve dot segments before asking, and
+    Streamlit answers such a path with 404 or 400, never with a file outside the component's folder.)
     """
     base = "/".join(part for part in base_url_path.split("/") if part)
     prefix = f"/{base}/{FRAMEABLE}/" if base else f"/{FRAMEABLE}/"
@@ -93,7 +93,7 @@ class SecurityHeaders:
 
         path = scope.get("path", "")
         extra = security_headers(https=get_settings().https,
-                                 frameable=frameable(path, config.get_option("server.baseUrlPath") or ""))
+                                 frameable=component_file(path, config.get_option("server.baseUrlPath") or ""))
         if path.rstrip("/").endswith(BLOCKED_PATHS):
             await send({"type": "http.response.start", "status": 404,
                         "headers": [(b"content-type", b"text/plain"), *extra]})

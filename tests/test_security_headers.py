@@ -97,7 +97,7 @@ def test_only_component_files_may_be_framed_and_only_by_our_pages(path, base, fr
         status, headers = _call(web.SecurityHeaders(_plain_app), path)
     finally:
         config.set_option("server.baseUrlPath", before)
-    assert status == 200 and web.frameable(path, base) is frameable
+    assert status == 200 and web.component_file(path, base) is frameable
     csp = headers["content-security-policy"]
     [ancestors] = [d.strip() for d in csp.split(";") if d.strip().startswith("frame-ancestors")]
     assert ancestors == ("frame-ancestors 'self'" if frameable else "frame-ancestors 'none'")
