@@ -21,7 +21,8 @@ from academy.settings import get_settings
 # inline styles (emotion), inline/eval'd scripts (the app shell, Plotly, st.html's
 # script for the session cookie), data:/blob: images and fonts, the websocket to
 # ourselves, and same-origin iframes (st.html / components). No third-party origin.
-CSP = "; ".join([
+# No page may be framed at all ('none'); the one exception is FRAMEABLE below.
+CSP_DIRECTIVES = [
     "default-src 'self'",
     "script-src 'self' 'unsafe-inline' 'unsafe-eval'",
     "style-src 'self' 'unsafe-inline'",
@@ -33,19 +34,39 @@ CSP = "; ".join([
     "object-src 'none'",
     "base-uri 'self'",
     "form-action 'self'",
-    "frame-ancestors 'none'",
-])
+]
+CSP = "; ".join([*CSP_DIRECTIVES, "frame-ancestors 'none'"])
+# What a component's own files get: our pages put each custom component (the exercise
+# editor, streamlit-code-editor) in an iframe of the same origin, which ``'none'`` and
+# ``DENY`` refuse. They may be framed by our own pages, still by no other site.
+CSP_FRAMEABLE = "; ".join([*CSP_DIRECTIVES, "frame-ancestors 'self'"])
+# Where Streamlit serves those files: /component/<module.name>/<file> (its starlette routes,
+# BASE_ROUTE_COMPONENT), under server.baseUrlPath when one is set.
+FRAMEABLE = "component"
 
 # Streamlit's own endpoints that must not be public: session counts and cache names.
 # (/_stcore/host-config stays: the front end reads it on start.)
 BLOCKED_PATHS = ("/_stcore/metrics",)  # matched at the end, so under a baseUrlPath too
 
 
-def security_headers(*, https: bool) -> list[tuple[bytes, bytes]]:
-    """The headers every HTTP response gets (review F-13)."""
+def component_file(path: str, base_url_path: str = "") -> bool:
+    """Whether ``path`` is a custom component's file, which our own pages frame.
+
+    Exactly ``/<base>/component/<name>/...``: no other prefix, no bare ``/component``.
+    (A ``..`` in it cannot reach a page: browsers resolve dot segments before asking, and
+    Streamlit answers such a path with 404 or 400, never with a file outside the component's folder.)
+    """
+    base = "/".join(part for part in base_url_path.split("/") if part)
+    prefix = f"/{base}/{FRAMEABLE}/" if base else f"/{FRAMEABLE}/"
+    return path.startswith(prefix) and len(path) > len(prefix)
+
+
+def security_headers(*, https: bool, frameable: bool = False) -> list[tuple[bytes, bytes]]:
+    """The headers every HTTP response gets (review F-13); ``frameable``: a component's
+    file, which our own pages may frame (and no other site)."""
     headers = {
-        "Content-Security-Policy": CSP,
-        "X-Frame-Options": "DENY",
+        "Content-Security-Policy": CSP_FRAMEABLE if frameable else CSP,
+        "X-Frame-Options": "SAMEORIGIN" if frameable else "DENY",
         "X-Content-Type-Options": "nosniff",
         # Verify links carry certificate IDs: say nothing about them to other sites.
         "Referrer-Policy": "no-referrer",
@@ -68,8 +89,12 @@ class SecurityHeaders:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        extra = security_headers(https=get_settings().https)
-        if scope.get("path", "").rstrip("/").endswith(BLOCKED_PATHS):
+        from streamlit import config
+
+        path = scope.get("path", "")
+        extra = security_headers(https=get_settings().https,
+                                 frameable=component_file(path, config.get_option("server.baseUrlPath") or ""))
+        if path.rstrip("/").endswith(BLOCKED_PATHS):
             await send({"type": "http.response.start", "status": 404,
                         "headers": [(b"content-type", b"text/plain"), *extra]})
             await send({"type": "http.response.body", "body": b"Not Found"})

@@ -9,6 +9,8 @@ real command.
 
 from __future__ import annotations
 
+import json
+import sys
 import uuid
 
 import pytest
@@ -43,7 +45,41 @@ def texts(at) -> str:
         for el in at.get(kind):
             parts.append(str(getattr(el, "value", "") or getattr(el, "label", "") or el.proto))
     parts += [ta.value or "" for ta in at.text_area]
+    parts += [c.proto.json_args for c in at.get("component_instance")]
     return "\n".join(parts)
+
+
+def editor(at):
+    """The code editor (a streamlit-code-editor component) on the page."""
+    [element] = at.get("component_instance")
+    return element
+
+
+def in_editor(at) -> str:
+    """The text the page put into the editor, or into the text area that stands in for it."""
+    if at.text_area:
+        return at.text_area[0].value
+    return json.loads(editor(at).proto.json_args)["code"]
+
+
+def write(at, source: str) -> None:
+    """Type ``source`` into the editor: the component's reply when the learner leaves it
+    (its fields as streamlit-code-editor sends them; a new id for each reply), or the text
+    area's value. The next run of the page receives it."""
+    if at.text_area:
+        at.text_area[0].set_value(source)
+        return
+    at.session_state[editor(at).key] = {"id": uuid.uuid4().hex[:8], "type": "blur", "lang": "python",
+                                         "text": source, "selected": "", "cursor": {"row": 0, "column": 0}}
+
+
+@pytest.fixture(params=["editor", "text_area"])
+def widget(request, monkeypatch) -> str:
+    """Each test that takes it runs with the code editor and with the text area that stands in
+    for it where the component cannot be imported."""
+    if request.param == "text_area":
+        monkeypatch.setitem(sys.modules, "code_editor", None)  # ``import`` raises ImportError
+    return request.param
 
 
 def codes(at) -> list[str]:
@@ -77,7 +113,7 @@ def test_signed_out_the_page_lists_the_exercises_and_shows_statements_but_not_an
     assert "Write **ring_allreduce** with send and recv." in [m.value for m in at.markdown]
     assert shown_as_code(at, exercisefakes.STARTER["ring-allreduce"])
     assert any(t("exercises.sign_in") in i.value for i in at.info)
-    assert len(at.text_area) == 0
+    assert len(at.text_area) == 0 and len(at.get("component_instance")) == 0
     assert not [b for b in at.button if b.label == t("exercises.run")]
     assert "REFERENCE-SOLUTION" not in page
 
@@ -98,35 +134,69 @@ def test_hints_open_one_at_a_time_and_stay_open_after_a_reload():
     assert [b for b in again.button if b.label == t("exercises.hint", "nl")][0].disabled  # all three open
 
 
-def test_save_keeps_the_draft_and_reset_asks_first_then_brings_back_the_starter():
+def test_save_keeps_the_draft_and_reset_asks_first_then_brings_back_the_starter(widget):
     me = learner()
     at = open_page("exercises", "en", me)
-    assert at.text_area[0].value == exercisefakes.STARTER["ring-allreduce"]
+    assert not at.exception, at.exception
+    assert (len(at.get("component_instance")), len(at.text_area)) == ((1, 0) if widget == "editor" else (0, 1))
+    assert in_editor(at) == exercisefakes.STARTER["ring-allreduce"]
     mine = "def ring_allreduce(tensor):\n    return 42  # <b>mine</b> **not bold**\n"
-    at.text_area[0].set_value(mine)
+    write(at, mine)
     press(at, t("exercises.save"))
     assert t("exercises.saved") in [s.value for s in at.success]
     again = open_page("exercises", "en", me)
-    assert again.text_area[0].value == mine
-    assert shown_as_code(again, mine)  # highlighted as code, never as Markdown
+    assert in_editor(again) == mine
+    if widget == "text_area":
+        assert shown_as_code(again, mine)  # its highlighted copy: as code, never as Markdown
     assert not [m for m in again.markdown if "<b>mine</b>" in m.value or "not bold" in m.value]
     press(again, t("exercises.reset"))
     assert t("exercises.reset_confirm") in [w.value for w in again.warning]
     press(again, t("exercises.reset_no"))
-    assert again.text_area[0].value == mine
+    assert in_editor(again) == mine
     press(again, t("exercises.reset"))
     press(again, t("exercises.reset_yes"))
-    assert again.text_area[0].value == exercisefakes.STARTER["ring-allreduce"]
+    assert in_editor(again) == exercisefakes.STARTER["ring-allreduce"]
     with session_scope() as session:
         assert exercises.get_draft(session=session, learner_id=me, exercise="ring-allreduce").source \
             == exercisefakes.STARTER["ring-allreduce"]
+
+
+def test_what_the_editor_sends_is_kept_at_once_and_is_back_in_it_after_a_refresh():
+    """No Save, no Run: the text the editor sent when the learner left it is the draft."""
+    me = learner()
+    at = open_page("exercises", "en", me, exercise="broadcast")
+    mine = "def broadcast(tensor, src):\n    pass  # typed, then clicked elsewhere\n"
+    write(at, mine)
+    at.run()
+    assert not at.exception, at.exception
+    assert not at.success and not at.error  # quietly
+    with session_scope() as session:
+        assert exercises.get_draft(session=session, learner_id=me, exercise="broadcast").source == mine
+    assert in_editor(open_page("exercises", "en", me, exercise="broadcast")) == mine  # a new session
+    assert in_editor(open_page("exercises", "en", me)) == exercisefakes.STARTER["ring-allreduce"]  # its own
+
+
+def test_an_editor_the_learner_has_not_touched_runs_the_draft():
+    """Until the learner types, the component sends nothing (an empty reply): Run takes the
+    draft it shows, not an empty text."""
+    me = learner()
+    saved = "def ring_allreduce(tensor):\n    pass  # saved earlier\n"
+    with session_scope() as session:
+        exercises.save_draft(session=session, learner_id=me, exercise="ring-allreduce", source=saved)
+    at = open_page("exercises", "en", me)
+    assert in_editor(at) == saved
+    # What the component sends from a browser before any typing (streamlit-code-editor issue #33).
+    at.session_state[editor(at).key] = {"id": "", "type": "", "lang": "", "text": "", "selected": "", "cursor": ""}
+    press(at, t("exercises.run"))
+    with session_scope() as session:
+        assert session.exec(select(LabRun).where(LabRun.learner_id == me)).one().source == saved
 
 
 def test_run_queues_the_code_then_shows_the_report_and_only_after_a_pass_the_reference():
     me = learner()
     at = open_page("exercises", "en", me)
     wrong = "def ring_allreduce(tensor):\n    pass  # whole buffer\n"
-    at.text_area[0].set_value(wrong)
+    write(at, wrong)
     press(at, t("exercises.run"))
     assert not at.exception, at.exception
     with session_scope() as session:
@@ -150,7 +220,7 @@ def test_run_queues_the_code_then_shows_the_report_and_only_after_a_pass_the_ref
         assert session.exec(select(ExercisePass)).all() == []
 
     right = "def ring_allreduce(tensor):\n    pass  # the real ring\n"
-    at.text_area[0].set_value(right)
+    write(at, right)
     press(at, t("exercises.run"))
     with session_scope() as session:
         second = session.exec(select(LabRun).where(LabRun.learner_id == me).order_by(LabRun.id.desc())).first()
@@ -166,14 +236,16 @@ def test_run_queues_the_code_then_shows_the_report_and_only_after_a_pass_the_ref
     assert any(m.value.startswith("**Title ring-allreduce** · " + t("exercises.passed_mark")) for m in listed.markdown)
 
 
-def test_a_source_over_64_kib_is_refused_on_the_page_before_queueing():
+def test_a_source_over_64_kib_is_refused_on_the_page_before_queueing(widget):  # noqa: ARG001
     me = learner()
     at = open_page("exercises", "zh", me)
-    at.text_area[0].set_value("é" * 40_000)  # 40 000 characters, 80 000 bytes
+    write(at, "é" * 40_000)  # 40 000 characters, 80 000 bytes
     press(at, t("exercises.run", "zh"))
-    assert t("exercises.err_too_large", "zh", size=80_000, limit=65_536) in [e.value for e in at.error]
+    too_large = t("exercises.err_too_large", "zh", size=80_000, limit=65_536)
+    assert [e.value for e in at.error] == [too_large]  # once: Run refuses it, nothing else tries
     with session_scope() as session:
         assert session.exec(select(LabRun)).all() == []
+        assert exercises.get_draft(session=session, learner_id=me, exercise="ring-allreduce") is None
 
 
 def test_a_report_that_could_not_be_graded_shows_the_reason_as_text():

@@ -2,9 +2,9 @@
 all-reduce in the editor, Run it, see it pass with the learner's own ring animated, find the
 draft again after a refresh, and receive the reference solution only after passing.
 
-The editor is a plain ``st.text_area`` (with a highlighted copy below it):
-streamlit-code-editor's iframe cannot load under our own headers
-(``X-Frame-Options: DENY``, ``frame-ancestors 'none'`` on every response, app/web.py).
+The editor is streamlit-code-editor (Ace) in a component iframe of our own origin, which
+app/web.py lets our pages frame: the solution is typed into it with the keyboard, and its
+text is read back with Ace's own API in that frame.
 """
 
 from __future__ import annotations
@@ -22,6 +22,20 @@ pytestmark = pytest.mark.browser
 
 MINE = (Path(__file__).parent / "fixtures" / "exercise_page" / "ring_mine.py").read_text()
 GRADING = 180_000  # ms: queue, sandbox start and every hidden case on a busy 2-core machine
+EDITOR = 'iframe[title="code_editor.code_editor"]'  # Streamlit titles a component's iframe by its name
+
+
+def editor_frame(page):
+    """The editor's frame once Ace is up in it (the component's page loads after ours)."""
+    kit.main(page).locator(EDITOR).wait_for(timeout=kit.WAIT)
+    frame = kit.main(page).locator(EDITOR).element_handle().content_frame()
+    frame.wait_for_selector(".ace_editor .ace_content", timeout=kit.WAIT)
+    return frame
+
+
+def editor_text(frame) -> str:
+    """All of the editor's text (Ace draws only the lines in view, so not read from the DOM)."""
+    return frame.evaluate("() => ace.edit(document.querySelector('.ace_editor')).getValue()")
 
 
 def reference_lines() -> list[str]:
@@ -47,13 +61,18 @@ def test_write_run_pass_see_the_ring_refresh_and_only_then_the_reference(server,
         received, shown = b"".join(frames), dom(page)
         return [s for s in texts if s.encode() in received or s in shown]
 
-    editor = kit.main(page).get_by_role("textbox", name=t("exercises.editor", "en"))
-    editor.wait_for(timeout=kit.WAIT)
-    assert "NotImplementedError" in editor.input_value()  # the starter
-    editor.fill(MINE)
-    editor.press("Control+Enter")  # Streamlit takes a text area's value on Ctrl+Enter or blur
-    kit.wait_app(page)
+    frame = editor_frame(page)
+    assert "NotImplementedError" in editor_text(frame)  # the starter
+    # Typed as a learner would: focus the editor, select all, then the text through the keyboard.
+    frame.click(".ace_content")
+    page.keyboard.press("Control+a")
+    page.keyboard.insert_text(MINE)
+    assert editor_text(frame) == MINE  # verbatim: no auto-indent or closing brackets added
+    shot = kit.main(page).locator(EDITOR)
+    shot.scroll_into_view_if_needed()
+    shot.screenshot(path=str(artifacts / "exercise-editor.png"))
     assert arrived(secret) == []
+    # Run takes the focus from the editor, which sends its text first: what is graded is MINE.
     kit.button(kit.main(page), "exercises.run", "en").click()
     kit.alert(page, kit.pattern("exercises.passed", "en"), timeout=GRADING)
     kit.wait_app(page)
@@ -75,7 +94,5 @@ def test_write_run_pass_see_the_ring_refresh_and_only_then_the_reference(server,
 
     page.reload()
     kit.wait_app(page)
-    editor = kit.main(page).get_by_role("textbox", name=t("exercises.editor", "en"))
-    editor.wait_for(timeout=kit.WAIT)
-    assert editor.input_value() == MINE
+    assert editor_text(editor_frame(page)) == MINE  # the draft, back in the editor
     ctx.close()

@@ -9,6 +9,7 @@ sandbox has tests of its own.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
@@ -112,7 +113,8 @@ def test_the_real_exercises_in_each_language_and_labs_keep_to_their_own_runs(app
     for ex in exercises.catalog():
         assert any(m.value.startswith(f"**{messages.exercise(ex, lang)['title']}**") for m in at.markdown), ex
     assert at.header[0].value == messages.exercise("broadcast", lang)["title"]
-    assert at.text_area[0].value == exercises.starter("broadcast")
+    [editor] = at.get("component_instance")  # the code editor, with the starter in it
+    assert json.loads(editor.proto.json_args)["code"] == exercises.starter("broadcast")
     exercises.submit(learner_id=me, exercise="broadcast", source="def broadcast(tensor, src):\n    pass\n", lang=lang)
     labs = open_page("labs", lang, me)
     assert not labs.exception, labs.exception

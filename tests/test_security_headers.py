@@ -5,6 +5,7 @@ cookie that is ``Secure`` over HTTPS, and no global cache flush by a client."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import threading
 import urllib.error
@@ -64,6 +65,46 @@ def test_every_response_gets_the_headers_and_hsts_only_over_https(monkeypatch, p
     finally:
         monkeypatch.undo()
         get_settings.cache_clear()
+
+
+COMPONENT = "/component/code_editor.code_editor/index.html"
+
+
+@pytest.mark.parametrize(("path", "base", "frameable"), [
+    (COMPONENT, "", True),
+    ("/component/code_editor.code_editor/static/js/main.1bb1c91a.chunk.js", "", True),
+    ("/academy/component/code_editor.code_editor/index.html", "academy", True),
+    ("/academy/component/code_editor.code_editor/index.html", "/academy/", True),
+    (COMPONENT, "academy", False),  # under a base path, only the base path's own component route
+    ("/", "", False),
+    ("/exercises", "", False),
+    ("/component", "", False),
+    ("/component/", "", False),
+    ("/componentx/code_editor.code_editor/index.html", "", False),
+    ("/exercises/component/code_editor.code_editor/index.html", "", False),
+    ("/static/component/index.html", "", False),
+    ("/_stcore/health", "", False),
+    ("/academy/exercises", "academy", False),
+])
+def test_only_component_files_may_be_framed_and_only_by_our_pages(path, base, frameable):
+    """Our pages frame their components (the exercise editor); nothing else may be framed, and
+    a component only by our own origin: SAMEORIGIN and 'self', never a host or '*'."""
+    from streamlit import config
+
+    before = config.get_option("server.baseUrlPath")
+    config.set_option("server.baseUrlPath", base)
+    try:
+        status, headers = _call(web.SecurityHeaders(_plain_app), path)
+    finally:
+        config.set_option("server.baseUrlPath", before)
+    assert status == 200 and web.component_file(path, base) is frameable
+    csp = headers["content-security-policy"]
+    [ancestors] = [d.strip() for d in csp.split(";") if d.strip().startswith("frame-ancestors")]
+    assert ancestors == ("frame-ancestors 'self'" if frameable else "frame-ancestors 'none'")
+    assert headers["x-frame-options"] == ("SAMEORIGIN" if frameable else "DENY")
+    # Apart from who may frame it, a component's file is under the same policy as a page.
+    assert csp.replace(ancestors, "") == web.CSP.replace("frame-ancestors 'none'", "")
+    assert headers["x-content-type-options"] == "nosniff"
 
 
 def test_allowed_hosts_refuse_other_host_headers():
@@ -151,17 +192,23 @@ def test_metrics_endpoint_is_not_public(server):
         assert resp.status == 200 and resp.headers["X-Content-Type-Options"] == "nosniff"
 
 
+EDITOR_FONT = "https://fonts.googleapis.com/css2?family=Source+Code+Pro"
+
+
 @pytest.mark.browser
 def test_pages_work_under_the_csp_and_ask_no_other_host(server, browser, artifacts):
     """Every page opens, a sign-up sets the cookie (an inline script), and the browser reports
-    no CSP violation and requests nothing from anywhere but the app (F-19: page icon)."""
+    no CSP violation and requests nothing from anywhere but the app (F-19: page icon), except
+    the exercise editor's web font, which the CSP refuses before anything is sent."""
     from tests import browserkit as kit
 
     ctx = browser.new_context(locale="en-US", viewport={"width": 1300, "height": 900})
     page = ctx.new_page()
     requests: list[str] = []
     problems: list[str] = []
+    refused: list[tuple[str, str | None]] = []
     page.on("request", lambda r: requests.append(r.url))
+    page.on("requestfailed", lambda r: refused.append((r.url, r.failure)))
     page.on("pageerror", lambda exc: problems.append(str(exc)))
     page.on("console", lambda m: problems.append(m.text) if "Content Security Policy" in m.text else None)
     response = page.goto(f"{server.url}/account?lang=en")
@@ -176,6 +223,74 @@ def test_pages_work_under_the_csp_and_ask_no_other_host(server, browser, artifac
         assert not page.get_by_test_id("stException").count(), key
     page.screenshot(path=str(artifacts / "security-csp-account.png"), full_page=True)
     ctx.close()
-    assert problems == []
+    # The one refusal we expect, and the only one: the exercise editor's themes (streamlit-code-
+    # editor) @import Google's Source Code Pro. The CSP stops it in the browser, so nothing goes
+    # out and the editor uses the system's monospace font.
+    font = [p for p in problems if EDITOR_FONT in p and "has been blocked" in p]
+    assert font, "the exercise editor was not on a page (or no longer asks for the font)"
+    assert [p for p in problems if p not in font] == []
     foreign = [u for u in requests if not (u.startswith(server.url) or u.startswith(("data:", "blob:")))]
-    assert foreign == []
+    assert foreign and all(u.startswith(EDITOR_FONT) for u in foreign), foreign
+    assert {url for url, why in refused if why == "csp"}  # refused in the browser, never sent == set(foreign), refused
+
+
+@contextlib.contextmanager
+def _other_site():
+    """A bare HTML page served from another port: the origin of a site that would frame ours."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802  (http.server's name)
+            body = b"<!doctype html><html><body>another site</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:  # noqa: ANN002
+            pass
+
+    site = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=site.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{site.server_address[1]}/"
+    finally:
+        site.shutdown()
+        site.server_close()
+
+
+@pytest.mark.browser
+def test_no_other_site_can_frame_a_page_or_a_component_and_our_pages_frame_only_components(server, browser):
+    """Clickjacking: a page of another origin framing our pages and our editor's component gets
+    the browser's error page for both; our own page can frame the component, not a page."""
+    from tests import browserkit as kit
+
+    ctx = browser.new_context(locale="en-US")
+    page = ctx.new_page()
+    page.goto(f"{server.url}/exercises?lang=en")  # the page imports the editor: its files are served
+    kit.wait_app(page)
+    with urllib.request.urlopen(f"{server.url}{COMPONENT}", timeout=10) as resp:
+        assert resp.status == 200 and resp.headers["X-Frame-Options"] == "SAMEORIGIN"
+
+    def framed(host_page, paths: list[str]) -> list[str]:
+        """Frame each path in ``host_page``; the URL each frame ended on."""
+        host_page.evaluate("""paths => Promise.all(paths.map(p => new Promise(done => {
+            const f = document.createElement('iframe'); f.src = p; f.onload = done; f.onerror = done;
+            document.body.appendChild(f); setTimeout(done, 10000); })))""", paths)
+        return [f.url for f in host_page.frames if f.parent_frame == host_page.main_frame
+                and f.url != "about:blank"][-len(paths):]
+
+    targets = [f"{server.url}{COMPONENT}", f"{server.url}/exercises", f"{server.url}/account"]
+    # Our own page: the component loads, a page does not.
+    ours = framed(page, targets)
+    assert ours[0] == targets[0], ours
+    assert [u.startswith("chrome-error:") for u in ours[1:]] == [True, True], ours
+    # Another site: a server of its own on another port of this machine, so another origin in
+    # the same (loopback) address space, where only our headers can stop the framing.
+    with _other_site() as evil:
+        page.goto(evil)
+        theirs = framed(page, targets)
+    assert len(theirs) == 3 and all(u.startswith("chrome-error:") for u in theirs), theirs
+    ctx.close()

@@ -1,12 +1,18 @@
 """Exercises: write the distributed code yourself, run it on real processes, read the per-case report.
 
-The learner's code is data everywhere on this page: an editor value, and
-``st.code``/``st.text`` when shown, never Markdown or HTML. The reference
+The learner's code is data everywhere on this page: the text of the editor (Ace, from
+streamlit-code-editor, or a plain text area without it), and ``st.code``/``st.text``
+when shown, never Markdown or HTML. The reference
 solution is read only once the learner has a pass, so nothing of it reaches
 the browser before (tests/test_exercises_page_browser.py watches the websocket).
 """
 
 import streamlit as st
+
+try:  # a Streamlit component (Ace); without it the page falls back to a plain text area
+    from code_editor import code_editor
+except ImportError:
+    code_editor = None
 
 from academy import exercises
 from academy.db import session_scope
@@ -59,10 +65,26 @@ shown = min(draft.hints_shown if draft is not None else 0, len(hints))
 
 # The editor. Its key changes when the draft is reset, so that it shows the starter again.
 generation = state.get(f"ex_gen_{current}", 0)
-typed = st.text_area(t("exercises.editor"), value=source, height=380, max_chars=exercises.EXERCISE_SOURCE_MAX,
-                     key=f"src_{current}_{generation}", help=t("exercises.editor_help"))
-with st.expander(t("exercises.highlighted")):
-    st.code(typed, language="python", line_numbers=True)
+editor_key = f"src_{current}_{generation}"
+if code_editor is not None:
+    st.markdown(f"**{t('exercises.editor')}**", help=t("exercises.editor_help_live"))
+    # Ace, highlighting Python, in an iframe of ours (app/web.py lets our pages frame it). It
+    # sends its text when it loses focus (a click on Run or Save included) and on Ctrl+Enter;
+    # until the learner has touched it, it sends nothing, and the draft is what it shows.
+    reply = code_editor(source, lang="python", height=[18, 40], response_mode="blur", key=editor_key,
+                        options={"showLineNumbers": True, "tabSize": 4, "useSoftTabs": True})
+    typed = reply["text"] if isinstance(reply, dict) and reply.get("id") else source
+    # Text the editor sent that is not the draft yet: kept below as soon as it reaches us, so
+    # that a refresh or a closed tab loses nothing the learner typed before leaving the editor.
+    unsaved = typed != source and state.get(f"ex_sent_{editor_key}") != reply["id"]
+    if unsaved:
+        state[f"ex_sent_{editor_key}"] = reply["id"]
+else:
+    unsaved = False
+    typed = st.text_area(t("exercises.editor"), value=source, height=380, max_chars=exercises.EXERCISE_SOURCE_MAX,
+                         key=editor_key, help=t("exercises.editor_help"))
+    with st.expander(t("exercises.highlighted")):
+        st.code(typed, language="python", line_numbers=True)
 
 c_run, c_save, c_reset, c_hint = st.columns(4)
 run_clicked = c_run.button(t("exercises.run"), type="primary", icon=":material/play_arrow:", key="ex_run")
@@ -93,6 +115,13 @@ if state.get(f"ex_confirm_{current}"):
     if no.button(t("exercises.reset_no"), key="ex_reset_no"):
         state[f"ex_confirm_{current}"] = False
         st.rerun()
+
+if unsaved and not (save_clicked or run_clicked):  # those two save it themselves, just below
+    try:
+        with session_scope() as session:
+            exercises.save_draft(session=session, learner_id=who.id, exercise=current, source=typed)
+    except exercises.SourceRefused as err:
+        st.error(ui.error_text(err))
 
 if save_clicked:
     try:
