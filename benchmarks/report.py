@@ -256,6 +256,7 @@ def _classroom_rows(cl: dict) -> list[Row]:
 
 # The operations a learner waits for, in the order of a journey, and their short names.
 LOAD_OPS = {"sign_in": "sign-in", "record_answer": "answer", "finish_attempt": "finish",
+            "pass_exercises": "exercises",
             "issue_certificate": "certificate", "lookup": "lookup"}
 
 
