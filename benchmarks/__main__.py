@@ -49,7 +49,14 @@ def _measure(name: str, fn: Callable[..., object], *args: object) -> object:
 def run(cfg: Config, base: Path) -> dict:
     # Labs first: run_lab forks its ranks only while this process has a
     # single thread, and Streamlit's AppTest starts threads.
-    from benchmarks import collectives, gpu, lab_costs, platform_costs, sandbox_costs
+    from benchmarks import (
+        collectives,
+        exercise_costs,
+        gpu,
+        lab_costs,
+        platform_costs,
+        sandbox_costs,
+    )
 
     return {
         "collectives": _measure("collectives", collectives.run, cfg),
@@ -60,6 +67,7 @@ def run(cfg: Config, base: Path) -> dict:
             "queue": _measure("lab queue", lab_costs.queue, cfg, base),
             "sandbox": _measure("exercise sandbox", sandbox_costs.overhead, cfg),
         },
+        "exercises": _measure("exercises", exercise_costs.costs, cfg, base),
         "gpu": _measure("gpu", gpu.run, cfg),
         "platform": {
             "quiz": _measure("quiz", platform_costs.quiz_grading, cfg, base),

@@ -6,9 +6,12 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
+
+from labs.exercises import EXERCISES
 
 KiB, MiB = 1 << 10, 1 << 20
 PAGES = ("home", "lessons", "labs", "quiz", "certificate", "verify", "account")
@@ -37,6 +40,10 @@ class Config:
     ddp_world_sizes: tuple[int, ...] = (1, 2, 4)
     ddp_steps: int | None = None  # None: labs.ddp's own default
     sandbox_repeats: int = 10  # runs per mode of the sandbox overhead (p50, p95)
+    # Exercises: submissions of each reference solution through the queue, and
+    # gradings per sandbox mode without it (p50, p95), for the exercises named.
+    exercise_repeats: int = 5
+    exercise_direct: tuple[str, ...] = EXERCISES
     # Platform.
     quiz_attempts: int = 30
     pdfs: int = 10
@@ -54,7 +61,8 @@ class Config:
     def quick_mode(cls) -> Config:
         return cls(quick=True, min_bytes=16 * KiB, max_bytes=8 * MiB, factor=8, warmup=1,
                    iters=3, sweeps=1, tcp_bytes=64 * MiB, tcp_repeats=3, lab_repeats=1, queue_labs=3,
-                   ddp_steps=5, sandbox_repeats=3, quiz_attempts=5, pdfs=2, certificates=10_000, lookups=1_000,
+                   ddp_steps=5, sandbox_repeats=3,
+                   exercise_repeats=2, exercise_direct=("ring-allreduce",), quiz_attempts=5, pdfs=2, certificates=10_000, lookups=1_000,
                    pages=("home", "quiz", "verify"), page_repeats=1,
                    load_learners=4, load_browsers=0, load_seconds=5.0,
                    classroom_sessions=(1, 5), classroom_seconds=3.0)
@@ -104,6 +112,40 @@ def use_database(url: str) -> None:
     db.set_engine(None)
 
 
+@contextmanager
+def scratch_stack(folder: Path, **environ: str) -> Iterator[None]:
+    """A fresh embedded stack in ``folder`` (SQLite database, and the lab queue beside it),
+    migrated, with ``environ`` set, for the body; the settings and database before it afterwards.
+
+    Workers started in the body inherit the environment, so they see the same
+    stack and the same settings.
+    """
+    from academy.db import get_engine
+    from academy.settings import get_settings
+
+    folder.mkdir(parents=True, exist_ok=True)
+    keys = ("DATABASE_URL", *environ)
+    saved = {k: os.environ.get(k) for k in keys}
+    os.environ.update(environ)
+    use_database(f"sqlite:///{folder / 'app.db'}")
+    try:
+        get_engine()  # migrated before any worker opens it
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        if saved["DATABASE_URL"]:
+            use_database(saved["DATABASE_URL"])
+        else:
+            from academy import db
+
+            db.set_engine(None)
+        get_settings.cache_clear()
+
+
 def unavailable(exc: BaseException) -> str:
     """The reason a figure is missing, as it appears in the table and JSON."""
     text = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
@@ -114,6 +156,12 @@ def timed(fn: Callable[[], object]) -> float:
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
+
+
+def p95(values: list[float]) -> float:
+    """The 95th percentile, interpolated between the two largest of a few values (one: itself)."""
+    return statistics.quantiles(values, n=20, method="inclusive")[18] if len(values) > 1 \
+        else values[0]
 
 
 def median_time(fn: Callable[[], object], repeats: int) -> float:

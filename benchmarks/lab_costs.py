@@ -18,14 +18,18 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from benchmarks.common import Config, median_time
+from benchmarks.common import Config, median_time, scratch_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCH_WORLD = 4
@@ -135,6 +139,41 @@ def _wait_for(check, what: str, timeout: float = 300) -> None:
         time.sleep(0.05)
 
 
+@contextmanager
+def workers(folder: Path, n: int) -> Iterator[None]:
+    """``n`` real workers (``python -m academy.worker --concurrency 1``) on the current settings.
+
+    The body runs once all ``n`` have registered, so no figure includes a
+    worker's start-up; the workers get SIGTERM afterwards, as ``make run``
+    stops its worker, and their logs stay in ``folder``.
+    """
+    from sqlmodel import func, select
+
+    from academy.db import session_scope
+    from academy.models import LabWorker
+
+    folder.mkdir(parents=True, exist_ok=True)
+    logs = [open(folder / f"worker-{i}.log", "w") for i in range(n)]  # noqa: SIM115
+    procs = [subprocess.Popen([sys.executable, "-m", "academy.worker", "--concurrency", "1"],
+                              cwd=ROOT, env=dict(os.environ), start_new_session=True,
+                              stdout=log, stderr=subprocess.STDOUT)
+             for log in logs]
+    try:
+        def up() -> bool:
+            with session_scope() as s:
+                return s.exec(select(func.count()).select_from(LabWorker)).one() == n
+
+        _wait_for(up, f"{n} workers")
+        yield
+    finally:
+        for proc in procs:
+            os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            proc.wait(timeout=60)
+        for log in logs:
+            log.close()
+
+
 def queue(cfg: Config, base: Path) -> dict:
     """What the job queue adds: a tiny ring lab through ``labqueue.submit`` and 1, 2, 3 workers.
 
@@ -144,20 +183,13 @@ def queue(cfg: Config, base: Path) -> dict:
     median end-to-end time, both from the run rows' timestamps). Each count
     gets its own embedded stack (SQLite database and queue) and its own workers.
     """
-    import os
-    import signal
-
     from sqlmodel import func, select
 
     from academy import labqueue
-    from academy.db import get_engine, session_scope
-    from academy.models import LabRun, LabWorker
-    from academy.settings import get_settings
-    from benchmarks.common import use_database
+    from academy.db import session_scope
+    from academy.models import LabRun
 
     bare = median_time(_bare_lab, cfg.lab_repeats)
-    saved = {k: os.environ.get(k) for k in ("DATABASE_URL", "LAB_MAX_QUEUED", "LAB_MAX_PER_LEARNER")}
-    os.environ.update(LAB_MAX_QUEUED="1000", LAB_MAX_PER_LEARNER="1000")
     per_workers: dict[str, dict] = {}
 
     def ended(ids: list[int]) -> bool:
@@ -169,56 +201,28 @@ def queue(cfg: Config, base: Path) -> dict:
         with session_scope() as s:
             return list(s.exec(select(LabRun).where(LabRun.id.in_(ids))))
 
-    try:
-        for n in (1, 2, 3):
-            folder = base / f"queue-{n}"
-            folder.mkdir()
-            use_database(f"sqlite:///{folder / 'app.db'}")
-            get_engine()  # migrated before the workers open it
-            workers = [subprocess.Popen([sys.executable, "-m", "academy.worker", "--concurrency", "1"],
-                                        cwd=ROOT, env=dict(os.environ), start_new_session=True,
-                                        stdout=open(folder / f"worker-{i}.log", "w"),  # noqa: SIM115
-                                        stderr=subprocess.STDOUT)
-                       for i in range(n)]
-            try:
-                def up() -> bool:
-                    with session_scope() as s:
-                        return s.exec(select(func.count()).select_from(LabWorker)).one() == n  # noqa: B023
-
-                _wait_for(up, f"{n} workers")
-                submit = lambda: labqueue.submit(lab="ring", params=QUEUE_LAB,  # noqa: E731
-                                                 learner_id=None, machine={})
-                alone = [submit()]
-                _wait_for(lambda: ended(alone), "the lone lab")  # noqa: B023
-                burst = [submit() for _ in range(cfg.queue_labs)]
-                _wait_for(lambda: ended(burst), "the burst")  # noqa: B023
-            finally:
-                for w in workers:
-                    os.killpg(w.pid, signal.SIGTERM)
-                for w in workers:
-                    w.wait(timeout=60)
+    for n in (1, 2, 3):
+        folder = base / f"queue-{n}"
+        with scratch_stack(folder, LAB_MAX_QUEUED="1000", LAB_MAX_PER_LEARNER="1000"), workers(folder, n):
+            submit = lambda: labqueue.submit(lab="ring", params=QUEUE_LAB,  # noqa: E731
+                                             learner_id=None, machine={})
+            alone = [submit()]
+            _wait_for(lambda: ended(alone), "the lone lab")  # noqa: B023
+            burst = [submit() for _ in range(cfg.queue_labs)]
+            _wait_for(lambda: ended(burst), "the burst")  # noqa: B023
             one = rows(alone)[0]
             done = [r for r in rows(burst) if r.status == "done"]
-            if one.status != "done" or len(done) != len(burst):
-                raise RuntimeError(f"{n} workers: a lab failed")
-            per_workers[str(n)] = {
-                "single_end_to_end_s": (one.finished_at - one.created_at).total_seconds(),
-                "single_queue_wait_s": (one.started_at - one.created_at).total_seconds(),
-                "burst_queue_wait_s": statistics.median(
-                    (r.started_at - r.created_at).total_seconds() for r in done),
-                "burst_end_to_end_s": statistics.median(
-                    (r.finished_at - r.created_at).total_seconds() for r in done),
-                "burst_total_s": (max(r.finished_at for r in done)
-                                  - min(r.created_at for r in done)).total_seconds(),
-            }
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            elif key != "DATABASE_URL":
-                os.environ[key] = value
-        if saved["DATABASE_URL"]:
-            use_database(saved["DATABASE_URL"])
-        get_settings.cache_clear()
+        if one.status != "done" or len(done) != len(burst):
+            raise RuntimeError(f"{n} workers: a lab failed")
+        per_workers[str(n)] = {
+            "single_end_to_end_s": (one.finished_at - one.created_at).total_seconds(),
+            "single_queue_wait_s": (one.started_at - one.created_at).total_seconds(),
+            "burst_queue_wait_s": statistics.median(
+                (r.started_at - r.created_at).total_seconds() for r in done),
+            "burst_end_to_end_s": statistics.median(
+                (r.finished_at - r.created_at).total_seconds() for r in done),
+            "burst_total_s": (max(r.finished_at for r in done)
+                              - min(r.created_at for r in done)).total_seconds(),
+        }
     return {"lab": "ring", **QUEUE_LAB, "burst": cfg.queue_labs, "bare_cli_s": bare,
             "workers": per_workers}

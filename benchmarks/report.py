@@ -137,6 +137,39 @@ def labs(lab: dict) -> list[Row]:
     return rows
 
 
+def exercises(e: dict | str) -> list[Row]:
+    """Per exercise: Run to report through the queue, and the grading alone in bwrap beside none."""
+    s = "exercises"
+    if isinstance(e, str):
+        return [_missing(s, "coding exercises, Run to report", e)]
+    rows: list[Row] = []
+    target = e["target"]
+    for ex, parts in e["exercises"].items():
+        q, d = parts["queue"], parts["direct"]
+        direct = isinstance(d, dict)
+        if isinstance(q, str):
+            rows.append(_missing(s, f"{ex}: Run to report through the queue", q))
+        else:
+            what = f"{ex} ({q['cases']} cases): Run to report, queue + 1 worker, p50 · p95 of {q['runs']}"
+            value = f"{_num(q['queue_p50_s'])} s · {_num(q['queue_p95_s'])} s"
+            if ex == target["exercise"]:
+                rows.append((s, what, value, f"target: p95 under {target['p95_s']:g} s",
+                             f"p95 {_pct(q['queue_p95_s'] / target['p95_s'])} of the target"))
+            else:
+                rows.append((s, what, value,
+                             f"graded alone (bwrap) p50 {_num(d['bwrap_p50_s'])} s" if direct else
+                             f"grading in the worker p50 {_num(q['grading_p50_s'])} s",
+                             f"{q['queue_p50_s'] - d['bwrap_p50_s']:+.2f} s (p50)" if direct else ""))
+        if direct:
+            rows.append((s, f"{ex}: graded alone (grader.grade), bwrap, p50 · p95 of {d['runs']}",
+                         f"{_num(d['bwrap_p50_s'])} s · {_num(d['bwrap_p95_s'])} s",
+                         f"no sandbox {_num(d['none_p50_s'])} s · {_num(d['none_p95_s'])} s",
+                         f"{d['overhead_p50_s']:+.2f} s (p50)"))
+        elif d.startswith("not available"):
+            rows.append(_missing(s, f"{ex}: graded alone, bwrap and none", d))
+    return rows
+
+
 def platform(p: dict) -> list[Row]:
     s = "platform"
     rows: list[Row] = []
@@ -223,6 +256,7 @@ def _classroom_rows(cl: dict) -> list[Row]:
 
 # The operations a learner waits for, in the order of a journey, and their short names.
 LOAD_OPS = {"sign_in": "sign-in", "record_answer": "answer", "finish_attempt": "finish",
+            "pass_exercises": "exercises",
             "issue_certificate": "certificate", "lookup": "lookup"}
 
 
@@ -265,6 +299,7 @@ def rows(result: dict) -> list[Row]:
                        f"shrank (full run in brackets): {shrunk}" if shrunk else "")]
     out += collectives(result["collectives"])
     out += labs(result["labs"])
+    out += exercises(result.get("exercises", "not measured"))
     out += platform(result["platform"])
     out += gpu(result["gpu"])
     return out

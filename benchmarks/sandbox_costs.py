@@ -14,7 +14,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from benchmarks.common import Config
+from benchmarks.common import Config, p95
 
 PAYLOAD = """
 import os, socket, sys
@@ -36,11 +36,6 @@ sys.exit(max(os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in children))
 """
 
 
-def _p95(values: list[float]) -> float:
-    return statistics.quantiles(values, n=20, method="inclusive")[18] if len(values) > 1 \
-        else values[0]
-
-
 def overhead(cfg: Config) -> dict:
     from labs.sandbox import Limits, check_available, run_python
 
@@ -60,6 +55,6 @@ def overhead(cfg: Config) -> dict:
               "runs": cfg.sandbox_repeats}
     for mode, values in times.items():
         result[f"{mode}_p50_s"] = statistics.median(values)
-        result[f"{mode}_p95_s"] = _p95(values)
+        result[f"{mode}_p95_s"] = p95(values)
     result["overhead_p50_s"] = result["bwrap_p50_s"] - result["none_p50_s"]
     return result

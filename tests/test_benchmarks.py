@@ -27,6 +27,9 @@ FIRST_EVENT = ("first_progress_cli_s", "python_import_torch_s")
 DDP = ("naive_step_ms", "ddp_step_ms", "overlap_vs_naive_step_ratio")
 QUEUE = ("single_end_to_end_s", "single_queue_wait_s", "burst_queue_wait_s", "burst_end_to_end_s",
          "burst_total_s")
+# The sandbox's cost: the same program or grading in mode bwrap and in mode none.
+SANDBOX = ("bwrap_p50_s", "bwrap_p95_s", "none_p50_s", "none_p95_s", "overhead_p50_s")
+EXERCISE_QUEUE = ("cases", "queue_p50_s", "queue_p95_s", "queue_wait_p50_s", "grading_p50_s")
 QUIZ = ("engine_ms", "store_sqlite_ms")
 CERTIFICATE = ("sign_ms", "qr_ms", "issue_ms", "render_ms", "total_ms")
 VERIFICATION = ("lookups_per_s", "raw_select_per_s", "ed25519_verify_per_s", "valid_fraction")
@@ -58,13 +61,13 @@ def part(data, keys, where: str) -> bool:
 def quick(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "bench.json"
     proc = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--json", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+                          cwd=ROOT, capture_output=True, text=True, timeout=540)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc.stdout, json.loads(out.read_text())
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(360)
+@pytest.mark.timeout(600)
 def test_quick_prints_one_table(quick):
     stdout, result = quick
     assert "| section" in stdout
@@ -76,7 +79,7 @@ def test_quick_prints_one_table(quick):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(360)
+@pytest.mark.timeout(600)
 def test_collectives_have_every_figure(quick):
     c = quick[1]["collectives"]
     if is_reason(c):
@@ -95,7 +98,7 @@ def test_collectives_have_every_figure(quick):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(360)
+@pytest.mark.timeout(600)
 def test_labs_have_every_figure(quick):
     labs = quick[1]["labs"]
     part(labs["launch"], LAUNCH, "labs.launch")
@@ -108,10 +111,71 @@ def test_labs_have_every_figure(quick):
         assert set(labs["queue"]["workers"]) == {"1", "2", "3"}
         for n, row in labs["queue"]["workers"].items():
             part(row, QUEUE, f"labs.queue.workers.{n}")
+    part(labs["sandbox"], SANDBOX, "labs.sandbox")
+
+
+def sandbox_works() -> bool:
+    from labs.sandbox import SandboxUnavailable, check_available
+
+    try:
+        check_available("bwrap")
+        check_available("none")
+    except SandboxUnavailable:
+        return False
+    return True
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(360)
+@pytest.mark.timeout(600)
+def test_exercises_have_every_figure(quick):
+    """Each exercise through the queue, and the ring graded alone in both sandbox modes.
+
+    Where the sandbox can start here, every figure must be a number: a reason
+    instead would hide a broken path from Run to report.
+    """
+    from labs.exercises import EXERCISES
+
+    stdout, result = quick
+    e = result["exercises"]
+    if is_reason(e) and not sandbox_works():
+        return
+    assert isinstance(e, dict), e
+    assert set(e["exercises"]) == set(EXERCISES)
+    for ex, parts in e["exercises"].items():
+        assert part(parts["queue"], EXERCISE_QUEUE, f"exercises.{ex}.queue"), parts["queue"]
+        assert parts["queue"]["runs"] == 2  # quick mode
+        if ex == "ring-allreduce":  # quick mode grades the ring alone, in both modes
+            assert part(parts["direct"], SANDBOX, f"exercises.{ex}.direct"), parts["direct"]
+        else:
+            assert parts["direct"].startswith("skipped: quick mode"), parts["direct"]
+    assert e["target"]["exercise"] == "ring-allreduce" and e["target"]["p95_s"] == 10
+    assert isinstance(e["target"]["met"], bool)
+    assert "target: p95 under 10 s" in stdout
+    assert stdout.count("| exercises ") == len(EXERCISES) + 1  # a row each, and the ring's sandbox row
+
+
+def test_report_puts_the_target_beside_the_ring():
+    """The ring's row compares its p95 with the issue's 10 s; a missing part says why."""
+    from benchmarks.report import exercises
+
+    spread = {"runs": 5, "cases": 21, "queue_p50_s": 4.0, "queue_p95_s": 5.0, "queue_wait_p50_s": 0.1,
+              "grading_p50_s": 3.5}
+    direct = {"runs": 5, "bwrap_p50_s": 3.0, "bwrap_p95_s": 3.2, "none_p50_s": 2.5, "none_p95_s": 2.7,
+              "overhead_p50_s": 0.5}
+    rows = exercises({"target": {"exercise": "ring-allreduce", "p95_s": 10.0, "met": True},
+                      "exercises": {"ring-allreduce": {"queue": spread, "direct": direct},
+                                    "broadcast": {"queue": "not available: RuntimeError: boom",
+                                                  "direct": "skipped: quick mode grades only ring-allreduce"}}})
+    ring = rows[0]
+    assert ring[1].startswith("ring-allreduce (21 cases)")
+    assert ring[2:] == ("4.00 s · 5.00 s", "target: p95 under 10 s", "p95 50% of the target")
+    assert rows[1][2:] == ("3.00 s · 3.20 s", "no sandbox 2.50 s · 2.70 s", "+0.50 s (p50)")
+    assert rows[2][1:3] == ("broadcast: Run to report through the queue", "not available: RuntimeError: boom")
+    assert len(rows) == 3  # a skipped part adds no row
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_platform_has_every_figure(quick):
     p = quick[1]["platform"]
     part(p["quiz"], QUIZ, "platform.quiz")
@@ -154,7 +218,7 @@ def test_page_client_sees_a_page_fail(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(360)
+@pytest.mark.timeout(600)
 def test_gpu_runs_or_says_why_not(quick):
     import torch
 
