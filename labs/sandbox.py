@@ -86,6 +86,10 @@ class Limits:
     wall_s: float = 60.0  # the whole run; then the whole sandbox is killed
     output_bytes: int = 1 << 20  # stdout and stderr each; more stops the run
     tmpfs_mb: int = 64  # the private /tmp (mode bwrap)
+    # RLIMIT_NOFILE per process. Besides the usual reason, it bounds what
+    # sockets hold on cgroup v1, where each TCP socket keeps a minimum buffer
+    # even past the run's socket cap: about processes x open_files x 36 KiB.
+    open_files: int = 256
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: object) -> Limits:
@@ -292,7 +296,7 @@ def _rlimits(limits: Limits, *, nproc: bool, memory: bool) -> list[str]:
     """``prlimit`` options: set in the process that execs bwrap (or python), so
     every process of the run inherits them."""
     opts = [f"--fsize={limits.file_size_mb * MiB}", f"--cpu={limits.cpu_s}:{limits.cpu_s + 1}",
-            "--core=0"]
+            "--core=0", f"--nofile={limits.open_files}"]
     if nproc:
         opts.append(f"--nproc={limits.processes}")
     if memory:
@@ -407,50 +411,67 @@ def _bwrap_command(python_args, *, work: Path, harness: Path, limits: Limits, ui
 
 # A seccomp filter on top of the namespaces: no user namespace of its own
 # (CLONE_NEWUSER would hand the program capabilities in it, the usual door to
-# kernel bugs), no ptrace of a neighbouring rank, and none of the calls a
-# Python program never needs but kernel exploits like (keyrings, bpf,
-# perf events, userfaultfd, io_uring, mounts, modules). Numbers per arch.
+# kernel bugs); no ptrace, nor its cousins that read or write another
+# process's memory or take its fds (a rank must not reach the harness or a
+# neighbour, which run as the same uid); and none of the calls a Python
+# program never needs but kernel exploits like (keyrings, bpf, perf events,
+# userfaultfd, io_uring, mounts, modules, the LDT). Numbers per arch.
 _BLOCKED = {
     "x86_64": (0xC000003E, {"unshare": 272, "setns": 308, "ptrace": 101, "keyctl": 250,
                             "add_key": 248, "request_key": 249, "bpf": 321, "perf_event_open": 298,
                             "userfaultfd": 323, "mount": 165, "umount2": 166, "pivot_root": 155,
                             "kexec_load": 246, "init_module": 175, "finit_module": 313,
-                            "delete_module": 176, "open_by_handle_at": 304, "acct": 163},
-               56),
+                            "delete_module": 176, "open_by_handle_at": 304, "acct": 163,
+                            "process_vm_readv": 310, "process_vm_writev": 311,
+                            "modify_ldt": 154},
+               {"clone": 56, "socket": 41, "socketpair": 53}),
     "aarch64": (0xC00000B7, {"unshare": 97, "setns": 268, "ptrace": 117, "keyctl": 219,
                              "add_key": 217, "request_key": 218, "bpf": 280, "perf_event_open": 241,
                              "userfaultfd": 282, "mount": 40, "umount2": 39, "pivot_root": 41,
                              "kexec_load": 104, "init_module": 105, "finit_module": 273,
-                             "delete_module": 106, "open_by_handle_at": 265, "acct": 89},
-                220),
+                             "delete_module": 106, "open_by_handle_at": 265, "acct": 89,
+                             "process_vm_readv": 270, "process_vm_writev": 271},
+                {"clone": 220, "socket": 198, "socketpair": 199}),
 }
-# The same numbers on every arch (io_uring and the new mount API).
+# The same numbers on every arch (io_uring, the new mount API, pidfd_getfd).
 _BLOCKED_COMMON = {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
                    "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
-                   "fsmount": 432, "fspick": 433, "mount_setattr": 442}
+                   "fsmount": 432, "fspick": 433, "mount_setattr": 442, "pidfd_getfd": 438}
 _CLONE3 = 435
 _CLONE_NEWUSER = 0x10000000
+# The socket families a program may make: unix, IPv4, IPv6 (all inside the
+# network namespace) and netlink (getifaddrs, which gloo calls). The others
+# are refused: AF_VSOCK is not namespaced and reaches the hypervisor and the
+# host's vsock listeners, and the rare ones (AF_ALG, TIPC, RDS...) are where
+# kernel bugs are found, their modules loaded on first use.
+_FAMILIES = (1, 2, 10, 16)  # AF_UNIX, AF_INET, AF_INET6, AF_NETLINK
 SECCOMP = platform.machine() in _BLOCKED  # elsewhere: the namespaces and limits only
 
 
 def _seccomp_filter() -> bytes:
     """The classic BPF program for ``bwrap --seccomp``: a wrong arch is killed,
     a blocked call fails with EPERM, clone3 with ENOSYS (its flags sit in
-    memory a filter cannot read; glibc then falls back to clone), and clone
-    with CLONE_NEWUSER with EPERM."""
-    arch, blocked, clone = _BLOCKED[platform.machine()]
+    memory a filter cannot read; glibc then falls back to clone), clone with
+    CLONE_NEWUSER with EPERM, and a socket of another family with EAFNOSUPPORT."""
+    arch, blocked, nrs = _BLOCKED[platform.machine()]
     ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, JMP|JSET|K, RET|K
     allow, kill = 0x7FFF0000, 0x80000000  # SECCOMP_RET_ALLOW, SECCOMP_RET_KILL_PROCESS
     eperm, enosys = 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS  # SECCOMP_RET_ERRNO
+    eafnosupport = 0x00050000 | errno.EAFNOSUPPORT
+    args0 = 16  # offset of args[0], low 32 bits (little-endian): clone's flags, socket's family
 
     prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, kill), (ld, 0, 0, 0)]
     if arch == 0xC000003E:  # x32 calls carry bit 30 and would dodge the numbers below
         prog += [(jset, 0, 1, 0x40000000), (ret, 0, 0, enosys)]
     for nr in sorted({*blocked.values(), *_BLOCKED_COMMON.values()}):
         prog += [(jeq, 0, 1, nr), (ret, 0, 0, eperm)]
+    n = len(_FAMILIES)  # socket or socketpair: allow the listed families, refuse the rest
+    prog += [(jeq, 1, 0, nrs["socket"]), (jeq, 0, n + 3, nrs["socketpair"]), (ld, 0, 0, args0)]
+    prog += [(jeq, n - i, 0, family) for i, family in enumerate(_FAMILIES)]
+    prog += [(ret, 0, 0, eafnosupport), (ret, 0, 0, allow)]
     prog += [(jeq, 0, 1, _CLONE3), (ret, 0, 0, enosys),
-             (jeq, 1, 0, clone), (ret, 0, 0, allow),
-             (ld, 0, 0, 16),  # args[0] of clone, low 32 bits: the flags
+             (jeq, 1, 0, nrs["clone"]), (ret, 0, 0, allow),
+             (ld, 0, 0, args0),
              (jset, 0, 1, _CLONE_NEWUSER), (ret, 0, 0, eperm), (ret, 0, 0, allow)]
     return b"".join(struct.pack("=HBBI", *insn) for insn in prog)
 
@@ -529,6 +550,12 @@ class _Cgroup:
         (memory / "memory.limit_in_bytes").write_text(str(limits.memory_mb * MiB))
         with contextlib.suppress(OSError):  # only where swap accounting is on
             (memory / "memory.memsw.limit_in_bytes").write_text(str(limits.memory_mb * MiB))
+        # v1 leaves socket buffers out of memory.limit_in_bytes: loopback TCP and
+        # UDP queues the program never reads would hold host RAM (up to the
+        # host-wide tcp_mem/udp_mem, which the server's own sockets share)
+        # beyond memory_mb. Setting this cap makes v1 count them, apart.
+        with contextlib.suppress(OSError):  # gone from kernels without v1 kmem
+            (memory / "memory.kmem.tcp.limit_in_bytes").write_text(str(_socket_bytes(limits)))
         (group.dirs["pids"] / "pids.max").write_text(str(limits.processes))
         return group
 
@@ -591,6 +618,12 @@ class _Cgroup:
                     break
                 except OSError:
                     time.sleep(0.02)
+
+
+def _socket_bytes(limits: Limits) -> int:
+    """What a run may hold in socket buffers on cgroup v1 (v2 counts them in
+    memory.max): a quarter of its memory, plenty for gloo's messages."""
+    return max(limits.memory_mb * MiB // 4, 16 * MiB)
 
 
 def _find_parents(cgroups: str, mountinfo: str) -> dict[str, Path] | None:
