@@ -384,7 +384,10 @@ def _bwrap_command(python_args, *, work: Path, harness: Path, limits: Limits, ui
         elif host.is_dir():
             cmd += ["--ro-bind", str(host), f"/{top}"]
     tmpfs = ["--perms", "1777", "--size", str(limits.tmpfs_mb * MiB), "--tmpfs"]
-    cmd += ["--proc", "/proc", "--dev", "/dev", *tmpfs, "/dev/shm", *tmpfs, "/tmp",
+    # bwrap's /dev has a devpts of its own, but every devpts draws on one
+    # host-wide pool (kernel.pty.max); a program needs no terminal: hide it.
+    cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "0555", "--tmpfs", "/dev/pts",
+            *tmpfs, "/dev/shm", *tmpfs, "/tmp",
             "--perms", "0755", "--dir", "/etc"]
     for f in sorted(etc.iterdir()):
         cmd += ["--ro-bind", str(f), f"/etc/{f.name}"]

@@ -278,7 +278,7 @@ found["opened"] = len(fds)
 print(json.dumps(found))
 """,
     "privileges": r"""
-import ctypes, errno, json, socket, subprocess, sys
+import ctypes, errno, json, os, socket, subprocess, sys
 status = dict(line.split(":\t", 1) for line in open("/proc/self/status").read().splitlines()
               if ":\t" in line)
 found = {k: status[k].strip() for k in ("NoNewPrivs", "CapEff", "CapPrm", "CapBnd", "CapAmb")}
@@ -295,6 +295,11 @@ except OSError as exc:
 libc = ctypes.CDLL(None, use_errno=True)
 q = libc.msgget(int(sys.argv[2]), 0)  # a SysV message queue the host made
 found["sysv_queue"] = "found" if q >= 0 else errno.errorcode.get(ctypes.get_errno())
+try:  # terminals come from a pool the whole host shares (kernel.pty.max)
+    os.close(os.open("/dev/ptmx", os.O_RDWR | os.O_NOCTTY))
+    found["pty"] = "opened"
+except OSError as exc:
+    found["pty"] = errno.errorcode.get(exc.errno)
 print(json.dumps(found))
 """,
     "orphan": r"""
@@ -552,7 +557,8 @@ def test_only_internet_unix_and_netlink_sockets_and_no_reading_a_neighbour(harne
 @as_root
 def test_no_privileges_and_nothing_the_host_shares_by_name(harness):
     """no-new-privs and no capabilities (setuid binaries under /usr stay
-    powerless); abstract unix sockets and SysV IPC are the host's own."""
+    powerless); abstract unix sockets and SysV IPC are the host's own; no
+    terminals, which come from one pool for the whole host."""
     import ctypes
     name = f"dpa-redteam-{os.getpid()}"
     key = 0x5EED0000 + os.getpid() % 0xFFFF
@@ -569,7 +575,7 @@ def test_no_privileges_and_nothing_the_host_shares_by_name(harness):
     zero = "0000000000000000"
     assert found == {"NoNewPrivs": "1", "CapEff": zero, "CapPrm": zero, "CapBnd": zero,
                      "CapAmb": zero, "mount": found["mount"], "su": found["su"],
-                     "abstract": "ECONNREFUSED", "sysv_queue": "ENOENT"}
+                     "abstract": "ECONNREFUSED", "sysv_queue": "ENOENT", "pty": "ENOENT"}
     assert found["mount"] != 0 and found["su"] != 0
 
 
