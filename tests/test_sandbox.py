@@ -237,6 +237,29 @@ os.kill(child, 9)
 os.waitpid(child, 0)
 print(json.dumps(found))
 """,
+    "nodump": r"""
+import ctypes, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+secret = ctypes.create_string_buffer(b"expected")
+found = {}
+for dumpable in (1, 0):
+    libc.prctl(4, dumpable, 0, 0, 0)  # PR_SET_DUMPABLE, as a harness does before it forks
+    r, w = os.pipe()
+    if os.fork() == 0:
+        libc.prctl(4, 1, 0, 0, 0)  # the child making itself dumpable changes nothing for the parent
+        try:
+            with open(f"/proc/{os.getppid()}/mem", "rb") as f:
+                f.seek(ctypes.addressof(secret))
+                got = f.read(8).decode()
+        except OSError as exc:
+            got = type(exc).__name__
+        os.write(w, got.encode())
+        os._exit(0)
+    os.close(w)
+    found[f"dumpable_{dumpable}"] = os.read(r, 100).decode()
+    os.wait()
+print(json.dumps(found))
+""",
     "udp": r"""
 import errno, json, socket, sys
 def udp_pages():
@@ -551,6 +574,14 @@ def test_only_internet_unix_and_netlink_sockets_and_no_reading_a_neighbour(harne
                      "vsock_pair": "EAFNOSUPPORT", "unix": "created", "inet": "created",
                      "inet6": "created", "netlink": "created", "process_vm_readv": "EPERM",
                      "process_vm_writev": "EPERM", "pidfd_getfd": "EPERM"}
+
+
+@needs_bwrap
+def test_a_non_dumpable_parent_keeps_its_memory_from_its_children(harness):
+    """What the README tells a harness to do: /proc/PID/mem of a same-uid
+    process is readable (no filter sees it) until that process says no."""
+    assert report(run(harness, "nodump")) == {"dumpable_1": "expected",
+                                               "dumpable_0": "PermissionError"}
 
 
 @needs_bwrap
