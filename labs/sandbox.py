@@ -52,6 +52,7 @@ import platform
 import selectors
 import shutil
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -479,15 +480,29 @@ def _seccomp_filter() -> bytes:
     return b"".join(struct.pack("=HBBI", *insn) for insn in prog)
 
 
+def _slot_locks(root: Path | None = None) -> Path:
+    """The folder of the slots' lock files: one per host, whatever the
+    caller's TMPDIR (the lab worker may have its own), and ours alone (in a
+    world-writable /tmp someone else could have made it first)."""
+    if root is None:
+        root = Path("/run" if os.access("/run", os.W_OK) else "/tmp")
+    lockdir = root / "dpa-sandbox-slots"
+    with contextlib.suppress(FileExistsError):
+        lockdir.mkdir(mode=0o700)
+    st = os.lstat(lockdir)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise SandboxUnavailable(f"{lockdir} is not a folder of ours alone")
+    return lockdir
+
+
 @contextlib.contextmanager
 def _slot():
     """A uid no other run on this host holds: a lock file per slot, held for the run."""
-    lockdir = Path(tempfile.gettempdir()) / "dpa-sandbox-slots"
-    lockdir.mkdir(mode=0o700, exist_ok=True)
+    lockdir = _slot_locks()
     start = os.getpid() % SLOTS  # spread concurrent callers out
     for i in range(SLOTS):
         slot = (start + i) % SLOTS
-        fd = os.open(lockdir / f"{slot}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        fd = os.open(lockdir / f"{slot}.lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -786,6 +786,28 @@ def test_killing_parent_and_everyone_reaches_only_its_own_sandbox(harness):
                                                          "woken": True}
 
 
+@as_root
+def test_runs_started_with_different_tmpdirs_still_get_different_uids(tmp_path, monkeypatch):
+    """The lab worker's tests give it a TMPDIR of its own: its runs and ours
+    must still not share a uid (nor its process count)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "a"))
+    (tmp_path / "a").mkdir()
+    with sandbox._slot() as first:
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "b"))
+        (tmp_path / "b").mkdir()
+        with sandbox._slot() as second:
+            assert first != second
+
+
+def test_a_slot_folder_someone_else_can_write_is_refused(tmp_path):
+    (tmp_path / "dpa-sandbox-slots").mkdir(mode=0o777)
+    (tmp_path / "dpa-sandbox-slots").chmod(0o777)  # past the umask
+    with pytest.raises(SandboxUnavailable, match="not a folder of ours alone"):
+        sandbox._slot_locks(tmp_path)
+    (tmp_path / "dpa-sandbox-slots").chmod(0o700)
+    assert sandbox._slot_locks(tmp_path) == tmp_path / "dpa-sandbox-slots"
+
+
 @needs_bwrap
 def test_nothing_is_left_behind_after_the_wall_clock_kill(harness):
     out = run(harness, "lingering", limits=Limits(wall_s=1.5))
