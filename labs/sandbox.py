@@ -361,9 +361,27 @@ def _etc(work: Path, uid: int) -> Path:
     return etc
 
 
+def _refuse_exposure(bound: list[Path], site: Path | None) -> None:
+    """Raise `SandboxUnavailable` where what we bind would show the project:
+    the checkout (whose data/ holds the database and secrets by default)
+    inside a bound folder, or our packages (the reference solutions)
+    installed among the site-packages."""
+    for folder in bound:
+        if ROOT.resolve().is_relative_to(folder.resolve()):
+            raise SandboxUnavailable(f"the project at {ROOT} is inside {folder}, which the "
+                                     "sandbox shows to the program: move one of them")
+    if site is not None and (site / "labs" / "exercises").exists():
+        raise SandboxUnavailable(f"the site-packages at {site} hold a copy of labs.exercises "
+                                 "(reference solutions): uninstall it")
+
+
 def _bwrap_command(python_args, *, work: Path, harness: Path, limits: Limits, uid: int | None,
                    memory_rlimit: bool):
     base, rel, site = _python_layout()
+    _refuse_exposure([Path("/usr"), base, *([site] if site else []),
+                      *(p for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+                        if (p := Path("/") / top).is_dir() and not p.is_symlink())],
+                     site if site is not None else Path(sysconfig.get_paths()["purelib"]))
     root = uid is not None
     etc = _etc(work, uid if root else os.getuid())
     prefix = [shutil.which("prlimit") or "prlimit",

@@ -535,6 +535,23 @@ def test_secrets_database_and_project_files_are_out_of_reach(harness, tmp_path):
 
 
 @needs_bwrap
+def test_a_layout_that_would_bind_the_project_in_is_refused(harness, monkeypatch, tmp_path):
+    """The project (its data/ holds the database and the secrets by default)
+    inside a folder we bind, or a copy of our packages among the site-packages
+    (the reference solutions with it): refused rather than run."""
+    base, rel, site = sandbox._python_layout()
+    monkeypatch.setattr(sandbox, "ROOT", base / "share" / "dp-academy")
+    with pytest.raises(SandboxUnavailable, match="project"):
+        run(harness, "report")
+    monkeypatch.setattr(sandbox, "ROOT", ROOT)
+    installed = tmp_path / "site-packages"
+    (installed / "labs" / "exercises").mkdir(parents=True)
+    monkeypatch.setattr(sandbox, "_python_layout", lambda: (base, rel, installed))
+    with pytest.raises(SandboxUnavailable, match="site-packages"):
+        run(harness, "report")
+
+
+@needs_bwrap
 def test_proc_shows_only_the_sandbox(harness):
     found = report(run(harness, "proc", str(os.getpid())))
     assert found["pids"] == [1, found["me"]]  # bwrap's init and the program, nothing of ours
