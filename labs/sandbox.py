@@ -295,9 +295,11 @@ def _alive(name: str) -> bool:
 
 def _rlimits(limits: Limits, *, nproc: bool, memory: bool) -> list[str]:
     """``prlimit`` options: set in the process that execs bwrap (or python), so
-    every process of the run inherits them."""
+    every process of the run inherits them. No real-time priority and no
+    raised nice, whatever the server was started with (a SCHED_FIFO spinner
+    per core would starve it)."""
     opts = [f"--fsize={limits.file_size_mb * MiB}", f"--cpu={limits.cpu_s}:{limits.cpu_s + 1}",
-            "--core=0", f"--nofile={limits.open_files}"]
+            "--core=0", f"--nofile={limits.open_files}", "--rtprio=0", "--nice=0"]
     if nproc:
         opts.append(f"--nproc={limits.processes}")
     if memory:

@@ -260,6 +260,22 @@ for dumpable in (1, 0):
     os.wait()
 print(json.dumps(found))
 """,
+    "realtime": r"""
+import errno, json, os
+found = {}
+for name, policy in (("fifo", os.SCHED_FIFO), ("rr", os.SCHED_RR)):
+    try:
+        os.sched_setscheduler(0, policy, os.sched_param(1))
+        found[name] = "allowed"
+    except OSError as exc:
+        found[name] = errno.errorcode.get(exc.errno)
+try:
+    os.nice(-1)
+    found["nice"] = "allowed"
+except OSError as exc:
+    found["nice"] = errno.errorcode.get(exc.errno)
+print(json.dumps(found))
+""",
     "udp": r"""
 import errno, json, socket, sys
 def udp_pages():
@@ -696,6 +712,30 @@ def test_a_memory_bomb_is_killed_by_the_memory_limit(harness):
     assert out.stopped == "memory", (out.returncode, out.details, out.stderr[-500:])
     assert out.returncode == -signal.SIGKILL and out.details["oom_kill"] >= 1
     assert bytearray(64 << 20)  # and the host can still allocate
+
+
+@needs_bwrap
+@as_root
+def test_no_realtime_priority_even_where_the_server_may_have_one(harness):
+    """A SCHED_FIFO spinner on each core would starve the server: the run gets
+    RLIMIT_RTPRIO and RLIMIT_NICE of 0, not what the server was started with."""
+    import resource
+    # What prlimit sets, whatever this host allows (raising our own limits
+    # below needs CAP_SYS_RESOURCE, which a container's root may lack).
+    opts = sandbox._rlimits(SMALL, nproc=True, memory=False)
+    assert "--rtprio=0" in opts and "--nice=0" in opts
+    saved = {r: resource.getrlimit(r) for r in (resource.RLIMIT_RTPRIO, resource.RLIMIT_NICE)}
+    try:
+        resource.setrlimit(resource.RLIMIT_RTPRIO, (50, 50))  # as systemd's LimitRTPRIO= would
+        resource.setrlimit(resource.RLIMIT_NICE, (40, 40))
+    except (ValueError, OSError):
+        pytest.skip("cannot raise our own RLIMIT_RTPRIO here (no CAP_SYS_RESOURCE)")
+    try:
+        found = report(run(harness, "realtime"))
+    finally:
+        for r, value in saved.items():
+            resource.setrlimit(r, value)
+    assert found == {"fifo": "EPERM", "rr": "EPERM", "nice": "EPERM"}
 
 
 @needs_bwrap
