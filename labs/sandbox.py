@@ -25,7 +25,9 @@ Two modes (``EXERCISE_SANDBOX``, default ``bwrap``):
   (``--unshare-user``) and the limits are rlimits only (no process count:
   RLIMIT_NPROC would count the developer's own processes too). A seccomp
   filter (x86_64, aarch64) refuses a user namespace of its own, ptrace and
-  the kernel interfaces exploits favour.
+  its cousins, socket families other than unix, IP and netlink (AF_VSOCK
+  is outside the network namespace) and the kernel interfaces exploits
+  favour. There are no terminals (every devpts shares the host's pty pool).
 - ``none``: a plain child process with the same cleared environment, a
   private temporary cwd and the files in a read-only folder. For a
   single-user machine only; it must be asked for by name, and is never
@@ -35,11 +37,13 @@ Limits: a cgroup made for the run caps the memory and the number of
 processes of the whole sandbox when ``/sys/fs/cgroup`` is writable (cgroup v1
 ``memory``/``pids`` hierarchies, or v2 where our cgroup may have children with
 those controllers: v2 forbids that while it holds processes itself, so a v2
-host needs the server started in a delegated subtree); rlimits apply
-always (file size, CPU seconds per process, no core dumps, and the process
-count of the per-run uid; ``RLIMIT_DATA`` holds each process's memory where
-no cgroup can). The wall clock and the output cap are enforced here: the
-whole sandbox is killed and `Outcome.stopped` says which limit ended it.
+host needs the server started in a delegated subtree; v1 needs a cap of
+its own for socket buffers, which its memory limit leaves out); rlimits
+apply always (file size, CPU seconds and open files per process, no core
+dumps, no real-time priority, and the process count of the per-run uid;
+``RLIMIT_DATA`` holds each process's memory where no cgroup can). The wall
+clock and the output cap are enforced here: the whole sandbox is killed and
+`Outcome.stopped` says which limit ended it.
 """
 
 from __future__ import annotations
