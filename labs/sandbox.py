@@ -25,7 +25,9 @@ Two modes (``EXERCISE_SANDBOX``, default ``bwrap``):
   (``--unshare-user``) and the limits are rlimits only (no process count:
   RLIMIT_NPROC would count the developer's own processes too). A seccomp
   filter (x86_64, aarch64) refuses a user namespace of its own, ptrace and
-  the kernel interfaces exploits favour.
+  its cousins, socket families other than unix, IP and netlink (AF_VSOCK
+  is outside the network namespace) and the kernel interfaces exploits
+  favour. There are no terminals (every devpts shares the host's pty pool).
 - ``none``: a plain child process with the same cleared environment, a
   private temporary cwd and the files in a read-only folder. For a
   single-user machine only; it must be asked for by name, and is never
@@ -35,11 +37,13 @@ Limits: a cgroup made for the run caps the memory and the number of
 processes of the whole sandbox when ``/sys/fs/cgroup`` is writable (cgroup v1
 ``memory``/``pids`` hierarchies, or v2 where our cgroup may have children with
 those controllers: v2 forbids that while it holds processes itself, so a v2
-host needs the server started in a delegated subtree); rlimits apply
-always (file size, CPU seconds per process, no core dumps, and the process
-count of the per-run uid; ``RLIMIT_DATA`` holds each process's memory where
-no cgroup can). The wall clock and the output cap are enforced here: the
-whole sandbox is killed and `Outcome.stopped` says which limit ended it.
+host needs the server started in a delegated subtree; v1 needs a cap of
+its own for socket buffers, which its memory limit leaves out); rlimits
+apply always (file size, CPU seconds and open files per process, no core
+dumps, no real-time priority, and the process count of the per-run uid;
+``RLIMIT_DATA`` holds each process's memory where no cgroup can). The wall
+clock and the output cap are enforced here: the whole sandbox is killed and
+`Outcome.stopped` says which limit ended it.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ import platform
 import selectors
 import shutil
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -86,6 +91,10 @@ class Limits:
     wall_s: float = 60.0  # the whole run; then the whole sandbox is killed
     output_bytes: int = 1 << 20  # stdout and stderr each; more stops the run
     tmpfs_mb: int = 64  # the private /tmp (mode bwrap)
+    # RLIMIT_NOFILE per process. Besides the usual reason, it bounds what
+    # sockets hold on cgroup v1, where each TCP socket keeps a minimum buffer
+    # even past the run's socket cap: about processes x open_files x 36 KiB.
+    open_files: int = 256
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: object) -> Limits:
@@ -290,9 +299,11 @@ def _alive(name: str) -> bool:
 
 def _rlimits(limits: Limits, *, nproc: bool, memory: bool) -> list[str]:
     """``prlimit`` options: set in the process that execs bwrap (or python), so
-    every process of the run inherits them."""
+    every process of the run inherits them. No real-time priority and no
+    raised nice, whatever the server was started with (a SCHED_FIFO spinner
+    per core would starve it)."""
     opts = [f"--fsize={limits.file_size_mb * MiB}", f"--cpu={limits.cpu_s}:{limits.cpu_s + 1}",
-            "--core=0"]
+            "--core=0", f"--nofile={limits.open_files}", "--rtprio=0", "--nice=0"]
     if nproc:
         opts.append(f"--nproc={limits.processes}")
     if memory:
@@ -356,9 +367,27 @@ def _etc(work: Path, uid: int) -> Path:
     return etc
 
 
+def _refuse_exposure(bound: list[Path], site: Path | None) -> None:
+    """Raise `SandboxUnavailable` where what we bind would show the project:
+    the checkout (whose data/ holds the database and secrets by default)
+    inside a bound folder, or our packages (the reference solutions)
+    installed among the site-packages."""
+    for folder in bound:
+        if ROOT.resolve().is_relative_to(folder.resolve()):
+            raise SandboxUnavailable(f"the project at {ROOT} is inside {folder}, which the "
+                                     "sandbox shows to the program: move one of them")
+    if site is not None and (site / "labs" / "exercises").exists():
+        raise SandboxUnavailable(f"the site-packages at {site} hold a copy of labs.exercises "
+                                 "(reference solutions): uninstall it")
+
+
 def _bwrap_command(python_args, *, work: Path, harness: Path, limits: Limits, uid: int | None,
                    memory_rlimit: bool):
     base, rel, site = _python_layout()
+    _refuse_exposure([Path("/usr"), base, *([site] if site else []),
+                      *(p for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+                        if (p := Path("/") / top).is_dir() and not p.is_symlink())],
+                     site if site is not None else Path(sysconfig.get_paths()["purelib"]))
     root = uid is not None
     etc = _etc(work, uid if root else os.getuid())
     prefix = [shutil.which("prlimit") or "prlimit",
@@ -380,7 +409,10 @@ def _bwrap_command(python_args, *, work: Path, harness: Path, limits: Limits, ui
         elif host.is_dir():
             cmd += ["--ro-bind", str(host), f"/{top}"]
     tmpfs = ["--perms", "1777", "--size", str(limits.tmpfs_mb * MiB), "--tmpfs"]
-    cmd += ["--proc", "/proc", "--dev", "/dev", *tmpfs, "/dev/shm", *tmpfs, "/tmp",
+    # bwrap's /dev has a devpts of its own, but every devpts draws on one
+    # host-wide pool (kernel.pty.max); a program needs no terminal: hide it.
+    cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "0555", "--tmpfs", "/dev/pts",
+            *tmpfs, "/dev/shm", *tmpfs, "/tmp",
             "--perms", "0755", "--dir", "/etc"]
     for f in sorted(etc.iterdir()):
         cmd += ["--ro-bind", str(f), f"/etc/{f.name}"]
@@ -407,63 +439,94 @@ def _bwrap_command(python_args, *, work: Path, harness: Path, limits: Limits, ui
 
 # A seccomp filter on top of the namespaces: no user namespace of its own
 # (CLONE_NEWUSER would hand the program capabilities in it, the usual door to
-# kernel bugs), no ptrace of a neighbouring rank, and none of the calls a
-# Python program never needs but kernel exploits like (keyrings, bpf,
-# perf events, userfaultfd, io_uring, mounts, modules). Numbers per arch.
+# kernel bugs); no ptrace, nor its cousins that read or write another
+# process's memory or take its fds (a rank must not reach the harness or a
+# neighbour, which run as the same uid); and none of the calls a Python
+# program never needs but kernel exploits like (keyrings, bpf, perf events,
+# userfaultfd, io_uring, mounts, modules, the LDT). Numbers per arch.
 _BLOCKED = {
     "x86_64": (0xC000003E, {"unshare": 272, "setns": 308, "ptrace": 101, "keyctl": 250,
                             "add_key": 248, "request_key": 249, "bpf": 321, "perf_event_open": 298,
                             "userfaultfd": 323, "mount": 165, "umount2": 166, "pivot_root": 155,
                             "kexec_load": 246, "init_module": 175, "finit_module": 313,
-                            "delete_module": 176, "open_by_handle_at": 304, "acct": 163},
-               56),
+                            "delete_module": 176, "open_by_handle_at": 304, "acct": 163,
+                            "process_vm_readv": 310, "process_vm_writev": 311,
+                            "modify_ldt": 154},
+               {"clone": 56, "socket": 41, "socketpair": 53}),
     "aarch64": (0xC00000B7, {"unshare": 97, "setns": 268, "ptrace": 117, "keyctl": 219,
                              "add_key": 217, "request_key": 218, "bpf": 280, "perf_event_open": 241,
                              "userfaultfd": 282, "mount": 40, "umount2": 39, "pivot_root": 41,
                              "kexec_load": 104, "init_module": 105, "finit_module": 273,
-                             "delete_module": 106, "open_by_handle_at": 265, "acct": 89},
-                220),
+                             "delete_module": 106, "open_by_handle_at": 265, "acct": 89,
+                             "process_vm_readv": 270, "process_vm_writev": 271},
+                {"clone": 220, "socket": 198, "socketpair": 199}),
 }
-# The same numbers on every arch (io_uring and the new mount API).
+# The same numbers on every arch (io_uring, the new mount API, pidfd_getfd).
 _BLOCKED_COMMON = {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
                    "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
-                   "fsmount": 432, "fspick": 433, "mount_setattr": 442}
+                   "fsmount": 432, "fspick": 433, "mount_setattr": 442, "pidfd_getfd": 438}
 _CLONE3 = 435
 _CLONE_NEWUSER = 0x10000000
+# The socket families a program may make: unix, IPv4, IPv6 (all inside the
+# network namespace) and netlink (getifaddrs, which gloo calls). The others
+# are refused: AF_VSOCK is not namespaced and reaches the hypervisor and the
+# host's vsock listeners, and the rare ones (AF_ALG, TIPC, RDS...) are where
+# kernel bugs are found, their modules loaded on first use.
+_FAMILIES = (1, 2, 10, 16)  # AF_UNIX, AF_INET, AF_INET6, AF_NETLINK
 SECCOMP = platform.machine() in _BLOCKED  # elsewhere: the namespaces and limits only
 
 
 def _seccomp_filter() -> bytes:
     """The classic BPF program for ``bwrap --seccomp``: a wrong arch is killed,
     a blocked call fails with EPERM, clone3 with ENOSYS (its flags sit in
-    memory a filter cannot read; glibc then falls back to clone), and clone
-    with CLONE_NEWUSER with EPERM."""
-    arch, blocked, clone = _BLOCKED[platform.machine()]
+    memory a filter cannot read; glibc then falls back to clone), clone with
+    CLONE_NEWUSER with EPERM, and a socket of another family with EAFNOSUPPORT."""
+    arch, blocked, nrs = _BLOCKED[platform.machine()]
     ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, JMP|JSET|K, RET|K
     allow, kill = 0x7FFF0000, 0x80000000  # SECCOMP_RET_ALLOW, SECCOMP_RET_KILL_PROCESS
     eperm, enosys = 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS  # SECCOMP_RET_ERRNO
+    eafnosupport = 0x00050000 | errno.EAFNOSUPPORT
+    args0 = 16  # offset of args[0], low 32 bits (little-endian): clone's flags, socket's family
 
     prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, kill), (ld, 0, 0, 0)]
     if arch == 0xC000003E:  # x32 calls carry bit 30 and would dodge the numbers below
         prog += [(jset, 0, 1, 0x40000000), (ret, 0, 0, enosys)]
     for nr in sorted({*blocked.values(), *_BLOCKED_COMMON.values()}):
         prog += [(jeq, 0, 1, nr), (ret, 0, 0, eperm)]
+    n = len(_FAMILIES)  # socket or socketpair: allow the listed families, refuse the rest
+    prog += [(jeq, 1, 0, nrs["socket"]), (jeq, 0, n + 3, nrs["socketpair"]), (ld, 0, 0, args0)]
+    prog += [(jeq, n - i, 0, family) for i, family in enumerate(_FAMILIES)]
+    prog += [(ret, 0, 0, eafnosupport), (ret, 0, 0, allow)]
     prog += [(jeq, 0, 1, _CLONE3), (ret, 0, 0, enosys),
-             (jeq, 1, 0, clone), (ret, 0, 0, allow),
-             (ld, 0, 0, 16),  # args[0] of clone, low 32 bits: the flags
+             (jeq, 1, 0, nrs["clone"]), (ret, 0, 0, allow),
+             (ld, 0, 0, args0),
              (jset, 0, 1, _CLONE_NEWUSER), (ret, 0, 0, eperm), (ret, 0, 0, allow)]
     return b"".join(struct.pack("=HBBI", *insn) for insn in prog)
+
+
+def _slot_locks(root: Path | None = None) -> Path:
+    """The folder of the slots' lock files: one per host, whatever the
+    caller's TMPDIR (the lab worker may have its own), and ours alone (in a
+    world-writable /tmp someone else could have made it first)."""
+    if root is None:
+        root = Path("/run" if os.access("/run", os.W_OK) else "/tmp")
+    lockdir = root / "dpa-sandbox-slots"
+    with contextlib.suppress(FileExistsError):
+        lockdir.mkdir(mode=0o700)
+    st = os.lstat(lockdir)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise SandboxUnavailable(f"{lockdir} is not a folder of ours alone")
+    return lockdir
 
 
 @contextlib.contextmanager
 def _slot():
     """A uid no other run on this host holds: a lock file per slot, held for the run."""
-    lockdir = Path(tempfile.gettempdir()) / "dpa-sandbox-slots"
-    lockdir.mkdir(mode=0o700, exist_ok=True)
+    lockdir = _slot_locks()
     start = os.getpid() % SLOTS  # spread concurrent callers out
     for i in range(SLOTS):
         slot = (start + i) % SLOTS
-        fd = os.open(lockdir / f"{slot}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        fd = os.open(lockdir / f"{slot}.lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -529,6 +592,12 @@ class _Cgroup:
         (memory / "memory.limit_in_bytes").write_text(str(limits.memory_mb * MiB))
         with contextlib.suppress(OSError):  # only where swap accounting is on
             (memory / "memory.memsw.limit_in_bytes").write_text(str(limits.memory_mb * MiB))
+        # v1 leaves socket buffers out of memory.limit_in_bytes: loopback TCP and
+        # UDP queues the program never reads would hold host RAM (up to the
+        # host-wide tcp_mem/udp_mem, which the server's own sockets share)
+        # beyond memory_mb. Setting this cap makes v1 count them, apart.
+        with contextlib.suppress(OSError):  # gone from kernels without v1 kmem
+            (memory / "memory.kmem.tcp.limit_in_bytes").write_text(str(_socket_bytes(limits)))
         (group.dirs["pids"] / "pids.max").write_text(str(limits.processes))
         return group
 
@@ -591,6 +660,12 @@ class _Cgroup:
                     break
                 except OSError:
                     time.sleep(0.02)
+
+
+def _socket_bytes(limits: Limits) -> int:
+    """What a run may hold in socket buffers on cgroup v1 (v2 counts them in
+    memory.max): a quarter of its memory, plenty for gloo's messages."""
+    return max(limits.memory_mb * MiB // 4, 16 * MiB)
 
 
 def _find_parents(cgroups: str, mountinfo: str) -> dict[str, Path] | None:

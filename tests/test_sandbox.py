@@ -135,6 +135,8 @@ for name, call in (("unshare_user", lambda: libc.unshare(0x10000000)),  # CLONE_
     found[name] = errno.errorcode.get(ctypes.get_errno(), "?") if call() == -1 else "allowed"
 os.kill(child, 9)
 os.waitpid(child, 0)
+found["clone3"] = errno.errorcode.get(ctypes.get_errno(), "?") \
+    if libc.syscall(435, 0, 0) == -1 else "allowed"  # the kernel alone would say EFAULT
 tool = subprocess.run(["/usr/bin/unshare", "--user", "--map-root-user", "id", "-u"],
                       capture_output=True, text=True)
 found["unshare_tool"] = tool.stdout.strip() or "refused"
@@ -165,9 +167,10 @@ while True:
 """,
     "flood": r"""
 import sys
-print("first line", flush=True)
+stream = getattr(sys, sys.argv[1])
+print("first line", file=stream, flush=True)
 while True:
-    sys.stdout.write("y" * 65536)
+    stream.write("y" * 65536)
 """,
     "lingering": r"""
 import os, sys, time
@@ -195,6 +198,171 @@ for name, target in (("parent", os.getppid()), ("init", 1), ("everyone", -1)):
         found[name] = "sent"
     except OSError as exc:
         found[name] = type(exc).__name__
+print(json.dumps(found), flush=True)
+""",
+    "families": r"""
+import ctypes, errno, json, os, socket
+found = {}
+for name, family, kind in (("vsock", 40, socket.SOCK_STREAM), ("alg", 38, socket.SOCK_SEQPACKET),
+                           ("tipc", 30, socket.SOCK_STREAM), ("unix", 1, socket.SOCK_STREAM),
+                           ("inet", 2, socket.SOCK_STREAM), ("inet6", 10, socket.SOCK_DGRAM),
+                           ("netlink", 16, socket.SOCK_RAW)):
+    try:
+        socket.socket(family, kind).close()
+        found[name] = "created"
+    except OSError as exc:
+        found[name] = errno.errorcode.get(exc.errno, str(exc))
+try:
+    socket.socketpair(40, socket.SOCK_STREAM)
+    found["vsock_pair"] = "created"
+except OSError as exc:
+    found["vsock_pair"] = errno.errorcode.get(exc.errno, str(exc))
+# A neighbouring process of the same uid (a rank, the harness): its memory and its fds.
+libc = ctypes.CDLL(None, use_errno=True)
+secret = ctypes.create_string_buffer(b"expected values")
+child = os.fork()
+if child == 0:
+    __import__("time").sleep(30)
+    os._exit(0)
+class Iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+mine = Iovec(ctypes.addressof(secret), len(secret))
+for name, nr in (("process_vm_readv", 310), ("process_vm_writev", 311)):
+    n = libc.syscall(nr, child, ctypes.byref(mine), 1, ctypes.byref(mine), 1, 0)
+    found[name] = "allowed" if n >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+pidfd = libc.syscall(434, child, 0)  # pidfd_open
+fd = libc.syscall(438, pidfd, 0, 0)  # pidfd_getfd: the neighbour's stdin
+found["pidfd_getfd"] = "allowed" if fd >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+os.kill(child, 9)
+os.waitpid(child, 0)
+print(json.dumps(found))
+""",
+    "nodump": r"""
+import ctypes, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+secret = ctypes.create_string_buffer(b"expected")
+found = {}
+for dumpable in (1, 0):
+    libc.prctl(4, dumpable, 0, 0, 0)  # PR_SET_DUMPABLE, as a harness does before it forks
+    r, w = os.pipe()
+    if os.fork() == 0:
+        libc.prctl(4, 1, 0, 0, 0)  # the child making itself dumpable changes nothing for the parent
+        try:
+            with open(f"/proc/{os.getppid()}/mem", "rb") as f:
+                f.seek(ctypes.addressof(secret))
+                got = f.read(8).decode()
+        except OSError as exc:
+            got = type(exc).__name__
+        os.write(w, got.encode())
+        os._exit(0)
+    os.close(w)
+    found[f"dumpable_{dumpable}"] = os.read(r, 100).decode()
+    os.wait()
+print(json.dumps(found))
+""",
+    "realtime": r"""
+import errno, json, os
+found = {}
+for name, policy in (("fifo", os.SCHED_FIFO), ("rr", os.SCHED_RR)):
+    try:
+        os.sched_setscheduler(0, policy, os.sched_param(1))
+        found[name] = "allowed"
+    except OSError as exc:
+        found[name] = errno.errorcode.get(exc.errno)
+try:
+    os.nice(-1)
+    found["nice"] = "allowed"
+except OSError as exc:
+    found["nice"] = errno.errorcode.get(exc.errno)
+print(json.dumps(found))
+""",
+    "udp": r"""
+import errno, json, socket, sys
+def udp_pages():
+    with open("/proc/net/sockstat") as f:  # the host's count: memory is not per namespace
+        fields = next(line for line in f if line.startswith("UDP:")).split()
+    return int(fields[fields.index("mem") + 1])
+before = udp_pages()
+tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+tx.setblocking(False)
+queues = []
+for _ in range(int(sys.argv[1])):  # queues nobody reads, each asking for a huge buffer
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", 0))
+    rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 30)
+    queues.append(rx)
+    for _ in range(100):
+        try:
+            tx.sendto(b"\0" * 60000, rx.getsockname())
+        except OSError:
+            break
+held = (udp_pages() - before) * 4096 >> 20
+print(json.dumps({"held_mb": held, "queues": len(queues)}), flush=True)
+""",
+    "fds": r"""
+import errno, json, os, resource
+found = {"nofile": list(resource.getrlimit(resource.RLIMIT_NOFILE))}
+try:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1 << 16, 1 << 16))
+    found["raised"] = True
+except (ValueError, OSError):
+    found["raised"] = False
+fds = []
+try:
+    while True:
+        fds.append(os.open("/dev/null", os.O_RDONLY))
+except OSError as exc:
+    found["stop"] = errno.errorcode.get(exc.errno)
+found["opened"] = len(fds)
+print(json.dumps(found))
+""",
+    "privileges": r"""
+import ctypes, errno, json, os, socket, subprocess, sys
+status = dict(line.split(":\t", 1) for line in open("/proc/self/status").read().splitlines()
+              if ":\t" in line)
+found = {k: status[k].strip() for k in ("NoNewPrivs", "CapEff", "CapPrm", "CapBnd", "CapAmb")}
+found["mount"] = subprocess.run(["/usr/bin/mount", "-t", "tmpfs", "x", "/tmp"],
+                                capture_output=True).returncode
+found["su"] = subprocess.run(["/usr/bin/su", "-c", "id -u"], capture_output=True,
+                             stdin=subprocess.DEVNULL).returncode
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect("\0" + sys.argv[1])  # an abstract socket the host listens on
+    found["abstract"] = "connected"
+except OSError as exc:
+    found["abstract"] = errno.errorcode.get(exc.errno)
+libc = ctypes.CDLL(None, use_errno=True)
+q = libc.msgget(int(sys.argv[2]), 0)  # a SysV message queue the host made
+found["sysv_queue"] = "found" if q >= 0 else errno.errorcode.get(ctypes.get_errno())
+try:  # terminals come from a pool the whole host shares (kernel.pty.max)
+    os.close(os.open("/dev/ptmx", os.O_RDWR | os.O_NOCTTY))
+    found["pty"] = "opened"
+except OSError as exc:
+    found["pty"] = errno.errorcode.get(exc.errno)
+print(json.dumps(found))
+""",
+    "orphan": r"""
+import os, time
+if os.fork() == 0:  # setsid and a double fork: the classic daemon, with no pipe left open
+    os.setsid()
+    if os.fork() == 0:
+        os.closerange(0, 3)
+        time.sleep(600)
+    os._exit(0)
+print(os.getuid(), flush=True)
+""",
+    "fill": r"""
+import errno, json
+found = {}
+for folder in ("/tmp", "/dev/shm"):
+    written = 0
+    try:
+        for i in range(10_000):
+            with open(f"{folder}/f{i}", "wb") as f:
+                for _ in range(8):
+                    written += f.write(b"x" * (1 << 20))
+    except OSError as exc:
+        found[folder] = [written >> 20, errno.errorcode.get(exc.errno)]
 print(json.dumps(found), flush=True)
 """,
     "gloo": r"""
@@ -383,6 +551,23 @@ def test_secrets_database_and_project_files_are_out_of_reach(harness, tmp_path):
 
 
 @needs_bwrap
+def test_a_layout_that_would_bind_the_project_in_is_refused(harness, monkeypatch, tmp_path):
+    """The project (its data/ holds the database and the secrets by default)
+    inside a folder we bind, or a copy of our packages among the site-packages
+    (the reference solutions with it): refused rather than run."""
+    base, rel, site = sandbox._python_layout()
+    monkeypatch.setattr(sandbox, "ROOT", base / "share" / "dp-academy")
+    with pytest.raises(SandboxUnavailable, match="project"):
+        run(harness, "report")
+    monkeypatch.setattr(sandbox, "ROOT", ROOT)
+    installed = tmp_path / "site-packages"
+    (installed / "labs" / "exercises").mkdir(parents=True)
+    monkeypatch.setattr(sandbox, "_python_layout", lambda: (base, rel, installed))
+    with pytest.raises(SandboxUnavailable, match="site-packages"):
+        run(harness, "report")
+
+
+@needs_bwrap
 def test_proc_shows_only_the_sandbox(harness):
     found = report(run(harness, "proc", str(os.getpid())))
     assert found["pids"] == [1, found["me"]]  # bwrap's init and the program, nothing of ours
@@ -406,8 +591,105 @@ def test_writes_stay_in_tmp_and_files_stop_at_the_size_limit(harness):
 @pytest.mark.skipif(not sandbox.SECCOMP, reason="no seccomp filter for this CPU architecture")
 def test_no_user_namespace_of_its_own_and_no_ptrace(harness):
     found = report(run(harness, "nested"))
+    # clone3 hides its flags from the filter: refused as if the kernel lacked it.
     assert found == {"unshare_user": "EPERM", "ptrace_child": "EPERM", "unshare_tool": "refused",
-                     "fork": 3}
+                     "fork": 3, "clone3": "ENOSYS"}
+
+
+@needs_bwrap
+@pytest.mark.skipif(not sandbox.SECCOMP, reason="no seccomp filter for this CPU architecture")
+def test_only_internet_unix_and_netlink_sockets_and_no_reading_a_neighbour(harness):
+    """AF_VSOCK is not in the network namespace (it reaches the hypervisor), and
+    the rarer families are where kernel bugs are (their modules load on demand).
+    A rank may not read or write another's memory nor take its fds."""
+    found = report(run(harness, "families"))
+    assert found == {"vsock": "EAFNOSUPPORT", "alg": "EAFNOSUPPORT", "tipc": "EAFNOSUPPORT",
+                     "vsock_pair": "EAFNOSUPPORT", "unix": "created", "inet": "created",
+                     "inet6": "created", "netlink": "created", "process_vm_readv": "EPERM",
+                     "process_vm_writev": "EPERM", "pidfd_getfd": "EPERM"}
+
+
+@needs_bwrap
+def test_a_non_dumpable_parent_keeps_its_memory_from_its_children(harness):
+    """What the README tells a harness to do: /proc/PID/mem of a same-uid
+    process is readable (no filter sees it) until that process says no."""
+    assert report(run(harness, "nodump")) == {"dumpable_1": "expected",
+                                               "dumpable_0": "PermissionError"}
+
+
+@needs_bwrap
+@as_root
+def test_no_privileges_and_nothing_the_host_shares_by_name(harness):
+    """no-new-privs and no capabilities (setuid binaries under /usr stay
+    powerless); abstract unix sockets and SysV IPC are the host's own; no
+    terminals, which come from one pool for the whole host."""
+    import ctypes
+    name = f"dpa-redteam-{os.getpid()}"
+    key = 0x5EED0000 + os.getpid() % 0xFFFF
+    libc = ctypes.CDLL(None, use_errno=True)
+    queue = libc.msgget(key, 0o1600)  # IPC_CREAT, owner-only
+    assert queue >= 0
+    try:
+        with socket.socket(socket.AF_UNIX) as listener:
+            listener.bind("\0" + name)
+            listener.listen(1)
+            found = report(run(harness, "privileges", name, str(key)))
+    finally:
+        libc.msgctl(queue, 0, None)  # IPC_RMID
+    zero = "0000000000000000"
+    assert found == {"NoNewPrivs": "1", "CapEff": zero, "CapPrm": zero, "CapBnd": zero,
+                     "CapAmb": zero, "mount": found["mount"], "su": found["su"],
+                     "abstract": "ECONNREFUSED", "sysv_queue": "ENOENT", "pty": "ENOENT"}
+    assert found["mount"] != 0 and found["su"] != 0
+
+
+def run_filter(program: bytes, arch: int, nr: int, arg0: int = 0) -> tuple[str, int]:
+    """What the kernel would do with one call under our classic BPF program: a
+    small interpreter for the four instructions `_seccomp_filter` emits."""
+    import struct
+    data = struct.pack("=iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
+    insns = [struct.unpack("=HBBI", program[i:i + 8]) for i in range(0, len(program), 8)]
+    pc, acc = 0, 0
+    while True:
+        code, jt, jf, k = insns[pc]
+        if code == 0x20:  # BPF_LD|BPF_W|BPF_ABS
+            acc = struct.unpack_from("=I", data, k)[0]
+        elif code in (0x15, 0x45):  # BPF_JMP|BPF_JEQ|BPF_K, BPF_JMP|BPF_JSET|BPF_K
+            hit = acc == k if code == 0x15 else bool(acc & k)
+            pc += jt if hit else jf
+        elif code == 0x06:  # BPF_RET|BPF_K
+            action = {0x7FFF0000: "allow", 0x80000000: "kill"}.get(k & 0xFFFF0000, "errno")
+            return action, k & 0xFFFF
+        else:
+            raise AssertionError(f"unknown instruction {code:#x}")
+        pc += 1
+
+
+@pytest.mark.skipif(not sandbox.SECCOMP, reason="no seccomp filter for this CPU architecture")
+def test_the_seccomp_filter_decides_each_call_as_documented():
+    """The filter itself, on any kernel: some of its branches (x32, say) only
+    matter where the kernel would otherwise run the call."""
+    import errno
+    import platform
+    arch, blocked, nrs = sandbox._BLOCKED[platform.machine()]
+    program = sandbox._seccomp_filter()
+
+    def decide(nr, arg0=0, on=arch):
+        return run_filter(program, on, nr, arg0)
+    assert decide(nrs["clone"] + 1000) == ("allow", 0)  # not a call we name
+    assert decide(39, on=0x40000003) == ("kill", 0)  # i386 numbers from an x86_64 process
+    assert decide(blocked["unshare"]) == ("errno", errno.EPERM)
+    assert decide(blocked["process_vm_readv"]) == ("errno", errno.EPERM)
+    assert decide(sandbox._CLONE3) == ("errno", errno.ENOSYS)
+    assert decide(nrs["clone"], 17) == ("allow", 0)  # fork
+    assert decide(nrs["clone"], 17 | sandbox._CLONE_NEWUSER) == ("errno", errno.EPERM)
+    for call in ("socket", "socketpair"):
+        for family in (1, 2, 10, 16):
+            assert decide(nrs[call], family) == ("allow", 0)
+        for family in (40, 38, 30, 21, 0):  # vsock, alg, tipc, rds, unspec
+            assert decide(nrs[call], family) == ("errno", errno.EAFNOSUPPORT)
+    if arch == 0xC000003E:
+        assert decide(0x40000000 | blocked["unshare"]) == ("errno", errno.ENOSYS)  # x32
 
 
 # --- resource limits -------------------------------------------------------------------------
@@ -433,6 +715,30 @@ def test_a_memory_bomb_is_killed_by_the_memory_limit(harness):
 
 
 @needs_bwrap
+@as_root
+def test_no_realtime_priority_even_where_the_server_may_have_one(harness):
+    """A SCHED_FIFO spinner on each core would starve the server: the run gets
+    RLIMIT_RTPRIO and RLIMIT_NICE of 0, not what the server was started with."""
+    import resource
+    # What prlimit sets, whatever this host allows (raising our own limits
+    # below needs CAP_SYS_RESOURCE, which a container's root may lack).
+    opts = sandbox._rlimits(SMALL, nproc=True, memory=False)
+    assert "--rtprio=0" in opts and "--nice=0" in opts
+    saved = {r: resource.getrlimit(r) for r in (resource.RLIMIT_RTPRIO, resource.RLIMIT_NICE)}
+    try:
+        resource.setrlimit(resource.RLIMIT_RTPRIO, (50, 50))  # as systemd's LimitRTPRIO= would
+        resource.setrlimit(resource.RLIMIT_NICE, (40, 40))
+    except (ValueError, OSError):
+        pytest.skip("cannot raise our own RLIMIT_RTPRIO here (no CAP_SYS_RESOURCE)")
+    try:
+        found = report(run(harness, "realtime"))
+    finally:
+        for r, value in saved.items():
+            resource.setrlimit(r, value)
+    assert found == {"fifo": "EPERM", "rr": "EPERM", "nice": "EPERM"}
+
+
+@needs_bwrap
 def test_an_endless_loop_is_stopped_by_the_wall_clock(harness):
     out = run(harness, "loop", limits=Limits(wall_s=1, cpu_s=30))
     assert out.stopped == "wall_time" and out.returncode is None
@@ -446,12 +752,45 @@ def test_the_cpu_limit_ends_a_program_that_spins(harness):
 
 
 @needs_bwrap
-def test_a_flood_of_output_stops_at_the_cap(harness):
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_a_flood_of_output_stops_at_the_cap(harness, stream):
     lines = []
-    out = run(harness, "flood", on_line=lines.append)
+    out = run(harness, "flood", stream, on_line=lines.append)
     assert out.stopped == "output" and out.returncode is None
-    assert len(out.stdout) == SMALL.output_bytes  # kept up to the cap, the rest never buffered
-    assert lines[0] == b"first line"
+    flooded, quiet = (out.stdout, out.stderr) if stream == "stdout" else (out.stderr, out.stdout)
+    assert len(flooded) == SMALL.output_bytes  # kept up to the cap, the rest never buffered
+    assert flooded.startswith(b"first line\n") and quiet == b""
+    assert lines == ([b"first line"] if stream == "stdout" else [])[:len(lines)]
+
+
+@needs_bwrap
+@as_root
+def test_tmpfs_counts_against_the_memory_limit(harness):
+    """/tmp and /dev/shm live in RAM: filling both (2 x 64 MiB) must end in the
+    run's memory limit (96 MiB), not in host memory nobody accounts for."""
+    out = run(harness, "fill", limits=Limits(memory_mb=96, tmpfs_mb=64, file_size_mb=16, wall_s=20))
+    assert out.stopped == "memory", (out.stdout, out.details)
+
+
+@needs_bwrap
+@as_root
+def test_socket_buffers_count_against_the_memory_limit(harness):
+    """UDP queues nobody reads, each asking for a huge buffer: cgroup v1 leaves
+    socket memory out of the memory limit unless told (v2 counts it there)."""
+    limits = Limits(memory_mb=128, wall_s=20)
+    out = run(harness, "udp", "200", limits=limits)
+    if out.stopped != "memory":  # v2: the same memory.max ends it
+        found = report(out)
+        assert found["queues"] == 200
+        assert found["held_mb"] <= limits.memory_mb // 2, found  # a quarter, and a margin
+
+
+@needs_bwrap
+def test_open_files_are_capped_and_cannot_be_raised(harness):
+    found = report(run(harness, "fds", limits=Limits(open_files=64)))
+    assert found == {"nofile": [64, 64], "raised": False, "stop": "EMFILE",
+                     "opened": found["opened"]}
+    assert 50 < found["opened"] < 64
 
 
 # --- other runs and the server ---------------------------------------------------------------
@@ -504,6 +843,28 @@ def test_killing_parent_and_everyone_reaches_only_its_own_sandbox(harness):
                                                          "woken": True}
 
 
+@as_root
+def test_runs_started_with_different_tmpdirs_still_get_different_uids(tmp_path, monkeypatch):
+    """The lab worker's tests give it a TMPDIR of its own: its runs and ours
+    must still not share a uid (nor its process count)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "a"))
+    (tmp_path / "a").mkdir()
+    with sandbox._slot() as first:
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "b"))
+        (tmp_path / "b").mkdir()
+        with sandbox._slot() as second:
+            assert first != second
+
+
+def test_a_slot_folder_someone_else_can_write_is_refused(tmp_path):
+    (tmp_path / "dpa-sandbox-slots").mkdir(mode=0o777)
+    (tmp_path / "dpa-sandbox-slots").chmod(0o777)  # past the umask
+    with pytest.raises(SandboxUnavailable, match="not a folder of ours alone"):
+        sandbox._slot_locks(tmp_path)
+    (tmp_path / "dpa-sandbox-slots").chmod(0o700)
+    assert sandbox._slot_locks(tmp_path) == tmp_path / "dpa-sandbox-slots"
+
+
 @needs_bwrap
 def test_nothing_is_left_behind_after_the_wall_clock_kill(harness):
     out = run(harness, "lingering", limits=Limits(wall_s=1.5))
@@ -511,6 +872,16 @@ def test_nothing_is_left_behind_after_the_wall_clock_kill(harness):
     if os.geteuid() == 0:
         assert none_left(int(out.stdout.split()[0]))
         assert our_cgroups(os.getpid()) == []
+
+
+@needs_bwrap
+@as_root
+def test_a_daemon_the_program_leaves_behind_ends_with_it(harness):
+    """setsid and a double fork, pipes closed: the run ends when the program
+    does (not at the wall clock), and the daemon with it."""
+    out = run(harness, "orphan", limits=Limits(wall_s=30))
+    assert out.returncode == 0 and out.stopped is None
+    assert none_left(int(out.stdout.split()[0]))
 
 
 @needs_bwrap
