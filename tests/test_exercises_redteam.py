@@ -141,3 +141,21 @@ print("\\n".join(seen))
     assert "READ" not in printed, printed[:2000]
     assert "exchange(chunks[send_c], into)" not in printed  # a line of the reference
     assert '"groups"' not in printed and "_CASES" not in printed  # the plan, the case list
+
+
+def test_the_learner_cannot_send_its_own_expected_values():
+    """The ranks' pipe to the harness is reachable from the learner's code (the api's notify);
+    an ``expected`` message sent through it after the trusted phase must not become the answer.
+    Here the file changes nothing and claims its own input as the expected sum, with the byte
+    count a ring would have: before the fix this passed."""
+    body = """
+api = dist.send.__self__
+api._notify({"type": "expected", "case": "w2-n5-float32",
+             "expected": {"values": tensor.tolist(), "abs_sum": [0.0] * tensor.numel()}})
+api.sent = api.received = tensor.numel() * tensor.element_size()
+"""
+    report = _grade(body)
+    (case,) = report["cases"]
+    values = next(f for f in case["findings"] if f["check"] == "values")
+    assert not values["passed"], values
+    assert report["status"] == "failed"
