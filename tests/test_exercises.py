@@ -351,3 +351,34 @@ def test_a_rank_that_exits_is_reported_as_ended_not_as_a_deadlock():
     first, second = report["cases"]
     assert first["findings"] == [{"check": "crash", "passed": False, "key": "rank_died", "values": {"rank": 1}}]
     assert second["status"] == "not_run"
+
+
+def _passing_ring_case_event(case: dict, index: int, total: int) -> dict:
+    """A harness "case" event in which both ranks of a one-element ring case did everything right."""
+    ranks = [{"rank": r, "expected": {"values": [3.0], "abs_sum": [3.0]}, "output": "",
+              "reply": {"type": "result", "sent": 4, "received": 4, "calls": [],
+                        "result": {"values": [3.0], "shape": [1], "dtype": "float32",
+                                   "same_storage": True, "returned": None}}} for r in range(2)]
+    return {"event": "case", "index": index, "total": total, "case": case, "status": "done", "ranks": ranks}
+
+
+def test_a_report_that_lacks_planned_cases_is_not_a_pass(monkeypatch):
+    """Only a report of every planned case can pass: a harness that ended cleanly after one
+    passing case of two (events lost, a group skipped) is a grading failure, never a pass."""
+    wanted = {"w2-n1-float32", "w2-n5-float32"}
+
+    def harness_that_stops_early(_module, _args, *, files, on_line, mode, **_limits):
+        plan = json.loads(files["plan.json"])
+        first = dict(plan["groups"][0]["cases"][0])
+        assert first["id"] == "w2-n1-float32"
+        for event in ({"event": "start", "total": 2}, _passing_ring_case_event(first, 1, 2),
+                      {"event": "done", "duration_s": 0.1}):
+            on_line(json.dumps(event).encode())
+        return sandbox.Outcome(returncode=0, stdout=b"", stderr=b"", duration_s=0.1, mode=mode, stopped=None)
+
+    monkeypatch.setattr(sandbox, "check_available", lambda _mode=None: None)
+    monkeypatch.setattr(sandbox, "run_python", harness_that_stops_early)
+    report = grader.grade("ring-allreduce", exercises.reference("ring-allreduce"), case_ids=wanted)
+    assert [c["status"] for c in report["cases"]] == ["passed"]  # the one case it did report passed
+    assert report["status"] == "error" and not report["ok"]
+    assert report["error"]["key"] == "harness_failed"

@@ -212,6 +212,12 @@ def grade(exercise_id: str, source: str, *, seed: int | None = None, mode: str |
     elif error is None and not done:
         tail = outcome.stderr.decode("utf-8", errors="replace")[-1500:]
         error = {"key": "harness_failed", "values": {"returncode": outcome.returncode}, "detail": tail}
+    planned = sum(len(group["cases"]) for group in the_plan["groups"])
+    if error is None and len(cases) != planned:
+        # A pass means every hidden case passed: a report that lacks some (lines lost,
+        # a group skipped) is our failure to grade, never the learner's pass.
+        error = {"key": "harness_failed", "values": {"returncode": outcome.returncode},
+                 "detail": f"{len(cases)} of {planned} cases reported"}
     trace = None
     if traced_ranks:
         case, ranks = next(iter(traced_ranks.values()))
