@@ -159,3 +159,20 @@ api.sent = api.received = tensor.numel() * tensor.element_size()
     values = next(f for f in case["findings"] if f["check"] == "values")
     assert not values["passed"], values
     assert report["status"] == "failed"
+
+
+def test_killing_the_harness_by_a_route_the_guard_misses_says_it_was_the_code():
+    """``os.kill`` is refused, but a pidfd signal raises no audit event: the harness dies.
+    That is contained (the sandbox ends, nothing else is touched), and the report must not
+    tell the learner it was our failure ("not your fault") when their code did it."""
+    body = """
+import os
+import signal
+signal.pidfd_send_signal(os.pidfd_open(os.getppid()), signal.SIGKILL)
+"""
+    report = _grade(body)
+    assert report["status"] == "error"
+    assert report["error"]["key"] == "harness_killed", report["error"]
+    assert report["error"]["values"] == {"signal": 9}
+    text = render(report, "en")
+    assert "not your fault" not in text and "killed" in text

@@ -211,7 +211,13 @@ def grade(exercise_id: str, source: str, *, seed: int | None = None, mode: str |
         error = {"key": f"sandbox_stopped_{outcome.stopped}", "values": {"limit": outcome.stopped}}
     elif error is None and not done:
         tail = outcome.stderr.decode("utf-8", errors="replace")[-1500:]
-        error = {"key": "harness_failed", "values": {"returncode": outcome.returncode}, "detail": tail}
+        if outcome.returncode is not None and outcome.returncode < 0:
+            # A signal that is not one of the sandbox's limits (those set ``stopped``): inside
+            # the sandbox only the learner's ranks run beside the harness, as its own user,
+            # so their code sent it (a route the guard does not see, such as a pidfd).
+            error = {"key": "harness_killed", "values": {"signal": -outcome.returncode}, "detail": tail}
+        else:
+            error = {"key": "harness_failed", "values": {"returncode": outcome.returncode}, "detail": tail}
     planned = sum(len(group["cases"]) for group in the_plan["groups"])
     if error is None and len(cases) != planned:
         # A pass means every hidden case passed: a report that lacks some (lines lost,
