@@ -64,6 +64,10 @@ ROUTES = {
                   "torch.ops.c10d.allreduce_"),
     "jit operation": ('torch._C._jit_get_operation("c10d::allreduce_")', "c10d::allreduce_"),
     "ctypes": ('import ctypes\nctypes.CDLL("libc.so.6").getpid()', "ctypes"),
+    # The counting api keeps the real functions it stands in for; the ones the plan does not
+    # allow must not be reachable through it (before: the real all_reduce ran until torch's
+    # own logging hit the frame guard, a misleading "sys._getframe" message).
+    "the api's real functions": ('dist.send.__self__._real["all_reduce"](tensor)', "dist.all_reduce"),
 }
 
 

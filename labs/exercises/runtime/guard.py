@@ -107,6 +107,15 @@ def _patch_names(api, allowed: set[str]) -> None:
                 originals.append(original)
                 setattr(module, name, fake)
     from api import WRAPPED
+    # The api keeps the real functions it counts (``api._real``), reachable from the learner's
+    # code as ``dist.send.__self__._real``: keep only what the allowed calls need (send and
+    # recv go through the real isend and irecv), and refuse the others there too.
+    needed = set(allowed) | {"get_rank", "get_world_size"}
+    needed |= {"isend"} if needed & {"send", "isend"} else set()
+    needed |= {"irecv"} if needed & {"recv", "irecv"} else set()
+    for name in list(api._real):
+        if name not in needed:
+            api._real[name] = _raiser(f"dist.{name}")
     for name in WRAPPED:
         if name in allowed:
             for module in (dist, c10d):
