@@ -296,3 +296,36 @@ def test_the_labs_limit_of_active_runs_counts_exercise_runs_and_says_so(app_db, 
     finally:
         monkeypatch.delenv("LAB_MAX_PER_LEARNER")
         get_settings.cache_clear()
+
+
+def test_migration_0007_goes_down_and_up_again(db):
+    """Down to 0006 removes the exercise tables and labrun.source; up brings them back, on
+    SQLite (which drops a column in place since 3.35) and on PostgreSQL."""
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import inspect
+
+    from academy.settings import ROOT
+
+    engine = db.get_bind()
+    db.close()
+
+    def state():
+        found = inspect(engine)
+        return ("source" in {c["name"] for c in found.get_columns("labrun")},
+                {"exercisedraft", "exercisepass"} & set(found.get_table_names()))
+
+    assert state() == (True, {"exercisedraft", "exercisepass"})
+    cfg = Config(str(ROOT / "alembic.ini"))
+    cfg.set_main_option("script_location", str(ROOT / "academy" / "migrations"))
+    for target, expected in (("0006", (False, set())), ("head", (True, {"exercisedraft", "exercisepass"}))):
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            (command.downgrade if target == "0006" else command.upgrade)(cfg, target)
+        assert state() == expected, target
+    me = learner(db)  # the tables work again: a draft and a pass round-trip
+    exercises.save_draft(session=db, learner_id=me, exercise="broadcast", source="back = 1\n")
+    run_id = finished_run(db, me)
+    labqueue.record_exercise_pass(session=db, learner_id=me, exercise="ring-allreduce", run_id=run_id)
+    db.commit()
+    assert set(exercises.passes(session=db, learner_id=me)) == {"ring-allreduce"}
