@@ -180,3 +180,14 @@ signal.pidfd_send_signal(os.pidfd_open(os.getppid()), signal.SIGKILL)
     assert report["error"]["values"] == {"signal": 9}
     text = render(report, "en")
     assert "not your fault" not in text and "killed" in text
+
+
+def test_a_reply_the_learner_forged_is_a_finding_not_a_crash_of_the_grader():
+    """A "result" the learner's code wrote to the harness's pipe, without the fields a real one
+    has, crashed the grader (KeyError, exit 1, no report). It is the case's finding now."""
+    report = _grade('dist.send.__self__._notify({"type": "result", "case": "x"})')
+    finding = _finding(report)
+    assert finding["key"] == "reply_unreadable", finding
+    assert "KeyError" in finding["values"]["detail"]
+    assert report["status"] == "failed"
+    assert "could not be read" in render(report, "en")

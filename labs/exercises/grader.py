@@ -97,10 +97,18 @@ def _case_entry(exercise, event: dict) -> tuple[dict, list[dict] | None]:
         return entry, None
     entry["output"] = {str(r["rank"]): r["output"] for r in event["ranks"] if r.get("output")}
     if event["status"] == "done":
-        ranks = [{"rank": r["rank"], "expected": r["expected"], "result": r["reply"]["result"],
-                  "sent": r["reply"]["sent"], "received": r["reply"]["received"],
-                  "calls": r["reply"]["calls"]} for r in event["ranks"]]
-        entry["findings"] = exercise.check(case, ranks)
+        # A reply comes from a rank the learner's code runs in: it may have written its
+        # own to the harness's pipe. One that the checks cannot read fails the case.
+        try:
+            ranks = [{"rank": r["rank"], "expected": r["expected"], "result": r["reply"]["result"],
+                      "sent": r["reply"]["sent"], "received": r["reply"]["received"],
+                      "calls": r["reply"]["calls"]} for r in event["ranks"]]
+            entry["findings"] = exercise.check(case, ranks)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            entry["status"] = "failed"
+            entry["findings"] = [{"check": "reply", "passed": False, "key": "reply_unreadable",
+                                  "values": {"detail": f"{type(exc).__name__}: {exc}"[:200]}}]
+            return entry, None
         entry["status"] = "passed" if all(f["passed"] for f in entry["findings"]) else "failed"
         return entry, ranks
     entry["status"] = "failed"
