@@ -382,3 +382,21 @@ def test_a_report_that_lacks_planned_cases_is_not_a_pass(monkeypatch):
     assert [c["status"] for c in report["cases"]] == ["passed"]  # the one case it did report passed
     assert report["status"] == "error" and not report["ok"]
     assert report["error"]["key"] == "harness_failed"
+
+
+def test_a_grader_that_breaks_exits_2_not_1(monkeypatch, tmp_path, capsys):
+    """1 means "a case failed"; a grader that raises has graded nothing, so it is 2 (cannot be
+    graded), with the traceback on stderr for the operator and no report written."""
+    from labs.exercises import __main__ as cli_main
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("the grader's own bug")
+
+    monkeypatch.setattr(grader, "grade", broken)
+    source = tmp_path / "mine.py"
+    source.write_text(exercises.starter("ring-allreduce"))
+    out = tmp_path / "report.json"
+    assert cli_main.main(["grade", "ring-allreduce", str(source), "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert "could not be graded" in captured.out and "the grader's own bug" in captured.err
+    assert not out.exists()
