@@ -191,3 +191,39 @@ def test_a_reply_the_learner_forged_is_a_finding_not_a_crash_of_the_grader():
     assert "KeyError" in finding["values"]["detail"]
     assert report["status"] == "failed"
     assert "could not be read" in render(report, "en")
+
+
+@pytest.mark.xfail(strict=True, reason="known hole, not fixed: the byte counters live in the learner's own "
+                   "process (api.sent), so a whole-buffer ring that sets them passes; counting must move "
+                   "out of the rank (see the review report of issue #16)")
+def test_a_whole_buffer_ring_that_sets_its_own_byte_counter_does_not_pass():
+    """Pins the hole so that whoever closes it sees this test turn (strict xfail fails then):
+    the sum is right (whole tensors passed around the ring, n-1 times), and one attribute
+    assignment makes the bytes rule see a ring's amount."""
+    try:
+        sandbox.check_available()
+    except sandbox.SandboxUnavailable as exc:
+        pytest.skip(f"no sandbox here: {exc.reason}")
+    source = '''
+import torch
+import torch.distributed as dist
+
+
+def ring_allreduce(tensor):
+    r, n = dist.get_rank(), dist.get_world_size()
+    flat = tensor.view(-1)
+    total, current = flat.clone(), flat.clone()
+    for _ in range(n - 1):
+        incoming = torch.empty_like(current)
+        work = dist.isend(current, (r + 1) % n)
+        dist.recv(incoming, (r - 1) % n)
+        work.wait()
+        total += incoming
+        current = incoming
+    flat.copy_(total)
+    chunks = [len(c) for c in flat.tensor_split(n)]
+    dist.send.__self__.sent = (2 * sum(chunks) - chunks[(r + 1) % n] - chunks[r]) * tensor.element_size()
+    return tensor
+'''
+    report = grade("ring-allreduce", source, case_ids={"w3-n7-float32", "w4-n10-float32"})
+    assert report["status"] != "passed"
