@@ -234,11 +234,16 @@ def submit(*, learner_id: int, exercise: str, source: str, lang: str,
 
 
 def latest_run(*, learner_id: int, exercise: str) -> LabRun | None:
-    """The learner's newest submission of this exercise (any status)."""
+    """The learner's newest submission of this exercise (any status).
+
+    Filtered in SQL on the run's ``params`` (JSON on SQLite and PostgreSQL alike), so
+    that it is found however many runs of other exercises came after it.
+    """
     with session_scope() as session:
-        runs = session.exec(select(LabRun).where(LabRun.learner_id == learner_id, LabRun.lab == LAB)
-                            .order_by(col(LabRun.id).desc()).limit(50)).all()
-    return next((r for r in runs if (r.params or {}).get("exercise") == exercise), None)
+        return session.exec(select(LabRun).where(
+            LabRun.learner_id == learner_id, LabRun.lab == LAB,
+            LabRun.params["exercise"].as_string() == exercise,
+        ).order_by(col(LabRun.id).desc()).limit(1)).first()
 
 
 def own_run(*, learner_id: int, run_id: int) -> LabRun | None:

@@ -329,3 +329,29 @@ def test_migration_0007_goes_down_and_up_again(db):
     labqueue.record_exercise_pass(session=db, learner_id=me, exercise="ring-allreduce", run_id=run_id)
     db.commit()
     assert set(exercises.passes(session=db, learner_id=me)) == {"ring-allreduce"}
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def any_app_db(request, tmp_path, monkeypatch):
+    """The app's own engine (``session_scope``) on a migrated SQLite file or on PostgreSQL."""
+    from tests.conftest import use_database
+
+    url = f"sqlite:///{tmp_path / 'app.db'}" if request.param == "sqlite" \
+        else request.getfixturevalue("postgres_url")
+    for engine in use_database(monkeypatch, DATABASE_URL=url):
+        migrate(engine)
+        yield engine
+
+
+def test_the_latest_run_of_an_exercise_is_found_behind_many_runs_of_others(any_app_db):
+    """The page shows the newest report of the exercise opened; it was looked for among the
+    learner's 50 newest exercise runs only, so after 50 runs of other exercises it was gone."""
+    with Session(any_app_db) as s:
+        me, other = learner(s), learner(s)
+        mine = finished_run(s, me, "ring-allreduce")
+        for _ in range(60):
+            finished_run(s, me, "broadcast")
+        finished_run(s, other, "ring-allreduce")  # someone else's newer run is not mine
+    assert exercises.latest_run(learner_id=me, exercise="ring-allreduce").id == mine
+    assert exercises.latest_run(learner_id=me, exercise="broadcast").id == mine + 60
+    assert exercises.latest_run(learner_id=me, exercise="average-gradients") is None
