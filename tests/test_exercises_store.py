@@ -355,3 +355,17 @@ def test_the_latest_run_of_an_exercise_is_found_behind_many_runs_of_others(any_a
     assert exercises.latest_run(learner_id=me, exercise="ring-allreduce").id == mine
     assert exercises.latest_run(learner_id=me, exercise="broadcast").id == mine + 60
     assert exercises.latest_run(learner_id=me, exercise="average-gradients") is None
+
+
+def test_a_first_hint_never_overwrites_code_saved_in_between(db, monkeypatch):
+    """show_hint reads the draft, then writes: with no draft yet it writes the starter code.
+    A save from another tab between the two (simulated: the read sees no draft) was then
+    overwritten by the starter, and the learner's code was lost. Only the hint count may change."""
+    me = learner(db)
+    exercises.save_draft(session=db, learner_id=me, exercise="broadcast", source="my work\n")
+    real_get = exercises.get_draft
+    monkeypatch.setattr(exercises, "get_draft", lambda **_kw: None)  # read before the other tab saved
+    assert exercises.show_hint(session=db, learner_id=me, exercise="broadcast") == 1
+    monkeypatch.setattr(exercises, "get_draft", real_get)
+    draft = exercises.get_draft(session=db, learner_id=me, exercise="broadcast")
+    assert (draft.source, draft.hints_shown) == ("my work\n", 1)
