@@ -400,3 +400,26 @@ def test_a_grader_that_breaks_exits_2_not_1(monkeypatch, tmp_path, capsys):
     captured = capsys.readouterr()
     assert "could not be graded" in captured.out and "the grader's own bug" in captured.err
     assert not out.exists()
+
+
+def test_a_file_that_exits_while_loading_says_so_and_does_not_blame_the_harness():
+    """os._exit at the top level ended the rank before it was ready: that was reported as
+    harness_failed ("this is not your fault") with its {returncode} placeholder left unfilled."""
+    _sandbox_or_skip()
+    source = "import os\nprint('bye')\nos._exit(3)\n\n\ndef ring_allreduce(tensor):\n    return tensor\n"
+    report = grader.grade("ring-allreduce", source, case_ids={"w2-n5-float32"})
+    assert report["status"] == "error"
+    assert report["error"]["key"] == "import_died", report["error"]
+    assert report["error"]["values"]["returncode"] == 3 and report["error"]["values"]["rank"] in (0, 1)
+    assert "bye" in report["error"]["output"]
+    from labs.exercises.__main__ import render
+
+    text = render(report, "en")
+    assert "not your fault" not in text and "{" not in text
+
+
+def test_a_harness_failure_event_fills_in_its_exit_code():
+    error = grader._error_from_event({"event": "error", "key": "harness_failed", "rank": 1, "returncode": -11,
+                                      "detail": "Segmentation fault"})
+    assert error["values"] == {"returncode": -11}
+    assert grader._error_from_event({"event": "error", "key": "harness_failed"})["values"] == {"returncode": "?"}

@@ -145,6 +145,11 @@ def _numel(case: dict) -> int:
     return n
 
 
+def _code(event: dict):
+    """A rank's exit code from a harness event, "?" when the harness could not learn it."""
+    return "?" if event.get("returncode") is None else event["returncode"]
+
+
 def _error_from_event(event: dict) -> dict:
     key = event["key"]
     if key == "missing_function":
@@ -155,6 +160,11 @@ def _error_from_event(event: dict) -> dict:
     if key == "import_error":
         return {"key": key, "values": {"exception": event.get("exc", ""), "message": event.get("message", "")},
                 "frames": _frames(event.get("frames", [])), "output": event.get("output", "")}
+    if key == "import_died":
+        return {"key": key, "values": {"rank": event.get("rank"), "returncode": _code(event)},
+                "output": event.get("output", "")}
+    if key == "harness_failed":
+        return {"key": key, "values": {"returncode": _code(event)}, "detail": event.get("detail", "")}
     if key == "import_timeout":
         return {"key": key, "values": {"seconds": event.get("seconds")}, "output": event.get("output", "")}
     return {"key": key, "values": {}}

@@ -282,6 +282,20 @@ class _Group:
         except OSError:
             return 0
 
+    def exit_code(self, rank: int, wait_s: float = 1.0) -> int | None:
+        """The exit code of a rank whose pipe closed (negative: the signal), None if still running."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                pid, status = os.waitpid(self.pids[rank], os.WNOHANG)
+            except ChildProcessError:
+                return None
+            if pid:
+                return os.waitstatus_to_exitcode(status)
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.02)
+
     def kill(self) -> None:
         for pid in self.pids:
             with contextlib.suppress(ProcessLookupError):
@@ -339,8 +353,14 @@ def _run_group(plan: dict, group: dict, index: int, total: int) -> tuple[int, bo
                 msg = g.take(rank, ("ready", "missing_function", "crash", "forbidden"))
                 if msg is None:
                     if g.eof[rank]:
-                        emit({"event": "error", "key": "harness_failed", "rank": rank,
-                              "detail": g.output(rank, 0, 2000)})
+                        # Ended before it was ready: while loading the learner's file, their
+                        # doing (os._exit at the top level); before that, ours.
+                        if g.loading[rank]:
+                            emit({"event": "error", "key": "import_died", "rank": rank,
+                                  "returncode": g.exit_code(rank), "output": g.output(rank, 0, per_rank_output)})
+                        else:
+                            emit({"event": "error", "key": "harness_failed", "rank": rank,
+                                  "returncode": g.exit_code(rank), "detail": g.output(rank, 0, 2000)})
                         return index, False
                     continue
                 if msg["type"] == "ready":
