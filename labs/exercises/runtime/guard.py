@@ -10,6 +10,9 @@ clear message. Two layers:
    `ForbiddenCall` naming the call; the calls the plan allows point at the
    counting `api.Api`. A route we missed still ends in the grader's bytes
    check: a result that did not travel through our send/recv counts 0 bytes.
+   The counts live in this process, though: code written to cheat can set
+   them (``dist.send.__self__.sent``), which no guard here can prevent; the
+   red-team test of that is a strict xfail until counting moves out of the rank.
 2. An audit hook (``sys.addaudithook``: it cannot be removed, and there is
    no way to switch it off once armed) refuses ctypes, importing
    ctypes/cffi, frames (``sys._getframe``, ``tb_frame``) while the learner's
