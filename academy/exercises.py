@@ -127,16 +127,21 @@ def get_draft(*, session: Session, learner_id: int, exercise: str) -> ExerciseDr
         ExerciseDraft.learner_id == learner_id, ExerciseDraft.exercise == exercise)).first()
 
 
-def _upsert_draft(session: Session, learner_id: int, exercise: str, values: dict[str, Any]) -> None:
+def _upsert_draft(session: Session, learner_id: int, exercise: str, values: dict[str, Any],
+                  update: tuple[str, ...] | None = None) -> None:
     """Insert the draft or update the given columns, in one statement: two tabs that
-    save at once leave one row (the unique constraint) instead of an error."""
+    save at once leave one row (the unique constraint) instead of an error.
+
+    ``update``: the columns a row that exists already gets (default: all of ``values``);
+    the others are only for a new row."""
     table = ExerciseDraft.__table__
     dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
     row = {"learner_id": learner_id, "exercise": exercise, "source": "", "hints_shown": 0,
            "updated_at": utcnow(), **values}
     stmt = dialect.insert(table).values(**row)
+    columns = tuple(values) if update is None else update
     stmt = stmt.on_conflict_do_update(index_elements=["learner_id", "exercise"],
-                                      set_={k: stmt.excluded[k] for k in (*values, "updated_at")})
+                                      set_={k: stmt.excluded[k] for k in (*columns, "updated_at")})
     session.exec(stmt)
 
 
@@ -159,7 +164,9 @@ def show_hint(*, session: Session, learner_id: int, exercise: str) -> int:
     draft = get_draft(session=session, learner_id=learner_id, exercise=exercise)
     shown = min((draft.hints_shown if draft else 0) + 1, total)
     if draft is None:
-        _upsert_draft(session, learner_id, exercise, {"source": starter(exercise), "hints_shown": shown})
+        # A new draft starts from the starter; one another tab saved since we read keeps its code.
+        _upsert_draft(session, learner_id, exercise, {"source": starter(exercise), "hints_shown": shown},
+                      update=("hints_shown",))
     else:
         _upsert_draft(session, learner_id, exercise, {"hints_shown": shown})
     session.commit()
@@ -234,11 +241,16 @@ def submit(*, learner_id: int, exercise: str, source: str, lang: str,
 
 
 def latest_run(*, learner_id: int, exercise: str) -> LabRun | None:
-    """The learner's newest submission of this exercise (any status)."""
+    """The learner's newest submission of this exercise (any status).
+
+    Filtered in SQL on the run's ``params`` (JSON on SQLite and PostgreSQL alike), so
+    that it is found however many runs of other exercises came after it.
+    """
     with session_scope() as session:
-        runs = session.exec(select(LabRun).where(LabRun.learner_id == learner_id, LabRun.lab == LAB)
-                            .order_by(col(LabRun.id).desc()).limit(50)).all()
-    return next((r for r in runs if (r.params or {}).get("exercise") == exercise), None)
+        return session.exec(select(LabRun).where(
+            LabRun.learner_id == learner_id, LabRun.lab == LAB,
+            LabRun.params["exercise"].as_string() == exercise,
+        ).order_by(col(LabRun.id).desc()).limit(1)).first()
 
 
 def own_run(*, learner_id: int, run_id: int) -> LabRun | None:

@@ -365,3 +365,75 @@ def test_a_rank_that_exits_is_reported_as_ended_not_as_a_deadlock():
     first, second = report["cases"]
     assert first["findings"] == [{"check": "crash", "passed": False, "key": "rank_died", "values": {"rank": 1}}]
     assert second["status"] == "not_run"
+
+
+def _passing_ring_case_event(case: dict, index: int, total: int) -> dict:
+    """A harness "case" event in which both ranks of a one-element ring case did everything right."""
+    ranks = [{"rank": r, "expected": {"values": [3.0], "abs_sum": [3.0]}, "output": "",
+              "reply": {"type": "result", "sent": 4, "received": 4, "calls": [],
+                        "result": {"values": [3.0], "shape": [1], "dtype": "float32",
+                                   "same_storage": True, "returned": None}}} for r in range(2)]
+    return {"event": "case", "index": index, "total": total, "case": case, "status": "done", "ranks": ranks}
+
+
+def test_a_report_that_lacks_planned_cases_is_not_a_pass(monkeypatch):
+    """Only a report of every planned case can pass: a harness that ended cleanly after one
+    passing case of two (events lost, a group skipped) is a grading failure, never a pass."""
+    wanted = {"w2-n1-float32", "w2-n5-float32"}
+
+    def harness_that_stops_early(_module, _args, *, files, on_line, mode, **_limits):
+        plan = json.loads(files["plan.json"])
+        first = dict(plan["groups"][0]["cases"][0])
+        assert first["id"] == "w2-n1-float32"
+        for event in ({"event": "start", "total": 2}, _passing_ring_case_event(first, 1, 2),
+                      {"event": "done", "duration_s": 0.1}):
+            on_line(json.dumps(event).encode())
+        return sandbox.Outcome(returncode=0, stdout=b"", stderr=b"", duration_s=0.1, mode=mode, stopped=None)
+
+    monkeypatch.setattr(sandbox, "check_available", lambda _mode=None: None)
+    monkeypatch.setattr(sandbox, "run_python", harness_that_stops_early)
+    report = grader.grade("ring-allreduce", exercises.reference("ring-allreduce"), case_ids=wanted)
+    assert [c["status"] for c in report["cases"]] == ["passed"]  # the one case it did report passed
+    assert report["status"] == "error" and not report["ok"]
+    assert report["error"]["key"] == "harness_failed"
+
+
+def test_a_grader_that_breaks_exits_2_not_1(monkeypatch, tmp_path, capsys):
+    """1 means "a case failed"; a grader that raises has graded nothing, so it is 2 (cannot be
+    graded), with the traceback on stderr for the operator and no report written."""
+    from labs.exercises import __main__ as cli_main
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("the grader's own bug")
+
+    monkeypatch.setattr(grader, "grade", broken)
+    source = tmp_path / "mine.py"
+    source.write_text(exercises.starter("ring-allreduce"))
+    out = tmp_path / "report.json"
+    assert cli_main.main(["grade", "ring-allreduce", str(source), "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert "could not be graded" in captured.out and "the grader's own bug" in captured.err
+    assert not out.exists()
+
+
+def test_a_file_that_exits_while_loading_says_so_and_does_not_blame_the_harness():
+    """os._exit at the top level ended the rank before it was ready: that was reported as
+    harness_failed ("this is not your fault") with its {returncode} placeholder left unfilled."""
+    _sandbox_or_skip()
+    source = "import os\nprint('bye')\nos._exit(3)\n\n\ndef ring_allreduce(tensor):\n    return tensor\n"
+    report = grader.grade("ring-allreduce", source, case_ids={"w2-n5-float32"})
+    assert report["status"] == "error"
+    assert report["error"]["key"] == "import_died", report["error"]
+    assert report["error"]["values"]["returncode"] == 3 and report["error"]["values"]["rank"] in (0, 1)
+    assert "bye" in report["error"]["output"]
+    from labs.exercises.__main__ import render
+
+    text = render(report, "en")
+    assert "not your fault" not in text and "{" not in text
+
+
+def test_a_harness_failure_event_fills_in_its_exit_code():
+    error = grader._error_from_event({"event": "error", "key": "harness_failed", "rank": 1, "returncode": -11,
+                                      "detail": "Segmentation fault"})
+    assert error["values"] == {"returncode": -11}
+    assert grader._error_from_event({"event": "error", "key": "harness_failed"})["values"] == {"returncode": "?"}

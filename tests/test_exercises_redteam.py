@@ -64,6 +64,10 @@ ROUTES = {
                   "torch.ops.c10d.allreduce_"),
     "jit operation": ('torch._C._jit_get_operation("c10d::allreduce_")', "c10d::allreduce_"),
     "ctypes": ('import ctypes\nctypes.CDLL("libc.so.6").getpid()', "ctypes"),
+    # The counting api keeps the real functions it stands in for; the ones the plan does not
+    # allow must not be reachable through it (before: the real all_reduce ran until torch's
+    # own logging hit the frame guard, a misleading "sys._getframe" message).
+    "the api's real functions": ('dist.send.__self__._real["all_reduce"](tensor)', "dist.all_reduce"),
 }
 
 
@@ -141,3 +145,85 @@ print("\\n".join(seen))
     assert "READ" not in printed, printed[:2000]
     assert "exchange(chunks[send_c], into)" not in printed  # a line of the reference
     assert '"groups"' not in printed and "_CASES" not in printed  # the plan, the case list
+
+
+def test_the_learner_cannot_send_its_own_expected_values():
+    """The ranks' pipe to the harness is reachable from the learner's code (the api's notify);
+    an ``expected`` message sent through it after the trusted phase must not become the answer.
+    Here the file changes nothing and claims its own input as the expected sum, with the byte
+    count a ring would have: before the fix this passed."""
+    body = """
+api = dist.send.__self__
+api._notify({"type": "expected", "case": "w2-n5-float32",
+             "expected": {"values": tensor.tolist(), "abs_sum": [0.0] * tensor.numel()}})
+api.sent = api.received = tensor.numel() * tensor.element_size()
+"""
+    report = _grade(body)
+    (case,) = report["cases"]
+    values = next(f for f in case["findings"] if f["check"] == "values")
+    assert not values["passed"], values
+    assert report["status"] == "failed"
+
+
+def test_killing_the_harness_by_a_route_the_guard_misses_says_it_was_the_code():
+    """``os.kill`` is refused, but a pidfd signal raises no audit event: the harness dies.
+    That is contained (the sandbox ends, nothing else is touched), and the report must not
+    tell the learner it was our failure ("not your fault") when their code did it."""
+    body = """
+import os
+import signal
+signal.pidfd_send_signal(os.pidfd_open(os.getppid()), signal.SIGKILL)
+"""
+    report = _grade(body)
+    assert report["status"] == "error"
+    assert report["error"]["key"] == "harness_killed", report["error"]
+    assert report["error"]["values"] == {"signal": 9}
+    text = render(report, "en")
+    assert "not your fault" not in text and "killed" in text
+
+
+def test_a_reply_the_learner_forged_is_a_finding_not_a_crash_of_the_grader():
+    """A "result" the learner's code wrote to the harness's pipe, without the fields a real one
+    has, crashed the grader (KeyError, exit 1, no report). It is the case's finding now."""
+    report = _grade('dist.send.__self__._notify({"type": "result", "case": "x"})')
+    finding = _finding(report)
+    assert finding["key"] == "reply_unreadable", finding
+    assert "KeyError" in finding["values"]["detail"]
+    assert report["status"] == "failed"
+    assert "could not be read" in render(report, "en")
+
+
+@pytest.mark.xfail(strict=True, reason="known hole, not fixed: the byte counters live in the learner's own "
+                   "process (api.sent), so a whole-buffer ring that sets them passes; counting must move "
+                   "out of the rank (see the review report of issue #16)")
+def test_a_whole_buffer_ring_that_sets_its_own_byte_counter_does_not_pass():
+    """Pins the hole so that whoever closes it sees this test turn (strict xfail fails then):
+    the sum is right (whole tensors passed around the ring, n-1 times), and one attribute
+    assignment makes the bytes rule see a ring's amount."""
+    try:
+        sandbox.check_available()
+    except sandbox.SandboxUnavailable as exc:
+        pytest.skip(f"no sandbox here: {exc.reason}")
+    source = '''
+import torch
+import torch.distributed as dist
+
+
+def ring_allreduce(tensor):
+    r, n = dist.get_rank(), dist.get_world_size()
+    flat = tensor.view(-1)
+    total, current = flat.clone(), flat.clone()
+    for _ in range(n - 1):
+        incoming = torch.empty_like(current)
+        work = dist.isend(current, (r + 1) % n)
+        dist.recv(incoming, (r - 1) % n)
+        work.wait()
+        total += incoming
+        current = incoming
+    flat.copy_(total)
+    chunks = [len(c) for c in flat.tensor_split(n)]
+    dist.send.__self__.sent = (2 * sum(chunks) - chunks[(r + 1) % n] - chunks[r]) * tensor.element_size()
+    return tensor
+'''
+    report = grade("ring-allreduce", source, case_ids={"w3-n7-float32", "w4-n10-float32"})
+    assert report["status"] != "passed"

@@ -296,3 +296,76 @@ def test_the_labs_limit_of_active_runs_counts_exercise_runs_and_says_so(app_db, 
     finally:
         monkeypatch.delenv("LAB_MAX_PER_LEARNER")
         get_settings.cache_clear()
+
+
+def test_migration_0007_goes_down_and_up_again(db):
+    """Down to 0006 removes the exercise tables and labrun.source; up brings them back, on
+    SQLite (which drops a column in place since 3.35) and on PostgreSQL."""
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import inspect
+
+    from academy.settings import ROOT
+
+    engine = db.get_bind()
+    db.close()
+
+    def state():
+        found = inspect(engine)
+        return ("source" in {c["name"] for c in found.get_columns("labrun")},
+                {"exercisedraft", "exercisepass"} & set(found.get_table_names()))
+
+    assert state() == (True, {"exercisedraft", "exercisepass"})
+    cfg = Config(str(ROOT / "alembic.ini"))
+    cfg.set_main_option("script_location", str(ROOT / "academy" / "migrations"))
+    for target, expected in (("0006", (False, set())), ("head", (True, {"exercisedraft", "exercisepass"}))):
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            (command.downgrade if target == "0006" else command.upgrade)(cfg, target)
+        assert state() == expected, target
+    me = learner(db)  # the tables work again: a draft and a pass round-trip
+    exercises.save_draft(session=db, learner_id=me, exercise="broadcast", source="back = 1\n")
+    run_id = finished_run(db, me)
+    labqueue.record_exercise_pass(session=db, learner_id=me, exercise="ring-allreduce", run_id=run_id)
+    db.commit()
+    assert set(exercises.passes(session=db, learner_id=me)) == {"ring-allreduce"}
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def any_app_db(request, tmp_path, monkeypatch):
+    """The app's own engine (``session_scope``) on a migrated SQLite file or on PostgreSQL."""
+    from tests.conftest import use_database
+
+    url = f"sqlite:///{tmp_path / 'app.db'}" if request.param == "sqlite" \
+        else request.getfixturevalue("postgres_url")
+    for engine in use_database(monkeypatch, DATABASE_URL=url):
+        migrate(engine)
+        yield engine
+
+
+def test_the_latest_run_of_an_exercise_is_found_behind_many_runs_of_others(any_app_db):
+    """The page shows the newest report of the exercise opened; it was looked for among the
+    learner's 50 newest exercise runs only, so after 50 runs of other exercises it was gone."""
+    with Session(any_app_db) as s:
+        me, other = learner(s), learner(s)
+        mine = finished_run(s, me, "ring-allreduce")
+        for _ in range(60):
+            finished_run(s, me, "broadcast")
+        finished_run(s, other, "ring-allreduce")  # someone else's newer run is not mine
+    assert exercises.latest_run(learner_id=me, exercise="ring-allreduce").id == mine
+    assert exercises.latest_run(learner_id=me, exercise="broadcast").id == mine + 60
+    assert exercises.latest_run(learner_id=me, exercise="average-gradients") is None
+
+
+def test_a_first_hint_never_overwrites_code_saved_in_between(db, monkeypatch):
+    """show_hint reads the draft, then writes: with no draft yet it writes the starter code.
+    A save from another tab between the two (simulated: the read sees no draft) was then
+    overwritten by the starter, and the learner's code was lost. Only the hint count may change."""
+    me = learner(db)
+    exercises.save_draft(session=db, learner_id=me, exercise="broadcast", source="my work\n")
+    real_get = exercises.get_draft
+    monkeypatch.setattr(exercises, "get_draft", lambda **_kw: None)  # read before the other tab saved
+    assert exercises.show_hint(session=db, learner_id=me, exercise="broadcast") == 1
+    monkeypatch.setattr(exercises, "get_draft", real_get)
+    draft = exercises.get_draft(session=db, learner_id=me, exercise="broadcast")
+    assert (draft.source, draft.hints_shown) == ("my work\n", 1)

@@ -7,7 +7,8 @@
 
 ``grade`` exits 0 when every case passed, 1 when a case failed, 2 when the
 file cannot be graded (syntax error, missing function, refused by or not
-available in the sandbox). ``--json`` prints the report (the format in
+available in the sandbox, or the grader itself failed: its traceback goes
+to stderr, and no report is written). ``--json`` prints the report (the format in
 ``labs.exercises.grader``) instead of text; ``--events`` appends one JSON
 line per finished case, in the format of the labs' progress events;
 ``--out`` writes the report. ``show`` never shows the reference solution.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import traceback
 from pathlib import Path
 
 from labs.exercises import EXERCISES, REQUIRED_FOR_CERTIFICATE, available, messages, starter
@@ -143,6 +145,11 @@ def cmd_grade(args) -> int:
 
     try:
         report = grade(args.exercise, source, seed=args.seed, on_event=on_event)
+    except Exception:  # noqa: BLE001 - our own failure: Python's exit 1 would read as "a case failed"
+        title = messages.exercise(args.exercise, args.lang).get("title", args.exercise)
+        print(f"{title}: {messages.text('status_error', args.lang)}")
+        traceback.print_exc()
+        return EXIT["error"]
     finally:
         if events is not None:
             events.close()

@@ -97,10 +97,18 @@ def _case_entry(exercise, event: dict) -> tuple[dict, list[dict] | None]:
         return entry, None
     entry["output"] = {str(r["rank"]): r["output"] for r in event["ranks"] if r.get("output")}
     if event["status"] == "done":
-        ranks = [{"rank": r["rank"], "expected": r["expected"], "result": r["reply"]["result"],
-                  "sent": r["reply"]["sent"], "received": r["reply"]["received"],
-                  "calls": r["reply"]["calls"]} for r in event["ranks"]]
-        entry["findings"] = exercise.check(case, ranks)
+        # A reply comes from a rank the learner's code runs in: it may have written its
+        # own to the harness's pipe. One that the checks cannot read fails the case.
+        try:
+            ranks = [{"rank": r["rank"], "expected": r["expected"], "result": r["reply"]["result"],
+                      "sent": r["reply"]["sent"], "received": r["reply"]["received"],
+                      "calls": r["reply"]["calls"]} for r in event["ranks"]]
+            entry["findings"] = exercise.check(case, ranks)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            entry["status"] = "failed"
+            entry["findings"] = [{"check": "reply", "passed": False, "key": "reply_unreadable",
+                                  "values": {"detail": f"{type(exc).__name__}: {exc}"[:200]}}]
+            return entry, None
         entry["status"] = "passed" if all(f["passed"] for f in entry["findings"]) else "failed"
         return entry, ranks
     entry["status"] = "failed"
@@ -137,6 +145,11 @@ def _numel(case: dict) -> int:
     return n
 
 
+def _code(event: dict):
+    """A rank's exit code from a harness event, "?" when the harness could not learn it."""
+    return "?" if event.get("returncode") is None else event["returncode"]
+
+
 def _error_from_event(event: dict) -> dict:
     key = event["key"]
     if key == "missing_function":
@@ -147,6 +160,11 @@ def _error_from_event(event: dict) -> dict:
     if key == "import_error":
         return {"key": key, "values": {"exception": event.get("exc", ""), "message": event.get("message", "")},
                 "frames": _frames(event.get("frames", [])), "output": event.get("output", "")}
+    if key == "import_died":
+        return {"key": key, "values": {"rank": event.get("rank"), "returncode": _code(event)},
+                "output": event.get("output", "")}
+    if key == "harness_failed":
+        return {"key": key, "values": {"returncode": _code(event)}, "detail": event.get("detail", "")}
     if key == "import_timeout":
         return {"key": key, "values": {"seconds": event.get("seconds")}, "output": event.get("output", "")}
     return {"key": key, "values": {}}
@@ -211,7 +229,19 @@ def grade(exercise_id: str, source: str, *, seed: int | None = None, mode: str |
         error = {"key": f"sandbox_stopped_{outcome.stopped}", "values": {"limit": outcome.stopped}}
     elif error is None and not done:
         tail = outcome.stderr.decode("utf-8", errors="replace")[-1500:]
-        error = {"key": "harness_failed", "values": {"returncode": outcome.returncode}, "detail": tail}
+        if outcome.returncode is not None and outcome.returncode < 0:
+            # A signal that is not one of the sandbox's limits (those set ``stopped``): inside
+            # the sandbox only the learner's ranks run beside the harness, as its own user,
+            # so their code sent it (a route the guard does not see, such as a pidfd).
+            error = {"key": "harness_killed", "values": {"signal": -outcome.returncode}, "detail": tail}
+        else:
+            error = {"key": "harness_failed", "values": {"returncode": outcome.returncode}, "detail": tail}
+    planned = sum(len(group["cases"]) for group in the_plan["groups"])
+    if error is None and len(cases) != planned:
+        # A pass means every hidden case passed: a report that lacks some (lines lost,
+        # a group skipped) is our failure to grade, never the learner's pass.
+        error = {"key": "harness_failed", "values": {"returncode": outcome.returncode},
+                 "detail": f"{len(cases)} of {planned} cases reported"}
     trace = None
     if traced_ranks:
         case, ranks = next(iter(traced_ranks.values()))

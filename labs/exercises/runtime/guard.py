@@ -10,6 +10,9 @@ clear message. Two layers:
    `ForbiddenCall` naming the call; the calls the plan allows point at the
    counting `api.Api`. A route we missed still ends in the grader's bytes
    check: a result that did not travel through our send/recv counts 0 bytes.
+   The counts live in this process, though: code written to cheat can set
+   them (``dist.send.__self__.sent``), which no guard here can prevent; the
+   red-team test of that is a strict xfail until counting moves out of the rank.
 2. An audit hook (``sys.addaudithook``: it cannot be removed, and there is
    no way to switch it off once armed) refuses ctypes, importing
    ctypes/cffi, frames (``sys._getframe``, ``tb_frame``) while the learner's
@@ -107,6 +110,15 @@ def _patch_names(api, allowed: set[str]) -> None:
                 originals.append(original)
                 setattr(module, name, fake)
     from api import WRAPPED
+    # The api keeps the real functions it counts (``api._real``), reachable from the learner's
+    # code as ``dist.send.__self__._real``: keep only what the allowed calls need (send and
+    # recv go through the real isend and irecv), and refuse the others there too.
+    needed = set(allowed) | {"get_rank", "get_world_size"}
+    needed |= {"isend"} if needed & {"send", "isend"} else set()
+    needed |= {"irecv"} if needed & {"recv", "irecv"} else set()
+    for name in list(api._real):
+        if name not in needed:
+            api._real[name] = _raiser(f"dist.{name}")
     for name in WRAPPED:
         if name in allowed:
             for module in (dist, c10d):

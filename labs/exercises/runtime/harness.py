@@ -201,6 +201,9 @@ class _Group:
         self.eof = [False] * self.world
         self.waiting: list[dict | None] = [None] * self.world
         self.expected: dict[str, list] = {c["id"]: [None] * self.world for c in group["cases"]}
+        # Whether a rank has said it starts loading the learner's file: from then on its
+        # pipe carries what the learner may have written too, so expected values stop.
+        self.loading = [False] * self.world
         self.inbox: list[list[dict]] = [[] for _ in range(self.world)]
 
     def start(self) -> None:
@@ -247,9 +250,14 @@ class _Group:
                     self.waiting[rank] = msg
                 elif kind == "unwait":
                     self.waiting[rank] = None
-                elif kind == "expected" and msg.get("case") in self.expected:
-                    self.expected[msg["case"]][rank] = msg["expected"]
+                elif kind == "expected":
+                    # Only from the trusted phase: the learner's code can reach this pipe
+                    # (``dist.send.__self__._notify``) and would otherwise set the answer.
+                    if not self.loading[rank] and msg.get("case") in self.expected:
+                        self.expected[msg["case"]][rank] = msg["expected"]
                 else:
+                    if kind == "loading":
+                        self.loading[rank] = True
                     self.inbox[rank].append(msg)
 
     def take(self, rank: int, kinds: tuple[str, ...]) -> dict | None:
@@ -273,6 +281,20 @@ class _Group:
             return os.stat(f"rank{rank}.out").st_size
         except OSError:
             return 0
+
+    def exit_code(self, rank: int, wait_s: float = 1.0) -> int | None:
+        """The exit code of a rank whose pipe closed (negative: the signal), None if still running."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                pid, status = os.waitpid(self.pids[rank], os.WNOHANG)
+            except ChildProcessError:
+                return None
+            if pid:
+                return os.waitstatus_to_exitcode(status)
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.02)
 
     def kill(self) -> None:
         for pid in self.pids:
@@ -331,8 +353,14 @@ def _run_group(plan: dict, group: dict, index: int, total: int) -> tuple[int, bo
                 msg = g.take(rank, ("ready", "missing_function", "crash", "forbidden"))
                 if msg is None:
                     if g.eof[rank]:
-                        emit({"event": "error", "key": "harness_failed", "rank": rank,
-                              "detail": g.output(rank, 0, 2000)})
+                        # Ended before it was ready: while loading the learner's file, their
+                        # doing (os._exit at the top level); before that, ours.
+                        if g.loading[rank]:
+                            emit({"event": "error", "key": "import_died", "rank": rank,
+                                  "returncode": g.exit_code(rank), "output": g.output(rank, 0, per_rank_output)})
+                        else:
+                            emit({"event": "error", "key": "harness_failed", "rank": rank,
+                                  "returncode": g.exit_code(rank), "detail": g.output(rank, 0, 2000)})
                         return index, False
                     continue
                 if msg["type"] == "ready":
