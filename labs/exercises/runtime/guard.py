@@ -19,8 +19,12 @@ clear message. Two layers:
    code is on the stack, the ``gc`` walkers, setting the special attributes
    (``__class__``, ``__bases__``...) of types the learner did not define,
    starting processes, and opening files outside the private tmp folder and
-   the interpreter's own files (the plan, with this run's cases, is not
-   readable either). Plain attributes of a type (``torch.Tensor.add_ = f``)
+   the interpreter's own files. Some routes raise no audit event
+   (``_posixsubprocess.fork_exec``, files opened by torch's C++): behind
+   this hook, the kernel refuses each rank new processes and links (its
+   seccomp filter, ``bpf.py``), the harness process is non-dumpable (its
+   /proc files refuse the ranks), and the plan, with this run's cases, is no
+   file at all (the harness read it from stdin). Plain attributes of a type (``torch.Tensor.add_ = f``)
    raise no audit event; the learner then only breaks their own rank: the
    expected results left it before their code loaded, and the checks run
    outside the sandbox.
