@@ -1,7 +1,7 @@
 """Run a Python program we did not write, with nothing of ours in reach (issue #16).
 
     from labs.sandbox import Limits, run_python
-    outcome = run_python("harness", [], files={"submission.py": source, "plan.json": plan},
+    outcome = run_python("harness", [], files={"submission.py": source}, stdin=plan,
                          limits=Limits(wall_s=30), on_line=print)
     outcome.returncode, outcome.stopped, outcome.stdout
 

@@ -306,6 +306,20 @@ print("OWNER", os.stat(parent + "/mem").st_uid != os.getuid())
     assert "ENVIRON True" in printed and "OWNER True" in printed, printed
 
 
+def test_a_rank_keeps_only_its_own_group_of_the_plan():
+    """A rank is forked from the harness, which holds the whole plan (every world size's
+    cases); the rank drops the others in place, since frames above it still hold the dict."""
+    from labs.exercises.runtime import harness
+
+    mine, other = {"world_size": 2, "cases": [{"id": "a"}]}, {"world_size": 3, "cases": [{"id": "b"}]}
+    groups = [mine, other]
+    plan = {"driver": "d", "function": "f", "allowed": [], "case_timeout_s": 5, "groups": groups,
+            "output_bytes_per_rank": 1}
+    harness._keep_only(plan, mine)
+    assert plan == {"driver": "d", "function": "f", "allowed": [], "case_timeout_s": 5}
+    assert groups == [] and other == {} and mine["cases"] == [{"id": "a"}]
+
+
 def test_the_rank_filter_decides_each_call_as_documented():
     """The rank's program on every machine we have numbers for (no kernel needed)."""
     import errno
