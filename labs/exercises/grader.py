@@ -191,7 +191,8 @@ def grade(exercise_id: str, source: str, *, seed: int | None = None, mode: str |
     "case": id, "status": ...}`` as each case finishes (the CLI's --events).
     ``seed`` fixes the numbers in the cases (tests); by default every run
     draws new ones, so a file that prints fixed answers cannot pass.
-    ``case_ids`` grades only those cases (see `plan`).
+    ``case_ids`` grades only those cases (see `plan`). ``limits`` default to
+    `run_limits`: the operator's ``EXERCISE_*`` settings.
     """
     t0 = time.perf_counter()
     exercise = load(exercise_id)
