@@ -199,8 +199,8 @@ def test_a_reply_the_learner_forged_is_a_finding_not_a_crash_of_the_grader():
 
 
 @pytest.mark.xfail(strict=True, reason="known hole, not fixed: the byte counters live in the learner's own "
-                   "process (api.sent), so a whole-buffer ring that sets them passes; counting must move "
-                   "out of the rank (see the review report of issue #16)")
+                   "process (api.sent), so a whole-buffer ring that sets them passes; counting outside the "
+                   "rank would not close it while ranks share /tmp and the loopback (see guard.py)")
 def test_a_whole_buffer_ring_that_sets_its_own_byte_counter_does_not_pass():
     """Pins the hole so that whoever closes it sees this test turn (strict xfail fails then):
     the sum is right (whole tensors passed around the ring, n-1 times), and one attribute

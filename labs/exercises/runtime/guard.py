@@ -12,7 +12,10 @@ clear message. Two layers:
    check: a result that did not travel through our send/recv counts 0 bytes.
    The counts live in this process, though: code written to cheat can set
    them (``dist.send.__self__.sent``), which no guard here can prevent; the
-   red-team test of that is a strict xfail until counting moves out of the rank.
+   red-team test of that is a strict xfail. Counting outside the rank (the
+   kernel's TCP counters, read by the harness) would not close it: the ranks
+   share /tmp, /dev/shm and the loopback, so a file written to cheat can move
+   the data there and send a ring's amount of anything over gloo.
 2. An audit hook (``sys.addaudithook``: it cannot be removed, and there is
    no way to switch it off once armed) refuses ctypes, importing
    ctypes/cffi, frames (``sys._getframe``, ``tb_frame``) while the learner's
