@@ -1,7 +1,7 @@
 """Run a Python program we did not write, with nothing of ours in reach (issue #16).
 
     from labs.sandbox import Limits, run_python
-    outcome = run_python("harness", [], files={"submission.py": source, "plan.json": plan},
+    outcome = run_python("harness", [], files={"submission.py": source}, stdin=plan,
                          limits=Limits(wall_s=30), on_line=print)
     outcome.returncode, outcome.stopped, outcome.stdout
 
@@ -57,7 +57,6 @@ import selectors
 import shutil
 import signal
 import stat
-import struct
 import subprocess
 import sys
 import sysconfig
@@ -66,6 +65,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+
+from labs.exercises.runtime import bpf
 
 MODES = ("bwrap", "none")
 ROOT = Path(__file__).resolve().parent.parent
@@ -443,37 +444,31 @@ def _bwrap_command(python_args, *, work: Path, harness: Path, limits: Limits, ui
 # process's memory or take its fds (a rank must not reach the harness or a
 # neighbour, which run as the same uid); and none of the calls a Python
 # program never needs but kernel exploits like (keyrings, bpf, perf events,
-# userfaultfd, io_uring, mounts, modules, the LDT). Numbers per arch.
-_BLOCKED = {
-    "x86_64": (0xC000003E, {"unshare": 272, "setns": 308, "ptrace": 101, "keyctl": 250,
-                            "add_key": 248, "request_key": 249, "bpf": 321, "perf_event_open": 298,
-                            "userfaultfd": 323, "mount": 165, "umount2": 166, "pivot_root": 155,
-                            "kexec_load": 246, "init_module": 175, "finit_module": 313,
-                            "delete_module": 176, "open_by_handle_at": 304, "acct": 163,
-                            "process_vm_readv": 310, "process_vm_writev": 311,
-                            "modify_ldt": 154},
-               {"clone": 56, "socket": 41, "socketpair": 53}),
-    "aarch64": (0xC00000B7, {"unshare": 97, "setns": 268, "ptrace": 117, "keyctl": 219,
-                             "add_key": 217, "request_key": 218, "bpf": 280, "perf_event_open": 241,
-                             "userfaultfd": 282, "mount": 40, "umount2": 39, "pivot_root": 41,
-                             "kexec_load": 104, "init_module": 105, "finit_module": 273,
-                             "delete_module": 106, "open_by_handle_at": 265, "acct": 89,
-                             "process_vm_readv": 270, "process_vm_writev": 271},
-                {"clone": 220, "socket": 198, "socketpair": 199}),
-}
-# The same numbers on every arch (io_uring, the new mount API, pidfd_getfd).
-_BLOCKED_COMMON = {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
-                   "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
-                   "fsmount": 432, "fspick": 433, "mount_setattr": 442, "pidfd_getfd": 438}
-_CLONE3 = 435
-_CLONE_NEWUSER = 0x10000000
+# userfaultfd, io_uring, mounts, modules, the LDT). The numbers and the BPF
+# instructions come from the harness's ``bpf`` module, which builds each
+# rank's own filter from the same table (runtime/ holds nothing secret).
+_BLOCKED_NAMES = ("unshare", "setns", "ptrace", "keyctl", "add_key", "request_key", "bpf",
+                  "perf_event_open", "userfaultfd", "mount", "umount2", "pivot_root", "kexec_load",
+                  "init_module", "finit_module", "delete_module", "open_by_handle_at", "acct",
+                  "process_vm_readv", "process_vm_writev", "modify_ldt",
+                  # The same numbers on every arch (io_uring, the new mount API, pidfd_getfd).
+                  "io_uring_setup", "io_uring_enter", "io_uring_register", "open_tree",
+                  "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr",
+                  "pidfd_getfd")
+# machine -> (audit arch, {blocked name: nr}, {"clone"/"socket"/"socketpair": nr})
+_BLOCKED = {machine: (bpf.AUDIT_ARCH[machine],
+                      {n: nr for n, nr in bpf.numbers(machine).items() if n in _BLOCKED_NAMES},
+                      {n: bpf.numbers(machine)[n] for n in ("clone", "socket", "socketpair")})
+            for machine in bpf.AUDIT_ARCH}
+_CLONE3 = bpf.COMMON["clone3"]
+_CLONE_NEWUSER = bpf.CLONE_NEWUSER
 # The socket families a program may make: unix, IPv4, IPv6 (all inside the
 # network namespace) and netlink (getifaddrs, which gloo calls). The others
 # are refused: AF_VSOCK is not namespaced and reaches the hypervisor and the
 # host's vsock listeners, and the rare ones (AF_ALG, TIPC, RDS...) are where
 # kernel bugs are found, their modules loaded on first use.
 _FAMILIES = (1, 2, 10, 16)  # AF_UNIX, AF_INET, AF_INET6, AF_NETLINK
-SECCOMP = platform.machine() in _BLOCKED  # elsewhere: the namespaces and limits only
+SECCOMP = bpf.supported()  # elsewhere: the namespaces and limits only
 
 
 def _seccomp_filter() -> bytes:
@@ -481,27 +476,18 @@ def _seccomp_filter() -> bytes:
     a blocked call fails with EPERM, clone3 with ENOSYS (its flags sit in
     memory a filter cannot read; glibc then falls back to clone), clone with
     CLONE_NEWUSER with EPERM, and a socket of another family with EAFNOSUPPORT."""
-    arch, blocked, nrs = _BLOCKED[platform.machine()]
-    ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, JMP|JSET|K, RET|K
-    allow, kill = 0x7FFF0000, 0x80000000  # SECCOMP_RET_ALLOW, SECCOMP_RET_KILL_PROCESS
-    eperm, enosys = 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS  # SECCOMP_RET_ERRNO
-    eafnosupport = 0x00050000 | errno.EAFNOSUPPORT
-    args0 = 16  # offset of args[0], low 32 bits (little-endian): clone's flags, socket's family
-
-    prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, kill), (ld, 0, 0, 0)]
-    if arch == 0xC000003E:  # x32 calls carry bit 30 and would dodge the numbers below
-        prog += [(jset, 0, 1, 0x40000000), (ret, 0, 0, enosys)]
-    for nr in sorted({*blocked.values(), *_BLOCKED_COMMON.values()}):
-        prog += [(jeq, 0, 1, nr), (ret, 0, 0, eperm)]
+    _, blocked, nrs = _BLOCKED[platform.machine()]
+    jeq, jset, ret, ld = bpf.JEQ, bpf.JSET, bpf.RET, bpf.LD
+    prog = bpf.prologue() + bpf.refuse(blocked.values())
     n = len(_FAMILIES)  # socket or socketpair: allow the listed families, refuse the rest
-    prog += [(jeq, 1, 0, nrs["socket"]), (jeq, 0, n + 3, nrs["socketpair"]), (ld, 0, 0, args0)]
+    prog += [(jeq, 1, 0, nrs["socket"]), (jeq, 0, n + 3, nrs["socketpair"]), (ld, 0, 0, bpf.ARG0)]
     prog += [(jeq, n - i, 0, family) for i, family in enumerate(_FAMILIES)]
-    prog += [(ret, 0, 0, eafnosupport), (ret, 0, 0, allow)]
-    prog += [(jeq, 0, 1, _CLONE3), (ret, 0, 0, enosys),
-             (jeq, 1, 0, nrs["clone"]), (ret, 0, 0, allow),
-             (ld, 0, 0, args0),
-             (jset, 0, 1, _CLONE_NEWUSER), (ret, 0, 0, eperm), (ret, 0, 0, allow)]
-    return b"".join(struct.pack("=HBBI", *insn) for insn in prog)
+    prog += [(ret, 0, 0, bpf.fail(errno.EAFNOSUPPORT)), (ret, 0, 0, bpf.ALLOW)]
+    prog += [(jeq, 0, 1, _CLONE3), (ret, 0, 0, bpf.fail(errno.ENOSYS)),
+             (jeq, 1, 0, nrs["clone"]), (ret, 0, 0, bpf.ALLOW),
+             (ld, 0, 0, bpf.ARG0),
+             (jset, 0, 1, _CLONE_NEWUSER), (ret, 0, 0, bpf.fail(errno.EPERM)), (ret, 0, 0, bpf.ALLOW)]
+    return bpf.assemble(prog)
 
 
 def _slot_locks(root: Path | None = None) -> Path:

@@ -381,8 +381,8 @@ def test_a_report_that_lacks_planned_cases_is_not_a_pass(monkeypatch):
     passing case of two (events lost, a group skipped) is a grading failure, never a pass."""
     wanted = {"w2-n1-float32", "w2-n5-float32"}
 
-    def harness_that_stops_early(_module, _args, *, files, on_line, mode, **_limits):
-        plan = json.loads(files["plan.json"])
+    def harness_that_stops_early(_module, _args, *, stdin, on_line, mode, **_options):
+        plan = json.loads(stdin)
         first = dict(plan["groups"][0]["cases"][0])
         assert first["id"] == "w2-n1-float32"
         for event in ({"event": "start", "total": 2}, _passing_ring_case_event(first, 1, 2),

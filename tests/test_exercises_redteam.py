@@ -12,12 +12,17 @@ mode of ``EXERCISE_SANDBOX`` (bwrap in CI).
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from labs import exercises, sandbox
 from labs.exercises.__main__ import render
 from labs.exercises.grader import grade
 
+ROOT = Path(__file__).resolve().parent.parent
 CASES = {"ring-allreduce": {"w2-n5-float32"}, "broadcast": {"w2-src1-n6-int64"}}
 HEADER = "import torch\nimport torch.distributed as dist\n\n\ndef ring_allreduce(tensor):\n"
 
@@ -194,8 +199,8 @@ def test_a_reply_the_learner_forged_is_a_finding_not_a_crash_of_the_grader():
 
 
 @pytest.mark.xfail(strict=True, reason="known hole, not fixed: the byte counters live in the learner's own "
-                   "process (api.sent), so a whole-buffer ring that sets them passes; counting must move "
-                   "out of the rank (see the review report of issue #16)")
+                   "process (api.sent), so a whole-buffer ring that sets them passes; counting outside the "
+                   "rank would not close it while ranks share /tmp and the loopback (see guard.py)")
 def test_a_whole_buffer_ring_that_sets_its_own_byte_counter_does_not_pass():
     """Pins the hole so that whoever closes it sees this test turn (strict xfail fails then):
     the sum is right (whole tensors passed around the ring, n-1 times), and one attribute
@@ -227,3 +232,154 @@ def ring_allreduce(tensor):
 '''
     report = grade("ring-allreduce", source, case_ids={"w3-n7-float32", "w4-n10-float32"})
     assert report["status"] != "passed"
+
+
+# --------------------------------------------------------------------------
+# Past the audit hook: processes, links, the plan as a file, the harness's /proc
+
+
+def test_a_process_started_past_the_audit_hook_is_refused_by_the_kernel():
+    """``_posixsubprocess.fork_exec`` raises no audit event: a /bin/cat it started read the
+    plan (this run's hidden cases) and the harness's environment. Each rank's own seccomp
+    filter refuses it now, and links too (a symlink swapped by a thread under the guard's
+    open check won the race), and the plan is no file at all (it comes on stdin)."""
+    body = """
+import _posixsubprocess
+import os
+found = {"input": sorted(os.listdir(os.environ["SANDBOX_INPUT"]))}
+r, w = os.pipe()
+er, ew = os.pipe()
+try:
+    _posixsubprocess.fork_exec([b"/bin/cat", b"/proc/self/status"], [b"/bin/cat"], True, (), None, None,
+                               -1, -1, -1, w, -1, -1, er, ew, True, False, -1, None, None, None, -1,
+                               None, False)
+    found["spawn"] = os.read(r, 100).decode(errors="replace")
+except OSError as exc:
+    found["spawn"] = exc.errno
+for name, call in (("symlink", os.symlink), ("link", os.link)):
+    try:
+        call("/tmp/mine", f"/tmp/{name}")
+        found[name] = "made"
+    except OSError as exc:
+        found[name] = exc.errno
+print("FOUND", found)
+"""
+    report = _grade(body)
+    (case,) = report["cases"]
+    printed = case["output"]["0"]
+    assert "FOUND {'input': ['submission.py'], 'spawn': 1, 'symlink': 1, 'link': 1}" in printed, printed
+
+
+def test_threads_still_work_under_the_ranks_filter():
+    """The filter refuses clone without CLONE_THREAD only: a learner's thread (as gloo's own)
+    still starts, and the reference passes beside it."""
+    body = """
+import threading
+seen = []
+worker = threading.Thread(target=seen.append, args=(dist.get_rank(),))
+worker.start()
+worker.join()
+print("THREAD", seen)
+"""
+    report = _grade(body)
+    (case,) = report["cases"]
+    assert "THREAD [0]" in case["output"]["0"], case
+
+
+def test_the_harness_memory_and_environment_are_not_readable_from_a_rank():
+    """torch opens files in C++, past the guard's audit hook (``torch.from_file``); the
+    harness process makes itself non-dumpable before forking the ranks, so its /proc files
+    (environ, mem, fd) belong to root and refuse the ranks' uid whatever the route."""
+    body = """
+import os
+parent = f"/proc/{os.getppid()}"
+try:
+    torch.from_file(parent + "/environ", size=1, dtype=torch.uint8)
+    print("READ environ")
+except RuntimeError as exc:
+    print("ENVIRON", "Permission denied" in str(exc))
+print("OWNER", os.stat(parent + "/mem").st_uid != os.getuid())
+"""
+    report = _grade(body)
+    (case,) = report["cases"]
+    printed = case["output"]["0"]
+    assert "ENVIRON True" in printed and "OWNER True" in printed, printed
+
+
+def test_a_rank_keeps_only_its_own_group_of_the_plan():
+    """A rank is forked from the harness, which holds the whole plan (every world size's
+    cases); the rank drops the others in place, since frames above it still hold the dict."""
+    from labs.exercises.runtime import harness
+
+    mine, other = {"world_size": 2, "cases": [{"id": "a"}]}, {"world_size": 3, "cases": [{"id": "b"}]}
+    groups = [mine, other]
+    plan = {"driver": "d", "function": "f", "allowed": [], "case_timeout_s": 5, "groups": groups,
+            "output_bytes_per_rank": 1}
+    harness._keep_only(plan, mine)
+    assert plan == {"driver": "d", "function": "f", "allowed": [], "case_timeout_s": 5}
+    assert groups == [] and other == {} and mine["cases"] == [{"id": "a"}]
+
+
+def test_the_rank_filter_decides_each_call_as_documented():
+    """The rank's program on every machine we have numbers for (no kernel needed)."""
+    import errno
+
+    from labs.exercises.runtime import bpf
+    from tests.test_sandbox import run_filter
+
+    for machine, arch in bpf.AUDIT_ARCH.items():
+        program, nrs = bpf.rank_program(machine), bpf.numbers(machine)
+
+        def decide(nr, arg0=0, on=arch, program=program):
+            return run_filter(program, on, nr, arg0)
+        for name in bpf.RANK_REFUSED:
+            if name in nrs:
+                assert decide(nrs[name]) == ("errno", errno.EPERM), (machine, name)
+        assert decide(nrs["clone"], 17) == ("errno", errno.EPERM)  # fork: SIGCHLD, no CLONE_THREAD
+        assert decide(nrs["clone"], 0x3D0F00) == ("allow", 0)  # pthread_create's flags
+        assert decide(nrs["clone3"]) == ("errno", errno.ENOSYS)
+        assert decide(nrs["socket"], 2) == ("allow", 0)
+        assert decide(nrs["execve"], on=0x40000003) == ("kill", 0)  # another architecture
+    assert "fork" not in bpf.numbers("aarch64")  # only clone there, which the filter covers
+
+
+# --------------------------------------------------------------------------
+# The operator's limits, and a reader that stops early
+
+
+def test_the_grader_uses_the_operators_limits_and_sends_the_plan_on_stdin(monkeypatch):
+    """``EXERCISE_*`` were ignored: the grader built its own ``Limits``. The wall clock is
+    still fitted to the plan unless the operator set one."""
+    seen = {}
+
+    def fake_run(_module, _args, *, files, stdin, limits, mode, **_options):
+        seen.update(files=files, stdin=stdin, limits=limits)
+        return sandbox.Outcome(returncode=0, stdout=b"", stderr=b"", duration_s=0.0, mode=mode)
+
+    monkeypatch.setattr(sandbox, "check_available", lambda _mode=None: None)
+    monkeypatch.setattr(sandbox, "run_python", fake_run)
+    monkeypatch.setenv("EXERCISE_MEMORY_MB", "700")
+    monkeypatch.setenv("EXERCISE_PROCESSES", "33")
+    monkeypatch.delenv("EXERCISE_WALL_S", raising=False)
+    grade("ring-allreduce", exercises.reference("ring-allreduce"), case_ids=CASES["ring-allreduce"])
+    assert (seen["limits"].memory_mb, seen["limits"].processes, seen["limits"].wall_s) == (700, 33, 30.0)
+    assert list(seen["files"]) == ["submission.py"]
+    assert b'"w2-n5-float32"' in seen["stdin"]
+    monkeypatch.setenv("EXERCISE_WALL_S", "12.5")
+    grade("ring-allreduce", exercises.reference("ring-allreduce"), case_ids=CASES["ring-allreduce"])
+    assert seen["limits"].wall_s == 12.5 and seen["limits"].memory_mb == 700
+
+
+@pytest.mark.parametrize("args", [("list",), ("grade", "ring-allreduce", "{broken}", "--json")])
+def test_a_reader_that_stops_early_gets_no_traceback(args, tmp_path):
+    """``python -m labs.exercises grade ... | head`` ended in a BrokenPipeError traceback (and
+    exit 1, "a case failed"). The exit code is the command's own now, and stderr is quiet."""
+    broken = tmp_path / "broken.py"
+    broken.write_text("def ring_allreduce(tensor)\n    return tensor\n")
+    argv = [a.replace("{broken}", str(broken)) for a in args]
+    proc = subprocess.Popen([sys.executable, "-m", "labs.exercises", *argv], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before the first line
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == (0 if args[0] == "list" else 2)
+    assert b"BrokenPipeError" not in err and b"Traceback" not in err, err[-1000:]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -26,6 +27,20 @@ from labs.exercises import EXERCISES, REQUIRED_FOR_CERTIFICATE, available, messa
 
 EXIT = {"passed": 0, "failed": 1, "error": 2}
 MARK = {"passed": "+", "failed": "x", "not_run": "."}
+
+
+def _emit(text: str) -> None:
+    """Print a line of output for a reader that may stop early (``grade ... | head``).
+
+    Once the reader is gone, the rest of the output goes to /dev/null: the exit
+    code still says how the grading went, and Python's own flush at exit finds
+    nothing to complain about (it printed a BrokenPipeError traceback before)."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
 
 
 def _lang_option(parser: argparse.ArgumentParser) -> None:
@@ -58,20 +73,20 @@ def cmd_list(lang: str) -> int:
             continue
         texts = messages.exercise(exercise_id, lang)
         required = f"  [{messages.text('list_required', lang)}]" if exercise_id in REQUIRED_FOR_CERTIFICATE else ""
-        print(f"{exercise_id:<18} {texts.get('title', '')}{required}")
+        _emit(f"{exercise_id:<18} {texts.get('title', '')}{required}")
         if texts.get("summary"):
-            print(f"{'':<18} {texts['summary']}")
+            _emit(f"{'':<18} {texts['summary']}")
     return 0
 
 
 def cmd_show(exercise_id: str, lang: str) -> int:
     texts = messages.exercise(exercise_id, lang)
-    print(f"# {texts.get('title', exercise_id)}\n")
-    print(str(texts.get("statement", "")).rstrip() + "\n")
-    print(f"## {messages.text('show_starter', lang)}\n")
-    print(starter(exercise_id).rstrip() + "\n")
+    _emit(f"# {texts.get('title', exercise_id)}\n")
+    _emit(str(texts.get("statement", "")).rstrip() + "\n")
+    _emit(f"## {messages.text('show_starter', lang)}\n")
+    _emit(starter(exercise_id).rstrip() + "\n")
     for i, hint in enumerate(texts.get("hints") or [], 1):
-        print(f"## {messages.text('show_hint', lang, n=i)}\n\n{str(hint).rstrip()}\n")
+        _emit(f"## {messages.text('show_hint', lang, n=i)}\n\n{str(hint).rstrip()}\n")
     return 0
 
 
@@ -147,7 +162,7 @@ def cmd_grade(args) -> int:
         report = grade(args.exercise, source, seed=args.seed, on_event=on_event)
     except Exception:  # noqa: BLE001 - our own failure: Python's exit 1 would read as "a case failed"
         title = messages.exercise(args.exercise, args.lang).get("title", args.exercise)
-        print(f"{title}: {messages.text('status_error', args.lang)}")
+        _emit(f"{title}: {messages.text('status_error', args.lang)}")
         traceback.print_exc()
         return EXIT["error"]
     finally:
@@ -155,7 +170,7 @@ def cmd_grade(args) -> int:
             events.close()
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1), encoding="utf-8")
-    print(json.dumps(report, indent=1) if args.json else render(report, args.lang))
+    _emit(json.dumps(report, indent=1) if args.json else render(report, args.lang))
     return EXIT[report["status"]]
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import secrets
 import time
 from collections.abc import Callable
@@ -43,6 +44,17 @@ def plan(exercise, seed: int, case_timeout_s: float, case_ids=None) -> dict:
             "allowed": list(exercise.ALLOWED), "case_timeout_s": case_timeout_s,
             "output_bytes_per_rank": OUTPUT_BYTES_PER_RANK,
             "groups": [{"world_size": w, "cases": cs} for w, cs in sorted(groups.items())]}
+
+
+def run_limits(groups: int, case_timeout_s: float, environ=None) -> sandbox.Limits:
+    """The sandbox's limits for one grading: the operator's (``EXERCISE_*``, see
+    `sandbox.Limits.from_env`), and, unless ``EXERCISE_WALL_S`` is set, a wall
+    clock that fits this plan: 20 s of start-up plus two case timeouts per
+    group (world size), at most 60 s."""
+    environ = os.environ if environ is None else environ
+    if environ.get("EXERCISE_WALL_S"):
+        return sandbox.Limits.from_env(environ)
+    return sandbox.Limits.from_env(environ, wall_s=min(60.0, 20.0 + case_timeout_s * groups * 2))
 
 
 def static_error(source: str, function: str) -> dict | None:
@@ -179,7 +191,8 @@ def grade(exercise_id: str, source: str, *, seed: int | None = None, mode: str |
     "case": id, "status": ...}`` as each case finishes (the CLI's --events).
     ``seed`` fixes the numbers in the cases (tests); by default every run
     draws new ones, so a file that prints fixed answers cannot pass.
-    ``case_ids`` grades only those cases (see `plan`).
+    ``case_ids`` grades only those cases (see `plan`). ``limits`` default to
+    `run_limits`: the operator's ``EXERCISE_*`` settings.
     """
     t0 = time.perf_counter()
     exercise = load(exercise_id)
@@ -217,11 +230,14 @@ def grade(exercise_id: str, source: str, *, seed: int | None = None, mode: str |
         elif kind == "done":
             done = True
 
-    limits = limits or sandbox.Limits(wall_s=min(60.0, 20.0 + case_timeout_s * len(the_plan["groups"]) * 2))
+    limits = limits or run_limits(len(the_plan["groups"]), case_timeout_s)
     try:
-        outcome = sandbox.run_python("harness", [], files={
-            "submission.py": source.encode(), "plan.json": json.dumps(the_plan).encode()},
-            limits=limits, mode=chosen, on_line=on_line)
+        # The plan goes on stdin, not into the input folder: a file there could be
+        # opened by a route the guard misses; the harness reads the pipe before
+        # any learner code exists.
+        outcome = sandbox.run_python("harness", [], files={"submission.py": source.encode()},
+                                     stdin=json.dumps(the_plan).encode(),
+                                     limits=limits, mode=chosen, on_line=on_line)
     except sandbox.SandboxUnavailable as exc:
         return _report(exercise_id, error={"key": "sandbox_unavailable", "values": {"reason": exc.reason}},
                        duration=time.perf_counter() - t0, mode=chosen)

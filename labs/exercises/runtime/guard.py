@@ -12,15 +12,22 @@ clear message. Two layers:
    check: a result that did not travel through our send/recv counts 0 bytes.
    The counts live in this process, though: code written to cheat can set
    them (``dist.send.__self__.sent``), which no guard here can prevent; the
-   red-team test of that is a strict xfail until counting moves out of the rank.
+   red-team test of that is a strict xfail. Counting outside the rank (the
+   kernel's TCP counters, read by the harness) would not close it: the ranks
+   share /tmp, /dev/shm and the loopback, so a file written to cheat can move
+   the data there and send a ring's amount of anything over gloo.
 2. An audit hook (``sys.addaudithook``: it cannot be removed, and there is
    no way to switch it off once armed) refuses ctypes, importing
    ctypes/cffi, frames (``sys._getframe``, ``tb_frame``) while the learner's
    code is on the stack, the ``gc`` walkers, setting the special attributes
    (``__class__``, ``__bases__``...) of types the learner did not define,
    starting processes, and opening files outside the private tmp folder and
-   the interpreter's own files (the plan, with this run's cases, is not
-   readable either). Plain attributes of a type (``torch.Tensor.add_ = f``)
+   the interpreter's own files. Some routes raise no audit event
+   (``_posixsubprocess.fork_exec``, files opened by torch's C++): behind
+   this hook, the kernel refuses each rank new processes and links (its
+   seccomp filter, ``bpf.py``), the harness process is non-dumpable (its
+   /proc files refuse the ranks), and the plan, with this run's cases, is no
+   file at all (the harness read it from stdin). Plain attributes of a type (``torch.Tensor.add_ = f``)
    raise no audit event; the learner then only breaks their own rank: the
    expected results left it before their code loaded, and the checks run
    outside the sandbox.

@@ -1,7 +1,7 @@
 """The harness: runs one submission's cases on real gloo ranks, inside the sandbox.
 
-    python -m harness            # cwd: a private tmp folder; $SANDBOX_INPUT holds
-                                 # submission.py and plan.json (written by labs.exercises.grader)
+    python -m harness < plan.json    # cwd: a private tmp folder; $SANDBOX_INPUT holds
+                                     # submission.py (both from labs.exercises.grader)
 
 Trusted code, but it runs beside untrusted code, so it holds nothing secret
 (see ``drivers/__init__.py``). What it does, per group of the plan (one world
@@ -11,6 +11,15 @@ every case with the real collectives and send the expected results here,
 then arm the guard, import the learner's file and run the cases one by one,
 each started by a "go" from here so that a case begins on every rank
 together and its timeout is measured from one point.
+
+The plan (this run's hidden cases) comes on stdin, never as a file: a
+file can be opened by a route the guard's open check misses (a race on a
+path), a pipe read to its end cannot. Before forking, this process makes
+itself non-dumpable, so that no rank (same uid) can read its memory,
+environment or fds through ``/proc`` or overwrite what it will report;
+each rank keeps only its own group of the plan and, before the learner's
+file is imported, installs a seccomp filter (``bpf.rank_program``) that
+refuses new processes and links, the routes past the guard's audit hook.
 
 This process prints one JSON object per line on stdout, the protocol the
 grader reads: ``{"event": "start"|"case"|"error"|"done", ...}``. The ranks'
@@ -89,6 +98,16 @@ def _error_record(exc: BaseException, path: str) -> dict:
             "frames": _learner_frames(exc, path)}
 
 
+def _confine() -> None:
+    """A rank's own seccomp filter (see ``bpf``); before any thread of gloo's exists,
+    so each inherits it (TSYNC covers them anyway). Where the machine has no table
+    of ours (not x86_64/aarch64), the sandbox's namespaces and limits remain."""
+    import bpf
+
+    if bpf.supported():
+        bpf.install(bpf.rank_program())
+
+
 def _rank_main(plan: dict, group: dict, rank: int, to_parent: int, from_parent: int,
                listen_fd: int | None, port: int) -> None:
     import guard
@@ -96,6 +115,7 @@ def _rank_main(plan: dict, group: dict, rank: int, to_parent: int, from_parent: 
     import torch.distributed as dist
     from api import Api
 
+    _confine()
     torch.set_num_threads(1)
     out = _Pipe(to_parent)
     world = group["world_size"]
@@ -145,6 +165,22 @@ def _rank_main(plan: dict, group: dict, rank: int, to_parent: int, from_parent: 
                   "sent": api.sent, "received": api.received, "calls": api.calls})
 
 
+# What a rank needs of the plan; the other groups' cases stay with the parent.
+RANK_KEYS = ("driver", "function", "allowed", "case_timeout_s")
+
+
+def _keep_only(plan: dict, group: dict) -> None:
+    """In a freshly forked rank: drop every reference to the other groups (the
+    parent's frames above this one still hold ``plan``, so in place)."""
+    kept = {key: plan[key] for key in RANK_KEYS if key in plan}
+    for other in plan.get("groups", []):
+        if other is not group:
+            other.clear()
+    plan.get("groups", []).clear()
+    plan.clear()
+    plan.update(kept)
+
+
 def _fork_rank(plan, group, rank, listener, port, others: list[int]) -> tuple[int, int, int]:
     """Start rank ``rank``; return (pid, fd to read its messages, fd to send it commands)."""
     r_up, w_up = os.pipe()
@@ -163,6 +199,10 @@ def _fork_rank(plan, group, rank, listener, port, others: list[int]) -> tuple[in
             with contextlib.suppress(OSError):
                 os.close(fd)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _keep_only(plan, group)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)  # the plan's pipe is read to its end; nothing of it here
+        os.close(null)
         log = os.open(f"rank{rank}.out", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(log, 1)
         os.dup2(log, 2)
@@ -430,8 +470,11 @@ def _run_group(plan: dict, group: dict, index: int, total: int) -> tuple[int, bo
 
 
 def main() -> int:
-    with open(os.path.join(INPUT, "plan.json"), encoding="utf-8") as f:
-        plan = json.load(f)
+    plan = json.loads(sys.stdin.buffer.read())
+    sys.stdin.close()
+    import bpf
+
+    bpf.undumpable()  # before any rank is forked: they inherit it
     t0 = time.perf_counter()
     total = sum(len(g["cases"]) for g in plan["groups"])
     emit({"event": "start", "total": total})

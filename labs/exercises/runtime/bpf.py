@@ -1,0 +1,155 @@
+"""Seccomp filters as classic BPF: the builder that ``labs.sandbox`` and the harness share.
+
+    from labs.exercises.runtime import bpf          # the host (labs.sandbox)
+    import bpf                                       # the harness, in the sandbox
+    bpf.install(bpf.rank_program())                  # a rank, in its trusted phase
+
+Why it lives in ``runtime/``: the harness runs in the sandbox, where only this
+folder of the project is bound (``/opt/harness``), and a rank must filter its
+own system calls; the sandbox's filter is built from the same numbers and
+instructions, so there is one table of syscall numbers, not two. Nothing here
+is secret.
+
+Why a rank needs a filter of its own on top of the sandbox's: the guard's
+audit hook sees ``subprocess.Popen`` and ``os.fork``, but not
+``_posixsubprocess.fork_exec``, which starts a process that no hook watches
+(a ``/bin/cat`` of the run's files, an interpreter without the guard). So each
+rank, before the learner's file is imported, asks the kernel to refuse what
+starts a process (``execve``, ``fork``, ``vfork``, ``clone`` unless it makes a
+thread, ``clone3``) and what makes a link (a symlink swapped by a thread
+under the guard's open check was a race the guard lost). Threads stay
+possible: gloo and torch need them, and a thread is ``clone`` with
+``CLONE_THREAD`` (``clone3`` fails with ENOSYS, which makes glibc fall back to
+``clone``). A filter cannot be removed, and is inherited by every thread.
+"""
+
+from __future__ import annotations
+
+import errno
+import platform
+import struct
+
+# The audit architecture the kernel reports, per machine; a call from another one is killed.
+AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+# System call numbers per machine; a name missing on a machine is a call it does not have
+# (aarch64 has only the *at forms of link, symlink, and no fork or vfork).
+NUMBERS = {
+    "x86_64": {"unshare": 272, "setns": 308, "ptrace": 101, "keyctl": 250, "add_key": 248,
+               "request_key": 249, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323,
+               "mount": 165, "umount2": 166, "pivot_root": 155, "kexec_load": 246,
+               "init_module": 175, "finit_module": 313, "delete_module": 176,
+               "open_by_handle_at": 304, "acct": 163, "process_vm_readv": 310,
+               "process_vm_writev": 311, "modify_ldt": 154,
+               "clone": 56, "fork": 57, "vfork": 58, "execve": 59, "execveat": 322,
+               "link": 86, "symlink": 88, "linkat": 265, "symlinkat": 266,
+               "socket": 41, "socketpair": 53, "seccomp": 317},
+    "aarch64": {"unshare": 97, "setns": 268, "ptrace": 117, "keyctl": 219, "add_key": 217,
+                "request_key": 218, "bpf": 280, "perf_event_open": 241, "userfaultfd": 282,
+                "mount": 40, "umount2": 39, "pivot_root": 41, "kexec_load": 104,
+                "init_module": 105, "finit_module": 273, "delete_module": 106,
+                "open_by_handle_at": 265, "acct": 89, "process_vm_readv": 270,
+                "process_vm_writev": 271,
+                "clone": 220, "execve": 221, "execveat": 281, "linkat": 37, "symlinkat": 36,
+                "socket": 198, "socketpair": 199, "seccomp": 277},
+}
+# The same numbers on every machine (io_uring, the new mount API, pidfd_getfd, clone3).
+COMMON = {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+          "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
+          "fsmount": 432, "fspick": 433, "mount_setattr": 442, "pidfd_getfd": 438,
+          "clone3": 435}
+CLONE_NEWUSER = 0x10000000
+CLONE_THREAD = 0x00010000
+
+# The four instructions our programs use, and the return values.
+LD, JEQ, JSET, RET = 0x20, 0x15, 0x45, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, JMP|JSET|K, RET|K
+ALLOW, KILL = 0x7FFF0000, 0x80000000  # SECCOMP_RET_ALLOW, SECCOMP_RET_KILL_PROCESS
+NR, ARCH, ARG0 = 0, 4, 16  # offsets in seccomp_data; ARG0: the low 32 bits (little-endian)
+X32 = 0x40000000  # x32 calls carry this bit and would dodge the x86_64 numbers
+
+# What a rank may not call once its trusted phase is over (refused with EPERM).
+RANK_REFUSED = ("execve", "execveat", "fork", "vfork", "link", "linkat", "symlink", "symlinkat")
+
+
+def supported(machine: str | None = None) -> bool:
+    return (machine or platform.machine()) in AUDIT_ARCH
+
+
+def numbers(machine: str | None = None) -> dict[str, int]:
+    """Every call we know by name on ``machine`` (default: this one)."""
+    return {**NUMBERS[machine or platform.machine()], **COMMON}
+
+
+def fail(code: int) -> int:
+    """SECCOMP_RET_ERRNO: the call returns -1 with ``errno`` = ``code``."""
+    return 0x00050000 | code
+
+
+def prologue(machine: str | None = None) -> list[tuple[int, int, int, int]]:
+    """Kill a call made with another architecture's numbers, refuse x32's, load the number."""
+    machine = machine or platform.machine()
+    arch = AUDIT_ARCH[machine]
+    prog = [(LD, 0, 0, ARCH), (JEQ, 1, 0, arch), (RET, 0, 0, KILL), (LD, 0, 0, NR)]
+    if machine == "x86_64":
+        prog += [(JSET, 0, 1, X32), (RET, 0, 0, fail(errno.ENOSYS))]
+    return prog
+
+
+def refuse(nrs, code: int = errno.EPERM) -> list[tuple[int, int, int, int]]:
+    """Each of ``nrs`` (the number is loaded) fails with ``code``; others fall through."""
+    prog = []
+    for nr in sorted(set(nrs)):
+        prog += [(JEQ, 0, 1, nr), (RET, 0, 0, fail(code))]
+    return prog
+
+
+def assemble(prog) -> bytes:
+    """The program as the kernel (and ``bwrap --seccomp``) reads it: struct sock_filter[]."""
+    return b"".join(struct.pack("=HBBI", *insn) for insn in prog)
+
+
+def rank_program(machine: str | None = None) -> bytes:
+    """A rank's filter: no new process, no program, no link; threads are fine."""
+    machine = machine or platform.machine()
+    nrs = numbers(machine)
+    prog = prologue(machine) + refuse(nrs[name] for name in RANK_REFUSED if name in nrs)
+    prog += [(JEQ, 0, 1, nrs["clone3"]), (RET, 0, 0, fail(errno.ENOSYS)),
+             (JEQ, 1, 0, nrs["clone"]), (RET, 0, 0, ALLOW),
+             (LD, 0, 0, ARG0),  # clone's flags
+             (JSET, 1, 0, CLONE_THREAD), (RET, 0, 0, fail(errno.EPERM)), (RET, 0, 0, ALLOW)]
+    return assemble(prog)
+
+
+def install(program: bytes) -> None:
+    """Apply ``program`` to this process, all its threads and everything it starts; for good.
+
+    Trusted phase only: it uses ctypes, which the guard refuses once armed.
+    Sets no_new_privs first (the kernel's condition for an unprivileged filter;
+    the sandbox set it already, mode none did not). Raises OSError when the
+    kernel refuses: a rank that cannot be confined must not run learner code.
+    """
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    code = ctypes.create_string_buffer(program, len(program))
+    fprog = SockFprog(len(program) // 8, ctypes.addressof(code))
+    # seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &fprog): every thread at once.
+    nr = numbers()["seccomp"]
+    if libc.syscall(ctypes.c_long(nr), ctypes.c_long(1), ctypes.c_long(1), ctypes.byref(fprog)) != 0:
+        raise OSError(ctypes.get_errno(), "seccomp(SECCOMP_SET_MODE_FILTER) failed")
+
+
+def undumpable() -> None:
+    """prctl(PR_SET_DUMPABLE, 0): no process of the same uid may read this one's
+    ``/proc/PID/mem``, ``environ`` or ``fd`` (nor ptrace it). Inherited by fork,
+    so the harness calls it before it forks the ranks."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE) failed")
