@@ -727,8 +727,10 @@ def execute(run_id: int, node: int = 0) -> None:
         return
     run = _claim(run_id, state.name) if node == 0 else _join(run_id, node, state.name)
     if run is None:  # cancelled while queued, or taken already: nothing to do
-        log.info("run %s: not queued any more, skipped" if node == 0 else
-                 "run %s: node %s not to be run (taken, or the run is over), skipped", run_id, node)
+        if node == 0:
+            log.info("run %s: not queued any more, skipped", run_id)
+        else:
+            log.info("run %s: node %s not to be run (taken, or the run is over), skipped", run_id, node)
         return
     multinode = nodes_of(run.params) > 1
     if node == 0:
