@@ -96,3 +96,41 @@ def test_a_killed_node_fails_the_run_with_a_reason_and_leaves_no_process(two_nod
     while descendants(survivor.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert descendants(survivor.pid) == [], "the surviving node stopped its torchrun"
+
+
+@pytest.mark.parametrize("stack", ["sqlite"], indirect=True)
+def test_cancel_reaches_every_node(two_nodes):
+    a = two_nodes.worker("--concurrency", "1", name="a")
+    b = two_nodes.worker("--concurrency", "1", name="b")
+    run_id = submit_two_nodes(HANG)
+    deadline = time.monotonic() + 60
+    while len(node_rows(run_id)) < 2 or not all(descendants(w.pid) for w in (a, b)):
+        assert time.monotonic() < deadline, "both nodes never started"
+        time.sleep(0.1)
+    assert labqueue.request_cancel(run_id)
+    ended = wait(run_id, timeout=30)
+    assert ended.status == "cancelled" and ended.error == {"kind": "cancelled"}
+    deadline = time.monotonic() + 20
+    while any(descendants(w.pid) for w in (a, b)) or \
+            any(r.status == "running" for r in node_rows(run_id)):
+        assert time.monotonic() < deadline, "a node went on after the cancel"
+        time.sleep(0.1)
+    assert {r.status for r in node_rows(run_id)} == {"cancelled"}
+
+
+@pytest.mark.parametrize("stack", ["sqlite"], indirect=True)
+def test_a_node_no_worker_takes_fails_the_run_as_nodes_missing(two_nodes):
+    two_nodes.env["LAB_NODE_WAIT_S"] = "2"
+    w = two_nodes.worker("--concurrency", "1")  # one worker, busy with node 0: node 1 waits
+    run_id = submit_two_nodes({"world_size": 1, "size": 1024})
+    ended = wait(run_id, timeout=30)
+    assert ended.status == "failed", ended.error
+    assert (ended.error["kind"], ended.error["node"]) == ("nodes_missing", 0)
+    assert "1 of 2 nodes" in ended.error["message"]
+    # The worker then takes node 1's message and skips it: the run is over.
+    deadline = time.monotonic() + 20
+    while f"run {run_id}: node 1 not to be run" not in w.log.read_text():
+        assert time.monotonic() < deadline, w.log.read_text()[-2000:]
+        time.sleep(0.1)
+    assert [r.node for r in node_rows(run_id)] == [0]
+    assert descendants(w.pid) == []
