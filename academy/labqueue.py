@@ -526,6 +526,8 @@ def command(lab: str, params: dict[str, Any], workdir: Path) -> list[str]:
     return args
 
 
+JOIN_GRACE_S = 15  # torchrun's rendezvous timeout, beyond the worker's own wait for nodes
+
 # Each rank of a multi-node run is ``python -m labs`` run by this line, which first
 # asks the kernel to SIGKILL it when its torchrun dies: torchrun starts ranks in
 # sessions of their own, so without this a worker killed with ``kill -9`` (its
@@ -540,7 +542,10 @@ def torchrun_command(lab: str, params: dict[str, Any], workdir: Path, *, run_id:
 
     Every node runs this same line (only the workdir differs); torchrun's
     c10d rendezvous at ``Settings.lab_rendezvous_endpoint`` gathers them
-    under the run's id, and gives up after ``lab_node_wait_s``. ``world_size``
+    under the run's id. torchrun gives up a little after ``lab_node_wait_s``,
+    so that the worker's own check (a node never taken: ``nodes_missing``)
+    comes first and names the cause; torchrun's timeout is for nodes that
+    were all taken yet cannot meet (an unreachable endpoint). ``world_size``
     is ranks per node. The ranks are ``python -m labs LAB ...`` behind
     :data:`RANK_PRELUDE`; the one that gets global rank 0 writes the events
     and result.json in its node's workdir.
@@ -554,7 +559,7 @@ def torchrun_command(lab: str, params: dict[str, Any], workdir: Path, *, run_id:
     return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(int(params["nodes"])),
             "--nproc-per-node", str(per_node), "--rdzv-backend", "c10d",
             "--rdzv-endpoint", endpoint, "--rdzv-id", f"dpa-run-{run_id}",
-            "--rdzv-conf", f"join_timeout={settings.lab_node_wait_s}",
+            "--rdzv-conf", f"join_timeout={settings.lab_node_wait_s + JOIN_GRACE_S}",
             "--no-python", sys.executable, "-c", RANK_PRELUDE, *lab_args]
 
 
@@ -827,8 +832,9 @@ def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str
         )
         state.running[run.id] = proc.pid
         try:
-            # The CLI bounds itself; the limit here is the backstop if even that hangs.
-            limit = settings.lab_timeout_s + 30
+            # The CLI bounds itself; the limit here is the backstop if even that hangs
+            # (a node may first wait that long for its peers at the rendezvous).
+            limit = settings.lab_timeout_s + 30 + (settings.lab_node_wait_s if node is not None else 0)
             while proc.poll() is None:
                 ours, cancel = _beat(run.id, state.name, tail.latest()) if node is None \
                     else _beat_node(run.id, node, state.name, tail.latest())
@@ -858,7 +864,7 @@ def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str
     output = (workdir / "output.log").read_text(errors="replace")[-4000:]
     if node is not None:
         _end_lab_node(run, node, state.name, stopped_by=stopped_by, code=proc.returncode,
-                      result=result, progress=tail.last, output=output, joined=_joined(run.id))
+                      result=result, progress=tail.last, output=output)
         return
     if stopped_by == "cancelled":
         _finish(run.id, state.name, status="cancelled", error={"kind": "cancelled"})
@@ -884,8 +890,7 @@ def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str
 
 
 def _end_lab_node(run: LabRun, node: int, me: str, *, stopped_by: str | None, code: int | None,
-                  result: dict[str, Any] | None, progress: dict[str, Any] | None, output: str,
-                  joined: int) -> None:
+                  result: dict[str, Any] | None, progress: dict[str, Any] | None, output: str) -> None:
     """How one node's torchrun ended, in the terms of :func:`_end_node`."""
     if stopped_by == "cancelled":
         _end_node(run.id, node, me, "cancelled", error={"kind": "cancelled"})
@@ -897,7 +902,7 @@ def _end_lab_node(run: LabRun, node: int, me: str, *, stopped_by: str | None, co
         wait = get_settings().lab_node_wait_s
         _end_node(run.id, node, me, "failed", error={
             "kind": "nodes_missing", **where,
-            "message": f"{joined} of {nodes_of(run.params)} nodes taken by a worker within {wait} s"})
+            "message": f"{_joined(run.id)} of {nodes_of(run.params)} nodes taken by a worker within {wait} s"})
     elif stopped_by:
         _end_node(run.id, node, me, "failed",
                   error={"kind": stopped_by, **where, "message": output.strip()[-500:]})

@@ -105,7 +105,7 @@ def test_a_multi_node_run_is_one_torchrun_line_per_node(tmp_path, monkeypatch):
     line = " ".join(args)
     assert "-m torch.distributed.run --nnodes 2 --nproc-per-node 4" in line
     assert "--rdzv-backend c10d --rdzv-endpoint head:29500 --rdzv-id dpa-run-7" in line
-    assert f"--rdzv-conf join_timeout={get_settings().lab_node_wait_s}" in line
+    assert f"--rdzv-conf join_timeout={get_settings().lab_node_wait_s + labqueue.JOIN_GRACE_S}" in line
     # Each rank: python -c PRELUDE ring ... (the prelude runs `python -m labs` once it
     # has asked to die with its torchrun).
     prelude = args.index(labqueue.RANK_PRELUDE)
