@@ -27,6 +27,16 @@ The promises and where they are kept:
 - Hardware: one huey queue per kind, ``cpu`` and ``gpu`` (NCCL labs). A GPU
   worker owns device sets and runs one lab per set at a time, holding a lock
   file per device, so two labs never share a GPU.
+- Several nodes: a run with ``params["nodes"] = N > 1`` is N messages (run,
+  node) on its queue. The worker taking node 0 claims the run as above; one
+  taking node k > 0 joins it by inserting the row (run, k) of
+  :class:`~academy.models.LabRunNode` (the primary key settles a race).
+  Every node starts :func:`torchrun_command`'s line, whose c10d rendezvous
+  gathers them; the node hosting global rank 0 gets result.json. The run is
+  done when every node ended well, failed as soon as one failed (the others
+  read that with their heartbeat and stop, as for a cancel), and failed with
+  kind ``nodes_missing`` when its nodes were not all taken within
+  ``lab_node_wait_s``; the reaper also watches each node's heartbeat.
 """
 
 from __future__ import annotations
@@ -59,7 +69,7 @@ from sqlmodel import func, select
 
 from academy.db import session_scope
 from academy.errors import UserError
-from academy.models import ExercisePass, LabRun, LabWorker, utcnow
+from academy.models import ExercisePass, LabRun, LabRunNode, LabWorker, utcnow
 from academy.settings import ROOT, get_settings
 from labs import context
 from labs.params import Run, flag, specs
@@ -76,6 +86,11 @@ log = logging.getLogger("academy.worker")
 def queue_for(params: dict[str, Any]) -> str:
     """The hardware queue a run waits in: NCCL needs GPUs, everything else runs on CPUs."""
     return "gpu" if params.get("backend") == "nccl" else "cpu"
+
+
+def nodes_of(params: dict[str, Any] | None) -> int:
+    """How many nodes (workers, one torchrun each) a run spans; 1 unless it asked for more."""
+    return int((params or {}).get("nodes", 1))
 
 
 # --------------------------------------------------------------------------
@@ -120,9 +135,17 @@ def _huey(name: str, url: str, filename: str):
     return huey, task
 
 
-def enqueue(run_id: int, queue: str) -> None:
-    """Put a run (its row already written, status queued) on its hardware queue."""
-    _queue(queue)[1](run_id)
+def enqueue(run_id: int, queue: str, *, node: int = 0) -> None:
+    """Put a run (its row already written, status queued), or one node of it, on its queue.
+
+    A single-node run's message is its id alone, as before multi-node runs
+    existed; node k > 0 of a multi-node run is (id, k).
+    """
+    task = _queue(queue)[1]
+    if node:
+        task(run_id, node)
+    else:
+        task(run_id)
 
 
 def pending(queue: str) -> int:
@@ -132,11 +155,16 @@ def pending(queue: str) -> int:
 
 def pending_run_ids(queue: str) -> set[int]:
     """The run ids whose messages wait in the queue's storage now."""
-    ids = set()
+    return {run_id for run_id, _node in pending_messages(queue)}
+
+
+def pending_messages(queue: str) -> set[tuple[int, int]]:
+    """(run id, node) of each message waiting in the queue's storage now (node 0: a run's first)."""
+    found = set()
     for task in get_huey(queue).pending():
         with contextlib.suppress(IndexError, TypeError, ValueError):
-            ids.add(int(task.args[0]))
-    return ids
+            found.add((int(task.args[0]), int(task.args[1]) if len(task.args) > 1 else 0))
+    return found
 
 
 def requeue_lost(queues: list[str], *, now=None) -> int:
@@ -148,22 +176,38 @@ def requeue_lost(queues: list[str], *, now=None) -> int:
     queued for longer than ``lab_requeue_after_s`` with no message in its
     queue gets a new one. A message sent twice is harmless: the claim is a
     conditional UPDATE, so the second copy finds the run taken and skips it.
+    A multi-node run, queued or running, gets a new message for each node
+    that no worker has taken (no :class:`LabRunNode` row) and none waits for;
+    a node's second copy finds its row there and skips it.
     """
     cutoff = (now or utcnow()) - timedelta(seconds=get_settings().lab_requeue_after_s)
     count = 0
     for queue in queues:
         with session_scope() as session:
             waiting = session.exec(
-                select(LabRun.id).where(LabRun.status == "queued", LabRun.queue == queue,
-                                        LabRun.created_at < cutoff)
+                select(LabRun.id, LabRun.status, LabRun.params)
+                .where(LabRun.status.in_(ACTIVE), LabRun.queue == queue, LabRun.created_at < cutoff)
             ).all()
-        if not waiting:
+            ids = [run_id for run_id, _status, _params in waiting]
+            taken = set(session.exec(select(LabRunNode.run_id, LabRunNode.node)
+                                     .where(LabRunNode.run_id.in_(ids))).all()) if ids else set()
+        expected = []
+        for run_id, status, params in waiting:
+            nodes = nodes_of(params)
+            if nodes == 1:
+                if status == "queued":
+                    expected.append((run_id, 0))
+                continue
+            expected += [(run_id, node) for node in range(nodes)
+                         if (run_id, node) not in taken and not (node == 0 and status == "running")]
+        if not expected:
             continue
-        present = pending_run_ids(queue)
-        for run_id in waiting:
-            if run_id not in present:
-                log.warning("run %s: queued with no message in queue %s, sent again", run_id, queue)
-                enqueue(run_id, queue)
+        present = pending_messages(queue)
+        for run_id, node in expected:
+            if (run_id, node) not in present:
+                log.warning("run %s: node %s waits with no message in queue %s, sent again",
+                            run_id, node, queue)
+                enqueue(run_id, queue, node=node)
                 count += 1
     return count
 
@@ -194,7 +238,8 @@ def _admission_lock(session) -> None:
 
 
 def submit(*, lab: str, params: dict[str, Any], learner_id: int | None, machine: dict[str, Any],
-           session_runs: list[int] | tuple[int, ...] = (), source: str | None = None) -> int:
+           session_runs: list[int] | tuple[int, ...] = (), source: str | None = None,
+           nodes: int = 1) -> int:
     """Write a queued run (parameters already validated) and put it on its queue; its id.
 
     Refused with :class:`QueueFull` when the learner already has
@@ -203,10 +248,18 @@ def submit(*, lab: str, params: dict[str, Any], learner_id: int | None, machine:
     the ids its browser session submitted, are what it is counted by; and
     with a :class:`LabRequestError` when the queue cannot be reached.
     ``source``: an exercise submission's code (lab ``exercise``), stored
-    with the run for the worker that grades it.
+    with the run for the worker that grades it. ``nodes``: workers (one
+    torchrun each, ``world_size`` ranks on each) the run spans; more than
+    one is refused unless ``lab_max_nodes`` allows it and
+    ``lab_rendezvous_endpoint`` is set, and for exercises.
     """
     settings = get_settings()
     queue = queue_for(params)
+    if nodes != 1:
+        allowed = settings.lab_max_nodes if settings.lab_rendezvous_endpoint else 1
+        if lab == EXERCISE or not 1 <= nodes <= allowed:
+            raise LabRequestError("labs_refused.nodes", max=max(1, allowed))
+        params = {**params, "nodes": nodes}
     with session_scope() as session:
         _admission_lock(session)
         active = LabRun.status.in_(ACTIVE)
@@ -224,7 +277,7 @@ def submit(*, lab: str, params: dict[str, Any], learner_id: int | None, machine:
         session.flush()
         run_id = run.id
     try:
-        enqueue(run_id, queue)
+        _enqueue_nodes(run_id, queue, nodes)
     except Exception as exc:  # noqa: BLE001  (the queue's storage is down: say so, do not crash)
         with session_scope() as session:
             session.exec(update(LabRun).where(LabRun.id == run_id).values(
@@ -232,6 +285,12 @@ def submit(*, lab: str, params: dict[str, Any], learner_id: int | None, machine:
                 error={"kind": "queue_unavailable", "message": repr(exc)}))
         raise LabRequestError("labs_refused.queue_unavailable") from exc
     return run_id
+
+
+def _enqueue_nodes(run_id: int, queue: str, nodes: int) -> None:
+    """One message per node: the run's own (node 0) first, so that it is claimed first."""
+    for node in range(nodes):
+        enqueue(run_id, queue, node=node)
 
 
 def request_cancel(run_id: int) -> bool:
@@ -339,6 +398,21 @@ def reap(*, now=None) -> int:
                 .values(status="failed", finished_at=utcnow(),
                         error={"kind": "worker_lost", "worker": worker,
                                "message": f"no heartbeat from worker {worker} for "
+                                          f"{get_settings().lab_dead_after_s} s"})
+            ).rowcount
+        # A multi-node run also ends when any of its nodes' workers died.
+        stale_nodes = session.exec(
+            select(LabRunNode.run_id, LabRunNode.node, LabRunNode.worker)
+            .join(LabRun, LabRun.id == LabRunNode.run_id)
+            .where(LabRun.status.in_(ACTIVE), LabRunNode.status == "running",
+                   LabRunNode.heartbeat_at < cutoff)
+        ).all()
+        for run_id, node, worker in stale_nodes:
+            count += session.exec(
+                update(LabRun).where(LabRun.id == run_id, LabRun.status.in_(ACTIVE))
+                .values(status="failed", finished_at=utcnow(),
+                        error={"kind": "worker_lost", "worker": worker, "node": node,
+                               "message": f"no heartbeat from worker {worker} (node {node}) for "
                                           f"{get_settings().lab_dead_after_s} s"})
             ).rowcount
     return count
@@ -452,14 +526,32 @@ def command(lab: str, params: dict[str, Any], workdir: Path) -> list[str]:
     return args
 
 
-def torchrun_command(lab: str, params: dict[str, Any], workdir: Path, *, run_id: int) -> list[str]:
-    """A multi-node run (``params["nodes"] > 1``) as each node's worker would start it.
+JOIN_GRACE_S = 15  # torchrun's rendezvous timeout, beyond the worker's own wait for nodes
 
-    Every node runs this same line; torchrun's c10d rendezvous at
-    ``Settings.lab_rendezvous_endpoint`` gathers them under the id of the run.
-    Not exercised by the tests here (one machine): see the README.
+# Each rank of a multi-node run is ``python -m labs`` run by this line, which first
+# asks the kernel to SIGKILL it when its torchrun dies: torchrun starts ranks in
+# sessions of their own, so without this a worker killed with ``kill -9`` (its
+# torchrun dies with it) would leave ranks running against the other nodes.
+RANK_PRELUDE = ("import ctypes, runpy, signal; "
+                "ctypes.CDLL('libc.so.6').prctl(1, signal.SIGKILL); "  # PR_SET_PDEATHSIG
+                "runpy.run_module('labs', run_name='__main__', alter_sys=True)")
+
+
+def torchrun_command(lab: str, params: dict[str, Any], workdir: Path, *, run_id: int) -> list[str]:
+    """One node of a multi-node run (``params["nodes"] > 1``), as its worker starts it.
+
+    Every node runs this same line (only the workdir differs); torchrun's
+    c10d rendezvous at ``Settings.lab_rendezvous_endpoint`` gathers them
+    under the run's id. torchrun gives up a little after ``lab_node_wait_s``,
+    so that the worker's own check (a node never taken: ``nodes_missing``)
+    comes first and names the cause; torchrun's timeout is for nodes that
+    were all taken yet cannot meet (an unreachable endpoint). ``world_size``
+    is ranks per node. The ranks are ``python -m labs LAB ...`` behind
+    :data:`RANK_PRELUDE`; the one that gets global rank 0 writes the events
+    and result.json in its node's workdir.
     """
-    endpoint = get_settings().lab_rendezvous_endpoint
+    settings = get_settings()
+    endpoint = settings.lab_rendezvous_endpoint
     if not endpoint:
         raise ValueError("a multi-node lab needs LAB_RENDEZVOUS_ENDPOINT (host:port)")
     per_node = int(params.get("world_size", 2))
@@ -467,7 +559,8 @@ def torchrun_command(lab: str, params: dict[str, Any], workdir: Path, *, run_id:
     return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(int(params["nodes"])),
             "--nproc-per-node", str(per_node), "--rdzv-backend", "c10d",
             "--rdzv-endpoint", endpoint, "--rdzv-id", f"dpa-run-{run_id}",
-            "-m", "labs", *lab_args]
+            "--rdzv-conf", f"join_timeout={settings.lab_node_wait_s + JOIN_GRACE_S}",
+            "--no-python", sys.executable, "-c", RANK_PRELUDE, *lab_args]
 
 
 def _die_with_worker() -> None:
@@ -477,13 +570,37 @@ def _die_with_worker() -> None:
 
 
 def _claim(run_id: int, me: str) -> LabRun | None:
+    """Take a run (queued -> running); a multi-node run's node 0 is taken with it."""
     now = utcnow()
     with session_scope() as session:
         claimed = session.exec(
             update(LabRun).where(LabRun.id == run_id, LabRun.status == "queued")
             .values(status="running", worker=me, started_at=now, heartbeat_at=now)
         ).rowcount
-        return session.get(LabRun, run_id) if claimed else None
+        run = session.get(LabRun, run_id) if claimed else None
+        if run is not None and nodes_of(run.params) > 1:
+            session.add(LabRunNode(run_id=run_id, node=0, worker=me, heartbeat_at=now))
+        return run
+
+
+def _join(run_id: int, node: int, me: str) -> LabRun | None:
+    """Take node ``node`` > 0 of a multi-node run; None when it is taken, or the run is over.
+
+    One conditional INSERT (the row's primary key is (run, node)), so of two
+    workers holding copies of one node's message exactly one runs it. The
+    run may still be queued: its node 0 is claimed by whichever worker takes
+    that message, and torchrun's rendezvous waits for it.
+    """
+    with session_scope() as session:
+        run = session.get(LabRun, run_id)
+        if run is None or run.status not in ACTIVE or run.cancel_requested \
+                or not 0 < node < nodes_of(run.params):
+            return None
+        dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+        taken = session.exec(dialect.insert(LabRunNode.__table__).values(
+            run_id=run_id, node=node, worker=me, heartbeat_at=utcnow(), status="running",
+        ).on_conflict_do_nothing(index_elements=["run_id", "node"])).rowcount
+        return run if taken else None
 
 
 def _beat(run_id: int, me: str, progress: dict[str, Any] | None) -> tuple[bool, bool]:
@@ -498,6 +615,77 @@ def _beat(run_id: int, me: str, progress: dict[str, Any] | None) -> tuple[bool, 
         ).rowcount
         cancel = session.exec(select(LabRun.cancel_requested).where(LabRun.id == run_id)).one()
     return bool(ours), bool(cancel)
+
+
+def _beat_node(run_id: int, node: int, me: str, progress: dict[str, Any] | None) -> tuple[bool, bool]:
+    """A node's heartbeat (node 0 beats the run's row too); (still going, cancel requested).
+
+    Not going any more when another node or the reaper has ended the run:
+    the node then stops its torchrun, as for a cancel.
+    """
+    now = utcnow()
+    with session_scope() as session:
+        ours = session.exec(
+            update(LabRunNode).where(LabRunNode.run_id == run_id, LabRunNode.node == node,
+                                     LabRunNode.worker == me, LabRunNode.status == "running")
+            .values(heartbeat_at=now)
+        ).rowcount
+        if node == 0:
+            session.exec(update(LabRun).where(LabRun.id == run_id, LabRun.status == "running",
+                                              LabRun.worker == me).values(heartbeat_at=now))
+        if progress is not None:  # from the node whose ranks include global rank 0
+            session.exec(update(LabRun).where(LabRun.id == run_id, LabRun.status == "running")
+                         .values(progress=progress))
+        status, cancel = session.exec(
+            select(LabRun.status, LabRun.cancel_requested).where(LabRun.id == run_id)).one()
+    return bool(ours) and status in ACTIVE, bool(cancel)
+
+
+def _end_node(run_id: int, node: int, me: str, status: str, *, error: dict[str, Any] | None = None,
+              result: dict[str, Any] | None = None, progress: dict[str, Any] | None = None) -> None:
+    """Record how one node ended, and the run's end when this settles it.
+
+    A node that failed (or was cancelled) ends the run at once, unless it has
+    ended already; the first failure is the reason kept. A node that ended
+    well records the result if it has it (rank 0 was there), and the last
+    node to end well makes the run done. The no-op UPDATE of the run comes
+    first: it takes the run's row lock (PostgreSQL) or the database's write
+    lock (SQLite), so two nodes ending at once are counted one after the other.
+    """
+    now = utcnow()
+    active = LabRun.status.in_(ACTIVE)
+    with session_scope() as session:
+        session.exec(update(LabRun).where(LabRun.id == run_id)
+                     .values(cancel_requested=LabRun.cancel_requested))
+        session.exec(update(LabRunNode).where(LabRunNode.run_id == run_id, LabRunNode.node == node,
+                                              LabRunNode.worker == me)
+                     .values(status=status, heartbeat_at=now))
+        if status != "done":
+            session.exec(update(LabRun).where(LabRun.id == run_id, active)
+                         .values(status=status, finished_at=now, error=error))
+            return
+        if result is not None:
+            session.exec(update(LabRun).where(LabRun.id == run_id, active)
+                         .values(result=result, progress=progress))
+        params, stored = session.exec(select(LabRun.params, LabRun.result).where(LabRun.id == run_id)).one()
+        ended_well = session.exec(select(func.count()).select_from(LabRunNode).where(
+            LabRunNode.run_id == run_id, LabRunNode.status == "done")).one()
+        if ended_well < nodes_of(params):
+            return
+        if stored is None:  # every node exited 0, yet rank 0 wrote no result
+            session.exec(update(LabRun).where(LabRun.id == run_id, active).values(
+                status="failed", finished_at=now,
+                error={"kind": "crash", "message": "no node has the result of global rank 0"}))
+        else:
+            session.exec(update(LabRun).where(LabRun.id == run_id, LabRun.status == "running")
+                         .values(status="done", finished_at=now))
+
+
+def _joined(run_id: int) -> int:
+    """Nodes of a run that some worker has taken."""
+    with session_scope() as session:
+        return session.exec(select(func.count()).select_from(LabRunNode)
+                            .where(LabRunNode.run_id == run_id)).one()
 
 
 def _finish(run_id: int, me: str, *, passed: tuple[int, str] | None = None, **values: Any) -> None:
@@ -531,30 +719,44 @@ def record_exercise_pass(*, session, learner_id: int, exercise: str, run_id: int
     ).on_conflict_do_nothing(index_elements=["learner_id", "exercise"]))
 
 
-def execute(run_id: int) -> None:
-    """The job: claim the run, run its lab to the end, record the outcome, tidy up."""
+def execute(run_id: int, node: int = 0) -> None:
+    """The job: claim the run (or join it as node ``node``), run its lab to the end,
+    record the outcome, tidy up."""
     state = _worker
     if state is None:
         raise RuntimeError("lab jobs run only inside `python -m academy.worker`")
     if state.stopping.is_set():
         # Taken from the queue just as the worker was told to stop: put it back
-        # (the row is still "queued"), so that another worker runs it.
-        enqueue(run_id, _queue_of(run_id))
+        # (the row is still "queued", the node not taken), so that another worker runs it.
+        enqueue(run_id, _queue_of(run_id), node=node)
         return
-    run = _claim(run_id, state.name)
+    run = _claim(run_id, state.name) if node == 0 else _join(run_id, node, state.name)
     if run is None:  # cancelled while queued, or taken already: nothing to do
-        log.info("run %s: not queued any more, skipped", run_id)
+        if node == 0:
+            log.info("run %s: not queued any more, skipped", run_id)
+        else:
+            log.info("run %s: node %s not to be run (taken, or the run is over), skipped", run_id, node)
         return
-    log.info("run %s: claimed by %s", run_id, state.name)
+    multinode = nodes_of(run.params) > 1
+    if node == 0:
+        log.info("run %s: claimed by %s", run_id, state.name)
+    else:
+        log.info("run %s: node %s joined by %s", run_id, node, state.name)
     workdir = Path(tempfile.mkdtemp(prefix=f"run-{run_id}-", dir=state.workroot))
+    at = node if multinode else None
     try:
         if run.queue == "gpu" and state.devices is not None:
             with state.devices.hold() as devices:
-                _run_lab(run, state, workdir, {"CUDA_VISIBLE_DEVICES": ",".join(map(str, devices))})
+                _run_lab(run, state, workdir, {"CUDA_VISIBLE_DEVICES": ",".join(map(str, devices))},
+                         node=at)
         else:
-            _run_lab(run, state, workdir, {})
+            _run_lab(run, state, workdir, {}, node=at)
     except Exception as exc:  # noqa: BLE001  (never leave a run "running" behind)
-        _finish(run_id, state.name, status="failed", error={"kind": "crash", "message": repr(exc)})
+        error = {"kind": "crash", "message": repr(exc)}
+        if multinode:
+            _end_node(run_id, node, state.name, "failed", error={**error, "node": node})
+        else:
+            _finish(run_id, state.name, status="failed", error=error)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         log.info("run %s: ended", run_id)
@@ -605,7 +807,9 @@ def _kill(proc: subprocess.Popen) -> None:
             continue
 
 
-def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str, str]) -> None:
+def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str, str],
+             *, node: int | None = None) -> None:
+    """Run the lab (``node``: this worker's node of a multi-node run) and record how it ended."""
     settings = get_settings()
     # Settings' limits go to the CLI in the variables it reads (they may have come from .env).
     env = {**os.environ, **settings.lab_limits.environ(), "OMP_NUM_THREADS": "1",
@@ -618,17 +822,26 @@ def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str
     started = time.monotonic()
     stopped_by: str | None = None
     tail = _Tail(workdir / "events.jsonl")
+    nodes, joined = nodes_of(run.params), False
+    argv = command(run.lab, run.params, workdir) if node is None \
+        else torchrun_command(run.lab, run.params, workdir, run_id=run.id)
     with open(workdir / "output.log", "w") as log:
         proc = subprocess.Popen(
-            command(run.lab, run.params, workdir), cwd=ROOT, env=env, stdout=log,
+            argv, cwd=ROOT, env=env, stdout=log,
             stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_worker,
         )
         state.running[run.id] = proc.pid
         try:
-            # The CLI bounds itself; the limit here is the backstop if even that hangs.
-            limit = settings.lab_timeout_s + 30
+            # The CLI bounds itself; the limit here is the backstop if even that hangs
+            # (a node may first wait that long for its peers at the rendezvous).
+            limit = settings.lab_timeout_s + 30 + (settings.lab_node_wait_s if node is not None else 0)
             while proc.poll() is None:
-                ours, cancel = _beat(run.id, state.name, tail.latest())
+                ours, cancel = _beat(run.id, state.name, tail.latest()) if node is None \
+                    else _beat_node(run.id, node, state.name, tail.latest())
+                if node is not None and not joined \
+                        and time.monotonic() - started > settings.lab_node_wait_s:
+                    joined = _joined(run.id) >= nodes  # once all are taken, no need to ask again
+                    stopped_by = None if joined else "nodes_missing"
                 if cancel:
                     stopped_by = "cancelled"
                 elif not ours:
@@ -649,6 +862,10 @@ def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str
     tail.latest()  # the last events, written just before the CLI exited
     result = _read_json(workdir / "result.json")
     output = (workdir / "output.log").read_text(errors="replace")[-4000:]
+    if node is not None:
+        _end_lab_node(run, node, state.name, stopped_by=stopped_by, code=proc.returncode,
+                      result=result, progress=tail.last, output=output)
+        return
     if stopped_by == "cancelled":
         _finish(run.id, state.name, status="cancelled", error={"kind": "cancelled"})
     elif stopped_by in ("worker_stopped", "timeout"):
@@ -670,6 +887,38 @@ def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str
             "exit_code": proc.returncode,
         }
         _finish(run.id, state.name, status="failed", error=error, result=result)
+
+
+def _end_lab_node(run: LabRun, node: int, me: str, *, stopped_by: str | None, code: int | None,
+                  result: dict[str, Any] | None, progress: dict[str, Any] | None, output: str) -> None:
+    """How one node's torchrun ended, in the terms of :func:`_end_node`."""
+    if stopped_by == "cancelled":
+        _end_node(run.id, node, me, "cancelled", error={"kind": "cancelled"})
+        return
+    where = {"node": node, "worker": me}
+    if stopped_by == "lost":  # the run has ended already (another node failed, or the reaper)
+        _end_node(run.id, node, me, "failed", error={"kind": "lost", **where})
+    elif stopped_by == "nodes_missing":
+        wait = get_settings().lab_node_wait_s
+        _end_node(run.id, node, me, "failed", error={
+            "kind": "nodes_missing", **where,
+            "message": f"{_joined(run.id)} of {nodes_of(run.params)} nodes taken by a worker within {wait} s"})
+    elif stopped_by:
+        _end_node(run.id, node, me, "failed",
+                  error={"kind": stopped_by, **where, "message": output.strip()[-500:]})
+    elif code == 0:
+        ok = result is not None and not result.get("error")
+        _end_node(run.id, node, me, "done", result=result if ok else None, progress=progress)
+    else:
+        error = (result or {}).get("error") or {"kind": "crash", "message": _last_line(output),
+                                                "exit_code": code}
+        _end_node(run.id, node, me, "failed", error={**error, **where})
+
+
+def _last_line(output: str) -> str:
+    """The last line that says something (torchrun ends its report with a rule of '=')."""
+    lines = [line for line in output.strip().splitlines() if line.strip(" =-")]
+    return lines[-1] if lines else ""
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

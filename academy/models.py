@@ -103,6 +103,23 @@ class LabRun(SQLModel, table=True):
     source: str | None = Field(default=None, max_length=EXERCISE_SOURCE_MAX)
 
 
+class LabRunNode(SQLModel, table=True):
+    """One node of a multi-node lab run (``params["nodes"] > 1``): the worker running it.
+
+    A row, not JSON on the run, because each node's worker writes its own
+    heartbeat twice a second and must not overwrite its peers' (a JSON column
+    is read, changed and written whole); and because the primary key makes
+    taking a node one conditional INSERT, so a node never runs twice.
+    """
+
+    run_id: int = Field(foreign_key="labrun.id", primary_key=True)
+    node: int = Field(primary_key=True)
+    worker: str = Field(max_length=128)
+    heartbeat_at: datetime = Field(default_factory=utcnow)
+    # running | done | failed | cancelled
+    status: str = Field(default="running", max_length=16)
+
+
 class ExerciseDraft(SQLModel, table=True):
     """A learner's code for one exercise as last saved (Run or Save), and how many hints they opened.
 

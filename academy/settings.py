@@ -69,9 +69,14 @@ class Settings(BaseSettings):
     # A run queued this long with no message left in its queue (Redis flushed,
     # a worker killed between taking the message and claiming the run) is sent again.
     lab_requeue_after_s: int = 30
-    # Multi-node labs: the torchrun rendezvous endpoint (host:port) that every
-    # node's worker passes as --rdzv-endpoint. Documented, not tested here.
+    # Multi-node labs: the most nodes (workers, one torchrun each) a run may ask
+    # for; 1 turns multi-node runs off. A run of N nodes also needs the torchrun
+    # rendezvous endpoint (host:port) that every node's worker passes as
+    # --rdzv-endpoint, and fails with kind ``nodes_missing`` when its nodes have
+    # not all been taken by workers within ``lab_node_wait_s``.
+    lab_max_nodes: int = 1
     lab_rendezvous_endpoint: str = ""
+    lab_node_wait_s: int = 60
     # Coding exercises (issue #16): how the worker runs learners' code, passed to
     # the grading command as EXERCISE_SANDBOX. "bwrap" (the default) refuses to
     # grade where bubblewrap cannot start; "none" runs the code unconfined and is

@@ -13,6 +13,10 @@ group under this process, so the web servers never start a rank. SIGTERM or
 Ctrl-C stops the worker: labs still going are stopped and recorded as failed
 (kind ``worker_stopped``). A worker that dies without that chance takes its
 labs with it, and the reaper fails its runs once their heartbeat is stale.
+
+A node of a multi-node run (LAB_MAX_NODES > 1) is a job like any other: the
+worker that takes it starts that node's torchrun, whose rendezvous at
+LAB_RENDEZVOUS_ENDPOINT meets the other nodes' (see academy/labqueue.py).
 """
 
 from __future__ import annotations

@@ -95,16 +95,19 @@ def _refusal(err: ParamError, offer: dict[str, tuple[type, Spec]]) -> LabRequest
 
 
 def submit(*, lab: str, params: dict[str, Any], learner_id: int | None, machine: dict[str, Any],
-           session_runs: list[int] | tuple[int, ...] = ()) -> int:
+           session_runs: list[int] | tuple[int, ...] = (), nodes: int = 1) -> int:
     """Queue a lab run; returns its LabRun id.
 
-    Refused with a :class:`LabRequestError` when the parameters are not
-    allowed, by fair use (:func:`academy.labqueue.submit`: the learner's own
-    limit, or the queue's), or when the queue cannot be reached.
+    ``nodes``: workers the run spans, ``world_size`` ranks on each (the Labs
+    form does not offer it; callers of this function may). Refused with a
+    :class:`LabRequestError` when the parameters are not allowed, when more
+    nodes are asked for than ``Settings.lab_max_nodes`` allows (or no
+    rendezvous endpoint is set), by fair use (:func:`academy.labqueue.submit`:
+    the learner's own limit, or the queue's), or when the queue cannot be reached.
     """
     clean = validate(lab, params)
     return labqueue.submit(lab=lab, params=clean, learner_id=learner_id, machine=machine,
-                           session_runs=session_runs)
+                           session_runs=session_runs, nodes=nodes)
 
 
 def progress(run_id: int) -> dict[str, Any] | None:

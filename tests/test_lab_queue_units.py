@@ -105,8 +105,192 @@ def test_a_multi_node_run_is_one_torchrun_line_per_node(tmp_path, monkeypatch):
     line = " ".join(args)
     assert "-m torch.distributed.run --nnodes 2 --nproc-per-node 4" in line
     assert "--rdzv-backend c10d --rdzv-endpoint head:29500 --rdzv-id dpa-run-7" in line
-    assert line.split(" -m ")[-1].startswith("labs ring")
+    assert f"--rdzv-conf join_timeout={get_settings().lab_node_wait_s + labqueue.JOIN_GRACE_S}" in line
+    # Each rank: python -c PRELUDE ring ... (the prelude runs `python -m labs` once it
+    # has asked to die with its torchrun).
+    prelude = args.index(labqueue.RANK_PRELUDE)
+    assert args[prelude - 3:prelude] == ["--no-python", args[0], "-c"] and args[prelude + 1] == "ring"
+    assert "runpy.run_module('labs'" in labqueue.RANK_PRELUDE
     assert "--world-size" not in args and "--nodes" not in args and "--size" in args
+
+
+# --------------------------------------------------------------------------
+# Multi-node runs: asking for nodes, taking a node, ending a run node by node
+
+
+@pytest.fixture
+def nodes_on(request, monkeypatch):
+    """Multi-node runs allowed (two nodes, an endpoint) for the test's process."""
+    from academy.settings import get_settings
+
+    request.getfixturevalue("app_db")
+
+    monkeypatch.setenv("LAB_MAX_NODES", "2")
+    monkeypatch.setenv("LAB_RENDEZVOUS_ENDPOINT", "127.0.0.1:29400")
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+def two_node_run(status: str = "queued", **values) -> int:
+    with session_scope() as s:
+        run = LabRun(lab="ring", params={"world_size": 1, "nodes": 2}, status=status, **values)
+        s.add(run)
+        s.flush()
+        return run.id
+
+
+def node_rows(run_id: int) -> list[tuple[int, str, str]]:
+    from sqlmodel import select
+
+    from academy.models import LabRunNode
+
+    with session_scope() as s:
+        return [(r.node, r.worker, r.status) for r in s.exec(
+            select(LabRunNode).where(LabRunNode.run_id == run_id).order_by(LabRunNode.node))]
+
+
+def stored(run_id: int) -> LabRun:
+    with session_scope() as s:
+        return s.get(LabRun, run_id)
+
+
+@pytest.mark.usefixtures("app_db")
+def test_more_than_one_node_is_refused_in_the_learners_language_unless_allowed(monkeypatch):
+    from academy.settings import get_settings
+    from app import labjobs
+
+    def ask(nodes: int, lab: str = "ring") -> tuple[str, dict]:
+        params = {"world_size": 2} if lab == "ring" else {"exercise": "x"}
+        with pytest.raises(labjobs.LabRequestError) as err:
+            if lab == "ring":
+                labjobs.submit(lab=lab, params=params, learner_id=None, machine={}, nodes=nodes)
+            else:
+                labqueue.submit(lab=lab, params=params, learner_id=None, machine={}, nodes=nodes)
+        return err.value.key, err.value.values
+
+    assert ask(2) == ("labs_refused.nodes", {"max": 1}), "off by default"
+    monkeypatch.setenv("LAB_MAX_NODES", "2")
+    get_settings.cache_clear()
+    assert ask(2) == ("labs_refused.nodes", {"max": 1}), "no rendezvous endpoint: still off"
+    monkeypatch.setenv("LAB_RENDEZVOUS_ENDPOINT", "127.0.0.1:29400")
+    get_settings.cache_clear()
+    assert ask(3) == ("labs_refused.nodes", {"max": 2})
+    assert ask(0) == ("labs_refused.nodes", {"max": 2})
+    assert ask(2, lab="exercise") == ("labs_refused.nodes", {"max": 2})
+    for lang in ("en", "zh", "nl"):
+        assert "2" in i18n.t("labs_refused.nodes", lang, max=2)
+    run_id = labjobs.submit(lab="ring", params={"world_size": 2}, learner_id=None, machine={}, nodes=2)
+    assert stored(run_id).params["nodes"] == 2 and stored(run_id).params["world_size"] == 2
+    assert labqueue.pending_messages("cpu") == {(run_id, 0), (run_id, 1)}, "one message per node"
+    single = labjobs.submit(lab="ring", params={"world_size": 2}, learner_id=None, machine={})
+    assert "nodes" not in stored(single).params
+    assert (single, 0) in labqueue.pending_messages("cpu")
+    get_settings.cache_clear()
+
+
+@pytest.mark.usefixtures("nodes_on")
+def test_a_node_is_taken_by_one_worker_only():
+    run_id = two_node_run()
+    got = []
+
+    def join(name: str) -> None:
+        got.append((name, labqueue._join(run_id, 1, name)))
+
+    threads = [threading.Thread(target=join, args=(f"w:{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    winners = [name for name, run in got if run is not None]
+    assert len(got) == 4 and len(winners) == 1, got
+    assert node_rows(run_id) == [(1, winners[0], "running")]
+    assert stored(run_id).status == "queued", "node 1 joins; only node 0 claims the run"
+    assert labqueue._join(run_id, 0, "w:9") is None, "node 0 is taken by claiming the run"
+    assert labqueue._join(run_id, 2, "w:9") is None, "a run of two nodes has no node 2"
+    assert labqueue._claim(run_id, "w:0") is not None
+    assert labqueue._claim(run_id, "w:8") is None
+    assert node_rows(run_id) == [(0, "w:0", "running"), (1, winners[0], "running")]
+    assert stored(run_id).status == "running" and stored(run_id).worker == "w:0"
+
+    cancelled = two_node_run()
+    assert labqueue.request_cancel(cancelled)
+    assert labqueue._join(cancelled, 1, "w:1") is None, "a cancelled run takes no node"
+
+
+@pytest.mark.usefixtures("nodes_on")
+def test_the_run_is_done_when_every_node_ended_well_and_keeps_rank_0s_result():
+    run_id = two_node_run()
+    labqueue._claim(run_id, "w:0")
+    labqueue._join(run_id, 1, "w:1")
+    # Node 1 ends first, without the result (rank 0 was on node 0): still running.
+    labqueue._end_node(run_id, 1, "w:1", "done")
+    assert stored(run_id).status == "running"
+    assert labqueue._beat_node(run_id, 0, "w:0", {"phase": "x"}) == (True, False)
+    labqueue._end_node(run_id, 0, "w:0", "done", result={"world_size": 2}, progress={"phase": "end"})
+    done = stored(run_id)
+    assert (done.status, done.result, done.progress) == ("done", {"world_size": 2}, {"phase": "end"})
+    assert [status for _n, _w, status in node_rows(run_id)] == ["done", "done"]
+
+    lost = two_node_run()  # every node exited 0, yet no result: not "done"
+    labqueue._claim(lost, "w:0")
+    labqueue._join(lost, 1, "w:1")
+    labqueue._end_node(lost, 0, "w:0", "done")
+    labqueue._end_node(lost, 1, "w:1", "done")
+    assert stored(lost).status == "failed" and stored(lost).error["kind"] == "crash"
+
+
+@pytest.mark.usefixtures("nodes_on")
+def test_the_first_node_to_fail_fails_the_run_and_the_others_hear_of_it():
+    run_id = two_node_run()
+    labqueue._claim(run_id, "w:0")
+    labqueue._join(run_id, 1, "w:1")
+    why = {"kind": "crash", "node": 1, "worker": "w:1", "message": "boom"}
+    labqueue._end_node(run_id, 1, "w:1", "failed", error=why)
+    assert stored(run_id).status == "failed" and stored(run_id).error == why
+    assert labqueue._beat_node(run_id, 0, "w:0", None) == (False, False), "node 0 stops"
+    labqueue._end_node(run_id, 0, "w:0", "failed", error={"kind": "lost", "node": 0})
+    assert stored(run_id).error == why, "the first reason is kept"
+
+    cancelled = two_node_run()
+    labqueue._claim(cancelled, "w:0")
+    labqueue._join(cancelled, 1, "w:1")
+    assert labqueue.request_cancel(cancelled)
+    assert labqueue._beat_node(cancelled, 1, "w:1", None) == (True, True), "every node reads the flag"
+
+
+@pytest.mark.usefixtures("nodes_on")
+def test_the_reaper_fails_a_run_one_of_whose_nodes_stopped_beating():
+    from sqlalchemy import update
+
+    from academy.models import LabRunNode
+    from academy.settings import get_settings
+
+    run_id = two_node_run()
+    labqueue._claim(run_id, "w:0")
+    labqueue._join(run_id, 1, "w:1")
+    assert labqueue.reap() == 0
+    old = utcnow() - timedelta(seconds=get_settings().lab_dead_after_s + 5)
+    with session_scope() as s:
+        s.exec(update(LabRunNode).where(LabRunNode.run_id == run_id, LabRunNode.node == 1)
+               .values(heartbeat_at=old))
+    assert labqueue.reap() == 1
+    assert labqueue.reap() == 0, "reaping twice changes nothing"
+    error = stored(run_id).error
+    assert stored(run_id).status == "failed"
+    assert (error["kind"], error["node"], error["worker"]) == ("worker_lost", 1, "w:1")
+
+
+@pytest.mark.usefixtures("nodes_on")
+def test_requeue_lost_sends_again_only_the_nodes_nobody_took():
+    old = utcnow() - timedelta(minutes=5)
+    waiting = two_node_run(created_at=old)
+    labqueue._join(waiting, 1, "w:1")  # node 1 taken, node 0's message lost
+    running = two_node_run(created_at=old)
+    labqueue._claim(running, "w:0")  # node 0 claimed, node 1's message lost
+    assert labqueue.requeue_lost(["cpu"]) == 2
+    assert labqueue.pending_messages("cpu") == {(waiting, 0), (running, 1)}
+    assert labqueue.requeue_lost(["cpu"]) == 0, "a message waits for each: nothing sent twice"
 
 
 def test_the_progress_tail_reads_only_whole_new_lines(tmp_path: Path):
@@ -147,6 +331,33 @@ def test_migration_0006_goes_down_and_up_again(engine):
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
     assert added <= state()[0] and state()[1] is True
+
+
+def test_migration_0008_goes_down_and_up_again(engine):
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import inspect
+
+    from academy.settings import ROOT
+
+    def columns():
+        found = inspect(engine)
+        if "labrunnode" not in found.get_table_names():
+            return None
+        return {c["name"] for c in found.get_columns("labrunnode")}, found.get_pk_constraint("labrunnode")
+
+    assert columns() == ({"run_id", "node", "worker", "heartbeat_at", "status"},
+                         {"constrained_columns": ["run_id", "node"], "name": None})
+    cfg = Config(str(ROOT / "alembic.ini"))
+    cfg.set_main_option("script_location", str(ROOT / "academy" / "migrations"))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0007")
+    assert columns() is None
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+    assert columns() is not None
 
 
 @pytest.mark.usefixtures("app_db")
