@@ -21,6 +21,11 @@ under the guard's open check was a race the guard lost). Threads stay
 possible: gloo and torch need them, and a thread is ``clone`` with
 ``CLONE_THREAD`` (``clone3`` fails with ENOSYS, which makes glibc fall back to
 ``clone``). A filter cannot be removed, and is inherited by every thread.
+
+A second filter (`sealed_program`), stacked once the rank's group is up and
+its cases prepared, leaves the rank no way to another rank but the sockets
+it holds, whose bytes the harness counts in the kernel (``wire.py``): see
+`SEALED_REFUSED`. Filters stack: a call runs only if every filter allows it.
 """
 
 from __future__ import annotations

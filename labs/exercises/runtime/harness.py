@@ -19,13 +19,20 @@ itself non-dumpable, so that no rank (same uid) can read its memory,
 environment or fds through ``/proc`` or overwrite what it will report;
 each rank keeps only its own group of the plan and, before the learner's
 file is imported, installs a seccomp filter (``bpf.rank_program``) that
-refuses new processes and links, the routes past the guard's audit hook.
+refuses new processes and links, the routes past the guard's audit hook;
+once its cases are prepared, it tells this process which sockets it holds
+and stacks a second filter (``bpf.sealed_program``) that leaves those
+sockets as its only way to the other ranks. Right before each case and
+right after every rank replied, this process reads the kernel's TCP
+counters of those sockets (``wire.py``): the bytes each rank really sent
+and received, which the learner's code cannot set, go in the case event.
 
 This process prints one JSON object per line on stdout, the protocol the
 grader reads: ``{"event": "start"|"case"|"error"|"done", ...}``. The ranks'
-own stdout and stderr (the learner's prints) go to a file per rank in the
-tmp folder, of which each case event carries the first bytes; the ranks
-talk to this process over their own pipes, never over stdout.
+own stdout and stderr (the learner's prints) go to a file per rank, unlinked
+as soon as it is made (a name in the shared tmp folder would let one rank
+read what another printed), of which each case event carries the first
+bytes; the ranks talk to this process over their own pipes, never over stdout.
 
 A case ends when every rank has returned, when one has raised (the others
 get a moment to finish or raise too), or at ``case_timeout_s``: then the
