@@ -170,16 +170,30 @@ api.sent = api.received = tensor.numel() * tensor.element_size()
     assert report["status"] == "failed"
 
 
-def test_killing_the_harness_by_a_route_the_guard_misses_says_it_was_the_code():
-    """``os.kill`` is refused, but a pidfd signal raises no audit event: the harness dies.
-    That is contained (the sandbox ends, nothing else is touched), and the report must not
-    tell the learner it was our failure ("not your fault") when their code did it."""
+def test_a_pidfd_signal_to_the_harness_is_refused_by_the_kernel():
+    """``os.kill`` is refused by the guard, but a pidfd signal raises no audit event: it
+    killed the harness. The rank's second seccomp filter refuses ``pidfd_open`` (and
+    ``kill`` of any process but the rank itself) now, so the case just crashes."""
     body = """
 import os
 import signal
 signal.pidfd_send_signal(os.pidfd_open(os.getppid()), signal.SIGKILL)
 """
-    report = _grade(body)
+    finding = _finding(_grade(body))
+    assert finding["key"] == "crash", finding
+    assert "not permitted" in finding["values"]["message"], finding
+
+
+def test_a_harness_killed_by_a_signal_says_it_was_the_code(monkeypatch):
+    """Should a route to kill the harness remain, the sandbox ends (contained) and the
+    report must not tell the learner it was our failure ("not your fault"): inside the
+    sandbox only their code runs beside the harness."""
+    def killed(_module, _args, *, mode, **_options):
+        return sandbox.Outcome(returncode=-9, stdout=b"", stderr=b"", duration_s=0.1, mode=mode)
+
+    monkeypatch.setattr(sandbox, "check_available", lambda _mode=None: None)
+    monkeypatch.setattr(sandbox, "run_python", killed)
+    report = grade("ring-allreduce", HEADER + "    return tensor\n", case_ids=CASES["ring-allreduce"])
     assert report["status"] == "error"
     assert report["error"]["key"] == "harness_killed", report["error"]
     assert report["error"]["values"] == {"signal": 9}
