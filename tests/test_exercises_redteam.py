@@ -518,6 +518,10 @@ def test_the_sealed_filter_decides_each_call_as_documented():
                 writing = list(read)
                 writing[k] |= flag
                 assert decide(name, *writing) == eperm, (machine, name, flag)
+        for cmd in (6, 7, 37, 38):  # F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW
+            assert decide("fcntl", 3, cmd) == eperm, cmd
+        for cmd in (1, 2, 3, 4, 5, 36, 1030):  # F_GETFD ... F_GETLK, F_OFD_GETLK, F_DUPFD_CLOEXEC
+            assert decide("fcntl", 3, cmd) == ("allow", 0), cmd
         assert decide("kill", pid, 9) == ("allow", 0)
         assert decide("tgkill", pid, pid + 3, 6) == ("allow", 0)  # raise(): a thread of this process
         for target in (pid + 1, 0, 1, 0xFFFFFFFF, (-pid) & 0xFFFFFFFF):  # another rank, its group, all

@@ -58,7 +58,8 @@ NUMBERS = {
                "truncate": 76, "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190,
                "removexattr": 197, "lremovexattr": 198, "fremovexattr": 199, "setpriority": 141,
                "ioprio_set": 251, "prlimit64": 302, "sched_setaffinity": 203,
-               "sched_setscheduler": 144, "sched_setparam": 142, "sched_setattr": 314},
+               "sched_setscheduler": 144, "sched_setparam": 142, "sched_setattr": 314,
+               "flock": 73, "fcntl": 72},
     "aarch64": {"unshare": 97, "setns": 268, "ptrace": 117, "keyctl": 219, "add_key": 217,
                 "request_key": 218, "bpf": 280, "perf_event_open": 241, "userfaultfd": 282,
                 "mount": 40, "umount2": 39, "pivot_root": 41, "kexec_load": 104,
@@ -74,7 +75,8 @@ NUMBERS = {
                 "fchownat": 54, "utimensat": 88, "truncate": 45, "setxattr": 5, "lsetxattr": 6,
                 "fsetxattr": 7, "removexattr": 14, "lremovexattr": 15, "fremovexattr": 16,
                 "setpriority": 140, "ioprio_set": 30, "prlimit64": 261, "sched_setaffinity": 122,
-                "sched_setscheduler": 119, "sched_setparam": 118, "sched_setattr": 274},
+                "sched_setscheduler": 119, "sched_setparam": 118, "sched_setattr": 274,
+                "flock": 32, "fcntl": 25},
 }
 # The same numbers on every machine (io_uring, the new mount API, pidfd_getfd, clone3).
 COMMON = {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
@@ -157,11 +159,14 @@ SEALED_REFUSED = (
     "chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat",
     "utime", "utimes", "utimensat", "futimesat", "truncate", "setxattr", "lsetxattr", "fsetxattr",
     "setxattrat", "removexattr", "lremovexattr", "fremovexattr", "removexattrat",
-    "setpriority", "ioprio_set",
+    "setpriority", "ioprio_set", "flock",
 )
 # open and openat: refused when the flags (which argument) ask to write, create or truncate.
 SEALED_OPENS = {"open": 1, "openat": 2}
 O_WRITING = 0o1 | 0o2 | 0o100 | 0o1000 | 0o2000  # O_WRONLY|O_RDWR|O_CREAT|O_TRUNC|O_APPEND
+# fcntl: refused for the commands that take a lock (F_SETLK, F_SETLKW, F_OFD_SETLK,
+# F_OFD_SETLKW): a lock on a file every rank can open for reading is a bit between them.
+SEALED_COMMANDS = {"fcntl": (1, (6, 7, 37, 38))}
 # Calls aimed at a process (the argument that names it): only the rank itself (or 0, "me",
 # where the call reads it so). Another rank's limits, affinity or scheduling can be set and
 # read back, and a signal is a bit: each would be a channel between ranks.
@@ -177,7 +182,7 @@ def arg(k: int) -> int:
 
 def sealed_program(pid: int, machine: str | None = None) -> bytes:
     """A rank's second filter, stacked on `rank_program` before the learner's file is
-    imported: see `SEALED_REFUSED`, `SEALED_OPENS`, `SEALED_OWN`. ``openat2`` fails with
+    imported: see `SEALED_REFUSED`, `SEALED_OPENS`, `SEALED_COMMANDS`, `SEALED_OWN`. ``openat2`` fails with
     ENOSYS (its flags are behind a pointer; glibc falls back to ``openat``). Reading files
     stays possible, and so do threads, gloo's and the store's existing sockets, and
     ``raise`` (``tgkill`` of this process)."""
@@ -189,6 +194,11 @@ def sealed_program(pid: int, machine: str | None = None) -> bytes:
         if name in nrs:
             prog += [(JEQ, 0, 4, nrs[name]), (LD, 0, 0, arg(k)), (JSET, 0, 1, O_WRITING),
                      (RET, 0, 0, fail(errno.EPERM)), (RET, 0, 0, ALLOW)]
+    for name, (k, refused) in SEALED_COMMANDS.items():
+        m = len(refused)
+        prog += [(JEQ, 0, m + 3, nrs[name]), (LD, 0, 0, arg(k))]
+        prog += [(JEQ, m - i, 0, value) for i, value in enumerate(refused)]
+        prog += [(RET, 0, 0, ALLOW), (RET, 0, 0, fail(errno.EPERM))]
     for name, (k, zero_is_self) in SEALED_OWN.items():
         if name not in nrs:
             continue
