@@ -170,16 +170,30 @@ api.sent = api.received = tensor.numel() * tensor.element_size()
     assert report["status"] == "failed"
 
 
-def test_killing_the_harness_by_a_route_the_guard_misses_says_it_was_the_code():
-    """``os.kill`` is refused, but a pidfd signal raises no audit event: the harness dies.
-    That is contained (the sandbox ends, nothing else is touched), and the report must not
-    tell the learner it was our failure ("not your fault") when their code did it."""
+def test_a_pidfd_signal_to_the_harness_is_refused_by_the_kernel():
+    """``os.kill`` is refused by the guard, but a pidfd signal raises no audit event: it
+    killed the harness. The rank's second seccomp filter refuses ``pidfd_open`` (and
+    ``kill`` of any process but the rank itself) now, so the case just crashes."""
     body = """
 import os
 import signal
 signal.pidfd_send_signal(os.pidfd_open(os.getppid()), signal.SIGKILL)
 """
-    report = _grade(body)
+    finding = _finding(_grade(body))
+    assert finding["key"] == "crash", finding
+    assert "not permitted" in finding["values"]["message"], finding
+
+
+def test_a_harness_killed_by_a_signal_says_it_was_the_code(monkeypatch):
+    """Should a route to kill the harness remain, the sandbox ends (contained) and the
+    report must not tell the learner it was our failure ("not your fault"): inside the
+    sandbox only their code runs beside the harness."""
+    def killed(_module, _args, *, mode, **_options):
+        return sandbox.Outcome(returncode=-9, stdout=b"", stderr=b"", duration_s=0.1, mode=mode)
+
+    monkeypatch.setattr(sandbox, "check_available", lambda _mode=None: None)
+    monkeypatch.setattr(sandbox, "run_python", killed)
+    report = grade("ring-allreduce", HEADER + "    return tensor\n", case_ids=CASES["ring-allreduce"])
     assert report["status"] == "error"
     assert report["error"]["key"] == "harness_killed", report["error"]
     assert report["error"]["values"] == {"signal": 9}
@@ -198,18 +212,19 @@ def test_a_reply_the_learner_forged_is_a_finding_not_a_crash_of_the_grader():
     assert "could not be read" in render(report, "en")
 
 
-@pytest.mark.xfail(strict=True, reason="known hole, not fixed: the byte counters live in the learner's own "
-                   "process (api.sent), so a whole-buffer ring that sets them passes; counting outside the "
-                   "rank would not close it while ranks share /tmp and the loopback (see guard.py)")
+# The two cases large enough for the wire rule (ring-allreduce's WIRE_FROM_BYTES).
+WIRE_CASES = {"w3-n1001-float32", "w4-n1027-float32"}
+
+
 def test_a_whole_buffer_ring_that_sets_its_own_byte_counter_does_not_pass():
-    """Pins the hole so that whoever closes it sees this test turn (strict xfail fails then):
-    the sum is right (whole tensors passed around the ring, n-1 times), and one attribute
-    assignment makes the bytes rule see a ring's amount."""
+    """The sum is right (whole tensors passed around the ring, n-1 times), and one attribute
+    assignment makes the api's count a ring's amount; the bytes the harness counts on the
+    rank's sockets, outside the rank, are more than a ring sends."""
     try:
         sandbox.check_available()
     except sandbox.SandboxUnavailable as exc:
         pytest.skip(f"no sandbox here: {exc.reason}")
-    source = '''
+    source = """
 import torch
 import torch.distributed as dist
 
@@ -229,9 +244,117 @@ def ring_allreduce(tensor):
     chunks = [len(c) for c in flat.tensor_split(n)]
     dist.send.__self__.sent = (2 * sum(chunks) - chunks[(r + 1) % n] - chunks[r]) * tensor.element_size()
     return tensor
-'''
-    report = grade("ring-allreduce", source, case_ids={"w3-n7-float32", "w4-n10-float32"})
-    assert report["status"] != "passed"
+"""
+    report = grade("ring-allreduce", source, case_ids=WIRE_CASES)
+    assert report["status"] == "failed", report
+    for case in report["cases"]:
+        failed = [f for f in case["findings"] if not f["passed"]]
+        assert [f["key"] for f in failed] == ["wire_above_ring"], case  # values and api bytes pass
+        values = failed[0]["values"]
+        assert values["sent"] > values["high"] >= values["expected"], values
+    assert "outside your processes" in render(report, "en")
+
+
+# A ring on zeros: exactly a ring's messages (so the api's and the wire's counts are a
+# ring's, with no counter set), and a barrier: when it ends, every rank has published.
+# The sum itself goes another way: PUBLISH and COLLECT, one per side channel below.
+SIDE_CHANNEL = """
+import os
+import socket
+
+import torch
+import torch.distributed as dist
+
+
+def _ring_of_zeros(flat):
+    world, rank = dist.get_world_size(), dist.get_rank()
+    chunks = torch.tensor_split(torch.zeros_like(flat), world)
+    for phase in range(2):
+        for s in range(world - 1):
+            send_c, recv_c = (rank - s + phase) % world, (rank - s - 1 + phase) % world
+            work = dist.isend(chunks[send_c], (rank + 1) % world)
+            dist.recv(chunks[recv_c].clone(), (rank - 1) % world)
+            work.wait()
+
+
+{channel}
+
+
+def ring_allreduce(tensor):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    flat = tensor.view(-1)
+    state = publish(rank, world, flat)
+    _ring_of_zeros(flat)
+    total = flat.clone()
+    for other in range(world):
+        if other != rank:
+            total += collect(other, state, flat)
+    flat.copy_(total)
+    return tensor
+"""
+CHANNELS = {
+    # torch.from_file opens (and with shared=True creates) its file in C++, which no audit
+    # hook sees: one rank writes its numbers through the mapping, the others map them.
+    "a file in the tmp folder": """
+def publish(rank, world, flat):
+    torch.from_file(f"/tmp/side{rank}", shared=True, size=flat.numel(), dtype=flat.dtype).copy_(flat)
+
+
+def collect(other, state, flat):
+    return torch.from_file(f"/tmp/side{other}", shared=False, size=flat.numel(), dtype=flat.dtype)
+""",
+    # UDP on the loopback: not TCP, so not on the sockets whose bytes the harness counts.
+    "a socket of its own": """
+def publish(rank, world, flat):
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 47000 + rank))
+    return {"sock": sock}
+
+
+def collect(other, state, flat):
+    if "got" not in state:  # every rank has bound its socket by now (the ring was a barrier)
+        for peer in range(dist.get_world_size()):
+            if peer != dist.get_rank():
+                state["sock"].sendto(flat.numpy().tobytes(), ("127.0.0.1", 47000 + peer))
+        state["got"] = {}
+        for _ in range(dist.get_world_size() - 1):
+            data, (_, port) = state["sock"].recvfrom(1 << 16)
+            state["got"][port - 47000] = torch.frombuffer(bytearray(data), dtype=flat.dtype)
+    return state["got"][other]
+""",
+    # No file opened at all: the numbers in the names of folders.
+    "names of folders": """
+def publish(rank, world, flat):
+    data = flat.numpy().tobytes().hex()
+    for i in range(0, len(data), 200):
+        os.mkdir(f"/tmp/side{rank}-{i // 200:05d}-{data[i:i + 200]}")
+
+
+def collect(other, state, flat):
+    names = sorted(n for n in os.listdir("/tmp") if n.startswith(f"side{other}-"))
+    data = bytes.fromhex("".join(n.split("-")[2] for n in names))
+    return torch.frombuffer(bytearray(data), dtype=flat.dtype)
+""",
+}
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_a_side_channel_between_ranks_is_refused_by_the_kernel(channel):
+    """The objection to counting on the wire: the ranks share the tmp folder and the
+    loopback, so a ring could send a ring's amount of anything over gloo and pass the real
+    data another way. Each of these does exactly that (without the rank's second seccomp
+    filter each passes: the api's counts and the wire's are a ring's). The filter refuses
+    the file, the socket and the folder with EPERM, so the case crashes."""
+    try:
+        sandbox.check_available()
+    except sandbox.SandboxUnavailable as exc:
+        pytest.skip(f"no sandbox here: {exc.reason}")
+    source = SIDE_CHANNEL.replace("{channel}", CHANNELS[channel])
+    report = grade("ring-allreduce", source, case_ids={"w3-n1001-float32"})
+    finding = _finding(report)
+    assert finding["key"] == "crash", finding
+    text = f'{finding["values"]["exception"]} {finding["values"]["message"]}'
+    assert "not permitted" in text or "cannot be opened" in text, text
 
 
 # --------------------------------------------------------------------------
@@ -341,6 +464,75 @@ def test_the_rank_filter_decides_each_call_as_documented():
         assert decide(nrs["socket"], 2) == ("allow", 0)
         assert decide(nrs["execve"], on=0x40000003) == ("kill", 0)  # another architecture
     assert "fork" not in bpf.numbers("aarch64")  # only clone there, which the filter covers
+
+
+def _decide(program: bytes, arch: int, nr: int, *args: int) -> tuple[str, int]:
+    """What the kernel would do with one call under a classic BPF program, with all six
+    arguments (``tests.test_sandbox.run_filter`` gives the first only)."""
+    import struct
+    data = struct.pack("=iIQ6Q", nr, arch, 0, *(list(args) + [0] * 6)[:6])
+    insns = [struct.unpack("=HBBI", program[i:i + 8]) for i in range(0, len(program), 8)]
+    pc = acc = 0
+    while True:
+        code, jt, jf, k = insns[pc]
+        if code == 0x20:
+            acc = struct.unpack_from("=I", data, k)[0]
+        elif code in (0x15, 0x45):
+            hit = acc == k if code == 0x15 else bool(acc & k)
+            pc += jt if hit else jf
+        elif code == 0x06:
+            return {0x7FFF0000: "allow", 0x80000000: "kill"}.get(k & 0xFFFF0000, "errno"), k & 0xFFFF
+        else:
+            raise AssertionError(f"unknown instruction {code:#x}")
+        pc += 1
+
+
+def test_the_sealed_filter_decides_each_call_as_documented():
+    """The rank's second filter (no kernel needed): no new socket, no file opened to write,
+    no name made, no IPC, and signals and limits only for the rank itself."""
+    import errno
+    import os
+
+    from labs.exercises.runtime import bpf
+
+    eperm, pid = ("errno", errno.EPERM), 4242
+    for machine, arch in bpf.AUDIT_ARCH.items():
+        program, nrs = bpf.sealed_program(pid, machine), bpf.numbers(machine)
+
+        def decide(name, *args, on=arch, program=program, nrs=nrs):
+            return _decide(program, on, nrs[name], *args)
+        for name in bpf.SEALED_REFUSED:
+            if name in nrs:
+                assert decide(name, 2) == eperm, (machine, name)
+        for name in ("socket", "socketpair", "memfd_create", "mkdirat", "renameat2", "shmget", "mq_open",
+                     "pidfd_open", "pidfd_send_signal", "rt_sigqueueinfo", "utimensat", "fsetxattr"):
+            assert decide(name, 1) == eperm, (machine, name)  # present on every machine
+        assert decide("openat2") == ("errno", errno.ENOSYS)
+        for name, k in bpf.SEALED_OPENS.items():
+            if name not in nrs:
+                continue
+            read = [0] * 6
+            read[k] = os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECTORY
+            assert decide(name, *read) == ("allow", 0), (machine, name)
+            for flag in (os.O_WRONLY, os.O_RDWR, os.O_CREAT, os.O_TRUNC, os.O_APPEND):
+                writing = list(read)
+                writing[k] |= flag
+                assert decide(name, *writing) == eperm, (machine, name, flag)
+        for cmd in (6, 7, 37, 38):  # F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW
+            assert decide("fcntl", 3, cmd) == eperm, cmd
+        for cmd in (1, 2, 3, 4, 5, 36, 1030):  # F_GETFD ... F_GETLK, F_OFD_GETLK, F_DUPFD_CLOEXEC
+            assert decide("fcntl", 3, cmd) == ("allow", 0), cmd
+        assert decide("kill", pid, 9) == ("allow", 0)
+        assert decide("tgkill", pid, pid + 3, 6) == ("allow", 0)  # raise(): a thread of this process
+        for target in (pid + 1, 0, 1, 0xFFFFFFFF, (-pid) & 0xFFFFFFFF):  # another rank, its group, all
+            assert decide("kill", target, 9) == eperm, target
+            assert decide("tgkill", target, target, 9) == eperm, target
+        assert decide("tkill", pid + 1, 9) == eperm
+        assert decide("prlimit64", 0, 4) == ("allow", 0) and decide("prlimit64", pid, 4) == ("allow", 0)
+        assert decide("prlimit64", pid + 1, 4) == eperm
+        assert decide("sched_setaffinity", pid - 1) == eperm
+        assert decide("clone", 0x3D0F00) == ("allow", 0)  # not this filter's (the rank filter's)
+        assert decide("openat", on=0x40000003) == ("kill", 0)  # another architecture
 
 
 # --------------------------------------------------------------------------

@@ -114,7 +114,7 @@ def _case_entry(exercise, event: dict) -> tuple[dict, list[dict] | None]:
         try:
             ranks = [{"rank": r["rank"], "expected": r["expected"], "result": r["reply"]["result"],
                       "sent": r["reply"]["sent"], "received": r["reply"]["received"],
-                      "calls": r["reply"]["calls"]} for r in event["ranks"]]
+                      "calls": r["reply"]["calls"], "wire": r.get("wire")} for r in event["ranks"]]
             entry["findings"] = exercise.check(case, ranks)
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             entry["status"] = "failed"

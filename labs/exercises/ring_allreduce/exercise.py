@@ -16,6 +16,24 @@ ranks exactly 2(n-1) x S. A ring that passes whole buffers sends (n-1) x S
 per rank: for n = 2 that is the same (it is then the best one can do) and
 passes, for n = 3 and 4 it fails with ``bytes_whole_buffer``. A result that
 reached a rank some way other than our send/recv counts 0 bytes and fails.
+
+The wire rule. Those counts are kept in the learner's own process, so code
+written to cheat can set them; the harness therefore also counts, outside
+the ranks, the TCP bytes that crossed each rank's sockets (``runtime/wire.py``),
+and no rank has any other way to another (``bpf.sealed_program``). On the
+wire every message carries gloo's framing: measured, 96 bytes per message
+on the sender's socket and 48 back from the receiver's, so a ring's rank
+puts 2(n-1)/n x S + 144 x 2(n-1) bytes on the wire, exactly (2 ranks:
++288, 3: +576, 4: +864 over the payload, for every case above). In the
+small cases that framing is larger than the whole-buffer ring's excess,
+so the wire decides only in the large ones (`WIRE_FROM_BYTES`): every
+rank's wire bytes sent between the payload minus two elements (less: the
+data reached it another way) and the payload plus two elements plus
+`FRAMING_ALLOWANCE` (more: more than a ring sends). The allowance is twice
+the ring's framing plus 512 bytes, room for a ring that sends each chunk
+in two messages; a whole-buffer ring exceeds it by more than a kilobyte
+in both large cases (n = 3, S = 4004: 8296 bytes on the wire against at
+most 7010; n = 4, S = 4108: 12756 against 8410).
 """
 
 from __future__ import annotations
@@ -37,7 +55,16 @@ _CASES = (
     (3, (10,), "float64"), (3, (5,), "int64"), (3, (2, 5), "float32"),
     (4, (1,), "float32"), (4, (3,), "float32"), (4, (10,), "float32"), (4, (16,), "float32"),
     (4, (7,), "float64"), (4, (9,), "int64"), (4, (3, 3), "float32"), (4, (6,), "bfloat16"),
+    # Large enough for the wire rule (see the module's docstring), and not divisible by n.
+    (3, (1001,), "float32"), (4, (1027,), "float32"),
 )
+WIRE_FROM_BYTES = 4000  # the cases from this size on are held to the wire rule too
+FRAMING = 96 + 48  # gloo's bytes per message on the wire: the sender's header, the receiver's notice
+
+
+def framing_allowance(n: int) -> int:
+    """The wire bytes a rank may send beyond the payload: twice a ring's framing, plus 512."""
+    return FRAMING * 4 * (n - 1) + 512
 
 
 def case_id(world: int, shape: tuple, dtype: str) -> str:
@@ -85,11 +112,34 @@ def bytes_check(case: dict, ranks: list[dict]) -> dict:
     return checks.passed("bytes", expected=shown)
 
 
+def wire_check(case: dict, ranks: list[dict]) -> dict:
+    """The bytes each rank's sockets sent, counted by the harness (see the module's docstring)."""
+    n = len(ranks)
+    size = checks.size_bytes(case)
+    elem = size // max(1, len(ranks[0]["expected"]["values"]))
+    payload = 2 * (n - 1) / n * size
+    low, high = int(payload - 2 * elem), int(payload + 2 * elem + framing_allowance(n))
+    shown = round(payload, 1) if payload % 1 else int(payload)
+    unmeasured = checks.wire_unmeasured(ranks)
+    if unmeasured is not None:
+        return unmeasured
+    for r in ranks:
+        sent = r["wire"]["sent"]
+        if sent < low:
+            return checks.failed("wire", "wire_below_ring", rank=r["rank"], sent=sent, expected=shown, low=low)
+        if sent > high:
+            return checks.failed("wire", "wire_above_ring", rank=r["rank"], sent=sent, expected=shown, high=high,
+                                 whole=(n - 1) * size, world_size=n, size=size)
+    return checks.passed("wire", expected=shown, high=high)
+
+
 def check(case: dict, ranks: list[dict]) -> list[dict]:
     findings = checks.shape_and_dtype(case, ranks)
     findings.append(checks.in_place(case, ranks))
     findings.append(checks.values(case, ranks))
     findings.append(bytes_check(case, ranks))
+    if checks.size_bytes(case) >= WIRE_FROM_BYTES:
+        findings.append(wire_check(case, ranks))
     return findings
 
 

@@ -21,6 +21,11 @@ under the guard's open check was a race the guard lost). Threads stay
 possible: gloo and torch need them, and a thread is ``clone`` with
 ``CLONE_THREAD`` (``clone3`` fails with ENOSYS, which makes glibc fall back to
 ``clone``). A filter cannot be removed, and is inherited by every thread.
+
+A second filter (`sealed_program`), stacked once the rank's group is up and
+its cases prepared, leaves the rank no way to another rank but the sockets
+it holds, whose bytes the harness counts in the kernel (``wire.py``): see
+`SEALED_REFUSED`. Filters stack: a call runs only if every filter allows it.
 """
 
 from __future__ import annotations
@@ -42,7 +47,19 @@ NUMBERS = {
                "process_vm_writev": 311, "modify_ldt": 154,
                "clone": 56, "fork": 57, "vfork": 58, "execve": 59, "execveat": 322,
                "link": 86, "symlink": 88, "linkat": 265, "symlinkat": 266,
-               "socket": 41, "socketpair": 53, "seccomp": 317},
+               "socket": 41, "socketpair": 53, "seccomp": 317,
+               "open": 2, "creat": 85, "openat": 257, "memfd_create": 319, "mknod": 133,
+               "mknodat": 259, "shmget": 29, "msgget": 68, "semget": 64, "mq_open": 240,
+               "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297, "kill": 62, "tkill": 200,
+               "tgkill": 234, "mkdir": 83, "mkdirat": 258, "rename": 82, "renameat": 264,
+               "renameat2": 316, "rmdir": 84, "unlink": 87, "unlinkat": 263, "chmod": 90,
+               "fchmod": 91, "fchmodat": 268, "chown": 92, "fchown": 93, "lchown": 94,
+               "fchownat": 260, "utime": 132, "utimes": 235, "utimensat": 280, "futimesat": 261,
+               "truncate": 76, "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190,
+               "removexattr": 197, "lremovexattr": 198, "fremovexattr": 199, "setpriority": 141,
+               "ioprio_set": 251, "prlimit64": 302, "sched_setaffinity": 203,
+               "sched_setscheduler": 144, "sched_setparam": 142, "sched_setattr": 314,
+               "flock": 73, "fcntl": 72},
     "aarch64": {"unshare": 97, "setns": 268, "ptrace": 117, "keyctl": 219, "add_key": 217,
                 "request_key": 218, "bpf": 280, "perf_event_open": 241, "userfaultfd": 282,
                 "mount": 40, "umount2": 39, "pivot_root": 41, "kexec_load": 104,
@@ -50,13 +67,23 @@ NUMBERS = {
                 "open_by_handle_at": 265, "acct": 89, "process_vm_readv": 270,
                 "process_vm_writev": 271,
                 "clone": 220, "execve": 221, "execveat": 281, "linkat": 37, "symlinkat": 36,
-                "socket": 198, "socketpair": 199, "seccomp": 277},
+                "socket": 198, "socketpair": 199, "seccomp": 277,
+                "openat": 56, "memfd_create": 279, "mknodat": 33, "shmget": 194, "msgget": 186,
+                "semget": 190, "mq_open": 180, "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240,
+                "kill": 129, "tkill": 130, "tgkill": 131, "mkdirat": 34, "renameat": 38,
+                "renameat2": 276, "unlinkat": 35, "fchmod": 52, "fchmodat": 53, "fchown": 55,
+                "fchownat": 54, "utimensat": 88, "truncate": 45, "setxattr": 5, "lsetxattr": 6,
+                "fsetxattr": 7, "removexattr": 14, "lremovexattr": 15, "fremovexattr": 16,
+                "setpriority": 140, "ioprio_set": 30, "prlimit64": 261, "sched_setaffinity": 122,
+                "sched_setscheduler": 119, "sched_setparam": 118, "sched_setattr": 274,
+                "flock": 32, "fcntl": 25},
 }
 # The same numbers on every machine (io_uring, the new mount API, pidfd_getfd, clone3).
 COMMON = {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
           "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
           "fsmount": 432, "fspick": 433, "mount_setattr": 442, "pidfd_getfd": 438,
-          "clone3": 435}
+          "clone3": 435, "openat2": 437, "pidfd_open": 434, "pidfd_send_signal": 424,
+          "fchmodat2": 452, "setxattrat": 463, "removexattrat": 466}
 CLONE_NEWUSER = 0x10000000
 CLONE_THREAD = 0x00010000
 
@@ -117,6 +144,69 @@ def rank_program(machine: str | None = None) -> bytes:
              (LD, 0, 0, ARG0),  # clone's flags
              (JSET, 1, 0, CLONE_THREAD), (RET, 0, 0, fail(errno.EPERM)), (RET, 0, 0, ALLOW)]
     return assemble(prog)
+
+
+# What a rank may not call once its group is up and its cases are prepared (the second
+# filter, ``sealed_program``), so that the ranks have no way to each other but the TCP
+# connections whose bytes the harness counts (``wire.py``): no new socket (gloo's and the
+# store's exist by then), nothing shared through the file system (no file opened for
+# writing, no name made, renamed, removed, no mode, owner, time or attribute set: each
+# could carry the data), no System V or POSIX IPC, no memfd, no node, no signal with data.
+SEALED_REFUSED = (
+    "socket", "socketpair", "creat", "memfd_create", "mknod", "mknodat", "shmget", "msgget", "semget",
+    "mq_open", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_open", "pidfd_send_signal",
+    "mkdir", "mkdirat", "rename", "renameat", "renameat2", "rmdir", "unlink", "unlinkat",
+    "chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat",
+    "utime", "utimes", "utimensat", "futimesat", "truncate", "setxattr", "lsetxattr", "fsetxattr",
+    "setxattrat", "removexattr", "lremovexattr", "fremovexattr", "removexattrat",
+    "setpriority", "ioprio_set", "flock",
+)
+# open and openat: refused when the flags (which argument) ask to write, create or truncate.
+SEALED_OPENS = {"open": 1, "openat": 2}
+O_WRITING = 0o1 | 0o2 | 0o100 | 0o1000 | 0o2000  # O_WRONLY|O_RDWR|O_CREAT|O_TRUNC|O_APPEND
+# fcntl: refused for the commands that take a lock (F_SETLK, F_SETLKW, F_OFD_SETLK,
+# F_OFD_SETLKW): a lock on a file every rank can open for reading is a bit between them.
+SEALED_COMMANDS = {"fcntl": (1, (6, 7, 37, 38))}
+# Calls aimed at a process (the argument that names it): only the rank itself (or 0, "me",
+# where the call reads it so). Another rank's limits, affinity or scheduling can be set and
+# read back, and a signal is a bit: each would be a channel between ranks.
+SEALED_OWN = {"kill": (0, False), "tkill": (0, False), "tgkill": (0, False), "prlimit64": (0, True),
+              "sched_setaffinity": (0, True), "sched_setscheduler": (0, True),
+              "sched_setparam": (0, True), "sched_setattr": (0, True)}
+
+
+def arg(k: int) -> int:
+    """Offset of the low 32 bits of argument ``k`` in seccomp_data (little-endian machines)."""
+    return ARG0 + 8 * k
+
+
+def sealed_program(pid: int, machine: str | None = None) -> bytes:
+    """A rank's second filter, stacked on `rank_program` before the learner's file is
+    imported: see `SEALED_REFUSED`, `SEALED_OPENS`, `SEALED_COMMANDS`, `SEALED_OWN`. ``openat2`` fails with
+    ENOSYS (its flags are behind a pointer; glibc falls back to ``openat``). Reading files
+    stays possible, and so do threads, gloo's and the store's existing sockets, and
+    ``raise`` (``tgkill`` of this process)."""
+    machine = machine or platform.machine()
+    nrs = numbers(machine)
+    prog = prologue(machine) + refuse(nrs[name] for name in SEALED_REFUSED if name in nrs)
+    prog += [(JEQ, 0, 1, nrs["openat2"]), (RET, 0, 0, fail(errno.ENOSYS))]
+    for name, k in SEALED_OPENS.items():
+        if name in nrs:
+            prog += [(JEQ, 0, 4, nrs[name]), (LD, 0, 0, arg(k)), (JSET, 0, 1, O_WRITING),
+                     (RET, 0, 0, fail(errno.EPERM)), (RET, 0, 0, ALLOW)]
+    for name, (k, refused) in SEALED_COMMANDS.items():
+        m = len(refused)
+        prog += [(JEQ, 0, m + 3, nrs[name]), (LD, 0, 0, arg(k))]
+        prog += [(JEQ, m - i, 0, value) for i, value in enumerate(refused)]
+        prog += [(RET, 0, 0, ALLOW), (RET, 0, 0, fail(errno.EPERM))]
+    for name, (k, zero_is_self) in SEALED_OWN.items():
+        if name not in nrs:
+            continue
+        ok = [pid & 0xFFFFFFFF] + ([0] if zero_is_self else [])
+        prog += [(JEQ, 0, len(ok) + 3, nrs[name]), (LD, 0, 0, arg(k))]
+        prog += [(JEQ, len(ok) - i, 0, value) for i, value in enumerate(ok)]
+        prog += [(RET, 0, 0, fail(errno.EPERM)), (RET, 0, 0, ALLOW)]
+    return assemble(prog + [(RET, 0, 0, ALLOW)])
 
 
 def install(program: bytes) -> None:

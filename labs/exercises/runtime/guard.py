@@ -11,11 +11,13 @@ clear message. Two layers:
    counting `api.Api`. A route we missed still ends in the grader's bytes
    check: a result that did not travel through our send/recv counts 0 bytes.
    The counts live in this process, though: code written to cheat can set
-   them (``dist.send.__self__.sent``), which no guard here can prevent; the
-   red-team test of that is a strict xfail. Counting outside the rank (the
-   kernel's TCP counters, read by the harness) would not close it: the ranks
-   share /tmp, /dev/shm and the loopback, so a file written to cheat can move
-   the data there and send a ring's amount of anything over gloo.
+   them (``dist.send.__self__.sent``), which no guard here can prevent. So
+   the harness also counts outside the rank: the kernel's TCP counters of
+   the rank's sockets (``wire.py``), in the large cases; and so that a ring's
+   amount of filler over gloo cannot hide data moved another way, the rank's
+   second seccomp filter (``bpf.sealed_program``, on before this guard is
+   armed) refuses every other way between ranks: new sockets, files opened
+   to write, names made in the shared tmp folder, IPC, signals to others.
 2. An audit hook (``sys.addaudithook``: it cannot be removed, and there is
    no way to switch it off once armed) refuses ctypes, importing
    ctypes/cffi, frames (``sys._getframe``, ``tb_frame``) while the learner's

@@ -19,13 +19,20 @@ itself non-dumpable, so that no rank (same uid) can read its memory,
 environment or fds through ``/proc`` or overwrite what it will report;
 each rank keeps only its own group of the plan and, before the learner's
 file is imported, installs a seccomp filter (``bpf.rank_program``) that
-refuses new processes and links, the routes past the guard's audit hook.
+refuses new processes and links, the routes past the guard's audit hook;
+once its cases are prepared, it tells this process which sockets it holds
+and stacks a second filter (``bpf.sealed_program``) that leaves those
+sockets as its only way to the other ranks. Right before each case and
+right after every rank replied, this process reads the kernel's TCP
+counters of those sockets (``wire.py``): the bytes each rank really sent
+and received, which the learner's code cannot set, go in the case event.
 
 This process prints one JSON object per line on stdout, the protocol the
 grader reads: ``{"event": "start"|"case"|"error"|"done", ...}``. The ranks'
-own stdout and stderr (the learner's prints) go to a file per rank in the
-tmp folder, of which each case event carries the first bytes; the ranks
-talk to this process over their own pipes, never over stdout.
+own stdout and stderr (the learner's prints) go to a file per rank, unlinked
+as soon as it is made (a name in the shared tmp folder would let one rank
+read what another printed), of which each case event carries the first
+bytes; the ranks talk to this process over their own pipes, never over stdout.
 
 A case ends when every rank has returned, when one has raised (the others
 get a moment to finish or raise too), or at ``case_timeout_s``: then the
@@ -108,11 +115,22 @@ def _confine() -> None:
         bpf.install(bpf.rank_program())
 
 
+def _seal() -> None:
+    """The rank's second seccomp filter (``bpf.sealed_program``), once its group is up
+    and its cases prepared: from here on its only way to another rank is a socket it
+    already holds, whose bytes the parent counts (``wire``)."""
+    import bpf
+
+    if bpf.supported():
+        bpf.install(bpf.sealed_program(os.getpid()))
+
+
 def _rank_main(plan: dict, group: dict, rank: int, to_parent: int, from_parent: int,
                listen_fd: int | None, port: int) -> None:
     import guard
     import torch
     import torch.distributed as dist
+    import wire
     from api import Api
 
     _confine()
@@ -131,6 +149,9 @@ def _rank_main(plan: dict, group: dict, rank: int, to_parent: int, from_parent: 
         out.send({"type": "expected", "case": case["id"], "expected": expected})
         states.append(state)
     expected = None  # keep nothing of it here
+    # The sockets the parent will count (gloo's, the store's), then no new way out.
+    out.send({"type": "sockets", "inodes": wire.socket_inodes()})
+    _seal()
     api = Api(out.send)
     path = os.path.join(INPUT, "submission.py")
     guard.arm(api, allowed=plan["allowed"], submission_path=path, input_dir=INPUT)
@@ -181,8 +202,9 @@ def _keep_only(plan: dict, group: dict) -> None:
     plan.update(kept)
 
 
-def _fork_rank(plan, group, rank, listener, port, others: list[int]) -> tuple[int, int, int]:
-    """Start rank ``rank``; return (pid, fd to read its messages, fd to send it commands)."""
+def _fork_rank(plan, group, rank, listener, port, log: int, others: list[int]) -> tuple[int, int, int]:
+    """Start rank ``rank`` with ``log`` as its stdout and stderr; return (pid, fd to read
+    its messages, fd to send it commands). ``others``: the fds of the ranks started before."""
     r_up, w_up = os.pipe()
     r_down, w_down = os.pipe()
     sys.stdout.flush()
@@ -203,7 +225,6 @@ def _fork_rank(plan, group, rank, listener, port, others: list[int]) -> tuple[in
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)  # the plan's pipe is read to its end; nothing of it here
         os.close(null)
-        log = os.open(f"rank{rank}.out", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.close(log)
@@ -245,6 +266,8 @@ class _Group:
         # pipe carries what the learner may have written too, so expected values stop.
         self.loading = [False] * self.world
         self.inbox: list[list[dict]] = [[] for _ in range(self.world)]
+        self.inodes: list[list[int]] = [[] for _ in range(self.world)]  # each rank's sockets
+        self.logs: list[int] = []  # each rank's stdout and stderr: a file with no name
 
     def start(self) -> None:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -254,10 +277,16 @@ class _Group:
         try:
             open_fds: list[int] = []
             for rank in range(self.world):
-                pid, up, down = _fork_rank(self.plan, self.group, rank, listener, port, open_fds)
+                # Unlinked at once: a file in the shared tmp folder that one rank writes
+                # (its prints) and another reads would pass the data past the wire count.
+                name = f"rank{rank}.out"
+                log = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_TRUNC, 0o600)
+                os.unlink(name)
+                self.logs.append(log)
+                pid, up, down = _fork_rank(self.plan, self.group, rank, listener, port, log, open_fds)
                 self.pids.append(pid)
                 self.down.append(down)
-                open_fds += [up, down]
+                open_fds += [up, down, log]
                 os.set_blocking(up, False)
                 self.sel.register(up, selectors.EVENT_READ, rank)
         finally:
@@ -290,6 +319,9 @@ class _Group:
                     self.waiting[rank] = msg
                 elif kind == "unwait":
                     self.waiting[rank] = None
+                elif kind == "sockets":
+                    if not self.loading[rank] and isinstance(msg.get("inodes"), list):
+                        self.inodes[rank] = [int(i) for i in msg["inodes"]]
                 elif kind == "expected":
                     # Only from the trusted phase: the learner's code can reach this pipe
                     # (``dist.send.__self__._notify``) and would otherwise set the answer.
@@ -308,18 +340,16 @@ class _Group:
 
     def output(self, rank: int, start: int, limit: int) -> str:
         try:
-            with open(f"rank{rank}.out", "rb") as f:
-                f.seek(start)
-                data = f.read(limit + 1)
-        except OSError:
+            data = os.pread(self.logs[rank], limit + 1, start)
+        except (OSError, IndexError):
             return ""
         text = data[:limit].decode("utf-8", errors="replace")
         return text + ("\n..." if len(data) > limit else "")
 
     def out_size(self, rank: int) -> int:
         try:
-            return os.stat(f"rank{rank}.out").st_size
-        except OSError:
+            return os.fstat(self.logs[rank]).st_size
+        except (OSError, IndexError):
             return 0
 
     def exit_code(self, rank: int, wait_s: float = 1.0) -> int | None:
@@ -343,7 +373,7 @@ class _Group:
         for pid in self.pids:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
-        for fd in self.down:
+        for fd in self.down + self.logs:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.sel.close()
@@ -365,6 +395,8 @@ def _waiting_list(g: _Group, replies: dict[int, dict]) -> list[dict]:
 
 def _run_group(plan: dict, group: dict, index: int, total: int) -> tuple[int, bool]:
     """Run one group's cases; return (how many case events were printed, whether to go on)."""
+    import wire
+
     g = _Group(plan, group)
     cases = group["cases"]
     per_rank_output = int(plan.get("output_bytes_per_rank", 2048))
@@ -422,6 +454,7 @@ def _run_group(plan: dict, group: dict, index: int, total: int) -> tuple[int, bo
 
         for k, case in enumerate(cases):
             starts = [g.out_size(r) for r in range(g.world)]
+            before = wire.snapshot()
             for fd in g.down:
                 with contextlib.suppress(OSError):  # a rank that died shows as such below
                     os.write(fd, f"{k}\n".encode())
@@ -446,6 +479,8 @@ def _run_group(plan: dict, group: dict, index: int, total: int) -> tuple[int, bo
                             if first_error is None:
                                 first_error = time.monotonic()
                                 deadline = min(deadline, first_error + CRASH_GRACE_S)
+            after = wire.snapshot()
+            on_wire = wire.per_rank(before, after, g.inodes)
             index += 1
             timed_out = len(replies) < g.world and first_error is None
             finished = {r for r, m in replies.items() if m["type"] == "result"}
@@ -453,7 +488,8 @@ def _run_group(plan: dict, group: dict, index: int, total: int) -> tuple[int, bo
             for rank in range(g.world):
                 msg = replies.get(rank)
                 ranks.append({"rank": rank, "expected": g.expected[case["id"]][rank],
-                              "reply": msg, "output": g.output(rank, starts[rank], per_rank_output)})
+                              "reply": msg, "output": g.output(rank, starts[rank], per_rank_output),
+                              "wire": on_wire[rank]})
             status = "timeout" if timed_out else ("done" if len(finished) == g.world else "error")
             event = {"event": "case", "index": index, "total": total, "case": case, "status": status,
                      "ranks": ranks}
