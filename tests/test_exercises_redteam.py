@@ -553,8 +553,10 @@ def test_the_grader_uses_the_operators_limits_and_sends_the_plan_on_stdin(monkey
     monkeypatch.setenv("EXERCISE_MEMORY_MB", "700")
     monkeypatch.setenv("EXERCISE_PROCESSES", "33")
     monkeypatch.delenv("EXERCISE_WALL_S", raising=False)
+    monkeypatch.delenv("EXERCISE_OUTPUT_BYTES", raising=False)
     grade("ring-allreduce", exercises.reference("ring-allreduce"), case_ids=CASES["ring-allreduce"])
     assert (seen["limits"].memory_mb, seen["limits"].processes, seen["limits"].wall_s) == (700, 33, 30.0)
+    assert seen["limits"].output_bytes == 8 << 20  # the values' JSON plus the learner's prints
     assert list(seen["files"]) == ["submission.py"]
     assert b'"w2-n5-float32"' in seen["stdin"]
     monkeypatch.setenv("EXERCISE_WALL_S", "12.5")

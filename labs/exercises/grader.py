@@ -46,15 +46,24 @@ def plan(exercise, seed: int, case_timeout_s: float, case_ids=None) -> dict:
             "groups": [{"world_size": w, "cases": cs} for w, cs in sorted(groups.items())]}
 
 
+GRADING_OUTPUT_BYTES = 8 << 20  # the harness's stdout for one grading, unless EXERCISE_OUTPUT_BYTES says
+
+
 def run_limits(groups: int, case_timeout_s: float, environ=None) -> sandbox.Limits:
     """The sandbox's limits for one grading: the operator's (``EXERCISE_*``, see
     `sandbox.Limits.from_env`), and, unless ``EXERCISE_WALL_S`` is set, a wall
     clock that fits this plan: 20 s of start-up plus two case timeouts per
-    group (world size), at most 60 s."""
+    group (world size), at most 60 s; unless ``EXERCISE_OUTPUT_BYTES`` is set,
+    an output cap of `GRADING_OUTPUT_BYTES`."""
     environ = os.environ if environ is None else environ
-    if environ.get("EXERCISE_WALL_S"):
-        return sandbox.Limits.from_env(environ)
-    return sandbox.Limits.from_env(environ, wall_s=min(60.0, 20.0 + case_timeout_s * groups * 2))
+    fitted: dict[str, float | int] = {}
+    if not environ.get("EXERCISE_WALL_S"):
+        fitted["wall_s"] = min(60.0, 20.0 + case_timeout_s * groups * 2)
+    if not environ.get("EXERCISE_OUTPUT_BYTES"):
+        # The report's values come back as JSON (about 600 KB for the ring's cases) beside up to
+        # 2 KiB of the learner's prints per rank and case: room for both, still a bound.
+        fitted["output_bytes"] = GRADING_OUTPUT_BYTES
+    return sandbox.Limits.from_env(environ, **fitted)
 
 
 def static_error(source: str, function: str) -> dict | None:
