@@ -1,6 +1,6 @@
 """Property tests (hypothesis) over everything a URL or a form hands to a parser: each
 parser raises only its documented errors, and every page that reads a URL parameter
-(``?lang=`` on all pages, ``?section=``, ``?lab=``, ``?id=``) renders without an exception
+(``?lang=`` on all pages, ``?section=``, ``?lab=``, ``?id=``, ``?exercise=``) renders without an exception
 for arbitrary values. Examples are bounded so the file stays well under a minute.
 
 The parameters are those ``grep -rn query_params app`` finds; a new one belongs here.
@@ -89,7 +89,8 @@ def pages(tmp_path_factory):
     mp = MonkeyPatch()
     db = use_database(mp, DATABASE_URL=f"sqlite:///{tmp_path_factory.mktemp('params') / 'app.db'}")
     next(db)
-    opened = {page: apptest.open_page(page) for page in ("home", "lessons", "labs", "verify", "account")}
+    opened = {page: apptest.open_page(page) for page in ("home", "lessons", "labs", "verify", "account",
+                                                       "exercises")}
     yield opened
     next(db, None)
 
@@ -136,6 +137,15 @@ def test_any_certificate_id(pages, value):
     _renders(pages["verify"], id=value)
 
 
+@PAGE
+@given(value=VALUES)
+@example(value="ring-allreduce/../../reference")
+@example(value="bucketed_overlap")  # a folder's name, not an exercise id
+def test_any_exercise(pages, value):
+    _renders(pages["exercises"], exercise=value)
+    assert not pages["exercises"].exception
+
+
 def test_the_parameters_here_are_all_the_app_reads():
     """A new ``st.query_params`` key in app/ must be added to the page tests above."""
     import re
@@ -145,4 +155,4 @@ def test_the_parameters_here_are_all_the_app_reads():
     keys = set()
     for path in root.rglob("*.py"):
         keys |= set(re.findall(r"query_params(?:\.get\(|\[)\"(\w+)\"", path.read_text()))
-    assert keys == {"lang", "section", "lab", "id"}, keys
+    assert keys == {"lang", "section", "lab", "id", "exercise"}, keys
