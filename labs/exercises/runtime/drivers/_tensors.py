@@ -81,3 +81,14 @@ def outcome(before: dict, tensor: torch.Tensor, returned) -> dict:
         result["returned"] = {"values": as_list(returned), "shape": list(returned.shape),
                               "dtype": str(returned.dtype).removeprefix("torch.")}
     return result
+
+
+def run_in_place(case: dict, world: int, submission, state: dict, default: str, *args) -> dict:
+    """Call the learner's in-place collective on a fresh copy of this rank's input
+    (``default`` unless the case names another function), remembering the buffer
+    for :func:`locate`, and return what the checks need."""
+    tensor = state["input"].clone()
+    state["buffer"], state["world"] = tensor, world  # what locate() compares a sent tensor with
+    before = snapshot(tensor)
+    returned = getattr(submission, case.get("function", default))(tensor, *args)
+    return outcome(before, tensor, returned)

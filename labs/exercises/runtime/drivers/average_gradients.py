@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from drivers._training import sgd_step
+
 
 class Net(nn.Module):
     def __init__(self, case: dict):
@@ -53,19 +55,6 @@ def values(model: nn.Module, *, grads: bool = False) -> dict:
         t = param.grad if grads else param
         out[name] = None if t is None else t.detach().reshape(-1).tolist()
     return out
-
-
-def sgd_step(model: nn.Module, lr: float) -> None:
-    """Plain SGD, p -= lr * grad, then the gradients cleared (set to None).
-
-    Written out rather than torch.optim.SGD: its first step imports
-    torch._dynamo, about a second in every freshly forked rank.
-    """
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.grad is not None:
-                param.add_(param.grad, alpha=-lr)
-            param.grad = None
 
 
 def prepare(case: dict, rank: int, world: int):

@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from drivers._training import sgd_step
+
 
 def build(case: dict) -> nn.Module:
     torch.manual_seed(case["seed"])
@@ -37,19 +39,6 @@ def global_batch(case: dict, world: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def params(model: nn.Module) -> dict:
     return {name: p.detach().reshape(-1).tolist() for name, p in model.named_parameters()}
-
-
-def sgd_step(model: nn.Module, lr: float) -> None:
-    """Plain SGD, p -= lr * grad, then the gradients cleared (set to None).
-
-    Written out rather than torch.optim.SGD: its first step imports
-    torch._dynamo, about a second in every freshly forked rank.
-    """
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.grad is not None:
-                param.add_(param.grad, alpha=-lr)
-            param.grad = None
 
 
 def prepare(case: dict, rank: int, world: int):
