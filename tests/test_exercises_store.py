@@ -110,7 +110,7 @@ def test_the_limit_itself_is_allowed(db):
 
 def test_a_refused_submission_queues_nothing(app_db, monkeypatch):
     queued = []
-    monkeypatch.setattr(labqueue, "enqueue", lambda run_id, _queue: queued.append(run_id))
+    monkeypatch.setattr(labqueue, "enqueue", lambda run_id, _queue, **_node: queued.append(run_id))
     with Session(app_db) as s:
         me = learner(s)
     with pytest.raises(exercises.SourceRefused):
@@ -283,7 +283,7 @@ def test_no_discretionary_ligature_joins_st_on_the_certificate(style):
 def test_the_labs_limit_of_active_runs_counts_exercise_runs_and_says_so(app_db, monkeypatch):  # noqa: ARG001
     from academy.settings import get_settings
 
-    monkeypatch.setattr(labqueue, "enqueue", lambda _run_id, _queue: None)
+    monkeypatch.setattr(labqueue, "enqueue", lambda _run_id, _queue, **_node: None)
     monkeypatch.setenv("LAB_MAX_PER_LEARNER", "1")
     get_settings.cache_clear()
     try:
