@@ -36,17 +36,26 @@ def group_members(pgid: int) -> list[int]:
     return alive
 
 
+def command_lines():
+    """(pid, argv as bytes) of every process this host lets us read, skipping those that end meanwhile."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                yield int(entry.name), (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+
+
 def lab_pids(run_id: int) -> list[int]:
     """Live processes of a lab run, wherever its worker is on this host: the CLI
     (``python -m labs ... --out <workroot>/run-<id>-.../result.json``) and its
     process group, which holds the ranks."""
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
+    for pid, args in command_lines():
+        if b"labs" in args and any(f"/run-{run_id}-".encode() in a for a in args):
             try:
-                args = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
+                leader = os.getpgid(pid) == pid
+            except ProcessLookupError:
                 continue
-            if b"labs" in args and any(f"/run-{run_id}-".encode() in a for a in args) \
-                    and os.getpgid(int(entry.name)) == int(entry.name):
-                return group_members(int(entry.name))
+            if leader:
+                return group_members(pid)
     return []

@@ -30,6 +30,7 @@ import pytest
 
 from labs import sandbox
 from labs.sandbox import Limits, SandboxUnavailable, run_python
+from tests.procs import command_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 ROOTLESS_NO_BWRAP = shutil.which("bwrap") is None and os.geteuid() != 0
@@ -797,16 +798,8 @@ def test_open_files_are_capped_and_cannot_be_raised(harness):
 
 def program_pids(module: str) -> list[int]:
     """Host pids of sandboxed interpreters running ``-m module`` (not bwrap's init)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                args = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if args[0].startswith(b"/opt/python/") and args[-3:] == [b"-m", module.encode(), b""]:
-                found.append(int(entry.name))
-    return found
+    return [pid for pid, args in command_lines()
+            if args[0].startswith(b"/opt/python/") and args[-3:] == [b"-m", module.encode(), b""]]
 
 
 @needs_bwrap
