@@ -17,12 +17,23 @@ import streamlit as st
 
 from academy.models import LabRun
 from app import calculators as calc
-from app import charts
+from app import charts, labjobs
 from app.ui import labeler, t
 from app.widgets import lang, num, ring_labels
 from labs import params as lab_params
 
 NVLINK_REFERENCE = (360.0, 480.0)  # GB/s busbw, NCCL all-reduce on 8 x H100/H200
+
+
+def waiting(run_id: int, section: str) -> float | None:
+    """Where a queued run (a lab, or an exercise submission) stands, in ``section``'s words:
+    its place and how many run at once, or that no worker is up. Returns the expected wait."""
+    position, slots, wait = labjobs.queue_info(run_id)
+    if slots:
+        st.info(t(f"{section}.queued", position=position or 1, count=slots))
+    else:
+        st.warning(t(f"{section}.no_worker", position=position or 1))
+    return wait
 
 
 def _fmt_bytes(n: float) -> str:

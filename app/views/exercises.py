@@ -16,7 +16,7 @@ except ImportError:
 
 from academy import exercises
 from academy.db import session_scope
-from app import charts, labjobs, ui
+from app import charts, labjobs, labviews, ui
 from app.widgets import lang, ring_labels
 
 t = ui.t
@@ -154,11 +154,7 @@ def live(run_id: int) -> None:
     if run is None or run.status not in ("queued", "running"):
         st.rerun(scope="app")
     if run.status == "queued":
-        position, slots, _wait = labjobs.queue_info(run_id)
-        if slots:
-            st.info(t("exercises.queued", position=position or 1, count=slots))
-        else:
-            st.warning(t("exercises.no_worker", position=position or 1))
+        labviews.waiting(run_id, "exercises")
     else:
         step = exercises.case_progress(run.progress)
         if step is None:

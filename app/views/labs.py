@@ -65,11 +65,7 @@ def live(run_id: int) -> None:
     if run is None or run.status not in ("queued", "running"):
         st.rerun(scope="app")
     if run.status == "queued":
-        position, slots, wait = labjobs.queue_info(run_id)
-        if slots:
-            st.info(t("labs.queued", position=position or 1, count=slots))
-        else:
-            st.warning(t("labs.no_worker", position=position or 1))
+        wait = labviews.waiting(run_id, "labs")
         if wait is not None:
             st.caption(t("labs.expected_wait", seconds=round(wait)))
     else:
