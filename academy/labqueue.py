@@ -926,7 +926,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     since PostgreSQL's JSON type does not accept them."""
     try:
         return json.loads(path.read_text(), parse_constant=lambda _name: None)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nesting deeper than json can read
         return None
 
 

@@ -339,3 +339,19 @@ def test_sends_of_the_whole_buffer_draw_the_naive_ring_and_unnamed_chunks_draw_n
         assert len(charts) == 1 and f"**{t(drawn)}**" in [m.value for m in at.markdown]
     else:
         assert len(charts) == 0 and t(drawn) in [c.value for c in at.caption]
+
+
+def test_a_stored_trace_longer_than_a_ring_is_never_drawn():
+    """Review N-4: a report whose trace lists 3,000 sends per rank (forged, or from before the
+    grader clipped traces) made this page build a 3,000-frame animation: a minute of the
+    server's CPU per view. The page draws no more steps than a ring makes."""
+    me = learner()
+    run_id = exercises.submit(learner_id=me, exercise="ring-allreduce", source="x = 1\n", lang="en")
+    report = exercisefakes.report(passed=True)
+    for records in report["trace"]["traces"]:
+        records[:] = [dict(records[0], step=i) for i in range(3000)]
+    grade(run_id, report)
+    at = open_page("exercises", "en", me)
+    assert not at.exception, at.exception
+    assert len(at.get("plotly_chart")) == 0
+    assert t("exercises.ring_unavailable") in [c.value for c in at.caption]

@@ -61,18 +61,16 @@ ROUTES = {
                          "dist.group.WORLD.allgather([outs], [tensor]).wait()", "ProcessGroup.allgather"),
     "group broadcast": ("dist.group.WORLD.broadcast([tensor]).wait()", "ProcessGroup.broadcast"),
     "backend object": ("dist.group.WORLD._get_backend(tensor.device).allreduce([tensor]).wait()",
-                       "Backend.allreduce"),
+                       "ProcessGroup._get_backend"),
     "reduce_scatter": ("dist.reduce_scatter_tensor(tensor[:2], torch.cat([tensor, tensor])[:4])",
                        "dist.reduce_scatter_tensor"),
     "torch.ops": ("group = torch.distributed.distributed_c10d._get_default_group()\n"
                   "torch.ops.c10d.allreduce_([tensor], group, None, None, False, -1)",
-                  "torch.ops.c10d.allreduce_"),
+                  "_get_default_group"),
+    "torch.ops namespace": ("torch.ops.c10d.allreduce_([tensor], None, None, None, False, -1)",
+                            "torch.ops.c10d.allreduce_"),
     "jit operation": ('torch._C._jit_get_operation("c10d::allreduce_")', "c10d::allreduce_"),
     "ctypes": ('import ctypes\nctypes.CDLL("libc.so.6").getpid()', "ctypes"),
-    # The counting api keeps the real functions it stands in for; the ones the plan does not
-    # allow must not be reachable through it (before: the real all_reduce ran until torch's
-    # own logging hit the frame guard, a misleading "sys._getframe" message).
-    "the api's real functions": ('dist.send.__self__._real["all_reduce"](tensor)', "dist.all_reduce"),
 }
 
 
@@ -153,14 +151,14 @@ print("\\n".join(seen))
 
 
 def test_the_learner_cannot_send_its_own_expected_values():
-    """The ranks' pipe to the harness is reachable from the learner's code (the api's notify);
-    an ``expected`` message sent through it after the trusted phase must not become the answer.
-    Here the file changes nothing and claims its own input as the expected sum, with the byte
-    count a ring would have: before the fix this passed."""
+    """The rank's pipe to the harness is reachable from the learner's code (the api's
+    channel); an ``expected`` frame sent through it must not become the answer, and setting
+    counters in the rank counts for nothing. Here the file changes nothing and claims its own
+    input as the expected sum, with the byte count a ring would have."""
     body = """
 api = dist.send.__self__
-api._notify({"type": "expected", "case": "w2-n5-float32",
-             "expected": {"values": tensor.tolist(), "abs_sum": [0.0] * tensor.numel()}})
+api.channel.send({"t": "expected", "case": "w2-n5-float32",
+                  "expected": {"values": tensor.tolist(), "abs_sum": [0.0] * tensor.numel()}})
 api.sent = api.received = tensor.numel() * tensor.element_size()
 """
     report = _grade(body)
@@ -204,7 +202,7 @@ def test_a_harness_killed_by_a_signal_says_it_was_the_code(monkeypatch):
 def test_a_reply_the_learner_forged_is_a_finding_not_a_crash_of_the_grader():
     """A "result" the learner's code wrote to the harness's pipe, without the fields a real one
     has, crashed the grader (KeyError, exit 1, no report). It is the case's finding now."""
-    report = _grade('dist.send.__self__._notify({"type": "result", "case": "x"})')
+    report = _grade('dist.send.__self__.channel.send({"t": "result", "case": "x"})')
     finding = _finding(report)
     assert finding["key"] == "reply_unreadable", finding
     assert "KeyError" in finding["values"]["detail"]
@@ -212,14 +210,10 @@ def test_a_reply_the_learner_forged_is_a_finding_not_a_crash_of_the_grader():
     assert "could not be read" in render(report, "en")
 
 
-# The two cases large enough for the wire rule (ring-allreduce's WIRE_FROM_BYTES).
-WIRE_CASES = {"w3-n1001-float32", "w4-n1027-float32"}
-
-
 def test_a_whole_buffer_ring_that_sets_its_own_byte_counter_does_not_pass():
-    """The sum is right (whole tensors passed around the ring, n-1 times), and one attribute
-    assignment makes the api's count a ring's amount; the bytes the harness counts on the
-    rank's sockets, outside the rank, are more than a ring sends."""
+    """The sum is right (whole tensors passed around the ring, n-1 times), and it sets the
+    counter a rank-side api once kept to a ring's amount. The router counts outside the rank:
+    every case of 3 and 4 ranks fails on its bytes, the large ones included."""
     try:
         sandbox.check_available()
     except sandbox.SandboxUnavailable as exc:
@@ -245,14 +239,11 @@ def ring_allreduce(tensor):
     dist.send.__self__.sent = (2 * sum(chunks) - chunks[(r + 1) % n] - chunks[r]) * tensor.element_size()
     return tensor
 """
-    report = grade("ring-allreduce", source, case_ids=WIRE_CASES)
+    report = grade("ring-allreduce", source, case_ids={"w3-n1001-float32", "w4-n1027-float32", "w3-n7-float32"})
     assert report["status"] == "failed", report
     for case in report["cases"]:
         failed = [f for f in case["findings"] if not f["passed"]]
-        assert [f["key"] for f in failed] == ["wire_above_ring"], case  # values and api bytes pass
-        values = failed[0]["values"]
-        assert values["sent"] > values["high"] >= values["expected"], values
-    assert "outside your processes" in render(report, "en")
+        assert [f["key"] for f in failed] == ["bytes_whole_buffer"], case  # the values pass
 
 
 # A ring on zeros: exactly a ring's messages (so the api's and the wire's counts are a
@@ -340,11 +331,11 @@ def collect(other, state, flat):
 
 @pytest.mark.parametrize("channel", CHANNELS)
 def test_a_side_channel_between_ranks_is_refused_by_the_kernel(channel):
-    """The objection to counting on the wire: the ranks share the tmp folder and the
-    loopback, so a ring could send a ring's amount of anything over gloo and pass the real
-    data another way. Each of these does exactly that (without the rank's second seccomp
-    filter each passes: the api's counts and the wire's are a ring's). The filter refuses
-    the file, the socket and the folder with EPERM, so the case crashes."""
+    """The ranks share the tmp folder and the loopback, so a ring could send a ring's amount
+    of anything through the router and pass the real data another way. Each of these does
+    exactly that (without the rank's second seccomp filter each passes: the router's counts
+    are a ring's). The filter refuses the file, the socket and the folder with EPERM, so the
+    case crashes."""
     try:
         sandbox.check_available()
     except sandbox.SandboxUnavailable as exc:
@@ -427,20 +418,6 @@ print("OWNER", os.stat(parent + "/mem").st_uid != os.getuid())
     (case,) = report["cases"]
     printed = case["output"]["0"]
     assert "ENVIRON True" in printed and "OWNER True" in printed, printed
-
-
-def test_a_rank_keeps_only_its_own_group_of_the_plan():
-    """A rank is forked from the harness, which holds the whole plan (every world size's
-    cases); the rank drops the others in place, since frames above it still hold the dict."""
-    from labs.exercises.runtime import harness
-
-    mine, other = {"world_size": 2, "cases": [{"id": "a"}]}, {"world_size": 3, "cases": [{"id": "b"}]}
-    groups = [mine, other]
-    plan = {"driver": "d", "function": "f", "allowed": [], "case_timeout_s": 5, "groups": groups,
-            "output_bytes_per_rank": 1}
-    harness._keep_only(plan, mine)
-    assert plan == {"driver": "d", "function": "f", "allowed": [], "case_timeout_s": 5}
-    assert groups == [] and other == {} and mine["cases"] == [{"id": "a"}]
 
 
 def test_the_rank_filter_decides_each_call_as_documented():
@@ -577,3 +554,73 @@ def test_a_reader_that_stops_early_gets_no_traceback(args, tmp_path):
     err = proc.stderr.read()
     assert proc.wait(timeout=60) == (0 if args[0] == "list" else 2)
     assert b"BrokenPipeError" not in err and b"Traceback" not in err, err[-1000:]
+
+
+# --------------------------------------------------------------------------
+# The trust design (README, "How grading works"): nothing in a rank to find, no group to use
+
+
+def test_no_frame_of_any_thread_in_a_rank_holds_a_seed_the_plan_or_an_expected_value():
+    """The second probe's thread trick: a worker thread runs ``sys._current_frames`` with no
+    frame of the learner's file on its own stack, so the guard allows it, and every frame of
+    the rank is then open. Before the redesign the rank's main frame held its group of the
+    plan (seeds, from which every rank's input and the sum follow). Now the rank was forked
+    before the harness read the plan: walking everything reachable from every frame finds
+    no seed, no plan and no expected value, only this rank's own input."""
+    body = """
+import concurrent.futures
+import sys
+
+with concurrent.futures.ThreadPoolExecutor(1) as pool:
+    frames = pool.submit(sys._current_frames).result()
+found, seen, todo = set(), set(), []
+for frame in frames.values():
+    while frame is not None:
+        todo.append(frame.f_locals)
+        frame = frame.f_back
+while todo and len(seen) < 200000:
+    obj = todo.pop()
+    if id(obj) in seen or isinstance(obj, (str, bytes, int, float, type(None), torch.Tensor)):
+        continue
+    seen.add(id(obj))
+    if isinstance(obj, dict):
+        found.update(k for k in obj if k in ("seed", "groups", "expected", "abs_sum", "other_seed"))
+        todo.extend(obj.values())
+    elif isinstance(obj, (list, tuple, set)):
+        todo.extend(obj)
+    elif hasattr(obj, "__dict__") and not isinstance(obj, type(sys)):
+        todo.append(vars(obj))
+print("FOUND", sorted(found), len(seen))
+"""
+    report = _grade(body)
+    (case,) = report["cases"]
+    printed = case["output"]["0"]
+    assert "FOUND [] " in printed, printed
+
+
+@pytest.mark.parametrize("body", [
+    # A gloo group of its own over TCP: the sealed filter refuses the socket.
+    'dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29511", rank=dist.get_rank(),\n'
+    '                        world_size=dist.get_world_size(), timeout=__import__("datetime").timedelta(seconds=2))',
+    # A file store in the tmp folder: nothing may be opened to write.
+    'store = dist.FileStore("/tmp/store", dist.get_world_size())\nstore.set("x", "1")',
+    # The router's own all-reduce, by a raw frame: ring-allreduce does not allow it.
+    'api = dist.send.__self__\napi.channel.send({"t": "all_reduce", "id": 99, "dtype": "float32", "op": "sum"},\n'
+    '                 tensor.numpy().tobytes())\napi.channel.completion(99)',
+    # Garbage on the pipe to the router.
+    'import os\nos.write(dist.send.__self__.channel.up, b"\\xff" * 64)\ndist.send.__self__.channel.completion(1)',
+])
+def test_a_collective_by_any_route_is_a_failure_never_a_pass(body):
+    report = _grade(body)
+    assert report["status"] != "passed"
+    finding = _finding(report)
+    assert finding["key"] in ("crash", "forbidden_call", "deadlock", "rank_died"), finding
+    text = render(report, "en")
+    assert "passed" not in text.splitlines()[0].lower() or "0 of" in text
+
+
+def test_a_frame_forged_to_the_router_breaks_the_protocol_and_says_so():
+    body = 'dist.send.__self__.channel.send({"t": "all_reduce", "id": 5, "dtype": "float32", "op": "sum"}, b"1234")'
+    finding = _finding(_grade(body + "\nimport time\ntime.sleep(1)"))
+    assert finding["key"] == "crash" and finding["values"]["exception"] == "ProtocolError", finding
+    assert "not available" in finding["values"]["message"]

@@ -5,11 +5,11 @@ first rank that fails it or a pass: ``{"check", "passed", "key", "values"}``,
 where ``key`` names a message in ``content/exercises/<lang>/`` and
 ``values`` fills its placeholders. ``ranks`` are the harness's replies for
 a case that finished on every rank: ``{"rank", "expected", "result",
-"sent", "received", "calls", "wire"}``; ``sent`` and ``received`` are the
-counting api's (in the rank: exact, but the learner's code can set them),
-``wire`` is the harness's count of the TCP bytes that crossed the rank's
-sockets (``{"sent", "received", "lost"}``, framing included; None when the
-kernel would not tell), which the learner's code cannot set.
+"sent", "received", "calls"}``. ``expected`` was computed in the harness,
+``result`` is what the learner's process returned, and ``sent``,
+``received`` (payload bytes) and ``calls`` are the router's record of that
+rank's calls, made outside the learner's process
+(``runtime/router.py``): the learner's code cannot set them.
 """
 
 from __future__ import annotations
@@ -93,19 +93,6 @@ def _num(x) -> str:
 
 def _show(x) -> str:
     return "x".join(map(str, x)) if isinstance(x, list) else str(x)
-
-
-def wire_unmeasured(ranks: list[dict]) -> dict | None:
-    """A failing ``wire`` finding when the wire counts cannot be trusted for some rank:
-    not measured (no sock_diag in this kernel: the grader's problem, said so), or one
-    of its sockets closed during the case (what crossed it is unknown). None when fine."""
-    for r in ranks:
-        wire = r.get("wire")
-        if not isinstance(wire, dict):
-            return failed("wire", "wire_unmeasured", rank=r["rank"])
-        if wire.get("lost"):
-            return failed("wire", "wire_closed", rank=r["rank"], closed=wire["lost"])
-    return None
 
 
 def size_bytes(case: dict) -> int:

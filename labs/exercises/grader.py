@@ -8,8 +8,11 @@ The trusted half of the grading. Here, outside the sandbox: the syntax check
 and the check that the function exists (``ast``: nothing of the learner's
 runs here), the plan (the exercise's hidden cases, with this run's seed),
 and every check of the results. Inside the sandbox (``labs.sandbox``): the
-harness in ``runtime/``, which runs the cases on real gloo ranks and prints
-what each rank's call did. The report's format is in the design of issue
+harness in ``runtime/``, which makes each case's inputs and expected
+results in its own process, runs the learner's code in rank processes that
+get only their own inputs and hold no process group, routes every message
+between them and prints, per case, the expected values, each rank's answer
+and the router's record of what it sent (README, "How grading works"). The report's format is in the design of issue
 #16; every text in it is a message key plus values, rendered per language
 by ``labs.exercises.messages``.
 """
@@ -120,12 +123,14 @@ def _case_entry(exercise, event: dict) -> tuple[dict, list[dict] | None]:
     if event["status"] == "done":
         # A reply comes from a rank the learner's code runs in: it may have written its
         # own to the harness's pipe. One that the checks cannot read fails the case.
+        # ``result`` is what the learner's process returned; ``sent``, ``received`` and
+        # ``calls`` are the router's record, made outside it (runtime/router.py).
         try:
             ranks = [{"rank": r["rank"], "expected": r["expected"], "result": r["reply"]["result"],
-                      "sent": r["reply"]["sent"], "received": r["reply"]["received"],
-                      "calls": r["reply"]["calls"], "wire": r.get("wire")} for r in event["ranks"]]
+                      "sent": r["traffic"]["sent"], "received": r["traffic"]["received"],
+                      "calls": r["traffic"]["calls"]} for r in event["ranks"]]
             entry["findings"] = exercise.check(case, ranks)
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError) as exc:
             entry["status"] = "failed"
             entry["findings"] = [{"check": "reply", "passed": False, "key": "reply_unreadable",
                                   "values": {"detail": f"{type(exc).__name__}: {exc}"[:200]}}]
@@ -223,7 +228,9 @@ def grade(exercise_id: str, source: str, *, seed: int | None = None, mode: str |
         nonlocal error, done
         try:
             event = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
+            return
+        if not isinstance(event, dict):
             return
         kind = event.get("event")
         if kind == "case":
@@ -244,7 +251,9 @@ def grade(exercise_id: str, source: str, *, seed: int | None = None, mode: str |
         # The plan goes on stdin, not into the input folder: a file there could be
         # opened by a route the guard misses; the harness reads the pipe before
         # any learner code exists.
-        outcome = sandbox.run_python("harness", [], files={"submission.py": source.encode()},
+        # The world sizes go as arguments: the harness forks every rank before it reads the plan.
+        sizes = [str(group["world_size"]) for group in the_plan["groups"]]
+        outcome = sandbox.run_python("harness", sizes, files={"submission.py": source.encode()},
                                      stdin=json.dumps(the_plan).encode(),
                                      limits=limits, mode=chosen, on_line=on_line)
     except sandbox.SandboxUnavailable as exc:

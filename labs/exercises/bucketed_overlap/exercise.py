@@ -2,13 +2,21 @@
 
 Trusted (never bound into the sandbox). The driver
 (``runtime/drivers/bucketed_overlap.py``) trains a small MLP on each rank
-with the learner's ``Bucketer(model, cap)`` and reports, per step, the
-order and size in which backward produced the gradients, the all-reduces
-the api counted (bytes, made during backward or not, when they returned)
-and when backward ended. ``check`` needs no timing thresholds: the number
-of buckets follows from the statement's rule applied to that order, and
-overlap is the first all-reduce being made while backward runs and, for
-``async_op=True``, returning (its ``wait``) only after backward ended.
+with the learner's ``Bucketer(model, cap)``; the harness knows the order
+and size in which backward produces the gradients (from its own single
+process), the router records the all-reduces (bytes, whether made during
+backward, when the rank began to wait for each) and the driver says when
+backward ended. ``check`` needs no timing thresholds: the number of buckets
+follows from the statement's rule applied to that order, and overlap is
+the first all-reduce being made while backward runs and, for
+``async_op=True``, waited for only after backward ended.
+
+What rests on the rank's word: the bytes and the number of all-reduces
+per step and the final weights are the router's and the harness's; the
+two overlap facts (made inside backward, waited for after it) are hints
+the rank's own process gives (``api.in_backward`` and the moment it
+waits), which deliberately forged frames could fake. This exercise is
+not among those a certificate requires (README, "How grading works").
 """
 
 from __future__ import annotations
@@ -47,7 +55,30 @@ def buckets(sizes: list[int], cap: int) -> int:
     return count + (open_bytes > 0)
 
 
+def steps(case: dict, entry: dict) -> list[dict]:
+    """One rank's steps: ``{"ready", "calls", "backward_end"}`` each.
+
+    ``ready`` (the order and size in which backward makes the gradients) is the
+    harness's; ``calls`` are the router's all-reduces between the driver's step
+    markers, each with its bytes, whether it was made inside backward and when
+    the rank began to wait for it (``t_end``); ``backward_end`` is the driver's.
+    """
+    per_step: list[list[dict]] = []
+    for call in entry["calls"]:
+        if call["op"] == "step" or not per_step:
+            per_step.append([])
+        if call["op"] == "all_reduce":
+            per_step[-1].append({"bytes": call["bytes"], "in_backward": bool(call.get("in_backward")),
+                                 "t_end": call.get("t_wait")})
+    per_step += [[] for _ in range(case["steps"] - len(per_step))]
+    ends = [s.get("backward_end") for s in entry["result"]["steps"]]
+    ends += [None] * (len(per_step) - len(ends))
+    return [{"ready": entry["expected"]["ready"], "calls": calls, "backward_end": end}
+            for calls, end in zip(per_step, ends, strict=False)]
+
+
 def check(case: dict, ranks: list[dict]) -> list[dict]:
+    ranks = [dict(entry, result=dict(entry["result"], steps=steps(case, entry))) for entry in ranks]
     findings = [params_finding(case, ranks, TOLERANCE, ok="bucket_matches_single", differ="bucket_weights_differ"),
                 _calls_finding(case, ranks)]
     if any(buckets([size for _, size in step["ready"]], case["cap"]) > 1
@@ -80,8 +111,9 @@ def _overlap_finding(ranks: list[dict]) -> dict:
             calls, where = record["calls"], {"rank": rank, "step": step + 1}
             if not calls or not calls[0]["in_backward"]:
                 return checks.failed("overlap", "bucket_no_overlap", **where, calls=len(calls))
+            end = record["backward_end"]
             blocked = [c for c in calls if c["in_backward"] and c.get("t_end") is not None
-                       and c["t_end"] <= record["backward_end"]]
+                       and isinstance(end, float) and c["t_end"] <= end]
             if blocked:
                 return checks.failed("overlap", "bucket_not_async", **where)
     return {"check": "overlap", "passed": True, "key": "bucket_overlap_ok", "values": {}}

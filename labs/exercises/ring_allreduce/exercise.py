@@ -17,23 +17,12 @@ per rank: for n = 2 that is the same (it is then the best one can do) and
 passes, for n = 3 and 4 it fails with ``bytes_whole_buffer``. A result that
 reached a rank some way other than our send/recv counts 0 bytes and fails.
 
-The wire rule. Those counts are kept in the learner's own process, so code
-written to cheat can set them; the harness therefore also counts, outside
-the ranks, the TCP bytes that crossed each rank's sockets (``runtime/wire.py``),
-and no rank has any other way to another (``bpf.sealed_program``). On the
-wire every message carries gloo's framing: measured, 96 bytes per message
-on the sender's socket and 48 back from the receiver's, so a ring's rank
-puts 2(n-1)/n x S + 144 x 2(n-1) bytes on the wire, exactly (2 ranks:
-+288, 3: +576, 4: +864 over the payload, for every case above). In the
-small cases that framing is larger than the whole-buffer ring's excess,
-so the wire decides only in the large ones (`WIRE_FROM_BYTES`): every
-rank's wire bytes sent between the payload minus two elements (less: the
-data reached it another way) and the payload plus two elements plus
-`FRAMING_ALLOWANCE` (more: more than a ring sends). The allowance is twice
-the ring's framing plus 512 bytes, room for a ring that sends each chunk
-in two messages; a whole-buffer ring exceeds it by more than a kilobyte
-in both large cases (n = 3, S = 4004: 8296 bytes on the wire against at
-most 7010; n = 4, S = 4108: 12756 against 8410).
+Where the counts come from. A rank holds no process group: each send and
+receive is a frame to the harness's router, which forwards it and counts
+its payload outside the learner's process (``runtime/router.py``). The
+counts are exact (no framing), so the rule above holds in every case, and
+a result that reached a rank without passing the router cannot: the rank
+had no other way to the others' inputs, which only the harness held.
 """
 
 from __future__ import annotations
@@ -55,16 +44,12 @@ _CASES = (
     (3, (10,), "float64"), (3, (5,), "int64"), (3, (2, 5), "float32"),
     (4, (1,), "float32"), (4, (3,), "float32"), (4, (10,), "float32"), (4, (16,), "float32"),
     (4, (7,), "float64"), (4, (9,), "int64"), (4, (3, 3), "float32"), (4, (6,), "bfloat16"),
-    # Large enough for the wire rule (see the module's docstring), and not divisible by n.
+    # Larger, and not divisible by n.
     (3, (1001,), "float32"), (4, (1027,), "float32"),
 )
-WIRE_FROM_BYTES = 4000  # the cases from this size on are held to the wire rule too
-FRAMING = 96 + 48  # gloo's bytes per message on the wire: the sender's header, the receiver's notice
-
-
-def framing_allowance(n: int) -> int:
-    """The wire bytes a rank may send beyond the payload: twice a ring's framing, plus 512."""
-    return FRAMING * 4 * (n - 1) + 512
+# Of the traced case's calls, the animation draws at most this many sends per rank
+# (a ring makes 2(n-1)); a report never carries a longer trace (review N-4).
+TRACE_SENDS_PER_RANK_EXTRA = 2
 
 
 def case_id(world: int, shape: tuple, dtype: str) -> str:
@@ -112,43 +97,23 @@ def bytes_check(case: dict, ranks: list[dict]) -> dict:
     return checks.passed("bytes", expected=shown)
 
 
-def wire_check(case: dict, ranks: list[dict]) -> dict:
-    """The bytes each rank's sockets sent, counted by the harness (see the module's docstring)."""
-    n = len(ranks)
-    size = checks.size_bytes(case)
-    elem = size // max(1, len(ranks[0]["expected"]["values"]))
-    payload = 2 * (n - 1) / n * size
-    low, high = int(payload - 2 * elem), int(payload + 2 * elem + framing_allowance(n))
-    shown = round(payload, 1) if payload % 1 else int(payload)
-    unmeasured = checks.wire_unmeasured(ranks)
-    if unmeasured is not None:
-        return unmeasured
-    for r in ranks:
-        sent = r["wire"]["sent"]
-        if sent < low:
-            return checks.failed("wire", "wire_below_ring", rank=r["rank"], sent=sent, expected=shown, low=low)
-        if sent > high:
-            return checks.failed("wire", "wire_above_ring", rank=r["rank"], sent=sent, expected=shown, high=high,
-                                 whole=(n - 1) * size, world_size=n, size=size)
-    return checks.passed("wire", expected=shown, high=high)
-
-
 def check(case: dict, ranks: list[dict]) -> list[dict]:
     findings = checks.shape_and_dtype(case, ranks)
     findings.append(checks.in_place(case, ranks))
     findings.append(checks.values(case, ranks))
     findings.append(bytes_check(case, ranks))
-    if checks.size_bytes(case) >= WIRE_FROM_BYTES:
-        findings.append(wire_check(case, ranks))
     return findings
 
 
 def trace(case: dict, ranks: list[dict]) -> dict:
-    """The learner's sends as ``labs.ring`` trace records, for ``app.charts.trace_steps``."""
+    """The learner's sends, as the router recorded them, as ``labs.ring`` trace records
+    for ``app.charts.trace_steps``: at most 2(n-1) + `TRACE_SENDS_PER_RANK_EXTRA` per
+    rank, so that no submission can make the page draw more than a ring's steps."""
     n = len(ranks)
     size = checks.size_bytes(case)
-    sends = [[c for c in r["calls"] if c["op"] in ("send", "isend")] for r in ranks]
-    recvs = [[c for c in r["calls"] if c["op"] in ("recv", "irecv")] for r in ranks]
+    limit = 2 * (n - 1) + TRACE_SENDS_PER_RANK_EXTRA
+    sends = [[c for c in r["calls"] if c["op"] in ("send", "isend")][:limit] for r in ranks]
+    recvs = [[c for c in r["calls"] if c["op"] in ("recv", "irecv")][:limit] for r in ranks]
     starts = [c["t_start"] for calls in sends for c in calls]
     origin = min(starts) if starts else 0.0
     whole = all(c["bytes"] == size for calls in sends for c in calls)

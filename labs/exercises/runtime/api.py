@@ -1,19 +1,26 @@
-"""The learner's ``torch.distributed``: the real calls, counted and announced.
+"""The learner's ``torch.distributed``: each call a frame to the router, nothing else.
 
-The guard points ``torch.distributed.send`` (and the other calls a plan
-allows) at the methods of one `Api` per rank, so that the learner's plain
-``dist.send(t, dst)`` is what it always was, plus three things the grading
-needs: the bytes each rank sent and received (the ring's bandwidth check),
-a record per call (the learner's own ring animation), and, before a call
-can block, a note to the harness parent saying what this rank now waits for
-(what a deadlock report shows). See ``drivers/__init__.py`` for the record
-format.
+A rank holds no process group: the guard points ``torch.distributed.send``
+(and the other calls a plan allows) at the methods of one `Api` per rank,
+and each method writes a frame (``frames.py``) on the rank's pipe to the
+harness, whose router (``router.py``) matches, forwards, reduces and
+counts, and answers when the call completes. The signatures are
+``torch.distributed``'s, so the learner's plain ``dist.send(t, dst)`` reads
+as it always did; sends and receives behave as on gloo (a send completes
+when its receive is posted), so a ring of blocking sends deadlocks here as
+it would there.
+
+Nothing here counts anything the grade uses: the router does, outside this
+process. What this side adds to a frame (the chunk a sent tensor is, for
+the animation; whether the call was made inside backward) is a hint the
+report may show.
 """
 
 from __future__ import annotations
 
-import time
+import os
 
+import frames
 import torch
 import torch.distributed as dist
 
@@ -21,49 +28,122 @@ import torch.distributed as dist
 WRAPPED = ("send", "recv", "isend", "irecv", "all_reduce", "barrier", "get_rank", "get_world_size")
 
 
-def _nbytes(tensor) -> int:
-    return int(tensor.numel()) * int(tensor.element_size())
+def tensor_bytes(tensor: torch.Tensor) -> bytes:
+    """A tensor's elements as raw bytes (contiguous, in its own dtype)."""
+    return tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
 
 
-class _Work:
-    """A Work from isend/irecv/all_reduce(async_op=True) whose ``wait`` is announced and timed."""
+def from_bytes(data: bytes, like: torch.Tensor) -> torch.Tensor:
+    """Raw bytes as a tensor of ``like``'s dtype and shape."""
+    flat = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+    return flat.view(like.dtype).reshape(like.shape)
 
-    def __init__(self, api: Api, work, record: dict):
-        self._api, self._work, self._record = api, work, record
 
-    def wait(self, *args, **kwargs):
-        self._api._announce(self._record)
+class Channel:
+    """This rank's two pipes to the router: frames out, completions in."""
+
+    def __init__(self, up: int, down: int):
+        self.up, self.down = up, down
+        self.reader = frames.Reader()
+        self.done: dict[int, tuple[dict, bytes]] = {}  # completions not yet waited for
+        self.commands: list[tuple[dict, bytes]] = []  # frames from the harness (load, go, stop)
+
+    def send(self, header: dict, payload: bytes = b"") -> None:
+        view = memoryview(frames.encode(header, payload))
+        while view:
+            view = view[os.write(self.up, view):]
+
+    def _read(self, block: bool) -> bool:
+        """Read what the router sent; False at end of file or when nothing was there (non-blocking)."""
+        os.set_blocking(self.down, block)
         try:
-            return self._work.wait(*args, **kwargs)
+            data = os.read(self.down, 1 << 20)
+        except BlockingIOError:
+            return False
         finally:
-            self._record["t_end"] = time.perf_counter()
-            self._api._done()
+            os.set_blocking(self.down, True)
+        if not data:
+            raise EOFError("the harness closed this rank's pipe")
+        for header, payload in self.reader.feed(data):
+            if header.get("t") == "done" and isinstance(header.get("id"), int):
+                self.done[header["id"]] = (header, payload)
+            else:
+                self.commands.append((header, payload))
+        return True
+
+    def completion(self, op_id: int, *, block: bool = True) -> tuple[dict, bytes] | None:
+        while op_id not in self.done:
+            if not self._read(block) and not block:
+                return None
+        return self.done.pop(op_id)
+
+    def command(self) -> tuple[dict, bytes]:
+        while not self.commands:
+            self._read(True)
+        return self.commands.pop(0)
+
+
+class Work:
+    """What isend/irecv/all_reduce(async_op=True) return: ``wait`` blocks until the router answers."""
+
+    def __init__(self, api: Api, op_id: int, into: torch.Tensor | None):
+        self._api, self._id, self._into = api, op_id, into
+        self._result: tuple[dict, bytes] | None = None
+        self.source = None
+
+    def _finish(self, done: tuple[dict, bytes]) -> None:
+        header, payload = done
+        self._result = done
+        if header.get("error"):
+            raise RuntimeError(header["error"])
+        self.source = header.get("src")
+        if self._into is not None and payload:
+            with torch.no_grad():
+                self._into.copy_(from_bytes(payload, self._into))
+
+    def wait(self, timeout=None) -> bool:  # noqa: ARG002 - torch's signature; the harness times cases
+        if self._result is None:
+            channel = self._api.channel
+            channel.send({"t": "wait", "id": self._id})
+            try:
+                self._finish(channel.completion(self._id))
+            finally:
+                channel.send({"t": "unwait"})
+        return True
 
     def is_completed(self) -> bool:
-        return self._work.is_completed()
+        if self._result is None:
+            done = self._api.channel.completion(self._id, block=False)
+            if done is None:
+                return False
+            self._finish(done)
+        return True
 
-    def __getattr__(self, name):  # anything else a Work has (exception, source_rank, ...)
-        return getattr(self._work, name)
+    def _source_rank(self) -> int | None:
+        return self.source
+
+
+def _op_name(op) -> str:
+    for candidate, name in ((dist.ReduceOp.SUM, "sum"), (dist.ReduceOp.AVG, "avg"), (dist.ReduceOp.MAX, "max"),
+                            (dist.ReduceOp.MIN, "min"), (dist.ReduceOp.PRODUCT, "product")):
+        if op == candidate:
+            return name
+    raise ValueError(f"reduce op {op!r} is not supported in this exercise")
 
 
 class Api:
-    """Counting wrappers around the real point-to-point calls (and all_reduce) of one rank.
+    """This rank's stand-ins for the calls a plan allows; see the module docstring.
 
-    ``notify`` sends a dict to the harness parent; it is how "waiting in
-    recv from rank 1" reaches the deadlock report. ``locate(tensor)`` (set
-    per case by the driver) names the chunk a sent tensor is, for the trace.
+    ``locate(tensor)`` (set per case by the driver) names the chunk a sent
+    tensor is, for the animation.
     """
 
-    def __init__(self, notify):
-        self._notify = notify
-        # The real functions, taken before the guard replaces the module's names.
-        self._real = {name: getattr(dist, name) for name in WRAPPED}
-        self.reset()
+    def __init__(self, channel: Channel, rank: int, world: int):
+        self.channel, self.rank, self.world = channel, rank, world
+        self._next = 0
+        self.locate = None
 
     def reset(self, locate=None) -> None:
-        self.calls: list[dict] = []
-        self.sent = 0
-        self.received = 0
         self.locate = locate
 
     @staticmethod
@@ -71,84 +151,85 @@ class Api:
         """True while autograd's engine runs a backward (so: inside a gradient hook)."""
         return torch._C._current_autograd_node() is not None
 
-    # -- bookkeeping
+    def mark(self, step: int) -> None:
+        """Tell the router a training step begins (how the report groups calls into steps)."""
+        self.channel.send({"t": "mark", "step": int(step)})
 
-    def _record(self, op: str, tensor, peer, *, sent: bool, received: bool) -> dict:
-        n = _nbytes(tensor)
-        chunk = None
-        if sent and self.locate is not None:
-            chunk = self.locate(tensor)
-        rec = {"op": op, "peer": None if peer is None else int(peer), "bytes": n,
-               "numel": int(tensor.numel()), "dtype": str(tensor.dtype).removeprefix("torch."),
-               "chunk": chunk, "in_backward": self.in_backward(),
-               "t_start": time.perf_counter(), "t_end": None}
-        if sent:
-            self.sent += n
-        if received:
-            self.received += n
-        self.calls.append(rec)
-        return rec
+    # -- plumbing
 
-    def _announce(self, rec: dict) -> None:
-        self._notify({"type": "wait", "op": rec["op"], "peer": rec["peer"], "bytes": rec["bytes"]})
+    def _id(self) -> int:
+        self._next += 1
+        return self._next
 
-    def _done(self) -> None:
-        self._notify({"type": "unwait"})
+    def _peer(self, peer, group_peer, what: str) -> int:
+        peer = group_peer if peer is None else peer
+        if not isinstance(peer, int) or isinstance(peer, bool) or not 0 <= peer < self.world:
+            raise ValueError(f"{what} must be a rank between 0 and {self.world - 1}, not {peer!r}")
+        if peer == self.rank:
+            raise ValueError(f"{what} {peer} is this rank itself")
+        return peer
 
-    def _blocking(self, rec: dict, call, *args, **kwargs):
-        self._announce(rec)
-        try:
-            return call(*args, **kwargs)
-        finally:
-            rec["t_end"] = time.perf_counter()
-            self._done()
+    @staticmethod
+    def _tensor(tensor) -> torch.Tensor:
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"expected a torch.Tensor, got {type(tensor).__name__}")
+        return tensor
+
+    def _post_send(self, op: str, tensor, dst, tag) -> Work:
+        tensor = self._tensor(tensor)
+        op_id = self._id()
+        chunk = self.locate(tensor) if self.locate is not None else None
+        self.channel.send({"t": op, "id": op_id, "dst": dst, "tag": int(tag), "chunk": chunk,
+                           "bw": self.in_backward()}, tensor_bytes(tensor))
+        return Work(self, op_id, None)
+
+    def _post_recv(self, op: str, tensor, src, tag) -> Work:
+        tensor = self._tensor(tensor)
+        op_id = self._id()
+        self.channel.send({"t": op, "id": op_id, "src": src, "tag": int(tag),
+                           "n": tensor.numel() * tensor.element_size(), "bw": self.in_backward()})
+        return Work(self, op_id, tensor)
 
     # -- the calls, with torch.distributed's own signatures
 
-    def send(self, tensor, dst=None, group=None, tag=0, group_dst=None):
-        # Through the real isend + wait, not the real send: torch's send and
-        # recv call the module's isend/irecv, which now are ours and would
-        # count the bytes twice.
-        rec = self._record("send", tensor, dst if dst is not None else group_dst, sent=True, received=False)
-        work = self._real["isend"](tensor, dst, group, tag, group_dst=group_dst)
-        self._blocking(rec, work.wait)
+    def send(self, tensor, dst=None, group=None, tag=0, group_dst=None):  # noqa: ARG002 - group: one world
+        self._post_send("send", tensor, self._peer(dst, group_dst, "dst"), tag).wait()
 
-    def recv(self, tensor, src=None, group=None, tag=0, group_src=None):
-        rec = self._record("recv", tensor, src if src is not None else group_src, sent=False, received=True)
-        work = self._real["irecv"](tensor, src, group, tag, group_src=group_src)
-        self._blocking(rec, work.wait)
-        if src is not None:
-            return src
-        return group_src if group_src is not None else work._source_rank()
+    def recv(self, tensor, src=None, group=None, tag=0, group_src=None):  # noqa: ARG002
+        peer = None if src is None and group_src is None else self._peer(src, group_src, "src")
+        work = self._post_recv("recv", tensor, peer, tag)
+        work.wait()
+        return work.source
 
-    def isend(self, tensor, dst=None, group=None, tag=0, group_dst=None):
-        rec = self._record("isend", tensor, dst if dst is not None else group_dst, sent=True, received=False)
-        work = self._real["isend"](tensor, dst, group, tag, group_dst=group_dst)
-        return _Work(self, work, rec)
+    def isend(self, tensor, dst=None, group=None, tag=0, group_dst=None):  # noqa: ARG002
+        return self._post_send("isend", tensor, self._peer(dst, group_dst, "dst"), tag)
 
-    def irecv(self, tensor, src=None, group=None, tag=0, group_src=None):
-        rec = self._record("irecv", tensor, src if src is not None else group_src, sent=False, received=True)
-        work = self._real["irecv"](tensor, src, group, tag, group_src=group_src)
-        return _Work(self, work, rec)
+    def irecv(self, tensor, src=None, group=None, tag=0, group_src=None):  # noqa: ARG002
+        peer = None if src is None and group_src is None else self._peer(src, group_src, "src")
+        return self._post_recv("irecv", tensor, peer, tag)
 
-    def all_reduce(self, tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
-        # A ring all-reduce moves 2(n-1)/n of the tensor each way; here we
-        # count the tensor once each way, which is what a learner's
-        # bandwidth reasoning needs: how much each call asked to reduce.
-        rec = self._record("all_reduce", tensor, None, sent=True, received=True)
+    def all_reduce(self, tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):  # noqa: ARG002
+        tensor = self._tensor(tensor)
+        op_id = self._id()
+        self.channel.send({"t": "all_reduce", "id": op_id, "dtype": str(tensor.dtype).removeprefix("torch."),
+                           "op": _op_name(op), "bw": self.in_backward()}, tensor_bytes(tensor))
+        work = Work(self, op_id, tensor)
         if async_op:
-            work = self._real["all_reduce"](tensor, op=op, group=group, async_op=True)
-            return _Work(self, work, rec)
-        return self._blocking(rec, self._real["all_reduce"], tensor, op=op, group=group)
+            return work
+        work.wait()
+        return None
 
-    def barrier(self, group=None, **_options):  # async_op, device_ids: a barrier here always blocks
-        rec = {"op": "barrier", "peer": None, "bytes": 0, "numel": 0, "dtype": None, "chunk": None,
-               "in_backward": self.in_backward(), "t_start": time.perf_counter(), "t_end": None}
-        self.calls.append(rec)
-        return self._blocking(rec, self._real["barrier"], group=group)
+    def barrier(self, group=None, async_op=False, device_ids=None):  # noqa: ARG002
+        op_id = self._id()
+        self.channel.send({"t": "barrier", "id": op_id, "bw": self.in_backward()})
+        work = Work(self, op_id, None)
+        if async_op:
+            return work
+        work.wait()
+        return None
 
-    def get_rank(self, group=None):
-        return self._real["get_rank"](group)
+    def get_rank(self, group=None):  # noqa: ARG002
+        return self.rank
 
-    def get_world_size(self, group=None):
-        return self._real["get_world_size"](group)
+    def get_world_size(self, group=None):  # noqa: ARG002
+        return self.world

@@ -18,14 +18,15 @@ rank, before the learner's file is imported, asks the kernel to refuse what
 starts a process (``execve``, ``fork``, ``vfork``, ``clone`` unless it makes a
 thread, ``clone3``) and what makes a link (a symlink swapped by a thread
 under the guard's open check was a race the guard lost). Threads stay
-possible: gloo and torch need them, and a thread is ``clone`` with
+possible: torch needs them, and a thread is ``clone`` with
 ``CLONE_THREAD`` (``clone3`` fails with ENOSYS, which makes glibc fall back to
 ``clone``). A filter cannot be removed, and is inherited by every thread.
 
-A second filter (`sealed_program`), stacked once the rank's group is up and
-its cases prepared, leaves the rank no way to another rank but the sockets
-it holds, whose bytes the harness counts in the kernel (``wire.py``): see
-`SEALED_REFUSED`. Filters stack: a call runs only if every filter allows it.
+A second filter (`sealed_program`), stacked right after the first, before
+the rank runs anything of the learner's, leaves the rank no way to another
+rank but its pipes to the harness, whose router forwards and counts every
+message (``router.py``): see `SEALED_REFUSED`. Filters stack: a call runs
+only if every filter allows it.
 """
 
 from __future__ import annotations
@@ -147,9 +148,9 @@ def rank_program(machine: str | None = None) -> bytes:
 
 
 # What a rank may not call once its group is up and its cases are prepared (the second
-# filter, ``sealed_program``), so that the ranks have no way to each other but the TCP
-# connections whose bytes the harness counts (``wire.py``): no new socket (gloo's and the
-# store's exist by then), nothing shared through the file system (no file opened for
+# filter, ``sealed_program``), so that the ranks have no way to each other but their pipes
+# to the harness's router, which counts what it forwards (``router.py``): no socket at all
+# (a rank needs none), nothing shared through the file system (no file opened for
 # writing, no name made, renamed, removed, no mode, owner, time or attribute set: each
 # could carry the data), no System V or POSIX IPC, no memfd, no node, no signal with data.
 SEALED_REFUSED = (
@@ -184,7 +185,7 @@ def sealed_program(pid: int, machine: str | None = None) -> bytes:
     """A rank's second filter, stacked on `rank_program` before the learner's file is
     imported: see `SEALED_REFUSED`, `SEALED_OPENS`, `SEALED_COMMANDS`, `SEALED_OWN`. ``openat2`` fails with
     ENOSYS (its flags are behind a pointer; glibc falls back to ``openat``). Reading files
-    stays possible, and so do threads, gloo's and the store's existing sockets, and
+    stays possible, and so do threads, the pipes to the harness, and
     ``raise`` (``tgkill`` of this process)."""
     machine = machine or platform.machine()
     nrs = numbers(machine)

@@ -1,23 +1,19 @@
 """The guard: what the learner's code may call, armed in each rank before it is imported.
 
-The sandbox is the security boundary; this is about honest grading and a
-clear message. Two layers:
+The sandbox is the security boundary, and the grade rests on nothing in a
+rank (README, "How grading works": a rank holds only its own inputs and no
+process group; the router in the harness counts and checks). The guard is
+about a clear message when the learner reaches for what the exercise does
+not allow, and one more layer around the harness. Two layers:
 
 1. Names. Every collective reachable from Python (``torch.distributed.X``,
    ``distributed_c10d.X``, any other module that holds the same function,
    the collective methods of ``ProcessGroup``/``Backend``/``ProcessGroupGloo``,
-   the ``torch.ops.c10d`` namespaces) is replaced by a function that raises
-   `ForbiddenCall` naming the call; the calls the plan allows point at the
-   counting `api.Api`. A route we missed still ends in the grader's bytes
-   check: a result that did not travel through our send/recv counts 0 bytes.
-   The counts live in this process, though: code written to cheat can set
-   them (``dist.send.__self__.sent``), which no guard here can prevent. So
-   the harness also counts outside the rank: the kernel's TCP counters of
-   the rank's sockets (``wire.py``), in the large cases; and so that a ring's
-   amount of filler over gloo cannot hide data moved another way, the rank's
-   second seccomp filter (``bpf.sealed_program``, on before this guard is
-   armed) refuses every other way between ranks: new sockets, files opened
-   to write, names made in the shared tmp folder, IPC, signals to others.
+   ``dist.group.WORLD``, the ``torch.ops.c10d`` namespaces) is replaced by a
+   function that raises `ForbiddenCall` naming the call; the calls the plan
+   allows point at the rank's `api.Api`, whose every call is a frame to the
+   router. A route we missed finds no process group to run on: none exists
+   in a rank, and its seccomp filter refuses the sockets one would need.
 2. An audit hook (``sys.addaudithook``: it cannot be removed, and there is
    no way to switch it off once armed) refuses ctypes, importing
    ctypes/cffi, frames (``sys._getframe``, ``tb_frame``) while the learner's
@@ -26,13 +22,11 @@ clear message. Two layers:
    starting processes, and opening files outside the private tmp folder and
    the interpreter's own files. Some routes raise no audit event
    (``_posixsubprocess.fork_exec``, files opened by torch's C++): behind
-   this hook, the kernel refuses each rank new processes and links (its
-   seccomp filter, ``bpf.py``), the harness process is non-dumpable (its
-   /proc files refuse the ranks), and the plan, with this run's cases, is no
-   file at all (the harness read it from stdin). Plain attributes of a type (``torch.Tensor.add_ = f``)
-   raise no audit event; the learner then only breaks their own rank: the
-   expected results left it before their code loaded, and the checks run
-   outside the sandbox.
+   this hook, the kernel refuses each rank new processes, links, sockets
+   and files opened to write (its seccomp filters, ``bpf.py``), and the
+   harness process is non-dumpable. What such a route could find in a rank
+   is the rank's own inputs and the public fields of its case: the ranks
+   are forked before the harness reads the plan.
 """
 
 from __future__ import annotations
@@ -94,6 +88,17 @@ def _raiser(call: str):
     return forbidden
 
 
+class _NoProcessGroup:
+    """Stands in for ``dist.group.WORLD``: a rank has no process group (its calls go to the
+    router), so any method of one is refused by name; passing it as ``group=`` is fine."""
+
+    def __getattr__(self, name):
+        raise ForbiddenCall(f"ProcessGroup.{name}")
+
+    def __repr__(self) -> str:
+        return "<the exercise's world group>"
+
+
 class _ForbiddenNamespace(types.ModuleType):
     """Stands in for ``torch.ops.c10d`` and friends: any op looked up there is refused."""
 
@@ -119,15 +124,6 @@ def _patch_names(api, allowed: set[str]) -> None:
                 originals.append(original)
                 setattr(module, name, fake)
     from api import WRAPPED
-    # The api keeps the real functions it counts (``api._real``), reachable from the learner's
-    # code as ``dist.send.__self__._real``: keep only what the allowed calls need (send and
-    # recv go through the real isend and irecv), and refuse the others there too.
-    needed = set(allowed) | {"get_rank", "get_world_size"}
-    needed |= {"isend"} if needed & {"send", "isend"} else set()
-    needed |= {"irecv"} if needed & {"recv", "irecv"} else set()
-    for name in list(api._real):
-        if name not in needed:
-            api._real[name] = _raiser(f"dist.{name}")
     for name in WRAPPED:
         if name in allowed:
             for module in (dist, c10d):
@@ -137,6 +133,10 @@ def _patch_names(api, allowed: set[str]) -> None:
                     replace[id(original)] = counted
                     originals.append(original)
                 setattr(module, name, counted)
+    # No process group exists in a rank; code that checks for one finds the router's world.
+    dist.is_initialized = lambda: True
+    dist.group.WORLD = dist.GroupMember.WORLD = _NoProcessGroup()
+    c10d._get_default_group = _raiser("distributed_c10d._get_default_group")
     # Any other module that imported one of them by name (``from torch.distributed import all_reduce``).
     for module in list(sys.modules.values()):
         try:

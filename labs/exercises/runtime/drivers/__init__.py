@@ -1,62 +1,72 @@
 """Drivers: the exercise-specific half of the harness, run inside the sandbox.
 
 The harness (``runtime/harness.py``) knows nothing about tensors, models or
-samplers; it forks the ranks, joins them in a gloo group, arms the guard,
-imports the learner's file and hands each case to the driver named in the
-plan (``plan["driver"]`` -> ``drivers/<name>.py``). A driver is a module with
-two functions; nothing secret lives here (no expected values, no reference
-solution, no case list): it only sees the cases the grader put in this run's
-plan, and its expected values leave the rank before any learner code loads.
+samplers; it forks the ranks, routes their calls (``runtime/router.py``),
+imports the learner's file in each rank and hands each case to the driver
+named in the plan (``plan["driver"]`` -> ``drivers/<name>.py``). Nothing
+secret lives here (no expected values, no reference solution, no case
+list). A driver's functions run in two places, and which one matters:
 
-    def prepare(case: dict, rank: int, world: int) -> tuple[object, object]:
-        '''Trusted phase: runs in every rank BEFORE the guard is armed and
-        before the learner's file is imported, with the real
-        ``torch.distributed`` (the gloo group is up). Make this rank's inputs
-        from ``case["seed"]`` and compute the expected result with the real
-        built-in collective (or single-process training, or a plain sampler).
-        Return ``(state, expected)``: ``state`` stays in the rank for
-        ``run``; ``expected`` (JSON-able, small) is sent to the grader at once
-        and the rank keeps no copy of it. ``prepare`` runs for every case of
-        the group first, then the learner's code is loaded, so a learner
-        cannot have patched anything that ``prepare`` uses.'''
+In the harness process, which runs no learner code:
 
-    def run(case: dict, rank: int, world: int, submission, api, state) -> dict:  # noqa: ARG001
+    def inputs(case: dict, world: int) -> list[dict[str, torch.Tensor]]:
+        '''Every rank's inputs for ``case`` (from its seed): one dict of
+        named tensors per rank. Rank r receives ``inputs(...)[r]`` and
+        nothing else: never the seed or another rank's share.'''
+
+    def expected(case: dict, world: int, inputs) -> list:
+        '''What each rank should end with (JSON-able, small): computed
+        here, with plain torch in one process (a sum, rank src's tensor,
+        one process training on the global batch). It goes to the grader
+        in the case event and never to a rank.'''
+
+    # optional
+    def public(case: dict) -> dict:
+        '''The fields of the case a rank may see (default: all but "seed").'''
+
+In a rank, after its seccomp filters are on:
+
+    # optional, before the learner's file is imported (the guard not yet armed)
+    def setup(rank: int, world: int) -> None: ...
+
+    def run(case: dict, rank: int, world: int, submission, api, state: dict) -> dict:
         '''Call the learner's function (``getattr(submission,
-        plan["function"])``) on ``state`` and return what the grader's
-        ``check`` needs, JSON-able: the values after the call, whether the
-        storage is the same (in place), dtype and shape, and anything else.
-        The byte counts and the calls the learner made are added by the
-        harness from ``api`` (below); a driver may read them too. Exceptions
-        propagate: the harness reports ``ForbiddenCall`` as a forbidden call
-        and anything else as a crash with the learner's own frames.'''
+        plan["function"])``) on this rank's tensors (``state``: the dict
+        ``inputs`` made for this rank, which ``run`` may add to) and return
+        what the grader's ``check`` needs, JSON-able: the values after the
+        call, whether the storage is the same (in place), dtype and shape.
+        This is the learner's process: the checks treat what it returns as
+        the learner's answer, never as evidence of how it was reached; the
+        counts and the calls come from the router. Exceptions propagate: the
+        harness reports ``ForbiddenCall`` as a forbidden call and anything
+        else as a crash with the learner's own frames.'''
 
     # optional
     def locate(tensor, state) -> int | None:
-        '''Which chunk of the case's buffer a sent tensor is (for the ring
-        animation); None when it is not one. Called by ``api`` at each send.'''
+        '''Which chunk of the case's buffer a sent tensor is (the animation's
+        label, a hint the grade does not use); None when it is not one.'''
 
 ``api`` (``runtime/api.py``) is the only ``torch.distributed`` the learner's
 code reaches: the guard points ``torch.distributed.<name>`` (and
-``distributed_c10d.<name>``) at its counting wrappers for the calls the plan
-allows, and at a ``ForbiddenCall`` raiser for every other collective.
-``plan["allowed"]`` lists the allowed calls; each exercise chooses them:
+``distributed_c10d.<name>``) at its methods for the calls the plan allows,
+and at a ``ForbiddenCall`` raiser for every other collective. Each method
+is a frame to the router. ``plan["allowed"]`` lists the allowed calls; each
+exercise chooses them:
 
 - point-to-point exercises (ring all-reduce, broadcast): ``send``, ``recv``,
   ``isend``, ``irecv``, ``get_rank``, ``get_world_size``;
 - training exercises (average gradients, bucketed overlap) add
-  ``all_reduce`` (``async_op=True`` too, returning a Work whose ``wait`` is
-  counted), and may add ``barrier``.
+  ``all_reduce`` (``async_op=True`` too, returning a Work whose ``wait``
+  blocks until the router answers), and ``barrier``; the router reduces.
 
-Every counted call appends a record to ``api.calls``:
-``{"op": "send"|"recv"|"isend"|"irecv"|"all_reduce"|..., "peer": int|None,
-"bytes": int, "numel": int, "dtype": str, "chunk": int|None,
-"in_backward": bool, "t_start": float, "t_end": float}``
-(``t_*`` are ``time.perf_counter()`` readings, shared by all processes of
-the machine; ``t_end`` is when the call, or the ``wait`` of its Work,
-returned; ``in_backward`` is True when the call was made while autograd's
-engine was running a backward, i.e. from a gradient hook). ``api.sent`` and
-``api.received`` are the byte totals; ``api.in_backward()`` says whether a
-backward is running right now. Before a call blocks the api tells the
-harness parent what it waits for ("recv from rank 1, 28 bytes"), which is
-what a deadlock report shows.
+The router's record of each call, which the grader receives per rank as
+``traffic.calls``: ``{"op": "send"|"isend"|"recv"|"irecv"|"all_reduce"|
+"barrier"|"step", "peer": int|None, "bytes": int, "tag", "chunk": int|None,
+"in_backward": bool, "t_start": float, "t_end": float|None, "t_wait":
+float}`` (``time.perf_counter()`` readings in the harness, a clock all
+processes of the machine share: ``t_start`` when the router got the call,
+``t_end`` when it completed, ``t_wait`` when the rank started waiting for
+it). ``chunk`` and ``in_backward`` are the rank's hints, ``t_wait`` is when
+its wait frame arrived; ``traffic.sent`` and ``traffic.received`` are the
+byte totals, counted by the router.
 """

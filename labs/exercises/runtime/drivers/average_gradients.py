@@ -1,11 +1,12 @@
 """Driver of average-gradients: N ranks with a shard each against one process on the global batch.
 
 A case: ``{"id", "world_size", "seed", "dtype", "unused", "features",
-"hidden", "classes", "batch" (per rank), "steps", "lr"}``. ``prepare``
-trains the same model in one process on the whole global batch (every rank
-does it alone: no communication, no learner code loaded yet) and sends the
-final parameters, the first step's mean gradient and this rank's own first
-gradient. ``run`` trains on this rank's shard and calls the learner's
+"hidden", "classes", "batch" (per rank), "steps", "lr"}``. In the harness,
+``inputs`` gives each rank the initial parameters and its own shard of the
+global batch (never the seed, from which the others' shards follow), and
+``expected`` trains the same model in one process on the whole global
+batch: the final parameters, the first step's mean gradient and each
+rank's own first gradient. In a rank, ``run`` trains on its shard and calls the learner's
 ``average_gradients(model)`` after each backward; it returns the parameters
 at the end and the gradients right after the first call, so that ``check``
 can tell a missing division or a skipped parameter from any other error.
@@ -19,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from drivers._training import sgd_step
+from drivers._training import initial, load, sgd_step
 
 
 class Net(nn.Module):
@@ -57,12 +58,18 @@ def values(model: nn.Module, *, grads: bool = False) -> dict:
     return out
 
 
-def prepare(case: dict, rank: int, world: int):
+def inputs(case: dict, world: int) -> list[dict]:
+    """Per rank: the initial parameters and its own shard of the global batch, nothing else."""
     x, y = global_batch(case, world)
-    lo, hi = rank * case["batch"], (rank + 1) * case["batch"]
-    # This rank's own first gradient (what a parameter the learner skipped keeps).
-    local = build(case)
-    F.cross_entropy(local(x[lo:hi]), y[lo:hi]).backward()
+    start = initial(build(case))
+    b = case["batch"]
+    return [dict(start, x=x[r * b:(r + 1) * b].clone(), y=y[r * b:(r + 1) * b].clone()) for r in range(world)]
+
+
+def expected(case: dict, world: int, inputs: list[dict]) -> list[dict]:
+    """One process on the global batch; beside it each rank's own first gradient (what a
+    parameter the learner skipped keeps)."""
+    x, y = global_batch(case, world)
     single = build(case)
     first_grads = None
     for _ in range(case["steps"]):
@@ -70,15 +77,18 @@ def prepare(case: dict, rank: int, world: int):
         if first_grads is None:
             first_grads = values(single, grads=True)
         sgd_step(single, case["lr"])
-    expected = {"params": values(single), "grads": first_grads,
-                "local_grads": values(local, grads=True)}
-    state = {"model": build(case), "x": x[lo:hi].clone(), "y": y[lo:hi].clone()}
-    return state, expected
+    out = []
+    for rank in range(world):
+        local = build(case)
+        F.cross_entropy(local(inputs[rank]["x"]), inputs[rank]["y"]).backward()
+        out.append({"params": values(single), "grads": first_grads, "local_grads": values(local, grads=True)})
+    return out
 
 
 def run(case: dict, rank: int, world: int, submission, api, state) -> dict:  # noqa: ARG001 - the interface
     average_gradients = submission.average_gradients
-    model, x, y = state["model"], state["x"], state["y"]
+    model = load(Net(case).to(getattr(torch, case["dtype"])), state)
+    x, y = state["x"], state["y"]
     first_grads = None
     for _ in range(case["steps"]):
         F.cross_entropy(model(x), y).backward()

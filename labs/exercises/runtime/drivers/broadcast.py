@@ -1,23 +1,23 @@
 """Driver of the broadcast exercise: ``broadcast(tensor, src)`` copies rank src's tensor to all, in place.
 
-The expected result is torch's own ``dist.broadcast`` on a copy of each
-rank's input; every rank starts with different numbers, so a rank that
-kept its own shows.
+In the harness: every rank's input (each starts with different numbers, so
+a rank that kept its own shows) and the expected result, rank src's input.
+In a rank: only its own input.
 """
 
 from __future__ import annotations
-
-import torch.distributed as dist
 
 from drivers._tensors import as_list, make_input, run_in_place
 from drivers._tensors import locate as _locate
 
 
-def prepare(case: dict, rank: int, world: int):  # noqa: ARG001 - the driver interface
-    tensor = make_input(case, rank)
-    expected = tensor.clone()
-    dist.broadcast(expected, src=int(case["src"]))
-    return {"input": tensor}, {"values": as_list(expected)}
+def inputs(case: dict, world: int) -> list[dict]:
+    return [{"input": make_input(case, rank)} for rank in range(world)]
+
+
+def expected(case: dict, world: int, inputs: list[dict]) -> list[dict]:  # noqa: ARG001 - the interface
+    values = as_list(inputs[int(case["src"])]["input"])
+    return [{"values": values} for _ in inputs]
 
 
 def locate(tensor, state):

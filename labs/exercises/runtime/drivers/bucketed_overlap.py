@@ -1,15 +1,17 @@
 """Driver of bucketed-overlap: the learner's Bucketer trains N ranks; the api's records show the buckets.
 
 A case: ``{"id", "world_size", "seed", "cap" (bytes), "features", "hidden",
-"classes", "batch" (per rank), "steps", "lr"}``. ``prepare`` trains the
-same MLP in one process on the global batch and sends its final parameters.
-``run`` registers its own post-accumulate-grad hooks first (they run before
-the learner's, in registration order) to note the order and size in which
-backward produces the gradients, then builds ``Bucketer(model, cap)`` and
-trains: zero_grad, backward, ``finish()``, step. Per step it returns that
-order, the all-reduces the api counted (bytes, whether made during backward,
-when they returned) and the moment backward ended, so ``check`` can work out
-how many buckets the cap gives and whether the first one overlapped backward.
+"classes", "batch" (per rank), "steps", "lr"}``. In the harness, ``inputs``
+gives each rank the initial parameters and its own shard, and ``expected``
+trains the same MLP in one process on the global batch: its final
+parameters, and the order and size in which backward produces the
+gradients (hooks on the single process's parameters). In a rank, ``run``
+builds ``Bucketer(model, cap)`` and trains: a step marker to the router,
+backward, ``finish()``, step; it returns the parameters and, per step,
+the moment backward ended. The all-reduces themselves (bytes, order, when
+each was made and waited for) are the router's record, so ``check`` can
+work out how many buckets the cap gives and whether the first one
+overlapped backward.
 """
 
 from __future__ import annotations
@@ -20,14 +22,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from drivers._training import sgd_step
+from drivers._training import initial, load, sgd_step
+
+
+def arch(case: dict) -> nn.Module:
+    h = case["hidden"]
+    return nn.Sequential(nn.Linear(case["features"], h), nn.Tanh(), nn.Linear(h, h), nn.Tanh(),
+                         nn.Linear(h, case["classes"]))
 
 
 def build(case: dict) -> nn.Module:
     torch.manual_seed(case["seed"])
-    h = case["hidden"]
-    return nn.Sequential(nn.Linear(case["features"], h), nn.Tanh(), nn.Linear(h, h), nn.Tanh(),
-                         nn.Linear(h, case["classes"]))
+    return arch(case)
 
 
 def global_batch(case: dict, world: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,34 +47,41 @@ def params(model: nn.Module) -> dict:
     return {name: p.detach().reshape(-1).tolist() for name, p in model.named_parameters()}
 
 
-def prepare(case: dict, rank: int, world: int):
+def inputs(case: dict, world: int) -> list[dict]:
+    """Per rank: the initial parameters and its own shard of the global batch."""
+    x, y = global_batch(case, world)
+    start = initial(build(case))
+    b = case["batch"]
+    return [dict(start, x=x[r * b:(r + 1) * b].clone(), y=y[r * b:(r + 1) * b].clone()) for r in range(world)]
+
+
+def expected(case: dict, world: int, inputs: list[dict]) -> list[dict]:  # noqa: ARG001 - the interface
+    """One process on the global batch: the final parameters, and the order and size in
+    which backward produces the gradients (the same on every rank and step)."""
     x, y = global_batch(case, world)
     single = build(case)
+    ready: list[list] = []
+    for name, param in single.named_parameters():
+        param.register_post_accumulate_grad_hook(
+            lambda p, name=name: ready.append([name, p.grad.numel() * p.grad.element_size()]))
+    order = None
     for _ in range(case["steps"]):
+        ready.clear()
         F.cross_entropy(single(x), y).backward()
+        order = order or list(ready)
         sgd_step(single, case["lr"])
-    lo, hi = rank * case["batch"], (rank + 1) * case["batch"]
-    state = {"model": build(case), "x": x[lo:hi].clone(), "y": y[lo:hi].clone()}
-    return state, {"params": params(single)}
+    return [{"params": params(single), "ready": order} for _ in range(world)]
 
 
 def run(case: dict, rank: int, world: int, submission, api, state) -> dict:  # noqa: ARG001 - the interface
-    model, x, y = state["model"], state["x"], state["y"]
-    ready: list[list] = []
-    for name, param in model.named_parameters():
-        param.register_post_accumulate_grad_hook(
-            lambda p, name=name: ready.append([name, p.grad.numel() * p.grad.element_size()]))
+    model, x, y = load(arch(case), state), state["x"], state["y"]
     bucketer = submission.Bucketer(model, case["cap"])
     steps = []
-    for _ in range(case["steps"]):
-        ready.clear()
-        first = len(api.calls)
+    for step in range(case["steps"]):
+        api.mark(step)
         F.cross_entropy(model(x), y).backward()
         backward_end = time.perf_counter()
         bucketer.finish()
-        calls = [{"bytes": c["bytes"], "in_backward": bool(c["in_backward"]),
-                  "t_end": c.get("t_end")}
-                 for c in api.calls[first:] if c["op"] == "all_reduce"]
-        steps.append({"ready": list(ready), "calls": calls, "backward_end": backward_end})
+        steps.append({"backward_end": backward_end})
         sgd_step(model, case["lr"])
     return {"params": params(model), "steps": steps}

@@ -1,0 +1,191 @@
+"""The router (labs/exercises/runtime/router.py) in one process: pipes, frames, no sandbox.
+
+The grade's counts come from here, so the rules are tested one by one: a
+send completes only when its receive is posted (gloo's behaviour, which
+makes a ring of blocking sends deadlock), payloads arrive whole and in
+order, the bytes are counted on the router's side, an all-reduce is
+reduced here, and a rank that writes anything the protocol does not allow
+(garbage, a call its exercise does not allow, a reused id, a send to
+itself, more calls than any exercise needs) is stopped with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+RUNTIME = Path(__file__).resolve().parent.parent / "labs" / "exercises" / "runtime"
+sys.path.insert(0, str(RUNTIME))
+
+import frames  # noqa: E402 - the harness's flat imports, as inside the sandbox
+import router as routing  # noqa: E402
+from api import from_bytes, tensor_bytes  # noqa: E402
+
+
+class Rank:
+    """One end of a rank's pipes, driven by hand."""
+
+    def __init__(self):
+        self.up_r, self.up_w = os.pipe()
+        self.down_r, self.down_w = os.pipe()
+        self.reader = frames.Reader()
+
+    def write(self, header: dict, payload: bytes = b"") -> None:
+        os.write(self.up_w, frames.encode(header, payload))
+
+    def read(self) -> list[tuple[dict, bytes]]:
+        os.set_blocking(self.down_r, False)
+        try:
+            return self.reader.feed(os.read(self.down_r, 1 << 20))
+        except BlockingIOError:
+            return []
+
+
+@pytest.fixture
+def world():
+    def make(n: int, allowed=("send", "isend", "recv", "irecv", "all_reduce", "barrier")):
+        ranks = [Rank() for _ in range(n)]
+        r = routing.Router(n, [x.up_r for x in ranks], [x.down_w for x in ranks], allowed=allowed)
+        made.append((r, ranks))
+        return r, ranks
+
+    made = []
+    yield make
+    for r, ranks in made:
+        r.close()
+        for x in ranks:
+            for fd in (x.up_r, x.up_w, x.down_r, x.down_w):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+
+def pump(r, times: int = 3) -> None:
+    for _ in range(times):
+        r.pump(time.monotonic() + 0.05)
+
+
+def test_a_send_completes_only_when_its_receive_is_posted_and_the_payload_arrives_whole(world):
+    r, (a, b) = world(2)
+    t = torch.arange(5, dtype=torch.float32)
+    a.write({"t": "send", "id": 1, "dst": 1, "tag": 0, "chunk": None}, tensor_bytes(t))
+    pump(r)
+    assert a.read() == [] and b.read() == []  # no receive yet: the send waits, as on gloo
+    assert r.traffic(0)["sent"] == 20 and r.traffic(1)["received"] == 0
+    b.write({"t": "recv", "id": 7, "src": 0, "tag": 0, "n": 20})
+    pump(r)
+    [(done_a, _)] = a.read()
+    [(done_b, payload)] = b.read()
+    assert done_a == {"t": "done", "id": 1} and done_b == {"t": "done", "id": 7, "src": 0}
+    assert torch.equal(from_bytes(payload, torch.empty(5)), t)
+    assert r.traffic(1)["received"] == 20
+    [send] = r.traffic(0)["calls"]
+    assert send["op"] == "send" and send["peer"] == 1 and send["bytes"] == 20 and send["t_end"] is not None
+
+
+def test_messages_between_two_ranks_match_in_order_and_any_source_works(world):
+    r, (a, b, c) = world(3)
+    for i in range(3):
+        a.write({"t": "isend", "id": i + 1, "dst": 2, "tag": 0}, bytes([i]) * 4)
+    b.write({"t": "isend", "id": 1, "dst": 2, "tag": 0}, b"\x09" * 4)
+    pump(r)
+    got = []
+    for i in range(4):
+        c.write({"t": "recv", "id": i + 1, "src": 0 if i < 2 else None, "tag": 0, "n": 4})
+        pump(r)
+        got += [(h.get("src"), p) for h, p in c.read()]
+    assert got[:2] == [(0, b"\x00" * 4), (0, b"\x01" * 4)]  # non-overtaking from one source
+    assert sorted(got[2:]) == [(0, b"\x02" * 4), (1, b"\x09" * 4)]  # any source: whatever waits
+    assert r.traffic(2)["received"] == 16 and r.traffic(0)["sent"] == 12
+
+
+def test_two_blocking_sends_wait_for_each_other_and_say_so(world):
+    r, (a, b) = world(2)
+    a.write({"t": "send", "id": 1, "dst": 1, "tag": 0}, b"x" * 8)
+    a.write({"t": "wait", "id": 1})
+    b.write({"t": "send", "id": 1, "dst": 0, "tag": 0}, b"y" * 8)
+    b.write({"t": "wait", "id": 1})
+    pump(r)
+    assert [(w["op"], w["peer"], w["bytes"]) for w in r.waiting] == [("send", 1, 8), ("send", 0, 8)]
+    assert a.read() == [] and b.read() == []
+
+
+def test_a_size_mismatch_is_an_error_for_both_sides(world):
+    r, (a, b) = world(2)
+    a.write({"t": "isend", "id": 1, "dst": 1, "tag": 0}, b"x" * 8)
+    b.write({"t": "irecv", "id": 1, "src": 0, "tag": 0, "n": 4})
+    pump(r)
+    [(h, _)] = b.read()
+    assert "size mismatch" in h["error"] and r.traffic(1)["received"] == 0
+
+
+def test_all_reduce_is_reduced_by_the_router_and_counted_once_each_way(world):
+    r, ranks = world(3)
+    for i, x in enumerate(ranks):
+        t = torch.full((4,), float(i + 1))
+        x.write({"t": "all_reduce", "id": 1, "dtype": "float32", "op": "sum"}, tensor_bytes(t))
+        pump(r)
+        if i < 2:
+            assert x.read() == []  # not every rank has called yet
+    for i, x in enumerate(ranks):
+        [(h, payload)] = x.read()
+        assert h["id"] == 1 and torch.equal(from_bytes(payload, torch.empty(4)), torch.full((4,), 6.0))
+        assert r.traffic(i)["sent"] == 16 and r.traffic(i)["received"] == 16
+    avg = [torch.tensor([2.0, 4.0]), torch.tensor([4.0, 8.0]), torch.tensor([0.0, 0.0])]
+    for x, t in zip(ranks, avg, strict=True):
+        x.write({"t": "all_reduce", "id": 2, "dtype": "float32", "op": "avg"}, tensor_bytes(t))
+    pump(r)
+    assert torch.equal(from_bytes(ranks[0].read()[0][1], torch.empty(2)), torch.tensor([2.0, 4.0]))
+
+
+def test_an_all_reduce_of_different_sizes_fails_on_every_rank(world):
+    r, (a, b) = world(2)
+    a.write({"t": "all_reduce", "id": 1, "dtype": "float32", "op": "sum"}, b"\0" * 8)
+    b.write({"t": "all_reduce", "id": 1, "dtype": "float32", "op": "sum"}, b"\0" * 4)
+    pump(r)
+    assert "mismatch" in a.read()[0][0]["error"] and "mismatch" in b.read()[0][0]["error"]
+
+
+@pytest.mark.parametrize("frame, why", [
+    (b"\xff" * 64, "larger than the protocol allows"),
+    (frames.PREFIX.pack(4, 0) + b"nope", "not JSON"),
+    (frames.encode({"t": "all_reduce", "id": 1, "dtype": "float32", "op": "sum"}, b"\0" * 4), "not available"),
+    (frames.encode({"t": "send", "id": 1, "dst": 0, "tag": 0}, b"x"), "to itself"),
+    (frames.encode({"t": "send", "id": 1, "dst": 5, "tag": 0}, b"x"), "out of range"),
+    (frames.encode({"t": "send", "id": "1", "dst": 1, "tag": 0}, b"x"), "must be an integer"),
+    (frames.encode({"t": "recv", "id": 1, "src": 1, "tag": 0, "n": 1})
+     + frames.encode({"t": "recv", "id": 1, "src": 1, "tag": 0, "n": 1}), "used twice"),
+    (frames.encode({"t": "nonsense"}, b"payload"), "no known kind"),
+])
+def test_a_frame_the_protocol_does_not_allow_stops_that_rank_with_the_reason(world, frame, why):
+    r, (a, _b) = world(2, allowed=("send", "isend", "recv", "irecv"))
+    os.write(a.up_w, frame)
+    pump(r)
+    assert r.broken[0] is not None and why in r.broken[0], r.broken
+    assert r.eof[0] and r.broken[1] is None
+
+
+def test_more_calls_than_an_exercise_needs_stop_the_rank(world, monkeypatch):
+    monkeypatch.setattr(routing, "MAX_CALLS", 5)
+    r, (a, _b) = world(2)
+    for i in range(6):
+        a.write({"t": "isend", "id": i + 1, "dst": 1, "tag": 0}, b"")
+    pump(r)
+    assert "more than 5 calls" in r.broken[0] and len(r.traffic(0)["calls"]) == 5
+
+
+def test_reset_forgets_the_last_case(world):
+    r, (a, b) = world(2)
+    a.write({"t": "isend", "id": 1, "dst": 1, "tag": 0}, b"abcd")
+    pump(r)
+    r.reset()
+    assert r.traffic(0) == {"sent": 0, "received": 0, "calls": []}
+    b.write({"t": "irecv", "id": 1, "src": 0, "tag": 0, "n": 4})
+    pump(r)
+    assert b.read() == []  # the old case's message is gone, not delivered into this one
