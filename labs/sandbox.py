@@ -15,19 +15,22 @@ Two modes (``EXERCISE_SANDBOX``, default ``bwrap``):
 
 - ``bwrap``: bubblewrap (Debian's ``bubblewrap``) builds a network namespace
   with loopback only, and pid, ipc, uts and cgroup namespaces. The program
-  sees ``/usr``, the interpreter at ``/opt/python``, the site-packages at
-  ``/opt/site`` and the harness at ``/opt/harness``, all read-only, its files
-  read-only at ``/opt/input``, a small ``/etc`` of our own, a fresh ``/proc``
-  and a private tmpfs ``/tmp`` (its cwd and HOME). Run as root, bwrap builds
-  the namespaces and ``setpriv`` drops to a uid of its own for this run
-  (``UID_BASE + slot``), so two runs can neither signal each other nor share
-  a process count. Not root, bwrap makes a user namespace instead
-  (``--unshare-user``) and the limits are rlimits only (no process count:
-  RLIMIT_NPROC would count the developer's own processes too). A seccomp
-  filter (x86_64, aarch64) refuses a user namespace of its own, ptrace and
-  its cousins, socket families other than unix, IP and netlink (AF_VSOCK
-  is outside the network namespace) and the kernel interfaces exploits
-  favour. There are no terminals (every devpts shares the host's pty pool).
+  sees of ``/usr`` only the system libraries (`_system_libraries`) and, as
+  root, ``setpriv``; the interpreter's binary, standard library and
+  libpython at ``/opt/python`` (never its whole prefix, which may be
+  ``/usr``), the site-packages at ``/opt/site`` and the harness at
+  ``/opt/harness``, all read-only, its files read-only at ``/opt/input``, a
+  small ``/etc`` of our own, a fresh ``/proc`` and a private tmpfs ``/tmp``
+  (its cwd and HOME). Run as root, bwrap builds the namespaces and
+  ``setpriv`` drops to a uid of its own for this run (``UID_BASE + slot``),
+  so two runs can neither signal each other nor share a process count. Not
+  root, bwrap makes a user namespace instead (``--unshare-user``) and the
+  limits are rlimits only (no process count: RLIMIT_NPROC would count the
+  developer's own processes too). A seccomp filter (x86_64, aarch64) refuses
+  a user namespace of its own, ptrace and its cousins, socket families other
+  than unix, IP and netlink (AF_VSOCK is outside the network namespace) and
+  the kernel interfaces exploits favour. There are no terminals (every
+  devpts shares the host's pty pool).
 - ``none``: a plain child process with the same cleared environment, a
   private temporary cwd and the files in a read-only folder. For a
   single-user machine only; it must be asked for by name, and is never
@@ -330,17 +333,46 @@ def _none_command(python_args, *, work: Path, harness: Path, limits: Limits,
     return cmd, env
 
 
-def _python_layout() -> tuple[Path, str, Path | None]:
-    """(the interpreter's prefix, its binary relative to it, the venv's
-    site-packages when it is outside the prefix)."""
-    base = Path(sys.base_prefix).resolve()
-    binary = Path(sys.executable).resolve()
-    try:
-        rel = str(binary.relative_to(base))
-    except ValueError:
-        rel = f"bin/python{sys.version_info.major}.{sys.version_info.minor}"
+def _python_layout() -> tuple[list[tuple[Path, str]], Path | None]:
+    """What the interpreter needs, as (host path, path in the sandbox) binds,
+    and the site-packages when they are outside its standard library.
+
+    Not the interpreter's whole prefix: where that is ``/usr`` (Debian's
+    python3) or ``/usr/local`` (python.org's images) it holds every tool of
+    the host and its configuration. A small prefix at ``/opt/python`` holds
+    the binary, the standard library (with ``lib-dynload``) and libpython
+    where it is shared; Python finds its prefix from ``lib/pythonX.Y/os.py``
+    next to the binary, as at home."""
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()  # the base's, also in a venv
+    binds = [(Path(sys.executable).resolve(), f"/opt/python/bin/{version}"),
+             (stdlib, f"/opt/python/lib/{version}")]
+    soname = sysconfig.get_config_var("INSTSONAME")
+    libdir = sysconfig.get_config_var("LIBDIR")
+    if sysconfig.get_config_var("Py_ENABLE_SHARED") and soname and libdir:
+        libpython = Path(libdir) / soname
+        if libpython.is_file():
+            binds.append((libpython.resolve(), f"/opt/python/lib/{soname}"))
     site = Path(sysconfig.get_paths()["purelib"]).resolve()
-    return base, rel, (None if site.is_relative_to(base) else site)
+    return binds, (None if site.is_relative_to(stdlib) else site)
+
+
+def _system_libraries() -> list[str]:
+    """The folders of ``/usr`` the dynamic loader needs for Python, its
+    extension modules, torch and setpriv (their ``ldd`` names nothing else
+    there): the multiarch library folder (Debian, Ubuntu), ``/usr/lib64``
+    (the loader itself on Debian; every library on Fedora), and the C.UTF-8
+    locale; a host with neither library folder gets ``/usr/lib``. Nothing
+    else of ``/usr``: no binaries, ``/usr/local``, ``/usr/etc``, ``share``."""
+    found = [f"/usr/lib/{arch}" for arch in [sysconfig.get_config_var("MULTIARCH")]
+             if arch and Path(f"/usr/lib/{arch}").is_dir()]
+    if Path("/usr/lib64").is_dir() and not Path("/usr/lib64").is_symlink():
+        found.append("/usr/lib64")
+    if not found:
+        found.append("/usr/lib")
+    if Path("/usr/lib/locale/C.utf8").is_dir():  # LANG=C.UTF-8
+        found.append("/usr/lib/locale/C.utf8")
+    return found
 
 
 def _copy_harness(harness: Path, work: Path) -> Path:
@@ -384,12 +416,15 @@ def _refuse_exposure(bound: list[Path], site: Path | None) -> None:
 
 def _bwrap_command(python_args, *, work: Path, harness: Path, limits: Limits, uid: int | None,
                    memory_rlimit: bool):
-    base, rel, site = _python_layout()
-    _refuse_exposure([Path("/usr"), base, *([site] if site else []),
-                      *(p for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
-                        if (p := Path("/") / top).is_dir() and not p.is_symlink())],
-                     site if site is not None else Path(sysconfig.get_paths()["purelib"]))
+    python, site = _python_layout()
+    libraries = _system_libraries()
+    tops = [top for top in ("lib", "lib32", "lib64", "libx32") if (Path("/") / top).is_dir()]
     root = uid is not None
+    setpriv = Path(shutil.which("setpriv") or "/usr/bin/setpriv").resolve() if root else None
+    _refuse_exposure([*(host for host, _ in python), *([site] if site else []),
+                      *map(Path, libraries), *([setpriv] if setpriv else []),
+                      *(Path("/") / top for top in tops if not (Path("/") / top).is_symlink())],
+                     site if site is not None else Path(sysconfig.get_paths()["purelib"]))
     etc = _etc(work, uid if root else os.getuid())
     prefix = [shutil.which("prlimit") or "prlimit",
               *_rlimits(limits, nproc=root, memory=memory_rlimit), "--",
@@ -402,8 +437,13 @@ def _bwrap_command(python_args, *, work: Path, harness: Path, limits: Limits, ui
                 "--cap-add", "CAP_SETPCAP"]
     else:
         cmd += ["--unshare-user"]
-    cmd += ["--ro-bind", "/usr", "/usr"]
-    for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+    # Of /usr only the libraries (review N-11: all of it showed the host's
+    # tools and their configuration), and setpriv where it drops the uid.
+    for folder in libraries:
+        cmd += _ro_bind(folder, folder)
+    if setpriv is not None:
+        cmd += _ro_bind(str(setpriv), "/usr/bin/setpriv")
+    for top in tops:  # the loader's own path (/lib64/ld-linux-x86-64.so.2) and unmerged hosts
         host = Path("/") / top
         if host.is_symlink():
             cmd += ["--symlink", os.readlink(host), f"/{top}"]
@@ -419,8 +459,8 @@ def _bwrap_command(python_args, *, work: Path, harness: Path, limits: Limits, ui
         cmd += ["--ro-bind", str(f), f"/etc/{f.name}"]
     if Path("/etc/ld.so.cache").is_file():
         cmd += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
-    # bwrap makes the parents of a bind mode 0700: make /opt ourselves first.
-    cmd += ["--perms", "0755", "--dir", "/opt", "--ro-bind", str(base), "/opt/python"]
+    for host, inside in python:
+        cmd += _ro_bind(str(host), inside)
     pythonpath = "/opt/harness"
     if site is not None:
         cmd += ["--ro-bind", str(site), "/opt/site"]
@@ -428,14 +468,22 @@ def _bwrap_command(python_args, *, work: Path, harness: Path, limits: Limits, ui
     cmd += ["--ro-bind", str(_copy_harness(harness, work)), "/opt/harness",
             "--ro-bind", str(work / "input"), "/opt/input", "--chdir", "/tmp", "--"]
     if root:
-        cmd += [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}",
+        cmd += ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}",
                 "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
-    cmd += [f"/opt/python/{rel}", "-s", "-B", *python_args]
-    env = _base_env(path="/opt/python/bin:/usr/bin:/bin", home="/tmp", inputs="/opt/input",
+    cmd += [python[0][1], "-s", "-B", *python_args]
+    env = _base_env(path="/opt/python/bin", home="/tmp", inputs="/opt/input",
                     pythonpath=pythonpath)
-    # The pyenv/python.org interpreter finds libpython through an absolute RUNPATH.
+    # A shared libpython (pyenv, python.org) is found through an absolute RUNPATH at home.
     env["LD_LIBRARY_PATH"] = "/opt/python/lib"
     return prefix, cmd, env
+
+
+def _ro_bind(host: str, inside: str) -> list[str]:
+    """bwrap options binding ``host`` read-only at ``inside``, its parents made
+    first with mode 0755 (bwrap would make them 0700, closed to the run's uid)."""
+    parents = [str(p) for p in reversed(Path(inside).parents) if str(p) != "/"]
+    return [*(a for p in parents for a in ("--perms", "0755", "--dir", p)),
+            "--ro-bind", host, inside]
 
 
 # A seccomp filter on top of the namespaces: no user namespace of its own
