@@ -30,6 +30,7 @@ from academy.models import EXERCISE_SOURCE_MAX, ExerciseDraft, ExercisePass, Lab
 from academy.settings import get_settings
 from labs import exercises as defs
 from labs.exercises import messages
+from labs.exercises.encoding import foreign_encoding
 
 LAB = "exercise"  # LabRun.lab of a submission
 
@@ -96,11 +97,15 @@ def check_source(source: str | bytes) -> str:
     """The source as text if it may be saved and graded; :class:`SourceRefused` otherwise.
 
     Checked before anything is stored or queued, so an oversized or binary
-    upload costs neither a row nor a worker.
+    upload costs neither a row nor a worker. A source that declares an encoding
+    other than UTF-8 (a coding comment in its first two lines, a UTF-16 or UTF-32
+    byte order mark) is refused too: Python would run other code than the page
+    shows (review N-8; ``labs.exercises.encoding``).
     """
     if isinstance(source, bytes):
         if len(source) > EXERCISE_SOURCE_MAX:
             raise SourceRefused("exercises.err_too_large", size=len(source), limit=EXERCISE_SOURCE_MAX)
+        _refuse_foreign_encoding(source)  # before decoding: a UTF-16 file is not UTF-8, but it says what it is
         try:
             source = source.decode("utf-8")
         except UnicodeDecodeError:
@@ -115,7 +120,14 @@ def check_source(source: str | bytes) -> str:
         raise SourceRefused("exercises.err_too_large", size=size, limit=EXERCISE_SOURCE_MAX)
     if "\x00" in source:  # a NUL is no Python source, and PostgreSQL text cannot hold it
         raise SourceRefused("exercises.err_not_text")
+    _refuse_foreign_encoding(source)
     return source
+
+
+def _refuse_foreign_encoding(source: str | bytes) -> None:
+    declared = foreign_encoding(source)
+    if declared is not None:
+        raise SourceRefused("exercises.err_encoding", encoding=declared)
 
 
 # --------------------------------------------------------------------------

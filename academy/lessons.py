@@ -2,7 +2,11 @@
 holds ``toc.yaml``, ``glossary.yaml`` and one Markdown file per section (see
 ``COURSE_LAYOUT.md`` there). Progress is stored per learner in the database.
 
-The two YAML files are read through pydantic models (``Toc``, ``GlossaryEntry``),
+A ``<!-- code: PATH::FUNCTION -->`` include shows the real lab source, unless the
+function solves an exercise (``SOLUTIONS``): then a learner who has not passed that
+exercise sees the language's outline from ``outlines.yaml`` instead (``listing``).
+
+The YAML files are read through pydantic models (``Toc``, ``GlossaryEntry``),
 the one definition of their shape: a file that does not match raises
 ``ContentError`` naming the file and the field, instead of a ``KeyError`` deep
 inside a page. The course languages are the folders here that have a
@@ -13,7 +17,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -170,6 +174,16 @@ class GlossaryEntry(TypedDict):
 
 _TOC = TypeAdapter(Toc)
 _GLOSSARY = TypeAdapter(list[GlossaryEntry])
+_OUTLINES = TypeAdapter(dict[str, NonEmpty])
+
+# Lab functions a lesson includes that solve an exercise, or would with a renamed
+# argument: the exercise each solves. A learner sees one only after passing that
+# exercise (guests never have); before, the outline for it (``outlines.yaml``).
+SOLUTIONS: dict[str, str] = {
+    "labs/ring.py::ring_allreduce": "ring-allreduce",
+    "labs/ring.py::ring_allreduce_pipelined": "ring-allreduce",
+    "labs/ddp.py::naive_sync_gradients": "average-gradients",
+}
 
 
 # ----------------------------------------------------------------- content
@@ -260,6 +274,41 @@ def function_source(ref: str) -> str:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.name == name:
             return ast.get_source_segment(source, node, padded=True) or ""
     raise LookupError(f"{name} not found in {rel}")
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What a lesson shows for a code include: the source, or the outline that stands in for it."""
+
+    code: str
+    withheld_for: str | None = None  # the exercise to pass first, when ``code`` is the outline
+
+
+def listing(ref: str, lang: str, passed: Collection[str]) -> Listing:
+    """The code a lesson shows for ``<!-- code: ref -->`` to a learner who passed the
+    exercises ``passed`` (none for a guest): the function's real source, or, when it
+    solves an exercise not among them (``SOLUTIONS``), the outline in ``lang``. The
+    source of a withheld function is not even read."""
+    exercise = SOLUTIONS.get(ref)
+    if exercise is None or exercise in passed:
+        return Listing(function_source(ref))
+    return Listing(outline(ref, lang), withheld_for=exercise)
+
+
+def outline(ref: str, lang: str) -> str:
+    """The outline that stands in for ``ref`` in ``lang`` (English where that language has
+    none); LookupError when no language has one."""
+    for code in (lang, SOURCE_LANG):
+        if code in languages():
+            found = _outlines(content.path("lessons", code, "outlines.yaml")).get(ref)
+            if found is not None:
+                return found
+    raise LookupError(f"no outline for {ref}")
+
+
+@cache
+def _outlines(path: Path) -> dict[str, str]:
+    return _read(path, _OUTLINES) if path.is_file() else {}
 
 
 def mark_done(*, session: Session, learner_id: int, section_id: str) -> None:

@@ -371,6 +371,23 @@ def test_static_checks_find_syntax_errors_and_missing_names_without_running_anyt
     assert grader.static_error("x = '\0'", "f")["key"] in ("syntax_error", "missing_function")
 
 
+def test_static_check_refuses_a_declared_encoding_that_hides_code():
+    # Review N-8. Under utf-7 "+AAo-" is a line break: what the page shows (and ast reads from the
+    # text) is a one-line stub; what Python runs from the file's bytes has a second statement.
+    import ast
+
+    from labs.exercises import messages
+
+    source = "# -*- coding: utf-7 -*-\ndef ring_allreduce(tensor):\n    return tensor  # done+AAo-import os\n"
+    assert (len(ast.parse(source).body), len(ast.parse(source.encode()).body)) == (1, 2)
+    assert grader.static_error(source, "ring_allreduce") == {"key": "source_encoding", "values": {"encoding": "utf-7"}}
+    assert grader.static_error("# coding: latin-1\ndef f():\n    pass\n", "f")["key"] == "source_encoding"
+    for utf8 in ("# -*- coding: utf-8 -*-\n", "# coding: UTF8\n", "x = 1\n# coding: latin-1\n"):
+        assert grader.static_error(f"{utf8}def f():\n    pass\n", "f") is None, utf8
+    said = [messages.text("source_encoding", lang, encoding="utf-7") for lang in ("en", "zh", "nl")]
+    assert all("utf-7" in text for text in said) and len(set(said)) == 3
+
+
 def test_a_file_that_never_finishes_loading_is_stopped_and_says_so():
     _sandbox_or_skip()
     source = "print('loading')\nwhile True:\n    pass\n\ndef ring_allreduce(tensor):\n    return tensor\n"

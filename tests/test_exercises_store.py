@@ -8,6 +8,7 @@ certificate's list of what is missing.
 
 from __future__ import annotations
 
+import codecs
 import uuid
 
 import pytest
@@ -90,7 +91,7 @@ def test_hints_open_one_at_a_time_up_to_the_last_and_reset_keeps_them(db):
 @pytest.mark.parametrize("source, key", [
     ("x" * (EXERCISE_SOURCE_MAX + 1), "exercises.err_too_large"),
     ("é" * (EXERCISE_SOURCE_MAX // 2 + 1), "exercises.err_too_large"),  # counted in UTF-8 bytes
-    (b"\xff\xfe not utf-8", "exercises.err_not_text"),
+    (b"\xff not utf-8", "exercises.err_not_text"),  # (\xff\xfe would be a UTF-16 BOM: err_encoding)
     ("nul \x00 inside", "exercises.err_not_text"),
     ("\ud800 lone surrogate", "exercises.err_not_text"),
 ])
@@ -100,6 +101,47 @@ def test_too_large_or_not_text_is_refused_before_anything_is_stored(db, source, 
         exercises.save_draft(session=db, learner_id=me, exercise="broadcast", source=source)
     assert err.value.key == key
     assert exercises.get_draft(session=db, learner_id=me, exercise="broadcast") is None
+
+
+# Review N-8: Python decodes a file by its BOM or coding comment; the page and a reviewer read UTF-8.
+# utf-7 turns "+AAo-" into a line break, so the stub shown below hides a second line that runs.
+HIDDEN = "# -*- coding: utf-7 -*-\ndef broadcast(tensor, src):\n    return tensor  +AAo-import os\n"
+
+
+@pytest.mark.parametrize("source, declared", [
+    (HIDDEN, "utf-7"),
+    ("#!/usr/bin/env python\n# vim: set fileencoding=latin-1 :\nx = 1\n", "latin-1"),
+    ("# coding=ASCII\n", "ASCII"),  # a subset of UTF-8 still is another declaration
+    ("\ufeff# coding: cp1252\n", "cp1252"),  # a UTF-8 BOM is fine, a cookie against it is not
+    ("# coding: no-such-codec\n", "no-such-codec"),  # Python would refuse it too
+    (HIDDEN.encode("utf-8"), "utf-7"),  # an upload
+    (codecs.BOM_UTF16_LE + "x = 1\n".encode("utf-16-le"), "UTF-16"),
+    (codecs.BOM_UTF16_BE + "x = 1\n".encode("utf-16-be"), "UTF-16"),
+    (codecs.BOM_UTF32_LE + "x = 1\n".encode("utf-32-le"), "UTF-32"),
+])
+def test_a_declared_encoding_other_than_utf8_is_refused_before_anything_is_stored(db, source, declared):
+    me = learner(db)
+    with pytest.raises(exercises.SourceRefused) as err:
+        exercises.save_draft(session=db, learner_id=me, exercise="broadcast", source=source)
+    assert (err.value.key, err.value.values) == ("exercises.err_encoding", {"encoding": declared})
+    assert exercises.get_draft(session=db, learner_id=me, exercise="broadcast") is None
+    said = {lang: err.value.text(lang) for lang in ("en", "zh", "nl")}
+    assert all(f"`{declared}`" in text for text in said.values())
+    assert len(set(said.values())) == 3, "each language in its own words"
+
+
+@pytest.mark.parametrize("source", [
+    "# -*- coding: utf-8 -*-\nx = 1\n",
+    "# coding: UTF8\n",
+    "# vim: fileencoding=utf_8\n",  # aliases of UTF-8, as codecs.lookup names them
+    "\ufeffx = 1\n",  # a UTF-8 BOM
+    b"\xef\xbb\xbf# coding: utf-8\nx = 1\n",
+    "x = 1\n# coding: latin-1\n",  # after a line of code it is a comment, for Python too
+])
+def test_utf8_declared_or_not_is_accepted(db, source):
+    me = learner(db)
+    text = source.decode("utf-8") if isinstance(source, bytes) else source
+    assert exercises.save_draft(session=db, learner_id=me, exercise="broadcast", source=source).source == text
 
 
 def test_the_limit_itself_is_allowed(db):

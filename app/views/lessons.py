@@ -1,8 +1,13 @@
-"""Lessons: section list, section body with widgets and real lab code, progress."""
+"""Lessons: section list, section body with widgets and real lab code, progress.
+
+Lab code that solves an exercise is shown only to a learner who passed it;
+before, an outline and a link to the exercise (``academy.lessons.listing``).
+"""
 
 import streamlit as st
 
-from academy import lessons
+from academy import exercises, lessons
+from academy.db import session_scope
 from app import ui, widgets
 
 t = ui.t
@@ -42,7 +47,12 @@ WIDGETS = {
     "ring_diagram": widgets.ring_diagram,
     "scaling_explorer": lambda: widgets.scaling_explorer(ui.my_scaling_points(who)),
 }
-for block in lessons.body(code, current):
+blocks = lessons.body(code, current)
+passed: set[str] = set()
+if who is not None and any(block.kind == "code" for block in blocks):
+    with session_scope() as session:
+        passed = set(exercises.passes(session=session, learner_id=who.id))
+for block in blocks:
     if block.kind == "markdown":
         st.markdown(block.value)
     elif block.kind == "widget" and block.value in WIDGETS:
@@ -50,10 +60,19 @@ for block in lessons.body(code, current):
             WIDGETS[block.value]()
     elif block.kind == "code":
         try:
-            st.code(lessons.function_source(block.value), language="python")
-            st.caption(t("lessons.code_from", path=block.value.split("::")[0]))
+            shown = lessons.listing(block.value, code, passed)
         except (OSError, LookupError, ValueError):
             st.warning(t("lessons.code_missing", ref=block.value))
+        else:
+            if shown.withheld_for is None:
+                st.code(shown.code, language="python")
+                st.caption(t("lessons.code_from", path=block.value.split("::")[0]))
+            else:  # the exercise first, then the listing
+                title = exercises.text(shown.withheld_for, code)["title"]
+                st.code(shown.code, language=None)
+                st.caption(t("lessons.code_withheld", exercise=title))
+                ui.link("exercises", t("lessons.to_exercise", exercise=title), ":material/edit_note:",
+                        exercise=shown.withheld_for)
 
 st.divider()
 c1, c2, c3 = st.columns(3)

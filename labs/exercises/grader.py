@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 from labs import sandbox
 from labs.exercises import load
+from labs.exercises.encoding import foreign_encoding
 
 CASE_TIMEOUT_S = 5.0  # a case that takes longer is a deadlock (the cases are tiny)
 OUTPUT_BYTES_PER_RANK = 2048  # of the learner's prints, per rank and case
@@ -70,10 +71,12 @@ def run_limits(groups: int, case_timeout_s: float, environ=None) -> sandbox.Limi
 
 
 def static_error(source: str, function: str) -> dict | None:
-    """``syntax_error`` or ``missing_function``, found without running anything; None when fine.
+    """``source_encoding``, ``syntax_error`` or ``missing_function``, found without running anything; None when fine.
 
     ``function`` is what the exercise asks for: a function, or a class (bucketed-overlap's
     ``Bucketer``), defined, assigned or imported at the top level."""
+    if (declared := foreign_encoding(source)) is not None:  # N-8: Python would run other text than this
+        return {"key": "source_encoding", "values": {"encoding": declared}}
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
