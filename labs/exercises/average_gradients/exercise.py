@@ -3,9 +3,9 @@
 Trusted (never bound into the sandbox). The driver
 (``runtime/drivers/average_gradients.py``) trains a small model on each
 rank's shard, calling the learner's ``average_gradients(model)`` after every
-backward, and sends the parameters at the end and the gradients after the
-first call; its trusted phase trains the same model in one process on the
-whole global batch. ``check`` compares the two and, when they differ, says
+backward, and returns the parameters at the end and the gradients after the
+first call; in the harness, which runs no learner code, the same model is
+trained in one process on the whole global batch. ``check`` compares the two and, when they differ, says
 why: a sum not divided by the number of ranks, a parameter left with its
 local gradient, a gradient removed, or just how far off it is.
 """

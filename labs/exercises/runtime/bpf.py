@@ -2,7 +2,7 @@
 
     from labs.exercises.runtime import bpf          # the host (labs.sandbox)
     import bpf                                       # the harness, in the sandbox
-    bpf.install(bpf.rank_program())                  # a rank, in its trusted phase
+    bpf.install(bpf.rank_program())                  # a rank, before the learner's code
 
 Why it lives in ``runtime/``: the harness runs in the sandbox, where only this
 folder of the project is bound (``/opt/harness``), and a rank must filter its
@@ -94,7 +94,7 @@ ALLOW, KILL = 0x7FFF0000, 0x80000000  # SECCOMP_RET_ALLOW, SECCOMP_RET_KILL_PROC
 NR, ARCH, ARG0 = 0, 4, 16  # offsets in seccomp_data; ARG0: the low 32 bits (little-endian)
 X32 = 0x40000000  # x32 calls carry this bit and would dodge the x86_64 numbers
 
-# What a rank may not call once its trusted phase is over (refused with EPERM).
+# What a rank may not call from before it runs the learner's code (refused with EPERM).
 RANK_REFUSED = ("execve", "execveat", "fork", "vfork", "link", "linkat", "symlink", "symlinkat")
 
 
@@ -213,7 +213,7 @@ def sealed_program(pid: int, machine: str | None = None) -> bytes:
 def install(program: bytes) -> None:
     """Apply ``program`` to this process, all its threads and everything it starts; for good.
 
-    Trusted phase only: it uses ctypes, which the guard refuses once armed.
+    Before the guard is armed only: it uses ctypes, which the guard refuses.
     Sets no_new_privs first (the kernel's condition for an unprivileged filter;
     the sandbox set it already, mode none did not). Raises OSError when the
     kernel refuses: a rank that cannot be confined must not run learner code.
