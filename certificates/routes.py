@@ -13,9 +13,10 @@ employers' systems (no page, no session, GET only):
 plain functions, so Starlette runs them in its thread pool and the database
 calls never block the event loop. Every answer allows any origin (a GET of
 public data) and says how long it may be cached: the DID document and the
-status list briefly, so that a new key or a revocation shows within minutes;
-a credential, which never changes once made, for a day; a verification not
-at all.
+status list for a minute, so that a new key or a revocation shows within
+minutes (the signed list itself expires ``statuslist.VALID_FOR`` after it was
+made, so no cache can serve it much longer); a credential, which never
+changes once made, for a day; a verification not at all.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ JSON = "application/json"
 DID_JSON = "application/did+json"
 VC_JSON = "application/vc"  # VC 2.0's media type for a credential in JSON(-LD)
 VC_JWT = "application/vc+jwt"
-SHORT = "public, max-age=60"
+SHORT = f"public, max-age={statuslist.CACHE_SECONDS}"
 LONG = "public, max-age=86400"
 NEVER = "no-store"
 
