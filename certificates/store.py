@@ -71,6 +71,7 @@ STATUSES = (
     "pages",  # an upload with other than exactly one page
     "too_complex",  # an upload that needs more than the reader's limits
     "busy",  # the server is reading as many uploads as it allows at once
+    "busy_client",  # this client's previous upload is still being read
 )
 
 
@@ -771,15 +772,17 @@ def pdf_filename(cert: Certificate) -> str:
 
 
 def verify_pdf(
-    pdf_bytes: bytes, *, keys_file: Path | None = None, secrets_dir: Path | None = None
+    pdf_bytes: bytes, *, keys_file: Path | None = None, secrets_dir: Path | None = None,
+    client: str | None = None,
 ) -> VerifyResult:
     """Check a certificate PDF offline: its embedded signature against the
     known public keys (the local key folder plus ``keys_file``) and the ID's
     check digits. The file is read only through ``pdfscan`` (size cap,
-    exactly one page, a limited child process). No printed text is compared:
-    the result carries the signed name and ID for a person to compare with
-    the document. Revocation cannot be seen offline; ``check_pdf`` sees it."""
-    found = pdfscan.scan(pdf_bytes)
+    exactly one page, a limited child process, one at a time per ``client``).
+    No printed text is compared: the result carries the signed name and ID for
+    a person to compare with the document. Revocation cannot be seen offline;
+    ``check_pdf`` sees it."""
+    found = pdfscan.scan(pdf_bytes, client=client)
     if found.status != "ok":
         return VerifyResult(status=found.status, detail=found.detail)
     token = pdf.extract_token(found.keywords or "")
@@ -798,10 +801,11 @@ def verify_pdf(
     return _public(None, payload, "valid")
 
 
-def check_pdf(*, session: Session, pdf_bytes: bytes) -> VerifyResult:
+def check_pdf(*, session: Session, pdf_bytes: bytes, client: str | None = None) -> VerifyResult:
     """The Verify page's check of an uploaded PDF: ``verify_pdf``, then the
-    database, which knows revocation and replacement (F-6)."""
-    offline = verify_pdf(pdf_bytes)
+    database, which knows revocation and replacement (F-6). ``client`` is the
+    uploader's address: one upload of theirs is read at a time (N-9)."""
+    offline = verify_pdf(pdf_bytes, client=client)
     if not offline.valid:
         return offline
     online = lookup(session=session, text=offline.id)

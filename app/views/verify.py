@@ -3,7 +3,8 @@
 Every value from a certificate (name, revocation reason) is shown with
 st.text, never Markdown, so a name cannot become a link or decode entities
 (F-11). An upload is checked by ``certs.check_pdf``: size cap, one page and
-a limited child process before any parsing, then signature and database;
+a limited child process before any parsing (one at a time per client, each
+file's answer remembered), then signature and database;
 the page shows the signed name and ID for the reader to compare with the
 document, as no printed text is read."""
 
@@ -72,7 +73,8 @@ upload = st.file_uploader(t("verify.pdf_check_label"), type=["pdf"],
 if upload is not None:
     st.markdown(f"**{t('verify.pdf_result')}**")
     with session_scope() as session:
-        show(certs.check_pdf(session=session, pdf_bytes=upload.getvalue()), upload=True)
+        # One upload read at a time per client (review N-9): the same address as the sign-in limits.
+        show(certs.check_pdf(session=session, pdf_bytes=upload.getvalue(), client=ui.client()), upload=True)
 
 with st.expander(t("verify.public_keys")):
     st.caption(t("verify.public_keys_help"))
