@@ -124,6 +124,37 @@ def test_admin_revokes_from_the_page():
         assert certs.lookup(session=s, text=cert.id).status == "revoked"
 
 
+@pytest.mark.parametrize("lang", ["en", "zh", "nl"])
+@pytest.mark.usefixtures("app_db")
+def test_plain_revoke_says_the_learner_may_claim_again_and_neither_is_the_default(lang):
+    """Review F-3 residue: a plain Revoke, even for "exam fraud", lets the learner issue a
+    new certificate at once, and the page did not say so on the button; Revoke and
+    disqualify was the primary button, and Enter pressed plain Revoke. Now each button
+    says what becomes of the learner, they look alike and Enter submits neither."""
+    learner_id = learner_who_passed(f"again-{lang}@example.org")
+    with session_scope() as s:
+        cert = certs.issue_for_learner(session=s, learner_id=learner_id, name="Bob Learner", lang="en")
+        admin = sign_up(session=s, email=f"boss-{lang}@example.org", password="long enough pw")
+        admin.is_admin = True
+        s.add(admin)
+    at = open_page("admin", lang, admin.id)
+    plain, for_cause = (i18n.t(f"admin_certs.{k}", lang) for k in ("revoke_button", "revoke_disqualify_button"))
+    claim = {"en": "may claim a new certificate", "zh": "重新申领证书", "nl": "opnieuw een certificaat aanvragen"}
+    assert claim[lang] in plain and claim[lang] not in for_cause
+    buttons = {b.label: b for b in at.button}
+    assert {buttons[plain].proto.type, buttons[for_cause].proto.type} == {"secondary"}
+    (revoke_form,) = [f.proto.form for f in at.get("form") if f.proto.form.form_id == buttons[plain].form_id]
+    assert revoke_form.enter_to_submit is False
+    at.text_input[-2].input(cert.id)
+    at.text_input[-1].input("exam fraud")
+    buttons[plain].click()
+    at.run()
+    assert i18n.t("admin_certs.revoked", lang, id=cert.id) in [m.value for m in at.success]
+    assert i18n.t("admin_certs.may_claim_again", lang) in [m.value for m in at.warning]
+    page = open_page("certificate", lang, learner_id)  # as the page said: the learner may claim again
+    assert [b for b in page.button if b.label == i18n.t("certificate.create", lang)]
+
+
 # --- issue #17: user text is text, one active certificate, disqualification ------------------------
 
 HOSTILE_NAMES = ["Bob http://evil.example/login", "Bob www.evil-example.com/reset", "Bob admin@evil.example",
