@@ -47,6 +47,10 @@ def _show(result: store.VerifyResult, *, offline: bool) -> int:
         if result.status == "revoked":
             print(f"  revoked at: {result.revoked_at:%Y-%m-%d %H:%M} UTC")
             print(f"  reason:     {result.revoked_reason}")
+        if result.status == "replaced":  # by a newer certificate of the same learner, not for cause
+            print(f"  replaced at: {result.revoked_at:%Y-%m-%d %H:%M} UTC ({result.revoked_reason})")
+            if result.replaced_by:
+                print(f"  newer certificate: {result.replaced_by} (shown by the holder's choice)")
         if result.name:
             print(f"  name:       {result.name}")
         return 1
@@ -195,6 +199,9 @@ def cmd_verify_credential(args: argparse.Namespace) -> int:
         print(f"NOT VALID (revoked) {info['id']}")
         print(f"  name:       {info['name']}")
         print(f"  ({note})")
+        # The list's bit means "no longer current": revoked by the issuer or replaced by a reissue.
+        base = str(credential.get("id", "")).rpartition("/credentials/")[0]
+        print(f"  (revoked, or replaced by a newer certificate: {base}/api/verify/{info['id']} says which)")
         return 1
     proof = "VC-JWT (EdDSA)" if verified.form == "jwt" else "Data Integrity eddsa-jcs-2022"
     print(f"VALID {info['id']}")
@@ -220,7 +227,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         with _session() as session:
             result = store.lookup(session=session, text=args.id)
             code = _show(result, offline=False)
-            if result.status == "revoked" and result.id:
+            if result.status in ("revoked", "replaced") and result.id:
                 # The operator sees what the public does not: the admin's words, the replacement.
                 row = store.get_certificate(session=session, cert_id=result.id)
                 print(f"  recorded reason: {row.revoked_reason}")

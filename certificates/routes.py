@@ -6,7 +6,7 @@ employers' systems (no page, no session, GET only):
     /status/1                    the signed revocation list (Bitstring Status List)
     /credentials/<ID>.json       a certificate's OpenBadgeCredential, JSON + proof
     /credentials/<ID>.jwt        the same credential as a VC-JWT
-    /api/verify/<ID>             {"status": "valid" | "revoked" | ..., ...}
+    /api/verify/<ID>             {"status": "valid" | "replaced" | "revoked" | ..., ...}
 
 ``routes()`` returns Starlette routes; the app mounts them with
 ``st.App("app/main.py", routes=certificates.routes.routes())``. Handlers are
@@ -109,7 +109,9 @@ def credential_jwt(request: Request) -> Response:
 def verify(request: Request) -> Response:
     """The Verify page's answer as JSON: public fields only, never e-mail.
     400 for text that is not an ID, 404 for an unknown one, else 200 with
-    ``status`` saying valid, revoked or why the stored record is not trusted."""
+    ``status`` saying valid, replaced (by a newer certificate of the same
+    learner, not for cause), revoked, or why the stored record is not trusted;
+    ``replaced_by`` is the newer ID only where its holder chose to show it."""
     with _session() as session:
         result = store.lookup(session=session, text=request.path_params["cert_id"])
     if result.status in ("malformed", "typo"):
@@ -133,6 +135,7 @@ def verify(request: Request) -> Response:
         "issued_at": result.issued_at.isoformat() if result.issued_at else None,
         "revoked_at": result.revoked_at.isoformat() if result.revoked_at else None,
         "revoked_reason": result.revoked_reason,  # reissued | superseded | revoked
+        "replaced_by": result.replaced_by,
         "credential": f"{base}/credentials/{result.id}.json" if result.id else None,
     }
     return _answer(body, media_type=JSON, cache=NEVER)

@@ -2,9 +2,15 @@
 
 Every certificate gets a random, never reused position (``status_index``) in
 one list of ``LIST_SIZE`` bits. Its bit is 1 exactly when the certificate is
-revoked, so the list is *derived* from the ``certificate`` table each time it
-is served: revoking (``revoked_at`` set by ``store.revoke``/``reissue``) flips
-the bit without any extra write. The list is published, signed, at
+no longer current, so the list is *derived* from the ``certificate`` table
+each time it is served: revoking (``revoked_at`` set by ``store.revoke``/``reissue``)
+flips the bit without any extra write. "No longer current" is both kinds
+(issue #22): revoked by the issuer, and replaced by a newer certificate of the
+same learner (a reissue). The spec's ``revocation`` purpose means exactly
+that (permanent, never cleared); the list does not say which kind, since a
+credential names only one revocation entry and issued credentials cannot
+change. ``/api/verify/<ID>`` says which ("revoked" or "replaced"), as does
+``certificates verify`` when it finds the bit set. The list is published, signed, at
 ``<PUBLIC_URL>/status/1`` (``certificates.routes``); each credential carries a
 ``BitstringStatusListEntry`` pointing at its bit.
 

@@ -225,7 +225,7 @@ def test_a_replaced_certificates_pdf_says_it_was_reissued(session):
     new = store.reissue(session=session, cert_id=cert.id, learner_id=cert.learner_id, new_name="New Name",
                         lang="en")
     result = store.check_pdf(session=session, pdf_bytes=store.render_pdf(cert))
-    assert (result.status, result.revoked_reason) == ("revoked", "reissued") and new.id not in repr(result)
+    assert (result.status, result.revoked_reason) == ("replaced", "reissued") and new.id not in repr(result)
 
 
 def test_a_signed_certificate_missing_from_the_database_is_not_valid(session):

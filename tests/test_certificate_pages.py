@@ -267,3 +267,43 @@ def test_dates_read_in_the_learners_language(lang):
         certs.revoke(session=s, cert_id=cert.id, actor_id=None, reason="test revocation")
     v = open_page("verify", lang, None, id=cert.id)
     assert any(day in e.value for e in v.error), [e.value for e in v.error]
+
+
+@pytest.mark.parametrize("lang", ["en", "zh", "nl"])
+@pytest.mark.usefixtures("app_db")
+def test_a_reissued_certificate_reads_replaced_not_revoked_and_the_holder_chooses_the_link(lang):
+    """Issue #22: after a reissue the old ID's Verify page says "replaced by a newer
+    certificate" (a warning, not a red "revoked"); the reissue form states that showing
+    the new ID is the holder's choice, and the new ID appears only when they tick it."""
+    learner_id = learner_who_passed(f"rename-{lang}@example.org")
+    with session_scope() as s:
+        first = certs.issue_for_learner(session=s, learner_id=learner_id, name="Zoë Ødegård", lang=lang).id
+    at = open_page("certificate", lang, learner_id)
+    choice = i18n.t("certificate.reissue_show_new", lang)
+    assert [c for c in at.checkbox if c.label == choice and c.value is False]  # off unless ticked
+    assert i18n.t("certificate.reissue_show_new_help", lang) in [c.value for c in at.caption]
+
+    def reissue(page, name: str, show: bool) -> str:
+        page.text_input[-1].set_value(name)
+        [c for c in page.checkbox if c.label == choice][0].set_value(show)
+        [b for b in page.button if b.label == i18n.t("certificate.reissue_button", lang)][0].click()
+        page.run()
+        assert not page.exception and i18n.t("certificate.reissued", lang) in [m.value for m in page.success]
+        with session_scope() as s:
+            return certs.certificates_of(session=s, learner_id=learner_id)[0].id
+
+    second = reissue(at, "Zoë Berg", show=False)
+    assert any(i18n.t("certificate.status_replaced", lang) in m.value and first in m.value for m in at.markdown)
+    status = certs.texts(lang)["status"]
+    v = open_page("verify", lang, None, id=first)
+    assert not v.error and not v.success
+    assert [w for w in v.warning if w.value.startswith(status["replaced"].split("{")[0])]
+    assert status["replaced_id_hidden"] in [c.value for c in v.caption]
+    assert second not in " ".join(x.value for x in [*v.text, *v.markdown, *v.caption])
+
+    third = reissue(open_page("certificate", lang, learner_id), "Zoë Bergman", show=True)
+    v = open_page("verify", lang, None, id=second)
+    assert [w for w in v.warning if w.value.startswith(status["replaced"].split("{")[0])]
+    label = certs.texts(lang)["labels"]["replaced_by"]
+    assert any(f"{label}: {third}" in x.value for x in v.text)
+    assert status["replaced_id_hidden"] not in [c.value for c in v.caption]

@@ -562,6 +562,28 @@ def test_routes_serve_did_status_credentials_and_verification(client, session):
     assert openbadges.is_revoked(json.loads(cert.credential_json), listed, trusted()) is True
 
 
+def test_the_api_tells_replaced_from_revoked_and_the_status_list_marks_both(client, session):
+    """Issue #22: /api/verify says "replaced" for a reissued certificate (with the new ID
+    only by the holder's choice), "revoked" for one an admin revoked; the status list's
+    revocation bit means "no longer current" and is set for both."""
+    cert = issue(session)
+    new = store.reissue(session=session, cert_id=cert.id, learner_id=cert.learner_id, new_name="Zoë Berg",
+                        lang="en")
+    body = client.get(f"/api/verify/{cert.id}").json()
+    assert (body["status"], body["valid"], body["revoked_reason"], body["replaced_by"]) == (
+        "replaced", False, "reissued", None)
+    assert new.id not in json.dumps(body)
+    newest = store.reissue(session=session, cert_id=new.id, learner_id=cert.learner_id, new_name="Zoë Bergman",
+                           lang="en", show_new_id=True)
+    body = client.get(f"/api/verify/{new.id}").json()
+    assert (body["status"], body["replaced_by"]) == ("replaced", newest.id)
+    assert client.get(f"/api/verify/{newest.id}").json()["replaced_by"] is None
+    listed = client.get("/status/1").json()
+    for old in (cert, new):
+        assert openbadges.is_revoked(json.loads(old.credential_json), listed, trusted()) is True
+    assert openbadges.is_revoked(json.loads(newest.credential_json), listed, trusted()) is False
+
+
 def test_routes_answer_unknown_and_mistyped_ids(client, session):
     cert = issue(session)
     typo = cert.id[:-1] + ("0" if cert.id[-1] != "0" else "1")

@@ -30,6 +30,10 @@ def show(result: certs.VerifyResult, *, upload: bool = False) -> None:
             st.info(status["compare"])
     elif result.status == "revoked":
         st.error(status["revoked"].format(date=ui.date_text(result.revoked_at) if result.revoked_at else "?"))
+    elif result.status == "replaced":  # a reissue, not revocation for cause (issue #22): no red
+        st.warning(status["replaced"].format(date=ui.date_text(result.revoked_at) if result.revoked_at else "?"))
+        if not result.replaced_by:
+            st.caption(status["replaced_id_hidden"])
     elif result.status in ("not_found", "typo"):
         st.warning(status[result.status])
     elif result.status == "too_large":
@@ -52,6 +56,8 @@ def show(result: certs.VerifyResult, *, upload: bool = False) -> None:
         rows[labels["issued"]] = ui.date_text(result.issued_at)
     if result.revoked_reason:  # its kind only: an admin's own words stay in the admin area
         rows[labels["reason"]] = ctext["reasons"][result.revoked_reason]
+    if result.replaced_by:  # only where the holder chose to show it when reissuing
+        rows[labels["replaced_by"]] = result.replaced_by
     st.text("\n".join(f"{k}: {v}" for k, v in rows.items()))
 
 
