@@ -251,6 +251,9 @@ class Certificate(SQLModel, table=True):
     revoked_at: datetime | None = None
     revoked_reason: str | None = Field(default=None, max_length=500)
     replaced_by: str | None = Field(default=None, max_length=40)
+    # The holder's choice when reissuing (issue #22, migration 0009): the old
+    # certificate's public verification names ``replaced_by``.
+    show_replacement: bool = Field(default=False, sa_column_kwargs={"server_default": false()})
     # Revoked for cause by an admin: no new certificate for this learner and
     # course until an admin lifts it (sets this back to False).
     disqualified: bool = Field(default=False, sa_column_kwargs={"server_default": false()})

@@ -66,6 +66,7 @@ from certificates.store import (
     reissue,
     render_pdf,
     revoke,
+    row_status,
     verify_link,
     verify_pdf,
 )
@@ -122,6 +123,7 @@ __all__ = [
     "linkedin_url",
     "refusal_message",
     "rotate_key",
+    "row_status",
     "texts",
     "verify_link",
     "verify_pdf",

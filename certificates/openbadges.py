@@ -32,6 +32,7 @@ import contextlib
 import hashlib
 import io
 import json
+import re
 import secrets
 import warnings
 from collections.abc import Iterator
@@ -69,6 +70,8 @@ DID_CONTEXTS = [
 CRYPTOSUITE = "eddsa-jcs-2022"
 JWT_ALG = "EdDSA"
 JWT_TYP = "vc+jwt"
+JWT_CLAIMS = ("iss", "jti", "nbf", "exp")
+_COMPACT_JWT = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")  # JWT mirrors of credential fields, not the credential
 MULTIKEY_ED25519 = b"\xed\x01"  # multicodec prefix of an Ed25519 public key
 TEXTS = Path(__file__).resolve().parent / "locales" / "ob3"
 
@@ -96,6 +99,44 @@ class Verified:
     credential: dict[str, Any]
     kid: str
     form: str  # "jwt" or "data-integrity"
+
+
+# --- reading untrusted JSON -------------------------------------------------
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise Malformed(f"duplicate key {key[:40]!r}")
+        found[key] = value
+    return found
+
+
+def parse_json(text: str | bytes) -> Any:
+    """JSON from a file or a token we are asked to trust (review N-10). A key
+    given twice is ``Malformed``: Python keeps the last value, other readers
+    (and people) the first, so the signature would vouch for one while they
+    see the other. Nesting deeper than the interpreter's recursion limit is
+    ``Malformed`` too, not a ``RecursionError``."""
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates)
+    except Malformed:
+        raise
+    except RecursionError as e:
+        raise Malformed("JSON nested too deeply") from e
+    except ValueError as e:
+        raise Malformed(f"not JSON: {e}") from e
+
+
+@contextlib.contextmanager
+def _malformed_if_too_deep() -> Iterator[None]:
+    """Canonicalising or re-parsing (joserfc) a deeply nested document can
+    recurse too; that is a malformed file, never a traceback."""
+    try:
+        yield
+    except RecursionError as e:
+        raise Malformed("credential nested too deeply") from e
 
 
 # --- identifiers ------------------------------------------------------------
@@ -367,7 +408,9 @@ def _trusted(public_keys: dict[str, Ed25519PublicKey], public: Ed25519PublicKey)
 def verify_proof(
     secured: dict[str, Any], public_keys: dict[str, Ed25519PublicKey]
 ) -> Verified:
-    """Check an embedded eddsa-jcs-2022 proof against the trusted keys."""
+    """Check an embedded eddsa-jcs-2022 proof against the trusted keys. The
+    proof must cover the whole document: extra ``@context`` entries after the
+    signed ones (which the spec would allow) are refused as ``Malformed``."""
     proof = secured.get("proof")
     if not isinstance(proof, dict):
         raise Malformed("no single embedded proof")
@@ -386,7 +429,10 @@ def verify_proof(
             or doc_context[: len(context)] != context
         ):
             raise CredentialError("proof context does not match the document")
-        document["@context"] = context
+        if doc_context != context:
+            # The spec lets a holder append contexts the proof does not cover; a JSON-LD
+            # reader would apply them (N-10). We refuse a file with anything unsigned.
+            raise Malformed("the file holds unsigned data: @context entries the proof does not cover")
     method = proof.get("verificationMethod")
     did, _, fragment = str(method).partition("#")
     if did != _issuer_id(document):
@@ -402,15 +448,17 @@ def verify_proof(
         raise Malformed(str(e)) from e
     kid = _trusted(public_keys, public)
     try:
-        data = _hash_data(document, options)
+        with _malformed_if_too_deep():
+            data = _hash_data(document, options)
+    except Malformed:
+        raise
     except ValueError as e:  # NaN, huge integers: JSON that has no canonical form
         raise Malformed(f"credential cannot be canonicalised: {e}") from e
     try:
         public_keys[kid].verify(signature, data)
     except InvalidSignature as e:
         raise CredentialError("proof does not match the credential") from e
-    # Exactly what was signed: with the proof's own @context, so entries a forger
-    # appended to the document's context list do not come back as verified.
+    # Exactly what was signed: the whole file but its proofValue.
     return Verified(credential=document, kid=kid, form="data-integrity")
 
 
@@ -429,22 +477,28 @@ def _quiet_eddsa() -> Iterator[None]:
 
 def sign_jwt(credential: dict[str, Any], key: keys.IssuerKey) -> str:
     """The compact VC-JWT of ``credential``: its claims are the credential
-    itself plus ``iss``/``jti``/``nbf`` mirroring issuer, id and validFrom for
-    plain JWT libraries."""
+    itself plus ``iss``/``jti``/``nbf`` (and ``exp`` for a credential with
+    ``validUntil``, such as the status list) mirroring issuer, id and validity
+    for plain JWT libraries."""
     assert key.private is not None
     did = _issuer_id(credential)
-    valid_from = datetime.strptime(credential["validFrom"], "%Y-%m-%dT%H:%M:%SZ")
     claims = {
         **credential,
         "iss": did,
         "jti": credential["id"],
-        "nbf": int(valid_from.replace(tzinfo=UTC).timestamp()),
+        "nbf": _epoch(credential["validFrom"]),
     }
+    if "validUntil" in credential:
+        claims["exp"] = _epoch(credential["validUntil"])
     header = {"alg": JWT_ALG, "typ": JWT_TYP, "kid": f"{did}#{key.kid}"}
     okp = OKPKey.import_key(_private_pem(key))
     payload = json.dumps(claims, ensure_ascii=False).encode("utf-8")
     with _quiet_eddsa():
         return jws.serialize_compact(header, payload, okp, algorithms=[JWT_ALG])
+
+
+def _epoch(timestamp: str) -> int:
+    return int(datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp())
 
 
 def _private_pem(key: keys.IssuerKey) -> bytes:
@@ -460,10 +514,13 @@ def verify_jwt(token: str, public_keys: dict[str, Ed25519PublicKey]) -> Verified
     """Check a compact VC-JWT: header (EdDSA, vc+jwt, a kid of the issuer's
     DID), signature by a trusted key, and claims that agree with the credential."""
     token = token.strip()
+    if not _COMPACT_JWT.fullmatch(token):  # three base64url parts and nothing else
+        raise Malformed("not a compact JWT")
     try:
-        header = json.loads(base64.urlsafe_b64decode(token.split(".")[0] + "=="))
-    except (ValueError, IndexError) as e:
+        header_bytes = base64.urlsafe_b64decode(token.split(".")[0] + "==")
+    except ValueError as e:
         raise Malformed("not a compact JWT") from e
+    header = parse_json(header_bytes)
     if not isinstance(header, dict):
         raise Malformed("JWT header is not a JSON object")
     if header.get("alg") != JWT_ALG:
@@ -475,63 +532,80 @@ def verify_jwt(token: str, public_keys: dict[str, Ed25519PublicKey]) -> Verified
     if public is None:
         raise UnknownKey(f"signed by unknown key {kid!r}")
     try:
-        with _quiet_eddsa():
+        with _quiet_eddsa(), _malformed_if_too_deep():
             obj = jws.deserialize_compact(
                 token, OKPKey.import_key(keys.public_pem(public)), algorithms=[JWT_ALG]
             )
+    except Malformed:
+        raise
     except (JoseError, ValueError) as e:
         raise CredentialError(f"JWT signature does not match: {e}") from e
-    try:
-        claims = json.loads(obj.payload)
-    except ValueError as e:
-        raise Malformed("JWT payload is not JSON") from e
+    claims = parse_json(obj.payload)
     if not isinstance(claims, dict) or _issuer_id(claims) != did or claims.get("iss") != did:
         raise CredentialError("JWT key is not the credential issuer's")
     if claims.get("jti") != claims.get("id"):
         raise CredentialError("JWT id does not match the credential")
-    credential = {k: v for k, v in claims.items() if k not in ("iss", "jti", "nbf")}
+    credential = {k: v for k, v in claims.items() if k not in JWT_CLAIMS}
     return Verified(credential=credential, kid=kid, form="jwt")
 
 
 def verify_any(text: str | bytes, public_keys: dict[str, Ed25519PublicKey]) -> Verified:
     """A credential file as downloaded: JSON with an embedded proof, a JSON
-    ``EnvelopedVerifiableCredential`` around a VC-JWT, or a bare VC-JWT."""
+    ``EnvelopedVerifiableCredential`` around a VC-JWT, or a bare VC-JWT; UTF-8
+    with or without a byte order mark.
+
+    Only a file that is all signed verifies: duplicate keys, ``@context``
+    entries the proof does not cover, fields beside the JWT in an envelope or
+    text around a JWT are ``Malformed`` (review N-10), never "valid" with
+    unsigned data a reader might take for part of the credential. So is
+    nesting too deep to read."""
     if isinstance(text, bytes):
         try:
-            text = text.decode("utf-8")
+            text = text.decode("utf-8-sig")
         except UnicodeDecodeError as e:
             raise Malformed("not UTF-8 text") from e
-    text = text.strip()
-    if not text.startswith("{"):
-        return verify_jwt(text, public_keys)
-    try:
-        document = json.loads(text)
-    except ValueError as e:
-        raise Malformed(f"not JSON: {e}") from e
-    if not isinstance(document, dict):
-        raise Malformed("not a JSON object")
+    text = text.removeprefix("\ufeff").strip()
+    with _malformed_if_too_deep():
+        if not text.startswith("{"):
+            return verify_jwt(text, public_keys)
+        document = parse_json(text)
+        if not isinstance(document, dict):
+            raise Malformed("not a JSON object")
+        if document.get("type") == "EnvelopedVerifiableCredential":
+            return verify_jwt(_enveloped_jwt(document), public_keys)
+        return verify_proof(document, public_keys)
+
+
+def _enveloped_jwt(document: dict[str, Any]) -> str:
+    """The VC-JWT inside an ``EnvelopedVerifiableCredential``, which must hold
+    nothing else: the JWT is all that is signed."""
+    extra = sorted(set(document) - {"@context", "type", "id"})
+    if extra:
+        raise Malformed(f"the file holds unsigned data beside the enveloped JWT: {', '.join(extra)[:200]}")
+    if document.get("@context", VC_CONTEXT) not in (VC_CONTEXT, [VC_CONTEXT]):
+        raise Malformed("the file holds unsigned data: the envelope's @context is not VC 2.0's alone")
     envelope = str(document.get("id", ""))
-    if document.get("type") == "EnvelopedVerifiableCredential":
-        prefix = "data:application/vc+jwt,"
-        if not envelope.startswith(prefix):
-            raise Malformed("envelope does not hold a VC-JWT")
-        return verify_jwt(envelope[len(prefix) :], public_keys)
-    return verify_proof(document, public_keys)
+    prefix = "data:application/vc+jwt,"
+    if not envelope.startswith(prefix):
+        raise Malformed("envelope does not hold a VC-JWT")
+    return envelope[len(prefix) :]
 
 
 def unverified_credential(text: str) -> dict[str, Any]:
     """The credential in a file *without* checking anything: only to learn
     which issuer to ask for keys. Never show or trust what this returns."""
-    text = text.strip()
+    text = text.removeprefix("\ufeff").strip()
     try:
         if text.startswith("{"):
-            document = json.loads(text)
+            document = parse_json(text)
             envelope = str(document.get("id", ""))
             if document.get("type") != "EnvelopedVerifiableCredential":
                 return document
             text = envelope.partition(",")[2]
         payload = text.split(".")[1]
-        return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        return parse_json(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except Malformed:
+        raise
     except (ValueError, IndexError, AttributeError) as e:
         raise Malformed("not a credential") from e
 
@@ -634,7 +708,8 @@ def ensure_credential(*, session: Session, cert: Certificate) -> Certificate:
 
 
 def signed_status_list(*, session: Session, now: datetime | None = None) -> dict[str, Any]:
-    """The status list credential as it stands, signed with the active key."""
+    """The status list credential as it stands, signed with the active key;
+    ``validUntil`` is ``statuslist.VALID_FOR`` after ``now``."""
     settings = get_settings()
     base = base_url(settings.public_url)
     now = now or datetime.now(UTC)
@@ -653,15 +728,20 @@ def is_revoked(
     credential: dict[str, Any],
     status_list: dict[str, Any] | str,
     public_keys: dict[str, Ed25519PublicKey],
+    *,
+    now: datetime | None = None,
 ) -> bool:
     """Whether a verified credential's bit is set in a status list (as JSON
-    with its proof, or as a VC-JWT); the list's own proof and issuer are
-    checked first (``CredentialError`` / ``statuslist.StatusListError``)."""
+    with its proof, or as a VC-JWT); the list's own proof, issuer and age are
+    checked first (``CredentialError`` / ``statuslist.StatusListError``, and
+    ``statuslist.StatusListExpired`` for a list past its ``validUntil`` at
+    ``now``: an old copy cannot say whether the credential is revoked today)."""
     url, index = statuslist.index_of(credential.get("credentialStatus"))
     if isinstance(status_list, str):
         listed = verify_any(status_list, public_keys).credential
     else:
         listed = verify_proof(status_list, public_keys).credential
+    statuslist.check_current(listed, now)
     if listed.get("id") != url:
         raise statuslist.StatusListError("this is not the status list the credential names")
     if _issuer_id(listed) != _issuer_id(credential):

@@ -6,16 +6,17 @@ employers' systems (no page, no session, GET only):
     /status/1                    the signed revocation list (Bitstring Status List)
     /credentials/<ID>.json       a certificate's OpenBadgeCredential, JSON + proof
     /credentials/<ID>.jwt        the same credential as a VC-JWT
-    /api/verify/<ID>             {"status": "valid" | "revoked" | ..., ...}
+    /api/verify/<ID>             {"status": "valid" | "replaced" | "revoked" | ..., ...}
 
 ``routes()`` returns Starlette routes; the app mounts them with
 ``st.App("app/main.py", routes=certificates.routes.routes())``. Handlers are
 plain functions, so Starlette runs them in its thread pool and the database
 calls never block the event loop. Every answer allows any origin (a GET of
 public data) and says how long it may be cached: the DID document and the
-status list briefly, so that a new key or a revocation shows within minutes;
-a credential, which never changes once made, for a day; a verification not
-at all.
+status list for a minute, so that a new key or a revocation shows within
+minutes (the signed list itself expires ``statuslist.VALID_FOR`` after it was
+made, so no cache can serve it much longer); a credential, which never
+changes once made, for a day; a verification not at all.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ JSON = "application/json"
 DID_JSON = "application/did+json"
 VC_JSON = "application/vc"  # VC 2.0's media type for a credential in JSON(-LD)
 VC_JWT = "application/vc+jwt"
-SHORT = "public, max-age=60"
+SHORT = f"public, max-age={statuslist.CACHE_SECONDS}"
 LONG = "public, max-age=86400"
 NEVER = "no-store"
 
@@ -108,7 +109,9 @@ def credential_jwt(request: Request) -> Response:
 def verify(request: Request) -> Response:
     """The Verify page's answer as JSON: public fields only, never e-mail.
     400 for text that is not an ID, 404 for an unknown one, else 200 with
-    ``status`` saying valid, revoked or why the stored record is not trusted."""
+    ``status`` saying valid, replaced (by a newer certificate of the same
+    learner, not for cause), revoked, or why the stored record is not trusted;
+    ``replaced_by`` is the newer ID only where its holder chose to show it."""
     with _session() as session:
         result = store.lookup(session=session, text=request.path_params["cert_id"])
     if result.status in ("malformed", "typo"):
@@ -132,6 +135,7 @@ def verify(request: Request) -> Response:
         "issued_at": result.issued_at.isoformat() if result.issued_at else None,
         "revoked_at": result.revoked_at.isoformat() if result.revoked_at else None,
         "revoked_reason": result.revoked_reason,  # reissued | superseded | revoked
+        "replaced_by": result.replaced_by,
         "credential": f"{base}/credentials/{result.id}.json" if result.id else None,
     }
     return _answer(body, media_type=JSON, cache=NEVER)

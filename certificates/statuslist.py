@@ -2,15 +2,27 @@
 
 Every certificate gets a random, never reused position (``status_index``) in
 one list of ``LIST_SIZE`` bits. Its bit is 1 exactly when the certificate is
-revoked, so the list is *derived* from the ``certificate`` table each time it
-is served: revoking (``revoked_at`` set by ``store.revoke``/``reissue``) flips
-the bit without any extra write. The list is published, signed, at
+no longer current, so the list is *derived* from the ``certificate`` table
+each time it is served: revoking (``revoked_at`` set by ``store.revoke``/``reissue``)
+flips the bit without any extra write. "No longer current" is both kinds
+(issue #22): revoked by the issuer, and replaced by a newer certificate of the
+same learner (a reissue). The spec's ``revocation`` purpose means exactly
+that (permanent, never cleared); the list does not say which kind, since a
+credential names only one revocation entry and issued credentials cannot
+change. ``/api/verify/<ID>`` says which ("revoked" or "replaced"), as does
+``certificates verify`` when it finds the bit set. The list is published, signed, at
 ``<PUBLIC_URL>/status/1`` (``certificates.routes``); each credential carries a
 ``BitstringStatusListEntry`` pointing at its bit.
 
 Positions are random rather than sequential and the list is large (131,072
 bits, the spec's minimum) so that reading the list says nothing about who was
 revoked or how many certificates were issued when ("herd privacy").
+
+Each signed list carries ``validUntil``, ``VALID_FOR`` after it was made
+(review N-7): a verifier refuses an expired list, so a list saved before a
+revocation cannot be replayed later to make a revoked credential look valid.
+The route lets caches keep it for ``CACHE_SECONDS``, well inside that window;
+a mirror must serve a list fresh from ``/status/1``, at most a few minutes old.
 
 Signing the list is ``openbadges.signed_status_list``; this module only knows
 bits, so that it stays importable from ``openbadges`` without a cycle.
@@ -21,7 +33,7 @@ from __future__ import annotations
 import base64
 import gzip
 import secrets
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlmodel import Session, col, select
@@ -31,10 +43,20 @@ from academy.models import Certificate
 LIST_SIZE = 131_072  # bits: the Bitstring Status List minimum (16 KiB)
 LIST_PATH = "/status/1"
 PURPOSE = "revocation"
+CACHE_SECONDS = 60  # the route's Cache-Control max-age for the list
+# How long a signed list stays acceptable: the cache's minute, plus room for a
+# mirror's copy and clocks that are a little apart.
+VALID_FOR = timedelta(minutes=5)
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
 class StatusListError(ValueError):
     """A status list or entry that cannot be read."""
+
+
+class StatusListExpired(StatusListError):
+    """A genuine status list that is too old (or has no ``validUntil``) to say
+    anything about revocation now."""
 
 
 def list_url(public_url: str) -> str:
@@ -112,14 +134,16 @@ def is_set(bits: bytes, index: int) -> bool:
 def unsigned_list_credential(
     *, session: Session, public_url: str, issuer: str, now: datetime
 ) -> dict[str, Any]:
-    """The status list credential as of ``now``, without its proof."""
+    """The status list credential as of ``now``, without its proof; valid
+    until ``VALID_FOR`` later."""
     url = list_url(public_url)
     return {
         "@context": ["https://www.w3.org/ns/credentials/v2"],
         "id": url,
         "type": ["VerifiableCredential", "BitstringStatusListCredential"],
         "issuer": issuer,
-        "validFrom": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "validFrom": now.strftime(TIME_FORMAT),
+        "validUntil": (now + VALID_FOR).strftime(TIME_FORMAT),
         "credentialSubject": {
             "id": f"{url}#list",
             "type": "BitstringStatusList",
@@ -141,3 +165,21 @@ def index_of(status: Any) -> tuple[str, int]:
     except (KeyError, TypeError, ValueError) as e:
         raise StatusListError("status entry lacks an index or a list URL") from e
     return url, index
+
+
+def check_current(listed: dict[str, Any], now: datetime | None = None) -> None:
+    """Refuse (``StatusListExpired``) a verified list whose ``validUntil`` is
+    missing or past: an old copy cannot show a later revocation."""
+    now = now or datetime.now(UTC)
+    until = listed.get("validUntil")
+    if not isinstance(until, str):
+        raise StatusListExpired("the status list has no validUntil, so its age cannot be checked")
+    try:
+        expires = datetime.strptime(until, TIME_FORMAT).replace(tzinfo=UTC)
+    except ValueError as e:
+        raise StatusListExpired(f"the status list's validUntil {until!r} is not a UTC time") from e
+    if now > expires:
+        raise StatusListExpired(
+            f"the status list expired at {until} (it is signed for {VALID_FOR.seconds // 60} minutes;"
+            " a saved or mirrored copy must be current)"
+        )

@@ -8,7 +8,8 @@ The issuance policy (issue #17): a learner holds at most one active
 certificate per course. The database enforces it (a unique partial index,
 see ``academy.models.Certificate``); a different name or language goes through
 ``reissue``, which revokes the old certificate in the same transaction with
-a conditional UPDATE, so concurrent reissues make exactly one replacement.
+a conditional UPDATE, so concurrent reissues make exactly one replacement;
+verification then calls the old one "replaced", not "revoked" (issue #22).
 An admin's "revoke and disqualify" blocks new certificates for that learner
 and course until an admin lifts it.
 
@@ -59,7 +60,8 @@ REASON_MAX = 500
 # VerifyResult.status values. Only "valid" is good news.
 STATUSES = (
     "valid",
-    "revoked",
+    "revoked",  # withdrawn by the issuer (an admin: for cause, or issued in error)
+    "replaced",  # superseded by a newer certificate of the same learner (a reissue), not for cause
     "not_found",
     "malformed",  # not shaped like an ID
     "typo",  # shaped like an ID, check digits wrong
@@ -71,6 +73,7 @@ STATUSES = (
     "pages",  # an upload with other than exactly one page
     "too_complex",  # an upload that needs more than the reader's limits
     "busy",  # the server is reading as many uploads as it allows at once
+    "busy_client",  # this client's previous upload is still being read
 )
 
 
@@ -191,11 +194,14 @@ class VerifyResult:
     issuer: str | None = None
     key_id: str | None = None
     issued_at: datetime | None = None  # database lookups only
-    revoked_at: datetime | None = None
+    revoked_at: datetime | None = None  # when it was revoked or replaced
     # Public: "reissued", "superseded" or "revoked", never the admin's own words
-    # (they may say why, e.g. "exam fraud"), and no link to a replacement (its
-    # new name would tell anyone holding the old ID about a change of name).
+    # (they may say why, e.g. "exam fraud").
     revoked_reason: str | None = None
+    # The newer certificate of a "replaced" one, only if its holder chose to show it
+    # when reissuing (issue #22): its page shows the new name, which may tell of a
+    # change of name.
+    replaced_by: str | None = None
     detail: str | None = None  # technical reason in English, for logs and the CLI
 
     @property
@@ -548,6 +554,17 @@ def public_reason(reason: str | None) -> str | None:
     return {"reissued": "reissued", "superseded by policy": "superseded"}.get(reason, "revoked")
 
 
+REPLACED_REASONS = ("reissued", "superseded")  # public reasons that mean "replaced", not revoked
+
+
+def row_status(cert: Certificate) -> str:
+    """"valid", "replaced" (a newer certificate of the same learner took its place:
+    a reissue, or the one-certificate policy) or "revoked" (by an admin)."""
+    if cert.revoked_at is None:
+        return "valid"
+    return "replaced" if public_reason(cert.revoked_reason) in REPLACED_REASONS else "revoked"
+
+
 def lookup(*, session: Session, text: str) -> VerifyResult:
     """Check typed text (an ID or a pasted link) against the database."""
     try:
@@ -566,8 +583,9 @@ def lookup(*, session: Session, text: str) -> VerifyResult:
         return VerifyResult(status=e.kind, id=cert_id, detail=str(e))
     if payload["id"] != cert_id:
         return VerifyResult(status="bad_signature", id=cert_id, detail="payload is for another ID")
-    status = "revoked" if cert.revoked_at is not None else "valid"
-    return _public(cert, payload, status)
+    status = row_status(cert)
+    shown = cert.replaced_by if status == "replaced" and cert.show_replacement else None
+    return _public(cert, payload, status, replaced_by=shown)
 
 
 def get_certificate(*, session: Session, cert_id: str) -> Certificate:
@@ -665,10 +683,14 @@ def disqualified_certificates(*, session: Session) -> list[Certificate]:
 
 
 def reissue(
-    *, session: Session, cert_id: str, learner_id: int, new_name: str, lang: str
+    *, session: Session, cert_id: str, learner_id: int, new_name: str, lang: str,
+    show_new_id: bool = False,
 ) -> Certificate:
     """A learner's new certificate (new name and/or language) for the same
-    pass; the old one is revoked with reason "reissued" and points to it.
+    pass; the old one is revoked with reason "reissued" (its status is then
+    "replaced", not "revoked") and points to it. ``show_new_id`` is the
+    learner's choice: the old certificate's public verification names the
+    new ID (off by default, as the new name may tell of a change of name).
 
     One transaction: a conditional UPDATE revokes the old certificate only
     if it is still active (else ``AlreadyRevoked``), then the new one is
@@ -699,7 +721,7 @@ def reissue(
     passed_exercises = certified_exercises(old)
     for _ in range(8):
         new_id = ids.new_id()
-        _claim(session, old_id, revoked_reason="reissued", replaced_by=new_id)
+        _claim(session, old_id, revoked_reason="reissued", replaced_by=new_id, show_replacement=show_new_id)
         new = _build(
             new_id,
             learner_id=learner_id,
@@ -771,15 +793,17 @@ def pdf_filename(cert: Certificate) -> str:
 
 
 def verify_pdf(
-    pdf_bytes: bytes, *, keys_file: Path | None = None, secrets_dir: Path | None = None
+    pdf_bytes: bytes, *, keys_file: Path | None = None, secrets_dir: Path | None = None,
+    client: str | None = None,
 ) -> VerifyResult:
     """Check a certificate PDF offline: its embedded signature against the
     known public keys (the local key folder plus ``keys_file``) and the ID's
     check digits. The file is read only through ``pdfscan`` (size cap,
-    exactly one page, a limited child process). No printed text is compared:
-    the result carries the signed name and ID for a person to compare with
-    the document. Revocation cannot be seen offline; ``check_pdf`` sees it."""
-    found = pdfscan.scan(pdf_bytes)
+    exactly one page, a limited child process, one at a time per ``client``).
+    No printed text is compared: the result carries the signed name and ID for
+    a person to compare with the document. Revocation cannot be seen offline;
+    ``check_pdf`` sees it."""
+    found = pdfscan.scan(pdf_bytes, client=client)
     if found.status != "ok":
         return VerifyResult(status=found.status, detail=found.detail)
     token = pdf.extract_token(found.keywords or "")
@@ -798,15 +822,16 @@ def verify_pdf(
     return _public(None, payload, "valid")
 
 
-def check_pdf(*, session: Session, pdf_bytes: bytes) -> VerifyResult:
+def check_pdf(*, session: Session, pdf_bytes: bytes, client: str | None = None) -> VerifyResult:
     """The Verify page's check of an uploaded PDF: ``verify_pdf``, then the
-    database, which knows revocation and replacement (F-6)."""
-    offline = verify_pdf(pdf_bytes)
+    database, which knows revocation and replacement (F-6, #22). ``client`` is the
+    uploader's address: one upload of theirs is read at a time (N-9)."""
+    offline = verify_pdf(pdf_bytes, client=client)
     if not offline.valid:
         return offline
     online = lookup(session=session, text=offline.id)
     signed = (offline.id, offline.name, offline.course, offline.score, offline.pass_date, offline.lang)
-    if online.status not in ("valid", "revoked"):
+    if online.status not in ("valid", "revoked", "replaced"):
         return VerifyResult(status="not_found", id=offline.id, detail="signed, but not in this site's records")
     if (online.id, online.name, online.course, online.score, online.pass_date, online.lang) != signed:
         return VerifyResult(status="not_found", id=offline.id, detail="the records hold other data for this ID")

@@ -220,8 +220,9 @@ def test_reissue_links_old_and_new(session):
         "2025-11-30",
     )
     old_result = store.lookup(session=session, text=old.id)
-    assert old_result.status == "revoked"
+    assert old_result.status == "replaced" and not old_result.valid  # issue #22: not "revoked"
     assert old_result.revoked_reason == "reissued" and new.id not in repr(old_result)  # no link to the new name
+    assert old_result.replaced_by is None  # the holder did not choose to show it
     assert store.lookup(session=session, text=new.id).status == "valid"
     assert [e.action for e in store.events_of(session=session, cert_id=old.id)] == [
         "issued",
@@ -418,3 +419,49 @@ def test_a_reissue_must_change_something_and_is_limited_per_day(session):
     with pytest.raises(store.TooManyReissues):
         store.reissue(session=session, cert_id=cert.id, learner_id=learner.id, new_name="One more", lang="en")
     assert store.lookup(session=session, text=cert.id).status == "valid"  # the last one stands
+
+
+def test_a_reissued_certificate_is_replaced_and_names_its_successor_only_if_its_holder_chose(session):
+    """Issue #22: a replaced certificate is "replaced by a newer certificate", distinct from
+    revoked (for cause or in error); the new ID is shown only by the holder's choice."""
+    learner = add_learner(session)
+    old = issue(session, learner, add_attempt(session, learner))
+    middle = store.reissue(session=session, cert_id=old.id, learner_id=learner.id, new_name="Zoë Berg",
+                           lang="en", show_new_id=True)
+    newest = store.reissue(session=session, cert_id=middle.id, learner_id=learner.id, new_name="Zoë Bergman",
+                           lang="en")
+    shown = store.lookup(session=session, text=old.id)
+    assert (shown.status, shown.revoked_reason, shown.replaced_by) == ("replaced", "reissued", middle.id)
+    hidden = store.lookup(session=session, text=middle.id)
+    assert (hidden.status, hidden.replaced_by) == ("replaced", None) and newest.id not in repr(hidden)
+    assert store.row_status(old) == "replaced" and store.row_status(newest) == "valid"
+    store.revoke(session=session, cert_id=newest.id, actor_id=None, reason="issued in error")
+    revoked = store.lookup(session=session, text=newest.id)
+    assert (revoked.status, revoked.revoked_reason, revoked.replaced_by) == ("revoked", "revoked", None)
+
+
+def test_migration_0009_adds_and_removes_the_holders_choice():
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import inspect
+
+    from academy.settings import ROOT
+
+    engine = make_engine("sqlite://", poolclass=StaticPool)
+    migrate(engine)
+
+    def columns():
+        return {c["name"] for c in inspect(engine).get_columns("certificate")}
+
+    assert "show_replacement" in columns()
+    cfg = Config(str(ROOT / "alembic.ini"))
+    cfg.set_main_option("script_location", str(ROOT / "academy" / "migrations"))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0008")
+    assert "show_replacement" not in columns()
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+    assert "show_replacement" in columns()
+    engine.dispose()

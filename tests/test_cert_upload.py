@@ -8,6 +8,7 @@ read, so nothing claims a printed-text match it cannot make."""
 from __future__ import annotations
 
 import io
+import threading
 import time
 from datetime import UTC, datetime
 
@@ -27,7 +28,7 @@ from tests.exercisepass import pass_required_exercises
 pytestmark = pytest.mark.usefixtures("secrets")  # own issuer keys (conftest.py)
 
 
-def issued(session, name="Ann", admin=False):
+def issued(session, name="Ann", admin=False, lang="en"):
     learner = Learner(email=f"{name.lower().replace(' ', '.')}@example.org", password_hash="x", is_admin=admin)
     session.add(learner)
     session.commit()
@@ -36,7 +37,7 @@ def issued(session, name="Ann", admin=False):
                           finished_at=datetime(2026, 11, 30, tzinfo=UTC))
     session.add(attempt)
     session.commit()
-    return store.issue_for_learner(session=session, learner_id=learner.id, name=name, lang="en")
+    return store.issue_for_learner(session=session, learner_id=learner.id, name=name, lang=lang)
 
 
 def token_of(data: bytes) -> str:
@@ -96,6 +97,7 @@ def test_parsing_runs_under_the_limits(session, monkeypatch):
     monkeypatch.setattr(pdfscan, "MEMORY_BYTES", 16 * 2**20)
     assert store.verify_pdf(data).status == "too_complex"
     monkeypatch.undo()
+    pdfscan._SEEN.clear()  # that answer is remembered for the file (N-9): forget it to read again
     assert pdfscan.scan(data).pages == 1
 
 
@@ -119,6 +121,74 @@ def test_uploads_read_at_once_are_capped_and_a_file_is_read_once(session, monkey
         for _ in held:
             pdfscan._SLOTS.release()
     assert len(runs) == 1  # a busy answer started no child
+
+
+def counted_runs(monkeypatch) -> list[int]:
+    """Count the children pdfscan starts."""
+    runs: list[int] = []
+    real_run = pdfscan.subprocess.run
+    monkeypatch.setattr(pdfscan.subprocess, "run", lambda *a, **k: runs.append(1) or real_run(*a, **k))
+    return runs
+
+
+def test_a_too_complex_answer_is_remembered_and_a_wall_timeout_is_not(session, monkeypatch):
+    """Review N-9: "too_complex" was not cached, so a looped costly file cost its CPU
+    every time. Now every definite answer is remembered by the file's hash; a
+    wall-clock timeout (which a loaded machine can cause) is not."""
+    data = store.render_pdf(issued(session))
+    runs = counted_runs(monkeypatch)
+    pdfscan._SEEN.clear()
+    monkeypatch.setattr(pdfscan, "MEMORY_BYTES", 16 * 2**20)  # the child stops at its limit
+    assert [pdfscan.scan(data).status for _ in range(3)] == ["too_complex"] * 3
+    assert len(runs) == 1
+    other = data + b"\n%another file\n"
+    monkeypatch.setattr(pdfscan, "MEMORY_BYTES", 512 * 2**20)
+    monkeypatch.setattr(pdfscan, "WALL_SECONDS", 0.001)  # no child starts that fast
+    assert pdfscan.scan(other).status == "too_complex" and len(runs) == 2
+    monkeypatch.setattr(pdfscan, "WALL_SECONDS", 10)
+    assert pdfscan.scan(other).status == "ok" and len(runs) == 3
+
+
+def test_a_genuine_certificate_reads_within_one_cpu_second(session):
+    """N-9: the child's CPU limit is 1 s (about five times what a certificate takes)."""
+    assert pdfscan.CPU_SECONDS == 1
+    pdfscan._SEEN.clear()
+    for lang in ("en", "zh", "nl"):  # with the credential attached, as the Certificate page serves it
+        cert = issued(session, f"Reader {lang}", lang=lang)
+        assert store.verify_pdf(store.render_pdf(cert)).status == "valid"
+
+
+def test_one_reader_at_a_time_per_client(session, monkeypatch):
+    """Review N-9: two uploaders kept both server-wide readers busy. A client (the
+    page passes its address) now has one reader at a time; another client is not held up."""
+    first, second, third = (store.render_pdf(issued(session, n)) for n in ("Ann", "Bob", "Cy"))
+    pdfscan._SEEN.clear()
+    started, release = threading.Event(), threading.Event()
+    real_run = pdfscan.subprocess.run
+    runs = []
+
+    def slow_run(*a, **k):
+        runs.append(1)
+        if k.get("input") == first:
+            started.set()
+            release.wait(60)
+        return real_run(*a, **k)
+
+    monkeypatch.setattr(pdfscan.subprocess, "run", slow_run)
+    answers = {}
+    reader = threading.Thread(target=lambda: answers.update(first=pdfscan.scan(first, client="203.0.113.5")))
+    reader.start()
+    try:
+        assert started.wait(60)
+        result = store.verify_pdf(second, client="203.0.113.5")
+        assert result.status == "busy_client" and len(runs) == 1  # no child for it
+        assert store.verify_pdf(second, client="198.51.100.7").valid  # another client
+    finally:
+        release.set()
+        reader.join(60)
+    assert answers["first"].status == "ok"
+    assert store.verify_pdf(third, client="203.0.113.5").valid  # the client's reader is free again
+    assert pdfscan.scan(first, client="203.0.113.5").status == "ok"  # remembered, needs no reader
 
 
 def test_too_large_is_refused_before_any_parsing(monkeypatch):
@@ -155,7 +225,7 @@ def test_a_replaced_certificates_pdf_says_it_was_reissued(session):
     new = store.reissue(session=session, cert_id=cert.id, learner_id=cert.learner_id, new_name="New Name",
                         lang="en")
     result = store.check_pdf(session=session, pdf_bytes=store.render_pdf(cert))
-    assert (result.status, result.revoked_reason) == ("revoked", "reissued") and new.id not in repr(result)
+    assert (result.status, result.revoked_reason) == ("replaced", "reissued") and new.id not in repr(result)
 
 
 def test_a_signed_certificate_missing_from_the_database_is_not_valid(session):
@@ -214,3 +284,24 @@ def test_a_revoked_upload_on_the_page_says_revoked():
     assert not at.exception and not at.success
     revoked = certs.texts("en")["status"]["revoked"].split("{")[0]
     assert any(e.value.startswith(revoked) for e in at.error)
+
+
+@pytest.mark.usefixtures("app_db")
+def test_the_page_reads_one_upload_at_a_time_per_client(monkeypatch):
+    """N-9: the Verify page passes the client's address, so a second upload from a
+    client whose first is still being read (another tab) is told so, not read."""
+    from app import ui
+
+    with session_scope() as s:
+        data = store.render_pdf(issued(s, "Tab Two"))
+    pdfscan._SEEN.clear()
+    monkeypatch.setattr(ui, "client", lambda: "203.0.113.9")
+    monkeypatch.setattr(pdfscan, "_READING", {"203.0.113.9"})  # its first tab's upload, mid-read
+    at = apptest.open_page("verify", "nl")
+    at.file_uploader[0].set_value(("cert.pdf", data, "application/pdf"))
+    at.run()
+    assert not at.exception and not at.success
+    assert certs.texts("nl")["status"]["busy_client"] in [e.value for e in at.error]
+    pdfscan._READING.clear()  # that read ended
+    at.run()
+    assert certs.texts("nl")["status"]["valid"] in [x.value for x in at.success]

@@ -124,6 +124,37 @@ def test_admin_revokes_from_the_page():
         assert certs.lookup(session=s, text=cert.id).status == "revoked"
 
 
+@pytest.mark.parametrize("lang", ["en", "zh", "nl"])
+@pytest.mark.usefixtures("app_db")
+def test_plain_revoke_says_the_learner_may_claim_again_and_neither_is_the_default(lang):
+    """Review F-3 residue: a plain Revoke, even for "exam fraud", lets the learner issue a
+    new certificate at once, and the page did not say so on the button; Revoke and
+    disqualify was the primary button, and Enter pressed plain Revoke. Now each button
+    says what becomes of the learner, they look alike and Enter submits neither."""
+    learner_id = learner_who_passed(f"again-{lang}@example.org")
+    with session_scope() as s:
+        cert = certs.issue_for_learner(session=s, learner_id=learner_id, name="Bob Learner", lang="en")
+        admin = sign_up(session=s, email=f"boss-{lang}@example.org", password="long enough pw")
+        admin.is_admin = True
+        s.add(admin)
+    at = open_page("admin", lang, admin.id)
+    plain, for_cause = (i18n.t(f"admin_certs.{k}", lang) for k in ("revoke_button", "revoke_disqualify_button"))
+    claim = {"en": "may claim a new certificate", "zh": "重新申领证书", "nl": "opnieuw een certificaat aanvragen"}
+    assert claim[lang] in plain and claim[lang] not in for_cause
+    buttons = {b.label: b for b in at.button}
+    assert {buttons[plain].proto.type, buttons[for_cause].proto.type} == {"secondary"}
+    (revoke_form,) = [f.proto.form for f in at.get("form") if f.proto.form.form_id == buttons[plain].form_id]
+    assert revoke_form.enter_to_submit is False
+    at.text_input[-2].input(cert.id)
+    at.text_input[-1].input("exam fraud")
+    buttons[plain].click()
+    at.run()
+    assert i18n.t("admin_certs.revoked", lang, id=cert.id) in [m.value for m in at.success]
+    assert i18n.t("admin_certs.may_claim_again", lang) in [m.value for m in at.warning]
+    page = open_page("certificate", lang, learner_id)  # as the page said: the learner may claim again
+    assert [b for b in page.button if b.label == i18n.t("certificate.create", lang)]
+
+
 # --- issue #17: user text is text, one active certificate, disqualification ------------------------
 
 HOSTILE_NAMES = ["Bob http://evil.example/login", "Bob www.evil-example.com/reset", "Bob admin@evil.example",
@@ -236,3 +267,43 @@ def test_dates_read_in_the_learners_language(lang):
         certs.revoke(session=s, cert_id=cert.id, actor_id=None, reason="test revocation")
     v = open_page("verify", lang, None, id=cert.id)
     assert any(day in e.value for e in v.error), [e.value for e in v.error]
+
+
+@pytest.mark.parametrize("lang", ["en", "zh", "nl"])
+@pytest.mark.usefixtures("app_db")
+def test_a_reissued_certificate_reads_replaced_not_revoked_and_the_holder_chooses_the_link(lang):
+    """Issue #22: after a reissue the old ID's Verify page says "replaced by a newer
+    certificate" (a warning, not a red "revoked"); the reissue form states that showing
+    the new ID is the holder's choice, and the new ID appears only when they tick it."""
+    learner_id = learner_who_passed(f"rename-{lang}@example.org")
+    with session_scope() as s:
+        first = certs.issue_for_learner(session=s, learner_id=learner_id, name="Zoë Ødegård", lang=lang).id
+    at = open_page("certificate", lang, learner_id)
+    choice = i18n.t("certificate.reissue_show_new", lang)
+    assert [c for c in at.checkbox if c.label == choice and c.value is False]  # off unless ticked
+    assert i18n.t("certificate.reissue_show_new_help", lang) in [c.value for c in at.caption]
+
+    def reissue(page, name: str, show: bool) -> str:
+        page.text_input[-1].set_value(name)
+        [c for c in page.checkbox if c.label == choice][0].set_value(show)
+        [b for b in page.button if b.label == i18n.t("certificate.reissue_button", lang)][0].click()
+        page.run()
+        assert not page.exception and i18n.t("certificate.reissued", lang) in [m.value for m in page.success]
+        with session_scope() as s:
+            return certs.certificates_of(session=s, learner_id=learner_id)[0].id
+
+    second = reissue(at, "Zoë Berg", show=False)
+    assert any(i18n.t("certificate.status_replaced", lang) in m.value and first in m.value for m in at.markdown)
+    status = certs.texts(lang)["status"]
+    v = open_page("verify", lang, None, id=first)
+    assert not v.error and not v.success
+    assert [w for w in v.warning if w.value.startswith(status["replaced"].split("{")[0])]
+    assert status["replaced_id_hidden"] in [c.value for c in v.caption]
+    assert second not in " ".join(x.value for x in [*v.text, *v.markdown, *v.caption])
+
+    third = reissue(open_page("certificate", lang, learner_id), "Zoë Bergman", show=True)
+    v = open_page("verify", lang, None, id=second)
+    assert [w for w in v.warning if w.value.startswith(status["replaced"].split("{")[0])]
+    label = certs.texts(lang)["labels"]["replaced_by"]
+    assert any(f"{label}: {third}" in x.value for x in v.text)
+    assert status["replaced_id_hidden"] not in [c.value for c in v.caption]

@@ -10,7 +10,7 @@ import hashlib
 import io
 import json
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -346,6 +346,68 @@ def test_a_credential_without_canonical_form_is_refused(session):
         openbadges.verify_any(text, trusted())
 
 
+def _deep(levels: int = 100_000) -> str:
+    return "[" * levels + "]" * levels
+
+
+def test_a_duplicate_key_is_refused_whichever_value_comes_first(session):
+    """Review N-10: "Someone Else" before the genuine name verified, as Python keeps the
+    last value; a reader that keeps the first (or a person) saw the forgery."""
+    cert = issue(session)
+    genuine = '"identityHash": "Zoë Ødegård"'
+    assert cert.credential_json.count(genuine) == 1
+    for forged in (f'"identityHash": "Someone Else", {genuine}', f'{genuine}, "identityHash": "Someone Else"'):
+        with pytest.raises(openbadges.Malformed, match="duplicate key 'identityHash'"):
+            openbadges.verify_any(cert.credential_json.replace(genuine, forged), trusted())
+    with pytest.raises(openbadges.Malformed, match="duplicate"):
+        openbadges.parse_json('{"a": 1, "b": {"c": 1, "c": 1}}')
+
+
+def test_unsigned_data_beside_the_signed_credential_is_refused(session):
+    """Review N-10: an appended @context entry (the spec allows it, a JSON-LD reader
+    applies it) and a forged credentialSubject around an enveloped VC-JWT verified.
+    We refuse any file that holds more than what its proof signs."""
+    cert = issue(session)
+    secured = json.loads(cert.credential_json)
+    appended = {**secured, "@context": [*secured["@context"], "https://evil.example/ctx.json"]}
+    with pytest.raises(openbadges.Malformed, match="unsigned data"):
+        openbadges.verify_any(json.dumps(appended), trusted())
+
+    envelope = {"@context": openbadges.VC_CONTEXT, "type": "EnvelopedVerifiableCredential",
+                "id": f"data:application/vc+jwt,{cert.credential_jwt}"}
+    assert openbadges.verify_any(json.dumps(envelope), trusted()).form == "jwt"  # the envelope alone is fine
+    forged_subject = {"type": ["AchievementSubject"], "identifier": [{"identityHash": "Someone Else"}]}
+    for extra in ({"credentialSubject": forged_subject}, {"name": "Someone Else"},
+                  {"@context": [openbadges.VC_CONTEXT, "https://evil.example/ctx.json"]}):
+        with pytest.raises(openbadges.Malformed, match="unsigned data"):
+            openbadges.verify_any(json.dumps({**envelope, **extra}), trusted())
+    with pytest.raises(openbadges.Malformed, match="compact JWT"):  # text after the token
+        openbadges.verify_any(cert.credential_jwt + "\n\nname: Someone Else", trusted())
+
+
+def test_deep_nesting_is_malformed_not_a_crash(session):
+    """Review N-10: 100,000 levels in the file or in a JWT header raised RecursionError."""
+    cert = issue(session)
+    head, body, sig = cert.credential_jwt.split(".")
+    deep_header = base64.urlsafe_b64encode(_deep().encode()).rstrip(b"=").decode()
+    deep_field = cert.credential_json.replace('"validFrom"', f'"x": {_deep()}, "validFrom"', 1)
+    for text in (_deep(), '{"a": ' * 100_000 + "1" + "}" * 100_000, deep_field,
+                 ".".join([deep_header, body, sig])):
+        with pytest.raises(openbadges.Malformed):
+            openbadges.verify_any(text, trusted())
+    with pytest.raises(openbadges.CredentialError):  # joserfc refuses a payload that large first
+        openbadges.verify_any(".".join([head, deep_header, sig]), trusted())
+
+
+def test_a_byte_order_mark_is_accepted(session):
+    """Review N-10: a genuine file saved by an editor that adds a UTF-8 BOM was NOT VALID."""
+    cert = issue(session)
+    for text in (cert.credential_json, cert.credential_jwt):
+        data = b"\xef\xbb\xbf" + text.encode("utf-8")
+        assert openbadges.verify_any(data, trusted()).credential["id"].endswith(f"{cert.id}.json")
+        assert openbadges.verify_any("\ufeff" + text, trusted()).kid == cert.key_id
+
+
 def test_keys_from_a_foreign_issuer_are_not_trusted(session, tmp_path, monkeypatch):
     cert = issue(session)
     monkeypatch.setenv("SECRETS_DIR", str(tmp_path / "elsewhere"))
@@ -413,6 +475,33 @@ def test_a_forged_status_list_is_refused(session):
         openbadges.is_revoked(json.loads(cert.credential_json), cleared, trusted())
 
 
+def test_the_status_list_expires_minutes_after_it_is_made(session):
+    """Review N-7: any list ever published stayed acceptable, so one saved before a
+    revocation un-revoked the credential when replayed. The list is signed with a
+    validUntil a few minutes ahead (caches keep it a minute) and an older one is refused."""
+    cert = issue(session)
+    credential = json.loads(cert.credential_json)
+    made = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=30)
+    listed = openbadges.signed_status_list(session=session, now=made)
+    assert listed["validUntil"] == (made + statuslist.VALID_FOR).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert timedelta(seconds=statuslist.CACHE_SECONDS) < statuslist.VALID_FOR <= timedelta(minutes=10)
+    independent_di_verify(listed)
+    as_jwt = openbadges.status_list_jwt(listed)
+    for form in (listed, as_jwt):
+        fresh = made + statuslist.VALID_FOR - timedelta(seconds=1)
+        assert openbadges.is_revoked(credential, form, trusted(), now=fresh) is False
+        with pytest.raises(statuslist.StatusListExpired, match="expired"):
+            openbadges.is_revoked(credential, form, trusted())  # now: 30 minutes later
+    assert jwt_parts(as_jwt)[1]["exp"] == int((made + statuslist.VALID_FOR).timestamp())
+    with pytest.raises(pyjwt.ExpiredSignatureError):  # a plain JWT library refuses it as well
+        pyjwt_verify(as_jwt)
+    # A list signed without validUntil (as before this fix) says nothing about today either.
+    undated = {k: v for k, v in listed.items() if k not in ("proof", "validUntil")}
+    undated = openbadges.add_proof(undated, keys.active_key(), created=undated["validFrom"])
+    with pytest.raises(statuslist.StatusListExpired, match="no validUntil"):
+        openbadges.is_revoked(credential, undated, trusted(), now=made)
+
+
 def test_bit_order_is_the_specs():
     """Index 0 is the most significant bit of the first byte."""
     bits = statuslist.decode(statuslist.encode([0, 9, 131_071]))
@@ -471,6 +560,28 @@ def test_routes_serve_did_status_credentials_and_verification(client, session):
     assert "copied answers" not in answer.text  # the admin's words stay private
     listed = client.get("/status/1").json()
     assert openbadges.is_revoked(json.loads(cert.credential_json), listed, trusted()) is True
+
+
+def test_the_api_tells_replaced_from_revoked_and_the_status_list_marks_both(client, session):
+    """Issue #22: /api/verify says "replaced" for a reissued certificate (with the new ID
+    only by the holder's choice), "revoked" for one an admin revoked; the status list's
+    revocation bit means "no longer current" and is set for both."""
+    cert = issue(session)
+    new = store.reissue(session=session, cert_id=cert.id, learner_id=cert.learner_id, new_name="Zoë Berg",
+                        lang="en")
+    body = client.get(f"/api/verify/{cert.id}").json()
+    assert (body["status"], body["valid"], body["revoked_reason"], body["replaced_by"]) == (
+        "replaced", False, "reissued", None)
+    assert new.id not in json.dumps(body)
+    newest = store.reissue(session=session, cert_id=new.id, learner_id=cert.learner_id, new_name="Zoë Bergman",
+                           lang="en", show_new_id=True)
+    body = client.get(f"/api/verify/{new.id}").json()
+    assert (body["status"], body["replaced_by"]) == ("replaced", newest.id)
+    assert client.get(f"/api/verify/{newest.id}").json()["replaced_by"] is None
+    listed = client.get("/status/1").json()
+    for old in (cert, new):
+        assert openbadges.is_revoked(json.loads(old.credential_json), listed, trusted()) is True
+    assert openbadges.is_revoked(json.loads(newest.credential_json), listed, trusted()) is False
 
 
 def test_routes_answer_unknown_and_mistyped_ids(client, session):
@@ -592,6 +703,50 @@ def test_cli_offline_checks_the_proof_and_says_revocation_was_not_seen(session, 
     bad.write_text(cert.credential_json.replace("Zoë Ødegård", "Zoe Odegard"), encoding="utf-8")
     assert cli_main(["verify", str(bad), "--status-url", "http://127.0.0.1:9/status/1"]) == 1
     assert capsys.readouterr().out.startswith("NOT VALID (bad_signature)")
+
+
+def test_cli_refuses_a_status_list_saved_before_the_revocation(session, tmp_path, status_server, capsys):
+    """Review N-7 (p_status_replay.sh): save the list, revoke, serve the saved list from a
+    "mirror": the credential was VALID, exit 0. Now the old list is UNCHECKED, exit 2."""
+    folder, url = status_server
+    cert = issue(session)
+    saved = openbadges.signed_status_list(session=session, now=datetime.now(UTC) - timedelta(minutes=10))
+    (folder / "saved.json").write_text(json.dumps(saved))
+    (folder / "saved.jwt").write_text(openbadges.status_list_jwt(saved))
+    store.revoke(session=session, cert_id=cert.id, actor_id=None, reason="exam fraud")
+    (folder / "live.json").write_text(json.dumps(openbadges.signed_status_list(session=session)))
+    for suffix, text in ((".json", cert.credential_json), (".jwt", cert.credential_jwt)):
+        badge = tmp_path / f"c{suffix}"
+        badge.write_text(text, encoding="utf-8")
+        for mirror in ("saved.json", "saved.jwt"):
+            assert cli_main(["verify", str(badge), "--status-url", f"{url}/{mirror}"]) == 2
+            out = capsys.readouterr().out
+            assert "the status list expired at" in out and "must be current" in out, out
+            assert f"UNCHECKED: the status list at {url}/{mirror} is not current" in out, out
+        assert cli_main(["verify", str(badge), "--status-url", f"{url}/live.json"]) == 1
+        assert capsys.readouterr().out.startswith(f"NOT VALID (revoked) {cert.id}")
+
+
+def test_cli_reads_a_file_with_a_bom_and_says_malformed_for_deep_nesting(session, tmp_path, capsys):
+    """Review N-10: a BOM made a genuine file NOT VALID; deep nesting printed a traceback."""
+    cert = issue(session)
+    for suffix, text in ((".json", cert.credential_json), (".jwt", cert.credential_jwt)):
+        badge = tmp_path / f"bom{suffix}"
+        badge.write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
+        assert cli_main(["verify", str(badge), "--offline"]) == 0
+        assert capsys.readouterr().out.startswith(f"VALID {cert.id}")
+    head, body, sig = cert.credential_jwt.split(".")
+    deep = _deep()
+    deep_header = base64.urlsafe_b64encode(deep.encode()).rstrip(b"=").decode()
+    for name, text in (("deep.json", deep), ("deep.jwt", f"{deep_header}.{body}.{sig}")):
+        (tmp_path / name).write_text(text)
+        assert cli_main(["verify", str(tmp_path / name), "--offline"]) == 1
+        assert capsys.readouterr().out.startswith("NOT VALID (malformed)")
+    dup = tmp_path / "dup.json"
+    genuine = '"identityHash": "Zoë Ødegård"'
+    dup.write_text(cert.credential_json.replace(genuine, f'"identityHash": "Someone Else", {genuine}'))
+    assert cli_main(["verify", str(dup), "--offline"]) == 1
+    assert capsys.readouterr().out.startswith("NOT VALID (malformed): duplicate key 'identityHash'")
 
 
 # --- the PDF ------------------------------------------------------------------

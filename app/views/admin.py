@@ -44,14 +44,16 @@ for code, keys in problems.items():
         st.warning(t("admin.content_missing", lang=code, count=len(keys), keys=", ".join(keys[:10])))
 
 st.header(t("admin_certs.title"))
-with st.form("revoke"):
+# Neither revocation is the default (F-3 residue): Enter submits nothing and both buttons
+# look alike, and each says what becomes of the learner, so a plain Revoke for fraud is a choice.
+with st.form("revoke", enter_to_submit=False):
     st.markdown(f"**{t('admin_certs.revoke')}**")
     st.caption(t("admin_certs.revoke_help"))
     cert_id = st.text_input(t("admin_certs.cert_id"), max_chars=200)
     reason = st.text_input(t("admin_certs.reason"), max_chars=500)
     left, right = st.columns(2)
-    plain_revoke = left.form_submit_button(t("admin_certs.revoke_button"))
-    for_cause = right.form_submit_button(t("admin_certs.revoke_disqualify_button"), type="primary")
+    plain_revoke = left.form_submit_button(t("admin_certs.revoke_button"), type="secondary")
+    for_cause = right.form_submit_button(t("admin_certs.revoke_disqualify_button"), type="secondary")
     if plain_revoke or for_cause:
         if not reason.strip():
             st.error(t("admin_certs.need_reason"))
@@ -62,6 +64,8 @@ with st.form("revoke"):
                     certs.revoke(session=session, cert_id=clean_id, actor_id=who.id, reason=reason.strip(),
                                  disqualify=for_cause)
                 st.success(t("admin_certs.disqualified" if for_cause else "admin_certs.revoked", id=clean_id))
+                if not for_cause:
+                    st.warning(t("admin_certs.may_claim_again"))
             except (certs.InvalidId, certs.CertificateNotFound) as err:
                 st.error(ui.error_text(err))
             except certs.AlreadyRevoked as err:

@@ -100,7 +100,8 @@ if not mine:
 for cert in mine:
     revoked = cert.revoked_at is not None
     with st.container(border=True):
-        status = t("certificate.status_revoked") if revoked else t("certificate.status_valid")
+        status = t({"valid": "certificate.status_valid", "replaced": "certificate.status_replaced"}
+                   .get(certs.row_status(cert), "certificate.status_revoked"))
         st.markdown(f"**{cert.id}** · {status}")
         ui.person_name(cert.name)
         st.caption(t("certificate.issued_on", date=ui.date_text(cert.issued_at),
@@ -128,11 +129,15 @@ for cert in mine:
                                         index=list(certs.languages()).index(cert.language)
                                         if cert.language in certs.languages() else 0,
                                         format_func=lambda c: lang_names.get(c, c), key=f"relang_{cert.id}")
+                # The holder's choice (issue #22), off unless they tick it; the caption says what it means.
+                show_new_id = st.checkbox(t("certificate.reissue_show_new"), value=False,
+                                          key=f"reshow_{cert.id}")
+                st.caption(t("certificate.reissue_show_new_help"))
                 if st.form_submit_button(t("certificate.reissue_button")):
                     try:
                         with session_scope() as session:
                             certs.reissue(session=session, cert_id=cert.id, learner_id=who.id,
-                                          new_name=new_name, lang=new_lang)
+                                          new_name=new_name, lang=new_lang, show_new_id=show_new_id)
                         st.session_state["_cert_reissued"] = True
                         st.rerun()
                     except certs.CertificateError as err:

@@ -3,7 +3,8 @@
 Every value from a certificate (name, revocation reason) is shown with
 st.text, never Markdown, so a name cannot become a link or decode entities
 (F-11). An upload is checked by ``certs.check_pdf``: size cap, one page and
-a limited child process before any parsing, then signature and database;
+a limited child process before any parsing (one at a time per client, each
+file's answer remembered), then signature and database;
 the page shows the signed name and ID for the reader to compare with the
 document, as no printed text is read."""
 
@@ -29,6 +30,10 @@ def show(result: certs.VerifyResult, *, upload: bool = False) -> None:
             st.info(status["compare"])
     elif result.status == "revoked":
         st.error(status["revoked"].format(date=ui.date_text(result.revoked_at) if result.revoked_at else "?"))
+    elif result.status == "replaced":  # a reissue, not revocation for cause (issue #22): no red
+        st.warning(status["replaced"].format(date=ui.date_text(result.revoked_at) if result.revoked_at else "?"))
+        if not result.replaced_by:
+            st.caption(status["replaced_id_hidden"])
     elif result.status in ("not_found", "typo"):
         st.warning(status[result.status])
     elif result.status == "too_large":
@@ -51,6 +56,8 @@ def show(result: certs.VerifyResult, *, upload: bool = False) -> None:
         rows[labels["issued"]] = ui.date_text(result.issued_at)
     if result.revoked_reason:  # its kind only: an admin's own words stay in the admin area
         rows[labels["reason"]] = ctext["reasons"][result.revoked_reason]
+    if result.replaced_by:  # only where the holder chose to show it when reissuing
+        rows[labels["replaced_by"]] = result.replaced_by
     st.text("\n".join(f"{k}: {v}" for k, v in rows.items()))
 
 
@@ -72,7 +79,8 @@ upload = st.file_uploader(t("verify.pdf_check_label"), type=["pdf"],
 if upload is not None:
     st.markdown(f"**{t('verify.pdf_result')}**")
     with session_scope() as session:
-        show(certs.check_pdf(session=session, pdf_bytes=upload.getvalue()), upload=True)
+        # One upload read at a time per client (review N-9): the same address as the sign-in limits.
+        show(certs.check_pdf(session=session, pdf_bytes=upload.getvalue(), client=ui.client()), upload=True)
 
 with st.expander(t("verify.public_keys")):
     st.caption(t("verify.public_keys_help"))
