@@ -67,7 +67,7 @@ from sqlalchemy import update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import func, select
 
-from academy.db import session_scope
+from academy.db import owner_only, session_scope
 from academy.errors import UserError
 from academy.models import ExercisePass, LabRun, LabRunNode, LabWorker, utcnow
 from academy.settings import ROOT, get_settings
@@ -128,7 +128,9 @@ def _huey(name: str, url: str, filename: str):
     elif url:
         raise ValueError(f"LAB_QUEUE_URL must be empty (SQLite) or redis://...; got {url!r}")
     else:
-        Path(filename).parent.mkdir(parents=True, exist_ok=True)
+        # Run ids only, yet owner-only like the database beside it (review N-16): the
+        # file is created 0600 before SQLite opens it, so its -wal and -shm are too.
+        owner_only(Path(filename))
         huey = SqliteHuey(f"dpa-labs-{name}", filename=filename, results=False, strict_fifo=True)
     # No retries: a run that a dead worker dropped is failed by the reaper, never run twice.
     task = huey.task(name="run_lab", retries=0)(execute)

@@ -567,6 +567,28 @@ def test_database_files_are_readable_by_the_owner_only(tmp_path):
     assert oct(stat.S_IMODE(os.stat(tmp_path / "new").st_mode)) == "0o700"
 
 
+def test_lab_queue_files_are_readable_by_the_owner_only(tmp_path):
+    """N-16: huey's SQLite queue (``labqueue.db``), its -wal and -shm are 0600 like the
+    database, also when an older version left the file 0644."""
+    import os
+    import stat
+
+    from academy import labqueue
+
+    old = tmp_path / "old" / "labqueue.db"
+    old.parent.mkdir()
+    old.touch(mode=0o644)
+    old.chmod(0o644)
+    for queue_file in (tmp_path / "new" / "labqueue.db", old):
+        huey, task = labqueue._huey("cpu", "", str(queue_file))
+        task(1)  # a write: WAL mode creates -wal and -shm
+        files = [p for p in queue_file.parent.iterdir() if p.name.startswith(queue_file.name)]
+        assert {p.name.removeprefix(queue_file.name) for p in files} >= {"", "-wal", "-shm"}
+        modes = {p.name: oct(stat.S_IMODE(os.stat(p).st_mode)) for p in files}
+        huey.storage.close()
+        assert set(modes.values()) == {"0o600"}, modes
+
+
 def test_an_in_memory_database_leaves_no_file(tmp_path, monkeypatch):
     from academy.db import make_engine
 
