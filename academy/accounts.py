@@ -9,7 +9,8 @@ next interaction.
 Rate limits (review F-4, F-15) are counters bumped atomically *before* the
 password is checked, so concurrent attempts cannot all pass one check. They
 are kept per address from one client, per client and per address in total;
-a client is an IP address (see :func:`client_key` callers in ``app.ui``).
+a client is an IP address in one spelling, loopback none (:func:`client_key`,
+called by ``app.ui.client``).
 Administrator rights never come from an e-mail address (F-8): only the
 server's operator grants them (``python -m academy.admin``).
 """
@@ -17,6 +18,7 @@ server's operator grants them (``python -m academy.admin``).
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import logging
 import secrets
 import threading
@@ -217,6 +219,52 @@ def _release(session: Session, keys: list[str]) -> None:
 # is every visitor at once, so limits *per client* would be limits for everybody (one
 # person could lock the whole site out): they apply only to real addresses.
 UNKNOWN_CLIENT = "local"
+CLIENT_MAX = 64  # characters of a client key (the counters' keys are built from it)
+_proxy_warned = threading.Event()
+
+
+def _loopback_or_ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address ``text`` names, IPv4-mapped IPv6 as its IPv4 address; None if it is no IP."""
+    try:
+        ip = ipaddress.ip_address(text.strip().strip("[]").split("%", 1)[0])
+    except ValueError:
+        return None
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return mapped if mapped is not None else ip
+
+
+def client_key(peer: str | None, *, forwarded: str | None = None, hops: int = 0) -> str:
+    """Who is asking, for the per-client limits, in one spelling per client.
+
+    ``peer``: the websocket's peer address as Streamlit reports it (None for
+    127.0.0.1 and ::1). ``forwarded``: the X-Forwarded-For header. With
+    ``hops`` (``TRUSTED_PROXY_HOPS``) = n > 0 the client is the n-th address
+    from the right of that header, the one our own proxy appended (those left
+    of it are the client's to forge); without that many, the peer.
+
+    Loopback in every spelling (127.0.0.0/8, ::1, ``::ffff:127.0.0.1``: a
+    dual-stack socket reports an IPv4 peer so, review N-5) is
+    :data:`UNKNOWN_CLIENT`: it is a proxy on this machine speaking for
+    everybody, or the operator. A loopback peer that sends X-Forwarded-For
+    while ``hops`` is 0 is such a proxy nobody told us about; that is logged
+    as an error once per process. Any other address is its compressed form
+    (an IPv4-mapped one as IPv4); text that is no address is kept as it came,
+    cut to :data:`CLIENT_MAX` characters.
+    """
+    if hops > 0:
+        parts = [p.strip() for p in (forwarded or "").split(",") if p.strip()]
+        if len(parts) >= hops:
+            peer = parts[-hops]
+    ip = _loopback_or_ip(peer) if peer else None
+    if not peer or (ip is not None and ip.is_loopback):
+        if hops == 0 and (forwarded or "").strip() and not _proxy_warned.is_set():
+            _proxy_warned.set()
+            _log.error("a request from a proxy on this machine carries X-Forwarded-For, but "
+                       "TRUSTED_PROXY_HOPS is 0: every visitor is one client, so the per-client "
+                       "limits are off. Set TRUSTED_PROXY_HOPS to the number of proxies that append "
+                       "to X-Forwarded-For (README: Clients behind a proxy).")
+        return UNKNOWN_CLIENT
+    return str(ip) if ip is not None else peer.strip()[:CLIENT_MAX]
 
 
 def _signin_limits(email: str, client: str) -> list[tuple[str, int]]:

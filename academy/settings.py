@@ -43,8 +43,9 @@ class Settings(BaseSettings):
     # Argon2id verifications at once (64 MiB each); over it a sign-in is told "busy".
     argon2_max_concurrent: int = 4
     # Reverse proxies in front of the app that append the client to X-Forwarded-For.
-    # 0: the client is the peer address of the websocket (no proxy, or a proxy we
-    # cannot tell apart, which then counts as one client for everybody).
+    # 0: the client is the peer address of the websocket (no proxy; a proxy on
+    # another machine then counts as one client for everybody, one on this machine
+    # as no client: loopback turns the per-client limits off, academy.accounts.client_key).
     trusted_proxy_hops: int = 0
     # Labs: how many CPU labs one worker runs at once (0 = derived from the CPU count). The
     # limits of one run (wall clock, hang, ranks, message size) read the

@@ -16,7 +16,7 @@ from sqlmodel import func, select
 
 from academy import i18n
 from academy.accounts import (
-    UNKNOWN_CLIENT,
+    client_key,
     close_all_sessions,
     close_session,
     learner_for_token,
@@ -71,17 +71,12 @@ def date_text(value: date | datetime, *, minutes: bool = False) -> str:
 
 
 def client() -> str:
-    """Who is asking, for the per-client limits: the peer IP of the websocket, or with
-    ``TRUSTED_PROXY_HOPS`` = n the n-th address from the right of X-Forwarded-For (the one
-    our own proxy appended; those left of it are the client's to forge).
-    ``UNKNOWN_CLIENT`` for localhost, which Streamlit reports as no address: then only
-    the per-address limits apply (see ``academy.accounts``)."""
-    hops = get_settings().trusted_proxy_hops
-    if hops > 0:
-        forwarded = [p.strip() for p in (st.context.headers.get("X-Forwarded-For") or "").split(",") if p.strip()]
-        if len(forwarded) >= hops:
-            return forwarded[-hops][:64]
-    return (st.context.ip_address or UNKNOWN_CLIENT)[:64]
+    """Who is asking, for the per-client limits (sign-in, sign-up, guests' labs):
+    ``academy.accounts.client_key`` of the websocket's peer and, with
+    ``TRUSTED_PROXY_HOPS`` set, the X-Forwarded-For header our proxy appended to.
+    ``UNKNOWN_CLIENT`` for loopback in any spelling: then only the per-address limits apply."""
+    return client_key(st.context.ip_address, forwarded=st.context.headers.get("X-Forwarded-For"),
+                      hops=get_settings().trusted_proxy_hops)
 
 
 def learner() -> Learner | None:

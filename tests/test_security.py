@@ -538,6 +538,33 @@ def test_sixth_wrong_sign_in_is_rate_limited(server, browser, on_server_db):
         assert refused.value.key == "account.err_rate_limited"
 
 
+# --- who the client is (N-5) -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("peer", "header", "hops", "expected"), [
+    ("::ffff:127.0.0.1", None, 0, "local"),  # nginx on this host, reached over a dual-stack socket
+    ("127.0.0.2", None, 0, "local"),
+    ("::ffff:203.0.113.9", None, 0, "203.0.113.9"),
+    ("::ffff:127.0.0.1", "9.9.9.9, ::ffff:198.51.100.7", 1, "198.51.100.7"),
+])
+def test_the_page_counts_loopback_in_any_spelling_as_no_client(monkeypatch, peer, header, hops, expected):
+    """N-5: ``ui.client()``, the key of every per-client limit, is one spelling per client and
+    no client for loopback however the socket spells it."""
+    from types import SimpleNamespace
+
+    from academy.settings import get_settings
+
+    monkeypatch.setenv("TRUSTED_PROXY_HOPS", str(hops))
+    get_settings.cache_clear()
+    headers = {"X-Forwarded-For": header} if header else {}
+    monkeypatch.setattr(ui.st, "context", SimpleNamespace(ip_address=peer, headers=headers))
+    try:
+        assert ui.client() == expected
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
+
+
 # --- the database file ------------------------------------------------------------------------------
 
 
