@@ -251,6 +251,8 @@ def client_key(peer: str | None, *, forwarded: str | None = None, hops: int = 0)
     (an IPv4-mapped one as IPv4); text that is no address is kept as it came,
     cut to :data:`CLIENT_MAX` characters.
     """
+    peer = peer if isinstance(peer, str) else None  # what a test harness's stand-in reports
+    forwarded = forwarded if isinstance(forwarded, str) else None
     if hops > 0:
         parts = [p.strip() for p in (forwarded or "").split(",") if p.strip()]
         if len(parts) >= hops:

@@ -67,6 +67,7 @@ from sqlalchemy import update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import func, select
 
+from academy.accounts import UNKNOWN_CLIENT
 from academy.db import owner_only, session_scope
 from academy.errors import UserError
 from academy.models import ExercisePass, LabRun, LabRunNode, LabWorker, utcnow
@@ -240,15 +241,22 @@ def _admission_lock(session) -> None:
 
 
 def submit(*, lab: str, params: dict[str, Any], learner_id: int | None, machine: dict[str, Any],
-           session_runs: list[int] | tuple[int, ...] = (), source: str | None = None,
-           nodes: int = 1) -> int:
+           session_runs: list[int] | tuple[int, ...] = (), client: str | None = None,
+           source: str | None = None, nodes: int = 1) -> int:
     """Write a queued run (parameters already validated) and put it on its queue; its id.
 
-    Refused with :class:`QueueFull` when the learner already has
-    ``lab_max_per_learner`` labs queued or running, or ``lab_max_queued`` are
-    queued or running in all. A guest has no learner id: ``session_runs``,
-    the ids its browser session submitted, are what it is counted by; and
-    with a :class:`LabRequestError` when the queue cannot be reached.
+    Fair use, counted in the database under :func:`_admission_lock`, refuses
+    with :class:`QueueFull` when the asker already has
+    ``lab_max_per_learner`` labs queued or running, when ``lab_max_queued``
+    are queued or running in all, and, for a guest, when all guests together
+    have ``Settings.lab_max_guests`` (a share of the queue kept away from
+    signed-in learners, review N-3). A guest (no learner id) is counted by
+    ``client`` (``academy.accounts.client_key``, stored with the run): a new
+    browser session of the same client is the same guest. Where the client
+    is unknown (None or loopback: a proxy on this machine speaks for
+    everybody) a guest is counted by ``session_runs``, the ids its browser
+    session submitted, and the guests' share still bounds them all.
+    Refused with a :class:`LabRequestError` when the queue cannot be reached.
     ``source``: an exercise submission's code (lab ``exercise``), stored
     with the run for the worker that grades it. ``nodes``: workers (one
     torchrun each, ``world_size`` ranks on each) the run spans; more than
@@ -262,19 +270,31 @@ def submit(*, lab: str, params: dict[str, Any], learner_id: int | None, machine:
         if lab == EXERCISE or not 1 <= nodes <= allowed:
             raise LabRequestError("labs_refused.nodes", max=max(1, allowed))
         params = {**params, "nodes": nodes}
+    guest = learner_id is None
+    known = guest and client not in (None, "", UNKNOWN_CLIENT)
     with session_scope() as session:
         _admission_lock(session)
         active = LabRun.status.in_(ACTIVE)
-        mine = LabRun.learner_id == learner_id if learner_id is not None \
-            else LabRun.id.in_(list(session_runs))
-        if session.exec(select(func.count()).select_from(LabRun).where(active, mine)).one() \
-                >= settings.lab_max_per_learner:
-            raise QueueFull("labs_refused.too_many", limit=settings.lab_max_per_learner)
-        if session.exec(select(func.count()).select_from(LabRun).where(active)).one() \
-                >= settings.lab_max_queued:
+
+        def count(*where) -> int:
+            return session.exec(select(func.count()).select_from(LabRun).where(active, *where)).one()
+
+        if not guest:
+            mine = (LabRun.learner_id == learner_id,)
+        elif known:
+            mine = (LabRun.learner_id.is_(None), LabRun.client == client)
+        else:
+            mine = (LabRun.id.in_(list(session_runs)),)
+        if count(*mine) >= settings.lab_max_per_learner:
+            raise QueueFull("labs_refused.too_many_guest" if known else "labs_refused.too_many",
+                            limit=settings.lab_max_per_learner)
+        if count() >= settings.lab_max_queued:
             raise QueueFull("labs_refused.queue_full", limit=settings.lab_max_queued)
+        if guest and count(LabRun.learner_id.is_(None)) >= settings.lab_max_guests:
+            raise QueueFull("labs_refused.guests_full", limit=settings.lab_max_guests)
         run = LabRun(learner_id=learner_id, lab=lab, params=params, machine=machine,
-                     status="queued", queue=queue, source=source)
+                     status="queued", queue=queue, source=source,
+                     client=(client or UNKNOWN_CLIENT)[:64] if guest else None)
         session.add(run)
         session.flush()
         run_id = run.id

@@ -379,3 +379,95 @@ def test_labs_worker_is_the_academy_worker():
     out = subprocess.run([sys.executable, "-m", "labs.worker", "--help"], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0 and "--queues" in out.stdout and "academy.worker" in out.stdout
+
+
+# --------------------------------------------------------------------------
+# Fair use for guests (review N-3): per client, and a share of the queue kept for learners
+
+
+@pytest.mark.usefixtures("app_db")
+def test_one_guest_client_cannot_fill_the_queue_with_browser_sessions():
+    """N-3: 11 browser sessions of one anonymous client (each a fresh ``session_runs``) got 20
+    runs queued and every learner's lab and exercise refused. Now the client has
+    ``lab_max_per_learner``, all guests ``lab_max_guests`` (5 of 20), and learners the rest."""
+    from academy import exercises
+    from academy.accounts import client_key, sign_up
+    from academy.settings import get_settings
+
+    settings = get_settings()
+    assert (settings.lab_max_queued, settings.lab_max_guests, settings.lab_max_per_learner) == (20, 5, 2)
+    tiny = {"world_size": 2}
+
+    def guest(client: str | None, session_runs=()) -> int | str:
+        try:
+            return labqueue.submit(lab="ring", params=tiny, learner_id=None, machine={},
+                                   session_runs=list(session_runs), client=client)
+        except labqueue.QueueFull as err:
+            return err.key
+
+    flood = [guest("203.0.113.9") for _session in range(11)]
+    assert [type(x) for x in flood[:2]] == [int, int]
+    assert flood[2:] == ["labs_refused.too_many_guest"] * 9
+    assert guest(client_key("::ffff:203.0.113.9")) == "labs_refused.too_many_guest"  # the same client
+    with session_scope() as s:
+        assert s.get(LabRun, flood[0]).client == "203.0.113.9"
+    # Loopback (a same-host proxy): counted per browser session, within the guests' share.
+    local = [guest("local") for _session in range(2)] + [guest(None)]
+    assert all(isinstance(x, int) for x in local)
+    refused = guest("198.51.100.7")
+    assert refused == "labs_refused.guests_full"
+    assert i18n.t(refused, "zh", limit=5) != i18n.t(refused, "en", limit=5) != i18n.t(refused, "nl", limit=5)
+    # The places kept for learners are still there: a lab, and an exercise submission.
+    with session_scope() as s:
+        ann = sign_up(session=s, email="ann@example.org", password="long enough pw").id
+        bob = sign_up(session=s, email="bob@example.org", password="long enough pw").id
+    assert isinstance(labqueue.submit(lab="ring", params=tiny, learner_id=ann, machine={}), int)
+    exercise = exercises.catalog()[0]
+    assert isinstance(exercises.submit(learner_id=bob, exercise=exercise,
+                                       source=exercises.starter(exercise), lang="en"), int)
+    # A guest's place comes back when one of its runs ends.
+    labqueue.request_cancel(flood[0])
+    assert isinstance(guest("203.0.113.9"), int)
+
+
+@pytest.mark.usefixtures("app_db")
+def test_the_guests_share_is_a_setting(monkeypatch):
+    from academy.settings import get_settings
+
+    monkeypatch.setenv("LAB_GUEST_SHARE", "0")
+    get_settings.cache_clear()
+    try:
+        with pytest.raises(labqueue.QueueFull) as err:
+            labqueue.submit(lab="ring", params={"world_size": 2}, learner_id=None, machine={},
+                            client="203.0.113.9")
+        assert err.value.key == "labs_refused.guests_full" and err.value.values == {"limit": 0}
+        monkeypatch.setenv("LAB_MAX_QUEUED", "3")
+        monkeypatch.setenv("LAB_GUEST_SHARE", "0.25")
+        get_settings.cache_clear()
+        assert get_settings().lab_max_guests == 1  # rounded up: a small queue still has a guest place
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
+
+
+def test_migration_0009_goes_down_and_up_again(engine):
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import inspect
+
+    from academy.settings import ROOT
+
+    def columns():
+        return {c["name"] for c in inspect(engine).get_columns("labrun")}
+
+    assert "client" in columns()
+    cfg = Config(str(ROOT / "alembic.ini"))
+    cfg.set_main_option("script_location", str(ROOT / "academy" / "migrations"))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0008")
+    assert "client" not in columns()
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+    assert "client" in columns()
