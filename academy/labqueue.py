@@ -683,8 +683,9 @@ def _end_node(run_id: int, node: int, me: str, status: str, *, error: dict[str, 
                                               LabRunNode.worker == me)
                      .values(status=status, heartbeat_at=now))
         if status != "done":
-            session.exec(update(LabRun).where(LabRun.id == run_id, active)
-                         .values(status=status, finished_at=now, error=error))
+            if session.exec(update(LabRun).where(LabRun.id == run_id, active)
+                            .values(status=status, finished_at=now, error=error)).rowcount:
+                prune_results(session=session, run_id=run_id)
             return
         if result is not None:
             session.exec(update(LabRun).where(LabRun.id == run_id, active)
@@ -701,6 +702,7 @@ def _end_node(run_id: int, node: int, me: str, status: str, *, error: dict[str, 
         else:
             session.exec(update(LabRun).where(LabRun.id == run_id, LabRun.status == "running")
                          .values(status="done", finished_at=now))
+        prune_results(session=session, run_id=run_id)
 
 
 def _joined(run_id: int) -> int:
@@ -724,6 +726,8 @@ def _finish(run_id: int, me: str, *, passed: tuple[int, str] | None = None, **va
         ).rowcount
         if ours and passed is not None:
             record_exercise_pass(session=session, learner_id=passed[0], exercise=passed[1], run_id=run_id)
+        if ours:
+            prune_results(session=session, run_id=run_id)
 
 
 def record_exercise_pass(*, session, learner_id: int, exercise: str, run_id: int) -> None:
@@ -882,7 +886,7 @@ def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str
                 _kill(proc)
             state.running.pop(run.id, None)
     tail.latest()  # the last events, written just before the CLI exited
-    result = _read_json(workdir / "result.json")
+    result = fit_result(run, _read_json(workdir / "result.json"))
     output = (workdir / "output.log").read_text(errors="replace")[-4000:]
     if node is not None:
         _end_lab_node(run, node, state.name, stopped_by=stopped_by, code=proc.returncode,
@@ -928,6 +932,8 @@ def _end_lab_node(run: LabRun, node: int, me: str, *, stopped_by: str | None, co
     elif stopped_by:
         _end_node(run.id, node, me, "failed",
                   error={"kind": stopped_by, **where, "message": output.strip()[-500:]})
+    elif code == 0 and (result or {}).get("error", {}).get("kind") == REPORT_TOO_LARGE:
+        _end_node(run.id, node, me, "failed", error={**result["error"], **where})
     elif code == 0:
         ok = result is not None and not result.get("error")
         _end_node(run.id, node, me, "done", result=result if ok else None, progress=progress)
@@ -941,6 +947,99 @@ def _last_line(output: str) -> str:
     """The last line that says something (torchrun ends its report with a rule of '=')."""
     lines = [line for line in output.strip().splitlines() if line.strip(" =-")]
     return lines[-1] if lines else ""
+
+
+# --------------------------------------------------------------------------
+# What is kept of a report (review N-6): a cap on each, the full one for the newest runs only
+
+REPORT_TOO_LARGE = "report_too_large"  # a lab's error kind; an exercise report's error key
+# What an old lab run keeps of its result: everything the page shows, not each rank's own return.
+LAB_KEPT = ("ok", "lab", "world_size", "backend", "params", "summary", "wall_s", "work_s", "overhead_s")
+EXERCISE_KEPT = ("exercise", "status", "ok", "duration_s", "sandbox")
+CASE_KEPT = ("id", "status", "world_size", "size", "dtype")
+PRUNE_BATCH = 50  # old reports slimmed per finished run: a long backlog is worked off bit by bit
+
+
+def _size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), default=str).encode())
+
+
+def fit_result(run: LabRun, result: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The report to store for ``run``: ``result`` if it fits in ``Settings.lab_result_max_bytes``.
+
+    Learner code decides much of an exercise report (crash messages, frames,
+    call records): one submission stored 2.7 MB (review N-6). Over the limit a
+    lab first drops each rank's own return value (the page shows the summary);
+    what still does not fit becomes a small report that says so: for an
+    exercise ``status`` "error" with the key ``report_too_large`` (never a
+    pass), for a lab an error of that kind (the run fails).
+    """
+    limit = get_settings().lab_result_max_bytes
+    if result is None or (size := _size(result)) <= limit:
+        return result
+    if run.lab != EXERCISE and "ranks" in result:
+        slim = {k: v for k, v in result.items() if k != "ranks"}
+        if _size(slim) <= limit:
+            return slim
+    log.warning("run %s: report of %s bytes is over the limit of %s; stored as too large", run.id, size, limit)
+    if run.lab == EXERCISE:
+        return {"exercise": str((run.params or {}).get("exercise", "")), "status": "error", "ok": False,
+                "error": {"key": REPORT_TOO_LARGE, "values": {"size": size, "limit": limit}},
+                "cases": [], "trace": None, "duration_s": None, "sandbox": ""}
+    return {"ok": False, "error": {"kind": REPORT_TOO_LARGE, "size": size, "limit": limit,
+                                   "message": f"the lab's report has {size} bytes, more than {limit}"}}
+
+
+def slim_result(lab: str, result: dict[str, Any]) -> dict[str, Any]:
+    """What an old run keeps of its report: its status and summary, marked ``pruned``.
+
+    A lab keeps what its page shows (:data:`LAB_KEPT`); an exercise report its
+    verdict, its error's key (and values, when small) and each case's id and
+    status, without findings, output, waits or the ring trace.
+    """
+    if lab != EXERCISE:
+        return {**{k: result[k] for k in LAB_KEPT if k in result}, "pruned": True}
+    error = result.get("error")
+    if isinstance(error, dict):
+        values = error.get("values")
+        error = {"key": error.get("key"), **({"values": values} if _size(values) <= 1024 else {})}
+    cases = [{k: case.get(k) for k in CASE_KEPT} for case in result.get("cases") or [] if isinstance(case, dict)]
+    return {**{k: result.get(k) for k in EXERCISE_KEPT}, "error": error, "cases": cases, "trace": None,
+            "pruned": True}
+
+
+def prune_results(*, session, run_id: int) -> int:
+    """Slim the reports of the asker's older runs of the same lab (an exercise: of the
+    same exercise) beyond the newest ``Settings.lab_keep_full_results``; how many.
+
+    The asker is the learner, or for a guest its client. Called when a run
+    ends, in its transaction; at most :data:`PRUNE_BATCH` rows at a time.
+    """
+    run = session.get(LabRun, run_id)
+    if run is None:
+        return 0
+    group = [LabRun.lab == run.lab]
+    if run.learner_id is not None:
+        group.append(LabRun.learner_id == run.learner_id)
+    else:
+        group += [LabRun.learner_id.is_(None), LabRun.client == run.client]
+    if run.lab == EXERCISE:
+        group.append(LabRun.params["exercise"].as_string() == str((run.params or {}).get("exercise", "")))
+    newest = select(LabRun.id).where(*group).order_by(LabRun.id.desc()) \
+        .limit(get_settings().lab_keep_full_results).scalar_subquery()
+    # Only the keys' row ids first: full reports are read one at a time.
+    old = session.exec(
+        select(LabRun.id).where(*group, LabRun.status.in_(TERMINAL), LabRun.id.not_in(newest),
+                                LabRun.result.is_not(None), LabRun.result["pruned"].as_boolean().is_(None))
+        .order_by(LabRun.id.desc()).limit(PRUNE_BATCH)
+    ).all()
+    count = 0
+    for old_id in old:
+        result = session.exec(select(LabRun.result).where(LabRun.id == old_id)).one()
+        if isinstance(result, dict):
+            session.exec(update(LabRun).where(LabRun.id == old_id).values(result=slim_result(run.lab, result)))
+            count += 1
+    return count
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

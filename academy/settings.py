@@ -65,6 +65,12 @@ class Settings(BaseSettings):
     lab_max_per_learner: int = 2
     lab_max_queued: int = 20
     lab_guest_share: float = Field(default=0.25, ge=0, le=1)
+    # A run's stored report (LabRun.result, review N-6): at most this many bytes of
+    # JSON (a larger one is stored as "report too large"), and full reports only for
+    # the newest runs of each learner (a guest: client) and lab or exercise; older
+    # ones keep their status and summary.
+    lab_result_max_bytes: int = 64 * 1024
+    lab_keep_full_results: int = 5
     # The lab job queue (academy/labqueue.py). Empty: huey's SQLite storage in
     # a file beside the database, for one machine with no extra server.
     # ``redis://host:6379/0``: Redis, for web servers and workers on several machines.
