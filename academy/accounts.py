@@ -57,11 +57,39 @@ class AccountError(UserError):
     """A refusal the page shows in the learner's language (``key`` in ``account.*``)."""
 
 
+def joins_here(name: str, i: int) -> bool:
+    """Whether ``name[i]`` is a joiner that is part of how the name is written.
+
+    U+200D ZERO WIDTH JOINER and U+200C ZERO WIDTH NON-JOINER are invisible
+    but part of how some names are written: a ZWJ glues an emoji sequence
+    (👩🏽‍💻), and both choose letter forms in Indic and Arabic scripts. They pass
+    between two such characters; anywhere else (between Latin letters, at an
+    edge, next to another invisible one) they only make look-alike names.
+    The display name (:func:`clean_display_name`) and the certificate name
+    (``certificates.store.clean_name``) both ask this one function.
+    """
+    if name[i] not in "\u200c\u200d" or not 0 < i < len(name) - 1:
+        return False
+
+    def complex_script(c: str) -> bool:  # a letter or mark beyond the Latin blocks
+        return ord(c) > 0x24F and unicodedata.category(c)[0] in "LM"
+
+    def emoji(c: str) -> bool:  # pictographs, skin tones and the emoji variation selector
+        return unicodedata.category(c) in ("So", "Sk") or c == "\ufe0f"
+
+    before, after = name[i - 1], name[i + 1]
+    return (complex_script(before) and complex_script(after)) or (
+        name[i] == "\u200d" and emoji(before) and emoji(after)
+    )
+
+
 def clean_display_name(name: str) -> str:
-    """NFC, single spaces, at most 200 characters, without control or bidi-format
-    characters (which would garble the name on pages and certificates)."""
+    """NFC, single spaces, at most 200 characters, without control or format characters
+    (bidi controls, zero-width spaces: they would garble the name on pages and
+    certificates), except joiners where they join (:func:`joins_here`, review N-15)."""
     name = unicodedata.normalize("NFC", name or "")
-    name = "".join(ch for ch in name if unicodedata.category(ch) not in ("Cc", "Cf"))
+    name = "".join(ch for i, ch in enumerate(name)
+                   if unicodedata.category(ch) not in ("Cc", "Cf") or joins_here(name, i))
     return " ".join(name.split())[:200]
 
 

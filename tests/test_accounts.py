@@ -389,3 +389,31 @@ def test_wrong_passwords_through_a_same_host_proxy_lock_nobody_out(session):
             accounts.sign_in(session=session, email=f"carol{n % 3}@example.org", password="nope nope",
                              client=proxy)
     assert accounts.sign_in(session=session, email="alice@example.org", password=PW, client=proxy)
+
+
+# --- N-15: joiners stay in display names where they join ------------------------------------------
+
+
+@pytest.mark.parametrize(("typed", "stored"), [
+    ("\U0001f469\u200d\U0001f469\u200d\U0001f467", "\U0001f469\u200d\U0001f469\u200d\U0001f467"),  # a family
+    ("\U0001f469\U0001f3fd\u200d\U0001f4bb Ada", "\U0001f469\U0001f3fd\u200d\U0001f4bb Ada"),
+    ("\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645", "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645"),  # Persian ZWNJ
+    ("\u0915\u094d\u200d\u0937", "\u0915\u094d\u200d\u0937"),  # a Devanagari half form
+    ("Bob\u200dWidth", "BobWidth"),  # between Latin letters: only a look-alike
+    ("\u200d\U0001f4bb", "\U0001f4bb"),  # at an edge
+    ("Bob\u200b\u200dZero", "BobZero"),  # next to another invisible character
+    ("\u202eevil\u202c Name", "evil Name"),  # bidi controls still go
+])
+def test_display_names_keep_joiners_where_they_join(typed, stored):
+    """N-15: "👩‍👩‍👧" was stored as "👩👩👧" and Persian or Indic names changed spelling; the
+    display name now keeps joiners exactly where the certificate-name check does."""
+    from certificates import store
+
+    assert accounts.clean_display_name(typed) == stored
+    assert store._joins_here is accounts.joins_here  # one rule for both names
+
+
+def test_a_joined_display_name_is_stored_as_typed(session):
+    family = "\U0001f469\u200d\U0001f469\u200d\U0001f467 Lee"
+    learner = accounts.sign_up(session=session, email="family@example.org", password=PW, display_name=family)
+    assert learner.display_name == family
