@@ -165,7 +165,9 @@ def flush_cookie() -> None:
         _set_cookie(write.token, get_settings().session_days * 86400)
 
 
-def sidebar(code: str, who: Learner | None) -> None:
+def sidebar(code: str):
+    """The language choice in the sidebar, and below it the place :func:`show_who` fills
+    once the page has run (returned)."""
     names = i18n.languages()
     with st.sidebar:
         choice = st.selectbox(
@@ -176,15 +178,24 @@ def sidebar(code: str, who: Learner | None) -> None:
             st.session_state["lang"] = choice
             st.query_params["lang"] = choice
             st.rerun()
-        if who is None:
-            st.caption(t("account.guest"))
-        else:
-            # st.text: the name is the learner's own text, never Markdown.
-            st.text(t("account.signed_in_as", name=who.display_name or who.email))
+        who_slot = st.empty()
     if st.session_state.pop("_session_ended", False):
         st.info(t("account.session_ended"))
     if st.session_state.pop("_bad_lang", False):
         st.warning(t("common.unknown_language_link"))
+    return who_slot
+
+
+def show_who(slot, who: Learner | None) -> None:  # noqa: ANN001  (an st.empty())
+    """Who is signed in, as the page run leaves it: filled after the page (also when it
+    ends with a rerun), so the run that signs out never says "Signed in as" (review N-18)."""
+    if who is not None and st.session_state.get("learner_id") != who.id:
+        who = None  # signed out during this run
+    if who is None:
+        slot.caption(t("account.guest"))
+    else:
+        # st.text: the name is the learner's own text, never Markdown.
+        slot.text(t("account.signed_in_as", name=who.display_name or who.email))
 
 
 def require_learner(reason_key: str) -> Learner | None:

@@ -293,6 +293,26 @@ def test_ending_a_session_ends_it_in_every_open_tab(how):
         assert _signed_in(acting)
 
 
+@pytest.mark.parametrize("how", ["sign_out", "sign_out_everywhere"])
+@pytest.mark.usefixtures("app_db")
+def test_the_run_that_signs_out_does_not_say_signed_in(how, monkeypatch):
+    """N-18: the run that handles *Sign out everywhere* rendered "Signed in as …" in its
+    sidebar; the rerun after it was a guest. AppTest shows only the rerun, so st.rerun is
+    made a no-op here: what the sign-out run itself sends must already be a guest's sidebar."""
+    import streamlit as st
+
+    from tests.apptest import press
+
+    acting = _tab(login_token(_make_learner("sidebar@example.org")), "account")
+    assert _signed_in(acting)
+    monkeypatch.setattr(st, "rerun", lambda *args, **kwargs: None)
+    press(acting, t(f"account.{how}"))
+    assert not acting.exception
+    assert acting.session_state["learner_id"] is None
+    assert not _signed_in(acting)
+    assert t("account.guest") in [c.value for c in acting.sidebar.caption]
+
+
 @pytest.mark.usefixtures("app_db")
 def test_signing_out_clears_the_cookie_and_a_dead_token_too():
     """The cookie to write is a typed ``ui.CookieWrite`` in the session state, not a
