@@ -305,7 +305,7 @@ def test_the_run_that_signs_out_does_not_say_signed_in(how, monkeypatch):
 
     acting = _tab(login_token(_make_learner("sidebar@example.org")), "account")
     assert _signed_in(acting)
-    monkeypatch.setattr(st, "rerun", lambda *args, **kwargs: None)
+    monkeypatch.setattr(st, "rerun", lambda *_args, **_kwargs: None)
     press(acting, t(f"account.{how}"))
     assert not acting.exception
     assert acting.session_state["learner_id"] is None
