@@ -65,7 +65,7 @@ else:
         )
 
     page = st.navigation(pages)
-    who_slot = ui.sidebar(code)
+    who_slot = ui.sidebar(code, who)
     try:
         page.run()
     finally:  # a page that signs out ends with st.rerun(): its sidebar must say so already

@@ -165,9 +165,9 @@ def flush_cookie() -> None:
         _set_cookie(write.token, get_settings().session_days * 86400)
 
 
-def sidebar(code: str):
-    """The language choice in the sidebar, and below it the place :func:`show_who` fills
-    once the page has run (returned)."""
+def sidebar(code: str, who: Learner | None):
+    """The language choice and who is signed in, in the sidebar; returns the place of the
+    latter, which :func:`show_who` corrects once the page has run."""
     names = i18n.languages()
     with st.sidebar:
         choice = st.selectbox(
@@ -179,6 +179,7 @@ def sidebar(code: str):
             st.query_params["lang"] = choice
             st.rerun()
         who_slot = st.empty()
+        _who_line(who_slot, who)
     if st.session_state.pop("_session_ended", False):
         st.info(t("account.session_ended"))
     if st.session_state.pop("_bad_lang", False):
@@ -186,16 +187,19 @@ def sidebar(code: str):
     return who_slot
 
 
-def show_who(slot, who: Learner | None) -> None:  # noqa: ANN001  (an st.empty())
-    """Who is signed in, as the page run leaves it: filled after the page (also when it
-    ends with a rerun), so the run that signs out never says "Signed in as" (review N-18)."""
-    if who is not None and st.session_state.get("learner_id") != who.id:
-        who = None  # signed out during this run
+def _who_line(slot, who: Learner | None) -> None:  # noqa: ANN001  (an st.empty())
     if who is None:
         slot.caption(t("account.guest"))
     else:
         # st.text: the name is the learner's own text, never Markdown.
         slot.text(t("account.signed_in_as", name=who.display_name or who.email))
+
+
+def show_who(slot, who: Learner | None) -> None:  # noqa: ANN001  (sidebar()'s place)
+    """After the page has run (also when it ends with a rerun): a page run that signed the
+    learner out says "guest" in the sidebar, not "Signed in as" (review N-18)."""
+    if who is not None and st.session_state.get("learner_id") != who.id:
+        _who_line(slot, None)
 
 
 def require_learner(reason_key: str) -> Learner | None:
