@@ -24,6 +24,11 @@ The promises and where they are kept:
   ``worker_lost`` once the heartbeat is ``lab_dead_after_s`` old. The lab
   itself dies with the worker (``PR_SET_PDEATHSIG`` on the lab's CLI, which
   sets the same on its ranks), so nothing is left running.
+- Fair use: :func:`submit` counts, under one lock, a learner's (a guest
+  client's) active runs, all guests' and the queue's (review N-3).
+- Reports: what a run stores is capped (:func:`fit_result`: too large is a
+  small error report, never a pass), and older runs keep only status and
+  summary (:func:`prune_results`, review N-6).
 - Hardware: one huey queue per kind, ``cpu`` and ``gpu`` (NCCL labs). A GPU
   worker owns device sets and runs one lab per set at a time, holding a lock
   file per device, so two labs never share a GPU.
@@ -932,7 +937,7 @@ def _end_lab_node(run: LabRun, node: int, me: str, *, stopped_by: str | None, co
     elif stopped_by:
         _end_node(run.id, node, me, "failed",
                   error={"kind": stopped_by, **where, "message": output.strip()[-500:]})
-    elif code == 0 and (result or {}).get("error", {}).get("kind") == REPORT_TOO_LARGE:
+    elif code == 0 and ((result or {}).get("error") or {}).get("kind") == REPORT_TOO_LARGE:
         _end_node(run.id, node, me, "failed", error={**result["error"], **where})
     elif code == 0:
         ok = result is not None and not result.get("error")
@@ -1027,7 +1032,7 @@ def prune_results(*, session, run_id: int) -> int:
         group.append(LabRun.params["exercise"].as_string() == str((run.params or {}).get("exercise", "")))
     newest = select(LabRun.id).where(*group).order_by(LabRun.id.desc()) \
         .limit(get_settings().lab_keep_full_results).scalar_subquery()
-    # Only the keys' row ids first: full reports are read one at a time.
+    # The row ids first, then the full reports one at a time (they may be megabytes each).
     old = session.exec(
         select(LabRun.id).where(*group, LabRun.status.in_(TERMINAL), LabRun.id.not_in(newest),
                                 LabRun.result.is_not(None), LabRun.result["pruned"].as_boolean().is_(None))
