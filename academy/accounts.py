@@ -9,7 +9,8 @@ next interaction.
 Rate limits (review F-4, F-15) are counters bumped atomically *before* the
 password is checked, so concurrent attempts cannot all pass one check. They
 are kept per address from one client, per client and per address in total;
-a client is an IP address (see :func:`client_key` callers in ``app.ui``).
+a client is an IP address in one spelling, loopback none (:func:`client_key`,
+called by ``app.ui.client``).
 Administrator rights never come from an e-mail address (F-8): only the
 server's operator grants them (``python -m academy.admin``).
 """
@@ -17,6 +18,7 @@ server's operator grants them (``python -m academy.admin``).
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import logging
 import secrets
 import threading
@@ -55,11 +57,39 @@ class AccountError(UserError):
     """A refusal the page shows in the learner's language (``key`` in ``account.*``)."""
 
 
+def joins_here(name: str, i: int) -> bool:
+    """Whether ``name[i]`` is a joiner that is part of how the name is written.
+
+    U+200D ZERO WIDTH JOINER and U+200C ZERO WIDTH NON-JOINER are invisible
+    but part of how some names are written: a ZWJ glues an emoji sequence
+    (👩🏽‍💻), and both choose letter forms in Indic and Arabic scripts. They pass
+    between two such characters; anywhere else (between Latin letters, at an
+    edge, next to another invisible one) they only make look-alike names.
+    The display name (:func:`clean_display_name`) and the certificate name
+    (``certificates.store.clean_name``) both ask this one function.
+    """
+    if name[i] not in "\u200c\u200d" or not 0 < i < len(name) - 1:
+        return False
+
+    def complex_script(c: str) -> bool:  # a letter or mark beyond the Latin blocks
+        return ord(c) > 0x24F and unicodedata.category(c)[0] in "LM"
+
+    def emoji(c: str) -> bool:  # pictographs, skin tones and the emoji variation selector
+        return unicodedata.category(c) in ("So", "Sk") or c == "\ufe0f"
+
+    before, after = name[i - 1], name[i + 1]
+    return (complex_script(before) and complex_script(after)) or (
+        name[i] == "\u200d" and emoji(before) and emoji(after)
+    )
+
+
 def clean_display_name(name: str) -> str:
-    """NFC, single spaces, at most 200 characters, without control or bidi-format
-    characters (which would garble the name on pages and certificates)."""
+    """NFC, single spaces, at most 200 characters, without control or format characters
+    (bidi controls, zero-width spaces: they would garble the name on pages and
+    certificates), except joiners where they join (:func:`joins_here`, review N-15)."""
     name = unicodedata.normalize("NFC", name or "")
-    name = "".join(ch for ch in name if unicodedata.category(ch) not in ("Cc", "Cf"))
+    name = "".join(ch for i, ch in enumerate(name)
+                   if unicodedata.category(ch) not in ("Cc", "Cf") or joins_here(name, i))
     return " ".join(name.split())[:200]
 
 
@@ -217,6 +247,54 @@ def _release(session: Session, keys: list[str]) -> None:
 # is every visitor at once, so limits *per client* would be limits for everybody (one
 # person could lock the whole site out): they apply only to real addresses.
 UNKNOWN_CLIENT = "local"
+CLIENT_MAX = 64  # characters of a client key (the counters' keys are built from it)
+_proxy_warned = threading.Event()
+
+
+def _loopback_or_ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address ``text`` names, IPv4-mapped IPv6 as its IPv4 address; None if it is no IP."""
+    try:
+        ip = ipaddress.ip_address(text.strip().strip("[]").split("%", 1)[0])
+    except ValueError:
+        return None
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return mapped if mapped is not None else ip
+
+
+def client_key(peer: str | None, *, forwarded: str | None = None, hops: int = 0) -> str:
+    """Who is asking, for the per-client limits, in one spelling per client.
+
+    ``peer``: the websocket's peer address as Streamlit reports it (None for
+    127.0.0.1 and ::1). ``forwarded``: the X-Forwarded-For header. With
+    ``hops`` (``TRUSTED_PROXY_HOPS``) = n > 0 the client is the n-th address
+    from the right of that header, the one our own proxy appended (those left
+    of it are the client's to forge); without that many, the peer.
+
+    Loopback in every spelling (127.0.0.0/8, ::1, ``::ffff:127.0.0.1``: a
+    dual-stack socket reports an IPv4 peer so, review N-5) is
+    :data:`UNKNOWN_CLIENT`: it is a proxy on this machine speaking for
+    everybody, or the operator. A loopback peer that sends X-Forwarded-For
+    while ``hops`` is 0 is such a proxy nobody told us about; that is logged
+    as an error once per process. Any other address is its compressed form
+    (an IPv4-mapped one as IPv4); text that is no address is kept as it came,
+    cut to :data:`CLIENT_MAX` characters.
+    """
+    peer = peer if isinstance(peer, str) else None  # what a test harness's stand-in reports
+    forwarded = forwarded if isinstance(forwarded, str) else None
+    if hops > 0:
+        parts = [p.strip() for p in (forwarded or "").split(",") if p.strip()]
+        if len(parts) >= hops:
+            peer = parts[-hops]
+    ip = _loopback_or_ip(peer) if peer else None
+    if not peer or (ip is not None and ip.is_loopback):
+        if hops == 0 and (forwarded or "").strip() and not _proxy_warned.is_set():
+            _proxy_warned.set()
+            _log.error("a request from a proxy on this machine carries X-Forwarded-For, but "
+                       "TRUSTED_PROXY_HOPS is 0: every visitor is one client, so the per-client "
+                       "limits are off. Set TRUSTED_PROXY_HOPS to the number of proxies that append "
+                       "to X-Forwarded-For (README: Clients behind a proxy).")
+        return UNKNOWN_CLIENT
+    return str(ip) if ip is not None else peer.strip()[:CLIENT_MAX]
 
 
 def _signin_limits(email: str, client: str) -> list[tuple[str, int]]:

@@ -7,7 +7,9 @@ live in ``labs.exercises``; this module keeps what belongs to a learner:
   opened), so that a refresh or another device brings the same code back;
 - a submission, which is a lab run (lab ``exercise``) on the same queue, with
   the same fair-use limits, as the labs: a worker runs the grading command on
-  it (``academy.labqueue``) and stores the report as the run's result;
+  it (``academy.labqueue``) and stores the report as the run's result
+  (capped, and slimmed once newer runs follow: ``labqueue.fit_result``,
+  ``labqueue.prune_results``);
 - a pass per exercise, written by the worker in the same transaction as a
   passing report, one row at most (the database refuses a second).
 

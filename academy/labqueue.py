@@ -24,6 +24,11 @@ The promises and where they are kept:
   ``worker_lost`` once the heartbeat is ``lab_dead_after_s`` old. The lab
   itself dies with the worker (``PR_SET_PDEATHSIG`` on the lab's CLI, which
   sets the same on its ranks), so nothing is left running.
+- Fair use: :func:`submit` counts, under one lock, a learner's (a guest
+  client's) active runs, all guests' and the queue's (review N-3).
+- Reports: what a run stores is capped (:func:`fit_result`: too large is a
+  small error report, never a pass), and older runs keep only status and
+  summary (:func:`prune_results`, review N-6).
 - Hardware: one huey queue per kind, ``cpu`` and ``gpu`` (NCCL labs). A GPU
   worker owns device sets and runs one lab per set at a time, holding a lock
   file per device, so two labs never share a GPU.
@@ -67,7 +72,8 @@ from sqlalchemy import update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import func, select
 
-from academy.db import session_scope
+from academy.accounts import UNKNOWN_CLIENT
+from academy.db import owner_only, session_scope
 from academy.errors import UserError
 from academy.models import ExercisePass, LabRun, LabRunNode, LabWorker, utcnow
 from academy.settings import ROOT, get_settings
@@ -128,7 +134,9 @@ def _huey(name: str, url: str, filename: str):
     elif url:
         raise ValueError(f"LAB_QUEUE_URL must be empty (SQLite) or redis://...; got {url!r}")
     else:
-        Path(filename).parent.mkdir(parents=True, exist_ok=True)
+        # Run ids only, yet owner-only like the database beside it (review N-16): the
+        # file is created 0600 before SQLite opens it, so its -wal and -shm are too.
+        owner_only(Path(filename))
         huey = SqliteHuey(f"dpa-labs-{name}", filename=filename, results=False, strict_fifo=True)
     # No retries: a run that a dead worker dropped is failed by the reaper, never run twice.
     task = huey.task(name="run_lab", retries=0)(execute)
@@ -238,15 +246,22 @@ def _admission_lock(session) -> None:
 
 
 def submit(*, lab: str, params: dict[str, Any], learner_id: int | None, machine: dict[str, Any],
-           session_runs: list[int] | tuple[int, ...] = (), source: str | None = None,
-           nodes: int = 1) -> int:
+           session_runs: list[int] | tuple[int, ...] = (), client: str | None = None,
+           source: str | None = None, nodes: int = 1) -> int:
     """Write a queued run (parameters already validated) and put it on its queue; its id.
 
-    Refused with :class:`QueueFull` when the learner already has
-    ``lab_max_per_learner`` labs queued or running, or ``lab_max_queued`` are
-    queued or running in all. A guest has no learner id: ``session_runs``,
-    the ids its browser session submitted, are what it is counted by; and
-    with a :class:`LabRequestError` when the queue cannot be reached.
+    Fair use, counted in the database under :func:`_admission_lock`, refuses
+    with :class:`QueueFull` when the asker already has
+    ``lab_max_per_learner`` labs queued or running, when ``lab_max_queued``
+    are queued or running in all, and, for a guest, when all guests together
+    have ``Settings.lab_max_guests`` (a share of the queue kept away from
+    signed-in learners, review N-3). A guest (no learner id) is counted by
+    ``client`` (``academy.accounts.client_key``, stored with the run): a new
+    browser session of the same client is the same guest. Where the client
+    is unknown (None or loopback: a proxy on this machine speaks for
+    everybody) a guest is counted by ``session_runs``, the ids its browser
+    session submitted, and the guests' share still bounds them all.
+    Refused with a :class:`LabRequestError` when the queue cannot be reached.
     ``source``: an exercise submission's code (lab ``exercise``), stored
     with the run for the worker that grades it. ``nodes``: workers (one
     torchrun each, ``world_size`` ranks on each) the run spans; more than
@@ -260,19 +275,31 @@ def submit(*, lab: str, params: dict[str, Any], learner_id: int | None, machine:
         if lab == EXERCISE or not 1 <= nodes <= allowed:
             raise LabRequestError("labs_refused.nodes", max=max(1, allowed))
         params = {**params, "nodes": nodes}
+    guest = learner_id is None
+    known = guest and client not in (None, "", UNKNOWN_CLIENT)
     with session_scope() as session:
         _admission_lock(session)
         active = LabRun.status.in_(ACTIVE)
-        mine = LabRun.learner_id == learner_id if learner_id is not None \
-            else LabRun.id.in_(list(session_runs))
-        if session.exec(select(func.count()).select_from(LabRun).where(active, mine)).one() \
-                >= settings.lab_max_per_learner:
-            raise QueueFull("labs_refused.too_many", limit=settings.lab_max_per_learner)
-        if session.exec(select(func.count()).select_from(LabRun).where(active)).one() \
-                >= settings.lab_max_queued:
+
+        def count(*where) -> int:
+            return session.exec(select(func.count()).select_from(LabRun).where(active, *where)).one()
+
+        if not guest:
+            mine = (LabRun.learner_id == learner_id,)
+        elif known:
+            mine = (LabRun.learner_id.is_(None), LabRun.client == client)
+        else:
+            mine = (LabRun.id.in_(list(session_runs)),)
+        if count(*mine) >= settings.lab_max_per_learner:
+            raise QueueFull("labs_refused.too_many_guest" if known else "labs_refused.too_many",
+                            limit=settings.lab_max_per_learner)
+        if count() >= settings.lab_max_queued:
             raise QueueFull("labs_refused.queue_full", limit=settings.lab_max_queued)
+        if guest and count(LabRun.learner_id.is_(None)) >= settings.lab_max_guests:
+            raise QueueFull("labs_refused.guests_full", limit=settings.lab_max_guests)
         run = LabRun(learner_id=learner_id, lab=lab, params=params, machine=machine,
-                     status="queued", queue=queue, source=source)
+                     status="queued", queue=queue, source=source,
+                     client=(client or UNKNOWN_CLIENT)[:64] if guest else None)
         session.add(run)
         session.flush()
         run_id = run.id
@@ -661,8 +688,9 @@ def _end_node(run_id: int, node: int, me: str, status: str, *, error: dict[str, 
                                               LabRunNode.worker == me)
                      .values(status=status, heartbeat_at=now))
         if status != "done":
-            session.exec(update(LabRun).where(LabRun.id == run_id, active)
-                         .values(status=status, finished_at=now, error=error))
+            if session.exec(update(LabRun).where(LabRun.id == run_id, active)
+                            .values(status=status, finished_at=now, error=error)).rowcount:
+                prune_results(session=session, run_id=run_id)
             return
         if result is not None:
             session.exec(update(LabRun).where(LabRun.id == run_id, active)
@@ -679,6 +707,7 @@ def _end_node(run_id: int, node: int, me: str, status: str, *, error: dict[str, 
         else:
             session.exec(update(LabRun).where(LabRun.id == run_id, LabRun.status == "running")
                          .values(status="done", finished_at=now))
+        prune_results(session=session, run_id=run_id)
 
 
 def _joined(run_id: int) -> int:
@@ -702,6 +731,8 @@ def _finish(run_id: int, me: str, *, passed: tuple[int, str] | None = None, **va
         ).rowcount
         if ours and passed is not None:
             record_exercise_pass(session=session, learner_id=passed[0], exercise=passed[1], run_id=run_id)
+        if ours:
+            prune_results(session=session, run_id=run_id)
 
 
 def record_exercise_pass(*, session, learner_id: int, exercise: str, run_id: int) -> None:
@@ -860,7 +891,7 @@ def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str
                 _kill(proc)
             state.running.pop(run.id, None)
     tail.latest()  # the last events, written just before the CLI exited
-    result = _read_json(workdir / "result.json")
+    result = fit_result(run, _read_json(workdir / "result.json"))
     output = (workdir / "output.log").read_text(errors="replace")[-4000:]
     if node is not None:
         _end_lab_node(run, node, state.name, stopped_by=stopped_by, code=proc.returncode,
@@ -906,6 +937,8 @@ def _end_lab_node(run: LabRun, node: int, me: str, *, stopped_by: str | None, co
     elif stopped_by:
         _end_node(run.id, node, me, "failed",
                   error={"kind": stopped_by, **where, "message": output.strip()[-500:]})
+    elif code == 0 and ((result or {}).get("error") or {}).get("kind") == REPORT_TOO_LARGE:
+        _end_node(run.id, node, me, "failed", error={**result["error"], **where})
     elif code == 0:
         ok = result is not None and not result.get("error")
         _end_node(run.id, node, me, "done", result=result if ok else None, progress=progress)
@@ -919,6 +952,99 @@ def _last_line(output: str) -> str:
     """The last line that says something (torchrun ends its report with a rule of '=')."""
     lines = [line for line in output.strip().splitlines() if line.strip(" =-")]
     return lines[-1] if lines else ""
+
+
+# --------------------------------------------------------------------------
+# What is kept of a report (review N-6): a cap on each, the full one for the newest runs only
+
+REPORT_TOO_LARGE = "report_too_large"  # a lab's error kind; an exercise report's error key
+# What an old lab run keeps of its result: everything the page shows, not each rank's own return.
+LAB_KEPT = ("ok", "lab", "world_size", "backend", "params", "summary", "wall_s", "work_s", "overhead_s")
+EXERCISE_KEPT = ("exercise", "status", "ok", "duration_s", "sandbox")
+CASE_KEPT = ("id", "status", "world_size", "size", "dtype")
+PRUNE_BATCH = 50  # old reports slimmed per finished run: a long backlog is worked off bit by bit
+
+
+def _size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), default=str).encode())
+
+
+def fit_result(run: LabRun, result: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The report to store for ``run``: ``result`` if it fits in ``Settings.lab_result_max_bytes``.
+
+    Learner code decides much of an exercise report (crash messages, frames,
+    call records): one submission stored 2.7 MB (review N-6). Over the limit a
+    lab first drops each rank's own return value (the page shows the summary);
+    what still does not fit becomes a small report that says so: for an
+    exercise ``status`` "error" with the key ``report_too_large`` (never a
+    pass), for a lab an error of that kind (the run fails).
+    """
+    limit = get_settings().lab_result_max_bytes
+    if result is None or (size := _size(result)) <= limit:
+        return result
+    if run.lab != EXERCISE and "ranks" in result:
+        slim = {k: v for k, v in result.items() if k != "ranks"}
+        if _size(slim) <= limit:
+            return slim
+    log.warning("run %s: report of %s bytes is over the limit of %s; stored as too large", run.id, size, limit)
+    if run.lab == EXERCISE:
+        return {"exercise": str((run.params or {}).get("exercise", "")), "status": "error", "ok": False,
+                "error": {"key": REPORT_TOO_LARGE, "values": {"size": size, "limit": limit}},
+                "cases": [], "trace": None, "duration_s": None, "sandbox": ""}
+    return {"ok": False, "error": {"kind": REPORT_TOO_LARGE, "size": size, "limit": limit,
+                                   "message": f"the lab's report has {size} bytes, more than {limit}"}}
+
+
+def slim_result(lab: str, result: dict[str, Any]) -> dict[str, Any]:
+    """What an old run keeps of its report: its status and summary, marked ``pruned``.
+
+    A lab keeps what its page shows (:data:`LAB_KEPT`); an exercise report its
+    verdict, its error's key (and values, when small) and each case's id and
+    status, without findings, output, waits or the ring trace.
+    """
+    if lab != EXERCISE:
+        return {**{k: result[k] for k in LAB_KEPT if k in result}, "pruned": True}
+    error = result.get("error")
+    if isinstance(error, dict):
+        values = error.get("values")
+        error = {"key": error.get("key"), **({"values": values} if _size(values) <= 1024 else {})}
+    cases = [{k: case.get(k) for k in CASE_KEPT} for case in result.get("cases") or [] if isinstance(case, dict)]
+    return {**{k: result.get(k) for k in EXERCISE_KEPT}, "error": error, "cases": cases, "trace": None,
+            "pruned": True}
+
+
+def prune_results(*, session, run_id: int) -> int:
+    """Slim the reports of the asker's older runs of the same lab (an exercise: of the
+    same exercise) beyond the newest ``Settings.lab_keep_full_results``; how many.
+
+    The asker is the learner, or for a guest its client. Called when a run
+    ends, in its transaction; at most :data:`PRUNE_BATCH` rows at a time.
+    """
+    run = session.get(LabRun, run_id)
+    if run is None:
+        return 0
+    group = [LabRun.lab == run.lab]
+    if run.learner_id is not None:
+        group.append(LabRun.learner_id == run.learner_id)
+    else:
+        group += [LabRun.learner_id.is_(None), LabRun.client == run.client]
+    if run.lab == EXERCISE:
+        group.append(LabRun.params["exercise"].as_string() == str((run.params or {}).get("exercise", "")))
+    newest = select(LabRun.id).where(*group).order_by(LabRun.id.desc()) \
+        .limit(get_settings().lab_keep_full_results).scalar_subquery()
+    # The row ids first, then the full reports one at a time (they may be megabytes each).
+    old = session.exec(
+        select(LabRun.id).where(*group, LabRun.status.in_(TERMINAL), LabRun.id.not_in(newest),
+                                LabRun.result.is_not(None), LabRun.result["pruned"].as_boolean().is_(None))
+        .order_by(LabRun.id.desc()).limit(PRUNE_BATCH)
+    ).all()
+    count = 0
+    for old_id in old:
+        result = session.exec(select(LabRun.result).where(LabRun.id == old_id)).one()
+        if isinstance(result, dict):
+            session.exec(update(LabRun).where(LabRun.id == old_id).values(result=slim_result(run.lab, result)))
+            count += 1
+    return count
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -6,6 +6,7 @@ e.g. ``DATABASE_URL=postgresql+psycopg://user:pw@db/academy``.
 
 from __future__ import annotations
 
+import math
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -43,8 +44,9 @@ class Settings(BaseSettings):
     # Argon2id verifications at once (64 MiB each); over it a sign-in is told "busy".
     argon2_max_concurrent: int = 4
     # Reverse proxies in front of the app that append the client to X-Forwarded-For.
-    # 0: the client is the peer address of the websocket (no proxy, or a proxy we
-    # cannot tell apart, which then counts as one client for everybody).
+    # 0: the client is the peer address of the websocket (no proxy; a proxy on
+    # another machine then counts as one client for everybody, one on this machine
+    # as no client: loopback turns the per-client limits off, academy.accounts.client_key).
     trusted_proxy_hops: int = 0
     # Labs: how many CPU labs one worker runs at once (0 = derived from the CPU count). The
     # limits of one run (wall clock, hang, ranks, message size) read the
@@ -55,10 +57,20 @@ class Settings(BaseSettings):
     lab_hang_timeout_s: int = Limits.hang_timeout_s
     lab_max_world_size: int = Limits.max_world_size
     lab_max_bytes: int = Limits.max_bytes
-    # Fair queueing: labs one learner (or one guest's browser session) may have
-    # queued or running at once, and labs queued or running in all.
+    # Fair queueing: labs one learner may have queued or running at once, and labs
+    # queued or running in all. Guests are counted per client (academy.accounts.client_key;
+    # per browser session where the client is unknown, i.e. loopback), and all guests
+    # together may hold this share of lab_max_queued (rounded up; 0: no labs for
+    # guests), so that the rest stays for signed-in learners (review N-3).
     lab_max_per_learner: int = 2
     lab_max_queued: int = 20
+    lab_guest_share: float = Field(default=0.25, ge=0, le=1)
+    # A run's stored report (LabRun.result, review N-6): at most this many bytes of
+    # JSON (a larger one is stored as "report too large"), and full reports only for
+    # the newest runs of each learner (a guest: client) and lab or exercise; older
+    # ones keep their status and summary.
+    lab_result_max_bytes: int = 64 * 1024
+    lab_keep_full_results: int = 5
     # The lab job queue (academy/labqueue.py). Empty: huey's SQLite storage in
     # a file beside the database, for one machine with no extra server.
     # ``redis://host:6379/0``: Redis, for web servers and workers on several machines.
@@ -103,6 +115,12 @@ class Settings(BaseSettings):
     def lab_limits(self) -> Limits:
         return Limits(max_world_size=self.lab_max_world_size, max_bytes=self.lab_max_bytes,
                       timeout_s=self.lab_timeout_s, hang_timeout_s=self.lab_hang_timeout_s)
+
+    @property
+    def lab_max_guests(self) -> int:
+        """Labs all guests together may have queued or running: ``lab_guest_share``
+        of ``lab_max_queued``, rounded up (5 of 20 by default)."""
+        return math.ceil(round(self.lab_max_queued * self.lab_guest_share, 6))
 
     @property
     def lab_concurrency(self) -> int:

@@ -8,9 +8,10 @@ any app replica can show any run. Cancel sets a flag the worker acts on
 within a second (a queued run is dropped at once).
 
 So that one visitor cannot fill the queue and make everyone else wait, a
-learner (or a guest's browser session) may have ``Settings.lab_max_per_learner``
-labs queued or running, and all visitors together ``Settings.lab_max_queued``;
-both are counted in the database when a run is submitted.
+learner (or a guest's client: its address, see :func:`academy.labqueue.submit`)
+may have ``Settings.lab_max_per_learner`` labs queued or running, all guests
+together ``Settings.lab_max_guests`` and all visitors ``Settings.lab_max_queued``;
+each is counted in the database when a run is submitted.
 """
 
 from __future__ import annotations
@@ -95,19 +96,22 @@ def _refusal(err: ParamError, offer: dict[str, tuple[type, Spec]]) -> LabRequest
 
 
 def submit(*, lab: str, params: dict[str, Any], learner_id: int | None, machine: dict[str, Any],
-           session_runs: list[int] | tuple[int, ...] = (), nodes: int = 1) -> int:
+           session_runs: list[int] | tuple[int, ...] = (), client: str | None = None,
+           nodes: int = 1) -> int:
     """Queue a lab run; returns its LabRun id.
 
+    ``client`` (``ui.client()``) and ``session_runs`` say who a guest is.
     ``nodes``: workers the run spans, ``world_size`` ranks on each (the Labs
     form does not offer it; callers of this function may). Refused with a
     :class:`LabRequestError` when the parameters are not allowed, when more
     nodes are asked for than ``Settings.lab_max_nodes`` allows (or no
     rendezvous endpoint is set), by fair use (:func:`academy.labqueue.submit`:
-    the learner's own limit, or the queue's), or when the queue cannot be reached.
+    the learner's or guest client's own limit, the guests' share, or the
+    queue's), or when the queue cannot be reached.
     """
     clean = validate(lab, params)
     return labqueue.submit(lab=lab, params=clean, learner_id=learner_id, machine=machine,
-                           session_runs=session_runs, nodes=nodes)
+                           session_runs=session_runs, client=client, nodes=nodes)
 
 
 def progress(run_id: int) -> dict[str, Any] | None:

@@ -233,6 +233,9 @@ def failure(run: LabRun) -> None:
     if kind in ("restart", "worker_lost", "worker_stopped"):  # the machine, not the lab
         st.warning(t(f"labs.{kind}"))
         return
+    if kind == "report_too_large":  # the worker kept a note instead of the report (review N-6)
+        st.error(t("labs.report_too_large", size=err.get("size", "?"), limit=err.get("limit", "?")))
+        return
     st.error(t("labs.failed"))
     rank = err.get("rank")
     if rank is not None:

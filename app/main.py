@@ -65,6 +65,9 @@ else:
         )
 
     page = st.navigation(pages)
-    ui.sidebar(code, who)
-    page.run()
+    who_slot = ui.sidebar(code, who)
+    try:
+        page.run()
+    finally:  # a page that signs out ends with st.rerun(): its sidebar must say so already
+        ui.show_who(who_slot, who)
     ui.flush_cookie()

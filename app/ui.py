@@ -16,7 +16,7 @@ from sqlmodel import func, select
 
 from academy import i18n
 from academy.accounts import (
-    UNKNOWN_CLIENT,
+    client_key,
     close_all_sessions,
     close_session,
     learner_for_token,
@@ -71,17 +71,12 @@ def date_text(value: date | datetime, *, minutes: bool = False) -> str:
 
 
 def client() -> str:
-    """Who is asking, for the per-client limits: the peer IP of the websocket, or with
-    ``TRUSTED_PROXY_HOPS`` = n the n-th address from the right of X-Forwarded-For (the one
-    our own proxy appended; those left of it are the client's to forge).
-    ``UNKNOWN_CLIENT`` for localhost, which Streamlit reports as no address: then only
-    the per-address limits apply (see ``academy.accounts``)."""
-    hops = get_settings().trusted_proxy_hops
-    if hops > 0:
-        forwarded = [p.strip() for p in (st.context.headers.get("X-Forwarded-For") or "").split(",") if p.strip()]
-        if len(forwarded) >= hops:
-            return forwarded[-hops][:64]
-    return (st.context.ip_address or UNKNOWN_CLIENT)[:64]
+    """Who is asking, for the per-client limits (sign-in, sign-up, guests' labs):
+    ``academy.accounts.client_key`` of the websocket's peer and, with
+    ``TRUSTED_PROXY_HOPS`` set, the X-Forwarded-For header our proxy appended to.
+    ``UNKNOWN_CLIENT`` for loopback in any spelling: then only the per-address limits apply."""
+    return client_key(st.context.ip_address, forwarded=st.context.headers.get("X-Forwarded-For"),
+                      hops=get_settings().trusted_proxy_hops)
 
 
 def learner() -> Learner | None:
@@ -170,7 +165,9 @@ def flush_cookie() -> None:
         _set_cookie(write.token, get_settings().session_days * 86400)
 
 
-def sidebar(code: str, who: Learner | None) -> None:
+def sidebar(code: str, who: Learner | None):
+    """The language choice and who is signed in, in the sidebar; returns the place of the
+    latter, which :func:`show_who` corrects once the page has run."""
     names = i18n.languages()
     with st.sidebar:
         choice = st.selectbox(
@@ -181,15 +178,28 @@ def sidebar(code: str, who: Learner | None) -> None:
             st.session_state["lang"] = choice
             st.query_params["lang"] = choice
             st.rerun()
-        if who is None:
-            st.caption(t("account.guest"))
-        else:
-            # st.text: the name is the learner's own text, never Markdown.
-            st.text(t("account.signed_in_as", name=who.display_name or who.email))
+        who_slot = st.empty()
+        _who_line(who_slot, who)
     if st.session_state.pop("_session_ended", False):
         st.info(t("account.session_ended"))
     if st.session_state.pop("_bad_lang", False):
         st.warning(t("common.unknown_language_link"))
+    return who_slot
+
+
+def _who_line(slot, who: Learner | None) -> None:  # noqa: ANN001  (an st.empty())
+    if who is None:
+        slot.caption(t("account.guest"))
+    else:
+        # st.text: the name is the learner's own text, never Markdown.
+        slot.text(t("account.signed_in_as", name=who.display_name or who.email))
+
+
+def show_who(slot, who: Learner | None) -> None:  # noqa: ANN001  (sidebar()'s place)
+    """After the page has run (also when it ends with a rerun): a page run that signed the
+    learner out says "guest" in the sidebar, not "Signed in as" (review N-18)."""
+    if who is not None and st.session_state.get("learner_id") != who.id:
+        _who_line(slot, None)
 
 
 def require_learner(reason_key: str) -> Learner | None:

@@ -1,5 +1,5 @@
-"""The HTTP side of the app: security headers, host check, no public metrics, no global
-cache flush by anonymous clients.
+"""The HTTP side of the app: security headers, host check, websocket Origin check, no
+public metrics, no global cache flush by anonymous clients.
 
 ``app/main.py`` defines ``app = st.App(...)`` with :func:`middleware`, so that
 ``streamlit run app/main.py`` serves the pages through Starlette with these
@@ -9,6 +9,8 @@ What cannot be enforced here is listed in README "Security".
 """
 
 from __future__ import annotations
+
+from urllib.parse import urlsplit
 
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
@@ -78,14 +80,45 @@ def security_headers(*, https: bool, frameable: bool = False) -> list[tuple[byte
     return [(k.lower().encode(), v.encode()) for k, v in headers.items()]
 
 
+def origin_allowed(origin: str | None, host: str | None, allowed: list[str] | tuple[str, ...] = ()) -> bool:
+    """Whether a websocket handshake with this Origin may reach Streamlit (review N-12).
+
+    No Origin (not a browser), the page's own origin (its host and port are the
+    Host header), or one listed in ``server.corsAllowedOrigins``
+    (``STREAMLIT_SERVER_CORS_ALLOWED_ORIGINS``: the public origin behind a proxy
+    that rewrites Host), compared as host and port. Streamlit itself also lets
+    in any port of localhost and 127.0.0.1, and for each Origin it refuses
+    looks up the machine's external IP on the internet; refused here first,
+    it does neither.
+    """
+    if origin is None:
+        return True
+    netloc = urlsplit(origin.strip()).netloc.lower()
+    if not netloc:
+        return False
+    if host is not None and netloc == host.strip().lower():
+        return True
+    listed = {urlsplit(o.strip()).netloc.lower() or o.strip().lower() for o in allowed if o and o.strip()}
+    return netloc in listed
+
+
 class SecurityHeaders:
     """Pure ASGI middleware: adds :func:`security_headers` to every HTTP response and
-    answers 404 for :data:`BLOCKED_PATHS`. Websocket traffic passes untouched."""
+    answers 404 for :data:`BLOCKED_PATHS`; refuses (403) a websocket handshake whose
+    Origin :func:`origin_allowed` refuses, and lets the others pass untouched."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            from streamlit import config
+
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+            if not origin_allowed(headers.get("origin"), headers.get("host"),
+                                  config.get_option("server.corsAllowedOrigins") or []):
+                await send({"type": "websocket.close", "code": 1008})  # before accept: HTTP 403
+                return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

@@ -203,7 +203,8 @@ def queue(cfg: Config, base: Path) -> dict:
 
     for n in (1, 2, 3):
         folder = base / f"queue-{n}"
-        with scratch_stack(folder, LAB_MAX_QUEUED="1000", LAB_MAX_PER_LEARNER="1000"), workers(folder, n):
+        with scratch_stack(folder, LAB_MAX_QUEUED="1000", LAB_MAX_PER_LEARNER="1000",
+                           LAB_GUEST_SHARE="1"), workers(folder, n):
             submit = lambda: labqueue.submit(lab="ring", params=QUEUE_LAB,  # noqa: E731
                                              learner_id=None, machine={})
             alone = [submit()]

@@ -42,6 +42,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, func, select, update
 
 from academy import exercises as exercise_store
+from academy.accounts import joins_here as _joins_here
 from academy.errors import UserError
 from academy.models import Certificate, CertificateEvent, Learner, QuizAttempt, utcnow
 from academy.settings import get_settings
@@ -272,27 +273,6 @@ def _stacked_marks(name: str) -> list[str]:
         else:
             run = []
     return []
-
-
-def _joins_here(name: str, i: int) -> bool:
-    """U+200D ZERO WIDTH JOINER and U+200C ZERO WIDTH NON-JOINER are invisible
-    but part of how some names are written: a ZWJ glues an emoji sequence
-    (👩🏽‍💻), and both choose letter forms in Indic and Arabic scripts. They pass
-    between two such characters; anywhere else (between Latin letters, at an
-    edge, next to another invisible one) they only make look-alike names."""
-    if name[i] not in "\u200c\u200d" or not 0 < i < len(name) - 1:
-        return False
-
-    def complex_script(c: str) -> bool:  # a letter or mark beyond the Latin blocks
-        return ord(c) > 0x24F and unicodedata.category(c)[0] in "LM"
-
-    def emoji(c: str) -> bool:  # pictographs, skin tones and the emoji variation selector
-        return unicodedata.category(c) in ("So", "Sk") or c == "\ufe0f"
-
-    before, after = name[i - 1], name[i + 1]
-    return (complex_script(before) and complex_script(after)) or (
-        name[i] == "\u200d" and emoji(before) and emoji(after)
-    )
 
 
 def char_names(chars: list[str]) -> list[str]:

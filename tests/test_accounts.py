@@ -336,3 +336,84 @@ def test_an_overlong_address_at_sign_in_is_a_wrong_password_not_a_crash(session)
     with pytest.raises(AccountError) as err:
         accounts.sign_in(session=session, email="a" * 5000 + "@example.org", password="whatever pw")
     assert err.value.key == "account.err_credentials"
+
+
+# --- N-5: one spelling per client; loopback in every form is no client ---------------------------
+
+
+@pytest.mark.parametrize(("peer", "forwarded", "hops", "expected"), [
+    (None, None, 0, accounts.UNKNOWN_CLIENT),  # Streamlit's own "localhost"
+    ("127.0.0.1", None, 0, accounts.UNKNOWN_CLIENT),
+    ("127.8.9.10", None, 0, accounts.UNKNOWN_CLIENT),  # all of 127.0.0.0/8
+    ("::1", None, 0, accounts.UNKNOWN_CLIENT),
+    ("::ffff:127.0.0.1", None, 0, accounts.UNKNOWN_CLIENT),  # a dual-stack socket's IPv4 peer
+    ("::FFFF:7f00:1", None, 0, accounts.UNKNOWN_CLIENT),
+    ("::ffff:203.0.113.9", None, 0, "203.0.113.9"),  # mapped: the same client as plain IPv4
+    ("203.0.113.9", None, 0, "203.0.113.9"),
+    ("2001:DB8:0:0::1", None, 0, "2001:db8::1"),
+    # Behind our proxy: the address it appended; what the client wrote left of it is ignored.
+    ("::ffff:127.0.0.1", "6.6.6.6, ::ffff:198.51.100.7", 1, "198.51.100.7"),
+    ("127.0.0.1", "6.6.6.6, 198.51.100.7, 10.0.0.2", 2, "198.51.100.7"),
+    ("127.0.0.1", "127.0.0.1", 1, accounts.UNKNOWN_CLIENT),
+    ("203.0.113.9", "", 1, "203.0.113.9"),  # fewer addresses than hops: the peer
+    # Without TRUSTED_PROXY_HOPS the header is the client's to forge: never read.
+    ("203.0.113.9", "198.51.100.7", 0, "203.0.113.9"),
+])
+def test_a_client_has_one_spelling_and_loopback_is_none(peer, forwarded, hops, expected):
+    assert accounts.client_key(peer, forwarded=forwarded, hops=hops) == expected
+
+
+def test_a_same_host_proxy_without_trusted_hops_is_logged_once(caplog, monkeypatch):
+    monkeypatch.setattr(accounts, "_proxy_warned", threading.Event())
+    with caplog.at_level("ERROR", logger="academy.accounts"):
+        for peer in ("::ffff:127.0.0.1", None, "::1"):
+            assert accounts.client_key(peer, forwarded="198.51.100.7", hops=0) == accounts.UNKNOWN_CLIENT
+        accounts.client_key("::ffff:127.0.0.1", forwarded=None, hops=0)
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "TRUSTED_PROXY_HOPS" in errors[0].getMessage()
+    caplog.clear()
+    monkeypatch.setattr(accounts, "_proxy_warned", threading.Event())
+    with caplog.at_level("ERROR", logger="academy.accounts"):
+        accounts.client_key("::ffff:127.0.0.1", forwarded="198.51.100.7", hops=1)  # configured
+        accounts.client_key("203.0.113.9", forwarded="198.51.100.7", hops=0)  # no proxy here
+    assert not caplog.records
+
+
+def test_wrong_passwords_through_a_same_host_proxy_lock_nobody_out(session):
+    """N-5: 30 guesses from ``::ffff:127.0.0.1`` (every visitor behind a same-host proxy) do
+    not close sign-in for another learner coming through that proxy."""
+    accounts.sign_up(session=session, email="alice@example.org", password=PW)
+    proxy = accounts.client_key("::ffff:127.0.0.1")
+    for n in range(30):
+        with pytest.raises(AccountError):
+            accounts.sign_in(session=session, email=f"carol{n % 3}@example.org", password="nope nope",
+                             client=proxy)
+    assert accounts.sign_in(session=session, email="alice@example.org", password=PW, client=proxy)
+
+
+# --- N-15: joiners stay in display names where they join ------------------------------------------
+
+
+@pytest.mark.parametrize(("typed", "stored"), [
+    ("\U0001f469\u200d\U0001f469\u200d\U0001f467", "\U0001f469\u200d\U0001f469\u200d\U0001f467"),  # a family
+    ("\U0001f469\U0001f3fd\u200d\U0001f4bb Ada", "\U0001f469\U0001f3fd\u200d\U0001f4bb Ada"),
+    ("\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645", "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645"),  # Persian ZWNJ
+    ("\u0915\u094d\u200d\u0937", "\u0915\u094d\u200d\u0937"),  # a Devanagari half form
+    ("Bob\u200dWidth", "BobWidth"),  # between Latin letters: only a look-alike
+    ("\u200d\U0001f4bb", "\U0001f4bb"),  # at an edge
+    ("Bob\u200b\u200dZero", "BobZero"),  # next to another invisible character
+    ("\u202eevil\u202c Name", "evil Name"),  # bidi controls still go
+])
+def test_display_names_keep_joiners_where_they_join(typed, stored):
+    """N-15: "👩‍👩‍👧" was stored as "👩👩👧" and Persian or Indic names changed spelling; the
+    display name now keeps joiners exactly where the certificate-name check does."""
+    from certificates import store
+
+    assert accounts.clean_display_name(typed) == stored
+    assert store._joins_here is accounts.joins_here  # one rule for both names
+
+
+def test_a_joined_display_name_is_stored_as_typed(session):
+    family = "\U0001f469\u200d\U0001f469\u200d\U0001f467 Lee"
+    learner = accounts.sign_up(session=session, email="family@example.org", password=PW, display_name=family)
+    assert learner.display_name == family

@@ -379,3 +379,221 @@ def test_labs_worker_is_the_academy_worker():
     out = subprocess.run([sys.executable, "-m", "labs.worker", "--help"], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0 and "--queues" in out.stdout and "academy.worker" in out.stdout
+
+
+# --------------------------------------------------------------------------
+# Fair use for guests (review N-3): per client, and a share of the queue kept for learners
+
+
+@pytest.mark.usefixtures("app_db")
+def test_one_guest_client_cannot_fill_the_queue_with_browser_sessions():
+    """N-3: 11 browser sessions of one anonymous client (each a fresh ``session_runs``) got 20
+    runs queued and every learner's lab and exercise refused. Now the client has
+    ``lab_max_per_learner``, all guests ``lab_max_guests`` (5 of 20), and learners the rest."""
+    from academy import exercises
+    from academy.accounts import client_key, sign_up
+    from academy.settings import get_settings
+
+    settings = get_settings()
+    assert (settings.lab_max_queued, settings.lab_max_guests, settings.lab_max_per_learner) == (20, 5, 2)
+    tiny = {"world_size": 2}
+
+    def guest(client: str | None, session_runs=()) -> int | str:
+        try:
+            return labqueue.submit(lab="ring", params=tiny, learner_id=None, machine={},
+                                   session_runs=list(session_runs), client=client)
+        except labqueue.QueueFull as err:
+            return err.key
+
+    flood = [guest("203.0.113.9") for _session in range(11)]
+    assert [type(x) for x in flood[:2]] == [int, int]
+    assert flood[2:] == ["labs_refused.too_many_guest"] * 9
+    assert guest(client_key("::ffff:203.0.113.9")) == "labs_refused.too_many_guest"  # the same client
+    with session_scope() as s:
+        assert s.get(LabRun, flood[0]).client == "203.0.113.9"
+    # Loopback (a same-host proxy): counted per browser session, within the guests' share.
+    local = [guest("local") for _session in range(2)] + [guest(None)]
+    assert all(isinstance(x, int) for x in local)
+    refused = guest("198.51.100.7")
+    assert refused == "labs_refused.guests_full"
+    assert i18n.t(refused, "zh", limit=5) != i18n.t(refused, "en", limit=5) != i18n.t(refused, "nl", limit=5)
+    # The places kept for learners are still there: a lab, and an exercise submission.
+    with session_scope() as s:
+        ann = sign_up(session=s, email="ann@example.org", password="long enough pw").id
+        bob = sign_up(session=s, email="bob@example.org", password="long enough pw").id
+    assert isinstance(labqueue.submit(lab="ring", params=tiny, learner_id=ann, machine={}), int)
+    exercise = exercises.catalog()[0]
+    assert isinstance(exercises.submit(learner_id=bob, exercise=exercise,
+                                       source=exercises.starter(exercise), lang="en"), int)
+    # A guest's place comes back when one of its runs ends.
+    labqueue.request_cancel(flood[0])
+    assert isinstance(guest("203.0.113.9"), int)
+
+
+@pytest.mark.usefixtures("app_db")
+def test_the_guests_share_is_a_setting(monkeypatch):
+    from academy.settings import get_settings
+
+    monkeypatch.setenv("LAB_GUEST_SHARE", "0")
+    get_settings.cache_clear()
+    try:
+        with pytest.raises(labqueue.QueueFull) as err:
+            labqueue.submit(lab="ring", params={"world_size": 2}, learner_id=None, machine={},
+                            client="203.0.113.9")
+        assert err.value.key == "labs_refused.guests_full" and err.value.values == {"limit": 0}
+        monkeypatch.setenv("LAB_MAX_QUEUED", "3")
+        monkeypatch.setenv("LAB_GUEST_SHARE", "0.25")
+        get_settings.cache_clear()
+        assert get_settings().lab_max_guests == 1  # rounded up: a small queue still has a guest place
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
+
+
+def test_migration_0009_goes_down_and_up_again(engine):
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import inspect
+
+    from academy.settings import ROOT
+
+    def columns():
+        return {c["name"] for c in inspect(engine).get_columns("labrun")}
+
+    assert "client" in columns()
+    cfg = Config(str(ROOT / "alembic.ini"))
+    cfg.set_main_option("script_location", str(ROOT / "academy" / "migrations"))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0008")
+    assert "client" not in columns()
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+    assert "client" in columns()
+
+
+# --------------------------------------------------------------------------
+# Stored reports (review N-6): capped, and full only for the newest runs
+
+
+@pytest.fixture
+def fake_worker(request, tmp_path, monkeypatch):
+    """``labqueue.execute`` in this process, its "lab" a one-liner that writes ``reports[run_id]``
+    as result.json and exits 0: the worker's own path from the report to the stored row."""
+    import sys
+
+    request.getfixturevalue("app_db")
+    reports: dict[int, dict] = {}
+
+    def command(_lab, _params, workdir):
+        run_id = int(Path(workdir).name.split("-")[1])
+        (Path(workdir) / "want.json").write_text(json.dumps(reports[run_id]))
+        return [sys.executable, "-c", "import shutil, sys; shutil.copy(sys.argv[1], sys.argv[2])",
+                str(Path(workdir) / "want.json"), str(Path(workdir) / "result.json")]
+
+    monkeypatch.setattr(labqueue, "command", command)
+    labqueue.set_worker(labqueue.WorkerState(name="test-worker", workroot=tmp_path))
+
+    def run(report: dict, *, learner_id: int | None, lab: str = "exercise", exercise: str = "broadcast",
+            client: str | None = None) -> LabRun:
+        params = {"exercise": exercise, "lang": "en"} if lab == "exercise" else {"world_size": 2}
+        with session_scope() as s:
+            row = LabRun(learner_id=learner_id, lab=lab, params=params, status="queued", source="pass",
+                         client=client)
+            s.add(row)
+            s.flush()
+            run_id = row.id
+        reports[run_id] = report
+        labqueue.execute(run_id)
+        with session_scope() as s:
+            return s.get(LabRun, run_id)
+
+    yield run
+    labqueue.set_worker(None)
+
+
+def _learner(email: str) -> int:
+    from academy.accounts import sign_up
+
+    with session_scope() as s:
+        return sign_up(session=s, email=email, password="long enough pw").id
+
+
+def _exercise_report(status: str = "passed", message_bytes: int = 10) -> dict:
+    case = {"id": "w2-n1-float32", "world_size": 2, "size": 1, "dtype": "float32", "status": status,
+            "findings": [{"check": "crash", "passed": status == "passed", "key": "crash",
+                          "values": {"rank": 0, "exception": "E", "message": "x" * message_bytes}}],
+            "waiting": [], "output": {"0": "printed"}}
+    return {"exercise": "broadcast", "status": status, "ok": status == "passed", "error": None,
+            "cases": [case], "trace": {"world_size": 2, "traces": [[], []]}, "duration_s": 1.0, "sandbox": "none"}
+
+
+def test_a_report_over_the_limit_is_stored_as_too_large_and_never_as_a_pass(fake_worker):
+    """N-6: a passing report of 2.7 MB was stored whole. Over ``lab_result_max_bytes``
+    (64 KiB) the worker stores a small report that says so, status "error": no pass."""
+    from academy import exercises
+    from academy.settings import get_settings
+    from labs.exercises import messages
+
+    limit = get_settings().lab_result_max_bytes
+    assert limit == 64 * 1024
+    me = _learner("big@example.org")
+    run = fake_worker(_exercise_report("passed", message_bytes=limit), learner_id=me)
+    assert run.status == "done"
+    assert run.result["status"] == "error" and run.result["ok"] is False
+    assert run.result["error"]["key"] == "report_too_large"
+    assert run.result["error"]["values"]["limit"] == limit and run.result["error"]["values"]["size"] > limit
+    assert len(json.dumps(run.result)) < 1024
+    with session_scope() as s:
+        assert not exercises.has_passed(session=s, learner_id=me, exercise="broadcast")
+    for lang in ("en", "zh", "nl"):  # the page's words for it, in every language
+        assert "{" not in messages.text("report_too_large", lang, "broadcast", **run.result["error"]["values"])
+    assert messages.template("report_too_large", "zh") != messages.template("report_too_large", "en")
+    # Under the limit the same report is kept as it came, and its pass counts.
+    ok = fake_worker(_exercise_report("passed"), learner_id=me)
+    assert ok.result == _exercise_report("passed")
+    with session_scope() as s:
+        assert exercises.has_passed(session=s, learner_id=me, exercise="broadcast")
+
+
+def test_a_lab_report_over_the_limit_drops_the_ranks_own_values_first(fake_worker):
+    me = _learner("lab@example.org")
+    summary = {"world_size": 2, "rows": [1, 2, 3]}
+    fits = fake_worker({"ok": True, "summary": summary, "ranks": ["r" * 70_000]}, learner_id=me, lab="ring")
+    assert fits.status == "done" and fits.result == {"ok": True, "summary": summary}
+    huge = fake_worker({"ok": True, "summary": {"rows": ["r" * 70_000]}}, learner_id=me, lab="ring")
+    assert huge.status == "failed" and huge.error["kind"] == "report_too_large"
+    assert len(json.dumps(huge.result)) < 1024
+    at = open_page("labs", "nl", state={"lab_run_id": huge.id})  # the page says so in the learner's words
+    assert not at.exception, at.exception
+    assert [e.value for e in at.error] == [i18n.t("labs.report_too_large", "nl", size=huge.error["size"],
+                                                  limit=64 * 1024)]
+
+
+def test_only_the_newest_five_runs_keep_their_full_report(fake_worker):
+    """N-6: per learner and exercise (and per lab), the newest ``lab_keep_full_results`` runs
+    keep the whole report; older ones their status and summary."""
+    me, other = _learner("many@example.org"), _learner("other@example.org")
+    theirs = fake_worker(_exercise_report("failed"), learner_id=other)
+    elsewhere = fake_worker(_exercise_report("failed"), learner_id=me, exercise="ring-allreduce")
+    lab = fake_worker({"ok": True, "summary": {"world_size": 2}, "ranks": [{"r": 0}], "pids": [1]},
+                      learner_id=me, lab="ring")
+    runs = [fake_worker(_exercise_report("failed"), learner_id=me) for _ in range(7)]
+    with session_scope() as s:
+        stored = [s.get(LabRun, r.id).result for r in runs]
+        assert all(not r.get("pruned") for r in stored[2:])
+        assert stored[2] == _exercise_report("failed")
+        for old in stored[:2]:
+            assert old == {"exercise": "broadcast", "status": "failed", "ok": False, "duration_s": 1.0,
+                           "sandbox": "none", "error": None, "trace": None, "pruned": True,
+                           "cases": [{"id": "w2-n1-float32", "status": "failed", "world_size": 2, "size": 1,
+                                      "dtype": "float32"}]}
+        # Other learners, other exercises and labs count on their own.
+        for kept in (theirs, elsewhere, lab):
+            assert not s.get(LabRun, kept.id).result.get("pruned")
+    labs = [fake_worker({"ok": True, "summary": {"world_size": 2}, "ranks": [{"r": 0}], "wall_s": 1.0},
+                        learner_id=me, lab="ring") for _ in range(5)]
+    with session_scope() as s:
+        assert s.get(LabRun, lab.id).result == {"ok": True, "summary": {"world_size": 2}, "pruned": True}
+        assert all("ranks" in s.get(LabRun, r.id).result for r in labs)

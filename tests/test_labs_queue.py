@@ -88,6 +88,29 @@ def test_one_guest_session_cannot_fill_the_queue(limits):
 
 
 @pytest.mark.usefixtures("app_db")
+def test_a_new_browser_session_is_the_same_guest(limits, monkeypatch):
+    """N-3: the Labs page counts a guest by its client (``ui.client()``), not its session:
+    a second session of the same client is refused in the learner's language."""
+    from app import ui
+
+    limits(lab_max_concurrent=1)
+    monkeypatch.setattr(ui, "client", lambda: "203.0.113.9")
+    refused = i18n.t("labs_refused.too_many_guest", "nl", limit=2)
+    try:
+        for session, expected in ((1, [[], []]), (2, [[refused], [refused]])):
+            at = open_page("labs", "nl")
+            [b for b in at.selectbox if b.label == i18n.t("labs.fail_mode", "nl")][0].set_value("hang")
+            for click in range(2):
+                [b for b in at.button if b.label == i18n.t("labs.run", "nl")][0].click()
+                at.run()
+                assert not at.exception, at.exception
+                assert [e.value for e in at.error] == expected[click], (session, click)
+        assert active_runs() == 2
+    finally:
+        cancel_all()
+
+
+@pytest.mark.usefixtures("app_db")
 def test_learner_and_global_caps_are_counted_in_the_database(limits):
     limits(lab_max_concurrent=1, lab_max_per_learner=2, lab_max_queued=3)
     with session_scope() as s:

@@ -293,6 +293,26 @@ def test_ending_a_session_ends_it_in_every_open_tab(how):
         assert _signed_in(acting)
 
 
+@pytest.mark.parametrize("how", ["sign_out", "sign_out_everywhere"])
+@pytest.mark.usefixtures("app_db")
+def test_the_run_that_signs_out_does_not_say_signed_in(how, monkeypatch):
+    """N-18: the run that handles *Sign out everywhere* rendered "Signed in as …" in its
+    sidebar; the rerun after it was a guest. AppTest shows only the rerun, so st.rerun is
+    made a no-op here: what the sign-out run itself sends must already be a guest's sidebar."""
+    import streamlit as st
+
+    from tests.apptest import press
+
+    acting = _tab(login_token(_make_learner("sidebar@example.org")), "account")
+    assert _signed_in(acting)
+    monkeypatch.setattr(st, "rerun", lambda *_args, **_kwargs: None)
+    press(acting, t(f"account.{how}"))
+    assert not acting.exception
+    assert acting.session_state["learner_id"] is None
+    assert not _signed_in(acting)
+    assert t("account.guest") in [c.value for c in acting.sidebar.caption]
+
+
 @pytest.mark.usefixtures("app_db")
 def test_signing_out_clears_the_cookie_and_a_dead_token_too():
     """The cookie to write is a typed ``ui.CookieWrite`` in the session state, not a
@@ -538,6 +558,33 @@ def test_sixth_wrong_sign_in_is_rate_limited(server, browser, on_server_db):
         assert refused.value.key == "account.err_rate_limited"
 
 
+# --- who the client is (N-5) -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("peer", "header", "hops", "expected"), [
+    ("::ffff:127.0.0.1", None, 0, "local"),  # nginx on this host, reached over a dual-stack socket
+    ("127.0.0.2", None, 0, "local"),
+    ("::ffff:203.0.113.9", None, 0, "203.0.113.9"),
+    ("::ffff:127.0.0.1", "9.9.9.9, ::ffff:198.51.100.7", 1, "198.51.100.7"),
+])
+def test_the_page_counts_loopback_in_any_spelling_as_no_client(monkeypatch, peer, header, hops, expected):
+    """N-5: ``ui.client()``, the key of every per-client limit, is one spelling per client and
+    no client for loopback however the socket spells it."""
+    from types import SimpleNamespace
+
+    from academy.settings import get_settings
+
+    monkeypatch.setenv("TRUSTED_PROXY_HOPS", str(hops))
+    get_settings.cache_clear()
+    headers = {"X-Forwarded-For": header} if header else {}
+    monkeypatch.setattr(ui.st, "context", SimpleNamespace(ip_address=peer, headers=headers))
+    try:
+        assert ui.client() == expected
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
+
+
 # --- the database file ------------------------------------------------------------------------------
 
 
@@ -565,6 +612,28 @@ def test_database_files_are_readable_by_the_owner_only(tmp_path):
         engine.dispose()
         assert set(modes.values()) == {"0o600"}, modes
     assert oct(stat.S_IMODE(os.stat(tmp_path / "new").st_mode)) == "0o700"
+
+
+def test_lab_queue_files_are_readable_by_the_owner_only(tmp_path):
+    """N-16: huey's SQLite queue (``labqueue.db``), its -wal and -shm are 0600 like the
+    database, also when an older version left the file 0644."""
+    import os
+    import stat
+
+    from academy import labqueue
+
+    old = tmp_path / "old" / "labqueue.db"
+    old.parent.mkdir()
+    old.touch(mode=0o644)
+    old.chmod(0o644)
+    for queue_file in (tmp_path / "new" / "labqueue.db", old):
+        huey, task = labqueue._huey("cpu", "", str(queue_file))
+        task(1)  # a write: WAL mode creates -wal and -shm
+        files = [p for p in queue_file.parent.iterdir() if p.name.startswith(queue_file.name)]
+        assert {p.name.removeprefix(queue_file.name) for p in files} >= {"", "-wal", "-shm"}
+        modes = {p.name: oct(stat.S_IMODE(os.stat(p).st_mode)) for p in files}
+        huey.storage.close()
+        assert set(modes.values()) == {"0o600"}, modes
 
 
 def test_an_in_memory_database_leaves_no_file(tmp_path, monkeypatch):

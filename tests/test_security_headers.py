@@ -46,6 +46,55 @@ async def _plain_app(_scope, _receive, send) -> None:  # noqa: ANN001
     await send({"type": "http.response.body", "body": b"<html></html>"})
 
 
+@pytest.mark.parametrize(("origin", "allowed", "passes"), [
+    (None, [], True),  # no Origin: not a browser
+    ("http://127.0.0.1:8611", [], True),  # the page's own origin
+    ("http://127.0.0.1:9999", [], False),  # another port on this machine (N-12)
+    ("http://localhost:3000", [], False),
+    ("http://127.0.0.1:8611.evil.example", [], False),
+    ("http://evil.example", [], False),
+    ("null", [], False),
+    ("https://academy.example.org", ["https://academy.example.org"], True),  # a proxy that rewrites Host
+    ("https://academy.example.org:8443", ["https://academy.example.org"], False),
+])
+def test_a_websocket_from_another_origin_is_refused_before_streamlit_sees_it(origin, allowed, passes):
+    """N-12: Streamlit let any port of localhost/127.0.0.1 open the websocket and looked up its
+    external IP for each Origin it refused; our middleware answers those with 403 first."""
+    assert web.origin_allowed(origin, "127.0.0.1:8611", allowed) is passes
+    reached, sent = [], []
+
+    async def inner(scope, _receive, _send) -> None:  # noqa: ANN001
+        reached.append(scope["type"])
+
+    async def receive():  # noqa: ANN202
+        return {"type": "websocket.connect"}
+
+    async def send(message) -> None:  # noqa: ANN001
+        sent.append(message)
+
+    headers = [(b"host", b"127.0.0.1:8611")] + ([(b"origin", origin.encode())] if origin else [])
+    scope = {"type": "websocket", "path": "/_stcore/stream", "headers": headers, "query_string": b""}
+    from streamlit import config
+
+    before = config.get_option("server.corsAllowedOrigins")
+    config.set_option("server.corsAllowedOrigins", allowed)
+    try:
+        worker = threading.Thread(target=asyncio.run, args=(web.SecurityHeaders(inner)(scope, receive, send),))
+        worker.start()
+        worker.join()
+    finally:
+        config.set_option("server.corsAllowedOrigins", before)
+    assert reached == (["websocket"] if passes else [])
+    assert sent == ([] if passes else [{"type": "websocket.close", "code": 1008}])
+
+
+def test_allowed_origins_are_set_explicitly():
+    from streamlit import config
+
+    assert config.get_option("server.corsAllowedOrigins") == []  # .streamlit/config.toml
+    assert config.get_option("server.enableCORS") is True
+
+
 @pytest.mark.parametrize("public_url", ["http://localhost:8501", "https://academy.example.org"])
 def test_every_response_gets_the_headers_and_hsts_only_over_https(monkeypatch, public_url):
     from academy.settings import get_settings

@@ -46,7 +46,7 @@ with st.form("lab_form"):
 if submitted:
     try:
         run_id = labjobs.submit(lab=lab, params=params, learner_id=who.id if who else None, machine=machine,
-                                session_runs=state.get("lab_runs", []))
+                                session_runs=state.get("lab_runs", []), client=ui.client())
         state["lab_run_id"] = run_id
         state.setdefault("lab_runs", []).append(run_id)
     except labjobs.LabRequestError as err:
