@@ -101,7 +101,7 @@ class LabRun(SQLModel, table=True):
     # Kept out of ``params``, which pages list and download; only the
     # learner's own page reads it back.
     source: str | None = Field(default=None, max_length=EXERCISE_SOURCE_MAX)
-    # A guest's run (no learner, migration 0009): the client that asked for it
+    # A guest's run (no learner, migration 0010): the client that asked for it
     # (``academy.accounts.client_key``), by which guests are counted for fair use
     # (review N-3). None for a learner's run.
     client: str | None = Field(default=None, max_length=64)

@@ -450,7 +450,7 @@ def test_the_guests_share_is_a_setting(monkeypatch):
         get_settings.cache_clear()
 
 
-def test_migration_0009_goes_down_and_up_again(engine):
+def test_migration_0010_goes_down_and_up_again(engine):
     from alembic import command
     from alembic.config import Config
     from sqlalchemy import inspect
@@ -465,7 +465,7 @@ def test_migration_0009_goes_down_and_up_again(engine):
     cfg.set_main_option("script_location", str(ROOT / "academy" / "migrations"))
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
-        command.downgrade(cfg, "0008")
+        command.downgrade(cfg, "0009")
     assert "client" not in columns()
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn

@@ -1,6 +1,6 @@
 """certificate: whether a replaced certificate names its replacement
 
-Revision ID: 0009_certificate_replaced
+Revision ID: 0009
 Revises: 0008
 Create Date: 2026-12-01 22:20:00
 
@@ -9,15 +9,12 @@ Issue #22: a reissued certificate's Verify page and ``/api/verify/{id}`` say
 give the newer certificate's ID is the holder's choice on the reissue form
 (the new ID's page shows the new name, which may tell of a change of name),
 kept here; off for every certificate replaced before.
-
-The revision id is not a bare number because another branch adds a 0009 of
-its own at the same time: when both meet, one of them revises the other.
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0009_certificate_replaced"
+revision = "0009"
 down_revision = "0008"
 branch_labels = None
 depends_on = None

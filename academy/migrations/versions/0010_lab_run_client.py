@@ -1,7 +1,7 @@
 """The client of a guest's lab run
 
-Revision ID: 0009
-Revises: 0008
+Revision ID: 0010
+Revises: 0009
 Create Date: 2026-12-01 22:00:00
 
 A guest has no learner id, and a new browser session was a new guest: one
@@ -14,8 +14,8 @@ import sqlalchemy as sa
 import sqlmodel
 from alembic import op
 
-revision = '0009'
-down_revision = '0008'
+revision = '0010'
+down_revision = '0009'
 branch_labels = None
 depends_on = None
 
