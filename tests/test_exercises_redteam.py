@@ -624,3 +624,17 @@ def test_a_frame_forged_to_the_router_breaks_the_protocol_and_says_so():
     finding = _finding(_grade(body + "\nimport time\ntime.sleep(1)"))
     assert finding["key"] == "crash" and finding["values"]["exception"] == "ProtocolError", finding
     assert "not available" in finding["values"]["message"]
+
+
+def test_a_rank_holds_no_process_group_at_all():
+    """Review N-2: gloo's own all-reduce was reachable from a rank through dispatcher entry
+    points the guard did not wrap, because the rank held a working process group. Now none
+    exists there to reach, by any entry point: torch's registry of groups is empty."""
+    body = """
+from torch.distributed import distributed_c10d as c10d
+world = c10d._world
+print("GROUPS", world.default_pg is None, len(world.pg_map), len(world.pg_names))
+"""
+    report = _grade(body)
+    (case,) = report["cases"]
+    assert "GROUPS True 0 0" in case["output"]["0"], case["output"]
