@@ -19,7 +19,7 @@ from academy.models import LabRun
 from app import calculators as calc
 from app import charts, labjobs
 from app.ui import labeler, t
-from app.widgets import lang, num, ring_labels
+from app.widgets import chart, lang, num, ring_labels
 from labs import params as lab_params
 
 NVLINK_REFERENCE = (360.0, 480.0)  # GB/s busbw, NCCL all-reduce on 8 x H100/H200
@@ -108,11 +108,11 @@ def ring(run: LabRun, latest_bench: dict | None) -> None:
                                  chunk_sizes=[_fmt_bytes(c * s["element_size"]) for c in s["chunk_numels"]],
                                  lang=lang())
         sent_bytes = max(s["chunk_numels"]) * s["element_size"]
-    st.plotly_chart(fig, key=f"ring_{run.id}")
+    chart(fig, key=f"ring_{run.id}", caption=t("labs_naive.alt") if naive else t("widgets.ring.alt"))
     alpha, bandwidth = _fit(latest_bench)
     predicted = [alpha + sent_bytes / bandwidth for _ in steps]
     st.markdown(f"**{t('labs.ring.theory')}**")
-    st.plotly_chart(charts.step_time_figure(durations, predicted, {
+    chart(charts.step_time_figure(durations, predicted, {
         "measured": t("labs.ring.measured"), "theory": t("labs.ring.theory_line"),
         "step": t("widgets.ring.step")}, lang=lang()), key=f"steps_{run.id}")
     with st.expander(t("labs.ring.trace")):
@@ -134,8 +134,8 @@ def bench(run: LabRun) -> None:
               "reference": t("labs.bench.reference"), "size": t("labs.bench.size_axis")}
     fit = (s.get("fit") or {}).get("all_reduce")
     st.markdown(f"**{t('labs.bench.plot')}**")
-    st.plotly_chart(charts.busbw_figure(rows, world_size=s["world_size"], fit=fit, labels=labels,
-                                        reference=NVLINK_REFERENCE, lang=lang()), key=f"busbw_{run.id}")
+    chart(charts.busbw_figure(rows, world_size=s["world_size"], fit=fit, labels=labels,
+                              reference=NVLINK_REFERENCE, lang=lang()), key=f"busbw_{run.id}")
     if fit and fit.get("alpha_s") is not None and fit.get("bandwidth_GBps"):
         st.caption(t("labs.bench.fit", alpha=fit["alpha_s"] * 1e6, bw=fit["bandwidth_GBps"]))
     ratios = s.get("ring_vs_all_reduce") or []
@@ -157,15 +157,15 @@ def ddp(run: LabRun) -> None:
                          tol=eq["tolerance"], same="✓" if eq["ranks_identical"] else "✗"))
         else:
             st.error(t("labs.ddp.equivalence_bad", diff=eq["max_abs_diff_vs_single_process"], tol=eq["tolerance"]))
-        st.plotly_chart(charts.lines_figure(
+        chart(charts.lines_figure(
             {t("labs.ddp.loss_ranks", count=n): eq["losses"], t("labs.ddp.loss_single"): eq["single_process_losses"]},
             x_title=t("widgets.ring.step"), y_title=t("labs.ddp.loss"), lang=lang()), key=f"loss_{run.id}")
     bd = sec.get("breakdown")
     if bd:
         st.markdown(f"**{t('labs.ddp.breakdown')}**")
         names = {k: t(f"labs.ddp.{k}") for k in ("naive", "ddp", "forward", "backward", "exposed_comm", "optimizer")}
-        st.plotly_chart(charts.breakdown_figure({"naive": bd["naive"], "ddp": bd["ddp"]}, names, lang=lang()),
-                        key=f"bd_{run.id}")
+        chart(charts.breakdown_figure({"naive": bd["naive"], "ddp": bd["ddp"]}, names, lang=lang()),
+              key=f"bd_{run.id}")
         st.caption(t("labs.ddp.hidden", ms=bd.get("comm_hidden_by_overlap", 0.0)))
     buckets = sec.get("buckets")
     if buckets:

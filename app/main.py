@@ -41,6 +41,7 @@ else:
     st.set_page_config(page_title="Data Parallelism Academy", page_icon=str(ICON), layout="wide")
     get_engine()  # creates the database and applies migrations on first start
 
+    ui.style()
     code = ui.lang()
     who = ui.learner()
     t = ui.t

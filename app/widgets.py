@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-import plotly.graph_objects as go
+import pandas as pd
 import streamlit as st
 
 from academy import i18n
 from app import calculators as calc
-from app.charts import ring_figure
+from app import charts
 from app.ui import labeler, t
+
+# No modebar: its tooltips are English on every page and it covered the charts' titles
+# (journey review m2, m10); dragging still zooms and a double click resets.
+CHART_CONFIG = {"displayModeBar": False}
 
 
 def lang() -> str:
     """The page's language, as ``app.ui.t`` reads it."""
     return st.session_state.get("lang", i18n.DEFAULT_LANG)
-
-
-def separators() -> str:
-    """plotly's ``separators`` (decimal mark, then grouping mark) for the page's language."""
-    decimal, group = i18n.number_marks(lang())
-    return decimal + group
 
 
 def num(value: float, spec: str = "") -> str:
@@ -28,8 +26,32 @@ def num(value: float, spec: str = "") -> str:
 
 
 def ring_labels() -> dict[str, str]:
-    keys = ["rank", "chunk", "holds", "start", "play", "pause", "step", "reduce-scatter", "all-gather"]
+    keys = ["rank", "chunk", "holds", "start", "play", "pause", "step", "reduce-scatter", "all-gather",
+            "phase", "sends"]
     return {k: t(f"widgets.ring.{k}") for k in keys}
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return num(value, ".4g")
+    return str(value)
+
+
+def chart(fig, *, key: str, caption: str | None = None, where=None) -> None:
+    """The one way a page draws a figure: with Streamlit's theme off (our palette and
+    contrast hold as ``app.charts`` set them), then its text alternative: ``caption``
+    (what the chart shows, in words) and the same numbers as a table (``charts.table``),
+    a real HTML table a screen reader can walk."""
+    where = where or st
+    where.plotly_chart(fig, key=key, theme=None, config=CHART_CONFIG)
+    if caption:
+        where.caption(caption)
+    data = charts.table(fig)
+    with where.expander(t("widgets.chart.table")):
+        columns = [c or " " * (i + 1) for i, c in enumerate(data["columns"])]  # unique, even when unnamed
+        st.table(pd.DataFrame([[_cell(v) for v in row] for row in data["rows"]], columns=columns))
 
 
 def memory_calculator() -> None:
@@ -41,14 +63,10 @@ def memory_calculator() -> None:
     optimizer = c3.selectbox(t("widgets.memory.optimizer"), list(calc.OPTIMIZERS), index=2,
                              format_func=labeler("widgets.optimizer."), key="mem_opt")
     mem = calc.memory_per_device(billions * 1e9, precision, optimizer)
-    fig = go.Figure()
-    for part, value in (("weights", mem.weights), ("grads", mem.grads), ("optimizer_state", mem.optimizer)):
-        fig.add_bar(name=t(f"widgets.memory.{part}"), x=[value / calc.GB], y=[""], orientation="h")
-    for name, gb in calc.DEVICES.items():
-        fig.add_vline(x=gb, line_dash="dash", annotation_text=name, annotation_position="top")
-    fig.update_layout(separators=separators(), barmode="stack", height=260, xaxis_title=t("widgets.memory.gb"),
-                      margin={"t": 40, "b": 40}, legend={"orientation": "h"})
-    st.plotly_chart(fig, key="mem_chart")
+    parts = {"weights": mem.weights / calc.GB, "grads": mem.grads / calc.GB, "optimizer_state": mem.optimizer / calc.GB}
+    fig = charts.memory_figure(parts, calc.DEVICES, names={p: t(f"widgets.memory.{p}") for p in parts},
+                               gb=t("widgets.memory.gb"), lang=lang())
+    chart(fig, key="mem_chart")
     st.write(t("widgets.memory.total", total=mem.total / calc.GB))
     fitting = [name for name, gb in calc.DEVICES.items() if calc.fits(mem, gb)]
     if fitting:
@@ -72,12 +90,12 @@ def ring_traffic() -> None:
     m3.metric(t("widgets.ring_traffic.sent"), f"{num(traffic.sent_per_device / 1e6, '.4g')} MB")
     m4.metric(t("widgets.ring_traffic.total"), f"{num(traffic.total_on_links / 1e6, '.4g')} MB")
     xs = [k for k in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if k <= max(n, 16)]
-    fig = go.Figure(go.Scatter(x=xs, y=[calc.ring_traffic(k, mb * 1e6).sent_per_device / 1e6 for k in xs],
-                               mode="lines+markers"))
-    fig.add_hline(y=2 * mb, line_dash="dot", annotation_text="2S")
-    fig.update_layout(separators=separators(), height=280, xaxis_type="log", xaxis_title=t("widgets.ring_traffic.devices_axis"),
-                      yaxis_title=t("widgets.ring_traffic.per_device_axis"), margin={"t": 20})
-    st.plotly_chart(fig, key="rt_chart")
+    fig = charts.ring_traffic_figure(xs, [calc.ring_traffic(k, mb * 1e6).sent_per_device / 1e6 for k in xs],
+                                     buffer=mb, labels={"sent": t("widgets.ring_traffic.sent"),
+                                                        "devices": t("widgets.ring_traffic.devices_axis"),
+                                                        "per_device": t("widgets.ring_traffic.per_device_axis")},
+                                     lang=lang())
+    chart(fig, key="rt_chart")
     st.caption(t("widgets.ring_traffic.note"))
 
 
@@ -99,19 +117,14 @@ def scaling_explorer(measured: list[tuple[int, float]] | None = None) -> None:
                           compute_time=compute_ms / 1e3, batch_per_device=int(batch),
                           overlap=overlap, world_sizes=sizes)
     left, right = st.columns(2)
-    tp = go.Figure(go.Scatter(x=sizes, y=[p.throughput for p in points], mode="lines+markers",
-                              name=t("widgets.scaling.model")))
-    tp.update_layout(separators=separators(), height=320, xaxis_type="log", xaxis_title=t("widgets.scaling.devices"),
-                     yaxis_title=t("widgets.scaling.throughput"), margin={"t": 20})
-    left.plotly_chart(tp, key="sc_tp")
-    eff = go.Figure(go.Scatter(x=sizes, y=[p.efficiency for p in points], mode="lines+markers",
-                               name=t("widgets.scaling.model")))
-    if measured:
-        eff.add_scatter(x=[m[0] for m in measured], y=[m[1] for m in measured], mode="markers",
-                        marker={"size": 12, "symbol": "diamond"}, name=t("widgets.scaling.yours"))
-    eff.update_layout(separators=separators(), height=320, xaxis_type="log", xaxis_title=t("widgets.scaling.devices"),
-                      yaxis_title=t("widgets.scaling.efficiency"), yaxis_range=[0, 1.05], margin={"t": 20})
-    right.plotly_chart(eff, key="sc_eff")
+    names = {"model": t("widgets.scaling.model"), "yours": t("widgets.scaling.yours"),
+             "devices": t("widgets.scaling.devices")}
+    tp = charts.scaling_figure(sizes, [p.throughput for p in points], lang=lang(),
+                               labels={**names, "y": t("widgets.scaling.throughput")})
+    chart(tp, key="sc_tp", where=left)
+    eff = charts.scaling_figure(sizes, [p.efficiency for p in points], measured=measured, y_range=[0, 1.05],
+                                lang=lang(), labels={**names, "y": t("widgets.scaling.efficiency")})
+    chart(eff, key="sc_eff", where=right)
     if measured:
         st.caption(t("widgets.scaling.yours_note"))
 
@@ -119,4 +132,5 @@ def scaling_explorer(measured: list[tuple[int, float]] | None = None) -> None:
 def ring_diagram() -> None:
     st.subheader(t("widgets.ring.title"))
     n = st.slider(t("widgets.ring.world_size"), 2, 8, 4, key="rd_n")
-    st.plotly_chart(ring_figure(n, calc.ring_schedule(n), labels=ring_labels(), lang=lang()), key="rd_chart")
+    chart(charts.ring_figure(n, calc.ring_schedule(n), labels=ring_labels(), lang=lang()), key="rd_chart",
+          caption=t("widgets.ring.alt"))

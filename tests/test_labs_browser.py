@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 LANG = "en"
 # algo -> steps with 2 ranks, and what the last frame's arrows say travels
 ALGOS = {"ring": (2, "widgets.ring.chunk"), "pipelined": (2, "widgets.ring.chunk"),
-         "naive": (1, "labs_naive.whole_buffer")}
+         "naive": (1, "widgets.ring.rank")}  # a naive arrow names the rank whose buffer it carries
 
 
 @pytest.fixture

@@ -103,8 +103,11 @@ def test_naive_animation_moves_whole_buffers_as_the_real_trace_says():
         assert shown == expected, k
         # In step k each rank forwards the buffer that started k-1 places to its left.
         assert all(whose == (src - (k - 1)) % 4 for src, _dst, whose in sends.customdata), k
-        texts = sorted(a.text for a in fig.frames[k].layout.annotations)
-        assert texts == sorted(f"rank {whose}'s whole buffer (3.9 KiB)" for _src, _dst, whose in sends.customdata)
+        texts = sorted(a.text for a in fig.frames[k].layout.annotations)  # each arrow names whose buffer
+        assert texts == sorted(f"rank {whose}" for _src, _dst, whose in sends.customdata)
+        row = charts.table(fig)["rows"][k - 1][3]
+        assert all(f"rank {src} → {dst}: rank {whose}'s whole buffer (3.9 KiB)" in row
+                   for src, dst, whose in sends.customdata)
     counts = [[c[1] for c in next(tr for tr in f.data if tr.name == "buffers").customdata] for f in fig.frames]
     assert counts == [[1] * 4, [2] * 4, [3] * 4, [4] * 4], "one more rank's data added per step"
 

@@ -17,7 +17,7 @@ except ImportError:
 from academy import exercises
 from academy.db import session_scope
 from app import charts, labjobs, labviews, ui
-from app.widgets import lang, ring_labels
+from app.widgets import chart, lang, ring_labels
 
 t = ui.t
 state = st.session_state
@@ -199,7 +199,7 @@ def ring(trace: dict, run_id: int) -> None:
         st.caption(t("exercises.ring_unavailable"))
         return
     st.markdown(f"**{t('exercises.ring_whole') if whole else t('exercises.ring')}**")
-    st.plotly_chart(fig, key=f"ex_ring_{run_id}")
+    chart(fig, key=f"ex_ring_{run_id}", caption=t("labs_naive.alt") if whole else t("widgets.ring.alt"))
 
 
 def report(run) -> None:  # noqa: ANN001  (a LabRun)

@@ -76,7 +76,8 @@ def answer_widget(question, key: str) -> tuple[object, bool]:
         return (text, True) if text.strip() else (None, False)
     labels = dict(question.items)
     st.caption(t("quiz.order_hint"))
-    order = st.multiselect(t("quiz.order_label"), list(labels), format_func=labels.get, key=key)
+    order = st.multiselect(t("quiz.order_label"), list(labels), format_func=labels.get, key=key,
+                           placeholder=t("quiz.order_placeholder"))
     return order or None, len(order) == len(labels)
 
 

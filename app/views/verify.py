@@ -75,7 +75,8 @@ if asked.strip():
 
 st.divider()
 upload = st.file_uploader(t("verify.pdf_check_label"), type=["pdf"],
-                          max_upload_size=max(1, pdfscan.MAX_BYTES // 2**20))
+                          max_upload_size=max(1, pdfscan.MAX_BYTES // 2**20),
+                          help=t("verify.pdf_help", mb=max(1, pdfscan.MAX_BYTES // 2**20)))
 if upload is not None:
     st.markdown(f"**{t('verify.pdf_result')}**")
     with session_scope() as session:
