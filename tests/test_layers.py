@@ -190,3 +190,14 @@ def test_the_plain_modules_load_without_the_app():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_the_platform_path_imports_no_torch():
+    """Issue #23: certificates, quizzes, the queue, the worker and the admin commands start
+    without PyTorch (seconds of CPU each); only the processes that run a lab load it."""
+    code = ("import certificates.store, certificates.__main__, quizzes.store, academy.labqueue, "
+            "academy.worker, academy.admin, academy.exercises, sys; "
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
