@@ -114,3 +114,14 @@ def test_exercises_card_and_lab_count_keep_submissions_apart():
     required = len(exercises.required())
     assert i18n.t("home.exercises_passed", "en", passed=required, count=len(exercises.catalog())) in texts
     assert i18n.t("home.exercises_required", "en", done=required, count=required) in texts
+
+
+@pytest.mark.parametrize("lang, false_promise", [("en", "Every section ends with"), ("zh", "每节末尾都有小测验"),
+                                                 ("nl", "Elke sectie eindigt met een quiz")])
+def test_the_overview_promises_only_what_exists(lang, false_promise):
+    """Review m13: one quiz ends the course; no section has its own. The exercises it needs are named."""
+    from academy import content
+
+    text = content.path("lessons", lang, "overview.md").read_text(encoding="utf-8")
+    assert false_promise not in text
+    assert {"en": "graded coding exercises", "zh": "评分的编程练习", "nl": "oefeningen die worden nagekeken"}[lang] in text
