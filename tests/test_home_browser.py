@@ -107,3 +107,32 @@ def test_a_deadlock_report_names_each_direction(server, browser, artifacts):
             whole_page(page, artifacts / f"exercise-deadlock-{lang}.png", 1400)
     finally:
         context.close()
+
+
+@pytest.mark.usefixtures("on_server_db")
+def test_an_ordering_question_is_answered_position_by_position(server, browser, artifacts):
+    from benchmarks.quizkey import right_answer
+    from quizzes.bank import load_bank
+    from quizzes.engine import public_question
+    from tests.browserkit import alert, answer, button
+    from tests.test_quiz_page import seeded_attempt
+
+    learner_id = learner_in("nothing", "order-shot@example.org")
+    attempt, pos = seeded_attempt(learner_id, "ordering")
+    bank = load_bank()
+    context = signed_in(browser, server, learner_id, 1400)
+    page = context.new_page()
+    try:
+        page.goto(f"{server.url}/quiz?lang=en")
+        wait_app(page)
+        for _ in range(pos):
+            button(main(page), "quiz.next", "en").click()
+            wait_app(page)
+        question = public_question(attempt.plan[pos], bank, "en")
+        main(page).get_by_text(t("quiz.order_hint", "en")).wait_for(timeout=30_000)
+        response = right_answer(attempt.plan[pos], bank, "en")
+        answer(page, question, response, "en")  # picks each position, then submits
+        alert(page, t("quiz.right", "en"))
+        whole_page(page, artifacts / "quiz-ordering-en.png", 1400)
+    finally:
+        context.close()

@@ -35,7 +35,8 @@ def show_feedback(fb) -> None:
         st.warning(t("quiz.partly", percent=round(fb.credit * 100)))
     else:
         st.error(t("quiz.wrong"))
-    st.markdown(t("quiz.your_answer", answer=", ".join(fb.given) or t("quiz.unanswered")))
+    joiner = " → " if fb.type == "ordering" else ", "  # an order reads as one, as the right answer below
+    st.markdown(t("quiz.your_answer", answer=joiner.join(fb.given) or t("quiz.unanswered")))
     if not fb.correct:
         st.markdown(t("quiz.correct_answer", answer=" → ".join(fb.correct_answer)
                       if fb.type == "ordering" else ", ".join(fb.correct_answer)))
