@@ -91,6 +91,21 @@ def message(key: str, lang: str, values: dict[str, Any] | None = None, exercise:
     return messages.text(key, lang, exercise, **(values or {}))
 
 
+def waiting(row: dict[str, Any], lang: str, exercise: str | None = None) -> str:
+    """One rank of a deadlock report in the learner's language, with its direction
+    ("waiting in send to rank 1", "waiting in recv from rank 0"; ``labs.exercises.messages``)."""
+    return messages.waiting(row, lang, exercise)
+
+
+def case_counts(cases: list[dict[str, Any]]) -> dict[str, int]:
+    """How many of a report's cases passed, failed and were not run (stopped after a failure)."""
+    counts = {"passed": 0, "failed": 0, "not_run": 0}
+    for case in cases:
+        status = case.get("status")
+        counts[status if status in counts else "not_run"] += 1
+    return counts
+
+
 # --------------------------------------------------------------------------
 # Source checks
 

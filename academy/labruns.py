@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from sqlmodel import Session, select
+from sqlmodel import Session, func, select
 
+from academy.labqueue import EXERCISE
 from academy.models import LabRun
 
 
@@ -19,3 +20,10 @@ def scaling_points(*, session: Session, learner_id: int) -> list[tuple[int, floa
             if "world_size" in entry and "efficiency" in entry:
                 points[int(entry["world_size"])] = float(entry["efficiency"])
     return sorted(points.items())
+
+
+def lab_run_count(*, session: Session, learner_id: int) -> int:
+    """How many lab runs the learner started; exercise submissions, which share the queue, not counted."""
+    return session.exec(
+        select(func.count()).where(LabRun.learner_id == learner_id, LabRun.lab != EXERCISE)
+    ).one()

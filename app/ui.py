@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from datetime import date, datetime
 
 import streamlit as st
-from sqlmodel import func, select
 
 from academy import i18n
 from academy.accounts import (
@@ -26,9 +25,8 @@ from academy.db import session_scope
 from academy.errors import UserError
 from academy.labruns import scaling_points
 from academy.lessons import completed, mark_done, mark_undone
-from academy.models import LabRun, Learner
+from academy.models import Learner
 from academy.settings import get_settings
-from quizzes import store as quiz_store
 
 # Text Streamlit draws faded (captions, placeholders, the uploader's limits, slider ends:
 # 60 % of the text colour, about 3.8:1 on white, review m9) in a grey that keeps 4.5:1
@@ -272,36 +270,6 @@ def my_scaling_points(who: Learner | None) -> list[tuple[int, float]]:
         return []
     with session_scope() as session:
         return scaling_points(session=session, learner_id=who.id)
-
-
-def home_status(who: Learner | None) -> None:
-    """Quiz, certificate and lab status cards on Home (sign-in gated parts say so)."""
-    c1, c2, c3 = st.columns(3)
-    with c3.container(border=True):
-        st.markdown(f"**{t('home.labs_status')}**")
-        runs = 0
-        if who is not None:
-            with session_scope() as session:
-                runs = session.exec(select(func.count()).where(LabRun.learner_id == who.id)).one()
-        st.write(t("home.labs_runs", count=runs) if runs else t("home.labs_none"))
-    with c1.container(border=True):
-        st.markdown(f"**{t('home.quiz_status')}**")
-        best = None
-        if who is not None:
-            with session_scope() as session:
-                best = quiz_store.best_attempt(session=session, learner_id=who.id)
-        if best is None:
-            st.write(t("home.quiz_none"))
-        elif best.passed:
-            st.write(t("home.quiz_passed", score=round(best.score)))
-        else:
-            st.write(t("home.quiz_best", score=round(best.score), pass_mark=get_settings().quiz_pass_percent))
-    with c2.container(border=True):
-        st.markdown(f"**{t('home.cert_status')}**")
-        passed = best is not None and best.passed
-        st.write(t("home.cert_ready") if passed else t("home.cert_locked"))
-        if passed:
-            link("certificate", t("nav.certificate"), ":material/workspace_premium:")
 
 
 def labeler(prefix: str):

@@ -16,9 +16,13 @@ compared; the signed name and ID are shown for a person to compare.
 
 Pages call the functions re-exported here; nothing in this package imports
 Streamlit. It sits above ``academy`` (tables, settings, the language list) and
-beside ``quizzes``, whose ``store.passed_attempt`` decides who is eligible.
+beside ``quizzes``, whose ``store.passed_attempt`` decides what a passed quiz is.
+Who may claim a certificate is one function, ``eligibility`` (in
+``certificates.eligibility``): the store's issue path refuses what it refuses,
+and the Home and Certificate pages show what it answers.
 """
 
+from certificates.eligibility import Eligibility, eligibility
 from certificates.i18n import format_date, format_score, languages, texts
 from certificates.ids import IdTypo, InvalidId, MalformedId, new_id, parse_id
 from certificates.keys import (
@@ -80,6 +84,7 @@ __all__ = [
     "CertificateError",
     "CertificateNotFound",
     "Disqualified",
+    "Eligibility",
     "ExercisesMissing",
     "IdTypo",
     "InvalidId",
@@ -100,6 +105,7 @@ __all__ = [
     "check_pdf",
     "clean_name",
     "disqualified_certificates",
+    "eligibility",
     "eligible_attempt",
     "events_of",
     "export_public_keys_json",

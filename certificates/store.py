@@ -11,7 +11,8 @@ see ``academy.models.Certificate``); a different name or language goes through
 a conditional UPDATE, so concurrent reissues make exactly one replacement;
 verification then calls the old one "replaced", not "revoked" (issue #22).
 An admin's "revoke and disqualify" blocks new certificates for that learner
-and course until an admin lifts it.
+and course until an admin lifts it. Who may claim one is decided by
+``certificates.eligibility.eligibility``, which the pages ask too.
 
 Hands-on exercises (issue #16): with ``certificate_requires_exercises`` on
 (the default) a learner's certificate also needs the exercises of
@@ -47,6 +48,10 @@ from academy.errors import UserError
 from academy.models import Certificate, CertificateEvent, Learner, QuizAttempt, utcnow
 from academy.settings import get_settings
 from certificates import ids, keys, openbadges, pdf, pdfscan, signing
+from certificates.eligibility import active_certificate, eligibility, eligible_attempt
+from certificates.eligibility import (
+    is_disqualified as is_disqualified,  # re-exported: callers ask the store
+)
 from certificates.i18n import languages, texts
 from quizzes.store import passed_attempt
 
@@ -304,15 +309,6 @@ def attempt_date(attempt: QuizAttempt) -> str:
     return (attempt.finished_at or attempt.started_at).date().isoformat()
 
 
-def eligible_attempt(*, session: Session, learner_id: int) -> QuizAttempt | None:
-    """The learner's best passed, finished, non-practice attempt (earliest of equals)."""
-    return session.exec(
-        select(QuizAttempt)
-        .where(QuizAttempt.learner_id == learner_id, passed_attempt())
-        .order_by(col(QuizAttempt.score).desc(), col(QuizAttempt.finished_at).asc())
-    ).first()
-
-
 def _event(cert_id: str, action: str, actor_id: int | None, reason: str | None = None):
     return CertificateEvent(certificate_id=cert_id, action=action, actor_id=actor_id, reason=reason)
 
@@ -392,13 +388,14 @@ def issue_certificate(
     """Sign and store a certificate; commits.
 
     A learner's certificate needs ``attempt_id`` of their passed, finished,
-    non-practice attempt (``NotEligible`` otherwise) and no disqualification
-    (``Disqualified``). A learner holds one active certificate per course:
-    asking again with the same name and language returns it (a double click,
-    a second tab), with another name or language raises ``AlreadyCertified``
-    (use ``reissue``). With ``certificate_requires_exercises`` on, the
-    required exercises must be passed too (``ExercisesMissing``), and the
-    certificate names them. ``learner_id=None`` and ``attempt_id=None`` issue a
+    non-practice attempt (``NotEligible`` otherwise), and then what
+    ``certificates.eligibility.eligibility`` answers, the rule the pages show:
+    no disqualification (``Disqualified``); one active certificate per course,
+    so asking again with the same name and language returns it (a double
+    click, a second tab) and another name or language raises
+    ``AlreadyCertified`` (use ``reissue``); with
+    ``certificate_requires_exercises`` on, the required exercises passed
+    (``ExercisesMissing``), which the certificate then names. ``learner_id=None`` and ``attempt_id=None`` issue a
     certificate tied to nobody (admin CLI), which the policy does not limit.
     """
     name = clean_name(name)
@@ -414,15 +411,16 @@ def issue_certificate(
             )
         ).first()
         if attempt is None:
-            raise NotEligible
-        if is_disqualified(session=session, learner_id=learner_id):
+            raise NotEligible  # not a passed attempt of this learner's, whatever the rule says
+        verdict = eligibility(session=session, learner_id=learner_id)
+        if verdict.reason == "disqualified":
             raise Disqualified
-        existing = _active(session, learner_id)
-        if existing is not None:
-            return _same_or_refuse(existing, name, lang)
-        missing = exercise_store.missing_for_certificate(session=session, learner_id=learner_id)
-        if missing:
-            raise ExercisesMissing(missing)
+        if verdict.reason == "already_issued":
+            return _same_or_refuse(get_certificate(session=session, cert_id=verdict.certificate_id), name, lang)
+        if verdict.reason == "exercises_missing":
+            raise ExercisesMissing(list(verdict.missing))
+        if not verdict.eligible:
+            raise NotEligible
         passed_exercises = exercise_store.certified_exercises(session=session, learner_id=learner_id)
 
     def make(cert_id: str) -> list[Any]:
@@ -444,23 +442,12 @@ def issue_certificate(
     except IntegrityError:
         # Another request issued one between our check and our commit: the
         # unique index kept it to one. Answer as if we had come second.
-        existing = _active(session, learner_id) if learner_id is not None else None
+        existing = active_certificate(session=session, learner_id=learner_id) if learner_id is not None else None
         if existing is None:
             raise
         return _same_or_refuse(existing, name, lang)
     # Its Open Badges form and status-list bit, made once (certificates/openbadges.py).
     return openbadges.ensure_credential(session=session, cert=cert)
-
-
-def _active(session: Session, learner_id: int) -> Certificate | None:
-    """The learner's active certificate for this course, if any."""
-    return session.exec(
-        select(Certificate).where(
-            Certificate.learner_id == learner_id,
-            Certificate.course_id == get_settings().course_id,
-            col(Certificate.revoked_at).is_(None),
-        )
-    ).first()
 
 
 def _same_or_refuse(existing: Certificate, name: str, lang: str) -> Certificate:
@@ -474,25 +461,11 @@ def certified_exercises(cert: Certificate) -> list[str]:
     return list(json.loads(cert.payload).get("exercises") or [])
 
 
-def is_disqualified(*, session: Session, learner_id: int) -> bool:
-    """Whether an admin's "revoke and disqualify" blocks new certificates."""
-    return (
-        session.exec(
-            select(Certificate.id).where(
-                Certificate.learner_id == learner_id,
-                Certificate.course_id == get_settings().course_id,
-                Certificate.disqualified == True,  # noqa: E712  (SQL, not Python truth)
-            )
-        ).first()
-        is not None
-    )
-
-
 def issue_for_learner(*, session: Session, learner_id: int, name: str, lang: str) -> Certificate:
     """Issue (or return) the learner's certificate for their best passed attempt."""
     attempt = eligible_attempt(session=session, learner_id=learner_id)
     if attempt is None:
-        raise NotEligible
+        raise NotEligible  # issue_certificate asks eligibility() for the rest
     return issue_certificate(
         session=session,
         learner_id=learner_id,

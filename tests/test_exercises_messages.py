@@ -147,3 +147,38 @@ def test_text_fills_values_as_plain_text_and_falls_back_to_english():
     assert messages.text("no_such_key", "zh") == "no_such_key"
     assert messages.languages() == sorted(LANGS)
 
+
+
+@pytest.mark.parametrize("lang, to, came_from", [("en", "send to rank 1", "recv from rank 0"),
+                                                 ("zh", "发往 rank 1", "来自 rank 0"),
+                                                 ("nl", "send naar rank 1", "recv op data van rank 0")])
+def test_a_wait_names_its_direction(lang, to, came_from):
+    """Review M3: a send waits *to* its peer, a receive *from* it, in every language."""
+    send = messages.waiting({"rank": 0, "op": "send", "peer": 1, "bytes": 4}, lang)
+    recv = messages.waiting({"rank": 1, "op": "irecv", "peer": 0, "bytes": 0}, lang)
+    assert to in send and came_from in recv, (send, recv)
+    anyone = messages.waiting({"rank": 1, "op": "recv", "peer": None, "bytes": 0}, lang)
+    assert anyone == messages.text("waiting_recv_any", lang, rank=1, op="recv", bytes=0)
+    assert messages.waiting({"rank": 2, "op": "barrier", "peer": None, "bytes": 0}, lang) == \
+        messages.text("waiting_other", lang, rank=2, op="barrier", bytes=0)
+
+
+@pytest.mark.parametrize("lang, whole, part", [("en", "4,194,304", "5.3"), ("nl", "4.194.304", "5,3"),
+                                               ("zh", "4,194,304", "5.3")])
+def test_numbers_in_feedback_are_written_the_readers_way(lang, whole, part):
+    """Review m11: nl feedback printed "5.3" beside "5,9 s"; text values stay as they are."""
+    shown = messages.text("bytes_whole_buffer", lang, "ring-allreduce", rank=1, sent=4194304, expected=5.3,
+                          size=8, world_size=3, whole=16)
+    assert whole in shown and part in shown
+    assert "1.5" in messages.text("crash", lang, rank=0, exception="ValueError", message="1.5")  # the learner's text
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_each_exercise_has_its_own_pass_and_reference_words(lang):
+    """Review m12: "values and bytes alike" for an exercise without a byte check."""
+    for exercise_id in exercises.EXERCISES:
+        passed = messages.template("passed", lang, exercise_id)
+        note = messages.template("reference_note", lang, exercise_id)
+        own = yaml.safe_load((CONTENT / lang / f"{exercise_id}.yaml").read_text(encoding="utf-8"))["feedback"]
+        assert own["passed"] == passed and own["reference_note"] == note, exercise_id
+    assert messages.template("passed", lang, "average-gradients") != messages.template("passed", lang, "ring-allreduce")

@@ -210,7 +210,7 @@ def test_run_queues_the_code_then_shows_the_report_and_only_after_a_pass_the_ref
     grade(run.id, exercisefakes.report(passed=False))
     at.run()
     page = texts(at)
-    assert t("exercises.failed", failed=1, count=2) in [e.value for e in at.error]
+    assert t("exercises.failed", passed=1, failed=1, count=2) in [e.value for e in at.error]
     # The finding in the learner's language, as text; the rank's output as code, not HTML.
     assert "✗ [en] bytes_whole_buffer expected=56 rank=0 sent=84" in [x.value for x in at.text]
     assert shown_as_code(at, "<b>printed by rank 0</b>")
@@ -226,7 +226,7 @@ def test_run_queues_the_code_then_shows_the_report_and_only_after_a_pass_the_ref
         second = session.exec(select(LabRun).where(LabRun.learner_id == me).order_by(LabRun.id.desc())).first()
     grade(second.id, exercisefakes.report(passed=True))
     at.run()
-    assert t("exercises.passed", count=1) in [s.value for s in at.success]
+    assert exercisefakes.message("passed", "en", {"count": 1}) in [s.value for s in at.success]
     assert len(at.get("plotly_chart")) == 1  # the learner's ring
     assert shown_as_code(at, exercisefakes.REFERENCE["ring-allreduce"]) and shown_as_code(at, right)
     with session_scope() as session:
@@ -355,3 +355,31 @@ def test_a_stored_trace_longer_than_a_ring_is_never_drawn():
     assert not at.exception, at.exception
     assert len(at.get("plotly_chart")) == 0
     assert t("exercises.ring_unavailable") in [c.value for c in at.caption]
+
+
+DEADLOCK_WORDS = {"en": ("to rank 1", "from rank 0"), "zh": ("发往 rank 1", "来自 rank 0"),
+                  "nl": ("naar rank 1", "van rank 0")}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh", "nl"])
+def test_a_deadlock_names_each_direction_and_the_headline_counts_not_run_apart(lang):
+    """Review M3: "waiting in send *from* rank 1" was wrong, and 3 failed of 23 hid 20 not run."""
+    me = learner()
+    at = open_page("exercises", lang, me)
+    write(at, "def ring_allreduce(tensor):\n    pass  # blocking send first\n")
+    press(at, t("exercises.run", lang))
+    with session_scope() as session:
+        run = session.exec(select(LabRun).where(LabRun.learner_id == me)).one()
+    report = exercisefakes.report(passed=False)
+    stuck = {**report["cases"][1], "id": "w2-n5-float32", "size": 5, "findings": [], "waiting": [
+        {"rank": 0, "op": "send", "peer": 1, "bytes": 4194304},
+        {"rank": 1, "op": "recv", "peer": 0, "bytes": 0}]}
+    not_run = [{**stuck, "id": f"w2-n{k}-float32", "status": "not_run", "waiting": []} for k in (6, 7)]
+    grade(run.id, {**report, "cases": [*report["cases"], stuck, *not_run]})
+    at.run()
+    assert not at.exception, at.exception
+    assert t("exercises.failed_not_run", lang, passed=1, failed=2, not_run=2, count=5) in [e.value for e in at.error]
+    waits = [x.value for x in at.text if "send" in x.value or "recv" in x.value]
+    to, came_from = DEADLOCK_WORDS[lang]
+    assert len(waits) == 2 and to in waits[0] and came_from in waits[1], waits
+    assert {"en": "4,194,304", "zh": "4,194,304", "nl": "4.194.304"}[lang] in waits[0]  # the reader's marks

@@ -251,7 +251,7 @@ def test_failed_quiz_gives_no_certificate(server, new_context, artifacts):
         assert [(a.status, a.passed) for a in attempts] == [("finished", False)]
 
         def locked() -> None:
-            alert(page, pattern("certificate.locked", lang))
+            alert(page, pattern("certificate.locked_with_exercises", lang))
             wait_app(page)
             assert button(m, "certificate.create", lang).count() == 0
             assert m.get_by_test_id("stForm").count() == 0

@@ -62,8 +62,10 @@ def answer(at: AppTest, attempt: QuizAttempt, pos: int, response, lang: str) -> 
                 box.set_value(box.key.rsplit("_", 1)[1] in response)
     elif qtype == "numeric":
         at.text_input(key=key).input(response)
-    else:
-        at.multiselect(key=key).set_value(response)
+    else:  # ordering: one select box per position
+        for n, item in enumerate(response, 1):
+            at.selectbox(key=f"{key}_{n}").set_value(item)
+        at.run()
     click(at, i18n.t("quiz.submit", lang))
 
 
@@ -200,6 +202,30 @@ def test_a_partial_ordering_asks_for_every_item_and_stores_nothing():
     assert i18n.t("quiz.need_all_items", "en") in [w.value for w in at.warning]
     with session_scope() as s:
         assert s.exec(select(QuizAnswer).where(QuizAnswer.attempt_id == attempt.id)).all() == []
+
+
+@pytest.mark.usefixtures("app_db")
+def test_ordering_is_one_select_box_per_position_and_refuses_an_item_twice():
+    """A widget made for ordering (review m-quiz): positions 1..n, each a select box."""
+    with session_scope() as s:
+        learner = sign_up(session=s, email="twice-order@example.org", password="long enough pw")
+    attempt, pos = seeded_attempt(learner.id, "ordering")
+    at = open_quiz(learner.id, "en")
+    for _ in range(pos):
+        click(at, i18n.t("quiz.next", "en"))
+    key = f"ans_{attempt.id}_{pos}"
+    items = attempt.plan[pos]["items"]
+    boxes = [b for b in at.selectbox if b.key and b.key.startswith(key + "_")]
+    assert [b.label for b in boxes] == [i18n.t("quiz.order_position", "en", n=n) for n in range(1, len(items) + 1)]
+    assert not at.multiselect
+    right = right_answer(attempt.plan[pos], load_bank(), "en")
+    answer(at, attempt, pos, [right[0], *right[:-1]], "en")  # the first item twice, the last nowhere
+    assert any(w.value.startswith("“") and "more than once" in w.value for w in at.warning)
+    assert i18n.t("quiz.need_all_items", "en") in [w.value for w in at.warning]
+    with session_scope() as s:
+        assert s.exec(select(QuizAnswer).where(QuizAnswer.attempt_id == attempt.id)).all() == []
+    answer(at, attempt, pos, right, "en")
+    assert i18n.t("quiz.right", "en") in [x.value for x in at.success]
 
 
 @pytest.mark.usefixtures("app_db")

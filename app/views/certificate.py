@@ -3,7 +3,7 @@
 One active certificate per learner: "Create" shows only while there is
 none; a new name or language goes through Reissue. The store enforces the
 same (a forged or raced "Create" gets the existing one or AlreadyCertified),
-and refuses a learner an admin disqualified."""
+and refuses a learner an admin disqualified: both ask ``certs.eligibility``."""
 
 import streamlit as st
 
@@ -21,35 +21,45 @@ if who is None:
     st.stop()
 
 with session_scope() as session:
-    attempt = certs.eligible_attempt(session=session, learner_id=who.id)
+    # The one rule the store also applies: this page offers "Create" only when the store would issue.
+    verdict = certs.eligibility(session=session, learner_id=who.id)
     mine = certs.certificates_of(session=session, learner_id=who.id)
-    blocked = certs.is_disqualified(session=session, learner_id=who.id)
+    passed_exercises = exercises.passes(session=session, learner_id=who.id)
+needs_exercises = get_settings().certificate_requires_exercises
+
+
+def exercise_checklist() -> None:
+    """The exercises the certificate asks for, each passed or with a link to it."""
+    for ex in exercises.required():
+        title = exercises.text(ex, code)["title"]
+        if ex in passed_exercises:
+            st.write(t("certificate.exercise_done", title=title))
+        else:
+            ui.link("exercises", t("certificate.exercise_todo", title=title), ":material/code:", exercise=ex)
+
 
 # No passed attempt: nothing can be claimed here, whatever the URL says.
-if attempt is None:
-    st.info(t("certificate.locked", pass_mark=get_settings().quiz_pass_percent))
-    ui.link("quiz", t("certificate.to_quiz"), ":material/quiz:")
+if verdict.reason == "quiz_missing":
+    pass_mark = get_settings().quiz_pass_percent
+    with st.container(border=True):
+        if needs_exercises:
+            st.info(t("certificate.locked_with_exercises", pass_mark=pass_mark))
+            exercise_checklist()
+        else:
+            st.info(t("certificate.locked", pass_mark=pass_mark))
+        ui.link("quiz", t("certificate.to_quiz"), ":material/quiz:")
     st.stop()
 
-if blocked:
+if verdict.reason == "disqualified":
     st.error(t("certificate.disqualified"))
 
 lang_names = certs.texts(code)["languages"]
-has_active = any(c.revoked_at is None for c in mine)
 
 # The quiz alone is not enough while the setting asks for exercises: say which, with links.
-# (The store refuses the same, so a forged "Create" gets nothing either.)
-with session_scope() as session:
-    missing = exercises.missing_for_certificate(session=session, learner_id=who.id)
-if missing and not has_active:
+if verdict.reason == "exercises_missing":
     with st.container(border=True):
         st.info(t("certificate.needs_exercises"))
-        for ex in exercises.required():
-            title = exercises.text(ex, code)["title"]
-            if ex in missing:
-                ui.link("exercises", t("certificate.exercise_todo", title=title), ":material/code:", exercise=ex)
-            else:
-                st.write(t("certificate.exercise_done", title=title))
+        exercise_checklist()
 
 
 @st.cache_data(max_entries=256, show_spinner=False)
@@ -69,9 +79,9 @@ def _badge(cert_id: str) -> str:
         return certs.ensure_credential(session=session, cert=cert).credential_json
 
 
-if not has_active and not blocked and not missing:
+if verdict.eligible:
     with st.container(border=True):
-        st.write(t("certificate.eligible", score=round(attempt.score)))
+        st.write(t("certificate.eligible", score=round(verdict.attempt.score)))
         with st.form("issue"):
             name = st.text_input(t("certificate.name"), value=who.display_name, max_chars=200,
                                  help=t("certificate.name_help"))

@@ -214,23 +214,29 @@ def report(run) -> None:  # noqa: ANN001  (a LabRun)
         st.error(t("exercises.stopped") if stopped else t("exercises.grader_failed"))
         return
     res = run.result
+    exercise = run.params.get("exercise")
     cases = res.get("cases") or []
     failed = [c for c in cases if c.get("status") != "passed"]
+    counts = exercises.case_counts(cases)
     if res.get("status") == "passed":
-        st.success(t("exercises.passed", count=len(cases)))
+        # The exercise's own words: what "right" means differs (bytes for the ring, not for averaging).
+        st.success(exercises.message("passed", code, {"count": len(cases)}, exercise))
     elif res.get("status") == "error" or res.get("error"):
         err = res.get("error") or {}
         st.error(t("exercises.error"))
-        st.text(exercises.message(err.get("key", "crash"), code, err.get("values"), run.params.get("exercise")))
+        st.text(exercises.message(err.get("key", "crash"), code, err.get("values"), exercise))
     else:
-        st.error(t("exercises.failed", failed=sum(c.get("status") == "failed" for c in cases), count=len(cases)))
+        # Cases stopped after a failure are "not run", not failures: the headline counts them apart.
+        key = "exercises.failed_not_run" if counts["not_run"] else "exercises.failed"
+        st.error(t(key, passed=counts["passed"], failed=counts["failed"], not_run=counts["not_run"],
+                   count=len(cases)))
     if res.get("duration_s") is not None:
         st.caption(t("exercises.duration", seconds=res["duration_s"], sandbox=res.get("sandbox", "?")))
     first_failure = failed[0]["id"] if failed else None
     for case in cases:
         status = case.get("status", "not_run")
         label = t("exercises.case", id=case.get("id", "?"), world=case.get("world_size", "?"),
-                  size=case.get("size", "?"), dtype=case.get("dtype", "?"))
+                  count=case.get("size", "?"), dtype=case.get("dtype", "?"))
         icon = {"passed": ":material/check_circle:", "failed": ":material/cancel:"}.get(status, ":material/block:")
         with st.expander(f"{label} · {t(f'exercises.case_status.{status}')}", icon=icon,
                          expanded=case.get("id") == first_failure):
@@ -238,10 +244,11 @@ def report(run) -> None:  # noqa: ANN001  (a LabRun)
             for finding in case.get("findings") or []:
                 if not finding.get("passed", False):
                     st.text("✗ " + exercises.message(finding.get("key", ""), code, finding.get("values"),
-                                                     run.params.get("exercise")))
-            for wait in case.get("waiting") or []:
-                st.text(t("exercises.waiting", rank=wait.get("rank"), op=wait.get("op"),
-                          peer=wait.get("peer"), bytes=wait.get("bytes")))
+                                                     exercise))
+            if status == "not_run":
+                st.caption(exercises.message("case_not_run", code))
+            for wait in case.get("waiting") or []:  # with its direction: send *to*, recv *from*
+                st.text(exercises.waiting(wait, code, exercise))
             for rank, output in sorted((case.get("output") or {}).items()):
                 if output:
                     st.caption(t("exercises.output", rank=rank))
@@ -259,15 +266,15 @@ if run is not None:
     else:
         report(run)
 
-# After a pass, and only then: the reference beside the code that passed.
+# After a pass, and only then: the reference with the code that passed.
 with session_scope() as session:
     mine = exercises.passes(session=session, learner_id=who.id).get(current)
     passing = exercises.own_run(learner_id=who.id, run_id=mine.run_id) if mine else None
 if mine is not None:
     st.divider()
-    st.caption(t("exercises.reference_note"))
-    yours, ours = st.columns(2)
-    yours.markdown(f"**{t('exercises.yours')}**")
-    yours.code(passing.source if passing is not None and passing.source else typed, language="python")
-    ours.markdown(f"**{t('exercises.reference')}**")
-    ours.code(exercises.reference(current), language="python")
+    st.caption(exercises.message("reference_note", code, None, current))
+    # One above the other, each at the page's width: side by side, code lines scrolled sideways.
+    st.markdown(f"**{t('exercises.yours')}**")
+    st.code(passing.source if passing is not None and passing.source else typed, language="python")
+    st.markdown(f"**{t('exercises.reference')}**")
+    st.code(exercises.reference(current), language="python")

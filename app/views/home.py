@@ -1,13 +1,27 @@
-"""Home: what the course is, the course map and the learner's progress."""
+"""Home: what the course is, the course map and the learner's progress.
+
+The course map is laid out row by row (one ``st.columns`` per row), so the
+page's order, which a keyboard, a screen reader and a phone's stacked
+columns follow, is the reading order 1, 2, 3, ... The certificate card says
+what ``certificates.eligibility`` answers, the rule the store issues by.
+"""
 
 import streamlit as st
 
-from academy import lessons
+import certificates as certs
+from academy import exercises, lessons
+from academy.db import session_scope
+from academy.labruns import lab_run_count
+from academy.settings import get_settings
 from app import ui
+from quizzes import store as quiz_store
+
+PER_ROW = 3
 
 t = ui.t
 code = st.session_state["lang"]
 who = ui.learner()
+settings = get_settings()
 
 st.title(t("app.title"))
 st.markdown(f"### {lessons.course_title(code)}")
@@ -26,12 +40,74 @@ if next_up is not None:
     label = t("home.start") if count == 0 else t("home.continue", title=next_up.title)
     ui.link("lessons", label, ":material/play_arrow:", section=next_up.id)
 
-cols = st.columns(3)
-for i, sec in enumerate(all_sections):
-    with cols[i % 3].container(border=True):
-        mark = f" ✓ *{t('home.done_mark')}*" if sec.id in done else ""
-        st.markdown(f"**{i + 1}. {sec.title}**{mark}")
-        st.caption(sec.summary)
-        ui.link("lessons", sec.title, ":material/menu_book:", section=sec.id)
+for row_start in range(0, len(all_sections), PER_ROW):
+    row = all_sections[row_start:row_start + PER_ROW]
+    for number, sec, col in zip(range(row_start + 1, row_start + 1 + len(row)), row, st.columns(PER_ROW),
+                                strict=False):
+        with col.container(border=True):
+            mark = f" ✓ *{t('home.done_mark')}*" if sec.id in done else ""
+            st.markdown(f"**{number}. {sec.title}**{mark}")
+            st.caption(sec.summary)
+            ui.link("lessons", sec.title, ":material/menu_book:", section=sec.id)
 
-ui.home_status(who)
+# --- the learner's status: quiz, exercises, certificate, labs -------------------------
+st.subheader(t("home.status"))
+best = verdict = None
+passed_exercises: dict = {}
+runs = 0
+if who is not None:
+    with session_scope() as session:
+        best = quiz_store.best_attempt(session=session, learner_id=who.id)
+        passed_exercises = exercises.passes(session=session, learner_id=who.id)
+        verdict = certs.eligibility(session=session, learner_id=who.id)
+        runs = lab_run_count(session=session, learner_id=who.id)
+required = exercises.required() if settings.certificate_requires_exercises else ()
+c_quiz, c_ex, c_cert, c_labs = st.columns(4)
+
+with c_quiz.container(border=True):
+    st.markdown(f"**{t('home.quiz_status')}**")
+    if best is None:
+        st.write(t("home.quiz_none"))
+    elif best.passed:
+        st.write(t("home.quiz_passed", score=round(best.score)))
+    else:
+        st.write(t("home.quiz_best", score=round(best.score), pass_mark=settings.quiz_pass_percent))
+    ui.link("quiz", t("nav.quiz"), ":material/quiz:")
+
+with c_ex.container(border=True):
+    st.markdown(f"**{t('home.exercises_status')}**")
+    if who is None:
+        st.write(t("home.exercises_guest"))
+    else:
+        catalog = exercises.catalog()
+        st.write(t("home.exercises_passed", passed=sum(ex in passed_exercises for ex in catalog),
+                   count=len(catalog)))
+        if required:
+            st.caption(t("home.exercises_required", done=sum(ex in passed_exercises for ex in required),
+                         count=len(required)))
+    ui.link("exercises", t("nav.exercises"), ":material/code:")
+
+with c_cert.container(border=True):
+    st.markdown(f"**{t('home.cert_status')}**")
+    if verdict is None:
+        st.write(t("home.cert_guest_exercises") if required else t("home.cert_guest"))
+    elif verdict.reason == "quiz_missing":
+        st.write(t("home.cert_needs_quiz_exercises" if required else "home.cert_needs_quiz",
+                   pass_mark=settings.quiz_pass_percent))
+    elif verdict.reason == "exercises_missing":
+        st.write(t("home.cert_needs_exercises", count=len(verdict.missing)))
+        for ex in verdict.missing:
+            ui.link("exercises", exercises.text(ex, code)["title"], ":material/code:", exercise=ex)
+    elif verdict.reason == "disqualified":
+        st.write(t("home.cert_disqualified"))
+    elif verdict.reason == "already_issued":
+        st.write(t("home.cert_issued", id=verdict.certificate_id))
+    else:
+        st.write(t("home.cert_ready"))
+    if verdict is not None and verdict.reason in ("eligible", "already_issued", "disqualified"):
+        ui.link("certificate", t("nav.certificate"), ":material/workspace_premium:")
+
+with c_labs.container(border=True):
+    st.markdown(f"**{t('home.labs_status')}**")
+    st.write(t("home.labs_runs", count=runs) if runs else t("home.labs_none"))
+    ui.link("labs", t("nav.labs"), ":material/science:")

@@ -3,6 +3,7 @@
 import streamlit as st
 from sqlalchemy.exc import OperationalError
 
+import certificates as certs
 from academy import lessons
 from academy.db import session_scope
 from academy.settings import get_settings
@@ -34,7 +35,8 @@ def show_feedback(fb) -> None:
         st.warning(t("quiz.partly", percent=round(fb.credit * 100)))
     else:
         st.error(t("quiz.wrong"))
-    st.markdown(t("quiz.your_answer", answer=", ".join(fb.given) or t("quiz.unanswered")))
+    joiner = " → " if fb.type == "ordering" else ", "  # an order reads as one, as the right answer below
+    st.markdown(t("quiz.your_answer", answer=joiner.join(fb.given) or t("quiz.unanswered")))
     if not fb.correct:
         st.markdown(t("quiz.correct_answer", answer=" → ".join(fb.correct_answer)
                       if fb.type == "ordering" else ", ".join(fb.correct_answer)))
@@ -74,11 +76,34 @@ def answer_widget(question, key: str) -> tuple[object, bool]:
         label = t("quiz.number_label", unit=question.unit) if question.unit else t("quiz.number_label_plain")
         text = st.text_input(label, key=key, max_chars=64, help=t("quiz.number_help"))
         return (text, True) if text.strip() else (None, False)
+    return ordering_widget(question, key)
+
+
+def ordering_widget(question, key: str) -> tuple[list[str] | None, bool]:
+    """One select box per position, 1 to n, each offering every item: a widget made for
+    putting things in order, used by keyboard (Tab, arrows, Enter) as by mouse, and read
+    top to bottom by a screen reader. The response is the item keys by position; it is
+    complete when every position holds an item and no item is placed twice."""
     labels = dict(question.items)
     st.caption(t("quiz.order_hint"))
-    order = st.multiselect(t("quiz.order_label"), list(labels), format_func=labels.get, key=key,
-                           placeholder=t("quiz.order_placeholder"))
-    return order or None, len(order) == len(labels)
+    picks = [st.selectbox(t("quiz.order_position", n=n), list(labels), index=None, format_func=labels.get,
+                          placeholder=t("quiz.order_placeholder"), key=f"{key}_{n}")
+             for n in range(1, len(labels) + 1)]
+    chosen = [k for k in picks if k is not None]
+    twice = [k for k in dict.fromkeys(chosen) if chosen.count(k) > 1]
+    for k in twice:
+        st.warning(t("quiz.order_twice", item=labels[k]))
+    return chosen or None, len(chosen) == len(labels) and not twice
+
+
+def certificate_link() -> None:
+    """"Claim" only when the store would issue (``certs.eligibility``); else a link to what is missing."""
+    with session_scope() as session:
+        verdict = certs.eligibility(session=session, learner_id=who.id)
+    if verdict.eligible:
+        ui.link("certificate", t("quiz.claim"), ":material/workspace_premium:")
+    elif verdict.reason == "exercises_missing":
+        ui.link("certificate", t("quiz.certificate_next"), ":material/workspace_premium:")
 
 
 def show_summary(summary) -> None:
@@ -87,7 +112,7 @@ def show_summary(summary) -> None:
         st.info(t("quiz.practice_done", correct=summary.correct, total=summary.total))
     elif summary.passed:
         st.success(t("quiz.passed", pass_mark=settings.quiz_pass_percent))
-        ui.link("certificate", t("quiz.claim"), ":material/workspace_premium:")
+        certificate_link()
     else:
         st.error(t("quiz.failed", pass_mark=settings.quiz_pass_percent))
 
@@ -150,7 +175,7 @@ if attempt is None:
         st.info(t("quiz.best", score=round(best.score),
                   result=t("quiz.result_pass") if best.passed else t("quiz.result_fail")))
         if best.passed:
-            ui.link("certificate", t("quiz.claim"), ":material/workspace_premium:")
+            certificate_link()
     if st.button(t("quiz.start"), type="primary", icon=":material/play_arrow:"):
         with session_scope() as session:
             store.start_attempt(session=session, learner_id=who.id, lang=code, k=settings.quiz_questions,

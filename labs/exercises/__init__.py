@@ -7,7 +7,8 @@
 Each exercise is a trusted folder ``labs/exercises/<id with _>/``:
 ``exercise.py`` (hidden cases and the checks), ``starter.py`` (what the
 editor starts with) and ``reference.py`` (shown after a pass, never sent to
-the sandbox). Its statement, hints and feedback are data, per language, in
+the sandbox; written for the learner who reads it, so notes for us go in the
+folder's ``__init__.py``). Its statement, hints and feedback are data, per language, in
 ``content/exercises/<lang>/``. The learner's file runs only in the sandbox
 (``labs.sandbox``), under the harness in ``runtime/`` (see
 ``labs.exercises.grader`` for the whole path from file to report).

@@ -99,16 +99,7 @@ def finding_lines(finding: dict, lang: str, exercise_id: str) -> list[str]:
 
 
 def waiting_lines(rows: list[dict], lang: str) -> list[str]:
-    out = []
-    for row in rows:
-        op = row["op"]
-        key = {"send": "waiting_send", "isend": "waiting_send", "recv": "waiting_recv", "irecv": "waiting_recv",
-               "running": "waiting_running", "finished": "waiting_finished",
-               "raised": "waiting_raised"}.get(op, "waiting_other")
-        if key == "waiting_recv" and row["peer"] is None:
-            key = "waiting_recv_any"
-        out.append(messages.text(key, lang, **row))
-    return out
+    return [messages.waiting(row, lang) for row in rows]
 
 
 def render(report: dict, lang: str) -> str:
@@ -135,8 +126,10 @@ def render(report: dict, lang: str) -> str:
                 lines.append("      " + messages.text("output", lang, rank=rank))
                 lines += ["        " + line for line in text.rstrip().splitlines()]
     if cases:
-        lines.append(messages.text("summary", lang, passed=passed, total=len(cases),
-                                   seconds=f"{report['duration_s']:.1f}", sandbox=report["sandbox"]))
+        failed = sum(c["status"] == "failed" for c in cases)
+        lines.append(messages.text("summary", lang, passed=passed, failed=failed,
+                                   not_run=len(cases) - passed - failed,
+                                   seconds=round(report["duration_s"], 1), sandbox=report["sandbox"]))
     return "\n".join(lines)
 
 

@@ -87,8 +87,10 @@ def _wrong(case: dict, world: int, got: list, expected: dict, *, exact: bool = F
     return wrong
 
 
-def _num(x) -> str:
-    return f"{x:.6g}" if isinstance(x, float) else str(x)
+def _num(x):
+    """A value for a message: a float to 6 significant digits (still a number, so the page
+    writes it with the reader's decimal mark), anything else as it is."""
+    return float(f"{x:.6g}") if isinstance(x, float) and math.isfinite(x) else x if isinstance(x, int) else str(x)
 
 
 def _show(x) -> str:

@@ -12,10 +12,20 @@ is looked up in the exercise's feedback first, then the shared file, then
 the same in English, so a missing translation shows English, never a bare
 key. ``labs`` may read ``content/`` but not import ``academy``, so the
 folder is found here: ``$CONTENT_DIR`` (the app's setting) or the repo's.
+
+Numbers in a message are written the reader's way (Babel's CLDR data, as
+``academy.i18n`` does for the UI): "5,3" and "4.194.304" in Dutch, "5.3" and
+"4,194,304" in English. Text values (a call, an exception message, a line of
+the learner's code) are left exactly as they are.
+
+``waiting(row, lang)`` renders one row of a deadlock report (``{"rank",
+"op", "peer", "bytes"}``) with its direction: a send waits *to* its peer, a
+receive *from* it ("waiting in send to rank 1", "waiting in recv from rank 0").
 """
 
 from __future__ import annotations
 
+import numbers
 import os
 import string
 from functools import cache
@@ -73,12 +83,68 @@ def template(key: str, lang: str = DEFAULT_LANG, exercise_id: str | None = None)
     return None
 
 
+@cache
+def _marks(lang: str) -> tuple[str, str]:
+    """(decimal mark, grouping mark) of ``lang`` from CLDR; English's where Babel has none."""
+    from babel import Locale, UnknownLocaleError
+    from babel.numbers import get_decimal_symbol, get_group_symbol
+
+    try:
+        Locale.parse(lang)
+    except (UnknownLocaleError, ValueError):
+        return ".", ","
+    return get_decimal_symbol(lang), get_group_symbol(lang)
+
+
+def number(value: float, lang: str = DEFAULT_LANG, spec: str = "") -> str:
+    """``value`` as ``lang`` writes it: Python formats it (``spec``, else integers of five
+    digits or more grouped in thousands and floats as ``str`` gives them), then the
+    decimal and grouping marks become the language's."""
+    if spec:
+        shown = format(value, spec)
+    elif isinstance(value, int) and abs(value) >= 10_000:
+        shown = format(value, ",")
+    else:
+        shown = str(value)
+    decimal, group = _marks(lang)
+    if (decimal, group) == (".", ","):
+        return shown
+    return shown.translate({ord("."): "\0", ord(","): group}).replace("\0", decimal)
+
+
+class _Local(string.Formatter):
+    """``str.format`` that writes numbers in the reader's marks (``number``), text as it is."""
+
+    def __init__(self, lang: str) -> None:
+        self.lang = lang
+
+    def format_field(self, value, format_spec: str) -> str:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            return super().format_field(value, format_spec)
+        return number(value, self.lang, format_spec)
+
+
 def text(key: str, lang: str = DEFAULT_LANG, exercise: str | None = None, **values) -> str:
-    """The message ``key`` in ``lang`` with ``values`` filled in (``values`` stay plain text)."""
+    """The message ``key`` in ``lang`` with ``values`` filled in (text values stay plain
+    text; numbers in the language's marks)."""
     found = template(key, lang, exercise)
     if found is None:
         return key
-    return string.Formatter().vformat(found, (), _Keep({k: "" if v is None else v for k, v in values.items()}))
+    return _Local(lang).vformat(found, (), _Keep({k: "" if v is None else v for k, v in values.items()}))
+
+
+WAITING = {"send": "waiting_send", "isend": "waiting_send", "recv": "waiting_recv", "irecv": "waiting_recv",
+           "running": "waiting_running", "finished": "waiting_finished", "raised": "waiting_raised"}
+
+
+def waiting(row: dict, lang: str = DEFAULT_LANG, exercise: str | None = None) -> str:
+    """One rank of a deadlock report (``{"rank", "op", "peer", "bytes"}``) in ``lang``: a send
+    waits *to* its peer, a receive *from* it (or from any rank, with no peer); a collective,
+    a barrier, a rank busy in the learner's code, finished or raised each have their own words."""
+    key = WAITING.get(row.get("op"), "waiting_other")
+    if key == "waiting_recv" and row.get("peer") is None:
+        key = "waiting_recv_any"
+    return text(key, lang, exercise, **row)
 
 
 def placeholders(message: str) -> set[str]:

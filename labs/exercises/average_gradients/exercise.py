@@ -98,6 +98,7 @@ def params_finding(case: dict, ranks: list[dict], tolerance: float, *, ok: str, 
     return {"check": "params", "passed": True, "key": ok, "values": {**values, "diff": short(largest)}}
 
 
-def short(x: float) -> str:
-    """A difference as the feedback shows it: two significant digits."""
-    return "inf" if x == math.inf else f"{x:.2g}"
+def short(x: float) -> float | str:
+    """A difference as the feedback shows it: two significant digits, still a number (the
+    page writes it in the reader's marks); "inf" for no match at all (JSON has no infinity)."""
+    return "inf" if x == math.inf else float(f"{x:.2g}")

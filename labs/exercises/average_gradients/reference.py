@@ -1,8 +1,6 @@
-"""Reference solution of average-gradients.
+"""Average the gradients over the ranks: all-reduce each one (a sum), then divide by the world size.
 
-Trusted: it never enters the sandbox, and the page shows it only after the
-learner has passed. It is labs/ddp.py's ``naive_sync_gradients`` written
-against the exercise's signature (the world size comes from ``dist``).
+This is what DDP does for you, one parameter at a time and without overlap.
 """
 
 import torch.distributed as dist

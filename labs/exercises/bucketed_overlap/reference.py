@@ -1,7 +1,6 @@
-"""Reference solution of bucketed-overlap: a small DDP of one's own.
+"""A small DDP of one's own: gradients in buckets, all-reduced while backward goes on.
 
-Trusted: it never enters the sandbox, and the page shows it only after the
-learner has passed. Gradients go into the open bucket in the order backward
+Gradients go into the open bucket in the order backward
 produces them; a bucket that reaches the cap is flattened and all-reduced at
 once with ``async_op=True``, so the communication runs while backward goes on
 with the earlier layers. ``finish()`` sends the last, partly filled bucket,

@@ -1,7 +1,6 @@
-"""Reference solution of shard-indices: DistributedSampler's rule, by hand.
+"""DistributedSampler's rule, by hand: one shuffled order for all ranks, padded, then split.
 
-Trusted: it never enters the sandbox, and the page shows it only after the
-learner has passed. The permutation comes from a generator seeded with
+The permutation comes from a generator seeded with
 ``seed + epoch`` (what torch's DistributedSampler does), so every rank draws
 the same one without talking to the others and a new epoch draws a new one.
 The order is padded by repeating its beginning until it divides evenly, and

@@ -1,0 +1,138 @@
+"""Home in a real browser: every status state in en, zh and nl at 1400 px and 390 px, with the
+course map in reading order on the phone; and a deadlock report on the Exercises page.
+
+Screenshots: ``test-artifacts/home-<state>-<lang>-<width>.png`` (guest, nothing, quiz_only,
+eligible, issued, disqualified) and ``exercise-deadlock-<lang>.png``.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from academy import exercises, i18n
+from academy.accounts import open_session
+from academy.db import session_scope
+from academy.i18n import t
+from academy.models import LabRun
+from app.ui import cookie_name
+from tests.browserkit import main, wait_app
+from tests.test_home import learner_in
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+LANGS = ("en", "zh", "nl")
+STATES = ("guest", "nothing", "quiz_only", "eligible", "issued", "disqualified")
+WIDTHS = (1400, 390)
+CERT_TEXT = {"guest": "home.cert_guest_exercises", "nothing": "home.cert_needs_quiz_exercises",
+             "quiz_only": "home.cert_needs_exercises", "eligible": "home.cert_ready", "issued": "home.cert_issued",
+             "disqualified": "home.cert_disqualified"}
+
+
+def whole_page(page, path, width: int) -> None:
+    """A screenshot of the whole page: Streamlit scrolls inside its main area, not the body,
+    so the window is made as tall as that area's content first (then set back)."""
+    tall = page.evaluate("() => Math.max(...['stMain', 'stAppViewContainer', 'stMainBlockContainer']"
+                         ".map(id => document.querySelector(`[data-testid=${id}]`)?.scrollHeight || 0))")
+    page.set_viewport_size({"width": width, "height": min(max(int(tall) + 80, 900), 12_000)})
+    wait_app(page)
+    page.screenshot(path=str(path), full_page=True)
+    page.set_viewport_size({"width": width, "height": 900})
+
+
+def signed_in(browser, server, learner_id: int | None, width: int):
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    if learner_id is not None:
+        with session_scope() as session:
+            token = open_session(session=session, learner_id=learner_id)
+        context.add_cookies([{"name": cookie_name(), "value": token, "url": server.url}])
+    return context
+
+
+@pytest.mark.usefixtures("on_server_db")
+def test_home_in_every_state_language_and_width(server, browser, artifacts):
+    learners = {state: None if state == "guest" else learner_in(state, f"shot-{state}@example.org")
+                for state in STATES}
+    for state, learner_id in learners.items():
+        for width in WIDTHS:
+            context = signed_in(browser, server, learner_id, width)
+            page = context.new_page()
+            try:
+                for lang in LANGS:
+                    page.goto(f"{server.url}/?lang={lang}")
+                    wait_app(page)
+                    key = CERT_TEXT[state]
+                    raw = i18n.catalog(lang)[key]
+                    raw = raw["other"] if isinstance(raw, dict) else raw
+                    words = max(re.split(r"\{[^{}]*\}", raw), key=len).strip()  # the text around the values
+                    main(page).get_by_text(words, exact=False).first.wait_for(timeout=30_000)
+                    # The phone stacks the cards: the page's order must be the reading order.
+                    titles = main(page).get_by_text(re.compile(r"^\d+\. ")).all_inner_texts()
+                    numbers = [int(x.split(".", 1)[0]) for x in titles]
+                    assert numbers == sorted(numbers) and numbers[0] == 1, numbers
+                    whole_page(page, artifacts / f"home-{state}-{lang}-{width}.png", width)
+            finally:
+                context.close()
+
+
+@pytest.mark.usefixtures("on_server_db")
+def test_a_deadlock_report_names_each_direction(server, browser, artifacts):
+    learner_id = learner_in("nothing", "deadlock-shot@example.org")
+    stuck = {"id": "w3-n7-float32", "world_size": 3, "size": 7, "dtype": "float32", "status": "failed",
+             "findings": [{"check": "deadlock", "passed": False, "key": "deadlock", "values": {"seconds": 5}}],
+             "waiting": [{"rank": 0, "op": "send", "peer": 1, "bytes": 28},
+                         {"rank": 1, "op": "recv", "peer": 0, "bytes": 0},
+                         {"rank": 2, "op": "irecv", "peer": 1, "bytes": 0}], "output": {}}
+    cases = [{**stuck, "id": "w2-n5-float32", "world_size": 2, "size": 5, "status": "passed", "findings": [],
+              "waiting": []}, stuck]
+    cases += [{**stuck, "id": f"w3-n{k}-float32", "size": k, "status": "not_run", "findings": [], "waiting": []}
+              for k in (9, 1000, 12345)]
+    with session_scope() as session:
+        session.add(LabRun(learner_id=learner_id, lab=exercises.LAB, status="done", source="# stuck\n",
+                           params={"exercise": "ring-allreduce", "lang": "en"},
+                           result={"exercise": "ring-allreduce", "status": "failed", "ok": False, "error": None,
+                                   "cases": cases, "trace": {}, "duration_s": 5.9, "sandbox": "bwrap"}))
+        session.commit()
+    context = signed_in(browser, server, learner_id, 1400)
+    page = context.new_page()
+    try:
+        for lang in LANGS:
+            page.goto(f"{server.url}/exercises?lang={lang}&exercise=ring-allreduce")
+            wait_app(page)
+            headline = t("exercises.failed_not_run", lang, passed=1, failed=1, not_run=3, count=5)
+            main(page).get_by_text(headline).wait_for(timeout=30_000)
+            report = main(page).get_by_test_id("stExpander").filter(has_text="w3-n7-float32")
+            report.scroll_into_view_if_needed()
+            whole_page(page, artifacts / f"exercise-deadlock-{lang}.png", 1400)
+    finally:
+        context.close()
+
+
+@pytest.mark.usefixtures("on_server_db")
+def test_an_ordering_question_is_answered_position_by_position(server, browser, artifacts):
+    from benchmarks.quizkey import right_answer
+    from quizzes.bank import load_bank
+    from quizzes.engine import public_question
+    from tests.browserkit import alert, answer, button
+    from tests.test_quiz_page import seeded_attempt
+
+    learner_id = learner_in("nothing", "order-shot@example.org")
+    attempt, pos = seeded_attempt(learner_id, "ordering")
+    bank = load_bank()
+    context = signed_in(browser, server, learner_id, 1400)
+    page = context.new_page()
+    try:
+        page.goto(f"{server.url}/quiz?lang=en")
+        wait_app(page)
+        for _ in range(pos):
+            button(main(page), "quiz.next", "en").click()
+            wait_app(page)
+        question = public_question(attempt.plan[pos], bank, "en")
+        main(page).get_by_text(t("quiz.order_hint", "en")).wait_for(timeout=30_000)
+        response = right_answer(attempt.plan[pos], bank, "en")
+        answer(page, question, response, "en")  # picks each position, then submits
+        alert(page, t("quiz.right", "en"))
+        whole_page(page, artifacts / "quiz-ordering-en.png", 1400)
+    finally:
+        context.close()
