@@ -544,9 +544,8 @@ def command(lab: str, params: dict[str, Any], workdir: Path) -> list[str]:
     args = [sys.executable, "-m", "labs", lab, "--json", "--timeout", str(settings.lab_timeout_s),
             "--hang-timeout", str(settings.lab_hang_timeout_s),
             "--events", str(workdir / "events.jsonl"), "--out", str(workdir / "result.json")]
-    from labs import (
-        context,  # here, not at the top: it imports torch, which the platform does not need
-    )
+    # Here, not at the top: labs.context imports torch, which the platform does not need.
+    from labs import context
 
     flags = {name: flag(name, spec) for cls in (Run, context.load_lab(lab).Params)
              for name, (_field, spec) in specs(cls).items()}
