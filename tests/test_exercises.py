@@ -477,3 +477,26 @@ def test_a_harness_failure_event_fills_in_its_exit_code():
                                       "detail": "Segmentation fault"})
     assert error["values"] == {"returncode": -11}
     assert grader._error_from_event({"event": "error", "key": "harness_failed"})["values"] == {"returncode": "?"}
+
+
+def test_a_line_nested_deeper_than_json_reads_is_skipped_not_a_crash_of_the_grader(monkeypatch):
+    """Review N-13: a reply nested 985 deep made ``json.loads`` raise RecursionError, which is
+    no ValueError: the grader exited 2 with a traceback. Such a line is now ignored like any
+    other unreadable one, and a case whose reply cannot be read is that case's finding."""
+    deep = "[" * 100_000 + "]" * 100_000
+    case = {"id": "w2-n1-float32", "world_size": 2, "shape": [1], "dtype": "float32", "seed": 1}
+
+    def harness(_module, _args, *, stdin, on_line, mode, **_options):
+        event = _passing_ring_case_event(case, 1, 1)
+        event["ranks"][0]["reply"]["result"] = {"values": "DEEP"}
+        on_line(json.dumps({"event": "start", "total": 1}).encode())
+        on_line(deep.encode())  # not an event at all
+        on_line(json.dumps(event).replace('"DEEP"', deep).encode())
+        on_line(json.dumps({"event": "done", "duration_s": 0.1}).encode())
+        return sandbox.Outcome(returncode=0, stdout=b"", stderr=b"", duration_s=0.1, mode=mode, stopped=None)
+
+    monkeypatch.setattr(sandbox, "check_available", lambda _mode=None: None)
+    monkeypatch.setattr(sandbox, "run_python", harness)
+    report = grader.grade("ring-allreduce", exercises.reference("ring-allreduce"), case_ids={case["id"]})
+    assert report["status"] != "passed"
+    assert report["error"]["key"] == "harness_failed"  # the deep case event could not be read: 0 of 1 reported
