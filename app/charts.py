@@ -341,11 +341,17 @@ def trace_steps(traces: Sequence[Sequence[dict]]) -> tuple[list[list[Send]], lis
 
 
 def step_time_figure(measured: Sequence[float], predicted: Sequence[float], labels: dict[str, str],
-                     lang: str = DEFAULT_LANG) -> go.Figure:
-    """Measured step times beside the alpha-beta prediction (milliseconds)."""
+                     lang: str = DEFAULT_LANG, low: Sequence[float] | None = None,
+                     high: Sequence[float] | None = None) -> go.Figure:
+    """Measured step times beside the alpha-beta prediction (milliseconds);
+    ``low``/``high`` (seconds) draw each step's spread over repeated runs."""
     xs = list(range(1, len(measured) + 1))
     fig = go.Figure()
-    fig.add_bar(x=xs, y=[m * 1e3 for m in measured], name=labels["measured"])
+    error = None
+    if low is not None and high is not None:
+        error = {"type": "data", "symmetric": False, "array": [(h - m) * 1e3 for h, m in zip(high, measured, strict=True)],
+                 "arrayminus": [(m - lo) * 1e3 for lo, m in zip(low, measured, strict=True)]}
+    fig.add_bar(x=xs, y=[m * 1e3 for m in measured], name=labels["measured"], error_y=error)
     fig.add_scatter(x=xs, y=[p * 1e3 for p in predicted], mode="lines+markers", name=labels["theory"])
     fig.update_layout(height=300, xaxis_title=labels["step"], yaxis_title="ms", margin={"t": 20},
                       legend={"orientation": "h"})
