@@ -328,14 +328,18 @@ def bucketed_sync_gradients(model, world_size, bucket_numels):
     """Average gradients after backward in buckets: one all-reduce per bucket, not per tensor.
 
     The same buckets DDP builds (``bucket_numels``, in DDP's order: the last
-    layers first), but launched only when backward has finished: the saving
-    over `naive_sync_gradients` is bucketing alone, fewer and larger
-    all-reduces, with no overlap.
+    layers first), launched as DDP launches them (asynchronously, all in
+    flight together), but only when backward has finished: the saving over
+    `naive_sync_gradients` is bucketing alone, fewer and larger all-reduces,
+    with no overlap with backward.
     """
     grads = [q.grad for q in reversed(list(model.parameters())) if q.grad is not None]
     flat = torch.cat([g.reshape(-1) for g in grads])
-    for bucket in flat.split(bucket_numels):
-        dist.all_reduce(bucket, op=dist.ReduceOp.SUM)  # a view: reduces flat in place
+    # Views of flat: each reduces its part of flat in place.
+    works = [dist.all_reduce(bucket, op=dist.ReduceOp.SUM, async_op=True)
+             for bucket in flat.split(bucket_numels)]
+    for work in works:
+        work.wait()
     flat /= world_size
     offset = 0
     for g in grads:
@@ -347,7 +351,7 @@ def _breakdown(ctx, p, data, tick) -> dict:
     """Three ways to average the same gradients, step by step:
 
     - naive: backward, then one blocking all-reduce per tensor;
-    - bucketed: backward, then one blocking all-reduce per DDP bucket;
+    - bucketed: backward, then DDP's buckets, all launched at once;
     - ddp: DDP, whose hooks start each bucket's all-reduce during backward.
 
     naive - bucketed is what bucketing saves (fewer calls, each paying the
@@ -362,34 +366,29 @@ def _breakdown(ctx, p, data, tick) -> dict:
     batches = shard_batches(p, world_size=world, rank=rank, count=p.warmup + p.steps)
     layout = {"numels": []}
 
-    def timed_loop(kind, model, opt):
-        rows = []
-        for i, idx in enumerate(batches):
-            tick(f"breakdown: {kind}")
-            x, y = inputs[idx], labels[idx]
-            dist.barrier()  # start each step together: we time the step, not the skew
-            opt.zero_grad(set_to_none=True)
-            if kind == "ddp":
-                layout["numels"].clear()  # keep the last step's buckets (DDP rebuilds after the first)
-            sync = model.no_sync() if kind == "ddp compute only" else contextlib.nullcontext()
-            with sync:
-                t0 = _clock(ctx)
-                loss = F.cross_entropy(model(x), y)
-                t1 = _clock(ctx)
-                loss.backward()
-                t2 = _clock(ctx)
-            if kind == "naive":
-                naive_sync_gradients(model, world)
-            elif kind == "bucketed":
-                bucketed_sync_gradients(model, world, layout["numels"])
-            t3 = _clock(ctx)
-            if kind != "ddp compute only":
-                opt.step()
-            t4 = _clock(ctx)
-            if i >= p.warmup:
-                rows.append([t1 - t0, t2 - t1, t3 - t2, t4 - t3])
-        # Each step as its slowest rank saw it, part by part.
-        return torch.tensor(_max_over_ranks(ctx, [v for r in rows for v in r])).view(-1, 4).tolist()
+    def one_step(kind, model, opt, idx):
+        tick(f"breakdown: {kind}")
+        x, y = inputs[idx], labels[idx]
+        dist.barrier()  # start each step together: we time the step, not the skew
+        opt.zero_grad(set_to_none=True)
+        if kind == "ddp":
+            layout["numels"].clear()  # keep the last step's buckets (DDP rebuilds after the first)
+        sync = model.no_sync() if kind == "ddp compute only" else contextlib.nullcontext()
+        with sync:
+            t0 = _clock(ctx)
+            loss = F.cross_entropy(model(x), y)
+            t1 = _clock(ctx)
+            loss.backward()
+            t2 = _clock(ctx)
+        if kind == "naive":
+            naive_sync_gradients(model, world)
+        elif kind == "bucketed":
+            bucketed_sync_gradients(model, world, layout["numels"])
+        t3 = _clock(ctx)
+        if kind != "ddp compute only":
+            opt.step()
+        t4 = _clock(ctx)
+        return [t1 - t0, t2 - t1, t3 - t2, t4 - t3]
 
     def fresh():
         model = make_model(p).to(ctx.device)
@@ -403,17 +402,28 @@ def _breakdown(ctx, p, data, tick) -> dict:
 
     with ctx.communicating():
         naive, naive_opt = fresh()
-        naive_rows = timed_loop("naive", naive, naive_opt)
+        bucketed, bucketed_opt = fresh()
         ddp = _wrap(ctx, p, bucket_cap_mb=p.overlap_bucket_cap_mb)
         ddp.register_comm_hook(None, record_layout)
         ddp_opt = torch.optim.SGD(ddp.parameters(), lr=p.lr)
-        ddp_rows = timed_loop("ddp", ddp, ddp_opt)
+        # The four kinds take turns, step by step, so that each step index
+        # meets the same load on a shared machine: the differences below
+        # pair the i-th step of each kind. DDP goes before "bucketed", which
+        # reuses the buckets DDP has just built.
+        order = (("naive", naive, naive_opt), ("ddp", ddp, ddp_opt),
+                 ("ddp compute only", ddp, ddp_opt), ("bucketed", bucketed, bucketed_opt))
+        rows = {kind: [] for kind, _m, _o in order}
+        for i, idx in enumerate(batches):
+            for kind, model, opt in order:
+                row = one_step(kind, model, opt, idx)
+                if i >= p.warmup:
+                    rows[kind].append(row)
         buckets = len(layout["numels"])
         same = float((_flat(naive) - _flat(ddp.module)).abs().max())
-        # The same backward without DDP's all-reduces: pure compute.
-        compute_rows = timed_loop("ddp compute only", ddp, ddp_opt)
-        bucketed, bucketed_opt = fresh()
-        bucketed_rows = timed_loop("bucketed", bucketed, bucketed_opt)
+        # Each step as its slowest rank saw it, part by part.
+        naive_rows, ddp_rows, compute_rows, bucketed_rows = (
+            torch.tensor(_max_over_ranks(ctx, [v for r in rows[kind] for v in r])).view(-1, 4).tolist()
+            for kind, _m, _o in order)
 
     def column(rows, k):
         return [r[k] for r in rows]
