@@ -353,8 +353,10 @@ def step_time_figure(measured: Sequence[float], predicted: Sequence[float], labe
                  "arrayminus": [(m - lo) * 1e3 for lo, m in zip(low, measured, strict=True)]}
     fig.add_bar(x=xs, y=[m * 1e3 for m in measured], name=labels["measured"], error_y=error)
     fig.add_scatter(x=xs, y=[p * 1e3 for p in predicted], mode="lines+markers", name=labels["theory"])
-    fig.update_layout(height=300, xaxis_title=labels["step"], yaxis_title="ms", margin={"t": 20},
-                      legend={"orientation": "h"})
+    # The legend names the model line's source and how far off it is: below the
+    # axis title, not over it.
+    fig.update_layout(height=340, xaxis_title=labels["step"], yaxis_title="ms", margin={"t": 20},
+                      legend={"orientation": "h", "y": -0.3, "x": 0})
     return _marks(fig, lang)
 
 

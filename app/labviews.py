@@ -122,7 +122,7 @@ def model_line(s: dict, measured: list[float], fit: dict | None, cpus: int) -> d
     else:
         alpha, bandwidth = calc.LINKS["loopback-gloo"]
         predicted = ring_model.step_times(n, s["size_bytes"], step_bytes, steps, link=(alpha, bandwidth))
-        name = t("labs.ring.model_default", alpha=alpha * 1e6, bw=bandwidth / 1e9)
+        name = t("labs.ring.model_default")
     factor = ring_model.gap(measured, predicted)
     note = None
     if ring_model.off_by_more_than_limit(factor):
@@ -130,7 +130,8 @@ def model_line(s: dict, measured: list[float], fit: dict | None, cpus: int) -> d
         times = factor if below else 1 / factor
         name += " · " + t("labs.ring.model_below" if below else "labs.ring.model_above", times=times)
         source = "fit" if fit is not None else "default"
-        note = t(f"labs.ring.gap_{source}", times=times, count=n, cpus=cpus,
+        alpha, bandwidth = calc.LINKS["loopback-gloo"]
+        note = t(f"labs.ring.gap_{source}", times=times, count=n, cpus=cpus, alpha=alpha * 1e6, bw=bandwidth / 1e9,
                  direction=t("labs.ring.slower" if below else "labs.ring.faster"))
     return {"predicted": predicted, "name": name, "factor": factor, "note": note}
 
