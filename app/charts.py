@@ -607,14 +607,22 @@ def _model_line(fig: go.Figure, xs: Sequence[float], ys: Sequence[float], name: 
 
 
 def step_time_figure(measured: Sequence[float], predicted: Sequence[float], labels: dict[str, str],
-                     lang: str = DEFAULT_LANG) -> go.Figure:
-    """Measured step times (communication) beside the alpha-beta prediction (milliseconds)."""
+                     lang: str = DEFAULT_LANG, low: Sequence[float] | None = None,
+                     high: Sequence[float] | None = None) -> go.Figure:
+    """Measured step times beside the alpha-beta prediction (milliseconds);
+    ``low``/``high`` (seconds) draw each step's spread over repeated runs."""
     xs = list(range(1, len(measured) + 1))
     fig = go.Figure()
-    fig.add_bar(x=xs, y=[m * 1e3 for m in measured], name=labels["measured"], marker={"color": MEASURED})
+    error = None
+    if low is not None and high is not None:
+        error = {"type": "data", "symmetric": False, "color": MEASURED,
+                 "array": [(h - m) * 1e3 for h, m in zip(high, measured, strict=True)],
+                 "arrayminus": [(m - lo) * 1e3 for lo, m in zip(low, measured, strict=True)]}
+    fig.add_bar(x=xs, y=[m * 1e3 for m in measured], name=labels["measured"], marker={"color": MEASURED},
+                error_y=error)
     fig.add_scatter(x=xs, y=[p * 1e3 for p in predicted], mode="lines+markers", name=labels["theory"],
                     line={"color": MODEL, "dash": "dot", "width": 2}, marker={"color": MODEL, "symbol": "x"})
-    fig.update_layout(height=320, xaxis_title=labels["step"], yaxis_title="ms", margin={"t": 10},
+    fig.update_layout(height=340, xaxis_title=labels["step"], yaxis_title="ms", margin={"t": 10},
                       xaxis=_integer_axis(len(xs)))
     return _marks(fig, lang)
 

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from sqlmodel import select
 
-from academy import labqueue
+from academy import labqueue, labruns
 from academy.db import session_scope
 from academy.models import LabRun
 from academy.settings import get_settings
@@ -60,8 +60,8 @@ def validate(lab: str, params: dict[str, Any]) -> dict[str, Any]:
             clean[key] = kind(value)
     except (TypeError, ValueError):
         raise LabRequestError("labs.err_value") from None
-    clean.setdefault("world_size", Run().world_size)
     limits = get_settings().lab_limits
+    clean.setdefault("world_size", min(context.world_size_default(lab), limits.max_world_size))
     try:
         # Requests the lab itself would refuse are refused here, in the
         # learner's language, instead of after starting processes.
@@ -171,6 +171,16 @@ def latest_result(learner_id: int | None, lab: str) -> dict[str, Any] | None:
         run = session.exec(select(LabRun).where(LabRun.learner_id == learner_id, LabRun.lab == lab,
                                                 LabRun.status == "done").order_by(LabRun.id.desc())).first()
         return run.result if run else None
+
+
+def machine_fit(run: LabRun, impl: str) -> dict | None:
+    """The alpha-beta fit of ``impl`` from the newest benchmark on the machine
+    that ran ``run``, at its world size and backend (``academy.labruns.machine_fit``)."""
+    summary = (run.result or {}).get("summary") or {}
+    with session_scope() as session:
+        return labruns.machine_fit(session=session, worker=run.worker, impl=impl,
+                                   world_size=summary.get("world_size", 0),
+                                   backend=summary.get("backend", ""))
 
 
 _recovered = threading.Event()

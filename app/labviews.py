@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from typing import Any
 
 import streamlit as st
@@ -20,6 +21,7 @@ from app import calculators as calc
 from app import charts, labjobs
 from app.ui import labeler, t
 from app.widgets import chart, lang, num, ring_labels
+from labs import model as ring_model
 from labs import params as lab_params
 
 NVLINK_REFERENCE = (360.0, 480.0)  # GB/s busbw, NCCL all-reduce on 8 x H100/H200
@@ -44,12 +46,14 @@ def _fmt_bytes(n: float) -> str:
     return f"{num(n)} B"
 
 
-def param_widget(where, cls, name: str, limits: lab_params.Limits, *, none: bool = False) -> Any:
+def param_widget(where, cls, name: str, limits: lab_params.Limits, *, none: bool = False,
+                 default: Any = None) -> Any:
     """The form widget of one parameter, as its Spec describes it (label,
-    choices or range, default); ``none`` puts a "none" choice first and picks it."""
+    choices or range, default); ``none`` puts a "none" choice first and picks it;
+    ``default`` replaces the Spec's (a lab's own world size)."""
     f, spec = lab_params.specs(cls)[name]
     page = spec.page
-    value = lab_params.default(f, spec, limits, page=True)
+    value = lab_params.default(f, spec, limits, page=True) if default is None else default
     low, high = lab_params.bounds(spec, limits, page=True)
     helptext = t(page.help) if page.help else None
     widget = page.widget or ("select" if spec.choices else "sizes" if spec.unit == "bytes" else "slider")
@@ -70,28 +74,88 @@ def param_widget(where, cls, name: str, limits: lab_params.Limits, *, none: bool
     return where.slider(t(spec.key), low, high, value, help=helptext)
 
 
-def _fit(latest_bench: dict | None) -> tuple[float, float]:
-    """alpha (s) and B (B/s): from the learner's last benchmark, else typical loopback gloo."""
-    fit = ((latest_bench or {}).get("summary") or {}).get("fit", {}).get("all_reduce") or {}
-    if fit.get("alpha_s") and fit.get("bandwidth_Bps"):
-        return fit["alpha_s"], fit["bandwidth_Bps"]
-    return calc.LINKS["loopback-gloo"]
+# The ring lab's algorithms and the benchmark rows whose fit models their steps.
+BENCH_IMPL = {"ring": "ring", "pipelined": "ring_pipelined", "naive": "naive"}
 
 
-def ring(run: LabRun, latest_bench: dict | None) -> None:
+def _cpus(run: LabRun) -> int:
+    """CPU cores of the machine the run reports (``LabRun.machine``), else this one's."""
+    return (run.machine or {}).get("cpu_count") or os.cpu_count() or 1
+
+
+def look_for(run: LabRun) -> None:
+    """The one line that opens every lab result: what to look for in it."""
+    s = run.result["summary"]
+    n = s.get("world_size", 2)
+    if run.lab == "ring":
+        naive = s.get("algo") == "naive"
+        text = t("labs.look.ring_naive" if naive else "labs.look.ring", count=n,
+                 steps=(n - 1) if naive else 2 * (n - 1))
+    elif run.lab == "bench":
+        text = t("labs.look.bench_two" if n == 2 else "labs.look.bench", count=n)
+    else:
+        text = t(f"labs.look.{run.lab}")
+    st.info(text, icon=":material/visibility:")
+
+
+def same_bytes_on_two(n: int) -> None:
+    """On 2 ranks the naive and the chunked ring move the same bytes: say so."""
+    if n == 2:
+        st.warning(t("labs.two_ranks_same_bytes"), icon=":material/info:")
+
+
+def model_line(s: dict, measured: list[float], fit: dict | None, cpus: int) -> dict:
+    """The alpha-beta line under the ring lab's measured steps, and its label.
+
+    From ``fit`` (this machine's benchmark of the same algorithm at the same
+    world size) when there is one, else from the default loopback values
+    (``app.calculators.LINKS``). A line more than ``labs.model.GAP_LIMIT``
+    times off carries the factor, in its legend name and in a caption with
+    why (``note``).
+    """
+    n, steps = s["world_size"], len(measured)
+    step_bytes = s.get("step_bytes") or (s["size_bytes"] if s.get("algo") == "naive"
+                                         else max(s["chunk_numels"]) * s["element_size"])
+    if fit is not None:
+        predicted = ring_model.step_times(n, s["size_bytes"], step_bytes, steps, fit=fit)
+        name = t("labs.ring.model_fit", run=fit["run_id"], count=n)
+    else:
+        alpha, bandwidth = calc.LINKS["loopback-gloo"]
+        predicted = ring_model.step_times(n, s["size_bytes"], step_bytes, steps, link=(alpha, bandwidth))
+        name = t("labs.ring.model_default")
+    factor = ring_model.gap(measured, predicted)
+    note = None
+    if ring_model.off_by_more_than_limit(factor):
+        below = factor > 1
+        times = factor if below else 1 / factor
+        name += " · " + t("labs.ring.model_below" if below else "labs.ring.model_above", times=times)
+        source = "fit" if fit is not None else "default"
+        alpha, bandwidth = calc.LINKS["loopback-gloo"]
+        note = t(f"labs.ring.gap_{source}", times=times, count=n, cpus=cpus, alpha=alpha * 1e6, bw=bandwidth / 1e9,
+                 direction=t("labs.ring.slower" if below else "labs.ring.faster"))
+    return {"predicted": predicted, "name": name, "factor": factor, "note": note}
+
+
+def ring(run: LabRun) -> None:
     s = run.result["summary"]
     n = s["world_size"]
+    naive = s.get("algo") == "naive"
+    k = s.get("repeats", 1)
+    total = s.get("total_time") or {"min": s["total_time_s"], "max": s["total_time_s"]}
+    builtin = s.get("builtin_time") or {"min": s["builtin_time_s"], "max": s["builtin_time_s"]}
     c1, c2, c3 = st.columns(3)
     c1.metric(t("labs.ring.total"), f"{num(s['total_time_s'] * 1e3, '.2f')} ms")
     c2.metric(t("labs.ring.builtin"), f"{num(s['builtin_time_s'] * 1e3, '.2f')} ms")
     c3.metric(t("labs.ring.busbw"), f"{num(s['busbw_GBps'], '.4f')} GB/s")
+    st.caption(t("labs.ring.noise", count=k, lo=total["min"] * 1e3, hi=total["max"] * 1e3,
+                 blo=builtin["min"] * 1e3, bhi=builtin["max"] * 1e3))
     (st.success if s["correct"] else st.error)(
         t("labs.ring.correct", ok="✓" if s["correct"] else "✗", err=s.get("max_abs_err") or 0.0))
     if n < 2:
         st.info(t("labs.ring.one_rank"))
         return
+    same_bytes_on_two(n)
     steps, durations = charts.trace_steps(s["traces"])
-    naive = s.get("algo") == "naive"
     st.markdown(f"**{t('labs_naive.animation') if naive else t('labs.ring.animation')}**")
     speed = st.select_slider(t("labs.ring.speed"), [0.25, 0.5, 1.0, 2.0, 4.0], value=1.0,
                              format_func=lambda v: f"{num(v, 'g')}×", key=f"speed_{run.id}")
@@ -102,19 +166,21 @@ def ring(run: LabRun, latest_bench: dict | None) -> None:
                   "carries": t("labs_naive.carries", rank="{rank}")}
         fig = charts.naive_ring_figure(n, steps, labels=labels, step_durations=paced,
                                        buffer_size=_fmt_bytes(s["size_bytes"]), lang=lang())
-        sent_bytes = s["size_bytes"]
     else:
         fig = charts.ring_figure(n, steps, labels=ring_labels(), step_durations=paced,
                                  chunk_sizes=[_fmt_bytes(c * s["element_size"]) for c in s["chunk_numels"]],
                                  lang=lang())
-        sent_bytes = max(s["chunk_numels"]) * s["element_size"]
     chart(fig, key=f"ring_{run.id}", caption=t("labs_naive.alt") if naive else t("widgets.ring.alt"))
-    alpha, bandwidth = _fit(latest_bench)
-    predicted = [alpha + sent_bytes / bandwidth for _ in steps]
-    st.markdown(f"**{t('labs.ring.theory')}**")
-    chart(charts.step_time_figure(durations, predicted, {
-        "measured": t("labs.ring.measured"), "theory": t("labs.ring.theory_line"),
-        "step": t("widgets.ring.step")}, lang=lang()), key=f"steps_{run.id}")
+    # Each step's median over the runs, with its min and max (older runs: the one trace).
+    spread = s.get("step_times") or [{"median": d, "min": d, "max": d} for d in durations]
+    measured = [x["median"] for x in spread]
+    line = model_line(s, measured, labjobs.machine_fit(run, BENCH_IMPL.get(s.get("algo", "ring"), "ring")),
+                      cpus=_cpus(run))
+    st.markdown(f"**{t('labs.ring.theory', count=k)}**")
+    chart(charts.step_time_figure(measured, line["predicted"], {
+        "measured": t("labs.ring.measured", count=k), "theory": line["name"],
+        "step": t("widgets.ring.step")}, lang=lang(), low=[x["min"] for x in spread],
+        high=[x["max"] for x in spread]), key=f"steps_{run.id}", caption=line["note"] or None)
     with st.expander(t("labs.ring.trace")):
         st.dataframe([{"rank": r, **rec} for r, recs in enumerate(s["traces"]) for rec in recs],
                      hide_index=True)
@@ -123,9 +189,12 @@ def ring(run: LabRun, latest_bench: dict | None) -> None:
 def bench(run: LabRun) -> None:
     s = run.result["summary"]
     rows = s["rows"]
+    same_bytes_on_two(s["world_size"])
     st.markdown(f"**{t('labs.bench.table')}**")
+    st.caption(t("labs.bench.noise", count=s.get("iters", 1)))
     st.dataframe([{"size": r["size"], "count": r["count"], "type": r["dtype"], "impl": r["impl"],
                    "collective": r.get("collective", ""), "time (us)": round(r["time_us"], 1),
+                   "min..max (us)": f"{num(r.get('min_us', r['time_us']), '.1f')}..{num(r.get('max_us', r['time_us']), '.1f')}",
                    "algbw (GB/s)": round(r["algbw"], 4), "busbw (GB/s)": round(r["busbw"], 4),
                    "#wrong": r["wrong"]} for r in rows], hide_index=True)
     labels = {"ring": t("labs.bench.ring"), "naive": t("labs.bench.naive"),
@@ -146,6 +215,24 @@ def bench(run: LabRun) -> None:
         st.info(t("labs.bench.gap", mine=mine, times=sum(NVLINK_REFERENCE) / 2 / mine))
 
 
+def breakdown(run: LabRun, bd: dict) -> None:
+    """Per-step time of three ways to sync, and the two effects apart: what
+    bucketing saves (fewer calls) and what overlap hides (behind backward)."""
+    st.markdown(f"**{t('labs.ddp.breakdown', count=bd['steps'])}**")
+    names = {k: t(f"labs.ddp.{k}") for k in ("naive", "bucketed", "ddp", "forward", "backward",
+                                             "exposed_comm", "optimizer")}
+    chart(charts.breakdown_figure({k: bd[k] for k in ("naive", "bucketed", "ddp")}, names, lang=lang()),
+          key=f"bd_{run.id}")
+    saving, hidden = bd["bucketing_saving"], bd["overlap_hidden"]
+    st.markdown(t("labs.ddp.bucketing", ms=saving["ms"]["median"], q1=saving["ms"]["q1"], q3=saving["ms"]["q3"],
+                  before=saving["calls_before"], after=saving["calls_after"], count=saving["ms"]["k"],
+                  per_call=saving.get("per_call_ms") or 0.0))
+    st.caption(t("labs.ddp.bucketing_why"))
+    st.markdown(t("labs.ddp.overlap", ms=hidden["ms"]["median"], q1=hidden["ms"]["q1"], q3=hidden["ms"]["q3"],
+                  backward=hidden["backward_ms"]["median"], count=hidden["buckets"], cap=bd["bucket_cap_mb"]))
+    st.caption(t("labs.ddp.overlap_why", cpus=_cpus(run)))
+
+
 def ddp(run: LabRun) -> None:
     sec = run.result["summary"]["sections"]
     eq = sec.get("equivalence")
@@ -161,17 +248,14 @@ def ddp(run: LabRun) -> None:
             {t("labs.ddp.loss_ranks", count=n): eq["losses"], t("labs.ddp.loss_single"): eq["single_process_losses"]},
             x_title=t("widgets.ring.step"), y_title=t("labs.ddp.loss"), lang=lang()), key=f"loss_{run.id}")
     bd = sec.get("breakdown")
-    if bd:
-        st.markdown(f"**{t('labs.ddp.breakdown')}**")
-        names = {k: t(f"labs.ddp.{k}") for k in ("naive", "ddp", "forward", "backward", "exposed_comm", "optimizer")}
-        chart(charts.breakdown_figure({"naive": bd["naive"], "ddp": bd["ddp"]}, names, lang=lang()),
-              key=f"bd_{run.id}")
-        st.caption(t("labs.ddp.hidden", ms=bd.get("comm_hidden_by_overlap", 0.0)))
+    if bd and "bucketing_saving" in bd:  # older runs mixed the two effects up: not shown
+        breakdown(run, bd)
     buckets = sec.get("buckets")
     if buckets:
         st.markdown(f"**{t('labs.ddp.buckets')}**")
         st.dataframe([{"bucket_cap_mb": r["bucket_cap_mb"], t("labs.ddp.bucket_calls"): r["allreduce_calls_per_step"],
                        t("labs.ddp.bucket_ms"): round(r["step_ms"], 3)} for r in buckets["rows"]], hide_index=True)
+        st.caption(t("labs.ddp.bucket_noise", count=run.params.get("steps") or 0))
     ns = sec.get("no_sync")
     if ns:
         st.write(t("labs.ddp.no_sync", calls_ns=ns["no_sync"]["allreduce_calls_per_optimizer_step"],
@@ -248,7 +332,10 @@ def failure(run: LabRun) -> None:
         st.code(err.get("message", ""), language=None)
 
 
-def show_run(run: LabRun, latest_bench: dict | None) -> None:
+def show_run(run: LabRun) -> None:
+    """A finished run: first what to look for, then the machine, the outcome and the lab's readouts."""
+    if run.status == "done":
+        look_for(run)
     machine = run.machine or {}
     st.caption(t("labs.machine", cpus=machine.get("cpu_count", "?"), torch=machine.get("torch", "?"),
                  backend=(run.result or {}).get("backend") or machine.get("default_backend", "?")))
@@ -257,5 +344,5 @@ def show_run(run: LabRun, latest_bench: dict | None) -> None:
         return
     res = run.result
     st.success(t("labs.done", seconds=res.get("wall_s", 0.0), overhead=res.get("overhead_s", 0.0)))
-    {"ring": lambda: ring(run, latest_bench), "bench": lambda: bench(run), "ddp": lambda: ddp(run)}[run.lab]()
+    {"ring": ring, "bench": bench, "ddp": ddp}[run.lab](run)
     downloads(run)

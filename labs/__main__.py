@@ -39,17 +39,22 @@ def _parser(limits) -> argparse.ArgumentParser:
     from labs.context import LABS, load_lab
     from labs.params import Run, add_arguments
 
-    common = argparse.ArgumentParser(add_help=False)
-    add_arguments(common, Run, limits)
-    common.add_argument("--json", action="store_true", help="print the result as JSON")
-    common.add_argument("--events", metavar="PATH", help="append progress events as JSON lines")
-    common.add_argument("--out", metavar="PATH", help="write the result or error as JSON")
+    def common(lab_module) -> argparse.ArgumentParser:
+        # One per lab, so that a lab's own default (DEFAULT_WORLD_SIZE) stays its own:
+        # subparsers share their parents' actions.
+        parent = argparse.ArgumentParser(add_help=False)
+        own = getattr(lab_module, "DEFAULT_WORLD_SIZE", None)  # labs.context.world_size_default
+        add_arguments(parent, Run, limits, defaults={"world_size": own} if own else None)
+        parent.add_argument("--json", action="store_true", help="print the result as JSON")
+        parent.add_argument("--events", metavar="PATH", help="append progress events as JSON lines")
+        parent.add_argument("--out", metavar="PATH", help="write the result or error as JSON")
+        return parent
 
     parser = argparse.ArgumentParser(prog="python -m labs", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="lab", required=True)
     for lab in LABS:
         module = load_lab(lab)
-        lab_parser = sub.add_parser(lab, parents=[common], help=module.__doc__.split("\n")[0])
+        lab_parser = sub.add_parser(lab, parents=[common(module)], help=module.__doc__.split("\n")[0])
         add_arguments(lab_parser, module.Params, limits)
         if lab == "bench":
             lab_parser.add_argument("--size", type=int, help="one message size in bytes (sets min and max)")

@@ -10,8 +10,10 @@ Launch:
     torchrun --standalone --nproc-per-node 4 -m labs.bench --max-bytes 16777216
 
 Every row is one message size and one implementation, timed over ``iters``
-back-to-back calls after ``warmup`` untimed ones; the time reported is the
-slowest rank's mean. algbw and busbw (in GB/s) follow nccl-tests'
+back-to-back calls after ``warmup`` untimed ones, each call on its own; a
+call's time is its slowest rank's, and the row reports the median call with
+the fastest and slowest (``min_us``, ``max_us``): on a shared machine one
+call can take ten times another. (nccl-tests reports the mean instead.) algbw and busbw (in GB/s) follow nccl-tests'
 definitions, which `labs.model` holds for the lessons' calculators too:
 
     algbw = S / t
@@ -27,6 +29,7 @@ T = 2(n-1) alpha + 2(n-1)/n * S/B to each implementation's rows
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -38,6 +41,10 @@ from labs.params import Page, ParamError, limit, option
 from labs.params import check as check_values
 from labs.ring import DTYPES, OPS, naive_allreduce, ring_allreduce, ring_allreduce_pipelined
 
+# The default number of ranks (page and CLI): on 2 ranks the naive ring and
+# the chunked ring both send S bytes per rank, (n-1)*S = 2(n-1)/n*S = S, so
+# only 3 or more show the difference. See labs.context.world_size_default.
+DEFAULT_WORLD_SIZE = 3
 IMPLS = ("ring", "ring_pipelined", "naive", "all_reduce", "reduce_scatter", "all_gather")
 # Which collective each implementation performs (for busbw and the fit).
 COLLECTIVE = {"ring": "all_reduce", "ring_pipelined": "all_reduce", "naive": "all_reduce",
@@ -79,7 +86,7 @@ class Params:
     dtype: str = option("float32", help="element type", choices=tuple(DTYPES))
     op: str = option("sum", help="reduction", choices=OPS)
     warmup: int = option(2, help="untimed calls before timing", low=0)
-    iters: int = option(5, help="timed calls per size", low=1)
+    iters: int = option(5, help="timed calls per size (the row gives their median)", low=1)
     impls: list[str] = option(list(IMPLS), help="implementations to time", choices=IMPLS)
 
     def __post_init__(self) -> None:
@@ -153,16 +160,17 @@ def run_rank(ctx, params: Params) -> dict:
                 # Still alive (a large row can take seconds); never inside the timed loop.
                 ctx.progress(done, total, impl, f"{size} B: timing {params.iters} calls")
                 dist.barrier()
-                t0 = time.perf_counter()
+                calls = []
                 for _ in range(params.iters):
+                    t0 = time.perf_counter()
                     call()
-                if ctx.device.type == "cuda":
-                    torch.cuda.synchronize()
-                elapsed = time.perf_counter() - t0
-                # The slowest rank sets the collective's time.
-                slowest = torch.tensor([elapsed], dtype=torch.float64, device=ctx.device)
+                    if ctx.device.type == "cuda":
+                        torch.cuda.synchronize()
+                    calls.append(time.perf_counter() - t0)
+                # The slowest rank sets each call's time.
+                slowest = torch.tensor(calls, dtype=torch.float64, device=ctx.device)
                 dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-                elapsed = float(slowest)
+                calls = slowest.tolist()
                 # A separate, checked call on fresh input.
                 _fill(inp, rank)
                 call()
@@ -171,12 +179,13 @@ def run_rank(ctx, params: Params) -> dict:
             wrong_t = torch.tensor([wrong], dtype=torch.int64, device=ctx.device)
             with ctx.communicating():
                 dist.all_reduce(wrong_t)
-            work += elapsed
-            t = elapsed / params.iters
+            work += sum(calls)
+            t = statistics.median(calls)
             nbytes = numel * elem
             rows.append({"size": nbytes, "count": numel, "dtype": params.dtype,
                          "op": params.op if collective != "all_gather" else "none",
                          "impl": impl, "collective": collective, "time_us": t * 1e6,
+                         "min_us": min(calls) * 1e6, "max_us": max(calls) * 1e6,
                          "algbw": algbw(nbytes, t) / GB if nbytes else 0.0,
                          "busbw": busbw(nbytes, t, world, collective) / GB if nbytes else 0.0,
                          "wrong": int(wrong_t)})
@@ -237,12 +246,13 @@ def format_text(summary: dict) -> str:
     lines = [f"# collective sweep: {s['world_size']} ranks, {s['backend']}, {s['dtype']}, "
              f"op {s['op']}, warmup {s['warmup']}, iters {s['iters']}",
              f"# {'size':>12} {'count':>12} {'type':>9} {'redop':>6} {'impl':>15} "
-             f"{'time':>11} {'algbw':>8} {'busbw':>8} {'#wrong':>7}",
+             f"{'time':>11} {'min..max':>21} {'algbw':>8} {'busbw':>8} {'#wrong':>7}",
              f"# {'(B)':>12} {'(elements)':>12} {'':>9} {'':>6} {'':>15} "
-             f"{'(us)':>11} {'(GB/s)':>8} {'(GB/s)':>8}"]
+             f"{'(us, median)':>11} {'(us)':>21} {'(GB/s)':>8} {'(GB/s)':>8}"]
     for r in s["rows"]:
+        span = f"{r.get('min_us', r['time_us']):.1f}..{r.get('max_us', r['time_us']):.1f}"
         lines.append(f"  {r['size']:>12} {r['count']:>12} {r['dtype']:>9} {r['op']:>6} "
-                     f"{r['impl']:>15} {r['time_us']:>11.1f} {r['algbw']:>8.3f} "
+                     f"{r['impl']:>15} {r['time_us']:>11.1f} {span:>21} {r['algbw']:>8.3f} "
                      f"{r['busbw']:>8.3f} {r['wrong']:>7}")
     lines.append(f"# out of bounds values: {s['wrong']}")
     lines.append("# alpha-beta fit, T = steps*alpha + (busbw factor)*S/B:")

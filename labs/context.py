@@ -152,6 +152,16 @@ def load_lab(lab: str):
     return importlib.import_module(LABS.get(lab, lab))
 
 
+def world_size_default(lab: str) -> int:
+    """The lab's own default number of ranks (its module's ``DEFAULT_WORLD_SIZE``), else `Run`'s.
+
+    The ring and bench labs ask for 3: on 2 ranks the naive ring and the
+    chunked ring send the same bytes, so their comparison shows nothing."""
+    from labs.params import Run
+
+    return getattr(load_lab(lab), "DEFAULT_WORLD_SIZE", Run.__dataclass_fields__["world_size"].default)
+
+
 def params_dict(params) -> dict:
     """A lab's Params (or a dict of its fields, or None) as a plain dict."""
     return asdict(params) if is_dataclass(params) else dict(params or {})

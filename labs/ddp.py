@@ -20,7 +20,12 @@ Sections (each returns numbers; run a subset with ``--sections``):
   ``set_epoch`` every epoch visits the samples in the same order.
 - ``breakdown``: per-step forward / backward / exposed communication /
   optimizer for `naive_sync_gradients` (backward, then one all-reduce per
-  parameter) and for DDP, whose bucketed all-reduces overlap backward.
+  parameter), `bucketed_sync_gradients` (backward, then one all-reduce per
+  DDP bucket) and DDP (the same buckets, launched during backward). Two
+  figures, kept apart: what bucketing saves (naive - bucketed: fewer calls,
+  each paying the latency alpha) and what overlap hides (bucketed - DDP's
+  exposed communication, at most the backward time). Each is the median of
+  ``steps`` steps with its quartiles.
 - ``buckets``: step time and all-reduce calls per step vs ``bucket_cap_mb``.
 - ``no_sync``: gradient accumulation over k micro-batches with one
   all-reduce per optimizer step instead of k, and the same gradients.
@@ -109,6 +114,8 @@ class Params:
     seed: int = option(0, help="seed of the data and the model")
     tolerance: float = option(1e-5, help="max |w_ddp - w_single| allowed in equivalence (> 0)")
     bucket_caps_mb: list[float] = option([0.01, 0.05, 0.25, 25.0], help="bucket sizes to compare, MB (> 0)")
+    overlap_bucket_cap_mb: float = option(0.05, help="bucket size of the breakdown's DDP, MB (> 0): small "
+                                          "enough for several buckets, so that one can overlap backward")
     accumulation: int = option(4, help="micro-batches per optimizer step in no_sync", low=1)
     scaling_world_sizes: list[int] = option([1, 2, 4], help="rank counts for the scaling section", low=1,
                                            flags=("--world-sizes",))
@@ -118,7 +125,7 @@ class Params:
         check_values(self)
         if self.lr <= 0 or self.tolerance <= 0:
             raise ValueError("need lr > 0 and tolerance > 0")
-        if any(c <= 0 for c in self.bucket_caps_mb):
+        if any(c <= 0 for c in [*self.bucket_caps_mb, self.overlap_bucket_cap_mb]):
             raise ValueError("bucket caps must be > 0 MB")
 
 
@@ -180,7 +187,7 @@ def _plan(p: Params, world: int) -> dict[str, int]:
     """Progress ticks per section, so that fractions are right from the start."""
     run = p.warmup + p.steps
     sizes = [k for k in p.scaling_world_sizes if k <= world]
-    ticks = {"equivalence": p.steps, "sampler": 1, "breakdown": 3 * run,
+    ticks = {"equivalence": p.steps, "sampler": 1, "breakdown": 4 * run,
              "buckets": len(p.bucket_caps_mb) * run,
              "no_sync": 2 * max(1, p.steps // p.accumulation), "fp16": 2 * p.steps,
              "scaling": len(sizes) * run}
@@ -307,61 +314,157 @@ def _sampler(ctx, p, _data, tick) -> dict:  # every part takes the same argument
     }
 
 
+def spread_ms(samples: list[float]) -> dict:
+    """Median, quartiles, min and max of per-step samples (seconds), in ms, and k."""
+    ms = sorted(x * 1e3 for x in samples)
+    if not ms:
+        return {"median": 0.0, "q1": 0.0, "q3": 0.0, "min": 0.0, "max": 0.0, "k": 0}
+    q1, _, q3 = statistics.quantiles(ms, n=4, method="inclusive") if len(ms) > 1 else (ms[0],) * 3
+    return {"median": statistics.median(ms), "q1": q1, "q3": q3, "min": ms[0], "max": ms[-1],
+            "k": len(ms)}
+
+
+def bucketed_sync_gradients(model, world_size, bucket_numels):
+    """Average gradients after backward in buckets: one all-reduce per bucket, not per tensor.
+
+    The same buckets DDP builds (``bucket_numels``, in DDP's order: the last
+    layers first), launched as DDP launches them (asynchronously, all in
+    flight together), but only when backward has finished: the saving over
+    `naive_sync_gradients` is bucketing alone, fewer and larger all-reduces,
+    with no overlap with backward.
+    """
+    grads = [q.grad for q in reversed(list(model.parameters())) if q.grad is not None]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    # Views of flat: each reduces its part of flat in place.
+    works = [dist.all_reduce(bucket, op=dist.ReduceOp.SUM, async_op=True)
+             for bucket in flat.split(bucket_numels)]
+    for work in works:
+        work.wait()
+    flat /= world_size
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
 def _breakdown(ctx, p, data, tick) -> dict:
+    """Three ways to average the same gradients, step by step:
+
+    - naive: backward, then one blocking all-reduce per tensor;
+    - bucketed: backward, then DDP's buckets, all launched at once;
+    - ddp: DDP, whose hooks start each bucket's all-reduce during backward.
+
+    naive - bucketed is what bucketing saves (fewer calls, each paying the
+    per-call latency alpha); bucketed - ddp's exposed communication is what
+    overlap hides, at most the backward time (measured without communication,
+    under no_sync). The DDP here uses ``overlap_bucket_cap_mb``: at the
+    default 25 MB this small MLP is one bucket, ready only when backward
+    ends, so nothing could overlap.
+    """
     inputs, labels = data
     world, rank = ctx.world_size, ctx.rank
     batches = shard_batches(p, world_size=world, rank=rank, count=p.warmup + p.steps)
+    layout = {"numels": []}
 
-    def timed_loop(kind, model, opt):
-        rows = []
-        for i, idx in enumerate(batches):
-            tick(f"breakdown: {kind}")
-            x, y = inputs[idx], labels[idx]
-            dist.barrier()  # start each step together: we time the step, not the skew
-            opt.zero_grad(set_to_none=True)
-            sync = model.no_sync() if kind == "ddp compute only" else contextlib.nullcontext()
-            with sync:
-                t0 = _clock(ctx)
-                loss = F.cross_entropy(model(x), y)
-                t1 = _clock(ctx)
-                loss.backward()
-                t2 = _clock(ctx)
-            if kind == "naive":
-                naive_sync_gradients(model, world)
-            t3 = _clock(ctx)
-            if kind != "ddp compute only":
-                opt.step()
-            t4 = _clock(ctx)
-            if i >= p.warmup:
-                rows.append((t1 - t0, t2 - t1, t3 - t2, t4 - t3))
-        return [_median_ms([r[k] for r in rows]) for k in range(4)]
+    def one_step(kind, model, opt, idx):
+        tick(f"breakdown: {kind}")
+        x, y = inputs[idx], labels[idx]
+        dist.barrier()  # start each step together: we time the step, not the skew
+        opt.zero_grad(set_to_none=True)
+        if kind == "ddp":
+            layout["numels"].clear()  # keep the last step's buckets (DDP rebuilds after the first)
+        sync = model.no_sync() if kind == "ddp compute only" else contextlib.nullcontext()
+        with sync:
+            t0 = _clock(ctx)
+            loss = F.cross_entropy(model(x), y)
+            t1 = _clock(ctx)
+            loss.backward()
+            t2 = _clock(ctx)
+        if kind == "naive":
+            naive_sync_gradients(model, world)
+        elif kind == "bucketed":
+            bucketed_sync_gradients(model, world, layout["numels"])
+        t3 = _clock(ctx)
+        if kind != "ddp compute only":
+            opt.step()
+        t4 = _clock(ctx)
+        return [t1 - t0, t2 - t1, t3 - t2, t4 - t3]
 
-    naive = make_model(p).to(ctx.device)
-    for param in naive.parameters():  # what DDP does for us: start from rank 0's weights
-        dist.broadcast(param.data, 0)
+    def fresh():
+        model = make_model(p).to(ctx.device)
+        for param in model.parameters():  # what DDP does for us: start from rank 0's weights
+            dist.broadcast(param.data, 0)
+        return model, torch.optim.SGD(model.parameters(), lr=p.lr)
+
+    def record_layout(_state, bucket):
+        layout["numels"].append(bucket.buffer().numel())
+        return allreduce_hook(None, bucket)
+
     with ctx.communicating():
-        n_fwd, n_bwd, n_comm, n_opt = timed_loop("naive", naive,
-                                                 torch.optim.SGD(naive.parameters(), lr=p.lr))
-        ddp = _wrap(ctx, p)
-        d_fwd, d_bwd, _, d_opt = timed_loop("ddp", ddp, torch.optim.SGD(ddp.parameters(), lr=p.lr))
+        naive, naive_opt = fresh()
+        bucketed, bucketed_opt = fresh()
+        ddp = _wrap(ctx, p, bucket_cap_mb=p.overlap_bucket_cap_mb)
+        ddp.register_comm_hook(None, record_layout)
+        ddp_opt = torch.optim.SGD(ddp.parameters(), lr=p.lr)
+        # The four kinds take turns, step by step, so that each step index
+        # meets the same load on a shared machine: the differences below
+        # pair the i-th step of each kind. DDP goes before "bucketed", which
+        # reuses the buckets DDP has just built.
+        order = (("naive", naive, naive_opt), ("ddp", ddp, ddp_opt),
+                 ("ddp compute only", ddp, ddp_opt), ("bucketed", bucketed, bucketed_opt))
+        rows = {kind: [] for kind, _m, _o in order}
+        for i, idx in enumerate(batches):
+            for kind, model, opt in order:
+                row = one_step(kind, model, opt, idx)
+                if i >= p.warmup:
+                    rows[kind].append(row)
+        buckets = len(layout["numels"])
         same = float((_flat(naive) - _flat(ddp.module)).abs().max())
-        # The same backward without DDP's all-reduces: pure compute.
-        _, c_bwd, _, _ = timed_loop("ddp compute only", ddp,
-                                    torch.optim.SGD(ddp.parameters(), lr=p.lr))
-    n_fwd, n_bwd, n_comm, n_opt, d_fwd, d_bwd, d_opt, c_bwd = _max_over_ranks(
-        ctx, [n_fwd, n_bwd, n_comm, n_opt, d_fwd, d_bwd, d_opt, c_bwd])
-    exposed = max(0.0, d_bwd - c_bwd)
+        # Each step as its slowest rank saw it, part by part.
+        naive_rows, ddp_rows, compute_rows, bucketed_rows = (
+            torch.tensor(_max_over_ranks(ctx, [v for r in rows[kind] for v in r])).view(-1, 4).tolist()
+            for kind, _m, _o in order)
+
+    def column(rows, k):
+        return [r[k] for r in rows]
+
+    def medians(rows):
+        return [statistics.median(column(rows, k)) * 1e3 for k in range(4)]
+
+    n_fwd, n_bwd, n_comm, n_opt = medians(naive_rows)
+    b_fwd, b_bwd, b_comm, b_opt = medians(bucketed_rows)
+    d_fwd, d_bwd, _, d_opt = medians(ddp_rows)
+    c_bwd = medians(compute_rows)[1]
+    # Step by step (the i-th step of each loop): DDP's backward beyond pure
+    # backward is its exposed communication; what bucketing saved; what
+    # overlap hid, never more than the backward it hid behind.
+    exposed = [max(0.0, d - c) for d, c in zip(column(ddp_rows, 1), column(compute_rows, 1), strict=True)]
+    saved = [n - b for n, b in zip(column(naive_rows, 2), column(bucketed_rows, 2), strict=True)]
+    hidden = [min(c, max(0.0, b - e)) for b, e, c
+              in zip(column(bucketed_rows, 2), exposed, column(compute_rows, 1), strict=True)]
     n_params = sum(t.numel() for t in naive.parameters())
+    tensors = len(list(naive.parameters()))
+    saved_ms = spread_ms(saved)
     return {
         "unit": "ms (median step, slowest rank)",
-        "parameters": n_params, "gradient_bytes": n_params * 4,
-        "tensors": len(list(naive.parameters())),
+        "steps": p.steps,
+        "parameters": n_params, "gradient_bytes": n_params * 4, "tensors": tensors,
+        "bucket_cap_mb": p.overlap_bucket_cap_mb, "buckets": buckets,
         "naive": {"forward": n_fwd, "backward": n_bwd, "exposed_comm": n_comm,
-                  "optimizer": n_opt, "total": n_fwd + n_bwd + n_comm + n_opt},
-        "ddp": {"forward": d_fwd, "backward": c_bwd, "exposed_comm": exposed,
+                  "optimizer": n_opt, "total": n_fwd + n_bwd + n_comm + n_opt,
+                  "allreduce_calls": tensors},
+        "bucketed": {"forward": b_fwd, "backward": b_bwd, "exposed_comm": b_comm,
+                     "optimizer": b_opt, "total": b_fwd + b_bwd + b_comm + b_opt,
+                     "allreduce_calls": buckets},
+        "ddp": {"forward": d_fwd, "backward": c_bwd, "exposed_comm": statistics.median(exposed) * 1e3,
                 "optimizer": d_opt, "total": d_fwd + d_bwd + d_opt,
-                "backward_with_comm": d_bwd},
-        "comm_hidden_by_overlap": max(0.0, n_comm - exposed),
+                "backward_with_comm": d_bwd, "allreduce_calls": buckets},
+        # Two effects, two names: never one reported as the other.
+        "bucketing_saving": {"ms": saved_ms, "calls_before": tensors, "calls_after": buckets,
+                             "per_call_ms": (saved_ms["median"] / (tensors - buckets)
+                                             if tensors > buckets else None)},
+        "overlap_hidden": {"ms": spread_ms(hidden), "backward_ms": spread_ms(column(compute_rows, 1)),
+                           "buckets": buckets},
         "max_abs_diff_naive_vs_ddp_weights": same,
     }
 
@@ -570,14 +673,20 @@ def format_text(summary: dict) -> str:
                      f"{u['with_set_epoch']:.0%} of positions, without {u['without_set_epoch']:.0%}")
     if "breakdown" in sec:
         b = sec["breakdown"]
-        lines.append(f"\n[breakdown] {b['unit']}: forward / backward / exposed comm / "
-                     "optimizer = total")
-        for kind in ("naive", "ddp"):
+        lines.append(f"\n[breakdown] {b['unit']} of {b['steps']}: forward / backward / exposed comm / "
+                     "optimizer = total (all-reduce calls)")
+        for kind in ("naive", "bucketed", "ddp"):
             r = b[kind]
-            lines.append(f"  {kind:<6} {r['forward']:7.3f} / {r['backward']:7.3f} / "
-                         f"{r['exposed_comm']:7.3f} / {r['optimizer']:7.3f} = {r['total']:7.3f}")
-        lines.append(f"  communication hidden by DDP's overlap: {b['comm_hidden_by_overlap']:.3f} ms;"
-                     f" naive and DDP weights differ by {b['max_abs_diff_naive_vs_ddp_weights']:.1e}")
+            lines.append(f"  {kind:<8} {r['forward']:7.3f} / {r['backward']:7.3f} / "
+                         f"{r['exposed_comm']:7.3f} / {r['optimizer']:7.3f} = {r['total']:7.3f} "
+                         f"({r['allreduce_calls']})")
+        bs, ov = b["bucketing_saving"], b["overlap_hidden"]
+        lines.append(f"  saved by bucketing ({bs['calls_before']} -> {bs['calls_after']} all-reduces): "
+                     f"{bs['ms']['median']:.3f} ms (IQR {bs['ms']['q1']:.3f}..{bs['ms']['q3']:.3f})")
+        lines.append(f"  hidden by overlap (DDP, {ov['buckets']} buckets of <= {b['bucket_cap_mb']} MB): "
+                     f"{ov['ms']['median']:.3f} ms (IQR {ov['ms']['q1']:.3f}..{ov['ms']['q3']:.3f}), "
+                     f"at most the backward, {ov['backward_ms']['median']:.3f} ms")
+        lines.append(f"  naive and DDP weights differ by {b['max_abs_diff_naive_vs_ddp_weights']:.1e}")
     if "buckets" in sec:
         lines.append("\n[buckets] bucket_cap_mb -> all-reduce calls per step, step time")
         for r in sec["buckets"]["rows"]:

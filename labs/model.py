@@ -100,3 +100,43 @@ def fit_alpha_beta(sizes: list[float], times: list[float], world_size: int,
             "bandwidth_GBps": bandwidth / 1e9, "steps": steps, "collective": collective,
             "rms_rel_err": math.sqrt(sum(r * r for r in residuals) / len(residuals)),
             "points": len(sizes)}
+
+
+# The ring lab draws its measured step times against this model. A line more
+# than this factor off is labelled with the factor and why (issue #22): a
+# silent 50x gap teaches "the model is wrong", not why it is off here.
+GAP_LIMIT = 3.0
+
+
+def step_times(world_size: int, size_bytes: float, step_bytes: float, steps: int, *,
+               fit: dict | None = None, link: tuple[float, float] | None = None) -> list[float]:
+    """The alpha-beta model's time for each of ``steps`` ring steps.
+
+    With a ``fit`` (`fit_alpha_beta` of the same algorithm at the same world
+    size, from a benchmark on this machine) a step is that fit's whole
+    all-reduce time over its steps, which is what the benchmark measured.
+    With a ``link`` (alpha, B) only, a step is one message over one link:
+    alpha + step_bytes / B.
+    """
+    if fit is not None:
+        total = ring_time(world_size, size_bytes, fit["alpha_s"], fit["bandwidth_Bps"])
+        return [total / steps] * steps
+    if link is None:
+        raise ValueError("need a fit or a link")
+    alpha, bandwidth = link
+    return [alpha + step_bytes / bandwidth] * steps
+
+
+def gap(measured: list[float], predicted: list[float]) -> float:
+    """How many times the model is off: median measured over median predicted.
+
+    Above 1: the measured steps are slower than the model; below 1: faster.
+    """
+    m = sorted(measured)[len(measured) // 2] if measured else 0.0
+    p = sorted(predicted)[len(predicted) // 2] if predicted else 0.0
+    return m / p if p > 0 else math.inf
+
+
+def off_by_more_than_limit(factor: float) -> bool:
+    """True when a model line is more than `GAP_LIMIT` times off either way."""
+    return factor > GAP_LIMIT or factor < 1 / GAP_LIMIT

@@ -202,11 +202,13 @@ def element_type(cls, name: str) -> tuple[type, bool]:
     return hint, False
 
 
-def add_arguments(parser: argparse.ArgumentParser, cls, limits: Limits | None = None) -> None:
-    """One option per field of ``cls``: flag, type, choices, default and help from its Spec."""
+def add_arguments(parser: argparse.ArgumentParser, cls, limits: Limits | None = None,
+                  defaults: dict[str, Any] | None = None) -> None:
+    """One option per field of ``cls``: flag, type, choices, default and help from its Spec;
+    ``defaults`` replaces a field's default (a lab's own world size)."""
     for name, (f, spec) in specs(cls).items():
         kind, many = element_type(cls, name)
-        value = default(f, spec, limits)
+        value = (defaults or {}).get(name, default(f, spec, limits))
         low, high = bounds(spec, limits)
         extra = []
         if low is not None or high is not None:

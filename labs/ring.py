@@ -19,15 +19,24 @@ buffer per rank. `ring_allreduce_pipelined` sends the same bytes as
 `ring_allreduce`, but in segments that are forwarded as soon as they are
 added, with several messages in flight: what gloo and NCCL do to go faster.
 
-Trace times are seconds from a common origin: on one machine, rank 0's
+The lab times ``repeats`` all-reduces of ours and as many of
+``dist.all_reduce`` (after ``warmup`` untimed ones) and reports the median
+with min and max: one run on a shared machine is noise. Every run of ours is
+traced; the summary keeps the median run's trace (the animation replays it)
+and each step's median, min and max over the runs (the page draws those
+against the alpha-beta model).
+
+Trace times are seconds on a common clock: on one machine, rank 0's
 ``time.perf_counter()`` (CLOCK_MONOTONIC, shared by every process) read right
 after a barrier, so a send on one rank and the matching receive on the next
-line up exactly; see `labs.context.shared_clock_origin`.
+line up exactly; see `labs.context.shared_clock_origin`. In the summary they
+count from the start of the replayed run.
 """
 
 from __future__ import annotations
 
 import hashlib
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -265,6 +274,10 @@ def ring_allreduce_pipelined(tensor, *, op="sum", group=None, trace=None,
 # --------------------------------------------------------------------------
 # The lab around them
 
+# The default number of ranks (page and CLI): on 2 ranks the naive ring and
+# the chunked ring both send S bytes per rank, (n-1)*S = 2(n-1)/n*S = S, so
+# only 3 or more show the difference. See labs.context.world_size_default.
+DEFAULT_WORLD_SIZE = 3
 # In the order the page offers them.
 ALGOS = {"ring": ring_allreduce, "pipelined": ring_allreduce_pipelined, "naive": naive_allreduce}
 OPS = ("sum", "avg")
@@ -279,7 +292,9 @@ class Params:
     algo: str = option("ring", key="labs.algo", help="all-reduce algorithm", choices=tuple(ALGOS),
                       labels="labs.algo_", page=Page())
     seed: int = option(0, help="seed of every rank's input")
-    warmup: int = option(1, help="untraced all-reduces before the traced one", low=0)
+    warmup: int = option(1, help="untimed all-reduces before the timed ones", low=0)
+    repeats: int = option(5, help="timed all-reduces of each kind (ours, dist.all_reduce); "
+                          "times are their median, with min and max", low=1)
 
     def __post_init__(self) -> None:
         check_values(self)
@@ -319,17 +334,20 @@ def tolerance(abs_sum: torch.Tensor, dtype: torch.dtype, world_size: int) -> tor
 
 
 class _ProgressTrace(list):
-    """A trace list that also reports each finished step to the launcher."""
+    """A trace list that also reports each finished step to the launcher.
 
-    def __init__(self, ctx, total_steps: int):
+    ``done`` steps of earlier repetitions come first, so that the bar fills
+    once over all of them."""
+
+    def __init__(self, ctx, total_steps: int, done: int = 0, label: str = ""):
         super().__init__()
-        self.ctx, self.total_steps = ctx, total_steps
+        self.ctx, self.total_steps, self.done, self.label = ctx, total_steps, done, label
 
     def append(self, record: dict) -> None:
         super().append(record)
         send = f"chunk {record['send_chunk']}" if record["send_chunk"] is not None else "tensor"
-        self.ctx.progress(len(self), self.total_steps, record["phase"],
-                          f"sent {send} ({record['bytes']} B) to rank {record['send_to']}")
+        self.ctx.progress(self.done + len(self), self.total_steps, record["phase"],
+                          f"{self.label}sent {send} ({record['bytes']} B) to rank {record['send_to']}")
 
 
 def run_rank(ctx, params: Params) -> dict:
@@ -337,27 +355,40 @@ def run_rank(ctx, params: Params) -> dict:
     chunked = params.algo != "naive"  # ring and pipelined: 2(n-1) steps over n chunks
     world, rank = ctx.world_size, ctx.rank
     ring_steps = 2 * (world - 1) if chunked else world - 1
-    total_steps = ring_steps + 1  # the ring steps, then the check
+    k = params.repeats
+    total_steps = k * ring_steps + 1  # every repetition's ring steps, then the check
     original = make_input(params, rank, ctx.device)
     for _ in range(params.warmup):
         allreduce(original.clone(), op=params.op)
 
     origin, clock = shared_clock_origin(ctx.device)
-    trace = _ProgressTrace(ctx, total_steps)
     ctx.progress(0, total_steps, "reduce-scatter" if chunked else "pass-around")
-    ours = original.clone()
-    with ctx.communicating():
-        t0 = time.perf_counter()
-        allreduce(ours, op=params.op, trace=trace)
-        t1 = time.perf_counter()
+    # k traced runs of ours: one run is noise on a shared machine; the page
+    # shows their median and spread, and replays the median run.
+    runs, spans = [], []
+    for i in range(k):
+        trace = _ProgressTrace(ctx, total_steps, done=i * ring_steps, label=f"run {i + 1}/{k}: ")
+        ours = original.clone()
+        with ctx.communicating():
+            dist.barrier()
+            t0 = time.perf_counter()
+            allreduce(ours, op=params.op, trace=trace)
+            t1 = time.perf_counter()
+        runs.append([dict(rec, t_start=rec["t_start"] - origin, t_end=rec["t_end"] - origin)
+                     for rec in trace])
+        spans.append((t0 - origin, t1 - origin))
 
-    # The reference: torch's own all-reduce on the same input.
-    reference = original.clone()
-    abs_sum = original.abs().to(torch.float64) if original.is_floating_point() else None
+    # The reference: torch's own all-reduce on the same input, timed k times too.
+    red = dist.ReduceOp.AVG if params.op == "avg" else dist.ReduceOp.SUM
+    builtin = []
     with ctx.communicating():
-        t2 = time.perf_counter()
-        dist.all_reduce(reference, op=dist.ReduceOp.AVG if params.op == "avg" else dist.ReduceOp.SUM)
-        t3 = time.perf_counter()
+        for _ in range(k):
+            reference = original.clone()
+            dist.barrier()
+            t2 = time.perf_counter()
+            dist.all_reduce(reference, op=red)
+            builtin.append(time.perf_counter() - t2)
+        abs_sum = original.abs().to(torch.float64) if original.is_floating_point() else None
         if abs_sum is not None:
             dist.all_reduce(abs_sum)
     err = (ours.double() - reference.double()).abs()
@@ -367,31 +398,49 @@ def run_rank(ctx, params: Params) -> dict:
         scale = abs_sum / world if params.op == "avg" else abs_sum
         wrong = int((err > tolerance(scale, original.dtype, world)).sum())
     ctx.progress(total_steps, total_steps, "check", f"{wrong} element(s) differ")
-    steps = [dict(rec, t_start=rec["t_start"] - origin, t_end=rec["t_end"] - origin)
-             for rec in trace]
     small = params.numel <= 64  # tiny tensors: ship the numbers for the animation
     return {
         "rank": rank,
-        "steps": steps,
-        "time_s": t1 - t0,
-        "t_start": t0 - origin,
-        "t_end": t1 - origin,
-        "builtin_time_s": t3 - t2,
+        "runs": runs,
+        "spans": spans,
+        "builtin_times_s": builtin,
         "max_abs_err": float(err.max()) if err.numel() else 0.0,
         "wrong": wrong,
         "checksum": hashlib.sha256(ours.cpu().contiguous().view(torch.uint8).numpy()).hexdigest(),
         "clock": clock,
         "input": original.double().tolist() if small else None,
         "output": ours.double().tolist() if small else None,
-        "work_s": t1 - t0,
+        "work_s": sum(t1 - t0 for t0, t1 in spans),
     }
+
+
+def spread(values: list[float]) -> dict:
+    """Median, min and max of repeated measurements, and how many there were."""
+    ordered = sorted(values)
+    return {"median": statistics.median(ordered), "min": ordered[0], "max": ordered[-1],
+            "k": len(ordered)} if ordered else {"median": 0.0, "min": 0.0, "max": 0.0, "k": 0}
 
 
 def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: str) -> dict:
     dtype = DTYPES[params.dtype]
     numel = params.numel
     chunk_numels = [c.numel() for c in torch.tensor_split(torch.empty(numel), world_size)]
-    total = max(r["t_end"] for r in ranks) - min(r["t_start"] for r in ranks)
+    k = len(ranks[0]["runs"])
+    # A run lasts from the first rank starting to the last rank finishing.
+    totals = [max(r["spans"][i][1] for r in ranks) - min(r["spans"][i][0] for r in ranks)
+              for i in range(k)]
+    builtin = [max(r["builtin_times_s"][i] for r in ranks) for i in range(k)]
+    # The run the animation replays: the median one, its times from its own start.
+    shown = sorted(range(k), key=lambda i: totals[i])[(k - 1) // 2]
+    start = min(r["spans"][shown][0] for r in ranks)
+    traces = [[dict(rec, t_start=rec["t_start"] - start, t_end=rec["t_end"] - start)
+               for rec in r["runs"][shown]] for r in ranks]
+    # Each step's duration in each run (first rank starting it to last finishing it).
+    n_steps = len(ranks[0]["runs"][0])
+    per_step = [[max(r["runs"][i][j]["t_end"] for r in ranks) - min(r["runs"][i][j]["t_start"] for r in ranks)
+                 for i in range(k)] for j in range(n_steps)]
+    steps = [spread(d) for d in per_step]
+    total = statistics.median(totals)
     size = numel * dtype.itemsize
     algbw = model.algbw(size, total) / 1e9 if total > 0 else 0.0
     busbw = model.busbw(size, total, world_size) / 1e9 if total > 0 else 0.0
@@ -405,11 +454,18 @@ def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: st
         "element_size": dtype.itemsize,
         "size_bytes": size,
         "chunk_numels": chunk_numels,
+        # What one rank sends per step: a chunk, or (naive) the whole buffer.
+        "step_bytes": (size if params.algo == "naive" else max(chunk_numels) * dtype.itemsize),
         "op": params.op,
         "owner_after_reduce_scatter": {str(r): (r + 1) % world_size for r in range(world_size)},
-        "traces": [r["steps"] for r in ranks],
+        "traces": traces,
+        "repeats": k,
+        "replayed_run": shown,
         "total_time_s": total,
-        "builtin_time_s": max(r["builtin_time_s"] for r in ranks),
+        "total_time": spread(totals),
+        "builtin_time_s": statistics.median(builtin),
+        "builtin_time": spread(builtin),
+        "step_times": steps,
         "algbw_GBps": algbw,
         "busbw_GBps": busbw,
         "correct": all(r["wrong"] == 0 for r in ranks),
@@ -444,8 +500,10 @@ def format_text(summary: dict) -> str:
     lines += [
         f"result: {verdict}: max |ours - dist.all_reduce| = {s['max_abs_err']:.3g}; "
         f"ranks bit-identical: {s['ranks_identical']}",
-        f"time: ours {s['total_time_s'] * 1e3:.3f} ms, dist.all_reduce "
-        f"{s['builtin_time_s'] * 1e3:.3f} ms; algbw {s['algbw_GBps']:.3f} GB/s, "
+        f"time (median of {s['repeats']} runs, min..max): ours {s['total_time_s'] * 1e3:.3f} ms "
+        f"({s['total_time']['min'] * 1e3:.3f}..{s['total_time']['max'] * 1e3:.3f}), dist.all_reduce "
+        f"{s['builtin_time_s'] * 1e3:.3f} ms ({s['builtin_time']['min'] * 1e3:.3f}.."
+        f"{s['builtin_time']['max'] * 1e3:.3f}); algbw {s['algbw_GBps']:.3f} GB/s, "
         f"busbw {s['busbw_GBps']:.3f} GB/s",
         f"checksum of the result: {s['checksum'][:16]}",
     ]

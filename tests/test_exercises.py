@@ -486,7 +486,7 @@ def test_a_line_nested_deeper_than_json_reads_is_skipped_not_a_crash_of_the_grad
     deep = "[" * 100_000 + "]" * 100_000
     case = {"id": "w2-n1-float32", "world_size": 2, "shape": [1], "dtype": "float32", "seed": 1}
 
-    def harness(_module, _args, *, stdin, on_line, mode, **_options):
+    def harness(_module, _args, *, on_line, mode, **_options):
         event = _passing_ring_case_event(case, 1, 1)
         event["ranks"][0]["reply"]["result"] = {"values": "DEEP"}
         on_line(json.dumps({"event": "start", "total": 1}).encode())

@@ -45,14 +45,14 @@ def poll(at: AppTest, until, timeout: float = 90) -> None:
 
 
 @pytest.mark.usefixtures("lab_worker")
-def test_page_runs_a_two_rank_ring_and_shows_the_animation():
+def test_page_runs_the_default_three_rank_ring_and_shows_the_animation():
     at = open_labs("zh")
     [b for b in at.button if b.label == i18n.t("labs.run", "zh")][0].click()
     at.run()
     poll(at, lambda a: len(a.get("plotly_chart")) >= 2)
     assert any(i18n.t("labs.done", "zh", seconds=0, overhead=0)[:4] in s.value for s in at.success)
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)
-    assert len(spec["frames"]) == 2 * (2 - 1) + 1
+    assert len(spec["frames"]) == 2 * (3 - 1) + 1  # the ring lab's default: 3 ranks
 
 
 @pytest.mark.parametrize("algo", ["ring", "pipelined"])

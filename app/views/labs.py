@@ -4,7 +4,7 @@ import streamlit as st
 
 from academy.settings import get_settings
 from app import labjobs, labviews, ui
-from labs.context import load_lab, machine_summary
+from labs.context import load_lab, machine_summary, world_size_default
 from labs.params import Run, offered
 
 t = ui.t
@@ -35,7 +35,8 @@ with st.form("lab_form"):
     params = {}
     for row in range(0, len(main), 3):
         for column, (cls, name) in zip(st.columns(3), main[row:row + 3], strict=False):
-            params[name] = labviews.param_widget(column, cls, name, limits)
+            params[name] = labviews.param_widget(
+                column, cls, name, limits, default=world_size_default(lab) if name == "world_size" else None)
     with st.expander(t("labs.advanced")):
         chosen = {name: labviews.param_widget(column, Run, name, limits, none=name == "fail_mode")
                   for column, name in zip(st.columns(3), advanced, strict=False)}
@@ -88,7 +89,7 @@ if run_id is not None:
     if run is not None and run.status in ("queued", "running"):
         live(run_id)
     elif run is not None:
-        labviews.show_run(run, latest_bench=labjobs.latest_result(who.id if who else None, "bench"))
+        labviews.show_run(run)
 
 st.divider()
 mine = labjobs.history(learner_id=who.id) if who else labjobs.runs(state.get("lab_runs", []))
