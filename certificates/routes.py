@@ -17,11 +17,21 @@ status list for a minute, so that a new key or a revocation shows within
 minutes (the signed list itself expires ``statuslist.VALID_FOR`` after it was
 made, so no cache can serve it much longer); a credential, which never
 changes once made, for a day; a verification not at all.
+
+``/api/verify`` answers each client (``academy.accounts.client_key``: its
+address, read behind ``TRUSTED_PROXY_HOPS`` proxies) at most `VERIFY_BURST`
+lookups at once and `VERIFY_PER_S` a second after that, then 429 with
+``Retry-After`` (review N-19). A loopback client (the operator, or a proxy on
+this machine that nobody configured) is not limited: it speaks for everybody.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import threading
+import time
+from collections import OrderedDict
 from typing import Any
 
 from sqlmodel import Session
@@ -38,6 +48,44 @@ VC_JWT = "application/vc+jwt"
 SHORT = f"public, max-age={statuslist.CACHE_SECONDS}"
 LONG = "public, max-age=86400"
 NEVER = "no-store"
+
+
+VERIFY_BURST = 30  # lookups a client may make at once
+VERIFY_PER_S = 2.0  # and then per second: a person checking IDs by hand never meets it
+_BUCKETS_MAX = 10_000  # clients remembered; the longest idle are forgotten first
+
+
+class _Buckets:
+    """A token bucket per client: ``take(client)`` is 0 when a lookup may go ahead, else the
+    seconds until one may. Thread-safe (Starlette runs the handlers in its thread pool)."""
+
+    def __init__(self, burst: int, per_s: float, size: int):
+        self.burst, self.per_s, self.size = burst, per_s, size
+        self.lock = threading.Lock()
+        self.tokens: OrderedDict[str, tuple[float, float]] = OrderedDict()  # client -> (tokens, when)
+
+    def take(self, client: str, now: float | None = None) -> float:
+        now = time.monotonic() if now is None else now
+        with self.lock:
+            tokens, then = self.tokens.pop(client, (float(self.burst), now))
+            tokens = min(float(self.burst), tokens + (now - then) * self.per_s)
+            wait = 0.0 if tokens >= 1 else (1 - tokens) / self.per_s
+            self.tokens[client] = (tokens - 1 if not wait else tokens, now)
+            while len(self.tokens) > self.size:
+                self.tokens.popitem(last=False)
+            return wait
+
+
+_verify_buckets = _Buckets(VERIFY_BURST, VERIFY_PER_S, _BUCKETS_MAX)
+
+
+def _client(request: Request) -> str:
+    from academy.accounts import client_key
+    from academy.settings import get_settings
+
+    peer = request.client.host if request.client else None
+    return client_key(peer, forwarded=request.headers.get("x-forwarded-for"),
+                      hops=get_settings().trusted_proxy_hops)
 
 
 def _session() -> Session:
@@ -111,7 +159,16 @@ def verify(request: Request) -> Response:
     400 for text that is not an ID, 404 for an unknown one, else 200 with
     ``status`` saying valid, replaced (by a newer certificate of the same
     learner, not for cause), revoked, or why the stored record is not trusted;
-    ``replaced_by`` is the newer ID only where its holder chose to show it."""
+    ``replaced_by`` is the newer ID only where its holder chose to show it.
+    429 when this client asked too often (see the module docstring)."""
+    from academy.accounts import UNKNOWN_CLIENT
+
+    client = _client(request)
+    wait = 0.0 if client == UNKNOWN_CLIENT else _verify_buckets.take(client)
+    if wait:
+        response = _error(429, "too_many_requests")
+        response.headers["Retry-After"] = str(math.ceil(wait))
+        return response
     with _session() as session:
         result = store.lookup(session=session, text=request.path_params["cert_id"])
     if result.status in ("malformed", "typo"):

@@ -894,3 +894,33 @@ def test_cli_refuses_a_credential_from_an_issuer_it_was_not_asked_to_trust(
     # Naming that issuer on purpose is the only way to accept it (and the output says whose it is).
     assert cli_main(["verify", str(badge), "--offline", "--issuer", their_did]) == 0
     assert their_did in capsys.readouterr().out
+
+
+def test_api_verify_limits_each_client_but_not_the_loopback(client, session, monkeypatch):
+    """Review N-19: /api/verify had no limit (300 lookups in 1.7 s). A client may make
+    VERIFY_BURST at once, then about VERIFY_PER_S a second: the next gets 429 with
+    Retry-After; another client is not affected, nor the loopback (a proxy speaking for all)."""
+    monkeypatch.setattr(routes, "_verify_buckets", routes._Buckets(5, 1.0, 100))
+    cert = issue(session)
+    path = f"/api/verify/{cert.id}"
+
+    def ask(addr: str):
+        return client.get(path, headers={"X-Forwarded-For": addr})
+
+    monkeypatch.setenv("TRUSTED_PROXY_HOPS", "1")
+    get_settings.cache_clear()
+    answers = [ask("203.0.113.5").status_code for _ in range(7)]
+    assert answers == [200] * 5 + [429] * 2
+    refused = ask("203.0.113.5")
+    assert refused.json() == {"status": "too_many_requests"} and int(refused.headers["Retry-After"]) >= 1
+    assert ask("198.51.100.7").status_code == 200  # someone else
+    assert all(ask("127.0.0.1").status_code == 200 for _ in range(8))  # loopback: not limited
+
+
+def test_a_token_bucket_refills_with_time():
+    buckets = routes._Buckets(2, 0.5, 2)
+    assert [buckets.take("a", now=0.0) for _ in range(3)] == [0.0, 0.0, 2.0]
+    assert buckets.take("a", now=2.0) == 0.0  # one token back after 1 / 0.5 s
+    buckets.take("b", now=2.0)
+    buckets.take("c", now=2.0)  # a third client: the longest idle ("a") is forgotten
+    assert list(buckets.tokens) == ["b", "c"]
