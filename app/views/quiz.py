@@ -54,7 +54,9 @@ def show_feedback(fb) -> None:
                 mark = ":material/check_circle:" if option.correct else ":material/cancel:"
                 st.markdown(f"{mark} *{option.text}* — {option.explain}")
     if fb.explanation:
-        st.markdown(f"**{t('quiz.explanation')}**: {fb.explanation}")
+        # The label's colon is the language's own (full-width in zh): it is in the catalog.
+        sep = "" if t("quiz.explanation").endswith("：") else " "
+        st.markdown(f"**{t('quiz.explanation')}**{sep}{fb.explanation}")
     ui.link("lessons", t("quiz.read_section", title=titles.get(fb.topic, fb.topic)),
             ":material/menu_book:", section=fb.topic)
 
