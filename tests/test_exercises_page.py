@@ -383,3 +383,18 @@ def test_a_deadlock_names_each_direction_and_the_headline_counts_not_run_apart(l
     to, came_from = DEADLOCK_WORDS[lang]
     assert len(waits) == 2 and to in waits[0] and came_from in waits[1], waits
     assert {"en": "4,194,304", "zh": "4,194,304", "nl": "4.194.304"}[lang] in waits[0]  # the reader's marks
+
+
+@pytest.mark.parametrize("lang", ["en", "zh", "nl"])
+def test_a_broadcast_case_names_the_rank_it_comes_from(lang):
+    """Journey review m11: a broadcast case's src was only in its ID (``w3-src2-…``)."""
+    me = learner()
+    run_id = exercises.submit(learner_id=me, exercise="broadcast", source="x = 1\n", lang=lang)
+    report = exercisefakes.report("broadcast", passed=True)
+    report["cases"][0].update(id="w3-src2-n7-float32", src=2)
+    report["trace"] = None
+    grade(run_id, report)
+    at = open_page("exercises", lang, me, exercise="broadcast")
+    assert not at.exception, at.exception
+    want = t("exercises.case_src", lang, id="w3-src2-n7-float32", world=3, src=2, count=7, dtype="float32")
+    assert any(e.label.startswith(want) for e in at.expander), [e.label for e in at.expander]

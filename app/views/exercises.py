@@ -235,8 +235,10 @@ def report(run) -> None:  # noqa: ANN001  (a LabRun)
     first_failure = failed[0]["id"] if failed else None
     for case in cases:
         status = case.get("status", "not_run")
-        label = t("exercises.case", id=case.get("id", "?"), world=case.get("world_size", "?"),
-                  count=case.get("size", "?"), dtype=case.get("dtype", "?"))
+        values = {"id": case.get("id", "?"), "world": case.get("world_size", "?"),
+                  "count": case.get("size", "?"), "dtype": case.get("dtype", "?")}
+        # Broadcast's cases name the rank the tensor comes from (review m11).
+        label = t("exercises.case_src", src=case["src"], **values) if "src" in case else t("exercises.case", **values)
         icon = {"passed": ":material/check_circle:", "failed": ":material/cancel:"}.get(status, ":material/block:")
         with st.expander(f"{label} · {t(f'exercises.case_status.{status}')}", icon=icon,
                          expanded=case.get("id") == first_failure):
