@@ -131,10 +131,10 @@ def test_chinese_journey_to_a_verified_certificate(server, new_context, artifact
         assert len(learner_row(server.env["DATABASE_URL"], email, LessonProgress)) == 1
         shot("lesson-done", focus=done)
 
-        # The 2-rank ring lab (the defaults) and its animation.
+        # The 3-rank ring lab (the defaults: with 3 ranks the ring and the naive ring differ) and its animation.
         nav(page, "nav.labs", lang)
         form = m.get_by_test_id("stForm")
-        assert form.get_by_role("slider").first.input_value() == "2"  # 2 ranks
+        assert form.get_by_role("slider").first.input_value() == "3"  # 3 ranks
         lab_radio = m.get_by_test_id("stRadio").get_by_role("radio").first
         assert lab_radio.is_checked()  # the ring lab
         button(form, "labs.run", lang).click()
@@ -149,7 +149,7 @@ def test_chinese_journey_to_a_verified_certificate(server, new_context, artifact
         assert before[0] == t("widgets.ring.start", lang), before
         shot("lab-done", focus=chart)
         play.click()
-        # The slider moves and the title walks through the steps to the last one ("步 2/2 · ...").
+        # The slider moves and the title walks through the steps to the last one ("步 4/4 · ...").
         page.wait_for_function(
             """([el, before, last]) => {
                 const title = el.querySelector('.gtitle')?.textContent || '';
@@ -163,7 +163,7 @@ def test_chinese_journey_to_a_verified_certificate(server, new_context, artifact
         assert after[1] != before[1], (before, after)  # the slider's value label moved on too
         shot("lab-animation", focus=chart)
         runs = learner_row(server.env["DATABASE_URL"], email, LabRun)
-        assert [(r.lab, r.params["world_size"], r.status) for r in runs] == [("ring", 2, "done")]
+        assert [(r.lab, r.params["world_size"], r.status) for r in runs] == [("ring", 3, "done")]
 
         # The quiz, answered from the bank's key: every answer right, then passed.
         nav(page, "nav.quiz", lang)
