@@ -441,27 +441,13 @@ def test_a_reissued_certificate_is_replaced_and_names_its_successor_only_if_its_
 
 
 def test_migration_0009_adds_and_removes_the_holders_choice():
-    from alembic import command
-    from alembic.config import Config
-    from sqlalchemy import inspect
-
-    from academy.settings import ROOT
+    from tests.migrations import alembic, columns
 
     engine = make_engine("sqlite://", poolclass=StaticPool)
     migrate(engine)
-
-    def columns():
-        return {c["name"] for c in inspect(engine).get_columns("certificate")}
-
-    assert "show_replacement" in columns()
-    cfg = Config(str(ROOT / "alembic.ini"))
-    cfg.set_main_option("script_location", str(ROOT / "academy" / "migrations"))
-    with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.downgrade(cfg, "0008")
-    assert "show_replacement" not in columns()
-    with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "head")
-    assert "show_replacement" in columns()
+    assert "show_replacement" in columns(engine, "certificate")
+    alembic(engine, "downgrade", "0008")
+    assert "show_replacement" not in columns(engine, "certificate")
+    alembic(engine, "upgrade", "head")
+    assert "show_replacement" in columns(engine, "certificate")
     engine.dispose()

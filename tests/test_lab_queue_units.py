@@ -451,26 +451,13 @@ def test_the_guests_share_is_a_setting(monkeypatch):
 
 
 def test_migration_0010_goes_down_and_up_again(engine):
-    from alembic import command
-    from alembic.config import Config
-    from sqlalchemy import inspect
+    from tests.migrations import alembic, columns
 
-    from academy.settings import ROOT
-
-    def columns():
-        return {c["name"] for c in inspect(engine).get_columns("labrun")}
-
-    assert "client" in columns()
-    cfg = Config(str(ROOT / "alembic.ini"))
-    cfg.set_main_option("script_location", str(ROOT / "academy" / "migrations"))
-    with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.downgrade(cfg, "0009")
-    assert "client" not in columns()
-    with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "head")
-    assert "client" in columns()
+    assert "client" in columns(engine, "labrun")
+    alembic(engine, "downgrade", "0009")
+    assert "client" not in columns(engine, "labrun")
+    alembic(engine, "upgrade", "head")
+    assert "client" in columns(engine, "labrun")
 
 
 # --------------------------------------------------------------------------
