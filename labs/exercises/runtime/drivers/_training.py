@@ -19,13 +19,16 @@ def sgd_step(model: nn.Module, lr: float) -> None:
             param.grad = None
 
 
-def initial(model: nn.Module) -> dict:
-    """A model's parameters as the tensors a rank gets (``param.<name>``)."""
-    return {f"param.{name}": p.detach().clone() for name, p in model.named_parameters()}
+def shares(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int, world: int) -> list[dict]:
+    """What each rank of a training driver gets: ``model``'s initial parameters
+    (``param.<name>``) and its own ``batch`` rows of the global batch, nothing else."""
+    start = {f"param.{name}": p.detach().clone() for name, p in model.named_parameters()}
+    return [dict(start, x=x[r * batch:(r + 1) * batch].clone(), y=y[r * batch:(r + 1) * batch].clone())
+            for r in range(world)]
 
 
 def load(model: nn.Module, tensors: dict) -> nn.Module:
-    """Set ``model``'s parameters to what `initial` gave: in a rank, the single process's start."""
+    """Set ``model``'s parameters to what `shares` gave: in a rank, the single process's start."""
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.copy_(tensors[f"param.{name}"])

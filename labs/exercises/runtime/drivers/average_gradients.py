@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from drivers._training import initial, load, sgd_step
+from drivers._training import load, sgd_step, shares
 
 
 class Net(nn.Module):
@@ -60,10 +60,7 @@ def values(model: nn.Module, *, grads: bool = False) -> dict:
 
 def inputs(case: dict, world: int) -> list[dict]:
     """Per rank: the initial parameters and its own shard of the global batch, nothing else."""
-    x, y = global_batch(case, world)
-    start = initial(build(case))
-    b = case["batch"]
-    return [dict(start, x=x[r * b:(r + 1) * b].clone(), y=y[r * b:(r + 1) * b].clone()) for r in range(world)]
+    return shares(build(case), *global_batch(case, world), case["batch"], world)
 
 
 def expected(case: dict, world: int, inputs: list[dict]) -> list[dict]:
