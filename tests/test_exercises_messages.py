@@ -182,3 +182,13 @@ def test_each_exercise_has_its_own_pass_and_reference_words(lang):
         own = yaml.safe_load((CONTENT / lang / f"{exercise_id}.yaml").read_text(encoding="utf-8"))["feedback"]
         assert own["passed"] == passed and own["reference_note"] == note, exercise_id
     assert messages.template("passed", lang, "average-gradients") != messages.template("passed", lang, "ring-allreduce")
+
+
+@pytest.mark.parametrize("lang", ["en", "zh", "nl"])
+def test_the_command_lines_summary_fills_in_every_count(lang):
+    """The summary line had lost its ``total`` ("7 of {total} cases passed") in a merge."""
+    from labs.exercises.__main__ import render
+    from tests import exercisefakes
+
+    last = render(exercisefakes.report(passed=False), lang).splitlines()[-1]
+    assert "{" not in last and "2" in last, last

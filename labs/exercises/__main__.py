@@ -127,7 +127,7 @@ def render(report: dict, lang: str) -> str:
                 lines += ["        " + line for line in text.rstrip().splitlines()]
     if cases:
         failed = sum(c["status"] == "failed" for c in cases)
-        lines.append(messages.text("summary", lang, passed=passed, failed=failed,
+        lines.append(messages.text("summary", lang, passed=passed, total=len(cases), failed=failed,
                                    not_run=len(cases) - passed - failed,
                                    seconds=round(report["duration_s"], 1), sandbox=report["sandbox"]))
     return "\n".join(lines)
