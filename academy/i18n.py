@@ -1,4 +1,5 @@
-"""UI string catalogs, one YAML file per language in ``content/i18n``.
+"""UI string catalogs, one YAML file per language in ``content/i18n``, read
+through ``academy.content``.
 
 Adding a language is adding ``<code>.yaml`` there beside its lessons (the
 language list is discovered from ``content/lessons``, see ``academy.content``)
@@ -23,7 +24,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
 from babel import Locale, UnknownLocaleError
 from babel.dates import format_date as babel_date
 from babel.dates import format_time as babel_time
@@ -59,14 +59,12 @@ def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Message]:
 
 def catalog(lang: str) -> dict[str, Message]:
     """Key -> text of ``lang``'s catalog, flattened (empty for a language without one)."""
-    return _catalog(content.path("i18n", f"{lang}.yaml"))
+    return _flat(content.path(content.UI, f"{lang}.yaml"))
 
 
 @cache
-def _catalog(path: Path) -> dict[str, Message]:
-    if not path.is_file():
-        return {}
-    return _flatten(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+def _flat(path: Path) -> dict[str, Message]:  # keyed by path: a test may point CONTENT_DIR elsewhere
+    return _flatten(content.load(path) or {}) if path.is_file() else {}
 
 
 def languages() -> dict[str, str]:

@@ -23,7 +23,6 @@ from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, NotRequired
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -39,6 +38,7 @@ from sqlmodel import Session, select
 from typing_extensions import TypedDict  # pydantic needs it for TypedDicts before Python 3.12
 
 from academy import content
+from academy.content import ContentError
 from academy.models import LessonProgress
 from academy.settings import ROOT
 
@@ -48,10 +48,6 @@ DIRECTIVE = re.compile(r"^<!--\s*(widget|code):\s*(\S+)\s*-->\s*$")
 SECTION_ID = r"^[a-z0-9]+(?:-[a-z0-9]+)*$"  # kebab-case: also a URL parameter and a file name
 
 NonEmpty = Annotated[str, Field(min_length=1)]
-
-
-class ContentError(ValueError):
-    """A content file that does not match its schema; the message names file and field."""
 
 
 # ----------------------------------------------------------------- schema errors
@@ -110,14 +106,12 @@ def error_lines(where: str, errors: Sequence[ErrorDetails]) -> list[str]:
 
 
 def _read(path: Path, adapter: TypeAdapter[Any]) -> Any:
-    """Parse and validate one YAML file, or raise ContentError naming it."""
-    where = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+    """Parse (``academy.content.load``) and validate one YAML file, or raise
+    ContentError naming it."""
     try:
-        return adapter.validate_python(yaml.safe_load(path.read_text(encoding="utf-8")))
-    except yaml.YAMLError as exc:
-        raise ContentError(f"{where}: not valid YAML: {exc}") from None
+        return adapter.validate_python(content.load(path))
     except ValidationError as exc:
-        raise ContentError("\n".join(error_lines(where, schema_errors(exc)))) from None
+        raise ContentError("\n".join(error_lines(content.where(path), schema_errors(exc)))) from None
 
 
 # ----------------------------------------------------------------- models

@@ -86,8 +86,8 @@ def _learner(session) -> int:
 def _response(item: dict[str, Any], bank, lang: str) -> Any:
     """A well-formed answer (right for numeric questions, "a" for choices):
     grading reads and checks it whether it is right or not."""
-    from quizzes.bank import compute_answer
     from quizzes.engine import KEYS, format_number
+    from quizzes.formula import compute_answer
 
     question = bank.questions[item["question_id"]]
     if question.type == "single":

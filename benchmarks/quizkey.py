@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from quizzes.bank import Bank, compute_answer
+from quizzes.bank import Bank
 from quizzes.engine import KEYS, format_number
+from quizzes.formula import compute_answer
 
 
 def right_answer(plan_item: dict[str, Any], bank: Bank, lang: str) -> Any:

@@ -1,25 +1,22 @@
-"""Certificate text in each language, from ``certificates/locales/<lang>.yaml``.
+"""Certificate text in each language, from ``content/certificates/<lang>.yaml``
+(read through ``academy.content``).
 
 A certificate can be issued in every language of the course; the list is the
 one ``academy.content`` discovers from the lessons, so a new language works
 here before its certificate texts exist (they fall back to English until
-``locales/<lang>.yaml`` is written; tests/test_i18n.py lists what is missing).
+``content/certificates/<lang>.yaml`` is written; tests/test_i18n.py lists what
+is missing).
 """
 
 from __future__ import annotations
 
 from datetime import date
-from functools import cache
-from pathlib import Path
 from typing import Any
 
-import yaml
 from babel.dates import format_date as babel_date
 
 from academy import content
 from academy.i18n import babel_locale
-
-LOCALES = Path(__file__).resolve().parent / "locales"
 
 
 def languages() -> tuple[str, ...]:
@@ -32,13 +29,7 @@ def texts(lang: str) -> dict[str, Any]:
     English for a course language that has no certificate texts yet."""
     if lang not in languages():
         raise ValueError(f"unknown certificate language {lang!r}; use one of {languages()}")
-    path = LOCALES / f"{lang}.yaml"
-    return _texts(path if path.is_file() else LOCALES / f"{content.DEFAULT_LANG}.yaml")
-
-
-@cache
-def _texts(path: Path) -> dict[str, Any]:
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
+    return content.catalog(content.CERTIFICATES, lang) or content.catalog(content.CERTIFICATES, content.DEFAULT_LANG)
 
 
 def format_date(iso: str, lang: str) -> str:

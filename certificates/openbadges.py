@@ -38,13 +38,10 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import cache
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 import rfc8785
-import yaml
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -55,6 +52,7 @@ from pypdf import PdfReader, PdfWriter
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, update
 
+from academy import content
 from academy.models import Certificate, Learner
 from academy.settings import Settings, get_settings
 from certificates import keys, pdf, statuslist
@@ -73,7 +71,6 @@ JWT_TYP = "vc+jwt"
 JWT_CLAIMS = ("iss", "jti", "nbf", "exp")
 _COMPACT_JWT = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")  # JWT mirrors of credential fields, not the credential
 MULTIKEY_ED25519 = b"\xed\x01"  # multicodec prefix of an Ed25519 public key
-TEXTS = Path(__file__).resolve().parent / "locales" / "ob3"
 
 
 class CredentialError(ValueError):
@@ -233,18 +230,11 @@ def identity_hash(email: str, salt: str) -> str:
 # --- the credential ---------------------------------------------------------
 
 
-@cache
 def credential_texts(lang: str) -> dict[str, str]:
     """The credential's own texts in ``lang``; English for a course language that
     has none yet (as ``certificates.i18n.texts``), so a new language never stops
     a certificate from being issued."""
-    path = TEXTS / f"{lang}.yaml"
-    return _credential_texts(path if path.is_file() else TEXTS / "en.yaml")
-
-
-@cache
-def _credential_texts(path: Path) -> dict[str, str]:
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
+    return content.catalog(content.CREDENTIALS, lang) or content.catalog(content.CREDENTIALS, content.DEFAULT_LANG)
 
 
 def credential_name(lang: str) -> str:

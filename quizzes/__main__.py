@@ -1,6 +1,6 @@
 """Validate the question bank.
 
-    python -m quizzes check [--bank quizzes/bank]
+    python -m quizzes check [--bank content/quiz-bank]
 
 Prints every problem and the question counts per language and type; exits 1
 when there is a problem.
@@ -13,7 +13,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from quizzes.bank import BANK_DIR, TYPES, Bank, Question, load_bank
+from quizzes.bank import TYPES, Bank, Question, load_bank
 
 # What the course asks of the bank as a whole (issue 5, COURSE_BRIEF.md).
 MIN_QUESTIONS = 40
@@ -43,7 +43,7 @@ def complete_in(question: Question, lang: str) -> bool:
     return all(t.get(lang) for t in texts)
 
 
-def check(directory: Path) -> int:
+def check(directory: Path | None = None) -> int:
     bank = load_bank(directory)
     problems = list(bank.problems) + coverage_problems(bank)
     for problem in problems:
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m quizzes")
     sub = parser.add_subparsers(dest="command", required=True)
     check_parser = sub.add_parser("check", help="validate the question bank")
-    check_parser.add_argument("--bank", type=Path, default=BANK_DIR, help="folder of *.yaml files")
+    check_parser.add_argument("--bank", type=Path, help="folder of *.yaml files (default: content/quiz-bank)")
     args = parser.parse_args(argv)
     return check(args.bank)
 

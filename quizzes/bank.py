@@ -1,4 +1,5 @@
-"""Load and validate the question bank (``quizzes/bank/*.yaml``).
+"""Load and validate the question bank (``content/quiz-bank/*.yaml``, read
+through ``academy.content``).
 
 The format is described in ``quizzes/README.md``; the pydantic models below
 are its one definition: ``Question`` is a union of the four question types,
@@ -29,26 +30,20 @@ mistake on every parameter draw (all of them, or a large seeded sample when
 there are too many): a correctly rounded answer must be accepted, and no
 mistake, exact or rounded, may be.
 
-Numeric answers are formulas over the drawn parameters. They are parsed with
-``ast`` and walked by a tiny evaluator that knows numbers, the parameter
-names, ``+ - * / **`` and the functions min, max, round, log2 and sqrt:
-nothing from the bank is ever handed to ``eval``.
+Numeric answers are formulas over the drawn parameters, evaluated by
+``quizzes.formula``: nothing from the bank is ever handed to ``eval``.
 """
 
 from __future__ import annotations
 
-import ast
 import math
-import operator
-import random
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -67,16 +62,21 @@ from pydantic import (
 from pydantic_core import ErrorDetails, PydanticCustomError
 from typing_extensions import TypedDict  # pydantic needs it for TypedDicts before Python 3.12
 
-from academy import lessons
+from academy import content, lessons
 from academy.lessons import SECTION_ID, error_lines, schema_errors
+from quizzes.formula import (
+    FUNCTIONS,
+    ExpressionError,
+    all_draws,
+    compiled,
+    compute_answer,
+    evaluate,
+    expression_names,
+    parse_expression,
+    round_to,
+)
 from quizzes.numbers import format_number, parse_number, within_tolerance
 
-BANK_DIR = Path(__file__).resolve().parent / "bank"
-
-# `check` evaluates every parameter draw when there are at most ALL_DRAWS of
-# them, else CHECK_DRAWS seeded ones.
-ALL_DRAWS = 20_000
-CHECK_DRAWS = 2_000
 MAX_SEE = 2  # sections one explanation may cite (the wording has one and two)
 MAX_KEYS = 26  # options and ordering items are keyed a, b, c, ...
 
@@ -95,154 +95,6 @@ class Bank:
     problems: tuple[str, ...] = ()
 
 
-# --------------------------------------------------------------- formulas
-
-
-class ExpressionError(ValueError):
-    """An answer formula uses something the evaluator does not allow."""
-
-
-def _pow(base: float, exp: float) -> float:
-    if abs(exp) > 64:  # keeps 10 ** 10 ** 10 from eating the server
-        raise ExpressionError(f"exponent {exp} too large")
-    return base**exp
-
-
-_BINOPS: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.Pow: _pow,
-}
-_UNARY: dict[type, Callable[[Any], Any]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
-FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "min": min,
-    "max": max,
-    "round": round,
-    "log2": math.log2,
-    "sqrt": math.sqrt,
-}
-
-
-def parse_expression(source: str) -> ast.expr:
-    """Parse an answer formula and reject anything outside the whitelist."""
-    try:
-        tree = ast.parse(source.strip(), mode="eval").body
-    except SyntaxError as exc:
-        raise ExpressionError(f"syntax error: {exc.msg}") from None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.BinOp):
-            if type(node.op) not in _BINOPS:
-                raise ExpressionError(f"operator {type(node.op).__name__} not allowed")
-        elif isinstance(node, ast.UnaryOp):
-            if type(node.op) not in _UNARY:
-                raise ExpressionError(f"operator {type(node.op).__name__} not allowed")
-        elif isinstance(node, ast.Call):
-            if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
-                raise ExpressionError("only min, max, round, log2 and sqrt may be called")
-            if node.keywords:
-                raise ExpressionError("keyword arguments not allowed")
-        elif isinstance(node, ast.Constant):
-            if isinstance(node.value, bool) or not isinstance(node.value, int | float):
-                raise ExpressionError(f"constant {node.value!r} not allowed")
-        elif isinstance(node, ast.Name):
-            if not isinstance(node.ctx, ast.Load):
-                raise ExpressionError("assignment not allowed")
-        elif not isinstance(node, ast.operator | ast.unaryop | ast.expr_context):
-            raise ExpressionError(f"{type(node).__name__} not allowed")
-    return tree
-
-
-def expression_names(tree: ast.expr) -> set[str]:
-    """The variable names a formula reads (function names excluded)."""
-    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in called}
-
-
-def evaluate(tree: ast.expr, values: Mapping[str, float]) -> float:
-    """Evaluate a parsed formula; raises ExpressionError on any failure."""
-
-    def walk(node: ast.expr) -> Any:
-        if isinstance(node, ast.Constant):
-            return node.value
-        if isinstance(node, ast.Name):
-            if node.id not in values:
-                raise ExpressionError(f"unknown name {node.id!r}")
-            return values[node.id]
-        if isinstance(node, ast.BinOp):
-            return _BINOPS[type(node.op)](walk(node.left), walk(node.right))
-        if isinstance(node, ast.UnaryOp):
-            return _UNARY[type(node.op)](walk(node.operand))
-        if isinstance(node, ast.Call):
-            return FUNCTIONS[node.func.id](*(walk(a) for a in node.args))  # type: ignore[union-attr]
-        raise ExpressionError(f"{type(node).__name__} not allowed")
-
-    try:
-        result = walk(tree)
-    except ExpressionError:
-        raise
-    except (ArithmeticError, ValueError, TypeError) as exc:
-        raise ExpressionError(str(exc) or type(exc).__name__) from None
-    if isinstance(result, bool) or not isinstance(result, int | float):
-        raise ExpressionError(f"result {result!r} is not a number")
-    result = float(result)
-    if not math.isfinite(result):
-        raise ExpressionError(f"result {result} is not finite")
-    return result
-
-
-@lru_cache(maxsize=1024)
-def _compiled(source: str) -> ast.expr:
-    return parse_expression(source)
-
-
-def compute_answer(question: Question, params: Mapping[str, float]) -> float:
-    """The expected value of a numeric question for drawn parameter values."""
-    return evaluate(_compiled(question.answer), params)
-
-
-def round_to(value: float, precision: Mapping[str, int]) -> list[float]:
-    """The correctly rounded values at `precision`: one, or both neighbours
-    when `value` sits (within float noise) on a tie; none without a precision."""
-    if not precision:
-        return []
-    if "decimals" in precision:
-        unit = 10.0 ** -precision["decimals"]
-    elif value == 0:
-        return [0.0]
-    else:
-        unit = 10.0 ** (math.floor(math.log10(abs(value))) - precision["sig"] + 1)
-    low = math.floor(value / unit) * unit
-    out = [c for c in (low, low + unit) if abs(c - value) <= unit / 2 * (1 + 1e-9)]
-    return [float(f"{c:.12g}") for c in out]
-
-
-def all_draws(question: Question) -> list[dict[str, float]]:
-    """Every parameter combination, or CHECK_DRAWS seeded ones when there are
-    more than ALL_DRAWS: what `check` grades the answer and mistakes on."""
-    spaces = [
-        (name, list(spec["choices"]) if "choices" in spec else list(range(spec["min"], spec["max"] + 1)))
-        for name, spec in question.params.items()
-    ]
-    if math.prod(len(values) for _, values in spaces) > ALL_DRAWS:
-        rng = random.Random(question.id)
-        return [draw_params(question, rng) for _ in range(CHECK_DRAWS)]
-    draws: list[dict[str, float]] = [{}]
-    for name, values in spaces:
-        draws = [{**d, name: v} for d in draws for v in values]
-    return draws
-
-
-def draw_params(question: Question, rng: random.Random) -> dict[str, float]:
-    """Draw one value per parameter, in the order the bank lists them."""
-    values: dict[str, float] = {}
-    for name, spec in question.params.items():
-        if "choices" in spec:
-            values[name] = rng.choice(list(spec["choices"]))
-        else:
-            values[name] = rng.randint(int(spec["min"]), int(spec["max"]))
-    return values
 
 
 # ------------------------------------------------------------------ schema
@@ -514,20 +366,26 @@ def localized(texts: Mapping[str, str] | None, lang: str) -> str:
     return texts.get(lang) or texts.get(lessons.SOURCE_LANG) or next(iter(texts.values()), "")
 
 
+def bank_dir() -> Path:
+    """The course's question bank: ``content/quiz-bank``."""
+    return content.path(content.QUIZ_BANK)
+
+
 def load_bank(
-    directory: Path | str = BANK_DIR,
+    directory: Path | str | None = None,
     *,
     languages: tuple[str, ...] | None = None,
     topics: tuple[str, ...] | None = None,
 ) -> Bank:
-    """Read and validate every ``*.yaml`` file of a bank folder, for the
-    course's languages and sections (the lessons' unless given).
+    """Read and validate every ``*.yaml`` file of a bank folder (the course's,
+    ``bank_dir()``, unless given), for the course's languages and sections
+    (the lessons' unless given).
 
     Cached per argument set: the bank is read once per process, so restart
     the app to pick up edited files.
     """
     return _load_bank(
-        Path(directory).resolve(),
+        Path(directory if directory is not None else bank_dir()).resolve(),
         languages if languages is not None else lessons.languages(),
         topics if topics is not None else tuple(lessons.section_ids()),
     )
@@ -543,9 +401,9 @@ def _load_bank(directory: Path, languages: tuple[str, ...], topics: tuple[str, .
         problems.append(f"{directory}: no *.yaml files")
     for path in files:
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-            problems.append(f"{path.name}: cannot read: {exc}")
+            data = content.load(path)
+        except content.ContentError as exc:  # named by file name, as every line here is
+            problems.append(f"{path.name}: cannot read: {str(exc).removeprefix(content.where(path) + ': ')}")
             continue
         if data is None:
             problems.append(f"{path.name}: empty file")
@@ -686,7 +544,7 @@ def numeric_problems(question: NumericQuestion, where: str, languages: tuple[str
             if mistake.label in caught:
                 continue
             try:
-                wrong = evaluate(_compiled(mistake.formula), values)
+                wrong = evaluate(compiled(mistake.formula), values)
             except ExpressionError as exc:
                 problems.append(f"{where}: mistakes: {mistake.label!r} fails for {values}: {exc}")
                 caught.add(mistake.label)

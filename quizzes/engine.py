@@ -33,11 +33,10 @@ from quizzes.bank import (
     PLACEHOLDER,
     Bank,
     Question,
-    compute_answer,
-    draw_params,
     localized,
     section_titles,
 )
+from quizzes.formula import compute_answer, draw_params
 from quizzes.numbers import (
     InvalidResponse,
     QuestionUnavailable,

@@ -9,7 +9,7 @@ mark ("1,536.5" and "1.536,5" are both 1536.5); a single separator followed
 by anything but exactly three digits is a decimal mark ("1,5" and "1.5" are
 both 1.5 in every language). Only "1,536" and "1.536" are ambiguous: they
 follow the language's own decimal mark (``number.decimal`` in
-``quizzes/messages/<lang>.yaml``), so "1,536" is 1536 in English and Chinese
+``content/quizzes/<lang>.yaml``), so "1,536" is 1536 in English and Chinese
 but 1.536 in Dutch, and "1.536" the other way round. We display numbers
 without that ambiguity: the language's decimal mark and no thousands
 separator below 10 000, narrow no-break spaces above.
@@ -20,32 +20,19 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
-import yaml
-
+from academy import content
 from academy.errors import UserError
-
-MESSAGES_DIR = Path(__file__).resolve().parent / "messages"
-
 
 # ---------------------------------------------------------------- messages
 
 
-@lru_cache(maxsize=16)
-def _messages(lang: str) -> dict[str, Any]:
-    path = MESSAGES_DIR / f"{lang}.yaml"
-    if not path.exists():
-        return {}
-    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-
-
 def message(key: str, lang: str, **values: Any) -> str:
-    """A quiz text (``"see.one"``, ``"number.decimal"``) in `lang`, else English."""
-    for source in (lang, "en"):
-        node: Any = _messages(source)
+    """A quiz text (``"see.one"``, ``"number.decimal"``) from
+    ``content/quizzes/<lang>.yaml`` (``academy.content``), else English."""
+    for source in (lang, content.DEFAULT_LANG):
+        node: Any = content.catalog(content.QUIZ, source)
         for part in key.split("."):
             node = node.get(part) if isinstance(node, dict) else None
         if isinstance(node, str):

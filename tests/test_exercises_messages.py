@@ -17,15 +17,15 @@ import ast
 from pathlib import Path
 
 import pytest
-import yaml
 
+from academy import content
 from labs import exercises
 from labs.exercises import messages
 from tests.test_terminology import LESSONS, findings, report, rules_from, yaml_texts
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE = ROOT / "labs" / "exercises"
-CONTENT = ROOT / "content" / "exercises"
+CONTENT = content.path(content.EXERCISES)
 LANGS = ("en", "zh", "nl")
 MINE = ("ring-allreduce", "broadcast")
 STOPPED = ("wall_time", "output", "memory", "cpu_time", "processes")  # labs.sandbox.Outcome.stopped
@@ -90,13 +90,13 @@ def test_the_key_walk_finds_what_the_grader_uses():
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_every_key_used_has_a_message_in_every_language(lang):
-    shared = yaml.safe_load((CONTENT / lang / "feedback.yaml").read_text(encoding="utf-8"))
+    shared = content.load(CONTENT / lang / "feedback.yaml")
     missing = sorted(f"shared: {k}" for k in used_keys()[None] if k not in shared)
     for exercise_id, keys in used_keys().items():
         if exercise_id is None or not (CONTENT / "en" / f"{exercise_id}.yaml").is_file():
             continue  # an exercise whose texts are not written yet is someone else's finding
         path = CONTENT / lang / f"{exercise_id}.yaml"
-        own = (yaml.safe_load(path.read_text(encoding="utf-8")).get("feedback") or {}) if path.is_file() else {}
+        own = (content.load(path).get("feedback") or {}) if path.is_file() else {}
         missing += sorted(f"{exercise_id}: {k}" for k in keys if k not in own and k not in shared)
     assert missing == [], f"{lang} lacks messages: {missing}"
 
@@ -106,8 +106,8 @@ def test_translations_keep_the_placeholders(lang):
     files = ["feedback.yaml"] + [f"{e}.yaml" for e in MINE]
     wrong = []
     for name in files:
-        en = yaml.safe_load((CONTENT / "en" / name).read_text(encoding="utf-8"))
-        other = yaml.safe_load((CONTENT / lang / name).read_text(encoding="utf-8"))
+        en = content.load(CONTENT / "en" / name)
+        other = content.load(CONTENT / lang / name)
         en_msgs = en.get("feedback", en) if name != "feedback.yaml" else en
         other_msgs = other.get("feedback", other) if name != "feedback.yaml" else other
         for key, text in en_msgs.items():
@@ -121,7 +121,7 @@ def test_translations_keep_the_placeholders(lang):
 @pytest.mark.parametrize("lang", LANGS)
 @pytest.mark.parametrize("exercise_id", MINE)
 def test_each_exercise_has_its_texts(lang, exercise_id):
-    texts = yaml.safe_load((CONTENT / lang / f"{exercise_id}.yaml").read_text(encoding="utf-8"))
+    texts = content.load(CONTENT / lang / f"{exercise_id}.yaml")
     assert texts["title"].strip() and texts["summary"].strip()
     assert len(texts["hints"]) >= 3
     statement = texts["statement"]
@@ -179,7 +179,7 @@ def test_each_exercise_has_its_own_pass_and_reference_words(lang):
     for exercise_id in exercises.EXERCISES:
         passed = messages.template("passed", lang, exercise_id)
         note = messages.template("reference_note", lang, exercise_id)
-        own = yaml.safe_load((CONTENT / lang / f"{exercise_id}.yaml").read_text(encoding="utf-8"))["feedback"]
+        own = content.load(CONTENT / lang / f"{exercise_id}.yaml")["feedback"]
         assert own["passed"] == passed and own["reference_note"] == note, exercise_id
     assert messages.template("passed", lang, "average-gradients") != messages.template("passed", lang, "ring-allreduce")
 

@@ -26,8 +26,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
+from academy import content
 from labs import sandbox
 from labs.exercises import EXERCISES, grader, load, messages, reference
 from labs.exercises.bucketed_overlap.exercise import buckets
@@ -219,7 +219,7 @@ def test_shard_check_reports_a_result_that_is_not_a_list():
 
 
 def texts(exercise_id: str, lang: str) -> dict:
-    return yaml.safe_load((ROOT / "content" / "exercises" / lang / f"{exercise_id}.yaml").read_text("utf-8"))
+    return content.load(content.path(content.EXERCISES, lang, f"{exercise_id}.yaml"))
 
 
 PREFIX = {"average-gradients": "avg_", "bucketed-overlap": "bucket_", "shard-indices": "shard_"}

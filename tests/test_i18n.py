@@ -7,7 +7,7 @@ from datetime import datetime
 
 import pytest
 
-from academy import i18n
+from academy import content, i18n
 
 
 def fields(text):
@@ -27,6 +27,23 @@ def test_three_languages_at_least():
 @pytest.mark.parametrize("lang", sorted(i18n.languages()))
 def test_catalog_complete(lang):
     assert i18n.missing_keys(lang) == [], f"{lang} lacks keys English has"
+
+
+def keys(tree, prefix=""):
+    """A catalog's keys, dotted; a set of plural forms is one key."""
+    if not isinstance(tree, dict) or i18n.is_plural(tree):
+        return {prefix[:-1]}
+    return {k for key, value in tree.items() for k in keys(value, f"{prefix}{key}.")}
+
+
+@pytest.mark.parametrize("kind", [content.UI, content.QUIZ, content.CERTIFICATES, content.CREDENTIALS])
+def test_every_language_has_every_catalog_with_every_key(kind):
+    """One place per kind of text (``academy.content``): ``content/<kind>/<lang>.yaml``
+    exists for every course language and has exactly English's keys."""
+    assert content.catalog_languages(kind) == content.languages()
+    english = keys(content.catalog(kind, "en"))
+    for lang in content.languages():
+        assert keys(content.catalog(kind, lang)) == english, (kind, lang)
 
 
 @pytest.mark.parametrize("lang", sorted(i18n.languages()))

@@ -9,6 +9,7 @@ chosen (the language picker, the certificate's language).
 
 from __future__ import annotations
 
+import copy
 import shutil
 from typing import Any
 
@@ -37,12 +38,12 @@ def xx_content(tmp_path, monkeypatch, request):
     root = tmp_path / "content"
     shutil.copytree(content.root(), root)
     shutil.copytree(root / "lessons" / "en", root / "lessons" / "xx")
-    toc = yaml.safe_load((root / "lessons" / "en" / "toc.yaml").read_text(encoding="utf-8"))
+    toc = copy.deepcopy(content.load(root / "lessons" / "en" / "toc.yaml"))  # the loaded value is shared
     toc["course_title"] = MARK + toc["course_title"]
     for section in toc["sections"]:
         section["title"] = MARK + section["title"]
     (root / "lessons" / "xx" / "toc.yaml").write_text(yaml.safe_dump(toc, allow_unicode=True), encoding="utf-8")
-    strings = yaml.safe_load((root / "i18n" / "en.yaml").read_text(encoding="utf-8"))
+    strings = content.load(root / "i18n" / "en.yaml")
     (root / "i18n" / "xx.yaml").write_text(yaml.safe_dump(marked(strings), allow_unicode=True), encoding="utf-8")
     monkeypatch.setenv("CONTENT_DIR", str(root))
     get_settings.cache_clear()

@@ -11,15 +11,8 @@ from pathlib import Path
 import pytest
 
 from academy import lessons
-from quizzes.bank import (
-    BANK_DIR,
-    ExpressionError,
-    evaluate,
-    expression_names,
-    load_bank,
-    localized,
-    parse_expression,
-)
+from quizzes.bank import bank_dir, load_bank, localized
+from quizzes.formula import ExpressionError, evaluate, expression_names, parse_expression
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = Path(__file__).parent / "fixtures" / "quiz_bank"
@@ -304,7 +297,7 @@ def test_check_command_fails_on_a_broken_bank(tmp_path):
     assert "at least 40 needed" in result.stdout
 
 
-@pytest.mark.skipif(not list(BANK_DIR.glob("*.yaml")), reason="quizzes/bank has no files yet")
+@pytest.mark.skipif(not list(bank_dir().glob("*.yaml")), reason="content/quiz-bank has no files yet")
 def test_check_command_passes_on_the_real_bank():
     result = _run_check()
     assert result.returncode == 0, result.stdout + result.stderr
@@ -315,7 +308,7 @@ def test_check_command_passes_on_the_real_bank():
 
 def _real_bank_with(tmp_path: Path, old: str, new: str) -> Path:
     """A copy of the real bank with one edit in ring-allreduce.yaml."""
-    for path in BANK_DIR.glob("*.yaml"):
+    for path in bank_dir().glob("*.yaml"):
         text = path.read_text(encoding="utf-8")
         if path.name == "ring-allreduce.yaml":
             assert old in text, old

@@ -9,11 +9,11 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quizzes.bank import BANK_DIR, load_bank
+from academy import content
+from quizzes.bank import load_bank
 from quizzes.engine import (
     KEYS,
     InvalidResponse,
@@ -30,7 +30,6 @@ from quizzes.engine import (
     score_percent,
     within_tolerance,
 )
-from quizzes.numbers import MESSAGES_DIR
 
 FIXTURE = Path(__file__).parent / "fixtures" / "quiz_bank"
 LANGS = ("en", "zh", "nl")
@@ -331,7 +330,7 @@ def test_draw_covers_topics_first(bank):
 
 
 def test_draw_on_the_real_bank_covers_every_section():
-    real = load_bank(BANK_DIR)
+    real = load_bank()
     # A section without questions is a failure, not a skip: the bank must cover every section.
     assert {q.topic for q in real.questions.values()} == set(real.topics)
     for seed in range(10):
@@ -428,7 +427,7 @@ def _flatten(node, prefix=""):
 
 def test_messages_exist_in_every_language():
     tables = {
-        lang: dict(_flatten(yaml.safe_load((MESSAGES_DIR / f"{lang}.yaml").read_text("utf-8"))))
+        lang: dict(_flatten(content.catalog(content.QUIZ, lang)))
         for lang in LANGS
     }
     assert tables["en"].keys() == tables["zh"].keys() == tables["nl"].keys()

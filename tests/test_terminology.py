@@ -25,13 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 
 from academy import content
 from academy.settings import get_settings
 
 ROOT = Path(__file__).resolve().parent.parent
-LESSONS = content.path("lessons")
+LESSONS = content.path(content.LESSONS)
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "terminology"
 LANGS = sorted(p.name for p in LESSONS.iterdir() if (p / "glossary.yaml").is_file())
 
@@ -70,7 +69,7 @@ class Finding:
 
 
 def rules_from(glossary: Path) -> list[Rule]:
-    entries = yaml.safe_load(glossary.read_text(encoding="utf-8")) or []
+    entries = content.load(glossary) or []
     return [Rule(str(e["term"]), tuple(map(str, e.get("avoid") or ())), tuple(map(str, e.get("allow") or ())))
             for e in entries if e.get("avoid")]
 
@@ -149,14 +148,14 @@ def markdown_texts(path: Path) -> Iterator[tuple[str, str, str]]:
 
 
 def yaml_texts(path: Path, lang: str | None = None) -> Iterator[tuple[str, str, str]]:
-    for key, text in _yaml_strings(yaml.safe_load(path.read_text(encoding="utf-8")), lang=lang):
+    for key, text in _yaml_strings(content.load(path), lang=lang):
         yield _rel(path), key, text
 
 
 def catalog_texts(lang: str) -> Iterator[tuple[str, str, str]]:
-    """The UI strings of ``lang``: app, certificate and quiz-engine catalogs."""
-    for folder in (content.path("i18n"), ROOT / "certificates" / "locales", ROOT / "quizzes" / "messages"):
-        path = folder / f"{lang}.yaml"
+    """The UI strings of ``lang``: app, certificate, credential and quiz-engine catalogs."""
+    for kind in (content.UI, content.CERTIFICATES, content.CREDENTIALS, content.QUIZ):
+        path = content.path(kind, f"{lang}.yaml")
         if path.is_file():
             for file, key, text in yaml_texts(path):
                 if key != "meta.name" and not key.startswith("languages."):  # names of languages, in their own script
@@ -172,7 +171,7 @@ def lesson_texts(lang: str) -> Iterator[tuple[str, str, str]]:
 
 
 def bank_texts(lang: str) -> Iterator[tuple[str, str, str]]:
-    for path in sorted((ROOT / "quizzes" / "bank").glob("*.yaml")):
+    for path in sorted(content.path(content.QUIZ_BANK).glob("*.yaml")):
         yield from yaml_texts(path, lang=lang)
 
 

@@ -47,9 +47,14 @@ def languages() -> list[str]:
 
 @cache
 def _read(path: Path) -> dict:
+    """One file, as ``academy.content.load`` reads the other catalogs (safe YAML,
+    cached per path, an error naming the file), which ``labs`` may not import."""
     if not path.is_file():
         return {}
-    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not valid YAML: {exc}") from None
 
 
 def exercise(exercise_id: str, lang: str = DEFAULT_LANG) -> dict:
