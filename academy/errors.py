@@ -6,18 +6,18 @@ and nothing else, so no English sentence from a lower layer ends up inside a
 translated page. Every key lives in the UI catalog, ``content/i18n/<lang>.yaml``:
 that is the catalog pages translate with, the one ``tests/test_i18n.py`` checks
 language by language, and the one with plural forms and local number marks.
-(``certificates/locales`` stays the certificate's own text, ``quizzes/messages``
+(``content/certificates`` stays the certificate's own text, ``content/quizzes``
 the quiz engine's feedback; neither holds an error a page shows.)
 
 ``str(err)`` is the English text, for logs and the operators' CLIs.
 
-Errors only a developer meets (``academy.lessons.ContentError``,
-``quizzes.bank.ExpressionError``) stay plain exceptions, and so do errors
+Errors only a developer meets (``academy.content.ContentError``,
+``quizzes.formula.ExpressionError``) stay plain exceptions, and so do errors
 that a lower layer turns into a result before a page sees them:
 ``labs.params.ParamError`` becomes a ``LabRequestError`` (``labs`` sits beside
 ``academy`` and must not import it back), and ``certificates``' SignatureError,
 CredentialError and StatusListError become a Verify status (``VerifyResult.status``,
-whose texts are the certificate's own, in ``certificates/locales``).
+whose texts are the certificate's own, in ``content/certificates``).
 """
 
 from __future__ import annotations
