@@ -14,8 +14,9 @@ Every kind of learner-visible text has one folder here:
 - ``credentials/<lang>.yaml``: the Open Badges credential's texts
   (``certificates.openbadges``).
 
-Every YAML file is parsed here (``load``): safe YAML, cached per absolute path,
-and a file that cannot be read or parsed raises ``ContentError`` naming it.
+Every file is read here (``load`` for YAML, ``text`` for Markdown): safe YAML,
+cached per absolute path, and a file that cannot be read or parsed raises
+``ContentError`` naming it.
 The one reader outside is ``labs.exercises.messages``: ``labs`` sits beside
 ``academy`` and may not import it (``academy`` imports ``labs``), so the
 exercise texts are read there, from the same folder.
@@ -77,6 +78,16 @@ def load(file: Path) -> Any:
         return yaml.safe_load(file.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise ContentError(f"{where(file)}: not valid YAML: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ContentError(f"{where(file)}: cannot read: {exc}") from None
+
+
+@cache
+def text(file: Path) -> str:
+    """A text file of ``content/`` (a lesson's Markdown), cached per path;
+    ``ContentError`` naming it when it cannot be read."""
+    try:
+        return file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ContentError(f"{where(file)}: cannot read: {exc}") from None
 

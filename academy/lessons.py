@@ -243,7 +243,7 @@ def body(lang: str, section_id: str) -> list[Block]:
 def _blocks(path: Path) -> list[Block]:
     blocks: list[Block] = []
     text: list[str] = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in content.text(path).splitlines():
         match = DIRECTIVE.match(line.strip())
         if match:
             if "".join(text).strip():
