@@ -215,3 +215,26 @@ def test_dates_are_written_the_way_each_language_writes_them():
     assert i18n.format_datetime(when, "nl") == "7 mrt 2025, 15:04"
     assert i18n.format_datetime(when, "en").replace("\u202f", " ") == "Mar 7, 2025, 3:04 PM"
     assert i18n.format_date(when, "xx") == i18n.format_date(when, "en")  # no such language: English
+
+
+def test_a_malformed_catalog_names_its_file(tmp_path, monkeypatch):
+    """``academy.content`` reads every catalog: a broken one is named, not a KeyError deep in a page."""
+    from academy.settings import get_settings
+
+    broken = tmp_path / content.UI / "en.yaml"
+    broken.parent.mkdir()
+    broken.write_text("home:\n  title: [unclosed\n", encoding="utf-8")
+    with pytest.raises(content.ContentError, match=f"^{re.escape(str(broken))}: not valid YAML"):
+        content.load(broken)
+    (tmp_path / content.QUIZ).mkdir()
+    (tmp_path / content.QUIZ / "en.yaml").write_text("- a list\n", encoding="utf-8")
+    monkeypatch.setenv("CONTENT_DIR", str(tmp_path))
+    get_settings.cache_clear()
+    try:
+        with pytest.raises(content.ContentError, match=r"quizzes/en\.yaml: must be a mapping"):
+            content.catalog(content.QUIZ, "en")
+        with pytest.raises(content.ContentError, match=r"i18n/en\.yaml: not valid YAML"):
+            i18n.catalog("en")
+    finally:
+        monkeypatch.delenv("CONTENT_DIR")
+        get_settings.cache_clear()
