@@ -17,6 +17,7 @@ Every kind of learner-visible text has one folder here:
 Every file is read here (``load`` for YAML, ``text`` for Markdown): safe YAML,
 cached per absolute path, and a file that cannot be read or parsed raises
 ``ContentError`` naming it.
+
 The one reader outside is ``labs.exercises.messages``: ``labs`` sits beside
 ``academy`` and may not import it (``academy`` imports ``labs``), so the
 exercise texts are read there, from the same folder.
@@ -39,7 +40,7 @@ from academy.settings import ROOT, get_settings
 
 DEFAULT_LANG = "en"
 
-# The folders of content/, one per kind of text (see the table above).
+# The folders of content/, one per kind of text (see the list above).
 LESSONS = "lessons"
 UI = "i18n"
 EXERCISES = "exercises"

@@ -192,7 +192,7 @@ def languages() -> tuple[str, ...]:
 def toc(lang: str) -> Toc:
     """`lang`'s table of contents, the source language's where it has none."""
     code = lang if lang in languages() else SOURCE_LANG
-    return _toc(content.path("lessons", code, "toc.yaml"))
+    return _toc(content.path(content.LESSONS, code, "toc.yaml"))
 
 
 @cache
@@ -215,7 +215,7 @@ def section_ids() -> list[str]:
 
 def glossary(lang: str) -> list[GlossaryEntry]:
     """`lang`'s glossary; none for a language without one."""
-    return _glossary(content.path("lessons", lang, "glossary.yaml")) if lang in languages() else []
+    return _glossary(content.path(content.LESSONS, lang, "glossary.yaml")) if lang in languages() else []
 
 
 @cache
@@ -233,9 +233,9 @@ class Block:
 
 def body(lang: str, section_id: str) -> list[Block]:
     """The section split into Markdown runs and directive blocks."""
-    path = content.path("lessons", lang, f"{section_id}.md")
+    path = content.path(content.LESSONS, lang, f"{section_id}.md")
     if not path.is_file():
-        path = content.path("lessons", SOURCE_LANG, f"{section_id}.md")
+        path = content.path(content.LESSONS, SOURCE_LANG, f"{section_id}.md")
     return _blocks(path)
 
 
@@ -294,7 +294,7 @@ def outline(ref: str, lang: str) -> str:
     none); LookupError when no language has one."""
     for code in (lang, SOURCE_LANG):
         if code in languages():
-            found = _outlines(content.path("lessons", code, "outlines.yaml")).get(ref)
+            found = _outlines(content.path(content.LESSONS, code, "outlines.yaml")).get(ref)
             if found is not None:
                 return found
     raise LookupError(f"no outline for {ref}")
