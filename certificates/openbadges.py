@@ -78,7 +78,7 @@ TEXTS = Path(__file__).resolve().parent / "locales" / "ob3"
 
 class CredentialError(ValueError):
     """A credential that must not be trusted; ``kind`` says why (the same
-    words as ``store.STATUSES``)."""
+    words as ``verify.STATUSES``)."""
 
     kind = "bad_signature"
 

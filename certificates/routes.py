@@ -40,6 +40,8 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from certificates import ids, keys, openbadges, statuslist, store
+from certificates.errors import CertificateNotFound
+from certificates.verify import lookup
 
 JSON = "application/json"
 DID_JSON = "application/did+json"
@@ -133,7 +135,7 @@ def _certificate(session: Session, raw_id: str):
     None if the ID is not one of ours."""
     try:
         cert = store.get_certificate(session=session, cert_id=raw_id)
-    except (ids.InvalidId, store.CertificateNotFound):
+    except (ids.InvalidId, CertificateNotFound):
         return None
     return openbadges.ensure_credential(session=session, cert=cert)
 
@@ -170,7 +172,7 @@ def verify(request: Request) -> Response:
         response.headers["Retry-After"] = str(math.ceil(wait))
         return response
     with _session() as session:
-        result = store.lookup(session=session, text=request.path_params["cert_id"])
+        result = lookup(session=session, text=request.path_params["cert_id"])
     if result.status in ("malformed", "typo"):
         return _error(400, result.status)
     if result.status == "not_found":

@@ -18,7 +18,7 @@ import pytest
 from pypdf import PdfReader
 
 from academy.settings import get_settings
-from certificates import i18n, pdf, store
+from certificates import i18n, pdf, store, verify
 from tests.test_cert_cli import ROOT, cli
 
 # One name per script the certificate promises; the key names the PNG.
@@ -94,7 +94,7 @@ def test_every_script_issues_prints_verifies_and_extracts(script, session, tmp_p
     cert = issue(session, name)
     data = store.render_pdf(cert)
     assert len(data) < 150 * 1024
-    result = store.verify_pdf(data)
+    result = verify.verify_pdf(data)
     assert result.valid, result.detail
     assert result.name == typed
 

@@ -28,7 +28,7 @@ from starlette.testclient import TestClient
 
 from academy.models import Certificate, Learner, QuizAttempt
 from academy.settings import get_settings
-from certificates import ids, keys, openbadges, pdf, routes, statuslist, store
+from certificates import ids, keys, openbadges, pdf, routes, statuslist, store, verify
 from certificates.__main__ import did_web_url
 from certificates.__main__ import main as cli_main
 from tests.exercisepass import pass_required_exercises
@@ -764,7 +764,7 @@ def test_credential_rides_in_the_pdf_and_the_pdf_still_verifies_offline(session)
                        public_url="https://academy.example")
     assert credentials_in_pdf(plain) == {}
     carried = openbadges.attach_to_pdf(plain, cert)
-    assert store.verify_pdf(carried).status == "valid"
+    assert verify.verify_pdf(carried).status == "valid"
     # What learners download (store.render_pdf) carries it too.
     assert credentials_in_pdf(store.render_pdf(cert)).keys() == {"credential.json",
                                                                            "credential.jwt"}
