@@ -46,9 +46,8 @@ from certificates.keys import (
     public_key_info,
     rotate_key,
 )
-from certificates.names import MARKS_MAX, InvalidName, char_names, clean_name
+from certificates.names import MARKS_MAX, InvalidName, char_names, clean_name, refusal_message
 from certificates.openbadges import ensure_credential, linkedin_url
-from certificates.pdf import refusal_message
 from certificates.store import (
     REISSUES_PER_DAY,
     certificates_of,

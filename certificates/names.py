@@ -5,7 +5,9 @@ single spaces) or raises ``InvalidName``: empty or too long; characters that
 are invisible where they stand (controls, format characters such as
 zero-width spaces and bidi controls, default-ignorable ones), so two names
 that look alike would be signed differently (F-16); a pile of combining marks
-on one letter; characters no shipped font can print (``certificates.pdf``).
+on one letter; characters no shipped font can print (``certificates.text``).
+``char_names`` and ``refusal_message`` name the refused characters for a page:
+invisible ones by their Unicode names, unprintable ones by code point and kind.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ import unicodedata
 from typing import Any
 
 from academy.accounts import joins_here as _joins_here
-from certificates import pdf
 from certificates.errors import InvalidInput
+from certificates.i18n import texts
+from certificates.text import unprintable_chars
 
 NAME_MAX = 200  # characters, after normalisation
 # Characters a printed name must not hold: controls, unassigned and private
@@ -56,7 +59,7 @@ class InvalidName(InvalidInput):
         """Unprintable characters are named with their kind in ``lang``
         ("U+E000 (private-use character)"): most show as nothing or a box."""
         if self.kind == "unprintable":
-            return pdf.refusal_message(self.chars[:10], lang)
+            return refusal_message(self.chars[:10], lang)
         return super().text(lang)
 
 
@@ -75,7 +78,7 @@ def clean_name(name: str) -> str:
     stacked = _stacked_marks(name)
     if stacked:
         raise InvalidName("certificate.err_stacked", stacked, "stacked", count=MARKS_MAX)
-    missing = pdf.unprintable_chars(name)
+    missing = unprintable_chars(name)
     if missing:
         raise InvalidName("certificate.err_unprintable", missing, "unprintable")
     return name
@@ -118,3 +121,25 @@ def char_names(chars: list[str]) -> list[str]:
     characters that cannot be seen."""
     return [f"U+{ord(c):04X} {unicodedata.name(c, '')}".strip() for c in chars]
 
+
+def _kind(ch: str) -> str:
+    cat = unicodedata.category(ch)
+    return {"Cc": "control", "Co": "private_use", "Cs": "unassigned", "Cn": "unassigned"}.get(
+        cat, "no_glyph"
+    )
+
+
+def describe_unprintable(chars: list[str], lang: str) -> str:
+    """The refused characters named in the learner's language, e.g.
+    ``U+E000 (private-use character)``: code points, because most of them
+    show as nothing or as a box."""
+    kinds = texts(lang)["unprintable"]
+    return kinds["separator"].join(
+        kinds["item"].format(code=f"U+{ord(c):04X}", kind=kinds[_kind(c)]) for c in chars
+    )
+
+
+def refusal_message(chars: list[str], lang: str) -> str:
+    """Why a name cannot be printed, in the learner's language, naming each
+    refused character (``InvalidName.chars``)."""
+    return texts(lang)["unprintable"]["message"].format(chars=describe_unprintable(chars, lang))

@@ -315,11 +315,11 @@ def test_with_the_setting_off_the_quiz_is_enough_and_the_certificate_says_nothin
 def test_no_discretionary_ligature_joins_st_on_the_certificate(style):
     """reportlab shapes with "dlig" by default, and DejaVu then prints "st" as one old-style
     glyph: "broadcast" on the exercises line (and "Kristina" in a name) looked misspelt."""
-    from certificates import pdf
+    from certificates import text as layout
 
     for word in ("broadcast", "Kristina"):
-        [run] = pdf._line(word, style)[0]
-        assert len(pdf._shaped(run).inline) == len(word), (word, style)
+        [run] = layout.line_runs(word, style)[0]
+        assert len(layout.shape(run).inline) == len(word), (word, style)
 
 
 def test_the_labs_limit_of_active_runs_counts_exercise_runs_and_says_so(app_db, monkeypatch):  # noqa: ARG001
