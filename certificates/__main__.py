@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from academy.settings import get_settings
-from certificates import errors, ids, keys, openbadges, statuslist, store, verify
+from certificates import errors, ids, keys, openbadges, proofs, statuslist, store, verify
 from certificates.eligibility import eligible_attempt
 from certificates.i18n import languages
 
@@ -151,24 +151,24 @@ def _did_keys(did: str) -> dict:
     trust (never a DID the credential itself names: anyone can publish a DID
     document for a domain of their own)."""
     try:
-        document = openbadges.parse_json(_fetch(did_web_url(did), "application/did+json, application/json"))
-        return openbadges.keys_from_did_document(document, did)
-    except (OSError, ValueError, TypeError, AttributeError, openbadges.CredentialError):
+        document = proofs.parse_json(_fetch(did_web_url(did), "application/did+json, application/json"))
+        return proofs.keys_from_did_document(document, did)
+    except (OSError, ValueError, TypeError, AttributeError, proofs.CredentialError):
         return {}
 
 
 def cmd_verify_credential(args: argparse.Namespace) -> int:
     text = Path(args.file).read_bytes()  # verify_any decodes: UTF-8, a BOM allowed
     # The issuer we vouch for: this academy's did:web (from PUBLIC_URL), or one named on purpose.
-    expected = args.issuer or openbadges.did_web(get_settings().public_url)
+    expected = args.issuer or proofs.did_web(get_settings().public_url)
     trusted = keys.public_keys(extra_file=args.keys)
     try:
         try:
-            verified = openbadges.verify_any(text, trusted)
-        except openbadges.UnknownKey:
+            verified = proofs.verify_any(text, trusted)
+        except proofs.UnknownKey:
             trusted = {**_did_keys(expected), **trusted}
-            verified = openbadges.verify_any(text, trusted)
-    except openbadges.CredentialError as e:
+            verified = proofs.verify_any(text, trusted)
+    except proofs.CredentialError as e:
         print(f"NOT VALID ({e.kind}): {e}")
         return 1
     credential = verified.credential

@@ -24,6 +24,7 @@ from reportlab.lib.pagesizes import A4, landscape
 from reportlab.pdfgen.canvas import Canvas
 
 from certificates.i18n import format_date, format_score, texts
+from certificates.ids import verify_url
 from certificates.signing import b64url, b64url_decode
 from certificates.text import Run, break_units, line_runs, load_font, shape, text_width
 
@@ -189,10 +190,6 @@ def _seal(c: Canvas, x: float, y: float, r: float) -> None:
     tick.lineTo(x - r * 0.1, y - r * 0.28)
     tick.lineTo(x + r * 0.42, y + r * 0.3)
     c.drawPath(tick, stroke=1, fill=0)
-
-
-def verify_url(public_url: str, cert_id: str) -> str:
-    return f"{public_url.rstrip('/')}/verify?id={cert_id}"
 
 
 def embed_token(payload: str, signature: str) -> str:

@@ -39,7 +39,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from certificates import ids, keys, openbadges, statuslist, store
+from certificates import ids, keys, openbadges, proofs, statuslist, store
 from certificates.errors import CertificateNotFound
 from certificates.verify import lookup
 
@@ -115,7 +115,7 @@ def _error(status: int, code: str) -> Response:
 
 
 def did_json(_request: Request) -> Response:
-    document = openbadges.did_document(openbadges.base_url(), keys.local_public_keys())
+    document = proofs.did_document(proofs.base_url(), keys.local_public_keys())
     return _answer(document, media_type=DID_JSON, cache=SHORT)
 
 
@@ -177,7 +177,7 @@ def verify(request: Request) -> Response:
         return _error(400, result.status)
     if result.status == "not_found":
         return _error(404, "not_found")
-    base = openbadges.base_url()
+    base = proofs.base_url()
     body = {
         "status": result.status,
         "valid": result.valid,
@@ -189,7 +189,7 @@ def verify(request: Request) -> Response:
         "pass_date": result.pass_date,
         "language": result.lang,
         "issuer": result.issuer,
-        "issuer_did": openbadges.did_web(base),
+        "issuer_did": proofs.did_web(base),
         "key_id": result.key_id,
         "issued_at": result.issued_at.isoformat() if result.issued_at else None,
         "revoked_at": result.revoked_at.isoformat() if result.revoked_at else None,

@@ -443,7 +443,7 @@ def events_of(*, session: Session, cert_id: str) -> list[CertificateEvent]:
 
 def verify_link(cert: Certificate) -> str:
     """The public verification link (what the QR code holds)."""
-    return pdf.verify_url(get_settings().public_url, cert.id)
+    return ids.verify_url(get_settings().public_url, cert.id)
 
 
 def render_pdf(cert: Certificate) -> bytes:
