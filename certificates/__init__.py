@@ -51,7 +51,6 @@ from certificates.openbadges import ensure_credential, linkedin_url
 from certificates.store import (
     REISSUES_PER_DAY,
     certificates_of,
-    certified_exercises,
     disqualified_certificates,
     events_of,
     get_certificate,
@@ -62,6 +61,7 @@ from certificates.store import (
     reissue,
     render_pdf,
     revoke,
+    stated_exercises,
     verify_link,
 )
 from certificates.verify import STATUSES, VerifyResult, check_pdf, lookup, row_status, verify_pdf
@@ -91,7 +91,7 @@ __all__ = [
     "VerifyResult",
     "active_key",
     "certificates_of",
-    "certified_exercises",
+    "stated_exercises",
     "char_names",
     "check_pdf",
     "clean_name",

@@ -131,7 +131,9 @@ def _build(
 
 def _commit_with_fresh_id(session: Session, make: Callable[[str], list[Any]]) -> Any:
     """Add ``make(new_id)``'s rows and commit; on an ID collision (another
-    process took the same ID in between) roll back and try a new ID."""
+    process took the same ID in between) roll back, which also undoes what
+    ``make`` changed (``reissue``'s claim on the old certificate), and try a
+    new ID."""
     for _ in range(8):
         cert_id = ids.new_id()
         if session.get(Certificate, cert_id) is not None:
@@ -233,8 +235,9 @@ def _same_or_refuse(existing: Certificate, name: str, lang: str) -> Certificate:
     raise AlreadyCertified(existing.id)
 
 
-def certified_exercises(cert: Certificate) -> list[str]:
-    """The exercises a certificate states, from its signed payload (none before version 2)."""
+def stated_exercises(cert: Certificate) -> list[str]:
+    """The exercises a certificate states, from its signed payload (none before version 2);
+    not ``academy.exercises.certified_exercises``, the passes a new certificate would state."""
     return list(json.loads(cert.payload).get("exercises") or [])
 
 
@@ -385,9 +388,10 @@ def reissue(
         raise TooManyReissues(count=REISSUES_PER_DAY)
     old_id, attempt_id, score, pass_date = old.id, old.attempt_id, old.score, old.pass_date
     # The same achievement under a new name: the exercises it stated, and no others.
-    passed_exercises = certified_exercises(old)
-    for _ in range(8):
-        new_id = ids.new_id()
+    passed_exercises = stated_exercises(old)
+
+    def make(new_id: str) -> list[Any]:
+        # Claimed again for each new ID: a collision's rollback undoes the UPDATE too.
         _claim(session, old_id, revoked_reason="reissued", replaced_by=new_id, show_replacement=show_new_id)
         new = _build(
             new_id,
@@ -399,24 +403,15 @@ def reissue(
             pass_date=pass_date,
             exercises=passed_exercises,
         )
-        session.add_all(
-            [
-                new,
-                _event(new_id, "issued", learner_id, f"reissue of {old_id}"),
-                _event(old_id, "reissued", learner_id, f"replaced by {new_id}"),
-            ]
-        )
-        try:
-            session.commit()
-        except IntegrityError:
-            session.rollback()  # undoes the UPDATE too
-            if session.get(Certificate, new_id) is None:
-                raise  # some other constraint, not an ID collision
-            continue
-        session.refresh(new)
-        session.refresh(old)
-        return openbadges.ensure_credential(session=session, cert=new)
-    raise RuntimeError("no free certificate ID after 8 tries")
+        return [
+            new,
+            _event(new_id, "issued", learner_id, f"reissue of {old_id}"),
+            _event(old_id, "reissued", learner_id, f"replaced by {new_id}"),
+        ]
+
+    new = _commit_with_fresh_id(session, make)
+    session.refresh(old)
+    return openbadges.ensure_credential(session=session, cert=new)
 
 
 def certificates_of(*, session: Session, learner_id: int) -> list[Certificate]:
