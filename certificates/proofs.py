@@ -204,7 +204,6 @@ def did_document(public_url: str, public_keys: dict[str, Ed25519PublicKey]) -> d
     }
 
 
-
 # --- securing: Data Integrity eddsa-jcs-2022 ---------------------------------
 
 

@@ -257,7 +257,6 @@ def issue_for_learner(*, session: Session, learner_id: int, name: str, lang: str
     )
 
 
-
 def get_certificate(*, session: Session, cert_id: str) -> Certificate:
     """The row for an ID as typed (``InvalidId`` or ``CertificateNotFound``)."""
     cert = session.get(Certificate, ids.parse_id(cert_id))

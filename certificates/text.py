@@ -134,8 +134,6 @@ def unprintable_chars(text: str) -> list[str]:
     return list(dict.fromkeys(c for c in text if not c.isspace() and not printable(c)))
 
 
-
-
 def _extends(prev: str, ch: str) -> bool:
     """Whether ``ch`` belongs to the cluster that ``prev`` ends."""
     o = ord(ch)
@@ -354,7 +352,6 @@ def _to_unicode_cmap(fontname: str, subset: list[int]) -> str:
     )
 
 
-
 def install_to_unicode() -> None:
     """Put ``_to_unicode_cmap`` in place of reportlab's ``makeToUnicodeCMap``, which
     reportlab calls by its module name when it embeds a font subset. Once is enough;
@@ -465,7 +462,6 @@ def _width1(text: str, style: str) -> float:
 
 def text_width(text: str, style: str, size: float) -> float:
     return _width1(text, style) * size
-
 
 
 def break_units(text: str) -> list[str]:

@@ -43,7 +43,6 @@ STATUSES = (
 )
 
 
-
 @dataclass(frozen=True)
 class VerifyResult:
     """What the Verify page and the CLI show. Public fields only, never e-mail."""
