@@ -66,7 +66,7 @@ def joins_here(name: str, i: int) -> bool:
     between two such characters; anywhere else (between Latin letters, at an
     edge, next to another invisible one) they only make look-alike names.
     The display name (:func:`clean_display_name`) and the certificate name
-    (``certificates.store.clean_name``) both ask this one function.
+    (``certificates.names.clean_name``) both ask this one function.
     """
     if name[i] not in "\u200c\u200d" or not 0 < i < len(name) - 1:
         return False

@@ -147,7 +147,7 @@ def certificate_issuance(cfg: Config, base: Path) -> dict:
     import certificates as certs
     from academy.settings import get_settings
     from certificates import signing
-    from certificates.pdf import verify_url
+    from certificates.ids import verify_url
     from certificates.store import issue_certificate
 
     settings = get_settings()

@@ -22,7 +22,21 @@ Who may claim a certificate is one function, ``eligibility`` (in
 and the Home and Certificate pages show what it answers.
 """
 
-from certificates.eligibility import Eligibility, eligibility
+from certificates.eligibility import Eligibility, eligibility, eligible_attempt, is_disqualified
+from certificates.errors import (
+    AlreadyCertified,
+    AlreadyRevoked,
+    CertificateError,
+    CertificateNotFound,
+    Disqualified,
+    ExercisesMissing,
+    InvalidInput,
+    NotAllowed,
+    NotDisqualified,
+    NotEligible,
+    TooManyReissues,
+    Unchanged,
+)
 from certificates.i18n import format_date, format_score, languages, texts
 from certificates.ids import IdTypo, InvalidId, MalformedId, new_id, parse_id
 from certificates.keys import (
@@ -32,48 +46,25 @@ from certificates.keys import (
     public_key_info,
     rotate_key,
 )
+from certificates.names import MARKS_MAX, InvalidName, char_names, clean_name, refusal_message
 from certificates.openbadges import ensure_credential, linkedin_url
-from certificates.pdf import refusal_message
 from certificates.store import (
-    MARKS_MAX,
     REISSUES_PER_DAY,
-    STATUSES,
-    AlreadyCertified,
-    AlreadyRevoked,
-    CertificateError,
-    CertificateNotFound,
-    Disqualified,
-    ExercisesMissing,
-    InvalidInput,
-    InvalidName,
-    NotAllowed,
-    NotDisqualified,
-    NotEligible,
-    TooManyReissues,
-    Unchanged,
-    VerifyResult,
     certificates_of,
-    certified_exercises,
-    char_names,
-    check_pdf,
-    clean_name,
     disqualified_certificates,
-    eligible_attempt,
     events_of,
     get_certificate,
-    is_disqualified,
     issue_certificate,
     issue_for_learner,
     lift_disqualification,
-    lookup,
     pdf_filename,
     reissue,
     render_pdf,
     revoke,
-    row_status,
+    stated_exercises,
     verify_link,
-    verify_pdf,
 )
+from certificates.verify import STATUSES, VerifyResult, check_pdf, lookup, row_status, verify_pdf
 
 __all__ = [
     "MARKS_MAX",
@@ -100,7 +91,7 @@ __all__ = [
     "VerifyResult",
     "active_key",
     "certificates_of",
-    "certified_exercises",
+    "stated_exercises",
     "char_names",
     "check_pdf",
     "clean_name",

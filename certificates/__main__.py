@@ -37,11 +37,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from academy.settings import get_settings
-from certificates import ids, keys, openbadges, statuslist, store
+from certificates import errors, ids, keys, openbadges, proofs, statuslist, store, verify
+from certificates.eligibility import eligible_attempt
 from certificates.i18n import languages
 
 
-def _show(result: store.VerifyResult, *, offline: bool) -> int:
+def _show(result: verify.VerifyResult, *, offline: bool) -> int:
     if not result.valid:
         print(f"NOT VALID ({result.status}){': ' + result.detail if result.detail else ''}")
         if result.status == "revoked":
@@ -84,7 +85,7 @@ def cmd_issue(args: argparse.Namespace) -> int:
     with _session() as session:
         try:
             cert = _issue(session, args)
-        except store.CertificateError as err:  # refused: say why, in English, for the operator
+        except errors.CertificateError as err:  # refused: say why, in English, for the operator
             print(f"not issued: {err}", file=sys.stderr)
             return 1
         if cert is None:
@@ -112,7 +113,7 @@ def _issue(session, args: argparse.Namespace):
     if learner is None:
         print(f"no learner with e-mail {args.learner}", file=sys.stderr)
         return None
-    attempt = store.eligible_attempt(session=session, learner_id=learner.id)
+    attempt = eligible_attempt(session=session, learner_id=learner.id)
     if attempt is None:
         print(f"{args.learner} has no passed quiz attempt", file=sys.stderr)
         return None
@@ -150,24 +151,24 @@ def _did_keys(did: str) -> dict:
     trust (never a DID the credential itself names: anyone can publish a DID
     document for a domain of their own)."""
     try:
-        document = openbadges.parse_json(_fetch(did_web_url(did), "application/did+json, application/json"))
-        return openbadges.keys_from_did_document(document, did)
-    except (OSError, ValueError, TypeError, AttributeError, openbadges.CredentialError):
+        document = proofs.parse_json(_fetch(did_web_url(did), "application/did+json, application/json"))
+        return proofs.keys_from_did_document(document, did)
+    except (OSError, ValueError, TypeError, AttributeError, proofs.CredentialError):
         return {}
 
 
 def cmd_verify_credential(args: argparse.Namespace) -> int:
     text = Path(args.file).read_bytes()  # verify_any decodes: UTF-8, a BOM allowed
     # The issuer we vouch for: this academy's did:web (from PUBLIC_URL), or one named on purpose.
-    expected = args.issuer or openbadges.did_web(get_settings().public_url)
+    expected = args.issuer or proofs.did_web(get_settings().public_url)
     trusted = keys.public_keys(extra_file=args.keys)
     try:
         try:
-            verified = openbadges.verify_any(text, trusted)
-        except openbadges.UnknownKey:
+            verified = proofs.verify_any(text, trusted)
+        except proofs.UnknownKey:
             trusted = {**_did_keys(expected), **trusted}
-            verified = openbadges.verify_any(text, trusted)
-    except openbadges.CredentialError as e:
+            verified = proofs.verify_any(text, trusted)
+    except proofs.CredentialError as e:
         print(f"NOT VALID ({e.kind}): {e}")
         return 1
     credential = verified.credential
@@ -225,7 +226,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return cmd_verify_credential(args)
     if args.id:
         with _session() as session:
-            result = store.lookup(session=session, text=args.id)
+            result = verify.lookup(session=session, text=args.id)
             code = _show(result, offline=False)
             if result.status in ("revoked", "replaced") and result.id:
                 # The operator sees what the public does not: the admin's words, the replacement.
@@ -238,7 +239,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print("give a PDF file or --id ID", file=sys.stderr)
         return 2
     data = Path(args.file).read_bytes()
-    return _show(store.verify_pdf(data, keys_file=args.keys), offline=True)
+    return _show(verify.verify_pdf(data, keys_file=args.keys), offline=True)
 
 
 def cmd_revoke(args: argparse.Namespace) -> int:
@@ -328,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (store.CertificateError, ids.InvalidId) as e:
+    except (errors.CertificateError, ids.InvalidId) as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
 

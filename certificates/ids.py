@@ -128,3 +128,8 @@ def parse_id(text: str) -> str:
     if check_digits(body) != check:
         raise IdTypo("check digits do not match: a character is mistyped")
     return format_id(body)
+
+
+def verify_url(public_url: str, cert_id: str) -> str:
+    """The public verification link of an ID (what the QR code holds); ``parse_id`` reads it back."""
+    return f"{public_url.rstrip('/')}/verify?id={cert_id}"

@@ -39,7 +39,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from certificates import ids, keys, openbadges, statuslist, store
+from certificates import ids, keys, openbadges, proofs, statuslist, store
+from certificates.errors import CertificateNotFound
+from certificates.verify import lookup
 
 JSON = "application/json"
 DID_JSON = "application/did+json"
@@ -113,7 +115,7 @@ def _error(status: int, code: str) -> Response:
 
 
 def did_json(_request: Request) -> Response:
-    document = openbadges.did_document(openbadges.base_url(), keys.local_public_keys())
+    document = proofs.did_document(proofs.base_url(), keys.local_public_keys())
     return _answer(document, media_type=DID_JSON, cache=SHORT)
 
 
@@ -133,7 +135,7 @@ def _certificate(session: Session, raw_id: str):
     None if the ID is not one of ours."""
     try:
         cert = store.get_certificate(session=session, cert_id=raw_id)
-    except (ids.InvalidId, store.CertificateNotFound):
+    except (ids.InvalidId, CertificateNotFound):
         return None
     return openbadges.ensure_credential(session=session, cert=cert)
 
@@ -170,12 +172,12 @@ def verify(request: Request) -> Response:
         response.headers["Retry-After"] = str(math.ceil(wait))
         return response
     with _session() as session:
-        result = store.lookup(session=session, text=request.path_params["cert_id"])
+        result = lookup(session=session, text=request.path_params["cert_id"])
     if result.status in ("malformed", "typo"):
         return _error(400, result.status)
     if result.status == "not_found":
         return _error(404, "not_found")
-    base = openbadges.base_url()
+    base = proofs.base_url()
     body = {
         "status": result.status,
         "valid": result.valid,
@@ -187,7 +189,7 @@ def verify(request: Request) -> Response:
         "pass_date": result.pass_date,
         "language": result.lang,
         "issuer": result.issuer,
-        "issuer_did": openbadges.did_web(base),
+        "issuer_did": proofs.did_web(base),
         "key_id": result.key_id,
         "issued_at": result.issued_at.isoformat() if result.issued_at else None,
         "revoked_at": result.revoked_at.isoformat() if result.revoked_at else None,

@@ -21,269 +21,46 @@ refuses with ``ExercisesMissing`` otherwise, whatever page or script asks, and
 the passed exercises go into the signed payload, which the PDF and the Open
 Badges credential then state.
 
-Uploaded PDFs: the signed data is the authority. ``verify_pdf`` (offline,
-the CLI's) reads the PDF only through ``pdfscan`` (size cap, one page, a
-resource-limited child process) and checks the signature; ``check_pdf``
-(the Verify page's) then looks the certificate up in the database. No
-printed text is read: the reader compares the signed name and ID with the
-document.
+Neighbours: the refusals are ``certificates.errors``; which names may be
+printed is ``certificates.names`` (``clean_name``); whether a certificate is
+genuine and in force (the Verify page, the API, the CLI) is
+``certificates.verify``.
 """
 
 from __future__ import annotations
 
 import json
-import unicodedata
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, func, select, update
 
 from academy import exercises as exercise_store
-from academy.accounts import joins_here as _joins_here
-from academy.errors import UserError
 from academy.models import Certificate, CertificateEvent, Learner, QuizAttempt, utcnow
 from academy.settings import get_settings
-from certificates import ids, keys, openbadges, pdf, pdfscan, signing
+from certificates import ids, openbadges, pdf, signing
 from certificates.eligibility import active_certificate, eligibility, eligible_attempt
-from certificates.eligibility import (
-    is_disqualified as is_disqualified,  # re-exported: callers ask the store
+from certificates.errors import (
+    AlreadyCertified,
+    AlreadyRevoked,
+    CertificateNotFound,
+    Disqualified,
+    ExercisesMissing,
+    InvalidInput,
+    NotAllowed,
+    NotDisqualified,
+    NotEligible,
+    TooManyReissues,
+    Unchanged,
 )
-from certificates.i18n import languages, texts
+from certificates.i18n import languages
+from certificates.names import clean_name
 from quizzes.store import passed_attempt
 
-NAME_MAX = 200  # characters, after normalisation
-# Characters a printed name must not hold: controls, unassigned and private
-# code points, and format characters (Cf): zero-width spaces and joiners,
-# word joiners and bidi controls, which are invisible or reorder the text,
-# so two names that look alike would be signed differently (F-16).
-HIDDEN_CATEGORIES = ("Cc", "Cf", "Cs", "Co", "Cn")
 REASON_MAX = 500
-
-# VerifyResult.status values. Only "valid" is good news.
-STATUSES = (
-    "valid",
-    "revoked",  # withdrawn by the issuer (an admin: for cause, or issued in error)
-    "replaced",  # superseded by a newer certificate of the same learner (a reissue), not for cause
-    "not_found",
-    "malformed",  # not shaped like an ID
-    "typo",  # shaped like an ID, check digits wrong
-    "bad_signature",  # payload or signature altered
-    "unknown_key",  # signed by a key we do not know
-    "no_payload",  # a PDF without embedded certificate data
-    "unreadable",  # an upload that is not a readable PDF
-    "too_large",  # an upload larger than a certificate PDF can be
-    "pages",  # an upload with other than exactly one page
-    "too_complex",  # an upload that needs more than the reader's limits
-    "busy",  # the server is reading as many uploads as it allows at once
-    "busy_client",  # this client's previous upload is still being read
-)
-
-
-class CertificateError(UserError):
-    """Base of the errors below: each names its text in the UI catalog
-    (``academy.errors``); ``str()`` is English, for the CLI."""
-
-    key = "common.error"
-
-
-class NotEligible(CertificateError):
-    """No passed, finished, non-practice attempt to certify."""
-
-    key = "certificate.err_not_eligible"
-
-
-class ExercisesMissing(NotEligible):
-    """The quiz is passed but required exercises are not (``missing``: their ids, in course order)."""
-
-    key = "certificate.err_exercises"
-
-    def __init__(self, missing: list[str]):
-        super().__init__(count=len(missing), exercises=", ".join(missing))
-        self.missing = missing
-
-
-class CertificateNotFound(CertificateError):
-    key = "admin_certs.not_found"
-
-
-class AlreadyRevoked(CertificateError):
-    key = "admin_certs.already"
-
-
-class NotAllowed(CertificateError):
-    """The actor may not do this (not an admin; not the certificate's owner)."""
-
-    key = "certificate.err_not_allowed"
-
-
-class AlreadyCertified(CertificateError):
-    """The learner already holds an active certificate for the course, with
-    another name or language: ``reissue`` it instead."""
-
-    key = "certificate.already"
-
-    def __init__(self, certificate_id: str):
-        super().__init__(id=certificate_id)
-        self.certificate_id = certificate_id
-
-
-class Disqualified(CertificateError):
-    """An admin revoked this learner's certificate for cause; no new one
-    until an admin lifts it."""
-
-    key = "certificate.disqualified"
-
-
-class NotDisqualified(CertificateError):
-    """Lifting a disqualification that is not there."""
-
-    key = "admin_certs.not_blocked"
-
-
-class Unchanged(CertificateError):
-    """A reissue with the same name and language: nothing to make."""
-
-    key = "certificate.unchanged"
-
-
-class TooManyReissues(CertificateError):
-    """More reissues in a day than ``REISSUES_PER_DAY`` (``count``)."""
-
-    key = "certificate.too_many_reissues"
-
-
-class InvalidInput(CertificateError, ValueError):
-    key = "certificate.err_invalid"
-
-
-class InvalidName(InvalidInput):
-    """Empty, too long, hidden characters (``kind`` "hidden": controls,
-    invisible, default-ignorable and bidi format characters), a pile of marks on
-    one letter (``kind`` "stacked") or characters no font can print (``kind``
-    "unprintable"), listed in ``chars``; the page names them."""
-
-    def __init__(self, key: str, chars: list[str] | None = None, kind: str = "other", **values: Any):
-        self.chars = chars or []
-        self.kind = kind
-        if kind in ("hidden", "stacked"):
-            # Invisible characters and marks cannot be shown alone, so they are named:
-            # "U+200B ZERO WIDTH SPACE".
-            values["chars"] = ", ".join(char_names(self.chars[:10]))
-        elif kind == "unprintable":
-            values["chars"] = ", ".join(f"U+{ord(c):04X}" for c in self.chars[:10])
-        super().__init__(key, **values)
-
-    def text(self, lang: str) -> str:
-        """Unprintable characters are named with their kind in ``lang``
-        ("U+E000 (private-use character)"): most show as nothing or a box."""
-        if self.kind == "unprintable":
-            return pdf.refusal_message(self.chars[:10], lang)
-        return super().text(lang)
-
-
-@dataclass(frozen=True)
-class VerifyResult:
-    """What the Verify page and the CLI show. Public fields only, never e-mail."""
-
-    status: str
-    id: str | None = None
-    name: str | None = None
-    course: str | None = None  # course id, e.g. "data-parallelism"
-    course_title: str | None = None  # in the certificate's language
-    score: float | None = None  # percent
-    pass_date: str | None = None  # ISO date
-    lang: str | None = None
-    issuer: str | None = None
-    key_id: str | None = None
-    issued_at: datetime | None = None  # database lookups only
-    revoked_at: datetime | None = None  # when it was revoked or replaced
-    # Public: "reissued", "superseded" or "revoked", never the admin's own words
-    # (they may say why, e.g. "exam fraud").
-    revoked_reason: str | None = None
-    # The newer certificate of a "replaced" one, only if its holder chose to show it
-    # when reissuing (issue #22): its page shows the new name, which may tell of a
-    # change of name.
-    replaced_by: str | None = None
-    detail: str | None = None  # technical reason in English, for logs and the CLI
-
-    @property
-    def valid(self) -> bool:
-        return self.status == "valid"
-
-
-def clean_name(name: str) -> str:
-    """The name as it will be printed and signed: NFC, trimmed, single spaces."""
-    if not isinstance(name, str):
-        raise InvalidName("certificate.empty_name")
-    name = " ".join(unicodedata.normalize("NFC", name).split())
-    if not name:
-        raise InvalidName("certificate.empty_name")
-    if len(name) > NAME_MAX:
-        raise InvalidName("certificate.err_name_long", max=NAME_MAX)
-    hidden = list(dict.fromkeys(c for i, c in enumerate(name) if _hidden_here(name, i)))
-    if hidden:
-        raise InvalidName("certificate.err_hidden", hidden, "hidden")
-    stacked = _stacked_marks(name)
-    if stacked:
-        raise InvalidName("certificate.err_stacked", stacked, "stacked", count=MARKS_MAX)
-    missing = pdf.unprintable_chars(name)
-    if missing:
-        raise InvalidName("certificate.err_unprintable", missing, "unprintable")
-    return name
-
-
-# Unicode's Default_Ignorable_Code_Point ranges (DerivedCoreProperties.txt), which
-# the standard library cannot look up, plus the blank Braille pattern: characters
-# that show as nothing, so a name with them looks like one without. Most are Cf
-# (caught by category anyway); these are the ones that are not.
-_IGNORABLE = (
-    (0x034F, 0x034F), (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180F), (0x2800, 0x2800),
-    (0x3164, 0x3164), (0xFE00, 0xFE0F), (0xFFA0, 0xFFA0), (0x1D173, 0x1D17A), (0xE0100, 0xE01EF),
-)
 REISSUES_PER_DAY = 5
-MARKS_MAX = 4  # combining marks in a row: Vietnamese and Indic names need 2 or 3
-
-
-def _ignorable(c: str) -> bool:
-    return any(lo <= ord(c) <= hi for lo, hi in _IGNORABLE)
-
-
-def _hidden_here(name: str, i: int) -> bool:
-    """Whether ``name[i]`` is invisible where it stands: controls, format and
-    unassigned characters and default-ignorable ones, except joiners between
-    letters of scripts that use them and a variation selector after an emoji."""
-    c = name[i]
-    if unicodedata.category(c) in HIDDEN_CATEGORIES:
-        return not _joins_here(name, i)
-    if not _ignorable(c):
-        return False
-    # U+FE0E/FE0F choose text or emoji style after a pictograph, a digit or # and * (keycaps).
-    return not (c in "\ufe0e\ufe0f" and i > 0
-                and (unicodedata.category(name[i - 1]) in ("So", "Sk") or name[i - 1] in "0123456789#*"))
-
-
-def _stacked_marks(name: str) -> list[str]:
-    """The marks of a run of more than MARKS_MAX combining marks (a "zalgo" name that
-    draws over the lines around it), or none."""
-    run: list[str] = []
-    for c in name:
-        if unicodedata.category(c) in ("Mn", "Me"):
-            run.append(c)
-            if len(run) > MARKS_MAX:
-                return list(dict.fromkeys(run))
-        else:
-            run = []
-    return []
-
-
-def char_names(chars: list[str]) -> list[str]:
-    """``U+200B ZERO WIDTH SPACE`` for each character: how a page names
-    characters that cannot be seen."""
-    return [f"U+{ord(c):04X} {unicodedata.name(c, '')}".strip() for c in chars]
 
 
 def _check_score(score: float) -> float:
@@ -354,7 +131,9 @@ def _build(
 
 def _commit_with_fresh_id(session: Session, make: Callable[[str], list[Any]]) -> Any:
     """Add ``make(new_id)``'s rows and commit; on an ID collision (another
-    process took the same ID in between) roll back and try a new ID."""
+    process took the same ID in between) roll back, which also undoes what
+    ``make`` changed (``reissue``'s claim on the old certificate), and try a
+    new ID."""
     for _ in range(8):
         cert_id = ids.new_id()
         if session.get(Certificate, cert_id) is not None:
@@ -456,8 +235,9 @@ def _same_or_refuse(existing: Certificate, name: str, lang: str) -> Certificate:
     raise AlreadyCertified(existing.id)
 
 
-def certified_exercises(cert: Certificate) -> list[str]:
-    """The exercises a certificate states, from its signed payload (none before version 2)."""
+def stated_exercises(cert: Certificate) -> list[str]:
+    """The exercises a certificate states, from its signed payload (none before version 2);
+    not ``academy.exercises.certified_exercises``, the passes a new certificate would state."""
     return list(json.loads(cert.payload).get("exercises") or [])
 
 
@@ -475,70 +255,6 @@ def issue_for_learner(*, session: Session, learner_id: int, name: str, lang: str
         score=float(attempt.score or 0.0),  # stored in percent
         pass_date=attempt_date(attempt),
     )
-
-
-def _public(
-    cert: Certificate | None, payload: dict[str, Any], status: str, **extra: Any
-) -> VerifyResult:
-    """A result from the *signed* payload (what the PDF says), plus row state."""
-    lang = payload.get("lang")
-    return VerifyResult(
-        status=status,
-        id=payload.get("id"),
-        name=payload.get("name"),
-        course=payload.get("course"),
-        course_title=texts(lang)["course_title"] if lang in languages() else None,
-        score=payload.get("score"),
-        pass_date=payload.get("pass_date"),
-        lang=lang,
-        issuer=payload.get("issuer"),
-        key_id=payload.get("kid"),
-        issued_at=cert.issued_at if cert is not None else None,
-        revoked_at=cert.revoked_at if cert is not None else None,
-        revoked_reason=public_reason(cert.revoked_reason) if cert is not None else None,
-        **extra,
-    )
-
-
-def public_reason(reason: str | None) -> str | None:
-    """What anyone may read about why a certificate was revoked: its kind only."""
-    if reason is None:
-        return None
-    return {"reissued": "reissued", "superseded by policy": "superseded"}.get(reason, "revoked")
-
-
-REPLACED_REASONS = ("reissued", "superseded")  # public reasons that mean "replaced", not revoked
-
-
-def row_status(cert: Certificate) -> str:
-    """"valid", "replaced" (a newer certificate of the same learner took its place:
-    a reissue, or the one-certificate policy) or "revoked" (by an admin)."""
-    if cert.revoked_at is None:
-        return "valid"
-    return "replaced" if public_reason(cert.revoked_reason) in REPLACED_REASONS else "revoked"
-
-
-def lookup(*, session: Session, text: str) -> VerifyResult:
-    """Check typed text (an ID or a pasted link) against the database."""
-    try:
-        cert_id = ids.parse_id(text)
-    except ids.InvalidId as e:
-        return VerifyResult(status=e.kind, detail=str(e))
-    cert = session.get(Certificate, cert_id)
-    if cert is None:
-        return VerifyResult(status="not_found", id=cert_id)
-    try:
-        payload = signing.verify(
-            cert.payload.encode("utf-8"), cert.signature, keys.local_public_keys()
-        )
-    except signing.SignatureError as e:
-        # The stored row no longer matches what was signed: show nothing of it.
-        return VerifyResult(status=e.kind, id=cert_id, detail=str(e))
-    if payload["id"] != cert_id:
-        return VerifyResult(status="bad_signature", id=cert_id, detail="payload is for another ID")
-    status = row_status(cert)
-    shown = cert.replaced_by if status == "replaced" and cert.show_replacement else None
-    return _public(cert, payload, status, replaced_by=shown)
 
 
 def get_certificate(*, session: Session, cert_id: str) -> Certificate:
@@ -671,9 +387,10 @@ def reissue(
         raise TooManyReissues(count=REISSUES_PER_DAY)
     old_id, attempt_id, score, pass_date = old.id, old.attempt_id, old.score, old.pass_date
     # The same achievement under a new name: the exercises it stated, and no others.
-    passed_exercises = certified_exercises(old)
-    for _ in range(8):
-        new_id = ids.new_id()
+    passed_exercises = stated_exercises(old)
+
+    def make(new_id: str) -> list[Any]:
+        # Claimed again for each new ID: a collision's rollback undoes the UPDATE too.
         _claim(session, old_id, revoked_reason="reissued", replaced_by=new_id, show_replacement=show_new_id)
         new = _build(
             new_id,
@@ -685,24 +402,15 @@ def reissue(
             pass_date=pass_date,
             exercises=passed_exercises,
         )
-        session.add_all(
-            [
-                new,
-                _event(new_id, "issued", learner_id, f"reissue of {old_id}"),
-                _event(old_id, "reissued", learner_id, f"replaced by {new_id}"),
-            ]
-        )
-        try:
-            session.commit()
-        except IntegrityError:
-            session.rollback()  # undoes the UPDATE too
-            if session.get(Certificate, new_id) is None:
-                raise  # some other constraint, not an ID collision
-            continue
-        session.refresh(new)
-        session.refresh(old)
-        return openbadges.ensure_credential(session=session, cert=new)
-    raise RuntimeError("no free certificate ID after 8 tries")
+        return [
+            new,
+            _event(new_id, "issued", learner_id, f"reissue of {old_id}"),
+            _event(old_id, "reissued", learner_id, f"replaced by {new_id}"),
+        ]
+
+    new = _commit_with_fresh_id(session, make)
+    session.refresh(old)
+    return openbadges.ensure_credential(session=session, cert=new)
 
 
 def certificates_of(*, session: Session, learner_id: int) -> list[Certificate]:
@@ -729,7 +437,7 @@ def events_of(*, session: Session, cert_id: str) -> list[CertificateEvent]:
 
 def verify_link(cert: Certificate) -> str:
     """The public verification link (what the QR code holds)."""
-    return pdf.verify_url(get_settings().public_url, cert.id)
+    return ids.verify_url(get_settings().public_url, cert.id)
 
 
 def render_pdf(cert: Certificate) -> bytes:
@@ -745,47 +453,3 @@ def pdf_filename(cert: Certificate) -> str:
     return f"certificate-{cert.id}.pdf"
 
 
-def verify_pdf(
-    pdf_bytes: bytes, *, keys_file: Path | None = None, secrets_dir: Path | None = None,
-    client: str | None = None,
-) -> VerifyResult:
-    """Check a certificate PDF offline: its embedded signature against the
-    known public keys (the local key folder plus ``keys_file``) and the ID's
-    check digits. The file is read only through ``pdfscan`` (size cap,
-    exactly one page, a limited child process, one at a time per ``client``).
-    No printed text is compared: the result carries the signed name and ID for
-    a person to compare with the document. Revocation cannot be seen offline;
-    ``check_pdf`` sees it."""
-    found = pdfscan.scan(pdf_bytes, client=client)
-    if found.status != "ok":
-        return VerifyResult(status=found.status, detail=found.detail)
-    token = pdf.extract_token(found.keywords or "")
-    if token is None:
-        return VerifyResult(status="no_payload", detail="no embedded certificate data")
-    payload_bytes, signature = token
-    try:
-        payload = signing.verify(payload_bytes, signature, keys.public_keys(secrets_dir, keys_file))
-    except signing.SignatureError as e:
-        return VerifyResult(status=e.kind, detail=str(e))
-    try:
-        if ids.parse_id(payload["id"]) != payload["id"]:
-            raise ids.MalformedId("ID is not in canonical form")
-    except ids.InvalidId as e:
-        return VerifyResult(status=e.kind, detail=str(e))
-    return _public(None, payload, "valid")
-
-
-def check_pdf(*, session: Session, pdf_bytes: bytes, client: str | None = None) -> VerifyResult:
-    """The Verify page's check of an uploaded PDF: ``verify_pdf``, then the
-    database, which knows revocation and replacement (F-6, #22). ``client`` is the
-    uploader's address: one upload of theirs is read at a time (N-9)."""
-    offline = verify_pdf(pdf_bytes, client=client)
-    if not offline.valid:
-        return offline
-    online = lookup(session=session, text=offline.id)
-    signed = (offline.id, offline.name, offline.course, offline.score, offline.pass_date, offline.lang)
-    if online.status not in ("valid", "revoked", "replaced"):
-        return VerifyResult(status="not_found", id=offline.id, detail="signed, but not in this site's records")
-    if (online.id, online.name, online.course, online.score, online.pass_date, online.lang) != signed:
-        return VerifyResult(status="not_found", id=offline.id, detail="the records hold other data for this ID")
-    return online

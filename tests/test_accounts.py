@@ -407,10 +407,10 @@ def test_wrong_passwords_through_a_same_host_proxy_lock_nobody_out(session):
 def test_display_names_keep_joiners_where_they_join(typed, stored):
     """N-15: "👩‍👩‍👧" was stored as "👩👩👧" and Persian or Indic names changed spelling; the
     display name now keeps joiners exactly where the certificate-name check does."""
-    from certificates import store
+    from certificates import names
 
     assert accounts.clean_display_name(typed) == stored
-    assert store._joins_here is accounts.joins_here  # one rule for both names
+    assert names._joins_here is accounts.joins_here  # one rule for both names
 
 
 def test_a_joined_display_name_is_stored_as_typed(session):

@@ -9,7 +9,7 @@ from sqlmodel import delete
 
 import certificates as certs
 from academy.models import ExercisePass, Learner, QuizAttempt
-from certificates import store
+from certificates import errors, store
 from tests.exercisepass import pass_required_exercises
 
 pytestmark = pytest.mark.usefixtures("secrets")  # own issuer keys (conftest.py)
@@ -38,7 +38,7 @@ def test_the_reasons_follow_the_learner_through_the_course(session):
     verdict = certs.eligibility(session=session, learner_id=me)
     assert verdict.reason == "exercises_missing" and not verdict.eligible
     assert verdict.missing == ("ring-allreduce", "broadcast", "average-gradients")
-    with pytest.raises(store.ExercisesMissing):
+    with pytest.raises(errors.ExercisesMissing):
         store.issue_for_learner(session=session, learner_id=me, name="Ann", lang="en")
 
     pass_required_exercises(session, me)
@@ -56,7 +56,7 @@ def test_the_reasons_follow_the_learner_through_the_course(session):
 
     store.revoke(session=session, cert_id=cert.id, actor_id=None, reason="fraud", disqualify=True)
     assert certs.eligibility(session=session, learner_id=me).reason == "disqualified"
-    with pytest.raises(store.Disqualified):
+    with pytest.raises(errors.Disqualified):
         store.issue_for_learner(session=session, learner_id=me, name="Ann", lang="en")
 
 

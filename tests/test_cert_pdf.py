@@ -13,6 +13,7 @@ from pypdf.generic import IndirectObject
 
 from academy import content
 from certificates import i18n, pdf, signing
+from certificates import text as layout
 from certificates.ids import new_id
 
 NAMES = ["Zoë Ødegård", "张伟", "Nguyễn Thị Minh Khai"]
@@ -72,7 +73,7 @@ def test_name_extracts_in_every_script(name, lang):
 
 def test_mixed_script_name_uses_several_fonts():
     name = "Anna 张 Nguyễn"
-    runs = pdf._runs(name, "serif-bold")
+    runs = layout.visual_runs(name, "serif-bold")
     assert len({r.font for r in runs}) == 2
     assert "".join(r.text for r in runs) == name
     data, _ = render(name)
@@ -132,7 +133,7 @@ def test_long_and_markup_names_render_as_typed(name):
 def test_long_name_fits_the_box():
     size, lines = pdf.fit_name(LONG, max_width=620, max_height=76)
     assert 1 < len(lines) <= 4
-    assert all(pdf.text_width(line, "serif-bold", size) <= 620 for line in lines)
+    assert all(layout.text_width(line, "serif-bold", size) <= 620 for line in lines)
     assert squash("".join(lines)) == squash(LONG)
     size, lines = pdf.fit_name("Zoë Ødegård", max_width=620, max_height=76)
     assert (size, lines) == (40, ["Zoë Ødegård"])
@@ -148,8 +149,8 @@ def test_payload_and_signature_ride_in_the_pdf():
 def test_unprintable_characters_are_reported():
     # Devanagari, Thai, Hebrew, Hangul and emoji print now (shaped, bidi);
     # private-use, unassigned and control characters never do.
-    assert pdf.unprintable_chars("Zoë 张伟 Nguyễn \u0915\u0e01 \u05d0 김 🎉") == []
-    assert pdf.unprintable_chars("Ann \ue000\u0378\x07\ue000") == ["\ue000", "\u0378", "\x07"]
+    assert layout.unprintable_chars("Zoë 张伟 Nguyễn \u0915\u0e01 \u05d0 김 🎉") == []
+    assert layout.unprintable_chars("Ann \ue000\u0378\x07\ue000") == ["\ue000", "\u0378", "\x07"]
 
 
 @pytest.mark.skipif(

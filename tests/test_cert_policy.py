@@ -19,7 +19,8 @@ from sqlmodel import Session, select
 from academy.db import make_engine, migrate
 from academy.models import Certificate, CertificateEvent, Learner, QuizAttempt
 from academy.settings import ROOT
-from certificates import store
+from certificates import errors, store, verify
+from certificates.eligibility import eligible_attempt, is_disqualified
 from tests.exercisepass import pass_required_exercises
 
 pytestmark = pytest.mark.usefixtures("secrets")  # own issuer keys (conftest.py)
@@ -49,7 +50,7 @@ def test_a_second_name_does_not_mint_a_second_certificate(session):
     first = store.issue_for_learner(session=session, learner_id=bob.id, name="Bob Learner", lang="en")
     assert store.issue_for_learner(session=session, learner_id=bob.id, name="Bob Learner", lang="en").id == first.id
     for name, lang in (("Jane Impostor", "en"), ("Max Mustermann", "nl"), ("Bob Learner", "nl")):
-        with pytest.raises(store.AlreadyCertified) as err:
+        with pytest.raises(errors.AlreadyCertified) as err:
             store.issue_for_learner(session=session, learner_id=bob.id, name=name, lang=lang)
         assert err.value.certificate_id == first.id
     assert [c.id for c in active(session, bob.id)] == [first.id]
@@ -79,19 +80,19 @@ def test_disqualification_sticks_until_an_admin_lifts_it(session):
     admin, _ = passed_learner(session, "admin@example.org", admin=True)
     bob, _ = passed_learner(session)
     cert = store.issue_for_learner(session=session, learner_id=bob.id, name="Bob Learner", lang="en")
-    with pytest.raises(store.NotAllowed):
+    with pytest.raises(errors.NotAllowed):
         store.revoke(session=session, cert_id=cert.id, actor_id=bob.id, reason="x", disqualify=True)
     store.revoke(session=session, cert_id=cert.id, actor_id=admin.id, reason="exam fraud", disqualify=True)
-    assert store.is_disqualified(session=session, learner_id=bob.id)
-    with pytest.raises(store.Disqualified):
+    assert is_disqualified(session=session, learner_id=bob.id)
+    with pytest.raises(errors.Disqualified):
         store.issue_for_learner(session=session, learner_id=bob.id, name="Bob Learner", lang="en")
     assert active(session, bob.id) == []
-    with pytest.raises(store.NotAllowed):
+    with pytest.raises(errors.NotAllowed):
         store.lift_disqualification(session=session, cert_id=cert.id, actor_id=bob.id, reason="please")
     store.lift_disqualification(session=session, cert_id=cert.id, actor_id=admin.id, reason="appeal upheld")
-    assert not store.is_disqualified(session=session, learner_id=bob.id)
+    assert not is_disqualified(session=session, learner_id=bob.id)
     again = store.issue_for_learner(session=session, learner_id=bob.id, name="Bob Learner", lang="en")
-    assert again.id != cert.id and store.lookup(session=session, text=cert.id).status == "revoked"
+    assert again.id != cert.id and verify.lookup(session=session, text=cert.id).status == "revoked"
     trail = [(e.action, e.actor_id, e.reason) for e in store.events_of(session=session, cert_id=cert.id)]
     assert trail == [("issued", bob.id, None), ("revoked", admin.id, "exam fraud"),
                      ("disqualified", admin.id, "exam fraud"), ("lifted", admin.id, "appeal upheld")]
@@ -102,7 +103,7 @@ def test_a_plain_revocation_lets_the_learner_claim_again(session):
     bob, _ = passed_learner(session)
     cert = store.issue_for_learner(session=session, learner_id=bob.id, name="Bbo", lang="en")
     store.revoke(session=session, cert_id=cert.id, actor_id=admin.id, reason="name misspelt")
-    assert not store.is_disqualified(session=session, learner_id=bob.id)
+    assert not is_disqualified(session=session, learner_id=bob.id)
     assert store.issue_for_learner(session=session, learner_id=bob.id, name="Bob", lang="en").id != cert.id
 
 
@@ -152,7 +153,7 @@ def test_concurrent_reissues_make_exactly_one_replacement(backend, request):
             try:
                 outcomes.append(store.reissue(session=s, cert_id=old.id, learner_id=bob.id,
                                               new_name=f"Reissued Name {i}", lang="en").id)
-            except store.CertificateError as e:
+            except errors.CertificateError as e:
                 outcomes.append(type(e).__name__)
 
     threads = [threading.Thread(target=go, args=(i,)) for i in range(5)]
@@ -241,11 +242,11 @@ def test_one_pass_rule_for_quiz_and_certificates(session, change, counts):
     session.add(attempt)
     session.commit()
     assert quiz_store.has_passed(session=session, learner_id=bob.id) is counts
-    assert (store.eligible_attempt(session=session, learner_id=bob.id) is not None) is counts
+    assert (eligible_attempt(session=session, learner_id=bob.id) is not None) is counts
     if counts:
         store.issue_certificate(session=session, learner_id=bob.id, attempt_id=attempt.id, name="Bob",
                                 lang="en", score=90, pass_date="2026-11-30")
     else:
-        with pytest.raises(store.NotEligible):
+        with pytest.raises(errors.NotEligible):
             store.issue_certificate(session=session, learner_id=bob.id, attempt_id=attempt.id, name="Bob",
                                     lang="en", score=90, pass_date="2026-11-30")

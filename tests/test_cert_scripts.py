@@ -16,9 +16,11 @@ import unicodedata
 
 import pytest
 from pypdf import PdfReader
+from reportlab.pdfbase import pdfmetrics
 
 from academy.settings import get_settings
-from certificates import i18n, pdf, store
+from certificates import i18n, names, pdf, store, verify
+from certificates import text as layout
 from tests.test_cert_cli import ROOT, cli
 
 # One name per script the certificate promises; the key names the PNG.
@@ -76,9 +78,9 @@ def issue(session, name: str, lang: str = "en"):
 def glyph_ids(text: str, style: str = "serif-bold") -> list[int]:
     """The glyphs the PDF draws for ``text`` (0 is .notdef, an empty box)."""
     ids = []
-    for run in pdf._runs(text, style):
-        shaped = pdf._shaped(run)
-        face = pdf.pdfmetrics.getFont(run.font).face
+    for run in layout.visual_runs(text, style):
+        shaped = layout.shape(run)
+        face = pdfmetrics.getFont(run.font).face
         drawn = str(shaped.inline) + "".join(g for _, _, g in shaped.marks)
         ids += [face.charToGlyph.get(ord(ch), 0) for ch in drawn]
     return ids
@@ -88,13 +90,13 @@ def glyph_ids(text: str, style: str = "serif-bold") -> list[int]:
 def test_every_script_issues_prints_verifies_and_extracts(script, session, tmp_path, artifacts):
     name = SCRIPTS[script]
     typed = unicodedata.normalize("NFC", name)
-    assert pdf.unprintable_chars(name) == []
+    assert layout.unprintable_chars(name) == []
     assert 0 not in glyph_ids(typed), "a glyph is missing (.notdef box)"
 
     cert = issue(session, name)
     data = store.render_pdf(cert)
     assert len(data) < 150 * 1024
-    result = store.verify_pdf(data)
+    result = verify.verify_pdf(data)
     assert result.valid, result.detail
     assert result.name == typed
 
@@ -139,28 +141,28 @@ def test_the_issue_names_go_through_the_command_line(tmp_path):
 
 def test_right_to_left_runs_are_in_visual_order():
     # A right-to-left paragraph: the Latin run sits on the left.
-    runs = pdf._runs("مريم Anna", "serif-bold")
+    runs = layout.visual_runs("مريم Anna", "serif-bold")
     assert [r.text for r in runs] == ["Anna", " ", "مريم"]
     assert [r.rtl for r in runs] == [False, True, True]
     # A left-to-right paragraph: the Hebrew words sit on the right, drawn
     # from their last letter (leftmost) to their first (rightmost).
-    runs = pdf._runs("Anna דוד כהן", "serif-bold")
+    runs = layout.visual_runs("Anna דוד כהן", "serif-bold")
     assert [r.text for r in runs] == ["Anna ", "דוד כהן"]
-    assert str(pdf._shaped(runs[1]).inline) == "ןהכ דוד"
+    assert str(layout.shape(runs[1]).inline) == "ןהכ דוד"
     # Digits inside Arabic stay left to right, on the left of the word before.
-    assert [r.text for r in pdf._runs("مريم 2024", "serif-bold")] == ["2024", " ", "مريم"]
+    assert [r.text for r in layout.visual_runs("مريم 2024", "serif-bold")] == ["2024", " ", "مريم"]
 
 
 def test_arabic_is_joined_and_thai_marks_sit_on_their_consonant():
     # Joined: each letter of مريم is drawn with a contextual form, never
     # with the glyph its code point maps to on its own.
-    face = pdf._font("Arabic").face
+    face = layout.load_font("Arabic").face
     own = {face.charToGlyph[ord(c)] for c in "مريم"}
     assert not own & set(glyph_ids("مريم"))
     # Thai: the vowel sign above (U+0E35) is a zero-width mark drawn over
     # the consonant before it, not a glyph of its own in the row.
-    run = pdf._runs("ใจดี", "serif-bold")[0]
-    shaped = pdf._shaped(run)
+    run = layout.visual_runs("ใจดี", "serif-bold")[0]
+    shaped = layout.shape(run)
     assert len(str(shaped.inline)) == 3 and len(shaped.marks) == 1
     pen = [0.0]
     for d in shaped.inline.__shapeData__:
@@ -184,7 +186,7 @@ def test_long_names_shrink_then_wrap_onto_two_lines(name):
     box_w, box_h = 622, 76
     size, lines = pdf.fit_name(name, max_width=box_w, max_height=box_h)
     assert 1 <= len(lines) <= 2
-    assert all(pdf.text_width(line, "serif-bold", size) <= box_w + 1e-6 for line in lines)
+    assert all(layout.text_width(line, "serif-bold", size) <= box_w + 1e-6 for line in lines)
     assert len(lines) * size * 1.2 <= box_h + 1e-6
     assert size <= 22  # shrunk to the one-line minimum before wrapping
     assert "".join("".join(lines).split()) == "".join(name.split())
@@ -200,21 +202,21 @@ def test_a_name_that_fits_stays_on_one_line_at_full_size():
 
 
 def test_only_characters_nothing_can_print_are_refused():
-    assert pdf.unprintable_chars("".join(SCRIPTS.values())) == []
+    assert layout.unprintable_chars("".join(SCRIPTS.values())) == []
     refused = ["\ue000", "\u0378", "\x07", "\U000f0000"]  # private use, unassigned, control
-    assert pdf.unprintable_chars("Ann " + "".join(refused)) == refused
-    en = pdf.describe_unprintable(["\ue000", "\u0378", "\x07"], "en")
+    assert layout.unprintable_chars("Ann " + "".join(refused)) == refused
+    en = names.describe_unprintable(["\ue000", "\u0378", "\x07"], "en")
     assert en == (
         "U+E000 (private-use character), U+0378 (unassigned code point), U+0007 (control character)"
     )
-    assert pdf.describe_unprintable(["\ue000"], "zh") == "U+E000（私用区字符）"
-    assert pdf.describe_unprintable(["\u0378"], "nl") == "U+0378 (niet-toegewezen codepunt)"
-    assert pdf.refusal_message(["\ue000"], "nl") == (
+    assert names.describe_unprintable(["\ue000"], "zh") == "U+E000（私用区字符）"
+    assert names.describe_unprintable(["\u0378"], "nl") == "U+0378 (niet-toegewezen codepunt)"
+    assert names.refusal_message(["\ue000"], "nl") == (
         "Deze tekens kan het certificaat niet drukken: "
         "U+E000 (teken uit het privégebruiksgebied). Haal ze weg."
     )
     for lang in i18n.languages():
-        assert "U+0007" in pdf.refusal_message(["\x07"], lang)
+        assert "U+0007" in names.refusal_message(["\x07"], lang)
 
 
 def test_script_fonts_are_embedded_as_subsets(session):

@@ -15,7 +15,8 @@ from sqlmodel import Session
 from academy.db import make_engine, migrate
 from academy.models import Certificate, Learner, QuizAttempt
 from academy.settings import get_settings
-from certificates import ids, keys, pdf, signing, store
+from certificates import errors, ids, keys, names, pdf, signing, store, verify
+from certificates.eligibility import eligible_attempt
 from certificates.ids import ALPHABET
 from tests.exercisepass import pass_required_exercises
 
@@ -79,7 +80,7 @@ def test_issue_and_lookup_round_trip(session):
     attempt = add_attempt(session, learner)
     cert = issue(session, learner, attempt)
     assert ids.parse_id(cert.id) == cert.id
-    result = store.lookup(session=session, text=cert.id.lower().replace("-", " "))
+    result = verify.lookup(session=session, text=cert.id.lower().replace("-", " "))
     assert result.status == "valid" and result.valid
     assert (result.name, result.course, result.score, result.pass_date, result.lang) == (
         "Zoë Ødegård",
@@ -103,11 +104,11 @@ def test_only_a_passed_finished_real_attempt_gets_a_certificate(session):
     practice = add_attempt(session, learner, practice=True)
     unfinished = add_attempt(session, learner, passed=None, status="in_progress")
     theirs = add_attempt(session, other)
-    assert store.eligible_attempt(session=session, learner_id=learner.id) is None
+    assert eligible_attempt(session=session, learner_id=learner.id) is None
     for attempt in (failed, practice, unfinished, theirs):
-        with pytest.raises(store.NotEligible):
+        with pytest.raises(errors.NotEligible):
             issue(session, learner, attempt)
-    with pytest.raises(store.NotEligible):
+    with pytest.raises(errors.NotEligible):
         store.issue_certificate(
             session=session,
             learner_id=learner.id,
@@ -117,11 +118,11 @@ def test_only_a_passed_finished_real_attempt_gets_a_certificate(session):
             score=90,
             pass_date="2025-11-30",
         )
-    with pytest.raises(store.NotEligible):
+    with pytest.raises(errors.NotEligible):
         store.issue_for_learner(session=session, learner_id=learner.id, name="Zoë", lang="en")
     best = add_attempt(session, learner, score=95)  # quizzes.store keeps scores in percent
     add_attempt(session, learner, score=85)
-    assert store.eligible_attempt(session=session, learner_id=learner.id).id == best.id
+    assert eligible_attempt(session=session, learner_id=learner.id).id == best.id
     cert = store.issue_for_learner(session=session, learner_id=learner.id, name="Zoë", lang="nl")
     assert cert.score == 95 and cert.attempt_id == best.id and cert.pass_date == "2025-11-30"
 
@@ -132,7 +133,7 @@ def test_issuing_twice_returns_the_same_certificate(session):
     first = issue(session, learner, attempt)
     assert issue(session, learner, attempt).id == first.id
     # Another language (or name) is a reissue, not a second active certificate.
-    with pytest.raises(store.AlreadyCertified):
+    with pytest.raises(errors.AlreadyCertified):
         issue(session, learner, attempt, lang="zh")
     assert len(store.certificates_of(session=session, learner_id=learner.id)) == 1
 
@@ -141,28 +142,28 @@ def test_issuing_twice_returns_the_same_certificate(session):
     "name", ["", "   ", "a" * 201, "Ann\x00", "Bob\u0007", "Ravi \ue000", "\u0378\u0379"]
 )
 def test_bad_names_are_refused(session, name):
-    with pytest.raises(store.InvalidName):
+    with pytest.raises(names.InvalidName):
         issue(session, name=name)
 
 
 @pytest.mark.parametrize("hidden", ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad", "\u202e", "\u2066"])
 def test_invisible_and_bidi_characters_are_refused_and_named(hidden):
     # F-16: "Bob\u200b\u200dZero\u2060Width" was issued and verified.
-    with pytest.raises(store.InvalidName) as err:
-        store.clean_name(f"Bob{hidden}Zero")
+    with pytest.raises(names.InvalidName) as err:
+        names.clean_name(f"Bob{hidden}Zero")
     assert err.value.kind == "hidden" and err.value.chars == [hidden]
-    assert store.char_names(err.value.chars)[0].startswith(f"U+{ord(hidden):04X} ")
+    assert names.char_names(err.value.chars)[0].startswith(f"U+{ord(hidden):04X} ")
 
 
 def test_names_are_normalised():
-    assert store.clean_name("  Nguye\u0302\u0303n   Thi\u0323  ") == "Nguyễn Thị"
+    assert names.clean_name("  Nguye\u0302\u0303n   Thi\u0323  ") == "Nguyễn Thị"
 
 
 def test_bad_language_score_and_date(session):
-    with pytest.raises(store.InvalidInput):
+    with pytest.raises(errors.InvalidInput):
         issue(session, lang="fr")
     for score, date in ((101, "2025-11-30"), (-1, "2025-11-30"), (90, "30/11/2025")):
-        with pytest.raises(store.InvalidInput):
+        with pytest.raises(errors.InvalidInput):
             store.issue_certificate(
                 session=session,
                 learner_id=None,
@@ -186,15 +187,15 @@ def test_revoked_shows_revoked_with_when_and_why(session):
     admin = add_learner(session, "admin@example.org", admin=True)
     learner = add_learner(session)
     cert = issue(session, learner, add_attempt(session, learner))
-    with pytest.raises(store.NotAllowed):
+    with pytest.raises(errors.NotAllowed):
         store.revoke(session=session, cert_id=cert.id, actor_id=learner.id, reason="no")
-    with pytest.raises(store.InvalidInput):
+    with pytest.raises(errors.InvalidInput):
         store.revoke(session=session, cert_id=cert.id, actor_id=admin.id, reason="  ")
     store.revoke(session=session, cert_id=cert.id, actor_id=admin.id, reason="cheating")
-    result = store.lookup(session=session, text=cert.id)
+    result = verify.lookup(session=session, text=cert.id)
     assert result.status == "revoked" and not result.valid
     assert result.revoked_reason == "revoked" and result.revoked_at is not None  # its kind, not the words
-    with pytest.raises(store.AlreadyRevoked):
+    with pytest.raises(errors.AlreadyRevoked):
         store.revoke(session=session, cert_id=cert.id, actor_id=admin.id, reason="again")
     events = store.events_of(session=session, cert_id=cert.id)
     assert [(e.action, e.actor_id, e.reason) for e in events] == [
@@ -207,7 +208,7 @@ def test_reissue_links_old_and_new(session):
     learner = add_learner(session)
     other = add_learner(session, "other@example.org")
     old = issue(session, learner, add_attempt(session, learner))
-    with pytest.raises(store.NotAllowed):
+    with pytest.raises(errors.NotAllowed):
         store.reissue(session=session, cert_id=old.id, learner_id=other.id, new_name="X", lang="en")
     new = store.reissue(
         session=session, cert_id=old.id, learner_id=learner.id, new_name="Zoë Berg", lang="nl"
@@ -219,17 +220,17 @@ def test_reissue_links_old_and_new(session):
         90,
         "2025-11-30",
     )
-    old_result = store.lookup(session=session, text=old.id)
+    old_result = verify.lookup(session=session, text=old.id)
     assert old_result.status == "replaced" and not old_result.valid  # issue #22: not "revoked"
     assert old_result.revoked_reason == "reissued" and new.id not in repr(old_result)  # no link to the new name
     assert old_result.replaced_by is None  # the holder did not choose to show it
-    assert store.lookup(session=session, text=new.id).status == "valid"
+    assert verify.lookup(session=session, text=new.id).status == "valid"
     assert [e.action for e in store.events_of(session=session, cert_id=old.id)] == [
         "issued",
         "reissued",
     ]
     assert store.events_of(session=session, cert_id=new.id)[0].reason == f"reissue of {old.id}"
-    with pytest.raises(store.AlreadyRevoked):
+    with pytest.raises(errors.AlreadyRevoked):
         store.reissue(
             session=session, cert_id=old.id, learner_id=learner.id, new_name="Y", lang="en"
         )
@@ -240,11 +241,11 @@ def test_reissue_links_old_and_new(session):
 
 
 def test_lookup_statuses_before_the_database(session):
-    assert store.lookup(session=session, text="hello").status == "malformed"
+    assert verify.lookup(session=session, text="hello").status == "malformed"
     cert = issue(session)
     typo = cert.id[:-4] + ("0" if cert.id[-4] != "0" else "1") + cert.id[-3:]
-    assert store.lookup(session=session, text=typo).status == "typo"
-    assert store.lookup(session=session, text=ids.new_id()).status == "not_found"
+    assert verify.lookup(session=session, text=typo).status == "typo"
+    assert verify.lookup(session=session, text=ids.new_id()).status == "not_found"
 
 
 def test_ten_thousand_random_and_mutated_ids_are_never_valid(session):
@@ -279,7 +280,7 @@ def test_ten_thousand_random_and_mutated_ids_are_never_valid(session):
             candidates.append((kind, text))
     seen = {}
     for kind, text in candidates:
-        result = store.lookup(session=session, text=text)
+        result = verify.lookup(session=session, text=text)
         assert result.status != "valid", (kind, text)
         assert result.status in {"not_found", "malformed", "typo"}
         if kind in ("substitute", "swap"):
@@ -294,7 +295,7 @@ def test_a_tampered_database_row_does_not_verify(session):
     row.payload = row.payload.replace("Zoë Ødegård", "Mallory")
     session.add(row)
     session.commit()
-    result = store.lookup(session=session, text=cert.id)
+    result = verify.lookup(session=session, text=cert.id)
     assert result.status == "bad_signature" and result.name is None
 
 
@@ -303,14 +304,14 @@ def test_verify_pdf_offline_round_trip(session, tmp_path):
     cert = issue(session, name="张伟", lang="zh")
     data = store.render_pdf(cert)
     assert store.verify_link(cert) == f"https://academy.example/verify?id={cert.id}"
-    result = store.verify_pdf(data)
+    result = verify.verify_pdf(data)
     assert result.valid and result.name == "张伟" and result.id == cert.id
     assert result.course_title == "数据并行"
     # Offline means offline: a verifier with only the exported public keys.
     keys_file = tmp_path / "keys.json"
     keys_file.write_text(keys.export_public_keys_json())
-    assert store.verify_pdf(data, keys_file=keys_file, secrets_dir=tmp_path / "none").valid
-    assert store.verify_pdf(data, secrets_dir=tmp_path / "none").status == "unknown_key"
+    assert verify.verify_pdf(data, keys_file=keys_file, secrets_dir=tmp_path / "none").valid
+    assert verify.verify_pdf(data, secrets_dir=tmp_path / "none").status == "unknown_key"
 
 
 def _with_keywords(data: bytes, keywords: str) -> bytes:
@@ -328,23 +329,23 @@ def test_verify_pdf_rejects_tampering(session):
     payload, signature = pdf.extract_token(keywords)
 
     forged = payload.replace("Zoë Ødegård".encode(), b"Mallory")
-    result = store.verify_pdf(_with_keywords(data, pdf.embed_token(forged.decode(), signature)))
+    result = verify.verify_pdf(_with_keywords(data, pdf.embed_token(forged.decode(), signature)))
     assert result.status == "bad_signature"
 
     sig = bytearray(signing.b64url_decode(signature))
     sig[5] ^= 0x40
     bad_sig = pdf.embed_token(payload.decode(), signing.b64url(bytes(sig)))
-    assert store.verify_pdf(_with_keywords(data, bad_sig)).status == "bad_signature"
+    assert verify.verify_pdf(_with_keywords(data, bad_sig)).status == "bad_signature"
 
-    assert store.verify_pdf(_with_keywords(data, "nothing here")).status == "no_payload"
-    assert store.verify_pdf(b"%PDF-1.4 garbage").status == "unreadable"
-    assert store.verify_pdf(b"not a pdf").status == "unreadable"
+    assert verify.verify_pdf(_with_keywords(data, "nothing here")).status == "no_payload"
+    assert verify.verify_pdf(b"%PDF-1.4 garbage").status == "unreadable"
+    assert verify.verify_pdf(b"not a pdf").status == "unreadable"
 
     # A genuine token moved onto another certificate's page: no printed text
     # is read (F-7: that check could be fooled), the result carries the
     # *signed* name and ID for the reader to compare with the document.
     other = store.render_pdf(issue(session, name="Someone Else"))
-    moved = store.verify_pdf(_with_keywords(other, keywords))
+    moved = verify.verify_pdf(_with_keywords(other, keywords))
     assert (moved.status, moved.name, moved.id) == ("valid", "Zoë Ødegård", cert.id)
 
 
@@ -366,7 +367,7 @@ def test_verify_pdf_checks_the_id_check_digits():
         )
     )
     data = pdf.render(payload=signed.payload, signature=signed.signature, public_url="https://x")
-    assert store.verify_pdf(data).status == "typo"
+    assert verify.verify_pdf(data).status == "typo"
 
 
 @pytest.mark.parametrize(("name", "ok"), [
@@ -379,10 +380,10 @@ def test_verify_pdf_checks_the_id_check_digits():
 ])
 def test_joiners_pass_only_where_a_script_needs_them(name, ok):
     if ok:
-        assert store.clean_name(name) == name
+        assert names.clean_name(name) == name
     else:
-        with pytest.raises(store.InvalidName) as err:
-            store.clean_name(name)
+        with pytest.raises(names.InvalidName) as err:
+            names.clean_name(name)
         assert err.value.kind == "hidden"
 
 
@@ -393,32 +394,32 @@ def test_joiners_pass_only_where_a_script_needs_them(name, ok):
     "Bob\ufe0f",  # an emoji-style selector after a Latin letter
 ])
 def test_default_ignorable_characters_are_refused(name):
-    with pytest.raises(store.InvalidName) as err:
-        store.clean_name(name)
+    with pytest.raises(names.InvalidName) as err:
+        names.clean_name(name)
     assert err.value.kind == "hidden"
 
 
 def test_stacked_marks_are_refused_but_real_names_with_marks_pass():
-    with pytest.raises(store.InvalidName) as err:
-        store.clean_name("Z" + "\u0336\u0337\u0338\u0334\u0335" + "oe")  # none composes under NFC
+    with pytest.raises(names.InvalidName) as err:
+        names.clean_name("Z" + "\u0336\u0337\u0338\u0334\u0335" + "oe")  # none composes under NFC
     assert err.value.kind == "stacked"
     for name in ("Nguyễn Thị Minh Khai", "Nguye\u0302\u0303n", "अनुष्का", "1\ufe0f\u20e3 ❤\ufe0f Ada"):
-        assert store.clean_name(name)
+        assert names.clean_name(name)
 
 
 def test_a_reissue_must_change_something_and_is_limited_per_day(session):
     """Review: each certificate takes a status-list bit for good, and reissues were free."""
     learner = add_learner(session)
     cert = issue(session, learner, add_attempt(session, learner))
-    with pytest.raises(store.Unchanged):
+    with pytest.raises(errors.Unchanged):
         store.reissue(session=session, cert_id=cert.id, learner_id=learner.id, new_name=cert.name,
                       lang=cert.language)
     for n in range(store.REISSUES_PER_DAY):
         cert = store.reissue(session=session, cert_id=cert.id, learner_id=learner.id, new_name=f"Name {n}",
                              lang="en")
-    with pytest.raises(store.TooManyReissues):
+    with pytest.raises(errors.TooManyReissues):
         store.reissue(session=session, cert_id=cert.id, learner_id=learner.id, new_name="One more", lang="en")
-    assert store.lookup(session=session, text=cert.id).status == "valid"  # the last one stands
+    assert verify.lookup(session=session, text=cert.id).status == "valid"  # the last one stands
 
 
 def test_a_reissued_certificate_is_replaced_and_names_its_successor_only_if_its_holder_chose(session):
@@ -430,13 +431,13 @@ def test_a_reissued_certificate_is_replaced_and_names_its_successor_only_if_its_
                            lang="en", show_new_id=True)
     newest = store.reissue(session=session, cert_id=middle.id, learner_id=learner.id, new_name="Zoë Bergman",
                            lang="en")
-    shown = store.lookup(session=session, text=old.id)
+    shown = verify.lookup(session=session, text=old.id)
     assert (shown.status, shown.revoked_reason, shown.replaced_by) == ("replaced", "reissued", middle.id)
-    hidden = store.lookup(session=session, text=middle.id)
+    hidden = verify.lookup(session=session, text=middle.id)
     assert (hidden.status, hidden.replaced_by) == ("replaced", None) and newest.id not in repr(hidden)
-    assert store.row_status(old) == "replaced" and store.row_status(newest) == "valid"
+    assert verify.row_status(old) == "replaced" and verify.row_status(newest) == "valid"
     store.revoke(session=session, cert_id=newest.id, actor_id=None, reason="issued in error")
-    revoked = store.lookup(session=session, text=newest.id)
+    revoked = verify.lookup(session=session, text=newest.id)
     assert (revoked.status, revoked.revoked_reason, revoked.replaced_by) == ("revoked", "revoked", None)
 
 

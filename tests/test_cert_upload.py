@@ -21,7 +21,7 @@ import certificates as certs
 from academy.accounts import sign_up
 from academy.db import session_scope
 from academy.models import Learner, QuizAttempt
-from certificates import ids, pdf, pdfscan, signing, store
+from certificates import ids, pdf, pdfscan, signing, store, verify
 from tests import apptest
 from tests.exercisepass import pass_required_exercises
 
@@ -84,7 +84,7 @@ def test_the_stall_pdf_costs_the_server_under_a_second_and_is_refused(session):
     data = stall_pdf(token_of(store.render_pdf(issued(session))))
     assert len(data) < 20_000
     before = time.process_time()
-    result = store.verify_pdf(data)
+    result = verify.verify_pdf(data)
     spent = time.process_time() - before
     assert result.status == "pages" and not result.valid, result
     assert spent < 1.0, f"the server process spent {spent:.2f} s of CPU"
@@ -95,7 +95,7 @@ def test_parsing_runs_under_the_limits(session, monkeypatch):
     # even start pypdf, and the answer is a clear refusal, not a crash.
     data = store.render_pdf(issued(session))
     monkeypatch.setattr(pdfscan, "MEMORY_BYTES", 16 * 2**20)
-    assert store.verify_pdf(data).status == "too_complex"
+    assert verify.verify_pdf(data).status == "too_complex"
     monkeypatch.undo()
     pdfscan._SEEN.clear()  # that answer is remembered for the file (N-9): forget it to read again
     assert pdfscan.scan(data).pages == 1
@@ -116,7 +116,7 @@ def test_uploads_read_at_once_are_capped_and_a_file_is_read_once(session, monkey
     try:
         assert all(held)
         other = data + b"\n%another file\n"
-        assert store.verify_pdf(other).status == "busy"
+        assert verify.verify_pdf(other).status == "busy"
     finally:
         for _ in held:
             pdfscan._SLOTS.release()
@@ -155,7 +155,7 @@ def test_a_genuine_certificate_reads_within_one_cpu_second(session):
     pdfscan._SEEN.clear()
     for lang in ("en", "zh", "nl"):  # with the credential attached, as the Certificate page serves it
         cert = issued(session, f"Reader {lang}", lang=lang)
-        assert store.verify_pdf(store.render_pdf(cert)).status == "valid"
+        assert verify.verify_pdf(store.render_pdf(cert)).status == "valid"
 
 
 def test_one_reader_at_a_time_per_client(session, monkeypatch):
@@ -180,14 +180,14 @@ def test_one_reader_at_a_time_per_client(session, monkeypatch):
     reader.start()
     try:
         assert started.wait(60)
-        result = store.verify_pdf(second, client="203.0.113.5")
+        result = verify.verify_pdf(second, client="203.0.113.5")
         assert result.status == "busy_client" and len(runs) == 1  # no child for it
-        assert store.verify_pdf(second, client="198.51.100.7").valid  # another client
+        assert verify.verify_pdf(second, client="198.51.100.7").valid  # another client
     finally:
         release.set()
         reader.join(60)
     assert answers["first"].status == "ok"
-    assert store.verify_pdf(third, client="203.0.113.5").valid  # the client's reader is free again
+    assert verify.verify_pdf(third, client="203.0.113.5").valid  # the client's reader is free again
     assert pdfscan.scan(first, client="203.0.113.5").status == "ok"  # remembered, needs no reader
 
 
@@ -196,14 +196,14 @@ def test_too_large_is_refused_before_any_parsing(monkeypatch):
         raise AssertionError("parsed")
 
     monkeypatch.setattr(pdfscan.subprocess, "run", no_parsing)
-    result = store.verify_pdf(b"%PDF-1.4\n" + b"0" * (pdfscan.MAX_BYTES + 1))
+    result = verify.verify_pdf(b"%PDF-1.4\n" + b"0" * (pdfscan.MAX_BYTES + 1))
     assert result.status == "too_large"
 
 
 @pytest.mark.parametrize("data", [b"GIF89a\x01\x00\x01\x00\x00\x00\x00;", b"%PDF-1.4 truncated", b""])
 def test_a_file_that_is_not_a_pdf_says_so(data):
     # F-19: a GIF renamed .pdf was "carries no signed certificate data".
-    assert store.verify_pdf(data).status == "unreadable"
+    assert verify.verify_pdf(data).status == "unreadable"
 
 
 def test_a_revoked_certificates_pdf_is_reported_revoked(session):
@@ -213,18 +213,18 @@ def test_a_revoked_certificates_pdf_is_reported_revoked(session):
     session.commit()
     cert = issued(session, "Revoked Person")
     data = store.render_pdf(cert)
-    assert store.check_pdf(session=session, pdf_bytes=data).status == "valid"
+    assert verify.check_pdf(session=session, pdf_bytes=data).status == "valid"
     store.revoke(session=session, cert_id=cert.id, actor_id=admin.id, reason="exam fraud")
-    result = store.check_pdf(session=session, pdf_bytes=data)
+    result = verify.check_pdf(session=session, pdf_bytes=data)
     assert result.status == "revoked" and result.revoked_reason == "revoked"  # never the admin's words
-    assert store.verify_pdf(data).status == "valid"  # offline (CLI): signature only
+    assert verify.verify_pdf(data).status == "valid"  # offline (CLI): signature only
 
 
 def test_a_replaced_certificates_pdf_says_it_was_reissued(session):
     cert = issued(session, "Old Name")
     new = store.reissue(session=session, cert_id=cert.id, learner_id=cert.learner_id, new_name="New Name",
                         lang="en")
-    result = store.check_pdf(session=session, pdf_bytes=store.render_pdf(cert))
+    result = verify.check_pdf(session=session, pdf_bytes=store.render_pdf(cert))
     assert (result.status, result.revoked_reason) == ("replaced", "reissued") and new.id not in repr(result)
 
 
@@ -233,8 +233,8 @@ def test_a_signed_certificate_missing_from_the_database_is_not_valid(session):
     signed = signing.sign(signing.make_payload(cert_id=ids.new_id(), name="Ghost", course="data-parallelism",
                                                score=90, pass_date="2026-11-30", lang="en", issuer="x"))
     data = pdf.render(payload=signed.payload, signature=signed.signature, public_url="https://x")
-    assert store.verify_pdf(data).valid
-    result = store.check_pdf(session=session, pdf_bytes=data)
+    assert verify.verify_pdf(data).valid
+    result = verify.check_pdf(session=session, pdf_bytes=data)
     assert result.status == "not_found" and not result.valid
 
 

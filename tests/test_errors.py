@@ -124,16 +124,17 @@ def test_every_error_key_is_in_every_language():
 @pytest.mark.parametrize("lang", i18n.languages())
 def test_errors_that_fill_their_own_values_read_whole(lang):
     from app.labjobs import LabRequestError
-    from certificates import ids, store
+    from certificates import ids, names
+    from certificates.errors import AlreadyCertified
 
-    errors = [store.AlreadyCertified("DP-TEST"), store.InvalidName("certificate.err_hidden", ["\u200b"], "hidden"),
-              store.InvalidName("certificate.err_unprintable", ["\ue000"], "unprintable"),
-              store.InvalidName("certificate.err_name_long", max=store.NAME_MAX),
+    errors = [AlreadyCertified("DP-TEST"), names.InvalidName("certificate.err_hidden", ["\u200b"], "hidden"),
+              names.InvalidName("certificate.err_unprintable", ["\ue000"], "unprintable"),
+              names.InvalidName("certificate.err_name_long", max=names.NAME_MAX),
               ids.MalformedId("not text"), ids.IdTypo("check digits"), LabRequestError("labs.err_world_size", max=4)]
     for err in errors:
         shown = err.text(lang)
         assert shown and err.key not in shown and "{" not in shown, (err, shown)
-        assert "U+" in shown or not isinstance(err, store.InvalidName) or err.kind == "other"
+        assert "U+" in shown or not isinstance(err, names.InvalidName) or err.kind == "other"
     assert "(detail='not text')" in str(ids.MalformedId("not text"))  # English, with the detail, for the CLI
 
 

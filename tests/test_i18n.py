@@ -172,7 +172,7 @@ def test_name_help_names_the_scripts_the_certificate_prints():
     """The name field promises exactly what the certificate prints: a name
     in each script it lists prints, what it says is refused is refused, and
     nothing is promised for later."""
-    from certificates.pdf import unprintable_chars
+    from certificates.text import unprintable_chars
 
     assert [row[0] for row in PROMISED_SCRIPTS if unprintable_chars(row[0])] == []
     assert unprintable_chars("Ann \x07\ue000") == ["\x07", "\ue000"]  # control, private use

@@ -28,7 +28,7 @@ from starlette.testclient import TestClient
 
 from academy.models import Certificate, Learner, QuizAttempt
 from academy.settings import get_settings
-from certificates import ids, keys, openbadges, pdf, routes, statuslist, store
+from certificates import ids, keys, openbadges, pdf, proofs, routes, statuslist, store, verify
 from certificates.__main__ import did_web_url
 from certificates.__main__ import main as cli_main
 from tests.exercisepass import pass_required_exercises
@@ -85,7 +85,7 @@ def b64(obj: dict) -> str:
 def pyjwt_verify(token: str) -> dict:
     """Verify a VC-JWT the way a third party would: find the header's kid in
     our DID document and let PyJWT check signature and claims."""
-    document = openbadges.did_document(PUBLIC_URL, trusted())
+    document = proofs.did_document(PUBLIC_URL, trusted())
     kid = pyjwt.get_unverified_header(token)["kid"]
     method = next(m for m in document["verificationMethod"] if m["id"] == kid)
     assert kid in document["assertionMethod"]
@@ -246,8 +246,8 @@ def test_migration_0003_adds_and_removes_the_columns(engine):
 def test_both_forms_verify_here_and_elsewhere(session):
     cert = issue(session)
     secured = json.loads(cert.credential_json)
-    ours_json = openbadges.verify_any(cert.credential_json, trusted())
-    ours_jwt = openbadges.verify_any(cert.credential_jwt, trusted())
+    ours_json = proofs.verify_any(cert.credential_json, trusted())
+    ours_jwt = proofs.verify_any(cert.credential_jwt, trusted())
     assert ours_json.form == "data-integrity" and ours_jwt.form == "jwt"
     assert ours_json.credential == ours_jwt.credential == {k: v for k, v in secured.items() if k != "proof"}
     independent_di_verify(secured)
@@ -278,15 +278,15 @@ def test_tampering_with_any_field_fails_every_verifier(session, edit):
     cert = issue(session)
     secured = json.loads(cert.credential_json)
     edit(secured)
-    with pytest.raises(openbadges.CredentialError):
-        openbadges.verify_any(json.dumps(secured), trusted())
+    with pytest.raises(proofs.CredentialError):
+        proofs.verify_any(json.dumps(secured), trusted())
     with pytest.raises(Exception):  # noqa: B017 (any failure of the independent check)
         independent_di_verify(secured)
     header, claims = jwt_parts(cert.credential_jwt)
     edit(claims)
     forged = ".".join([cert.credential_jwt.split(".")[0], b64(claims), cert.credential_jwt.split(".")[2]])
-    with pytest.raises(openbadges.CredentialError):
-        openbadges.verify_any(forged, trusted())
+    with pytest.raises(proofs.CredentialError):
+        proofs.verify_any(forged, trusted())
     with pytest.raises(pyjwt.InvalidTokenError):
         pyjwt_verify(forged)
 
@@ -302,12 +302,12 @@ def test_tampering_with_the_proof_or_the_key_id_fails_every_verifier(session):
     other_kid = ".".join([b64({**header, "kid": f"did:web:academy.example#{new.kid}"}), body, sig])
     unknown_kid = ".".join([b64({**header, "kid": "did:web:academy.example#0000000000000000"}), body, sig])
     for forged in (bad_sig, other_kid):
-        with pytest.raises(openbadges.CredentialError):
-            openbadges.verify_any(forged, trusted())
+        with pytest.raises(proofs.CredentialError):
+            proofs.verify_any(forged, trusted())
         with pytest.raises(pyjwt.InvalidTokenError):
             pyjwt_verify(forged)
-    with pytest.raises(openbadges.UnknownKey):
-        openbadges.verify_any(unknown_kid, trusted())
+    with pytest.raises(proofs.UnknownKey):
+        proofs.verify_any(unknown_kid, trusted())
     with pytest.raises(StopIteration):  # not in the DID document at all
         pyjwt_verify(unknown_kid)
 
@@ -316,14 +316,14 @@ def test_tampering_with_the_proof_or_the_key_id_fails_every_verifier(session):
     flipped = copy.deepcopy(secured)
     flipped["proof"]["proofValue"] = value[:-1] + ("2" if value[-1] != "2" else "3")
     moved = copy.deepcopy(secured)
-    moved["proof"]["verificationMethod"] = f"did:web:academy.example#{openbadges.multikey(new.public)}"
+    moved["proof"]["verificationMethod"] = f"did:web:academy.example#{proofs.multikey(new.public)}"
     created = copy.deepcopy(secured)
     created["proof"]["created"] = "2030-01-01T00:00:00Z"
     no_context = copy.deepcopy(secured)
     del no_context["@context"]
     for forged in (flipped, moved, created, no_context):
-        with pytest.raises(openbadges.CredentialError):
-            openbadges.verify_any(json.dumps(forged), trusted())
+        with pytest.raises(proofs.CredentialError):
+            proofs.verify_any(json.dumps(forged), trusted())
         with pytest.raises(Exception):  # noqa: B017
             independent_di_verify(forged)
 
@@ -334,16 +334,16 @@ def test_tampering_with_the_proof_or_the_key_id_fails_every_verifier(session):
      '{"type": "EnvelopedVerifiableCredential", "id": "data:text/plain,x"}'],
 )
 def test_garbage_is_refused_as_a_credential_error(text):
-    with pytest.raises(openbadges.CredentialError):
-        openbadges.verify_any(text, trusted())
+    with pytest.raises(proofs.CredentialError):
+        proofs.verify_any(text, trusted())
 
 
 def test_a_credential_without_canonical_form_is_refused(session):
     secured = json.loads(issue(session).credential_json)
     text = json.dumps(secured).replace('"name": "Certificate', '"x": NaN, "name": "Certificate', 1)
     assert "NaN" in text
-    with pytest.raises(openbadges.Malformed):
-        openbadges.verify_any(text, trusted())
+    with pytest.raises(proofs.Malformed):
+        proofs.verify_any(text, trusted())
 
 
 def _deep(levels: int = 100_000) -> str:
@@ -357,10 +357,10 @@ def test_a_duplicate_key_is_refused_whichever_value_comes_first(session):
     genuine = '"identityHash": "Zoë Ødegård"'
     assert cert.credential_json.count(genuine) == 1
     for forged in (f'"identityHash": "Someone Else", {genuine}', f'{genuine}, "identityHash": "Someone Else"'):
-        with pytest.raises(openbadges.Malformed, match="duplicate key 'identityHash'"):
-            openbadges.verify_any(cert.credential_json.replace(genuine, forged), trusted())
-    with pytest.raises(openbadges.Malformed, match="duplicate"):
-        openbadges.parse_json('{"a": 1, "b": {"c": 1, "c": 1}}')
+        with pytest.raises(proofs.Malformed, match="duplicate key 'identityHash'"):
+            proofs.verify_any(cert.credential_json.replace(genuine, forged), trusted())
+    with pytest.raises(proofs.Malformed, match="duplicate"):
+        proofs.parse_json('{"a": 1, "b": {"c": 1, "c": 1}}')
 
 
 def test_unsigned_data_beside_the_signed_credential_is_refused(session):
@@ -370,19 +370,19 @@ def test_unsigned_data_beside_the_signed_credential_is_refused(session):
     cert = issue(session)
     secured = json.loads(cert.credential_json)
     appended = {**secured, "@context": [*secured["@context"], "https://evil.example/ctx.json"]}
-    with pytest.raises(openbadges.Malformed, match="unsigned data"):
-        openbadges.verify_any(json.dumps(appended), trusted())
+    with pytest.raises(proofs.Malformed, match="unsigned data"):
+        proofs.verify_any(json.dumps(appended), trusted())
 
-    envelope = {"@context": openbadges.VC_CONTEXT, "type": "EnvelopedVerifiableCredential",
+    envelope = {"@context": proofs.VC_CONTEXT, "type": "EnvelopedVerifiableCredential",
                 "id": f"data:application/vc+jwt,{cert.credential_jwt}"}
-    assert openbadges.verify_any(json.dumps(envelope), trusted()).form == "jwt"  # the envelope alone is fine
+    assert proofs.verify_any(json.dumps(envelope), trusted()).form == "jwt"  # the envelope alone is fine
     forged_subject = {"type": ["AchievementSubject"], "identifier": [{"identityHash": "Someone Else"}]}
     for extra in ({"credentialSubject": forged_subject}, {"name": "Someone Else"},
-                  {"@context": [openbadges.VC_CONTEXT, "https://evil.example/ctx.json"]}):
-        with pytest.raises(openbadges.Malformed, match="unsigned data"):
-            openbadges.verify_any(json.dumps({**envelope, **extra}), trusted())
-    with pytest.raises(openbadges.Malformed, match="compact JWT"):  # text after the token
-        openbadges.verify_any(cert.credential_jwt + "\n\nname: Someone Else", trusted())
+                  {"@context": [proofs.VC_CONTEXT, "https://evil.example/ctx.json"]}):
+        with pytest.raises(proofs.Malformed, match="unsigned data"):
+            proofs.verify_any(json.dumps({**envelope, **extra}), trusted())
+    with pytest.raises(proofs.Malformed, match="compact JWT"):  # text after the token
+        proofs.verify_any(cert.credential_jwt + "\n\nname: Someone Else", trusted())
 
 
 def test_deep_nesting_is_malformed_not_a_crash(session):
@@ -393,10 +393,10 @@ def test_deep_nesting_is_malformed_not_a_crash(session):
     deep_field = cert.credential_json.replace('"validFrom"', f'"x": {_deep()}, "validFrom"', 1)
     for text in (_deep(), '{"a": ' * 100_000 + "1" + "}" * 100_000, deep_field,
                  ".".join([deep_header, body, sig])):
-        with pytest.raises(openbadges.Malformed):
-            openbadges.verify_any(text, trusted())
-    with pytest.raises(openbadges.CredentialError):  # joserfc refuses a payload that large first
-        openbadges.verify_any(".".join([head, deep_header, sig]), trusted())
+        with pytest.raises(proofs.Malformed):
+            proofs.verify_any(text, trusted())
+    with pytest.raises(proofs.CredentialError):  # joserfc refuses a payload that large first
+        proofs.verify_any(".".join([head, deep_header, sig]), trusted())
 
 
 def test_a_byte_order_mark_is_accepted(session):
@@ -404,8 +404,8 @@ def test_a_byte_order_mark_is_accepted(session):
     cert = issue(session)
     for text in (cert.credential_json, cert.credential_jwt):
         data = b"\xef\xbb\xbf" + text.encode("utf-8")
-        assert openbadges.verify_any(data, trusted()).credential["id"].endswith(f"{cert.id}.json")
-        assert openbadges.verify_any("\ufeff" + text, trusted()).kid == cert.key_id
+        assert proofs.verify_any(data, trusted()).credential["id"].endswith(f"{cert.id}.json")
+        assert proofs.verify_any("\ufeff" + text, trusted()).kid == cert.key_id
 
 
 def test_keys_from_a_foreign_issuer_are_not_trusted(session, tmp_path, monkeypatch):
@@ -414,28 +414,28 @@ def test_keys_from_a_foreign_issuer_are_not_trusted(session, tmp_path, monkeypat
     get_settings.cache_clear()
     keys.active_key()  # a different issuer's key folder
     for text in (cert.credential_json, cert.credential_jwt):
-        with pytest.raises(openbadges.UnknownKey):
-            openbadges.verify_any(text, keys.local_public_keys())
+        with pytest.raises(proofs.UnknownKey):
+            proofs.verify_any(text, keys.local_public_keys())
 
 
 def test_rotated_keys_stay_in_the_did_document_and_keep_verifying(session):
     old = issue(session)
     new_key = keys.rotate_key()
     new = issue(session, email="other@example.org")
-    document = openbadges.did_document(PUBLIC_URL, trusted())
+    document = proofs.did_document(PUBLIC_URL, trusted())
     listed = {m["id"].split("#")[1] for m in document["verificationMethod"]}
     assert {old.key_id, new_key.kid} <= listed
     assert set(document["assertionMethod"]) == {m["id"] for m in document["verificationMethod"]}
-    assert openbadges.keys_from_did_document(document, document["id"]).keys() == {old.key_id, new_key.kid}
+    assert proofs.keys_from_did_document(document, document["id"]).keys() == {old.key_id, new_key.kid}
     for cert in (old, new):
         pyjwt_verify(cert.credential_jwt)
-        openbadges.verify_any(cert.credential_json, trusted())
+        proofs.verify_any(cert.credential_json, trusted())
     assert pyjwt.get_unverified_header(new.credential_jwt)["kid"].endswith(new_key.kid)
 
 
 def test_did_web_names_and_locations():
-    assert openbadges.did_web("http://localhost:8501/") == "did:web:localhost%3A8501"
-    assert openbadges.did_web("https://x.example/academy/dp") == "did:web:x.example:academy:dp"
+    assert proofs.did_web("http://localhost:8501/") == "did:web:localhost%3A8501"
+    assert proofs.did_web("https://x.example/academy/dp") == "did:web:x.example:academy:dp"
     assert did_web_url("did:web:localhost%3A8501") == "http://localhost:8501/.well-known/did.json"
     assert did_web_url("did:web:x.example:academy") == "https://x.example/academy/did.json"
 
@@ -471,7 +471,7 @@ def test_a_forged_status_list_is_refused(session):
     listed = openbadges.signed_status_list(session=session)
     cleared = copy.deepcopy(listed)
     cleared["credentialSubject"]["encodedList"] = statuslist.encode([])
-    with pytest.raises(openbadges.CredentialError):
+    with pytest.raises(proofs.CredentialError):
         openbadges.is_revoked(json.loads(cert.credential_json), cleared, trusted())
 
 
@@ -497,7 +497,7 @@ def test_the_status_list_expires_minutes_after_it_is_made(session):
         pyjwt_verify(as_jwt)
     # A list signed without validUntil (as before this fix) says nothing about today either.
     undated = {k: v for k, v in listed.items() if k not in ("proof", "validUntil")}
-    undated = openbadges.add_proof(undated, keys.active_key(), created=undated["validFrom"])
+    undated = proofs.add_proof(undated, keys.active_key(), created=undated["validFrom"])
     with pytest.raises(statuslist.StatusListExpired, match="no validUntil"):
         openbadges.is_revoked(credential, undated, trusted(), now=made)
 
@@ -668,7 +668,7 @@ def test_cli_on_another_machine_takes_the_keys_from_the_did_document(
     cert = issue(session)
     (folder / ".well-known").mkdir()
     (folder / ".well-known" / "did.json").write_text(
-        json.dumps(openbadges.did_document(url, trusted()))
+        json.dumps(proofs.did_document(url, trusted()))
     )
     (folder / "status").mkdir()
     (folder / "status" / "1").write_text(json.dumps(openbadges.signed_status_list(session=session)))
@@ -682,7 +682,7 @@ def test_cli_on_another_machine_takes_the_keys_from_the_did_document(
     out = capsys.readouterr().out
     assert out.startswith(f"VALID {cert.id}") and f"revocation checked against {url}/status/1" in out
 
-    (folder / ".well-known" / "did.json").write_text(json.dumps(openbadges.did_document(url, {})))
+    (folder / ".well-known" / "did.json").write_text(json.dumps(proofs.did_document(url, {})))
     assert cli_main(["verify", str(badge)]) == 1
     assert capsys.readouterr().out.startswith("NOT VALID (unknown_key)")
 
@@ -764,7 +764,7 @@ def test_credential_rides_in_the_pdf_and_the_pdf_still_verifies_offline(session)
                        public_url="https://academy.example")
     assert credentials_in_pdf(plain) == {}
     carried = openbadges.attach_to_pdf(plain, cert)
-    assert store.verify_pdf(carried).status == "valid"
+    assert verify.verify_pdf(carried).status == "valid"
     # What learners download (store.render_pdf) carries it too.
     assert credentials_in_pdf(store.render_pdf(cert)).keys() == {"credential.json",
                                                                            "credential.jwt"}
@@ -774,7 +774,7 @@ def test_credential_rides_in_the_pdf_and_the_pdf_still_verifies_offline(session)
         "credential.jwt": cert.credential_jwt.encode(),
     }
     for data in files.values():
-        assert openbadges.verify_any(data, trusted()).credential["id"].endswith(f"{cert.id}.json")
+        assert proofs.verify_any(data, trusted()).credential["id"].endswith(f"{cert.id}.json")
 
 
 # --- LinkedIn -----------------------------------------------------------------
@@ -878,15 +878,15 @@ def test_cli_refuses_a_credential_from_an_issuer_it_was_not_asked_to_trust(
     folder, url = status_server
     private = Ed25519PrivateKey.generate()
     forger = keys.IssuerKey(kid="forger", public=private.public_key(), private=private)
-    their_did = openbadges.did_web(url)
+    their_did = proofs.did_web(url)
     cert = issue(session)
     credential = json.loads(cert.credential_json)
     credential.pop("proof")
     credential["issuer"] = {**credential["issuer"], "id": their_did}
-    forged = openbadges.add_proof(credential, forger, created=credential["validFrom"])
+    forged = proofs.add_proof(credential, forger, created=credential["validFrom"])
     (folder / ".well-known").mkdir()
     (folder / ".well-known" / "did.json").write_text(
-        json.dumps(openbadges.did_document(url, {"forger": forger.public})))
+        json.dumps(proofs.did_document(url, {"forger": forger.public})))
     badge = tmp_path / "forged.json"
     badge.write_text(json.dumps(forged))
     assert cli_main(["verify", str(badge), "--offline"]) == 1

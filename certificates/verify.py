@@ -1,0 +1,183 @@
+"""Is this certificate genuine, and is it still in force? What the Verify page,
+the verification API and the CLI answer.
+
+The signed data is the authority. ``lookup`` checks a typed ID (or a pasted
+link) against the database and its signature. ``verify_pdf`` (offline, the
+CLI's) reads an uploaded PDF only through ``pdfscan`` (size cap, one page, a
+resource-limited child process) and checks the signature; ``check_pdf`` (the
+Verify page's) then looks the certificate up in the database, which knows
+revocation and replacement. No printed text is read: the result carries the
+signed name and ID for a person to compare with the document.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlmodel import Session
+
+from academy.models import Certificate
+from certificates import ids, keys, pdf, pdfscan, signing
+from certificates.i18n import languages, texts
+
+# VerifyResult.status values. Only "valid" is good news.
+STATUSES = (
+    "valid",
+    "revoked",  # withdrawn by the issuer (an admin: for cause, or issued in error)
+    "replaced",  # superseded by a newer certificate of the same learner (a reissue), not for cause
+    "not_found",
+    "malformed",  # not shaped like an ID
+    "typo",  # shaped like an ID, check digits wrong
+    "bad_signature",  # payload or signature altered
+    "unknown_key",  # signed by a key we do not know
+    "no_payload",  # a PDF without embedded certificate data
+    "unreadable",  # an upload that is not a readable PDF
+    "too_large",  # an upload larger than a certificate PDF can be
+    "pages",  # an upload with other than exactly one page
+    "too_complex",  # an upload that needs more than the reader's limits
+    "busy",  # the server is reading as many uploads as it allows at once
+    "busy_client",  # this client's previous upload is still being read
+)
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """What the Verify page and the CLI show. Public fields only, never e-mail."""
+
+    status: str
+    id: str | None = None
+    name: str | None = None
+    course: str | None = None  # course id, e.g. "data-parallelism"
+    course_title: str | None = None  # in the certificate's language
+    score: float | None = None  # percent
+    pass_date: str | None = None  # ISO date
+    lang: str | None = None
+    issuer: str | None = None
+    key_id: str | None = None
+    issued_at: datetime | None = None  # database lookups only
+    revoked_at: datetime | None = None  # when it was revoked or replaced
+    # Public: "reissued", "superseded" or "revoked", never the admin's own words
+    # (they may say why, e.g. "exam fraud").
+    revoked_reason: str | None = None
+    # The newer certificate of a "replaced" one, only if its holder chose to show it
+    # when reissuing (issue #22): its page shows the new name, which may tell of a
+    # change of name.
+    replaced_by: str | None = None
+    detail: str | None = None  # technical reason in English, for logs and the CLI
+
+    @property
+    def valid(self) -> bool:
+        return self.status == "valid"
+
+
+def _public(
+    cert: Certificate | None, payload: dict[str, Any], status: str, **extra: Any
+) -> VerifyResult:
+    """A result from the *signed* payload (what the PDF says), plus row state."""
+    lang = payload.get("lang")
+    return VerifyResult(
+        status=status,
+        id=payload.get("id"),
+        name=payload.get("name"),
+        course=payload.get("course"),
+        course_title=texts(lang)["course_title"] if lang in languages() else None,
+        score=payload.get("score"),
+        pass_date=payload.get("pass_date"),
+        lang=lang,
+        issuer=payload.get("issuer"),
+        key_id=payload.get("kid"),
+        issued_at=cert.issued_at if cert is not None else None,
+        revoked_at=cert.revoked_at if cert is not None else None,
+        revoked_reason=public_reason(cert.revoked_reason) if cert is not None else None,
+        **extra,
+    )
+
+
+def public_reason(reason: str | None) -> str | None:
+    """What anyone may read about why a certificate was revoked: its kind only."""
+    if reason is None:
+        return None
+    return {"reissued": "reissued", "superseded by policy": "superseded"}.get(reason, "revoked")
+
+
+REPLACED_REASONS = ("reissued", "superseded")  # public reasons that mean "replaced", not revoked
+
+
+def row_status(cert: Certificate) -> str:
+    """"valid", "replaced" (a newer certificate of the same learner took its place:
+    a reissue, or the one-certificate policy) or "revoked" (by an admin)."""
+    if cert.revoked_at is None:
+        return "valid"
+    return "replaced" if public_reason(cert.revoked_reason) in REPLACED_REASONS else "revoked"
+
+
+def lookup(*, session: Session, text: str) -> VerifyResult:
+    """Check typed text (an ID or a pasted link) against the database."""
+    try:
+        cert_id = ids.parse_id(text)
+    except ids.InvalidId as e:
+        return VerifyResult(status=e.kind, detail=str(e))
+    cert = session.get(Certificate, cert_id)
+    if cert is None:
+        return VerifyResult(status="not_found", id=cert_id)
+    try:
+        payload = signing.verify(
+            cert.payload.encode("utf-8"), cert.signature, keys.local_public_keys()
+        )
+    except signing.SignatureError as e:
+        # The stored row no longer matches what was signed: show nothing of it.
+        return VerifyResult(status=e.kind, id=cert_id, detail=str(e))
+    if payload["id"] != cert_id:
+        return VerifyResult(status="bad_signature", id=cert_id, detail="payload is for another ID")
+    status = row_status(cert)
+    shown = cert.replaced_by if status == "replaced" and cert.show_replacement else None
+    return _public(cert, payload, status, replaced_by=shown)
+
+
+def verify_pdf(
+    pdf_bytes: bytes, *, keys_file: Path | None = None, secrets_dir: Path | None = None,
+    client: str | None = None,
+) -> VerifyResult:
+    """Check a certificate PDF offline: its embedded signature against the
+    known public keys (the local key folder plus ``keys_file``) and the ID's
+    check digits. The file is read only through ``pdfscan`` (size cap,
+    exactly one page, a limited child process, one at a time per ``client``).
+    No printed text is compared: the result carries the signed name and ID for
+    a person to compare with the document. Revocation cannot be seen offline;
+    ``check_pdf`` sees it."""
+    found = pdfscan.scan(pdf_bytes, client=client)
+    if found.status != "ok":
+        return VerifyResult(status=found.status, detail=found.detail)
+    token = pdf.extract_token(found.keywords or "")
+    if token is None:
+        return VerifyResult(status="no_payload", detail="no embedded certificate data")
+    payload_bytes, signature = token
+    try:
+        payload = signing.verify(payload_bytes, signature, keys.public_keys(secrets_dir, keys_file))
+    except signing.SignatureError as e:
+        return VerifyResult(status=e.kind, detail=str(e))
+    try:
+        if ids.parse_id(payload["id"]) != payload["id"]:
+            raise ids.MalformedId("ID is not in canonical form")
+    except ids.InvalidId as e:
+        return VerifyResult(status=e.kind, detail=str(e))
+    return _public(None, payload, "valid")
+
+
+def check_pdf(*, session: Session, pdf_bytes: bytes, client: str | None = None) -> VerifyResult:
+    """The Verify page's check of an uploaded PDF: ``verify_pdf``, then the
+    database, which knows revocation and replacement (F-6, #22). ``client`` is the
+    uploader's address: one upload of theirs is read at a time (N-9)."""
+    offline = verify_pdf(pdf_bytes, client=client)
+    if not offline.valid:
+        return offline
+    online = lookup(session=session, text=offline.id)
+    signed = (offline.id, offline.name, offline.course, offline.score, offline.pass_date, offline.lang)
+    if online.status not in ("valid", "revoked", "replaced"):
+        return VerifyResult(status="not_found", id=offline.id, detail="signed, but not in this site's records")
+    if (online.id, online.name, online.course, online.score, online.pass_date, online.lang) != signed:
+        return VerifyResult(status="not_found", id=offline.id, detail="the records hold other data for this ID")
+    return online
