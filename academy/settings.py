@@ -1,7 +1,10 @@
 """One typed settings object for the whole platform.
 
 Values come from the environment or a `.env` file in the working directory,
-e.g. ``DATABASE_URL=postgresql+psycopg://user:pw@db/academy``.
+e.g. ``DATABASE_URL=postgresql+psycopg://user:pw@db/academy``. The labs'
+part, the limits of one run (``LAB_TIMEOUT_S`` and the like), is
+``labs.settings.Limits``, nested here as ``Settings.labs``: ``python -m labs``
+reads the same class on its own (also under torchrun).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from labs.params import Limits
+from labs.settings import Limits
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,15 +51,12 @@ class Settings(BaseSettings):
     # another machine then counts as one client for everybody, one on this machine
     # as no client: loopback turns the per-client limits off, academy.accounts.client_key).
     trusted_proxy_hops: int = 0
-    # Labs: how many CPU labs one worker runs at once (0 = derived from the CPU count). The
-    # limits of one run (wall clock, hang, ranks, message size) read the
-    # LAB_* variables that `python -m labs` reads too; their defaults are
-    # labs.params.Limits', so the number is written once.
+    # Labs: how many CPU labs one worker runs at once (0 = derived from the CPU count).
     lab_max_concurrent: int = 0
-    lab_timeout_s: int = Limits.timeout_s
-    lab_hang_timeout_s: int = Limits.hang_timeout_s
-    lab_max_world_size: int = Limits.max_world_size
-    lab_max_bytes: int = Limits.max_bytes
+    # The limits of one run (wall clock, hang, ranks, message size): LAB_TIMEOUT_S,
+    # LAB_HANG_TIMEOUT_S, LAB_MAX_WORLD_SIZE and LAB_MAX_BYTES, read by the labs'
+    # own settings class, as `python -m labs` reads them.
+    labs: Limits = Field(default_factory=Limits)
     # Fair queueing: labs one learner may have queued or running at once, and labs
     # queued or running in all. Guests are counted per client (academy.accounts.client_key;
     # per browser session where the client is unknown, i.e. loopback), and all guests
@@ -111,10 +111,18 @@ class Settings(BaseSettings):
         """Served over HTTPS: the cookie gets ``Secure`` and the ``__Host-`` prefix, and HSTS is sent."""
         return self.public_url.lower().startswith("https://")
 
+    # The names academy.labqueue reads (``labs`` is the one object).
     @property
     def lab_limits(self) -> Limits:
-        return Limits(max_world_size=self.lab_max_world_size, max_bytes=self.lab_max_bytes,
-                      timeout_s=self.lab_timeout_s, hang_timeout_s=self.lab_hang_timeout_s)
+        return self.labs
+
+    @property
+    def lab_timeout_s(self) -> int:
+        return self.labs.timeout_s
+
+    @property
+    def lab_hang_timeout_s(self) -> int:
+        return self.labs.hang_timeout_s
 
     @property
     def lab_max_guests(self) -> int:

@@ -27,8 +27,9 @@ from academy.db import session_scope
 from academy.models import LabRun
 from academy.settings import get_settings
 from labs import context
+from labs import params as lab_params
 from labs.launch import resolve_backend
-from labs.params import ParamError, Run, Spec, check, element_type, offered
+from labs.params import ParamError, Run, Spec, offered
 
 LABS = tuple(context.LABS)
 ACTIVE = ("queued", "running")
@@ -40,36 +41,30 @@ LabRequestError = labqueue.LabRequestError
 
 def offers(lab: str) -> dict[str, tuple[type, Spec]]:
     """What a learner may set for ``lab``: the parameters the page offers
-    (`labs.params.Run`'s and the lab's own), with the dataclass each belongs to."""
+    (`labs.params.Run`'s and the lab's own), with the model each belongs to."""
     return {name: (cls, spec) for cls in (Run, context.load_lab(lab).Params)
             for name, (_f, spec) in offered(cls).items()}
 
 
 def validate(lab: str, params: dict[str, Any]) -> dict[str, Any]:
-    """Keep only the parameters the page offers, checked against their schema
-    (``labs.params``) and Settings' limits, in the page's ranges."""
+    """Keep only the parameters the page offers, converted to their fields' types
+    and checked against their model (``labs.params``) and Settings' limits, in
+    the page's ranges."""
     if lab not in LABS:
         raise LabRequestError("labs.err_unknown_lab", lab=lab)
     offer = offers(lab)
-    clean: dict[str, Any] = {}
-    try:
-        for key, value in params.items():
-            if value is None or key not in offer:
-                continue
-            kind, _many = element_type(offer[key][0], key)
-            clean[key] = kind(value)
-    except (TypeError, ValueError):
-        raise LabRequestError("labs.err_value") from None
-    limits = get_settings().lab_limits
+    clean = {key: value for key, value in params.items() if value is not None and key in offer}
+    limits = get_settings().labs
     clean.setdefault("world_size", min(context.world_size_default(lab), limits.max_world_size))
     try:
         # Requests the lab itself would refuse are refused here, in the
         # learner's language, instead of after starting processes.
         for cls in (Run, context.load_lab(lab).Params):
-            check(cls(**{k: v for k, v in clean.items() if offer[k][0] is cls}), limits, page=True)
+            model = lab_params.validate(cls, {k: v for k, v in clean.items() if offer[k][0] is cls}, limits, page=True)
+            clean.update({k: getattr(model, k) for k in clean if offer[k][0] is cls})
     except ParamError as err:
         raise _refusal(err, offer) from None
-    except ValueError:  # a lab's own rule across fields (e.g. bench: max below min)
+    except (TypeError, ValueError):  # a value of the wrong type, or a lab's own rule across fields
         raise LabRequestError("labs.err_value") from None
     # NCCL needs a GPU per rank: a live GPU worker's device set, or else this machine's GPUs.
     if clean.get("backend") == "nccl" and labqueue.largest_gpu_set() < clean["world_size"]:

@@ -23,6 +23,7 @@ from app.ui import labeler, t
 from app.widgets import chart, lang, num, ring_labels
 from labs import model as ring_model
 from labs import params as lab_params
+from labs.settings import Limits
 
 NVLINK_REFERENCE = (360.0, 480.0)  # GB/s busbw, NCCL all-reduce on 8 x H100/H200
 
@@ -46,14 +47,14 @@ def _fmt_bytes(n: float) -> str:
     return f"{num(n)} B"
 
 
-def param_widget(where, cls, name: str, limits: lab_params.Limits, *, none: bool = False,
+def param_widget(where, cls, name: str, limits: Limits, *, none: bool = False,
                  default: Any = None) -> Any:
-    """The form widget of one parameter, as its Spec describes it (label,
+    """The form widget of one parameter, as its field describes it (label,
     choices or range, default); ``none`` puts a "none" choice first and picks it;
-    ``default`` replaces the Spec's (a lab's own world size)."""
-    f, spec = lab_params.specs(cls)[name]
+    ``default`` replaces the field's (a lab's own world size)."""
+    info, spec = lab_params.specs(cls)[name]
     page = spec.page
-    value = lab_params.default(f, spec, limits, page=True) if default is None else default
+    value = lab_params.default(info, spec, limits, page=True) if default is None else default
     low, high = lab_params.bounds(spec, limits, page=True)
     helptext = t(page.help) if page.help else None
     widget = page.widget or ("select" if spec.choices else "sizes" if spec.unit == "bytes" else "slider")

@@ -13,8 +13,10 @@
 - ``labs.model``: busbw and the alpha-beta ring model, shared with the
   lessons' calculators.
 - ``labs.params``: each parameter defined once (type, choices or range,
-  default, label), and the limits of a run; the CLI's options, the web
-  form and the validation are derived from it.
+  default, label) as a field of a pydantic dataclass; the CLI's options,
+  the web form and the validation are derived from it.
+- ``labs.settings``: the limits of a run (``LAB_*``), the class the web
+  app's settings nest.
 
 Run them with ``python -m labs ring|bench|ddp --world-size N`` or under
 ``torchrun``; see each module's docstring. Importing this package is cheap:

@@ -15,10 +15,11 @@ Exit status: 0 success, 1 the lab failed (crash, hang,
 timeout), 2 invalid request, 130 cancelled (SIGINT/SIGTERM). SIGTERM or
 SIGINT stops every rank; so does killing this process's group.
 
-The options are generated from ``labs.params`` (`Run` and each lab's
-``Params``): ``--help`` lists them all with their ranges and defaults, and
-the largest world size and the default timeouts follow ``LAB_MAX_WORLD_SIZE``,
-``LAB_TIMEOUT_S`` and ``LAB_HANG_TIMEOUT_S`` as the web app's do.
+The options are generated from the fields of ``labs.params.Run`` and each
+lab's ``Params``: ``--help`` lists them all with their ranges and defaults,
+and the largest world size and the default timeouts follow
+``LAB_MAX_WORLD_SIZE``, ``LAB_TIMEOUT_S`` and ``LAB_HANG_TIMEOUT_S``
+(``labs.settings.Limits``, the class the web app's settings nest).
 """
 
 from __future__ import annotations
@@ -61,11 +62,11 @@ def _parser(limits) -> argparse.ArgumentParser:
     return parser
 
 
-def _run(args: argparse.Namespace):
+def _run(args: argparse.Namespace) -> dict:
     """The run's parameters (world size, backend, timeouts, failure) as given."""
     from labs.params import Run, specs
 
-    return Run(**{name: getattr(args, name) for name in specs(Run)})
+    return {name: getattr(args, name) for name in specs(Run)}
 
 
 def _params(args: argparse.Namespace) -> dict:
@@ -80,7 +81,8 @@ def _params(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from labs.params import Limits, check
+    from labs.params import Run, validate
+    from labs.settings import Limits
 
     limits = Limits.from_env()
     args = _parser(limits).parse_args(argv)
@@ -119,14 +121,13 @@ def main(argv: list[str] | None = None) -> int:
         return code
 
     try:  # validate before starting anything
-        run = _run(args).resolved(limits)
-        check(run, limits)
+        run = validate(Run, _run(args), limits).resolved(limits)
         fail = None
         if run.fail_rank is not None:
             fail = context.FailSpec(rank=run.fail_rank, step=run.fail_at_step, mode=run.fail_mode)
         params = _params(args)
         module = context.load_lab(args.lab)
-        check(module.Params(**params), limits)
+        validate(module.Params, params, limits)
     except (ValueError, TypeError) as exc:
         err = context.LabError(kind="invalid", rank=None, message=str(exc), lab=args.lab,
                                world_size=args.world_size, backend=args.backend)

@@ -31,13 +31,12 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from labs.model import algbw, busbw, fit_alpha_beta
-from labs.params import Page, ParamError, limit, option
+from labs.params import Page, ParamError, dataclass, limit, option
 from labs.params import check as check_values
 from labs.ring import DTYPES, OPS, naive_allreduce, ring_allreduce, ring_allreduce_pipelined
 

@@ -2,8 +2,9 @@
 
 A lab is a module with these names (``labs.ring``, ``labs.bench``, ``labs.ddp``):
 
-- ``Params``: a dataclass of the lab's parameters, each declared with
-  ``labs.params.option`` (validates itself; see ``labs.params``);
+- ``Params``: the lab's parameters, a pydantic dataclass made with
+  ``labs.params.dataclass``, each field declared with ``labs.params.option``
+  (validates itself; see ``labs.params``);
 - ``check(params, world_size)``: raises ValueError if the lab cannot run so
   (the world size's own limit is ``labs.params.Run``'s);
 - ``run_rank(ctx, params) -> dict``: the work of one rank (JSON-serialisable,
@@ -19,6 +20,10 @@ lessons on failure), `resolve_backend` (gloo or NCCL, chosen in one place),
 RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT) started. A lab imports only this;
 ``labs.launch`` adds the process supervisor that starts N ranks locally and
 watches them, which a rank under torchrun never needs.
+
+Importing this module does not import torch (the platform reads `LABS`,
+`LabResult` and `LabError` without it): the functions that run on a rank or
+ask the machine import it when called.
 """
 
 from __future__ import annotations
@@ -33,13 +38,16 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, is_dataclass
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
-import torch
-import torch.distributed as dist
+from labs.params import Run
+from labs.settings import Limits
+
+if TYPE_CHECKING:
+    import torch
 
 LABS = {"ring": "labs.ring", "bench": "labs.bench", "ddp": "labs.ddp"}
 INJECTED_CRASH_EXIT = 13
-_TORCH_DIR = os.path.dirname(torch.__file__)
 
 
 @dataclass
@@ -101,6 +109,9 @@ class LabError:
 
 def machine_summary() -> dict:
     """What the labs run on: CPUs, torch, backends and GPUs."""
+    import torch
+    import torch.distributed as dist
+
     gpus = []
     if torch.cuda.is_available():
         gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
@@ -122,6 +133,9 @@ def resolve_backend(backend: str, world_size: int) -> str:
 
     "auto" means NCCL when there is one GPU per rank, gloo otherwise.
     """
+    import torch
+    import torch.distributed as dist
+
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if backend == "auto":
         return "nccl" if dist.is_nccl_available() and gpus >= world_size else "gloo"
@@ -157,9 +171,7 @@ def world_size_default(lab: str) -> int:
 
     The ring and bench labs ask for 3: on 2 ranks the naive ring and the
     chunked ring send the same bytes, so their comparison shows nothing."""
-    from labs.params import Run
-
-    return getattr(load_lab(lab), "DEFAULT_WORLD_SIZE", Run.__dataclass_fields__["world_size"].default)
+    return getattr(load_lab(lab), "DEFAULT_WORLD_SIZE", Run.__pydantic_fields__["world_size"].default)
 
 
 def params_dict(params) -> dict:
@@ -187,6 +199,8 @@ class RankContext:
 
     def __init__(self, *, rank: int, world_size: int, local_rank: int, backend: str,
                  fail: FailSpec | None = None, emit: Callable[[dict], None] | None = None):
+        import torch
+
         self.rank = rank
         self.world_size = world_size
         self.local_rank = local_rank
@@ -222,7 +236,13 @@ class RankContext:
         """True when the main thread is blocked on other ranks, not in lab code."""
         if self._in_progress:
             return False
-        return innermost_file.startswith(_TORCH_DIR) or self._comm_depth > 0
+        return innermost_file.startswith(_torch_dir()) or self._comm_depth > 0
+
+
+def _torch_dir() -> str:
+    import torch
+
+    return os.path.dirname(torch.__file__)
 
 
 def _inject_failure(mode: str, rank: int, step: int, phase: str) -> None:
@@ -245,6 +265,8 @@ def shared_clock_origin(device: torch.device | None = None) -> tuple[float, str]
     clocks; there each rank keeps its own post-barrier reading, which is off
     only by how unevenly the ranks left the barrier.
     """
+    import torch.distributed as dist
+
     hosts = [None] * dist.get_world_size()
     dist.all_gather_object(hosts, socket.gethostname())
     dist.barrier()
@@ -274,7 +296,8 @@ def run_in_env(lab: str, params=None, *, backend: str = "auto", timeout: float |
     Failures raise: torchrun notices a failed rank and stops the others.
     ``timeout`` (for the collectives) defaults to ``LAB_TIMEOUT_S``.
     """
-    from labs.params import Limits
+    import torch
+    import torch.distributed as dist
 
     if timeout is None:
         timeout = Limits.from_env().timeout_s

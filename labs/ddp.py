@@ -40,7 +40,6 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
-from dataclasses import dataclass
 
 import torch
 import torch._dynamo  # noqa: F401 - DDP imports it on first use; a forked rank inherits it
@@ -56,7 +55,7 @@ from torch.nn.utils import parameters_to_vector
 from torch.utils.data import DistributedSampler
 
 from labs.model import bus_factor
-from labs.params import Page, option
+from labs.params import Page, dataclass, option
 from labs.params import check as check_values
 
 SECTIONS = ("equivalence", "sampler", "breakdown", "buckets", "no_sync", "fp16", "scaling")

@@ -1,27 +1,22 @@
-"""Every lab parameter, written down once: type, choices or range, default, label.
+"""Every lab parameter, written down once: a field of a pydantic dataclass.
 
-A lab's ``Params`` dataclass (and `Run`, the parameters every lab shares:
-world size, backend, timeouts, failure injection) declares each field with
-`option`, which stores a `Spec` in the field's metadata. Everything else is
-read from there:
+A lab's ``Params`` (and `Run`, the parameters every lab shares: world size,
+backend, timeouts, failure injection) is made with this module's
+`dataclass` (pydantic's), and each field is declared with `option`: a
+pydantic ``Field`` whose description is the command line's help and which
+carries a `Spec` (choices or range, label, how the Labs page offers it).
+Everything else is read from the model:
 
+- pydantic converts values to the fields' types (``"2"`` -> ``2``) and
+  refuses names the model does not have;
 - ``python -m labs`` builds its argparse options with `add_arguments`;
 - the Labs page builds its form widgets from the fields that have a `Page`;
-- `check` validates: a dataclass calls it on itself for what it can know
-  alone (choices, fixed ranges), and ``labs.launch.run_lab`` and
-  ``app.labjobs.validate`` call it again with the `Limits` in force, the
-  page's narrower ranges included for the web.
-
-Limits (largest world size, message size, the timeouts) are `Limits`,
-read from the environment variables ``LAB_MAX_WORLD_SIZE``,
-``LAB_MAX_BYTES``, ``LAB_TIMEOUT_S`` and ``LAB_HANG_TIMEOUT_S``. The web
-app's ``Settings`` reads the same variables and takes its defaults from
-`Limits`, and ``app.labjobs`` hands Settings' values to the CLI it starts in
-those variables. Why environment variables and not only arguments passed
-in: the CLI also runs on its own and under torchrun, where nothing passes
-anything in, and the labs must not import the app; an environment variable
-is how Settings is configured anyway, so one ``LAB_MAX_WORLD_SIZE=4``
-changes the page, the queue's validation and ``python -m labs`` together.
+- a model checks itself on construction for what it can know alone
+  (choices, fixed ranges), and `check` checks it again against the
+  `labs.settings.Limits` in force: `validate` (build, then check) is one
+  call per model in ``app.labjobs.validate`` (in the page's narrower ranges)
+  and in ``python -m labs``; ``labs.launch.run_lab`` checks the models it
+  builds.
 
 This module imports neither torch nor the app.
 """
@@ -29,43 +24,21 @@ This module imports neither torch nor the app.
 from __future__ import annotations
 
 import argparse
-import os
+import dataclasses
+import functools
 import typing
 from collections.abc import Callable
-from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any
+
+import pydantic.dataclasses
+from pydantic import ConfigDict, Field, ValidationError
+from pydantic.fields import FieldInfo
+
+from labs.settings import Limits
 
 # A bound given as a function of the limits in force (None: not known here)
 # and of the parameters object being checked (None: no object yet, e.g. a form).
 Bound = float | Callable[["Limits | None", Any], float | None] | None
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one run may ask for; the defaults are the web app's too (see module doc)."""
-
-    max_world_size: int = 8
-    max_bytes: int = 256 << 20  # one message (per rank)
-    timeout_s: int = 120  # the whole run, wall clock
-    # A rank that reports no progress and uses no CPU this long counts as hung; a
-    # 64 MiB step on a busy 2-core machine can take 10 s, so twice that.
-    hang_timeout_s: int = 20
-
-    @staticmethod
-    def variable(name: str) -> str:
-        """The environment variable of a limit: ``max_world_size`` -> ``LAB_MAX_WORLD_SIZE``."""
-        return f"LAB_{name.upper()}"
-
-    @classmethod
-    def from_env(cls, environ: typing.Mapping[str, str] | None = None) -> Limits:
-        environ = os.environ if environ is None else environ
-        given = {f.name: int(environ[cls.variable(f.name)]) for f in fields(cls)
-                 if environ.get(cls.variable(f.name), "").strip()}
-        return cls(**given)
-
-    def environ(self) -> dict[str, str]:
-        """These limits as the environment variables `from_env` reads."""
-        return {self.variable(f.name): str(getattr(self, f.name)) for f in fields(self)}
 
 
 def limit(name: str) -> Callable[[Limits | None, Any], int | None]:
@@ -73,7 +46,7 @@ def limit(name: str) -> Callable[[Limits | None, Any], int | None]:
     return lambda limits, _obj: getattr(limits, name) if limits is not None else None
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Page:
     """How the Labs page offers a parameter. It may narrow the range and pick
     another default (a run started from a browser should stay short); what it
@@ -87,12 +60,11 @@ class Page:
     help: str = ""  # i18n key of the widget's help text
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Spec:
-    """One parameter, as `option` records it in its dataclass field."""
+    """What a field says beyond its type and default, as `option` records it."""
 
     key: str  # i18n key of its label on the page
-    help: str  # the CLI's help text (the CLI speaks English)
     choices: tuple = ()
     low: Bound = None
     high: Bound = None
@@ -104,11 +76,12 @@ class Spec:
 
 
 def option(default: Any = None, *, key: str = "", help: str, **spec: Any) -> Any:  # noqa: A002
-    """A dataclass field with its `Spec`; a list default is copied per instance."""
-    meta = {"spec": Spec(key=key, help=help, **spec)}
+    """A pydantic field: ``help`` is its description (the CLI's help text, in
+    English), the rest its `Spec`; a list default is copied per instance."""
+    extra = {"spec": Spec(key=key, **spec)}
     if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata=meta)
-    return field(default=default, metadata=meta)
+        return Field(default_factory=lambda: list(default), description=help, json_schema_extra=extra)
+    return Field(default, description=help, json_schema_extra=extra)
 
 
 class ParamError(ValueError):
@@ -121,19 +94,50 @@ class ParamError(ValueError):
         self.name, self.rule, self.values = name, rule, values
 
 
-def specs(cls) -> dict[str, tuple[Field, Spec]]:
+def dataclass(cls: type) -> type:
+    """``cls`` as a pydantic dataclass of lab parameters.
+
+    Unknown names are refused, and a refusal raises the error itself (the
+    `ParamError` of a field, a lab's own ValueError, a TypeError for an
+    unknown name), not pydantic's wrapper around it, so that every caller
+    reads one English sentence and the web app the field and rule.
+    """
+    model = pydantic.dataclasses.dataclass(cls, config=ConfigDict(extra="forbid"))
+    init = model.__init__
+
+    @functools.wraps(init)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            init(self, *args, **kwargs)
+        except ValidationError as err:
+            raise _plain(model, err) from None
+
+    model.__init__ = __init__
+    return model
+
+
+def _plain(model: type, err: ValidationError) -> Exception:
+    first = err.errors()[0]
+    if "error" in first.get("ctx", {}):  # raised by __post_init__: ours, as it was
+        return first["ctx"]["error"]
+    name = ".".join(map(str, first["loc"]))
+    if first["type"] == "unexpected_keyword_argument":
+        return TypeError(f"{model.__name__}.__init__() got an unexpected keyword argument {name!r}")
+    return ValueError(f"{name}: {first['msg']}")
+
+
+def specs(cls) -> dict[str, tuple[FieldInfo, Spec]]:
     """The fields of ``cls`` that carry a Spec, in order. Read afresh on every call."""
-    return {f.name: (f, f.metadata["spec"]) for f in fields(cls) if "spec" in f.metadata}
+    return {name: (info, info.json_schema_extra["spec"]) for name, info in cls.__pydantic_fields__.items()
+            if isinstance(info.json_schema_extra, dict) and "spec" in info.json_schema_extra}
 
 
-def default(f: Field, spec: Spec, limits: Limits | None = None, *, page: bool = False) -> Any:
+def default(info: FieldInfo, spec: Spec, limits: Limits | None = None, *, page: bool = False) -> Any:
     if page and spec.page is not None and spec.page.default is not None:
         return spec.page.default
     if spec.default_from is not None and limits is not None:
         return spec.default_from(limits)
-    if f.default_factory is not MISSING:
-        return f.default_factory()
-    return None if f.default is MISSING else f.default
+    return info.get_default(call_default_factory=True)
 
 
 def bounds(spec: Spec, limits: Limits | None, obj: Any = None, *,
@@ -154,7 +158,7 @@ def check(obj: Any, limits: Limits | None = None, *, page: bool = False) -> None
 
     Without ``limits`` only what does not depend on them is checked.
     """
-    for name, (_f, spec) in specs(type(obj)).items():
+    for name, (_info, spec) in specs(type(obj)).items():
         value = getattr(obj, name)
         if value is None:
             continue
@@ -176,6 +180,15 @@ def check(obj: Any, limits: Limits | None = None, *, page: bool = False) -> None
                                  value=v, low=low, high=high)
 
 
+def validate(cls, values: dict[str, Any], limits: Limits | None = None, *, page: bool = False) -> Any:
+    """``cls`` made from ``values`` and checked against ``limits`` (with ``page``,
+    in the page's ranges). Raises `ParamError`, or ValueError/TypeError for a
+    value of the wrong type, an unknown name or a lab's own rule across fields."""
+    obj = cls(**values)
+    check(obj, limits, page=page)
+    return obj
+
+
 def _num(x: float) -> str:
     """8, not 8.0; 0.5 as 0.5 (for the English messages and --help)."""
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
@@ -186,14 +199,14 @@ def flag(name: str, spec: Spec) -> str:
     return spec.flags[0] if spec.flags else "--" + name.replace("_", "-")
 
 
-def offered(cls) -> dict[str, tuple[Field, Spec]]:
+def offered(cls) -> dict[str, tuple[FieldInfo, Spec]]:
     """The fields of ``cls`` that the Labs page offers (those with a `Page`)."""
     return {name: fs for name, fs in specs(cls).items() if fs[1].page is not None}
 
 
-def element_type(cls, name: str) -> tuple[type, bool]:
-    """(type of one value, whether the field is a list) from the annotation."""
-    hint = typing.get_type_hints(cls)[name]
+def element_type(info: FieldInfo) -> tuple[type, bool]:
+    """(type of one value, whether the field is a list) from the field's annotation."""
+    hint = info.annotation
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     if typing.get_origin(hint) is list:
         return args[0], True
@@ -204,18 +217,18 @@ def element_type(cls, name: str) -> tuple[type, bool]:
 
 def add_arguments(parser: argparse.ArgumentParser, cls, limits: Limits | None = None,
                   defaults: dict[str, Any] | None = None) -> None:
-    """One option per field of ``cls``: flag, type, choices, default and help from its Spec;
-    ``defaults`` replaces a field's default (a lab's own world size)."""
-    for name, (f, spec) in specs(cls).items():
-        kind, many = element_type(cls, name)
-        value = (defaults or {}).get(name, default(f, spec, limits))
+    """One option per field of ``cls``: flag, type, choices, default and help from
+    the field; ``defaults`` replaces a field's default (a lab's own world size)."""
+    for name, (info, spec) in specs(cls).items():
+        kind, many = element_type(info)
+        value = (defaults or {}).get(name, default(info, spec, limits))
         low, high = bounds(spec, limits)
         extra = []
         if low is not None or high is not None:
             extra.append(f"{'' if low is None else _num(low)}..{'' if high is None else _num(high)}")
         if value is not None and value != []:
             extra.append(f"default {' '.join(map(str, value)) if many else value}")
-        text = spec.help + (f" ({', '.join(extra)})" if extra else "")
+        text = info.description + (f" ({', '.join(extra)})" if extra else "")
         options: dict[str, Any] = {"dest": name, "type": kind, "default": value, "help": text}
         if spec.choices:
             options["choices"] = spec.choices
@@ -265,7 +278,7 @@ class Run:
     def resolved(self, limits: Limits) -> Run:
         """This run with its timeouts filled in from ``limits`` where not given."""
         values = {name: getattr(self, name) for name in specs(Run)}
-        for name, (f, spec) in specs(Run).items():
+        for name, (info, spec) in specs(Run).items():
             if values[name] is None and spec.default_from is not None:
-                values[name] = default(f, spec, limits)
+                values[name] = default(info, spec, limits)
         return Run(**values)

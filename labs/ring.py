@@ -38,14 +38,13 @@ from __future__ import annotations
 import hashlib
 import statistics
 import time
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from labs import model
 from labs.context import shared_clock_origin
-from labs.params import Page, ParamError, limit, option
+from labs.params import Page, ParamError, dataclass, limit, option
 from labs.params import check as check_values
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64,

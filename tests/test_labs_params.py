@@ -1,7 +1,8 @@
 """One schema per lab's parameters: the form, the CLI and the validation all follow it.
 
-Changing a parameter's choices (one Spec) or a limit (one environment
-variable, which Settings and ``python -m labs`` both read) must change the
+Changing a parameter's choices (one Spec, in its field) or a limit (one
+environment variable, which ``labs.settings.Limits`` reads for Settings and
+``python -m labs`` both) must change the
 Labs page's form, the command line's ``--help`` and parsing, and what
 ``app.labjobs`` and ``run_lab`` accept, together. And the Labs page writes
 its numbers with the learner's decimal marks.
@@ -16,7 +17,6 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
-from types import MappingProxyType
 
 import pytest
 
@@ -28,6 +28,7 @@ from app import labjobs
 from labs import params, ring
 from labs.__main__ import _parser
 from labs.launch import run_lab
+from labs.settings import Limits
 from tests.apptest import open_page
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,7 +44,7 @@ def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 
 def test_the_documented_flags_are_generated_from_the_fields():
-    args = _parser(params.Limits()).parse_args(
+    args = _parser(Limits()).parse_args(
         ["ring", "--world-size", "4", "--backend", "gloo", "--timeout", "30", "--json", "--events", "e.jsonl",
          "--out", "o.json", "--fail-rank", "2", "--fail-at-step", "3", "--fail-mode", "hang", "--size", "4096",
          "--dtype", "int64", "--algo", "naive"])
@@ -51,33 +52,32 @@ def test_the_documented_flags_are_generated_from_the_fields():
         (4, "gloo", 30.0, True, "e.jsonl", "o.json")
     assert (args.fail_rank, args.fail_at_step, args.fail_mode, args.size, args.dtype, args.algo) == \
         (2, 3, "hang", 4096, "int64", "naive")
-    bench = _parser(params.Limits()).parse_args(["bench", "--min-size", "64", "--max-bytes", "128", "--impls", "ring"])
+    bench = _parser(Limits()).parse_args(["bench", "--min-size", "64", "--max-bytes", "128", "--impls", "ring"])
     assert (bench.min_bytes, bench.max_bytes, bench.impls) == (64, 128, ["ring"])
-    ddp = _parser(params.Limits()).parse_args(["ddp", "--world-sizes", "1", "2", "--sections", "equivalence"])
+    ddp = _parser(Limits()).parse_args(["ddp", "--world-sizes", "1", "2", "--sections", "equivalence"])
     assert ddp.scaling_world_sizes == [1, 2] and ddp.sections == ["equivalence"] and ddp.steps == 12
     # Every Params field has an option, with the field's default.
     for lab in labjobs.LABS:
-        parsed = vars(_parser(params.Limits()).parse_args([lab]))
+        parsed = vars(_parser(Limits()).parse_args([lab]))
         for name, (field, spec) in params.specs(__import__(f"labs.{lab}", fromlist=["Params"]).Params).items():
             assert parsed[name] == params.default(field, spec), (lab, name)
 
 
 def test_timeouts_have_one_default_the_limits():
-    limits = params.Limits(timeout_s=77, hang_timeout_s=11)
+    limits = Limits(timeout_s=77, hang_timeout_s=11)
     args = _parser(limits).parse_args(["ring"])
     assert (args.timeout, args.hang_timeout) == (77, 11)
     assert params.Run().resolved(limits).timeout == 77
-    assert get_settings().lab_timeout_s == params.Limits().timeout_s
-    assert get_settings().lab_hang_timeout_s == params.Limits().hang_timeout_s
+    assert isinstance(get_settings().labs, Limits)
+    assert get_settings().labs.timeout_s == Limits().timeout_s
+    assert get_settings().labs.hang_timeout_s == Limits().hang_timeout_s
 
 
 @pytest.fixture
 def fewer_dtypes(monkeypatch):
     """Take float64 out of the ring lab's dtype choices: one Spec, changed once."""
-    field = ring.Params.__dataclass_fields__["dtype"]
-    spec = field.metadata["spec"]
-    monkeypatch.setattr(field, "metadata",
-                        MappingProxyType({"spec": replace(spec, choices=("float32", "bfloat16", "int64"))}))
+    extra = ring.Params.__pydantic_fields__["dtype"].json_schema_extra
+    monkeypatch.setitem(extra, "spec", replace(extra["spec"], choices=("float32", "bfloat16", "int64")))
 
 
 @pytest.mark.usefixtures("app_db", "fewer_dtypes")
@@ -85,7 +85,7 @@ def test_one_change_to_the_choices_changes_form_cli_and_validation(capsys):
     at = open_page("labs")
     assert not at.exception, at.exception
     assert [b.options for b in at.selectbox if b.label == t("labs.dtype")][0] == ["float32", "bfloat16", "int64"]
-    parser = _parser(params.Limits())
+    parser = _parser(Limits())
     with pytest.raises(SystemExit):
         parser.parse_args(["ring", "--help"])
     assert "--dtype {float32,bfloat16,int64}" in capsys.readouterr().out
@@ -117,7 +117,7 @@ def test_one_change_to_a_limit_changes_form_cli_and_validation():
     assert (ranks.min, ranks.max) == (1, 3)
     assert [n for n in at.number_input if n.label == t("labs.fail_rank")][0].max == 2
     # The CLI reads the same variable (the web app also hands it Settings' value).
-    assert get_settings().lab_limits.environ()["LAB_MAX_WORLD_SIZE"] == "3"
+    assert get_settings().labs.environ()["LAB_MAX_WORLD_SIZE"] == "3"
     helptext = cli("ring", "--help").stdout
     assert re.search(r"--world-size WORLD_SIZE\s+number of ranks \(1\.\.3,", helptext), helptext
     refused = cli("ring", "--world-size", "4")
@@ -196,3 +196,22 @@ def test_results_in_dutch_have_decimal_commas(results, lab):
         metrics = [x for x in texts if x.endswith(" ms")]
         assert f"{i18n.format_number(s['total_time_s'] * 1e3, 'nl', '.2f')} ms" in metrics
         assert all(re.fullmatch(r"\d+,\d\d ms", m) for m in metrics), metrics
+
+
+def test_one_settings_class_reads_the_limits_for_the_app_and_the_cli(tmp_path, monkeypatch):
+    """A ``.env`` beside the app sets the labs' limits for Settings and ``python -m labs`` alike."""
+    from academy.settings import Settings
+
+    (tmp_path / ".env").write_text("LAB_MAX_WORLD_SIZE=3\nLAB_TIMEOUT_S=77\n")
+    monkeypatch.chdir(tmp_path)
+    assert Settings().labs == Limits.from_env() == Limits(max_world_size=3, timeout_s=77)
+    monkeypatch.setenv("LAB_TIMEOUT_S", "66")  # the environment wins over .env, as for every setting
+    assert Settings().labs.timeout_s == Limits.from_env().timeout_s == 66
+
+
+def test_the_labs_side_of_the_platform_imports_no_torch():
+    code = ("import sys, labs, labs.params, labs.settings, labs.context, labs.__main__; "
+            "print([m for m in sys.modules if m.startswith('torch')])")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    assert out.strip() == "[]"

@@ -25,7 +25,7 @@ if st.query_params.get("lab") != lab:
 
 # The form is built from the parameters' schema (labs.params): what each
 # offers, its range and default; app.labjobs accepts exactly that.
-limits = settings.lab_limits
+limits = settings.labs
 lab_fields = load_lab(lab).Params
 main = [(Run, "world_size"), *((lab_fields, name) for name in offered(lab_fields)),
         *((Run, name) for name, (_f, spec) in offered(Run).items()
