@@ -5,6 +5,7 @@ Launch:
     python -m labs ddp --world-size 2                        # every section, ~10-30 s on 2 cores
     python -m labs ddp --world-size 4 --sections equivalence scaling
     python -m labs ddp --world-size 2 --json --out ddp.json
+    python -m labs ddp --world-size 2 --sections timeline --trace traces/
     torchrun --standalone --nproc-per-node 2 -m labs.ddp     # the same lab under torchrun
 
 The data: a synthetic classification set (Gaussian blobs, one per class)
@@ -33,6 +34,14 @@ Sections (each returns numbers; run a subset with ``--sections``):
   the loss beside the fp32 run's.
 - ``scaling``: throughput and scaling efficiency on 1, 2, 4 ranks (subgroups
   of this run; fixed batch per rank).
+- ``timeline``: every rank's compute and communication spans, step by step,
+  for the naive sync and DDP at each bucket cap; the share of communication
+  hidden behind backward, the exposed communication and the idle time
+  (``--trace DIR`` writes them as Chrome/Perfetto traces).
+
+``no_sync``, ``fp16`` and ``scaling`` live in ``labs.ddp_features``,
+``timeline`` in ``labs.ddp_timeline`` (its arithmetic in ``labs.timeline``),
+the text report in ``labs.ddp_text``.
 """
 
 from __future__ import annotations
@@ -49,17 +58,16 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import (
     allreduce_hook,
-    fp16_compress_hook,
 )
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.nn.utils import parameters_to_vector
 from torch.utils.data import DistributedSampler
 
-from labs.model import bus_factor
+from labs.ddp_text import format_text as format_text  # what `python -m labs ddp` prints
 from labs.params import Page, option
 from labs.params import check as check_values
 
-SECTIONS = ("equivalence", "sampler", "breakdown", "buckets", "no_sync", "fp16", "scaling")
+SECTIONS = ("equivalence", "sampler", "breakdown", "buckets", "no_sync", "fp16", "scaling", "timeline")
 
 
 # --------------------------------------------------------------------------
@@ -119,6 +127,10 @@ class Params:
     accumulation: int = option(4, help="micro-batches per optimizer step in no_sync", low=1)
     scaling_world_sizes: list[int] = option([1, 2, 4], help="rank counts for the scaling section", low=1,
                                            flags=("--world-sizes",))
+    timeline_hidden: int = option(256, help="MLP width in the timeline section (backward long enough to "
+                                  "hide an all-reduce behind)", low=1)
+    timeline_batch: int = option(128, help="samples per rank per step in the timeline section", low=1)
+    timeline_steps: int = option(3, help="measured steps per variant in the timeline section", low=1)
     sections: list[str] = option(list(SECTIONS), help="sections to run", choices=SECTIONS)
 
     def __post_init__(self) -> None:
@@ -190,7 +202,7 @@ def _plan(p: Params, world: int) -> dict[str, int]:
     ticks = {"equivalence": p.steps, "sampler": 1, "breakdown": 4 * run,
              "buckets": len(p.bucket_caps_mb) * run,
              "no_sync": 2 * max(1, p.steps // p.accumulation), "fp16": 2 * p.steps,
-             "scaling": len(sizes) * run}
+             "scaling": len(sizes) * run, "timeline": timeline_ticks(p)}
     return {s: ticks[s] for s in p.sections}
 
 
@@ -497,121 +509,26 @@ def _buckets(ctx, p, data, tick) -> dict:
             "first_bucket_bytes": dist._DEFAULT_FIRST_BUCKET_BYTES} if rank == 0 else {}
 
 
-def _no_sync(ctx, p, data, tick) -> dict:
-    inputs, labels = data
-    world, rank = ctx.world_size, ctx.rank
-    k = p.accumulation
-    opt_steps = max(1, p.steps // k)
-    batches = shard_batches(p, world_size=world, rank=rank, count=opt_steps * k)
-    out, first_grads = {}, {}
-    for mode in ("no_sync", "sync_every_micro_batch"):
-        model = _wrap(ctx, p)
-        counter = {"calls": 0, "bytes": 0}
-        model.register_comm_hook(None, _counting_hook(allreduce_hook, counter, 4))
-        opt = torch.optim.SGD(model.parameters(), lr=p.lr)
-        times = []
-        with ctx.communicating():
-            for s in range(opt_steps):
-                tick(f"no_sync: {mode}")
-                counter.update(calls=0, bytes=0)
-                dist.barrier()
-                t0 = _clock(ctx)
-                opt.zero_grad(set_to_none=True)
-                for j in range(k):
-                    idx = batches[s * k + j]
-                    # Only the last micro-batch needs synchronised gradients: the
-                    # others just accumulate locally inside no_sync().
-                    skip = mode == "no_sync" and j < k - 1
-                    with model.no_sync() if skip else contextlib.nullcontext():
-                        loss = F.cross_entropy(model(inputs[idx]), labels[idx]) / k
-                        loss.backward()
-                if s == 0:
-                    first_grads[mode] = torch.cat([q.grad.flatten() for q in model.parameters()])
-                opt.step()
-                times.append(_clock(ctx) - t0)
-        out[mode] = {"allreduce_calls_per_optimizer_step": counter["calls"],
-                     "bytes_per_optimizer_step": counter["bytes"],
-                     "optimizer_step_ms": _max_over_ranks(ctx, [_median_ms(times)])[0]}
-    diff = float((first_grads["no_sync"] - first_grads["sync_every_micro_batch"]).abs().max())
-    if rank != 0:
-        return {}
-    return {"micro_batches": k, "optimizer_steps": opt_steps, **out,
-            "max_abs_grad_diff": diff}
+def timeline_ticks(p: Params) -> int:
+    from labs.ddp_timeline import ticks
+
+    return ticks(p)
 
 
-def _fp16(ctx, p, data, tick) -> dict:
-    inputs, labels = data
-    world, rank = ctx.world_size, ctx.rank
-    batches = shard_batches(p, world_size=world, rank=rank, count=p.steps)
-    runs, weights = {}, {}
-    for name, hook, wire in (("fp32", allreduce_hook, 4), ("fp16", fp16_compress_hook, 2)):
-        model = _wrap(ctx, p)
-        counter = {"calls": 0, "bytes": 0}
-        model.register_comm_hook(None, _counting_hook(hook, counter, wire))
-        opt = torch.optim.SGD(model.parameters(), lr=p.lr)
-        losses, times = [], []
-        with ctx.communicating():
-            for idx in batches:
-                tick(f"fp16: {name}")
-                t0 = _clock(ctx)
-                loss = ddp_train_step(model, opt, inputs[idx], labels[idx])
-                times.append(_clock(ctx) - t0)
-                dist.all_reduce(loss)
-                losses.append(float(loss) / world)
-        payload = counter["bytes"] / p.steps
-        runs[name] = {"payload_bytes_per_step": payload,
-                      "ring_bytes_sent_per_rank_per_step":
-                          payload * bus_factor("all_reduce", world),
-                      "final_loss": losses[-1], "losses": losses,
-                      "step_ms": _max_over_ranks(ctx, [_median_ms(times)])[0]}
-        weights[name] = _flat(model.module)
-    if rank != 0:
-        return {}
-    return {**runs, "bytes_ratio": runs["fp16"]["payload_bytes_per_step"]
-            / runs["fp32"]["payload_bytes_per_step"],
-            "max_abs_weight_diff": float((weights["fp16"] - weights["fp32"]).abs().max())}
+def _section(name: str):
+    """A section's function. The sections past the basic step live beside this
+    module (``labs.ddp_features``, ``labs.ddp_timeline``) and build on its model
+    and helpers, so they are imported when they run, not when this module is."""
+    if name in ("no_sync", "fp16", "scaling"):
+        from labs import ddp_features
 
+        return getattr(ddp_features, name)
+    if name == "timeline":
+        from labs import ddp_timeline
 
-def _scaling(ctx, p, data, tick) -> dict:
-    inputs, labels = data
-    world, rank = ctx.world_size, ctx.rank
-    rows = []
-    for k in [s for s in p.scaling_world_sizes if s <= world]:
-        group = dist.new_group(list(range(k)))  # every rank must call new_group
-        run = p.warmup + p.steps
-        if rank < k:
-            model = _wrap(ctx, p, process_group=group)
-            opt = torch.optim.SGD(model.parameters(), lr=p.lr)
-            batches = shard_batches(p, world_size=k, rank=rank, count=run)
-            with ctx.communicating():
-                for i, idx in enumerate(batches):
-                    tick(f"scaling: {k} rank(s)")
-                    if i == p.warmup:
-                        dist.barrier(group=group)
-                        t0 = _clock(ctx)
-                    ddp_train_step(model, opt, inputs[idx], labels[idx])
-                elapsed = _max_over_ranks(ctx, [_clock(ctx) - t0], group=group)[0]
-            if rank == 0:
-                rows.append({"world_size": k, "seconds": elapsed, "steps": p.steps,
-                             "samples_per_s": k * p.batch * p.steps / elapsed,
-                             "step_ms": elapsed / p.steps * 1e3})
-        else:
-            tick(f"scaling: idle while {k} rank(s) train", n=run)
-        with ctx.communicating():
-            dist.barrier()
-    if rank != 0:
-        return {}
-    base = rows[0]["samples_per_s"] / rows[0]["world_size"]
-    for row in rows:
-        row["speedup"] = row["samples_per_s"] / rows[0]["samples_per_s"]
-        row["efficiency"] = row["samples_per_s"] / (row["world_size"] * base)
-    return {"rows": rows, "batch_per_rank": p.batch,
-            "note": "weak scaling: each rank keeps its batch; all ranks share this machine's "
-                    "CPU cores, so efficiency here reflects the machine as much as DDP"}
-
-
-_RUN = {"equivalence": _equivalence, "sampler": _sampler, "breakdown": _breakdown,
-        "buckets": _buckets, "no_sync": _no_sync, "fp16": _fp16, "scaling": _scaling}
+        return ddp_timeline.run
+    return {"equivalence": _equivalence, "sampler": _sampler, "breakdown": _breakdown,
+            "buckets": _buckets}[name]
 
 
 def run_rank(ctx, params: Params) -> dict:
@@ -622,7 +539,7 @@ def run_rank(ctx, params: Params) -> dict:
     sections = {}
     for name in params.sections:
         start = tick.done
-        sections[name] = _RUN[name](ctx, params, data, tick)
+        sections[name] = _section(name)(ctx, params, data, tick)
         tick.done = start + plan[name]  # keep the count exact whatever the section did
     ctx.progress(tick.total, tick.total, "done")
     model = make_model(params)
@@ -640,83 +557,6 @@ def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: st
                         "features": params.features, "classes": params.classes,
                         "seed": params.seed},
             "sections": ranks[0]["sections"]}
-
-
-def format_text(summary: dict) -> str:
-    s, sec = summary, summary["sections"]
-    m = s["model"]
-    lines = [f"DDP lab: {s['world_size']} ranks, {s['backend']}; MLP {m['depth']}x{m['hidden']}, "
-             f"{m['parameters']} parameters ({m['gradient_bytes']} B of fp32 gradients)"]
-    if "equivalence" in sec:
-        e = sec["equivalence"]
-        lines += [f"\n[equivalence] {e['steps']} steps, {s['world_size']} x {e['batch_per_rank']} "
-                  f"vs one process with {e['global_batch']}",
-                  f"  max |w_ddp - w_single| = {e['max_abs_diff_vs_single_process']:.2e} "
-                  f"(tolerance {e['tolerance']:.0e}): "
-                  f"{'equivalent' if e['equivalent'] else 'NOT equivalent'}",
-                  f"  max |w_rank - w_rank0| over all steps = "
-                  f"{e['max_abs_diff_between_ranks']:.2e}"
-                  f" ({'identical' if e['ranks_identical'] else 'DIFFERENT'})",
-                  f"  loss: {e['losses'][0]:.4f} -> {e['losses'][-1]:.4f} "
-                  f"(single process: {e['single_process_losses'][-1]:.4f})"]
-    if "sampler" in sec:
-        d = sec["sampler"]
-        lines += [f"\n[sampler] {d['samples']} samples, {d['shard_size']} per rank, disjoint: "
-                  f"{d['shards_disjoint']}, padded: {d['padded']}"]
-        for r, first in enumerate(d["first_indices_per_rank_epoch0"]):
-            lines.append(f"  rank {r} epoch 0 starts {first}")
-        for label, key in (("with set_epoch", "rank0_with_set_epoch"),
-                           ("without set_epoch", "rank0_without_set_epoch")):
-            lines.append(f"  rank 0 {label}: " + " | ".join(str(e) for e in d[key]))
-        u = d["positions_unchanged_epoch0_to_1"]
-        lines.append(f"  same order in epoch 1 as in epoch 0: with set_epoch "
-                     f"{u['with_set_epoch']:.0%} of positions, without {u['without_set_epoch']:.0%}")
-    if "breakdown" in sec:
-        b = sec["breakdown"]
-        lines.append(f"\n[breakdown] {b['unit']} of {b['steps']}: forward / backward / exposed comm / "
-                     "optimizer = total (all-reduce calls)")
-        for kind in ("naive", "bucketed", "ddp"):
-            r = b[kind]
-            lines.append(f"  {kind:<8} {r['forward']:7.3f} / {r['backward']:7.3f} / "
-                         f"{r['exposed_comm']:7.3f} / {r['optimizer']:7.3f} = {r['total']:7.3f} "
-                         f"({r['allreduce_calls']})")
-        bs, ov = b["bucketing_saving"], b["overlap_hidden"]
-        lines.append(f"  saved by bucketing ({bs['calls_before']} -> {bs['calls_after']} all-reduces): "
-                     f"{bs['ms']['median']:.3f} ms (IQR {bs['ms']['q1']:.3f}..{bs['ms']['q3']:.3f})")
-        lines.append(f"  hidden by overlap (DDP, {ov['buckets']} buckets of <= {b['bucket_cap_mb']} MB): "
-                     f"{ov['ms']['median']:.3f} ms (IQR {ov['ms']['q1']:.3f}..{ov['ms']['q3']:.3f}), "
-                     f"at most the backward, {ov['backward_ms']['median']:.3f} ms")
-        lines.append(f"  naive and DDP weights differ by {b['max_abs_diff_naive_vs_ddp_weights']:.1e}")
-    if "buckets" in sec:
-        lines.append("\n[buckets] bucket_cap_mb -> all-reduce calls per step, step time")
-        for r in sec["buckets"]["rows"]:
-            lines.append(f"  {r['bucket_cap_mb']:>7} MB -> {r['allreduce_calls_per_step']:>3} "
-                         f"calls, {r['step_ms']:.3f} ms")
-    if "no_sync" in sec:
-        n = sec["no_sync"]
-        lines.append(f"\n[no_sync] {n['micro_batches']} micro-batches per optimizer step")
-        for mode in ("no_sync", "sync_every_micro_batch"):
-            r = n[mode]
-            lines.append(f"  {mode:<24} {r['allreduce_calls_per_optimizer_step']:>3} all-reduces, "
-                         f"{r['bytes_per_optimizer_step']:>9} B, {r['optimizer_step_ms']:.3f} ms")
-        lines.append(f"  max |grad difference| = {n['max_abs_grad_diff']:.1e}")
-    if "fp16" in sec:
-        f = sec["fp16"]
-        lines.append("\n[fp16] bytes handed to all-reduce per step, final loss")
-        for name in ("fp32", "fp16"):
-            r = f[name]
-            lines.append(f"  {name}: {r['payload_bytes_per_step']:>10.0f} B "
-                         f"({r['ring_bytes_sent_per_rank_per_step']:.0f} B sent per rank by a "
-                         f"ring), loss {r['final_loss']:.5f}, {r['step_ms']:.3f} ms/step")
-        lines.append(f"  bytes ratio {f['bytes_ratio']:.2f}; weights differ by "
-                     f"{f['max_abs_weight_diff']:.1e}")
-    if "scaling" in sec:
-        lines.append("\n[scaling] ranks -> samples/s, speedup, efficiency")
-        for r in sec["scaling"]["rows"]:
-            lines.append(f"  {r['world_size']} -> {r['samples_per_s']:9.0f}, "
-                         f"{r['speedup']:.2f}x, {r['efficiency']:.0%}")
-        lines.append(f"  ({sec['scaling']['note']})")
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":
