@@ -39,9 +39,10 @@ Sections (each returns numbers; run a subset with ``--sections``):
   hidden behind backward, the exposed communication and the idle time
   (``--trace DIR`` writes them as Chrome/Perfetto traces).
 
-``no_sync``, ``fp16`` and ``scaling`` live in ``labs.ddp_features``,
-``timeline`` in ``labs.ddp_timeline`` (its arithmetic in ``labs.timeline``),
-the text report in ``labs.ddp_text``.
+The data, the model and the measuring tools are in ``labs.ddp_setup``; the
+``sampler`` section in ``labs.ddp_sampler``; the ``timeline`` section in
+``labs.ddp_timeline`` (its arithmetic in ``labs.timeline``); the text report
+in ``labs.ddp_text``.
 """
 
 from __future__ import annotations
@@ -55,15 +56,26 @@ import torch
 import torch._dynamo  # noqa: F401 - DDP imports it on first use; a forked rank inherits it
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import (
     allreduce_hook,
+    fp16_compress_hook,
 )
-from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.nn.utils import parameters_to_vector
-from torch.utils.data import DistributedSampler
 
+from labs import ddp_sampler, ddp_timeline
+from labs.ddp_setup import (
+    clock,
+    counting_hook,
+    flat_weights,
+    max_over_ranks,
+    median_ms,
+    spread_ms,
+    wrap,
+)
+from labs.ddp_setup import make_dataset as make_dataset  # the tests and the lessons read them here
+from labs.ddp_setup import make_model as make_model
+from labs.ddp_setup import shard_batches as shard_batches
 from labs.ddp_text import format_text as format_text  # what `python -m labs ddp` prints
+from labs.model import bus_factor
 from labs.params import Page, option
 from labs.params import check as check_values
 
@@ -147,39 +159,6 @@ def check(params: Params, world_size: int) -> None:
                          f"on each of {world_size} ranks")
 
 
-def make_dataset(p: Params) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gaussian blobs: class c is centred on a random point, spread 1. Same on every rank."""
-    gen = torch.Generator().manual_seed(p.seed)
-    centres = 2.0 * torch.randn(p.classes, p.features, generator=gen)
-    labels = torch.randint(0, p.classes, (p.samples,), generator=gen)
-    inputs = centres[labels] + torch.randn(p.samples, p.features, generator=gen)
-    return inputs, labels
-
-
-def make_model(p: Params) -> nn.Module:
-    """The MLP, initialised from the seed: every rank builds the same weights."""
-    torch.manual_seed(p.seed)
-    layers, width = [], p.features
-    for _ in range(p.depth):
-        layers += [nn.Linear(width, p.hidden), nn.ReLU()]
-        width = p.hidden
-    layers.append(nn.Linear(width, p.classes))
-    return nn.Sequential(*layers)
-
-
-def shard_batches(p: Params, *, world_size: int, rank: int, count: int) -> list[list[int]]:
-    """The index batches rank ``rank`` trains on, epoch after epoch, via DistributedSampler."""
-    sampler = DistributedSampler(range(p.samples), num_replicas=world_size, rank=rank,
-                                 shuffle=True, seed=p.seed, drop_last=True)
-    batches, epoch = [], 0
-    while len(batches) < count:
-        sampler.set_epoch(epoch)  # a new shuffle each epoch (see the sampler section)
-        order = list(sampler)
-        batches += [order[i:i + p.batch] for i in range(0, len(order) - p.batch + 1, p.batch)]
-        epoch += 1
-    return batches[:count]
-
-
 # --------------------------------------------------------------------------
 # Helpers for measuring
 
@@ -202,47 +181,8 @@ def _plan(p: Params, world: int) -> dict[str, int]:
     ticks = {"equivalence": p.steps, "sampler": 1, "breakdown": 4 * run,
              "buckets": len(p.bucket_caps_mb) * run,
              "no_sync": 2 * max(1, p.steps // p.accumulation), "fp16": 2 * p.steps,
-             "scaling": len(sizes) * run, "timeline": timeline_ticks(p)}
+             "scaling": len(sizes) * run, "timeline": ddp_timeline.ticks(p)}
     return {s: ticks[s] for s in p.sections}
-
-
-def _wrap(ctx, p: Params, **kwargs) -> DDP:
-    """A fresh model on this rank's device, wrapped in DDP (which copies rank 0's weights)."""
-    model = make_model(p).to(ctx.device)
-    device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-    return DDP(model, device_ids=device_ids, **kwargs)
-
-
-def _clock(ctx) -> float:
-    """perf_counter, after the GPU has finished what was queued (a no-op on CPU)."""
-    if ctx.device.type == "cuda":
-        torch.cuda.synchronize(ctx.device)
-    return time.perf_counter()
-
-
-def _max_over_ranks(ctx, values: list[float], group=None) -> list[float]:
-    t = torch.tensor(values, dtype=torch.float64, device=ctx.device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-    return t.tolist()
-
-
-def _median_ms(samples: list[float]) -> float:
-    return statistics.median(samples) * 1e3 if samples else 0.0
-
-
-def _counting_hook(hook, counter: dict, wire_bytes_per_elem: int, process_group=None):
-    """Wrap a comm hook to count the all-reduces it launches and the bytes it hands over."""
-
-    def counted(_state, bucket):
-        counter["calls"] += 1
-        counter["bytes"] += bucket.buffer().numel() * wire_bytes_per_elem
-        return hook(process_group, bucket)
-
-    return counted
-
-
-def _flat(model: nn.Module) -> torch.Tensor:
-    return parameters_to_vector(model.parameters()).detach().clone()
 
 
 # --------------------------------------------------------------------------
@@ -252,7 +192,7 @@ def _flat(model: nn.Module) -> torch.Tensor:
 def _equivalence(ctx, p, data, tick) -> dict:
     inputs, labels = data
     world, rank = ctx.world_size, ctx.rank
-    model = _wrap(ctx, p)
+    model = wrap(ctx, p)
     opt = torch.optim.SGD(model.parameters(), lr=p.lr)
     mine = shard_batches(p, world_size=world, rank=rank, count=p.steps)
     if rank == 0:  # the single process with the global batch n*b, run beside rank 0
@@ -264,10 +204,10 @@ def _equivalence(ctx, p, data, tick) -> dict:
         tick("equivalence")
         loss = ddp_train_step(model, opt, inputs[mine[step]], labels[mine[step]])
         # Are the replicas still identical? Compare with rank 0's weights.
-        flat = _flat(model.module)
+        flat = flat_weights(model.module)
         ref = flat.clone()
         dist.broadcast(ref, 0)
-        rank_diff = max(rank_diff, _max_over_ranks(ctx, [float((flat - ref).abs().max())])[0])
+        rank_diff = max(rank_diff, max_over_ranks(ctx, [float((flat - ref).abs().max())])[0])
         dist.all_reduce(loss)
         losses.append(float(loss) / world)
         if rank == 0:
@@ -279,61 +219,12 @@ def _equivalence(ctx, p, data, tick) -> dict:
             single_losses.append(float(single_loss))
     if rank != 0:
         return {}
-    diff = float((_flat(model.module) - _flat(single)).abs().max())
+    diff = float((flat_weights(model.module) - flat_weights(single)).abs().max())
     return {"steps": p.steps, "batch_per_rank": p.batch, "global_batch": p.batch * world,
             "max_abs_diff_vs_single_process": diff, "tolerance": p.tolerance,
             "equivalent": diff <= p.tolerance,
             "max_abs_diff_between_ranks": rank_diff, "ranks_identical": rank_diff == 0.0,
             "losses": losses, "single_process_losses": single_losses}
-
-
-def _sampler(ctx, p, _data, tick) -> dict:  # every part takes the same arguments
-    tick("sampler")
-    world, rank = ctx.world_size, ctx.rank
-    show = 8
-    orders = {}
-    for use_set_epoch in (True, False):
-        sampler = DistributedSampler(range(p.samples), num_replicas=world, rank=rank,
-                                     shuffle=True, seed=p.seed)
-        epochs = []
-        for epoch in range(3):
-            if use_set_epoch:
-                sampler.set_epoch(epoch)
-            epochs.append(list(sampler))
-        orders[use_set_epoch] = epochs
-    shards = [None] * world
-    dist.all_gather_object(shards, orders[True][0])
-    if rank != 0:
-        return {}
-    seen = [i for shard in shards for i in shard]
-
-    def same_positions(a, b):
-        return sum(x == y for x, y in zip(a, b, strict=True)) / len(a)
-
-    with_, without = orders[True], orders[False]
-    return {
-        "samples": p.samples, "shard_size": len(shards[0]),
-        "shards_disjoint": len(set(seen)) == len(seen),
-        "samples_covered": len(set(seen)), "padded": len(seen) - len(set(seen)),
-        "first_indices_per_rank_epoch0": [s[:show] for s in shards],
-        "rank0_with_set_epoch": [e[:show] for e in with_],
-        "rank0_without_set_epoch": [e[:show] for e in without],
-        "same_order_next_epoch_with_set_epoch": with_[0] == with_[1],
-        "same_order_next_epoch_without_set_epoch": without[0] == without[1],
-        "positions_unchanged_epoch0_to_1": {"with_set_epoch": same_positions(with_[0], with_[1]),
-                                            "without_set_epoch": same_positions(without[0],
-                                                                                without[1])},
-    }
-
-
-def spread_ms(samples: list[float]) -> dict:
-    """Median, quartiles, min and max of per-step samples (seconds), in ms, and k."""
-    ms = sorted(x * 1e3 for x in samples)
-    if not ms:
-        return {"median": 0.0, "q1": 0.0, "q3": 0.0, "min": 0.0, "max": 0.0, "k": 0}
-    q1, _, q3 = statistics.quantiles(ms, n=4, method="inclusive") if len(ms) > 1 else (ms[0],) * 3
-    return {"median": statistics.median(ms), "q1": q1, "q3": q3, "min": ms[0], "max": ms[-1],
-            "k": len(ms)}
 
 
 def bucketed_sync_gradients(model, world_size, bucket_numels):
@@ -387,19 +278,19 @@ def _breakdown(ctx, p, data, tick) -> dict:
             layout["numels"].clear()  # keep the last step's buckets (DDP rebuilds after the first)
         sync = model.no_sync() if kind == "ddp compute only" else contextlib.nullcontext()
         with sync:
-            t0 = _clock(ctx)
+            t0 = clock(ctx)
             loss = F.cross_entropy(model(x), y)
-            t1 = _clock(ctx)
+            t1 = clock(ctx)
             loss.backward()
-            t2 = _clock(ctx)
+            t2 = clock(ctx)
         if kind == "naive":
             naive_sync_gradients(model, world)
         elif kind == "bucketed":
             bucketed_sync_gradients(model, world, layout["numels"])
-        t3 = _clock(ctx)
+        t3 = clock(ctx)
         if kind != "ddp compute only":
             opt.step()
-        t4 = _clock(ctx)
+        t4 = clock(ctx)
         return [t1 - t0, t2 - t1, t3 - t2, t4 - t3]
 
     def fresh():
@@ -415,7 +306,7 @@ def _breakdown(ctx, p, data, tick) -> dict:
     with ctx.communicating():
         naive, naive_opt = fresh()
         bucketed, bucketed_opt = fresh()
-        ddp = _wrap(ctx, p, bucket_cap_mb=p.overlap_bucket_cap_mb)
+        ddp = wrap(ctx, p, bucket_cap_mb=p.overlap_bucket_cap_mb)
         ddp.register_comm_hook(None, record_layout)
         ddp_opt = torch.optim.SGD(ddp.parameters(), lr=p.lr)
         # The four kinds take turns, step by step, so that each step index
@@ -431,10 +322,10 @@ def _breakdown(ctx, p, data, tick) -> dict:
                 if i >= p.warmup:
                     rows[kind].append(row)
         buckets = len(layout["numels"])
-        same = float((_flat(naive) - _flat(ddp.module)).abs().max())
+        same = float((flat_weights(naive) - flat_weights(ddp.module)).abs().max())
         # Each step as its slowest rank saw it, part by part.
         naive_rows, ddp_rows, compute_rows, bucketed_rows = (
-            torch.tensor(_max_over_ranks(ctx, [v for r in rows[kind] for v in r])).view(-1, 4).tolist()
+            torch.tensor(max_over_ranks(ctx, [v for r in rows[kind] for v in r])).view(-1, 4).tolist()
             for kind, _m, _o in order)
 
     def column(rows, k):
@@ -487,9 +378,9 @@ def _buckets(ctx, p, data, tick) -> dict:
     batches = shard_batches(p, world_size=world, rank=rank, count=p.warmup + p.steps)
     rows = []
     for cap in p.bucket_caps_mb:
-        model = _wrap(ctx, p, bucket_cap_mb=cap)
+        model = wrap(ctx, p, bucket_cap_mb=cap)
         counter = {"calls": 0, "bytes": 0}
-        model.register_comm_hook(None, _counting_hook(allreduce_hook, counter, 4))
+        model.register_comm_hook(None, counting_hook(allreduce_hook, counter, 4))
         opt = torch.optim.SGD(model.parameters(), lr=p.lr)
         times = []
         with ctx.communicating():
@@ -497,11 +388,11 @@ def _buckets(ctx, p, data, tick) -> dict:
                 tick(f"buckets: {cap} MB")
                 counter.update(calls=0, bytes=0)
                 dist.barrier()
-                t0 = _clock(ctx)
+                t0 = clock(ctx)
                 ddp_train_step(model, opt, inputs[idx], labels[idx])
                 if i >= p.warmup:
-                    times.append(_clock(ctx) - t0)
-        step_ms = _max_over_ranks(ctx, [_median_ms(times)])[0]
+                    times.append(clock(ctx) - t0)
+        step_ms = max_over_ranks(ctx, [median_ms(times)])[0]
         # counter holds the last step: DDP rebuilds its buckets after the first one
         rows.append({"bucket_cap_mb": cap, "allreduce_calls_per_step": counter["calls"],
                      "bytes_per_step": counter["bytes"], "step_ms": step_ms})
@@ -509,26 +400,122 @@ def _buckets(ctx, p, data, tick) -> dict:
             "first_bucket_bytes": dist._DEFAULT_FIRST_BUCKET_BYTES} if rank == 0 else {}
 
 
-def timeline_ticks(p: Params) -> int:
-    from labs.ddp_timeline import ticks
+def _no_sync(ctx, p, data, tick) -> dict:
+    inputs, labels = data
+    world, rank = ctx.world_size, ctx.rank
+    k = p.accumulation
+    opt_steps = max(1, p.steps // k)
+    batches = shard_batches(p, world_size=world, rank=rank, count=opt_steps * k)
+    out, first_grads = {}, {}
+    for mode in ("no_sync", "sync_every_micro_batch"):
+        model = wrap(ctx, p)
+        counter = {"calls": 0, "bytes": 0}
+        model.register_comm_hook(None, counting_hook(allreduce_hook, counter, 4))
+        opt = torch.optim.SGD(model.parameters(), lr=p.lr)
+        times = []
+        with ctx.communicating():
+            for s in range(opt_steps):
+                tick(f"no_sync: {mode}")
+                counter.update(calls=0, bytes=0)
+                dist.barrier()
+                t0 = clock(ctx)
+                opt.zero_grad(set_to_none=True)
+                for j in range(k):
+                    idx = batches[s * k + j]
+                    # Only the last micro-batch needs synchronised gradients: the
+                    # others just accumulate locally inside no_sync().
+                    skip = mode == "no_sync" and j < k - 1
+                    with model.no_sync() if skip else contextlib.nullcontext():
+                        loss = F.cross_entropy(model(inputs[idx]), labels[idx]) / k
+                        loss.backward()
+                if s == 0:
+                    first_grads[mode] = torch.cat([q.grad.flatten() for q in model.parameters()])
+                opt.step()
+                times.append(clock(ctx) - t0)
+        out[mode] = {"allreduce_calls_per_optimizer_step": counter["calls"],
+                     "bytes_per_optimizer_step": counter["bytes"],
+                     "optimizer_step_ms": max_over_ranks(ctx, [median_ms(times)])[0]}
+    diff = float((first_grads["no_sync"] - first_grads["sync_every_micro_batch"]).abs().max())
+    if rank != 0:
+        return {}
+    return {"micro_batches": k, "optimizer_steps": opt_steps, **out,
+            "max_abs_grad_diff": diff}
 
-    return ticks(p)
+
+def _fp16(ctx, p, data, tick) -> dict:
+    inputs, labels = data
+    world, rank = ctx.world_size, ctx.rank
+    batches = shard_batches(p, world_size=world, rank=rank, count=p.steps)
+    runs, weights = {}, {}
+    for name, hook, wire in (("fp32", allreduce_hook, 4), ("fp16", fp16_compress_hook, 2)):
+        model = wrap(ctx, p)
+        counter = {"calls": 0, "bytes": 0}
+        model.register_comm_hook(None, counting_hook(hook, counter, wire))
+        opt = torch.optim.SGD(model.parameters(), lr=p.lr)
+        losses, times = [], []
+        with ctx.communicating():
+            for idx in batches:
+                tick(f"fp16: {name}")
+                t0 = clock(ctx)
+                loss = ddp_train_step(model, opt, inputs[idx], labels[idx])
+                times.append(clock(ctx) - t0)
+                dist.all_reduce(loss)
+                losses.append(float(loss) / world)
+        payload = counter["bytes"] / p.steps
+        runs[name] = {"payload_bytes_per_step": payload,
+                      "ring_bytes_sent_per_rank_per_step":
+                          payload * bus_factor("all_reduce", world),
+                      "final_loss": losses[-1], "losses": losses,
+                      "step_ms": max_over_ranks(ctx, [median_ms(times)])[0]}
+        weights[name] = flat_weights(model.module)
+    if rank != 0:
+        return {}
+    return {**runs, "bytes_ratio": runs["fp16"]["payload_bytes_per_step"]
+            / runs["fp32"]["payload_bytes_per_step"],
+            "max_abs_weight_diff": float((weights["fp16"] - weights["fp32"]).abs().max())}
 
 
-def _section(name: str):
-    """A section's function. The sections past the basic step live beside this
-    module (``labs.ddp_features``, ``labs.ddp_timeline``) and build on its model
-    and helpers, so they are imported when they run, not when this module is."""
-    if name in ("no_sync", "fp16", "scaling"):
-        from labs import ddp_features
+def _scaling(ctx, p, data, tick) -> dict:
+    inputs, labels = data
+    world, rank = ctx.world_size, ctx.rank
+    rows = []
+    for k in [s for s in p.scaling_world_sizes if s <= world]:
+        group = dist.new_group(list(range(k)))  # every rank must call new_group
+        run = p.warmup + p.steps
+        if rank < k:
+            model = wrap(ctx, p, process_group=group)
+            opt = torch.optim.SGD(model.parameters(), lr=p.lr)
+            batches = shard_batches(p, world_size=k, rank=rank, count=run)
+            with ctx.communicating():
+                for i, idx in enumerate(batches):
+                    tick(f"scaling: {k} rank(s)")
+                    if i == p.warmup:
+                        dist.barrier(group=group)
+                        t0 = clock(ctx)
+                    ddp_train_step(model, opt, inputs[idx], labels[idx])
+                elapsed = max_over_ranks(ctx, [clock(ctx) - t0], group=group)[0]
+            if rank == 0:
+                rows.append({"world_size": k, "seconds": elapsed, "steps": p.steps,
+                             "samples_per_s": k * p.batch * p.steps / elapsed,
+                             "step_ms": elapsed / p.steps * 1e3})
+        else:
+            tick(f"scaling: idle while {k} rank(s) train", n=run)
+        with ctx.communicating():
+            dist.barrier()
+    if rank != 0:
+        return {}
+    base = rows[0]["samples_per_s"] / rows[0]["world_size"]
+    for row in rows:
+        row["speedup"] = row["samples_per_s"] / rows[0]["samples_per_s"]
+        row["efficiency"] = row["samples_per_s"] / (row["world_size"] * base)
+    return {"rows": rows, "batch_per_rank": p.batch,
+            "note": "weak scaling: each rank keeps its batch; all ranks share this machine's "
+                    "CPU cores, so efficiency here reflects the machine as much as DDP"}
 
-        return getattr(ddp_features, name)
-    if name == "timeline":
-        from labs import ddp_timeline
 
-        return ddp_timeline.run
-    return {"equivalence": _equivalence, "sampler": _sampler, "breakdown": _breakdown,
-            "buckets": _buckets}[name]
+_RUN = {"equivalence": _equivalence, "sampler": ddp_sampler.run, "breakdown": _breakdown,
+        "buckets": _buckets, "no_sync": _no_sync, "fp16": _fp16, "scaling": _scaling,
+        "timeline": ddp_timeline.run}
 
 
 def run_rank(ctx, params: Params) -> dict:
@@ -539,7 +526,7 @@ def run_rank(ctx, params: Params) -> dict:
     sections = {}
     for name in params.sections:
         start = tick.done
-        sections[name] = _section(name)(ctx, params, data, tick)
+        sections[name] = _RUN[name](ctx, params, data, tick)
         tick.done = start + plan[name]  # keep the count exact whatever the section did
     ctx.progress(tick.total, tick.total, "done")
     model = make_model(params)

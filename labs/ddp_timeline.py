@@ -37,7 +37,7 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 
 from labs import timeline
 from labs.context import shared_clock_origin
-from labs.ddp import _wrap, make_model, shard_batches
+from labs.ddp_setup import make_model, shard_batches, wrap
 
 
 def variants(p) -> dict[str, float | None]:
@@ -84,7 +84,7 @@ def _record(ctx, q, data, tick, name: str, cap: float | None) -> tuple[list[dict
             dist.broadcast(param.data, 0)
         named = list(model.named_parameters())
     else:
-        model = _wrap(ctx, q, bucket_cap_mb=cap)
+        model = wrap(ctx, q, bucket_cap_mb=cap)
         model.register_comm_hook(None, timed_hook)
     opt = torch.optim.SGD(model.parameters(), lr=q.lr)
     origin, _clock = shared_clock_origin(ctx.device)  # spans of all ranks on one axis
