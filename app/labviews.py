@@ -253,8 +253,10 @@ def timeline(run: LabRun, tl: dict) -> None:
     chart(lanes.timeline_figure(shown, names, lang=lang()), key=f"tl_{run.id}_{cap}",
           caption=t("labs.timeline.alt"), where=left)
     for title, var in shown:
-        right.metric(t("labs.timeline.overlap", name=title), num(var["overlap"], ".0%"))
-        right.metric(t("labs.timeline.exposed", name=title), f"{num(var['exposed_comm_ms'], '.2f')} ms")
+        right.metric(t("labs.timeline.overlap", name=title), num(var["overlap"], ".0%"),
+                     help=t("labs.timeline.overlap_help"))
+        right.metric(t("labs.timeline.exposed", name=title), f"{num(var['exposed_comm_ms'], '.2f')} ms",
+                     help=t("labs.timeline.exposed_help"))
     idle = ", ".join(f"{r['rank']}: {num(r['idle_ms'], '.2f')}" for r in chosen["ranks"])
     st.caption(t("labs.timeline.idle", idle=idle, count=chosen["allreduce_calls"],
                  hidden=tl["hidden"], batch=tl["batch_per_rank"], cpus=_cpus(run)))
