@@ -77,6 +77,14 @@ def test_variant_pools_ranks_and_counts_per_step():
     assert timeline.variant([{"rank": 0, "spans": [span("compute", "forward", 0, 1)]}])["overlap"] == 0.0
 
 
+def test_rebase_moves_every_rank_by_the_same_origin():
+    ranks = [{"rank": 0, "spans": [span("compute", "forward", 105.0, 107.5)]},
+             {"rank": 1, "spans": [span("comm", "bucket 0", 103.0, 104.0)]}]
+    moved = timeline.rebase(ranks)
+    assert moved[1]["spans"][0]["start_ms"] == 0.0 and moved[0]["spans"][0]["start_ms"] == 2.0
+    assert moved[0]["spans"][0]["end_ms"] == 4.5 and ranks[0]["spans"][0]["start_ms"] == 105.0  # a copy
+
+
 def test_chrome_trace_has_a_process_per_variant_and_rank_and_a_thread_per_kind(tmp_path):
     spans = [span("compute", "backward", 0, 2), span("comm", "bucket 0", 1, 3)]
     variants = {"naive": timeline.variant([{"rank": 0, "spans": spans}, {"rank": 1, "spans": spans}]),
