@@ -19,10 +19,12 @@ import streamlit as st
 from academy.models import LabRun
 from app import calculators as calc
 from app import charts, labjobs
+from app import timeline as lanes
 from app.ui import labeler, t
 from app.widgets import chart, lang, num, ring_labels
 from labs import model as ring_model
 from labs import params as lab_params
+from labs import timeline as spans
 from labs.settings import Limits
 
 NVLINK_REFERENCE = (360.0, 480.0)  # GB/s busbw, NCCL all-reduce on 8 x H100/H200
@@ -234,6 +236,36 @@ def breakdown(run: LabRun, bd: dict) -> None:
     st.caption(t("labs.ddp.overlap_why", cpus=_cpus(run)))
 
 
+def timeline(run: LabRun, tl: dict) -> None:
+    """Every rank's compute and communication on one clock: the naive sync above, DDP
+    at the bucket cap the slider picks below, with the overlap and exposed figures."""
+    st.markdown(f"**{t('labs.timeline.title', count=tl['steps'])}**")
+    st.markdown(":material/visibility: " + t("labs.timeline.look"))
+    variants, caps = tl["variants"], sorted(tl["caps"], key=lambda c: c["bucket_cap_mb"])
+    default = next(c["bucket_cap_mb"] for c in tl["caps"] if c["variant"] == "ddp")
+    cap = st.select_slider(t("labs.timeline.cap"), [c["bucket_cap_mb"] for c in caps], value=default,
+                           format_func=lambda v: f"{num(v, 'g')} MB", key=f"tl_cap_{run.id}")
+    chosen = variants[next(c["variant"] for c in caps if c["bucket_cap_mb"] == cap)]
+    shown = [(t("labs.timeline.naive"), variants["naive"]),
+             (t("labs.timeline.ddp", cap=num(cap, "g")), chosen)]
+    names = {k: t(f"labs.timeline.{k}") for k in ("rank", "compute", "comm", "ms", "span", "start", "end")}
+    names.update({k: t(f"labs.ddp.{k}") for k in ("forward", "backward", "optimizer")}, comm=t("labs.timeline.comm"))
+    left, right = st.columns([3, 1])
+    chart(lanes.timeline_figure(shown, names, lang=lang()), key=f"tl_{run.id}_{cap}",
+          caption=t("labs.timeline.alt"), where=left)
+    for title, var in shown:
+        right.metric(t("labs.timeline.overlap", name=title), num(var["overlap"], ".0%"),
+                     help=t("labs.timeline.overlap_help"))
+        right.metric(t("labs.timeline.exposed", name=title), f"{num(var['exposed_comm_ms'], '.2f')} ms",
+                     help=t("labs.timeline.exposed_help"))
+    idle = ", ".join(f"{r['rank']}: {num(r['idle_ms'], '.2f')}" for r in chosen["ranks"])
+    st.caption(t("labs.timeline.idle", idle=idle, count=chosen["allreduce_calls"],
+                 hidden=tl["hidden"], batch=tl["batch_per_rank"], cpus=_cpus(run)))
+    st.download_button(t("labs.timeline.download"), json.dumps(spans.chrome_trace(variants)),
+                       file_name=f"lab-{run.id}-timeline.json", mime="application/json",
+                       key=f"trace_{run.id}", on_click="ignore")
+
+
 def ddp(run: LabRun) -> None:
     sec = run.result["summary"]["sections"]
     eq = sec.get("equivalence")
@@ -251,6 +283,8 @@ def ddp(run: LabRun) -> None:
     bd = sec.get("breakdown")
     if bd and "bucketing_saving" in bd:  # older runs mixed the two effects up: not shown
         breakdown(run, bd)
+    if sec.get("timeline"):
+        timeline(run, sec["timeline"])
     buckets = sec.get("buckets")
     if buckets:
         st.markdown(f"**{t('labs.ddp.buckets')}**")

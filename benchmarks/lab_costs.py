@@ -10,6 +10,9 @@
 - ddp: ``labs.ddp``'s ``scaling`` section (weak scaling on 1, 2, 4 ranks)
   and its ``breakdown`` (naive all-reduce after backward vs DDP's
   overlapped buckets: the step time ratio);
+- timeline: ``labs.ddp``'s ``timeline`` section (2 ranks), run
+  ``timeline_runs`` times: each variant's overlap with backward and exposed
+  communication per step, median and range over the runs;
 - queue: a tiny ring lab through the job queue (``academy.labqueue``) at 1, 2
   and 3 workers: alone (end to end, beside the bare ``python -m labs`` run:
   the queue's overhead) and in a burst (median queue wait and end to end).
@@ -122,6 +125,28 @@ def ddp(cfg: Config) -> dict:
             "ddp_vs_naive_step_ratio": b["ddp"]["total"] / b["naive"]["total"],
             "bucketing_saved_ms": b["bucketing_saving"]["ms"]["median"],
             "overlap_hidden_ms": b["overlap_hidden"]["ms"]["median"], "wall_s": outcome.wall_s}
+
+
+def timeline(cfg: Config) -> dict:
+    from labs.launch import run_lab
+
+    runs = []
+    for _ in range(cfg.timeline_runs):
+        outcome = run_lab("ddp", {"sections": ["timeline"]}, world_size=2, backend="gloo", timeout=600,
+                          hang_timeout=300)
+        if not outcome.ok:
+            raise RuntimeError(f"labs ddp timeline: {outcome.kind}: {outcome.message}")
+        runs.append(outcome.summary["sections"]["timeline"])
+
+    def spread(values: list[float]) -> dict:
+        return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+    variants = {name: {"bucket_cap_mb": v["bucket_cap_mb"], "allreduce_calls": v["allreduce_calls"],
+                       "overlap": spread([r["variants"][name]["overlap"] for r in runs]),
+                       "exposed_comm_ms": spread([r["variants"][name]["exposed_comm_ms"] for r in runs])}
+                for name, v in runs[0]["variants"].items()}
+    return {"world_size": 2, "runs": len(runs), "steps": runs[0]["steps"], "hidden": runs[0]["hidden"],
+            "batch_per_rank": runs[0]["batch_per_rank"], "variants": variants}
 
 
 QUEUE_LAB = {"world_size": 2, "size": 1024}

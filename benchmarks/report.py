@@ -116,6 +116,20 @@ def labs(lab: dict) -> list[Row]:
                      f"{_num(ddp['ddp_vs_naive_step_ratio'])}x; bucketing saves "
                      f"{_num(ddp.get('bucketing_saved_ms', 0.0))} ms, overlap hides "
                      f"{_num(ddp.get('overlap_hidden_ms', 0.0))} ms"))
+    tl = lab.get("timeline")
+    if isinstance(tl, str):
+        rows.append(_missing(s, "DDP timeline: overlap with backward", tl))
+    elif tl:
+        naive = tl["variants"]["naive"]
+        for name, v in tl["variants"].items():
+            if name == "naive":
+                continue
+            o, e = v["overlap"], v["exposed_comm_ms"]
+            rows.append((s, f"DDP timeline, {name} ({v['allreduce_calls']} buckets): comm overlapping backward, "
+                            f"median of {tl['runs']} runs (min..max)",
+                         f"{_pct(o['median'])}", f"naive {_pct(naive['overlap']['median'])}",
+                         f"{_pct(o['min'])}..{_pct(o['max'])}; exposed {_num(e['median'])} ms "
+                         f"({_num(e['min'])}..{_num(e['max'])}), naive {_num(naive['exposed_comm_ms']['median'])} ms"))
     q = lab.get("queue")
     if isinstance(q, str):
         rows.append(_missing(s, "lab through the job queue", q))

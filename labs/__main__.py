@@ -6,7 +6,8 @@
     python -m labs ring --world-size 4 --fail-rank 2 --fail-at-step 3 --fail-mode hang
     torchrun --standalone --nproc-per-node 4 -m labs ring   # rank 0 prints
 
-``--events PATH`` appends one JSON object per progress event (flushed, so
+``ddp --trace DIR`` writes the timeline section's spans as one Chrome/Perfetto
+trace per rank (``DIR/rank<r>.json``). ``--events PATH`` appends one JSON object per progress event (flushed, so
 another process can tail it); ``--out PATH`` receives the final JSON
 document, which ``--json`` also prints: on success the LabResult
 (``{"ok": true, "summary": ..., ...}``), on failure
@@ -59,6 +60,9 @@ def _parser(limits) -> argparse.ArgumentParser:
         add_arguments(lab_parser, module.Params, limits)
         if lab == "bench":
             lab_parser.add_argument("--size", type=int, help="one message size in bytes (sets min and max)")
+        if lab == "ddp":
+            lab_parser.add_argument("--trace", metavar="DIR", help="write each rank's timeline (section "
+                                    "timeline) as a Chrome/Perfetto trace, DIR/rank<r>.json")
     return parser
 
 
@@ -139,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                                     timeout=run.timeout, fail=fail, on_event=on_event)
         if result is None:
             return 0
+        _write_traces(args, result.summary)
         return finish(result.to_dict(), _result_text(module, result), 0)
 
     from labs import launch  # the supervisor: only when we start the ranks ourselves
@@ -154,10 +159,25 @@ def main(argv: list[str] | None = None) -> int:
                              timeout=run.timeout, hang_timeout=run.hang_timeout, fail=fail,
                              on_event=on_event, cancel=cancel, start=run.start)
     if outcome.ok:
+        _write_traces(args, outcome.summary)
         return finish(outcome.to_dict(), _result_text(module, outcome), 0)
     code = {"invalid": EXIT_INVALID, "cancelled": EXIT_CANCELLED}.get(outcome.kind, EXIT_FAILED)
     who = f" on rank {outcome.rank}" if outcome.rank is not None else ""
     return finish(_error_doc(outcome), f"error ({outcome.kind}{who}): {outcome.message}", code)
+
+
+def _write_traces(args: argparse.Namespace, summary: dict) -> None:
+    """``--trace DIR``: the timeline section's spans as one Chrome trace per rank."""
+    directory = getattr(args, "trace", None)
+    if not directory:
+        return
+    timeline = (summary.get("sections") or {}).get("timeline")
+    if timeline is None:
+        print("--trace: no timeline section in this run (add --sections timeline)", file=sys.stderr)
+        return
+    from labs.timeline import write_traces
+
+    write_traces(directory, timeline)
 
 
 def _error_doc(error) -> dict:

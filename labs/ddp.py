@@ -5,6 +5,7 @@ Launch:
     python -m labs ddp --world-size 2                        # every section, ~10-30 s on 2 cores
     python -m labs ddp --world-size 4 --sections equivalence scaling
     python -m labs ddp --world-size 2 --json --out ddp.json
+    python -m labs ddp --world-size 2 --sections timeline --trace traces/
     torchrun --standalone --nproc-per-node 2 -m labs.ddp     # the same lab under torchrun
 
 The data: a synthetic classification set (Gaussian blobs, one per class)
@@ -33,6 +34,15 @@ Sections (each returns numbers; run a subset with ``--sections``):
   the loss beside the fp32 run's.
 - ``scaling``: throughput and scaling efficiency on 1, 2, 4 ranks (subgroups
   of this run; fixed batch per rank).
+- ``timeline``: every rank's compute and communication spans, step by step,
+  for the naive sync and DDP at each bucket cap; the share of communication
+  hidden behind backward, the exposed communication and the idle time
+  (``--trace DIR`` writes them as Chrome/Perfetto traces).
+
+The data, the model and the measuring tools are in ``labs.ddp_setup``; the
+``sampler`` section in ``labs.ddp_sampler``; the ``timeline`` section in
+``labs.ddp_timeline`` (its arithmetic in ``labs.timeline``); the text report
+in ``labs.ddp_text``.
 """
 
 from __future__ import annotations
@@ -45,20 +55,30 @@ import torch
 import torch._dynamo  # noqa: F401 - DDP imports it on first use; a forked rank inherits it
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import (
     allreduce_hook,
     fp16_compress_hook,
 )
-from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.nn.utils import parameters_to_vector
-from torch.utils.data import DistributedSampler
 
+from labs import ddp_sampler, ddp_timeline
+from labs.ddp_setup import (
+    clock,
+    counting_hook,
+    flat_weights,
+    max_over_ranks,
+    median_ms,
+    spread_ms,
+    wrap,
+)
+from labs.ddp_setup import make_dataset as make_dataset  # the tests and the lessons read them here
+from labs.ddp_setup import make_model as make_model
+from labs.ddp_setup import shard_batches as shard_batches
+from labs.ddp_text import format_text as format_text  # what `python -m labs ddp` prints
 from labs.model import bus_factor
 from labs.params import Page, dataclass, option
 from labs.params import check as check_values
 
-SECTIONS = ("equivalence", "sampler", "breakdown", "buckets", "no_sync", "fp16", "scaling")
+SECTIONS = ("equivalence", "sampler", "breakdown", "buckets", "no_sync", "fp16", "scaling", "timeline")
 
 
 # --------------------------------------------------------------------------
@@ -118,6 +138,10 @@ class Params:
     accumulation: int = option(4, help="micro-batches per optimizer step in no_sync", low=1)
     scaling_world_sizes: list[int] = option([1, 2, 4], help="rank counts for the scaling section", low=1,
                                            flags=("--world-sizes",))
+    timeline_hidden: int = option(256, help="MLP width in the timeline section (backward long enough to "
+                                  "hide an all-reduce behind)", low=1)
+    timeline_batch: int = option(128, help="samples per rank per step in the timeline section", low=1)
+    timeline_steps: int = option(3, help="measured steps per variant in the timeline section", low=1)
     sections: list[str] = option(list(SECTIONS), help="sections to run", choices=SECTIONS)
 
     def __post_init__(self) -> None:
@@ -132,39 +156,6 @@ def check(params: Params, world_size: int) -> None:
     if params.samples < world_size * params.batch:
         raise ValueError(f"{params.samples} samples cannot fill a batch of {params.batch} "
                          f"on each of {world_size} ranks")
-
-
-def make_dataset(p: Params) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gaussian blobs: class c is centred on a random point, spread 1. Same on every rank."""
-    gen = torch.Generator().manual_seed(p.seed)
-    centres = 2.0 * torch.randn(p.classes, p.features, generator=gen)
-    labels = torch.randint(0, p.classes, (p.samples,), generator=gen)
-    inputs = centres[labels] + torch.randn(p.samples, p.features, generator=gen)
-    return inputs, labels
-
-
-def make_model(p: Params) -> nn.Module:
-    """The MLP, initialised from the seed: every rank builds the same weights."""
-    torch.manual_seed(p.seed)
-    layers, width = [], p.features
-    for _ in range(p.depth):
-        layers += [nn.Linear(width, p.hidden), nn.ReLU()]
-        width = p.hidden
-    layers.append(nn.Linear(width, p.classes))
-    return nn.Sequential(*layers)
-
-
-def shard_batches(p: Params, *, world_size: int, rank: int, count: int) -> list[list[int]]:
-    """The index batches rank ``rank`` trains on, epoch after epoch, via DistributedSampler."""
-    sampler = DistributedSampler(range(p.samples), num_replicas=world_size, rank=rank,
-                                 shuffle=True, seed=p.seed, drop_last=True)
-    batches, epoch = [], 0
-    while len(batches) < count:
-        sampler.set_epoch(epoch)  # a new shuffle each epoch (see the sampler section)
-        order = list(sampler)
-        batches += [order[i:i + p.batch] for i in range(0, len(order) - p.batch + 1, p.batch)]
-        epoch += 1
-    return batches[:count]
 
 
 # --------------------------------------------------------------------------
@@ -189,47 +180,8 @@ def _plan(p: Params, world: int) -> dict[str, int]:
     ticks = {"equivalence": p.steps, "sampler": 1, "breakdown": 4 * run,
              "buckets": len(p.bucket_caps_mb) * run,
              "no_sync": 2 * max(1, p.steps // p.accumulation), "fp16": 2 * p.steps,
-             "scaling": len(sizes) * run}
+             "scaling": len(sizes) * run, "timeline": ddp_timeline.ticks(p)}
     return {s: ticks[s] for s in p.sections}
-
-
-def _wrap(ctx, p: Params, **kwargs) -> DDP:
-    """A fresh model on this rank's device, wrapped in DDP (which copies rank 0's weights)."""
-    model = make_model(p).to(ctx.device)
-    device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-    return DDP(model, device_ids=device_ids, **kwargs)
-
-
-def _clock(ctx) -> float:
-    """perf_counter, after the GPU has finished what was queued (a no-op on CPU)."""
-    if ctx.device.type == "cuda":
-        torch.cuda.synchronize(ctx.device)
-    return time.perf_counter()
-
-
-def _max_over_ranks(ctx, values: list[float], group=None) -> list[float]:
-    t = torch.tensor(values, dtype=torch.float64, device=ctx.device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-    return t.tolist()
-
-
-def _median_ms(samples: list[float]) -> float:
-    return statistics.median(samples) * 1e3 if samples else 0.0
-
-
-def _counting_hook(hook, counter: dict, wire_bytes_per_elem: int, process_group=None):
-    """Wrap a comm hook to count the all-reduces it launches and the bytes it hands over."""
-
-    def counted(_state, bucket):
-        counter["calls"] += 1
-        counter["bytes"] += bucket.buffer().numel() * wire_bytes_per_elem
-        return hook(process_group, bucket)
-
-    return counted
-
-
-def _flat(model: nn.Module) -> torch.Tensor:
-    return parameters_to_vector(model.parameters()).detach().clone()
 
 
 # --------------------------------------------------------------------------
@@ -239,7 +191,7 @@ def _flat(model: nn.Module) -> torch.Tensor:
 def _equivalence(ctx, p, data, tick) -> dict:
     inputs, labels = data
     world, rank = ctx.world_size, ctx.rank
-    model = _wrap(ctx, p)
+    model = wrap(ctx, p)
     opt = torch.optim.SGD(model.parameters(), lr=p.lr)
     mine = shard_batches(p, world_size=world, rank=rank, count=p.steps)
     if rank == 0:  # the single process with the global batch n*b, run beside rank 0
@@ -251,10 +203,10 @@ def _equivalence(ctx, p, data, tick) -> dict:
         tick("equivalence")
         loss = ddp_train_step(model, opt, inputs[mine[step]], labels[mine[step]])
         # Are the replicas still identical? Compare with rank 0's weights.
-        flat = _flat(model.module)
+        flat = flat_weights(model.module)
         ref = flat.clone()
         dist.broadcast(ref, 0)
-        rank_diff = max(rank_diff, _max_over_ranks(ctx, [float((flat - ref).abs().max())])[0])
+        rank_diff = max(rank_diff, max_over_ranks(ctx, [float((flat - ref).abs().max())])[0])
         dist.all_reduce(loss)
         losses.append(float(loss) / world)
         if rank == 0:
@@ -266,61 +218,12 @@ def _equivalence(ctx, p, data, tick) -> dict:
             single_losses.append(float(single_loss))
     if rank != 0:
         return {}
-    diff = float((_flat(model.module) - _flat(single)).abs().max())
+    diff = float((flat_weights(model.module) - flat_weights(single)).abs().max())
     return {"steps": p.steps, "batch_per_rank": p.batch, "global_batch": p.batch * world,
             "max_abs_diff_vs_single_process": diff, "tolerance": p.tolerance,
             "equivalent": diff <= p.tolerance,
             "max_abs_diff_between_ranks": rank_diff, "ranks_identical": rank_diff == 0.0,
             "losses": losses, "single_process_losses": single_losses}
-
-
-def _sampler(ctx, p, _data, tick) -> dict:  # every part takes the same arguments
-    tick("sampler")
-    world, rank = ctx.world_size, ctx.rank
-    show = 8
-    orders = {}
-    for use_set_epoch in (True, False):
-        sampler = DistributedSampler(range(p.samples), num_replicas=world, rank=rank,
-                                     shuffle=True, seed=p.seed)
-        epochs = []
-        for epoch in range(3):
-            if use_set_epoch:
-                sampler.set_epoch(epoch)
-            epochs.append(list(sampler))
-        orders[use_set_epoch] = epochs
-    shards = [None] * world
-    dist.all_gather_object(shards, orders[True][0])
-    if rank != 0:
-        return {}
-    seen = [i for shard in shards for i in shard]
-
-    def same_positions(a, b):
-        return sum(x == y for x, y in zip(a, b, strict=True)) / len(a)
-
-    with_, without = orders[True], orders[False]
-    return {
-        "samples": p.samples, "shard_size": len(shards[0]),
-        "shards_disjoint": len(set(seen)) == len(seen),
-        "samples_covered": len(set(seen)), "padded": len(seen) - len(set(seen)),
-        "first_indices_per_rank_epoch0": [s[:show] for s in shards],
-        "rank0_with_set_epoch": [e[:show] for e in with_],
-        "rank0_without_set_epoch": [e[:show] for e in without],
-        "same_order_next_epoch_with_set_epoch": with_[0] == with_[1],
-        "same_order_next_epoch_without_set_epoch": without[0] == without[1],
-        "positions_unchanged_epoch0_to_1": {"with_set_epoch": same_positions(with_[0], with_[1]),
-                                            "without_set_epoch": same_positions(without[0],
-                                                                                without[1])},
-    }
-
-
-def spread_ms(samples: list[float]) -> dict:
-    """Median, quartiles, min and max of per-step samples (seconds), in ms, and k."""
-    ms = sorted(x * 1e3 for x in samples)
-    if not ms:
-        return {"median": 0.0, "q1": 0.0, "q3": 0.0, "min": 0.0, "max": 0.0, "k": 0}
-    q1, _, q3 = statistics.quantiles(ms, n=4, method="inclusive") if len(ms) > 1 else (ms[0],) * 3
-    return {"median": statistics.median(ms), "q1": q1, "q3": q3, "min": ms[0], "max": ms[-1],
-            "k": len(ms)}
 
 
 def bucketed_sync_gradients(model, world_size, bucket_numels):
@@ -374,19 +277,19 @@ def _breakdown(ctx, p, data, tick) -> dict:
             layout["numels"].clear()  # keep the last step's buckets (DDP rebuilds after the first)
         sync = model.no_sync() if kind == "ddp compute only" else contextlib.nullcontext()
         with sync:
-            t0 = _clock(ctx)
+            t0 = clock(ctx)
             loss = F.cross_entropy(model(x), y)
-            t1 = _clock(ctx)
+            t1 = clock(ctx)
             loss.backward()
-            t2 = _clock(ctx)
+            t2 = clock(ctx)
         if kind == "naive":
             naive_sync_gradients(model, world)
         elif kind == "bucketed":
             bucketed_sync_gradients(model, world, layout["numels"])
-        t3 = _clock(ctx)
+        t3 = clock(ctx)
         if kind != "ddp compute only":
             opt.step()
-        t4 = _clock(ctx)
+        t4 = clock(ctx)
         return [t1 - t0, t2 - t1, t3 - t2, t4 - t3]
 
     def fresh():
@@ -402,7 +305,7 @@ def _breakdown(ctx, p, data, tick) -> dict:
     with ctx.communicating():
         naive, naive_opt = fresh()
         bucketed, bucketed_opt = fresh()
-        ddp = _wrap(ctx, p, bucket_cap_mb=p.overlap_bucket_cap_mb)
+        ddp = wrap(ctx, p, bucket_cap_mb=p.overlap_bucket_cap_mb)
         ddp.register_comm_hook(None, record_layout)
         ddp_opt = torch.optim.SGD(ddp.parameters(), lr=p.lr)
         # The four kinds take turns, step by step, so that each step index
@@ -418,10 +321,10 @@ def _breakdown(ctx, p, data, tick) -> dict:
                 if i >= p.warmup:
                     rows[kind].append(row)
         buckets = len(layout["numels"])
-        same = float((_flat(naive) - _flat(ddp.module)).abs().max())
+        same = float((flat_weights(naive) - flat_weights(ddp.module)).abs().max())
         # Each step as its slowest rank saw it, part by part.
         naive_rows, ddp_rows, compute_rows, bucketed_rows = (
-            torch.tensor(_max_over_ranks(ctx, [v for r in rows[kind] for v in r])).view(-1, 4).tolist()
+            torch.tensor(max_over_ranks(ctx, [v for r in rows[kind] for v in r])).view(-1, 4).tolist()
             for kind, _m, _o in order)
 
     def column(rows, k):
@@ -474,9 +377,9 @@ def _buckets(ctx, p, data, tick) -> dict:
     batches = shard_batches(p, world_size=world, rank=rank, count=p.warmup + p.steps)
     rows = []
     for cap in p.bucket_caps_mb:
-        model = _wrap(ctx, p, bucket_cap_mb=cap)
+        model = wrap(ctx, p, bucket_cap_mb=cap)
         counter = {"calls": 0, "bytes": 0}
-        model.register_comm_hook(None, _counting_hook(allreduce_hook, counter, 4))
+        model.register_comm_hook(None, counting_hook(allreduce_hook, counter, 4))
         opt = torch.optim.SGD(model.parameters(), lr=p.lr)
         times = []
         with ctx.communicating():
@@ -484,11 +387,11 @@ def _buckets(ctx, p, data, tick) -> dict:
                 tick(f"buckets: {cap} MB")
                 counter.update(calls=0, bytes=0)
                 dist.barrier()
-                t0 = _clock(ctx)
+                t0 = clock(ctx)
                 ddp_train_step(model, opt, inputs[idx], labels[idx])
                 if i >= p.warmup:
-                    times.append(_clock(ctx) - t0)
-        step_ms = _max_over_ranks(ctx, [_median_ms(times)])[0]
+                    times.append(clock(ctx) - t0)
+        step_ms = max_over_ranks(ctx, [median_ms(times)])[0]
         # counter holds the last step: DDP rebuilds its buckets after the first one
         rows.append({"bucket_cap_mb": cap, "allreduce_calls_per_step": counter["calls"],
                      "bytes_per_step": counter["bytes"], "step_ms": step_ms})
@@ -504,9 +407,9 @@ def _no_sync(ctx, p, data, tick) -> dict:
     batches = shard_batches(p, world_size=world, rank=rank, count=opt_steps * k)
     out, first_grads = {}, {}
     for mode in ("no_sync", "sync_every_micro_batch"):
-        model = _wrap(ctx, p)
+        model = wrap(ctx, p)
         counter = {"calls": 0, "bytes": 0}
-        model.register_comm_hook(None, _counting_hook(allreduce_hook, counter, 4))
+        model.register_comm_hook(None, counting_hook(allreduce_hook, counter, 4))
         opt = torch.optim.SGD(model.parameters(), lr=p.lr)
         times = []
         with ctx.communicating():
@@ -514,7 +417,7 @@ def _no_sync(ctx, p, data, tick) -> dict:
                 tick(f"no_sync: {mode}")
                 counter.update(calls=0, bytes=0)
                 dist.barrier()
-                t0 = _clock(ctx)
+                t0 = clock(ctx)
                 opt.zero_grad(set_to_none=True)
                 for j in range(k):
                     idx = batches[s * k + j]
@@ -527,10 +430,10 @@ def _no_sync(ctx, p, data, tick) -> dict:
                 if s == 0:
                     first_grads[mode] = torch.cat([q.grad.flatten() for q in model.parameters()])
                 opt.step()
-                times.append(_clock(ctx) - t0)
+                times.append(clock(ctx) - t0)
         out[mode] = {"allreduce_calls_per_optimizer_step": counter["calls"],
                      "bytes_per_optimizer_step": counter["bytes"],
-                     "optimizer_step_ms": _max_over_ranks(ctx, [_median_ms(times)])[0]}
+                     "optimizer_step_ms": max_over_ranks(ctx, [median_ms(times)])[0]}
     diff = float((first_grads["no_sync"] - first_grads["sync_every_micro_batch"]).abs().max())
     if rank != 0:
         return {}
@@ -544,17 +447,17 @@ def _fp16(ctx, p, data, tick) -> dict:
     batches = shard_batches(p, world_size=world, rank=rank, count=p.steps)
     runs, weights = {}, {}
     for name, hook, wire in (("fp32", allreduce_hook, 4), ("fp16", fp16_compress_hook, 2)):
-        model = _wrap(ctx, p)
+        model = wrap(ctx, p)
         counter = {"calls": 0, "bytes": 0}
-        model.register_comm_hook(None, _counting_hook(hook, counter, wire))
+        model.register_comm_hook(None, counting_hook(hook, counter, wire))
         opt = torch.optim.SGD(model.parameters(), lr=p.lr)
         losses, times = [], []
         with ctx.communicating():
             for idx in batches:
                 tick(f"fp16: {name}")
-                t0 = _clock(ctx)
+                t0 = clock(ctx)
                 loss = ddp_train_step(model, opt, inputs[idx], labels[idx])
-                times.append(_clock(ctx) - t0)
+                times.append(clock(ctx) - t0)
                 dist.all_reduce(loss)
                 losses.append(float(loss) / world)
         payload = counter["bytes"] / p.steps
@@ -562,8 +465,8 @@ def _fp16(ctx, p, data, tick) -> dict:
                       "ring_bytes_sent_per_rank_per_step":
                           payload * bus_factor("all_reduce", world),
                       "final_loss": losses[-1], "losses": losses,
-                      "step_ms": _max_over_ranks(ctx, [_median_ms(times)])[0]}
-        weights[name] = _flat(model.module)
+                      "step_ms": max_over_ranks(ctx, [median_ms(times)])[0]}
+        weights[name] = flat_weights(model.module)
     if rank != 0:
         return {}
     return {**runs, "bytes_ratio": runs["fp16"]["payload_bytes_per_step"]
@@ -579,7 +482,7 @@ def _scaling(ctx, p, data, tick) -> dict:
         group = dist.new_group(list(range(k)))  # every rank must call new_group
         run = p.warmup + p.steps
         if rank < k:
-            model = _wrap(ctx, p, process_group=group)
+            model = wrap(ctx, p, process_group=group)
             opt = torch.optim.SGD(model.parameters(), lr=p.lr)
             batches = shard_batches(p, world_size=k, rank=rank, count=run)
             with ctx.communicating():
@@ -587,9 +490,9 @@ def _scaling(ctx, p, data, tick) -> dict:
                     tick(f"scaling: {k} rank(s)")
                     if i == p.warmup:
                         dist.barrier(group=group)
-                        t0 = _clock(ctx)
+                        t0 = clock(ctx)
                     ddp_train_step(model, opt, inputs[idx], labels[idx])
-                elapsed = _max_over_ranks(ctx, [_clock(ctx) - t0], group=group)[0]
+                elapsed = max_over_ranks(ctx, [clock(ctx) - t0], group=group)[0]
             if rank == 0:
                 rows.append({"world_size": k, "seconds": elapsed, "steps": p.steps,
                              "samples_per_s": k * p.batch * p.steps / elapsed,
@@ -609,8 +512,9 @@ def _scaling(ctx, p, data, tick) -> dict:
                     "CPU cores, so efficiency here reflects the machine as much as DDP"}
 
 
-_RUN = {"equivalence": _equivalence, "sampler": _sampler, "breakdown": _breakdown,
-        "buckets": _buckets, "no_sync": _no_sync, "fp16": _fp16, "scaling": _scaling}
+_RUN = {"equivalence": _equivalence, "sampler": ddp_sampler.run, "breakdown": _breakdown,
+        "buckets": _buckets, "no_sync": _no_sync, "fp16": _fp16, "scaling": _scaling,
+        "timeline": ddp_timeline.run}
 
 
 def run_rank(ctx, params: Params) -> dict:
@@ -639,83 +543,6 @@ def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: st
                         "features": params.features, "classes": params.classes,
                         "seed": params.seed},
             "sections": ranks[0]["sections"]}
-
-
-def format_text(summary: dict) -> str:
-    s, sec = summary, summary["sections"]
-    m = s["model"]
-    lines = [f"DDP lab: {s['world_size']} ranks, {s['backend']}; MLP {m['depth']}x{m['hidden']}, "
-             f"{m['parameters']} parameters ({m['gradient_bytes']} B of fp32 gradients)"]
-    if "equivalence" in sec:
-        e = sec["equivalence"]
-        lines += [f"\n[equivalence] {e['steps']} steps, {s['world_size']} x {e['batch_per_rank']} "
-                  f"vs one process with {e['global_batch']}",
-                  f"  max |w_ddp - w_single| = {e['max_abs_diff_vs_single_process']:.2e} "
-                  f"(tolerance {e['tolerance']:.0e}): "
-                  f"{'equivalent' if e['equivalent'] else 'NOT equivalent'}",
-                  f"  max |w_rank - w_rank0| over all steps = "
-                  f"{e['max_abs_diff_between_ranks']:.2e}"
-                  f" ({'identical' if e['ranks_identical'] else 'DIFFERENT'})",
-                  f"  loss: {e['losses'][0]:.4f} -> {e['losses'][-1]:.4f} "
-                  f"(single process: {e['single_process_losses'][-1]:.4f})"]
-    if "sampler" in sec:
-        d = sec["sampler"]
-        lines += [f"\n[sampler] {d['samples']} samples, {d['shard_size']} per rank, disjoint: "
-                  f"{d['shards_disjoint']}, padded: {d['padded']}"]
-        for r, first in enumerate(d["first_indices_per_rank_epoch0"]):
-            lines.append(f"  rank {r} epoch 0 starts {first}")
-        for label, key in (("with set_epoch", "rank0_with_set_epoch"),
-                           ("without set_epoch", "rank0_without_set_epoch")):
-            lines.append(f"  rank 0 {label}: " + " | ".join(str(e) for e in d[key]))
-        u = d["positions_unchanged_epoch0_to_1"]
-        lines.append(f"  same order in epoch 1 as in epoch 0: with set_epoch "
-                     f"{u['with_set_epoch']:.0%} of positions, without {u['without_set_epoch']:.0%}")
-    if "breakdown" in sec:
-        b = sec["breakdown"]
-        lines.append(f"\n[breakdown] {b['unit']} of {b['steps']}: forward / backward / exposed comm / "
-                     "optimizer = total (all-reduce calls)")
-        for kind in ("naive", "bucketed", "ddp"):
-            r = b[kind]
-            lines.append(f"  {kind:<8} {r['forward']:7.3f} / {r['backward']:7.3f} / "
-                         f"{r['exposed_comm']:7.3f} / {r['optimizer']:7.3f} = {r['total']:7.3f} "
-                         f"({r['allreduce_calls']})")
-        bs, ov = b["bucketing_saving"], b["overlap_hidden"]
-        lines.append(f"  saved by bucketing ({bs['calls_before']} -> {bs['calls_after']} all-reduces): "
-                     f"{bs['ms']['median']:.3f} ms (IQR {bs['ms']['q1']:.3f}..{bs['ms']['q3']:.3f})")
-        lines.append(f"  hidden by overlap (DDP, {ov['buckets']} buckets of <= {b['bucket_cap_mb']} MB): "
-                     f"{ov['ms']['median']:.3f} ms (IQR {ov['ms']['q1']:.3f}..{ov['ms']['q3']:.3f}), "
-                     f"at most the backward, {ov['backward_ms']['median']:.3f} ms")
-        lines.append(f"  naive and DDP weights differ by {b['max_abs_diff_naive_vs_ddp_weights']:.1e}")
-    if "buckets" in sec:
-        lines.append("\n[buckets] bucket_cap_mb -> all-reduce calls per step, step time")
-        for r in sec["buckets"]["rows"]:
-            lines.append(f"  {r['bucket_cap_mb']:>7} MB -> {r['allreduce_calls_per_step']:>3} "
-                         f"calls, {r['step_ms']:.3f} ms")
-    if "no_sync" in sec:
-        n = sec["no_sync"]
-        lines.append(f"\n[no_sync] {n['micro_batches']} micro-batches per optimizer step")
-        for mode in ("no_sync", "sync_every_micro_batch"):
-            r = n[mode]
-            lines.append(f"  {mode:<24} {r['allreduce_calls_per_optimizer_step']:>3} all-reduces, "
-                         f"{r['bytes_per_optimizer_step']:>9} B, {r['optimizer_step_ms']:.3f} ms")
-        lines.append(f"  max |grad difference| = {n['max_abs_grad_diff']:.1e}")
-    if "fp16" in sec:
-        f = sec["fp16"]
-        lines.append("\n[fp16] bytes handed to all-reduce per step, final loss")
-        for name in ("fp32", "fp16"):
-            r = f[name]
-            lines.append(f"  {name}: {r['payload_bytes_per_step']:>10.0f} B "
-                         f"({r['ring_bytes_sent_per_rank_per_step']:.0f} B sent per rank by a "
-                         f"ring), loss {r['final_loss']:.5f}, {r['step_ms']:.3f} ms/step")
-        lines.append(f"  bytes ratio {f['bytes_ratio']:.2f}; weights differ by "
-                     f"{f['max_abs_weight_diff']:.1e}")
-    if "scaling" in sec:
-        lines.append("\n[scaling] ranks -> samples/s, speedup, efficiency")
-        for r in sec["scaling"]["rows"]:
-            lines.append(f"  {r['world_size']} -> {r['samples_per_s']:9.0f}, "
-                         f"{r['speedup']:.2f}x, {r['efficiency']:.0%}")
-        lines.append(f"  ({sec['scaling']['note']})")
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -107,6 +107,11 @@ def test_labs_have_every_figure(quick):
         assert set(labs["ddp"]["scaling"]) == {"1", "2", "4"}
         for n, row in labs["ddp"]["scaling"].items():
             part(row, ("efficiency", "samples_per_s"), f"labs.ddp.scaling.{n}")
+    if part(labs["timeline"], ("runs",), "labs.timeline"):
+        assert {"naive", "ddp"} <= set(labs["timeline"]["variants"])
+        for name, v in labs["timeline"]["variants"].items():
+            for key in ("overlap", "exposed_comm_ms"):
+                part(v[key], ("median", "min", "max"), f"labs.timeline.{name}.{key}")
     if part(labs["queue"], ("bare_cli_s",), "labs.queue"):
         assert set(labs["queue"]["workers"]) == {"1", "2", "3"}
         for n, row in labs["queue"]["workers"].items():

@@ -70,7 +70,11 @@ def test_every_section_on_three_ranks():
     assert [r["world_size"] for r in scaling] == [1, 2, 3]
     assert scaling[0]["efficiency"] == pytest.approx(1.0)
     assert all(r["samples_per_s"] > 0 for r in scaling)
-    assert "equivalence" in ddp.format_text(result.summary)
+    tl = s["timeline"]["variants"]
+    assert [r["rank"] for r in tl["ddp"]["ranks"]] == [0, 1, 2]
+    assert tl["naive"]["overlap"] == 0.0 and tl["naive"]["allreduce_calls"] == 8
+    assert {c["variant"] for c in s["timeline"]["caps"]} == set(tl) - {"naive"}
+    assert "equivalence" in ddp.format_text(result.summary) and "[timeline]" in ddp.format_text(result.summary)
 
 
 def test_params_and_checks():

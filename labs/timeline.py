@@ -1,0 +1,164 @@
+"""Timelines of a training step: spans in, overlap and exposed communication out.
+
+A span is ``{"kind": "compute" | "comm", "name", "start_ms", "end_ms", "step"}``:
+compute spans are forward, backward and optimizer; a comm span is one
+all-reduce from its launch to its completion. The DDP lab's ``timeline``
+section records them on every rank (``labs.ddp_timeline``); this module does
+the arithmetic on them, and writes them as a Chrome/Perfetto trace. It
+imports neither torch nor the app, so the page and the tests use it freely.
+
+- overlap: of the time some all-reduce is in flight, the share during which
+  backward computes (the union of the comm spans intersected with the union
+  of the backward spans, over the union of the comm spans). All-reduces in
+  flight together count once.
+- exposed communication: time some all-reduce is in flight and no compute
+  runs: what the step waits for.
+- idle: time inside a step (from its first span's start to its last span's
+  end) with neither compute nor communication, e.g. waiting for the other
+  ranks at the step's barrier.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+Interval = tuple[float, float]
+BACKWARD = "backward"
+
+
+def union(intervals: Iterable[Interval]) -> list[Interval]:
+    """The intervals merged: sorted, disjoint, empty ones dropped."""
+    merged: list[list[float]] = []
+    for start, end in sorted((a, b) for a, b in intervals if b > a):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(a, b) for a, b in merged]
+
+
+def length(intervals: Iterable[Interval]) -> float:
+    """Total time covered, each moment once."""
+    return sum(b - a for a, b in union(intervals))
+
+
+def intersect(left: Iterable[Interval], right: Iterable[Interval]) -> list[Interval]:
+    """The moments in both."""
+    a, b = union(left), union(right)
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if end > start:
+            out.append((start, end))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def _intervals(spans: Iterable[dict], kind: str | None = None, name: str | None = None) -> list[Interval]:
+    return [(s["start_ms"], s["end_ms"]) for s in spans
+            if (kind is None or s["kind"] == kind) and (name is None or s["name"] == name)]
+
+
+def overlap_ms(spans: Sequence[dict]) -> float:
+    """Time some all-reduce is in flight while backward computes."""
+    return length(intersect(_intervals(spans, "comm"), _intervals(spans, "compute", BACKWARD)))
+
+
+def comm_ms(spans: Sequence[dict]) -> float:
+    """Time some all-reduce is in flight."""
+    return length(_intervals(spans, "comm"))
+
+
+def exposed_ms(spans: Sequence[dict]) -> float:
+    """Time some all-reduce is in flight and nothing computes."""
+    comm, compute = _intervals(spans, "comm"), _intervals(spans, "compute")
+    return length(comm) - length(intersect(comm, compute))
+
+
+def idle_ms(spans: Sequence[dict]) -> float:
+    """Time within each step with neither compute nor communication."""
+    total = 0.0
+    for step in {s.get("step", 0) for s in spans}:
+        mine = [s for s in spans if s.get("step", 0) == step]
+        window = max(s["end_ms"] for s in mine) - min(s["start_ms"] for s in mine)
+        total += window - length(_intervals(mine))
+    return total
+
+
+def overlap_fraction(spans: Sequence[dict]) -> float:
+    """Overlap over all communication time (0 when nothing was communicated)."""
+    comm = comm_ms(spans)
+    return overlap_ms(spans) / comm if comm > 0 else 0.0
+
+
+def rebase(ranks: Sequence[dict]) -> list[dict]:
+    """The ranks' spans shifted together so that the earliest starts at 0 ms."""
+    origin = min((s["start_ms"] for r in ranks for s in r["spans"]), default=0.0)
+    return [{**r, "spans": [{**s, "start_ms": round(s["start_ms"] - origin, 4),
+                             "end_ms": round(s["end_ms"] - origin, 4)} for s in r["spans"]]} for r in ranks]
+
+
+def variant(ranks: Sequence[dict], **extra) -> dict:
+    """One variant's figures from each rank's spans (``[{"rank", "spans"}]``).
+
+    The overlap pools every rank's time; exposed communication and idle time
+    are per step, exposed on the slowest rank (a step lasts as long as the
+    slowest rank's)."""
+    steps = max(1, len({s.get("step", 0) for r in ranks for s in r["spans"]}))
+    comm = sum(comm_ms(r["spans"]) for r in ranks)
+    hidden = sum(overlap_ms(r["spans"]) for r in ranks)
+    out = []
+    for r in ranks:
+        out.append({"rank": r["rank"], "spans": r["spans"],
+                    "exposed_comm_ms": exposed_ms(r["spans"]) / steps,
+                    "idle_ms": idle_ms(r["spans"]) / steps,
+                    "comm_ms": comm_ms(r["spans"]) / steps})
+    return {"overlap": hidden / comm if comm > 0 else 0.0,
+            "exposed_comm_ms": max((r["exposed_comm_ms"] for r in out), default=0.0),
+            "comm_ms": comm / steps / max(1, len(ranks)), "steps": steps, **extra, "ranks": out}
+
+
+# --------------------------------------------------------------------------
+# Chrome / Perfetto traces
+
+THREADS = {"compute": 0, "comm": 1}
+
+
+def chrome_trace(variants: dict[str, dict], rank: int | None = None) -> dict:
+    """The spans as a Chrome trace (``chrome://tracing``, ui.perfetto.dev):
+    one process per variant and rank, one thread for compute and one for
+    communication; times in microseconds. ``rank``: that rank's spans only."""
+    events: list[dict] = []
+    for pid, (name, var) in enumerate(variants.items()):
+        for r in var["ranks"]:
+            if rank is not None and r["rank"] != rank:
+                continue
+            proc = pid * 1000 + r["rank"]
+            events.append({"ph": "M", "name": "process_name", "pid": proc, "tid": 0,
+                           "args": {"name": f"{name} rank {r['rank']}"}})
+            for thread, tid in THREADS.items():
+                events.append({"ph": "M", "name": "thread_name", "pid": proc, "tid": tid,
+                               "args": {"name": thread}})
+            events += [{"ph": "X", "name": s["name"], "cat": s["kind"], "pid": proc, "tid": THREADS[s["kind"]],
+                        "ts": s["start_ms"] * 1e3, "dur": (s["end_ms"] - s["start_ms"]) * 1e3,
+                        "args": {"step": s.get("step", 0)}} for s in r["spans"]]
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def write_traces(directory: str | Path, timeline: dict) -> list[Path]:
+    """One trace file per rank (``rank<r>.json``) from the timeline section; returns the paths."""
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    variants = timeline["variants"]
+    ranks = sorted({r["rank"] for v in variants.values() for r in v["ranks"]})
+    paths = []
+    for rank in ranks:
+        path = folder / f"rank{rank}.json"
+        path.write_text(json.dumps(chrome_trace(variants, rank)))
+        paths.append(path)
+    return paths

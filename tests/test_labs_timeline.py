@@ -1,0 +1,128 @@
+"""The DDP lab's timeline (issue #25): the overlap arithmetic on traces whose answer we
+know, and ``python -m labs ddp --sections timeline --trace DIR`` end to end.
+
+No timing is asserted: the naive sync cannot overlap (its all-reduces start when
+backward has returned, on the same thread) and DDP's first bucket is launched
+before backward ends whenever there are two buckets or more, so both checks
+hold on a loaded machine too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from labs import timeline
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def span(kind: str, name: str, start: float, end: float, step: int = 0) -> dict:
+    return {"kind": kind, "name": name, "start_ms": start, "end_ms": end, "step": step}
+
+
+def test_union_intersection_and_length():
+    assert timeline.union([(5, 7), (0, 2), (1, 3), (7, 8), (4, 4)]) == [(0, 3), (5, 8)]
+    assert timeline.length([(0, 2), (1, 3), (10, 11)]) == 4
+    assert timeline.intersect([(0, 4), (6, 9)], [(3, 7), (8, 20)]) == [(3, 4), (6, 7), (8, 9)]
+    assert timeline.intersect([(0, 1)], [(1, 2)]) == []
+
+
+def test_naive_step_has_no_overlap_and_all_comm_exposed():
+    # forward 0-2, backward 2-6, then two all-reduces 6-7 and 7-9, optimizer 9-10
+    spans = [span("compute", "forward", 0, 2), span("compute", "backward", 2, 6),
+             span("comm", "all-reduce a", 6, 7), span("comm", "all-reduce b", 7, 9),
+             span("compute", "optimizer", 9, 10)]
+    assert timeline.overlap_fraction(spans) == 0.0
+    assert timeline.exposed_ms(spans) == 3.0
+    assert timeline.idle_ms(spans) == 0.0
+
+
+def test_ddp_step_hides_what_runs_during_backward():
+    # backward 2-6; bucket 0 in flight 3-5 (hidden), bucket 1 5-8 (1 of 3 ms hidden)
+    spans = [span("compute", "forward", 0, 2), span("compute", "backward", 2, 6),
+             span("comm", "bucket 0", 3, 5), span("comm", "bucket 1", 5, 8),
+             span("compute", "optimizer", 9, 10)]
+    assert timeline.comm_ms(spans) == 5.0
+    assert timeline.overlap_ms(spans) == 3.0
+    assert timeline.overlap_fraction(spans) == pytest.approx(0.6)
+    assert timeline.exposed_ms(spans) == 2.0
+    assert timeline.idle_ms(spans) == 1.0  # 8-9: nothing runs
+
+
+def test_comm_in_flight_together_counts_once_and_only_backward_hides():
+    # two all-reduces in flight together 1-5 and 2-4; forward 0-3 is not backward
+    spans = [span("compute", "forward", 0, 3), span("comm", "bucket 0", 1, 5), span("comm", "bucket 1", 2, 4),
+             span("compute", "backward", 3, 4)]
+    assert timeline.comm_ms(spans) == 4.0
+    assert timeline.overlap_fraction(spans) == pytest.approx(0.25)
+    assert timeline.exposed_ms(spans) == 1.0  # forward and backward hide 1-4
+
+
+def test_variant_pools_ranks_and_counts_per_step():
+    fast = [x for s in (0, 1) for x in (span("compute", "backward", 10 * s, 10 * s + 4, s),
+                                        span("comm", "b", 10 * s + 2, 10 * s + 6, s))]
+    slow = [x for s in (0, 1) for x in (span("compute", "backward", 10 * s, 10 * s + 2, s),
+                                        span("comm", "b", 10 * s + 2, 10 * s + 6, s))]
+    v = timeline.variant([{"rank": 0, "spans": fast}, {"rank": 1, "spans": slow}], bucket_cap_mb=0.05)
+    assert v["steps"] == 2 and v["bucket_cap_mb"] == 0.05
+    assert v["overlap"] == pytest.approx(4 / 16)  # 2 ms of 4 on rank 0, 0 on rank 1, each step
+    assert v["exposed_comm_ms"] == 4.0  # the slowest rank, per step
+    assert [r["exposed_comm_ms"] for r in v["ranks"]] == [2.0, 4.0]
+    assert timeline.variant([{"rank": 0, "spans": [span("compute", "forward", 0, 1)]}])["overlap"] == 0.0
+
+
+def test_rebase_moves_every_rank_by_the_same_origin():
+    ranks = [{"rank": 0, "spans": [span("compute", "forward", 105.0, 107.5)]},
+             {"rank": 1, "spans": [span("comm", "bucket 0", 103.0, 104.0)]}]
+    moved = timeline.rebase(ranks)
+    assert moved[1]["spans"][0]["start_ms"] == 0.0 and moved[0]["spans"][0]["start_ms"] == 2.0
+    assert moved[0]["spans"][0]["end_ms"] == 4.5 and ranks[0]["spans"][0]["start_ms"] == 105.0  # a copy
+
+
+def test_chrome_trace_has_a_process_per_variant_and_rank_and_a_thread_per_kind(tmp_path):
+    spans = [span("compute", "backward", 0, 2), span("comm", "bucket 0", 1, 3)]
+    variants = {"naive": timeline.variant([{"rank": 0, "spans": spans}, {"rank": 1, "spans": spans}]),
+                "ddp": timeline.variant([{"rank": 0, "spans": spans}, {"rank": 1, "spans": spans}])}
+    trace = timeline.chrome_trace(variants)
+    complete = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert len(complete) == 8 and len({e["pid"] for e in complete}) == 4
+    assert {e["tid"] for e in complete if e["cat"] == "comm"} == {1}
+    assert complete[1]["ts"] == 1000.0 and complete[1]["dur"] == 2000.0  # microseconds
+    paths = timeline.write_traces(tmp_path, {"variants": variants})
+    assert [p.name for p in paths] == ["rank0.json", "rank1.json"]
+    one = json.loads(paths[1].read_text())["traceEvents"]
+    assert {e["args"]["name"] for e in one if e["name"] == "process_name"} == {"naive rank 1", "ddp rank 1"}
+
+
+def test_the_cli_writes_a_trace_per_rank_and_ddp_overlaps_where_naive_cannot(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "labs", "ddp", "--world-size", "2", "--sections", "timeline",
+                           "--trace", str(tmp_path), "--json"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    tl = doc["summary"]["sections"]["timeline"]
+    variants = tl["variants"]
+    assert {"naive", "ddp"} <= set(variants)
+    for name, v in variants.items():
+        assert [r["rank"] for r in v["ranks"]] == [0, 1], name
+        for r in v["ranks"]:
+            kinds = {s["kind"] for s in r["spans"]}
+            assert kinds == {"compute", "comm"}, (name, r["rank"])
+            assert all(s["end_ms"] >= s["start_ms"] for s in r["spans"])
+            assert {s["step"] for s in r["spans"]} == set(range(tl["steps"]))
+        assert v["exposed_comm_ms"] >= 0 and 0.0 <= v["overlap"] <= 1.0
+    assert variants["ddp"]["allreduce_calls"] >= 2  # several buckets: the first can overlap
+    assert variants["naive"]["overlap"] < 0.05
+    assert variants["ddp"]["overlap"] > variants["naive"]["overlap"]
+    assert [c["variant"] for c in tl["caps"]][0] == "ddp"
+    for rank in (0, 1):
+        trace = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+        assert events and {e["cat"] for e in events} == {"compute", "comm"}
+        assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in events)
