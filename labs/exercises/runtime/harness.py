@@ -21,8 +21,8 @@ design (README, "How grading works"):
   and the learner's animation come from there. A rank cannot make a
   connection of its own: before it runs anything of the learner's it
   installs a seccomp filter that refuses new processes and links
-  (``bpf.rank_program``) and one that refuses new sockets and every other
-  way between ranks (``bpf.sealed_program``).
+  (``seccomp.rank_program``) and one that refuses new sockets and every other
+  way between ranks (``seccomp.sealed_program``).
 - **The checks run outside.** This process prints, per case, the expected
   values, each rank's reply (its result, or the exception it raised) and
   the router's record; the grader (outside the sandbox) compares.
@@ -31,7 +31,8 @@ Before forking, this process makes itself non-dumpable, so no rank (same
 uid) can read its memory, environment or fds through ``/proc``; the ranks
 inherit it, so none can read another's either. The guard (``guard.py``)
 still refuses forbidden calls by name so the learner reads a clear message,
-but nothing depends on it.
+but nothing depends on it. The seccomp filters are ``seccomp``
+(``labs/seccomp.py``), which the sandbox puts beside this file.
 
 Protocol on stdout, one JSON object per line: ``{"event": "start"|"case"|
 "error"|"done", ...}``. The ranks' own stdout and stderr (the learner's
@@ -104,16 +105,16 @@ def _error_record(exc: BaseException, path: str) -> dict:
 
 
 def _confine() -> None:
-    """The rank's seccomp filters (``bpf``), before it runs anything of the learner's:
+    """The rank's seccomp filters (``seccomp``), before it runs anything of the learner's:
     no new process or link (``rank_program``), and no new socket, file written, IPC or
     signal to another process (``sealed_program``): its pipes to this process are its
     only way out. Where the machine has no table of ours (not x86_64/aarch64), the
     sandbox's namespaces and limits remain."""
-    import bpf
+    import seccomp
 
-    if bpf.supported():
-        bpf.install(bpf.rank_program())
-        bpf.install(bpf.sealed_program(os.getpid()))
+    if seccomp.supported():
+        seccomp.install(seccomp.rank_program())
+        seccomp.install(seccomp.sealed_program(os.getpid()))
 
 
 def _inputs(specs: list, payload: bytes) -> dict:
@@ -451,9 +452,9 @@ def _run_group(plan: dict, driver, ranks: _Ranks, group: dict, index: int, total
 
 def main() -> int:
     sizes = [int(arg) for arg in sys.argv[1:]]
-    import bpf
+    import seccomp
 
-    bpf.undumpable()  # before any rank is forked: they inherit it
+    seccomp.undumpable()  # before any rank is forked: they inherit it
     t0 = time.perf_counter()
     import torch
 
