@@ -19,7 +19,7 @@ Two modes (``EXERCISE_SANDBOX``, default ``bwrap``):
   interpreter's binary, standard library and libpython at ``/opt/python``
   (never its whole prefix, which may be ``/usr``), the site-packages at
   ``/opt/site`` and the harness at ``/opt/harness`` (with this sandbox's own
-  ``seccomp`` module beside it), all read-only, its files
+  ``seccomp`` and ``processes`` modules beside it), all read-only, its files
   read-only at ``/opt/input``, a small ``/etc`` of our own, a fresh ``/proc``
   and a private tmpfs ``/tmp`` (its cwd and HOME). Run as root, bwrap builds
   the namespaces and ``setpriv`` drops to a uid of its own for this run
@@ -157,8 +157,8 @@ def run_python(module: str, args: list[str], *, files: dict[str, bytes], stdin: 
 
     ``files`` are written read-only into the input folder (``/opt/input``; its
     path is in the program's ``SANDBOX_INPUT``); ``harness`` is the folder on
-    the program's path (default `HARNESS`; a copy, with ``seccomp`` beside
-    it, bound at ``/opt/harness``).
+    the program's path (default `HARNESS`; a copy, with ``seccomp`` and
+    ``processes`` beside it, bound at ``/opt/harness``).
     ``on_line`` gets each line of stdout, without its newline, as it arrives.
     ``limits`` default to `Limits.from_env()` (the operator's overrides).
     Raises `SandboxUnavailable` when the mode cannot run here.

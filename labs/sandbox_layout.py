@@ -19,8 +19,9 @@ child with the same cleared environment and a private temporary cwd.
 The program's folder (`program_folder`) is a copy of the caller's (the
 exercise harness, by default) with the sandbox's own standard-library modules
 beside it, `OWN_MODULES`: ``seccomp`` (a program may filter its own processes
-further, with the numbers of the sandbox's filter). Nothing else of the
-project is importable in the sandbox.
+further, with the numbers of the sandbox's filter) and ``processes`` (it may
+start, reap and kill processes of its own). Nothing else of the project is
+importable in the sandbox.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ from pathlib import Path
 from labs.sandbox_limits import Limits, MiB, SandboxUnavailable, rlimits
 
 ROOT = Path(__file__).resolve().parent.parent
-# Put beside the program (standard library only, and importing nothing of ours).
-OWN_MODULES = (ROOT / "labs" / "seccomp.py",)
+# Put beside the program (both are standard library only, and import nothing of ours).
+OWN_MODULES = (ROOT / "labs" / "seccomp.py", ROOT / "labs" / "processes.py")
 
 
 def _base_env(*, path: str, home: str, inputs: str, pythonpath: str) -> dict[str, str]:
