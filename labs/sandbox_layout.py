@@ -20,8 +20,8 @@ The program's folder (`program_folder`) is a copy of the caller's (the
 exercise harness, by default) with the sandbox's own standard-library modules
 beside it, `OWN_MODULES`: ``seccomp`` (a program may filter its own processes
 further, with the numbers of the sandbox's filter) and ``processes`` (it may
-start, reap and kill processes of its own). Nothing else of the project is
-importable in the sandbox.
+start, reap and kill processes of its own). Nothing else of ``labs`` is
+on its path.
 """
 
 from __future__ import annotations
