@@ -5,11 +5,13 @@
     outcome = run_lab("ring", {"size": 1 << 20}, world_size=4, on_event=print)
     print(outcome.to_dict())          # a LabResult, or a LabError (outcome.ok is False)
 
-This is the process machinery: the rank processes and the supervisor that
-watches them. What a lab itself needs (`RankContext`, `FailSpec`, the backend
-choice, the shared clock, `run_in_env` under torchrun) is in ``labs.context``;
-the rules that turn the ranks' reports into "crashed", "hung" or "timed out"
-are the pure functions of ``labs.verdict``.
+This is the lab side of the process machinery: what a rank runs and reports,
+and the supervisor that reads the reports. Starting, reaping and killing the
+rank processes is ``labs.processes`` (shared with the exercise harness). What
+a lab itself needs (`RankContext`, `FailSpec`, the backend choice, the shared
+clock, `run_in_env` under torchrun) is in ``labs.context``; the rules that
+turn the ranks' reports into "crashed", "hung" or "timed out" are the pure
+functions of ``labs.verdict``.
 
 How the launcher keeps its promises:
 
@@ -22,8 +24,9 @@ How the launcher keeps its promises:
   web server) each rank is a fresh ``python`` process.
 - No orphans: the ranks stay in the caller's process group (killing that
   group kills them), ask the kernel to SIGKILL them if the launcher dies
-  (``PR_SET_PDEATHSIG``), and are SIGKILLed and reaped by the launcher on
-  success, failure, timeout and cancellation alike.
+  (`labs.processes.die_with_parent`), and are SIGKILLed and reaped by the
+  launcher (`labs.processes.Group.kill`) on success, failure, timeout and
+  cancellation alike.
 - Naming the culprit: each rank reports progress and, from a second thread, a
   heartbeat saying where its main thread is and how much CPU the process has
   used. The supervisor keeps these in one `labs.verdict.RankSnapshot` per
@@ -34,15 +37,12 @@ How the launcher keeps its promises:
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import selectors
 import signal
 import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -53,6 +53,8 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+
+from labs import processes
 
 # LabError, LabResult, FailSpec, machine_summary and resolve_backend are also
 # imported from here by callers of run_lab.
@@ -108,15 +110,6 @@ class _Channel:
                 view = view[n:]
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """Ask Linux to SIGKILL this process when the launcher dies; bail if it already has."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent_pid:
-        os._exit(1)
-
-
 def _heartbeat(chan: _Channel, ctx: RankContext, main_ident: int, parent_pid: int) -> None:
     while True:
         time.sleep(HEARTBEAT_S)
@@ -143,9 +136,10 @@ def _looks_like_peer_failure(exc: BaseException) -> bool:
     return isinstance(exc, dist.DistNetworkError) or any(h in text for h in _PEER_FAILURE_HINTS)
 
 
-def _rank_main(spec: dict, event_fd: int, listen_fd: int | None) -> int:
-    """Body of one rank started by `run_lab`; returns the exit code."""
-    _die_with_parent(spec["parent_pid"])
+def _rank_main(spec: dict) -> int:
+    """Body of one rank started by `run_lab`; returns the exit code. ``spec["event_fd"]``
+    is its report pipe, ``spec["listen_fd"]`` (rank 0) the store's listening socket."""
+    processes.die_with_parent(spec["parent_pid"])
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked rank inherits the CLI's handlers
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     rank, world_size, backend = spec["rank"], spec["world_size"], spec["backend"]
@@ -153,7 +147,7 @@ def _rank_main(spec: dict, event_fd: int, listen_fd: int | None) -> int:
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(spec["port"]),
                        "OMP_NUM_THREADS": "1"})
     torch.set_num_threads(1)  # N ranks share the machine's cores
-    chan = _Channel(event_fd)
+    chan = _Channel(spec["event_fd"])
     fail = FailSpec(**spec["fail"]) if spec.get("fail") else None
     ctx = RankContext(rank=rank, world_size=world_size, local_rank=rank, backend=backend,
                       fail=fail, emit=chan.send)
@@ -164,7 +158,7 @@ def _rank_main(spec: dict, event_fd: int, listen_fd: int | None) -> int:
         if backend == "nccl":
             torch.cuda.set_device(rank)
         store = dist.TCPStore("127.0.0.1", spec["port"], world_size, rank == 0, timeout,
-                              master_listen_fd=listen_fd if rank == 0 else None)
+                              master_listen_fd=spec.get("listen_fd"))
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                                 timeout=timeout)
         chan.send({"type": "ready"})
@@ -184,10 +178,18 @@ def _rank_main(spec: dict, event_fd: int, listen_fd: int | None) -> int:
         return 1
 
 
+def _forked_rank(spec: dict, env: dict[str, str], listener: socket.socket) -> int:
+    """Body of a forked rank (``start="fork"``): the ranks' environment, and not the
+    launcher's listener (rank 0 serves the store on a copy of its own)."""
+    os.environ.clear()
+    os.environ.update(env)
+    listener.close()
+    return _rank_main(spec)
+
+
 def _spawned_rank_entry() -> None:
     """Entry point of a rank started as a fresh interpreter (``start="spawn"``)."""
-    spec = json.loads(os.environ.pop("LABS_WORKER_SPEC"))
-    code = _rank_main(spec, spec["event_fd"], spec.get("listen_fd"))
+    code = _rank_main(json.loads(os.environ.pop("LABS_WORKER_SPEC")))
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
@@ -199,33 +201,22 @@ def _spawned_rank_entry() -> None:
 
 @dataclass
 class _Rank:
-    """One rank's process (pid, report pipe, log) and its `RankSnapshot` for the verdicts."""
+    """One rank's report pipe and its `RankSnapshot` for the verdicts (its process is
+    the supervisor's `labs.processes.Group`, at the index of its rank)."""
 
     s: RankSnapshot
     fd: int
-    log: str
-    popen: subprocess.Popen | None = None
     buf: bytes = b""
     result: dict | None = None
     cpu: float | None = None  # process CPU seconds at the last heartbeat
     cpu_t: float = 0.0
 
-    def describe(self) -> dict:
+    def describe(self, log_tail: str) -> dict:
         s = self.s
         return {"rank": s.rank, "pid": s.pid, "exit_code": s.exit_code,
                 "step": s.step, "total_steps": s.total_steps, "phase": s.phase,
                 "waiting_on_peers": s.waiting, "where": s.where,
-                "error": (s.error or {}).get("message"), "log_tail": _tail(self.log)}
-
-
-def _tail(path: str, limit: int = 1500) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - limit))
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
+                "error": (s.error or {}).get("message"), "log_tail": log_tail}
 
 
 def run_lab(lab: str, params=None, *, world_size: int = 2, backend: str = "auto",
@@ -312,7 +303,7 @@ class _Supervisor:
         self.timeout, self.hang_timeout = timeout, hang_timeout
         self.emit, self.cancel, self.t0 = emit, cancel, t0
         self.ranks: list[_Rank] = []
-        self.logdir = tempfile.mkdtemp(prefix="labs-")
+        self.procs = processes.Group()  # each rank's output: a file with no name, in TMPDIR
         self.sel = selectors.DefaultSelector()
 
     @property
@@ -336,70 +327,30 @@ class _Supervisor:
             env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # local ranks talk over loopback
         try:
             for rank in range(self.world_size):
+                # Only the rank writes its report pipe (we see EOF when it exits); rank 0
+                # also gets a copy of the listener. Both are closed here once it started.
                 r_fd, w_fd = os.pipe()
-                log = os.path.join(self.logdir, f"rank{rank}.log")
-                rank_spec = dict(spec, rank=rank)
+                listen_fd = os.dup(listener.fileno()) if rank == 0 else None
+                theirs = [w_fd] if listen_fd is None else [w_fd, listen_fd]
+                rank_spec = dict(spec, rank=rank, event_fd=w_fd, listen_fd=listen_fd)
                 if start == "fork":
-                    pid = self._fork(rank_spec, w_fd, r_fd, listener, log, env)
-                    popen = None
+                    self.procs.fork(lambda s=rank_spec: _forked_rank(s, env, listener),
+                                    child_fds=theirs, parent_fds=[r_fd])
                 else:
-                    popen = self._spawn(rank_spec, w_fd, listener, log, env)
-                    pid = popen.pid
-                os.close(w_fd)  # only the rank writes; we see EOF when it exits
+                    path = os.pathsep.join(filter(None, [_REPO_ROOT, env.get("PYTHONPATH")]))
+                    self.procs.spawn(
+                        [sys.executable, "-c", "from labs.launch import _spawned_rank_entry as m; m()"],
+                        env=dict(env, LABS_WORKER_SPEC=json.dumps(rank_spec), PYTHONPATH=path),
+                        cwd=_REPO_ROOT, child_fds=theirs, parent_fds=[r_fd])
                 os.set_blocking(r_fd, False)
-                self.ranks.append(_Rank(RankSnapshot(rank=rank, pid=pid, last_hb=time.monotonic()),
-                                        fd=r_fd, log=log, popen=popen))
+                self.ranks.append(_Rank(RankSnapshot(rank=rank, pid=self.procs.pids[rank],
+                                                     last_hb=time.monotonic()), fd=r_fd))
                 self.sel.register(r_fd, selectors.EVENT_READ, rank)
         finally:
             listener.close()  # rank 0 holds its own copy now
         self.emit(event(None, 0, 1, "launch", f"started {self.world_size} ranks ({start})",
                         kind="status", t=self.elapsed(), pids=self.pids,
                         world_size=self.world_size, backend=self.backend))
-
-    def _fork(self, spec, w_fd, r_fd, listener, log, env) -> int:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid:
-            return pid
-        code = 1
-        try:  # the child: never return into the caller's code
-            os.close(r_fd)
-            for other in self.ranks:
-                with contextlib.suppress(OSError):
-                    os.close(other.fd)
-            os.environ.clear()
-            os.environ.update(env)
-            out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            os.dup2(out, 1)
-            os.dup2(out, 2)
-            sys.stdout = sys.stderr = open(out, "w", buffering=1, closefd=False)  # noqa: SIM115
-            listen_fd = listener.fileno() if spec["rank"] == 0 else None
-            if listen_fd is None:
-                listener.close()
-            code = _rank_main(spec, w_fd, listen_fd)
-        except BaseException:  # noqa: BLE001
-            with contextlib.suppress(Exception):
-                traceback.print_exc()
-        finally:
-            with contextlib.suppress(Exception):
-                sys.stdout.flush()
-            os._exit(code)
-
-    def _spawn(self, spec, w_fd, listener, log, env) -> subprocess.Popen:
-        fds = [w_fd]
-        spec = dict(spec, event_fd=w_fd)
-        if spec["rank"] == 0:
-            spec["listen_fd"] = listener.fileno()
-            fds.append(listener.fileno())
-        child_env = dict(env, LABS_WORKER_SPEC=json.dumps(spec),
-                         PYTHONPATH=os.pathsep.join(filter(None, [_REPO_ROOT,
-                                                                  env.get("PYTHONPATH")])))
-        with open(log, "wb") as out:
-            return subprocess.Popen(
-                [sys.executable, "-c", "from labs.launch import _spawned_rank_entry as m; m()"],
-                env=child_env, pass_fds=fds, stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, cwd=_REPO_ROOT)
 
     # -- watching
 
@@ -414,10 +365,10 @@ class _Supervisor:
             now = time.monotonic()
             for r in self.ranks:
                 if r.s.alive:
-                    self._reap(r, block=False)
+                    r.s.exit_code = self.procs.exit_code(r.s.rank)
                 if r.s.failed_at is None and r.s.failed:
                     r.s.failed_at = now
-                    lines = _tail(r.log, 300).strip().splitlines()
+                    lines = self.procs.tail(r.s.rank, 300).strip().splitlines()
                     r.s.last_output = lines[-1] if lines else ""
             verdict = judge([r.s for r in self.ranks], now=now, started=started,
                             elapsed=self.elapsed(), timeout=self.timeout,
@@ -426,7 +377,7 @@ class _Supervisor:
                 continue
             if verdict.kind == "ok":
                 for r in self.ranks:  # results are in; give them a moment to exit cleanly
-                    self._reap(r, block=True, timeout=3.0)
+                    r.s.exit_code = self.procs.exit_code(r.s.rank, wait_s=3.0)
                 return None
             return self._error(verdict.kind, verdict.rank, verdict.message)
 
@@ -480,48 +431,15 @@ class _Supervisor:
         elif kind == "error":
             r.s.error = msg
 
-    def _reap(self, r: _Rank, *, block: bool, timeout: float = 5.0) -> None:
-        if not r.s.alive:
-            return
-        if r.popen is not None:
-            try:
-                code = r.popen.wait(timeout=timeout) if block else r.popen.poll()
-            except subprocess.TimeoutExpired:
-                code = None
-            r.s.exit_code = code
-            return
-        end = time.monotonic() + (timeout if block else 0)
-        while True:
-            try:
-                pid, status = os.waitpid(r.s.pid, os.WNOHANG)
-            except ChildProcessError:
-                r.s.exit_code = r.s.exit_code if r.s.exit_code is not None else -1
-                return
-            if pid:
-                r.s.exit_code = os.waitstatus_to_exitcode(status)
-                return
-            if time.monotonic() >= end:
-                return
-            time.sleep(0.01)
-
     def kill_all(self) -> None:
         """SIGKILL every rank still alive and reap them all: nothing outlives the run."""
         for r in self.ranks:
-            if r.s.alive:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(r.s.pid, signal.SIGKILL)
-        for r in self.ranks:
-            self._reap(r, block=True, timeout=10.0)
             with contextlib.suppress(OSError, KeyError, ValueError):
                 self.sel.unregister(r.fd)
-            with contextlib.suppress(OSError):
-                os.close(r.fd)
         self.sel.close()
+        self.procs.kill()  # closes the report pipes too
         for r in self.ranks:
-            with contextlib.suppress(OSError):
-                os.unlink(r.log)
-        with contextlib.suppress(OSError):
-            os.rmdir(self.logdir)
+            r.s.exit_code = self.procs.exit_code(r.s.rank)
 
     # -- verdicts
 
@@ -531,4 +449,4 @@ class _Supervisor:
                 self._read(r)
         return LabError(kind=kind, rank=rank, message=message, lab=self.name,
                         world_size=self.world_size, backend=self.backend, pids=self.pids,
-                        ranks=[r.describe() for r in self.ranks])
+                        ranks=[r.describe(self.procs.tail(r.s.rank, 1500)) for r in self.ranks])

@@ -15,22 +15,23 @@ Two modes (``EXERCISE_SANDBOX``, default ``bwrap``):
 
 - ``bwrap``: bubblewrap (Debian's ``bubblewrap``) builds a network namespace
   with loopback only, and pid, ipc, uts and cgroup namespaces. The program
-  sees of ``/usr`` only the system libraries (`_system_libraries`) and, as
-  root, ``setpriv``; the interpreter's binary, standard library and
-  libpython at ``/opt/python`` (never its whole prefix, which may be
-  ``/usr``), the site-packages at ``/opt/site`` and the harness at
-  ``/opt/harness``, all read-only, its files read-only at ``/opt/input``, a
-  small ``/etc`` of our own, a fresh ``/proc`` and a private tmpfs ``/tmp``
-  (its cwd and HOME). Run as root, bwrap builds the namespaces and
-  ``setpriv`` drops to a uid of its own for this run (``UID_BASE + slot``),
-  so two runs can neither signal each other nor share a process count. Not
-  root, bwrap makes a user namespace instead (``--unshare-user``) and the
-  limits are rlimits only (no process count: RLIMIT_NPROC would count the
-  developer's own processes too). A seccomp filter (x86_64, aarch64) refuses
-  a user namespace of its own, ptrace and its cousins, socket families other
-  than unix, IP and netlink (AF_VSOCK is outside the network namespace) and
-  the kernel interfaces exploits favour. There are no terminals (every
-  devpts shares the host's pty pool).
+  sees of ``/usr`` only the system libraries and, as root, ``setpriv``; the
+  interpreter's binary, standard library and libpython at ``/opt/python``
+  (never its whole prefix, which may be ``/usr``), the site-packages at
+  ``/opt/site`` and the harness at ``/opt/harness`` (with this sandbox's own
+  ``seccomp`` and ``processes`` modules beside it), all read-only, its files
+  read-only at ``/opt/input``, a small ``/etc`` of our own, a fresh ``/proc``
+  and a private tmpfs ``/tmp`` (its cwd and HOME). Run as root, bwrap builds
+  the namespaces and ``setpriv`` drops to a uid of its own for this run
+  (``UID_BASE + slot``), so two runs can neither signal each other nor share
+  a process count. Not root, bwrap makes a user namespace instead
+  (``--unshare-user``) and the limits are rlimits only (no process count:
+  RLIMIT_NPROC would count the developer's own processes too). A seccomp
+  filter (x86_64, aarch64: ``seccomp.sandbox_program``) refuses a user
+  namespace of its own, ptrace and its cousins, socket families other than
+  unix, IP and netlink (AF_VSOCK is outside the network namespace) and the
+  kernel interfaces exploits favour. There are no terminals (every devpts
+  shares the host's pty pool).
 - ``none``: a plain child process with the same cleared environment, a
   private temporary cwd and the files in a read-only folder. For a
   single-user machine only; it must be asked for by name, and is never
@@ -47,69 +48,38 @@ dumps, no real-time priority, and the process count of the per-run uid;
 ``RLIMIT_DATA`` holds each process's memory where no cgroup can). The wall
 clock and the output cap are enforced here: the whole sandbox is killed and
 `Outcome.stopped` says which limit ended it.
+
+The parts, by job: this module runs the program and reads what it did
+(`run_python`, the wall clock, the output cap, `Outcome`);
+``labs.sandbox_layout`` builds the command lines, what the program sees;
+``labs.sandbox_limits`` holds `Limits`, the rlimits, the per-run uid slots and
+the cgroup; ``labs.seccomp`` the filters.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import os
-import platform
 import selectors
 import shutil
 import signal
-import stat
 import subprocess
-import sys
-import sysconfig
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from labs.exercises.runtime import bpf
+from labs import sandbox_layout, seccomp
+
+# Limits and SandboxUnavailable are this module's API too (``from labs.sandbox import Limits``).
+from labs.sandbox_limits import Cgroup, Limits, SandboxUnavailable, slot
 
 MODES = ("bwrap", "none")
-ROOT = Path(__file__).resolve().parent.parent
-HARNESS = ROOT / "labs" / "exercises" / "runtime"  # bound read-only at /opt/harness
-UID_BASE = 200_000  # per-run uids are UID_BASE + slot (root only)
-SLOTS = 1000
-MiB = 1 << 20
+HARNESS = sandbox_layout.ROOT / "labs" / "exercises" / "runtime"  # bound read-only at /opt/harness
 # What the program may run after its own exit before we stop waiting for its
 # output pipes to close (mode none: a grandchild that kept them open).
 _DRAIN_S = 1.0
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one run may use. `from_env` reads ``EXERCISE_<FIELD>`` overrides
-    (e.g. ``EXERCISE_MEMORY_MB=1024``) so an operator can tune a server
-    without code."""
-
-    memory_mb: int = 2048  # the whole sandbox (cgroup); else RLIMIT_DATA per process
-    processes: int = 64  # cgroup pids.max, and RLIMIT_NPROC of the per-run uid
-    file_size_mb: int = 16  # RLIMIT_FSIZE: the largest file the program may write
-    cpu_s: int = 120  # RLIMIT_CPU per process: SIGXCPU, then SIGKILL a second later
-    wall_s: float = 60.0  # the whole run; then the whole sandbox is killed
-    output_bytes: int = 1 << 20  # stdout and stderr each; more stops the run
-    tmpfs_mb: int = 64  # the private /tmp (mode bwrap)
-    # RLIMIT_NOFILE per process. Besides the usual reason, it bounds what
-    # sockets hold on cgroup v1, where each TCP socket keeps a minimum buffer
-    # even past the run's socket cap: about processes x open_files x 36 KiB.
-    open_files: int = 256
-
-    @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None, **overrides: object) -> Limits:
-        environ = os.environ if environ is None else environ
-        values: dict[str, object] = {}
-        for f in fields(cls):
-            raw = environ.get(f"EXERCISE_{f.name.upper()}")
-            if raw is not None:
-                values[f.name] = float(raw) if f.type == "float" else int(raw)
-        values.update(overrides)
-        return cls(**values)
 
 
 @dataclass
@@ -127,15 +97,6 @@ class Outcome:
     # None | "wall_time" | "output" | "memory" | "cpu_time" | "processes" | "file_size"
     stopped: str | None = None
     details: dict = field(default_factory=dict)  # what the limits saw: oom kills, pids hits, cgroup kind
-
-
-class SandboxUnavailable(RuntimeError):
-    """No sandbox can start here; ``reason`` is a short English reason for logs
-    and the CLI (the page shows a translated message instead)."""
-
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
 
 
 def mode() -> str:
@@ -196,7 +157,8 @@ def run_python(module: str, args: list[str], *, files: dict[str, bytes], stdin: 
 
     ``files`` are written read-only into the input folder (``/opt/input``; its
     path is in the program's ``SANDBOX_INPUT``); ``harness`` is the folder on
-    the program's path (default `HARNESS`, bound at ``/opt/harness``).
+    the program's path (default `HARNESS`; a copy, with ``seccomp`` and
+    ``processes`` beside it, bound at ``/opt/harness``).
     ``on_line`` gets each line of stdout, without its newline, as it arrives.
     ``limits`` default to `Limits.from_env()` (the operator's overrides).
     Raises `SandboxUnavailable` when the mode cannot run here.
@@ -221,27 +183,28 @@ def _run(python_args: list[str], *, files: dict[str, bytes], limits: Limits, cho
             (inputs / name).write_bytes(data)
             (inputs / name).chmod(0o444)
         inputs.chmod(0o555)
+        program = sandbox_layout.program_folder(harness, work)
         with contextlib.ExitStack() as stack:
-            group = stack.enter_context(_Cgroup.make(limits))
+            group = stack.enter_context(Cgroup.make(limits))
             memory_rlimit = group.kind == "none"  # RLIMIT_DATA stands in for the cgroup
             fds: list[int] = []
             if chosen == "bwrap":
-                uid = stack.enter_context(_slot()) if os.geteuid() == 0 else None
-                prefix, inner, env = _bwrap_command(python_args, work=work, harness=harness,
-                                                    limits=limits, uid=uid,
-                                                    memory_rlimit=memory_rlimit)
+                uid = stack.enter_context(slot()) if os.geteuid() == 0 else None
+                prefix, inner, env = sandbox_layout.bwrap_command(
+                    python_args, work=work, program=program, limits=limits, uid=uid,
+                    memory_rlimit=memory_rlimit)
                 # bwrap reads its options from a pipe, so the sandbox's pid 1 shows
                 # "bwrap --args N -- <command>" in /proc and not our paths.
                 split = inner.index("--")
                 options = inner[:split]
-                if SECCOMP:
-                    fds.append(_pipe_with(_seccomp_filter(), stack))
+                if seccomp.supported():  # elsewhere: the namespaces and limits only
+                    fds.append(_pipe_with(seccomp.sandbox_program(), stack))
                     options += ["--seccomp", str(fds[-1])]
                 fds.append(_pipe_with(b"".join(a.encode() + b"\0" for a in options), stack))
                 cmd, cwd = [*prefix, "--args", str(fds[-1]), *inner[split:]], work
             else:
-                cmd, env = _none_command(python_args, work=work, harness=harness, limits=limits,
-                                         memory_rlimit=memory_rlimit)
+                cmd, env = sandbox_layout.plain_command(python_args, work=work, program=program,
+                                                        limits=limits, memory_rlimit=memory_rlimit)
                 cwd = work / "tmp"
             return _supervise(group.wrap(cmd), env=env, cwd=cwd, stdin=stdin, limits=limits,
                               on_line=on_line, chosen=chosen, group=group,
@@ -279,7 +242,7 @@ def _sweep() -> None:
     for path in Path(tempfile.gettempdir()).glob("dpa-sandbox-*-*"):
         if not _alive(path.name):
             _remove(path)
-    for parent in (_Cgroup._parents() or {}).values():
+    for parent in (Cgroup.parents() or {}).values():
         for path in parent.glob("dpa-sandbox-*-*"):
             if not _alive(path.name):
                 with contextlib.suppress(OSError):
@@ -301,462 +264,8 @@ def _alive(name: str) -> bool:
     return True
 
 
-def _rlimits(limits: Limits, *, nproc: bool, memory: bool) -> list[str]:
-    """``prlimit`` options: set in the process that execs bwrap (or python), so
-    every process of the run inherits them. No real-time priority and no
-    raised nice, whatever the server was started with (a SCHED_FIFO spinner
-    per core would starve it)."""
-    opts = [f"--fsize={limits.file_size_mb * MiB}", f"--cpu={limits.cpu_s}:{limits.cpu_s + 1}",
-            "--core=0", f"--nofile={limits.open_files}", "--rtprio=0", "--nice=0"]
-    if nproc:
-        opts.append(f"--nproc={limits.processes}")
-    if memory:
-        opts.append(f"--data={limits.memory_mb * MiB}")
-    return opts
-
-
-def _base_env(*, path: str, home: str, inputs: str, pythonpath: str) -> dict[str, str]:
-    return {"PATH": path, "HOME": home, "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1",
-            "GLOO_SOCKET_IFNAME": "lo", "PYTHONDONTWRITEBYTECODE": "1", "SANDBOX_INPUT": inputs,
-            "PYTHONPATH": pythonpath}
-
-
-def _none_command(python_args, *, work: Path, harness: Path, limits: Limits,
-                  memory_rlimit: bool):
-    tmp = work / "tmp"
-    tmp.mkdir(mode=0o700)
-    env = _base_env(path=f"{Path(sys.executable).parent}:{os.defpath}", home=str(tmp),
-                    inputs=str(work / "input"), pythonpath=str(harness))
-    cmd = [shutil.which("prlimit") or "prlimit",
-           *_rlimits(limits, nproc=False, memory=memory_rlimit), "--",
-           sys.executable, "-s", "-B", *python_args]
-    return cmd, env
-
-
-def _python_layout() -> tuple[list[tuple[Path, str]], Path | None]:
-    """What the interpreter needs, as (host path, path in the sandbox) binds,
-    and the site-packages when they are outside its standard library.
-
-    Not the interpreter's whole prefix: where that is ``/usr`` (Debian's
-    python3) or ``/usr/local`` (python.org's images) it holds every tool of
-    the host and its configuration. A small prefix at ``/opt/python`` holds
-    the binary, the standard library (with ``lib-dynload``) and libpython
-    where it is shared; Python finds its prefix from ``lib/pythonX.Y/os.py``
-    next to the binary, as at home."""
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()  # the base's, also in a venv
-    binds = [(Path(sys.executable).resolve(), f"/opt/python/bin/{version}"),
-             (stdlib, f"/opt/python/lib/{version}")]
-    soname = sysconfig.get_config_var("INSTSONAME")
-    libdir = sysconfig.get_config_var("LIBDIR")
-    if sysconfig.get_config_var("Py_ENABLE_SHARED") and soname and libdir:
-        libpython = Path(libdir) / soname
-        if libpython.is_file():
-            binds.append((libpython.resolve(), f"/opt/python/lib/{soname}"))
-    site = Path(sysconfig.get_paths()["purelib"]).resolve()
-    return binds, (None if site.is_relative_to(stdlib) else site)
-
-
-def _system_libraries() -> list[str]:
-    """The folders of ``/usr`` the dynamic loader needs for Python, its
-    extension modules, torch and setpriv (their ``ldd`` names nothing else
-    there): the multiarch library folder (Debian, Ubuntu), ``/usr/lib64``
-    (the loader itself on Debian; every library on Fedora), and the C.UTF-8
-    locale; a host with neither library folder gets ``/usr/lib``. Nothing
-    else of ``/usr``: no binaries, ``/usr/local``, ``/usr/etc``, ``share``."""
-    found = [f"/usr/lib/{arch}" for arch in [sysconfig.get_config_var("MULTIARCH")]
-             if arch and Path(f"/usr/lib/{arch}").is_dir()]
-    if Path("/usr/lib64").is_dir() and not Path("/usr/lib64").is_symlink():
-        found.append("/usr/lib64")
-    if not found:
-        found.append("/usr/lib")
-    if Path("/usr/lib/locale/C.utf8").is_dir():  # LANG=C.UTF-8
-        found.append("/usr/lib/locale/C.utf8")
-    return found
-
-
-def _copy_harness(harness: Path, work: Path) -> Path:
-    """A copy the run's uid can read whatever the checkout's modes (a umask of
-    077, a pytest temp dir), without bytecode caches."""
-    copy = work / "harness"
-    shutil.copytree(harness, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    for path in [copy, *copy.rglob("*")]:
-        path.chmod(0o555 if path.is_dir() else 0o444)
-    return copy
-
-
-def _etc(work: Path, uid: int) -> Path:
-    """A small /etc: enough for gloo (hosts), getpass and pwd (passwd, group)."""
-    etc = work / "etc"
-    etc.mkdir()
-    (etc / "passwd").write_text(f"root:x:0:0::/:/usr/sbin/nologin\n"
-                                f"learner:x:{uid}:{uid}::/tmp:/usr/sbin/nologin\n")
-    (etc / "group").write_text(f"root:x:0:\nlearner:x:{uid}:\n")
-    (etc / "hosts").write_text("127.0.0.1 localhost sandbox\n::1 localhost\n")
-    (etc / "nsswitch.conf").write_text("passwd: files\ngroup: files\nhosts: files\n")
-    for f in etc.iterdir():
-        f.chmod(0o444)
-    etc.chmod(0o555)
-    return etc
-
-
-def _refuse_exposure(bound: list[Path], site: Path | None) -> None:
-    """Raise `SandboxUnavailable` where what we bind would show the project:
-    the checkout (whose data/ holds the database and secrets by default)
-    inside a bound folder, or our packages (the reference solutions)
-    installed among the site-packages."""
-    for folder in bound:
-        if ROOT.resolve().is_relative_to(folder.resolve()):
-            raise SandboxUnavailable(f"the project at {ROOT} is inside {folder}, which the "
-                                     "sandbox shows to the program: move one of them")
-    if site is not None and (site / "labs" / "exercises").exists():
-        raise SandboxUnavailable(f"the site-packages at {site} hold a copy of labs.exercises "
-                                 "(reference solutions): uninstall it")
-
-
-def _bwrap_command(python_args, *, work: Path, harness: Path, limits: Limits, uid: int | None,
-                   memory_rlimit: bool):
-    python, site = _python_layout()
-    libraries = _system_libraries()
-    tops = [top for top in ("lib", "lib32", "lib64", "libx32") if (Path("/") / top).is_dir()]
-    root = uid is not None
-    setpriv = Path(shutil.which("setpriv") or "/usr/bin/setpriv").resolve() if root else None
-    _refuse_exposure([*(host for host, _ in python), *([site] if site else []),
-                      *map(Path, libraries), *([setpriv] if setpriv else []),
-                      *(Path("/") / top for top in tops if not (Path("/") / top).is_symlink())],
-                     site if site is not None else Path(sysconfig.get_paths()["purelib"]))
-    etc = _etc(work, uid if root else os.getuid())
-    prefix = [shutil.which("prlimit") or "prlimit",
-              *_rlimits(limits, nproc=root, memory=memory_rlimit), "--",
-              shutil.which("bwrap") or "bwrap"]
-    cmd = ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-           "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--hostname", "sandbox"]
-    if root:
-        # setpriv needs these three to drop to the run's uid; it then clears them all.
-        cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
-                "--cap-add", "CAP_SETPCAP"]
-    else:
-        cmd += ["--unshare-user"]
-    # Of /usr only the libraries (review N-11: all of it showed the host's
-    # tools and their configuration), and setpriv where it drops the uid.
-    for folder in libraries:
-        cmd += _ro_bind(folder, folder)
-    if setpriv is not None:
-        cmd += _ro_bind(str(setpriv), "/usr/bin/setpriv")
-    for top in tops:  # the loader's own path (/lib64/ld-linux-x86-64.so.2) and unmerged hosts
-        host = Path("/") / top
-        if host.is_symlink():
-            cmd += ["--symlink", os.readlink(host), f"/{top}"]
-        elif host.is_dir():
-            cmd += ["--ro-bind", str(host), f"/{top}"]
-    tmpfs = ["--perms", "1777", "--size", str(limits.tmpfs_mb * MiB), "--tmpfs"]
-    # bwrap's /dev has a devpts of its own, but every devpts draws on one
-    # host-wide pool (kernel.pty.max); a program needs no terminal: hide it.
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "0555", "--tmpfs", "/dev/pts",
-            *tmpfs, "/dev/shm", *tmpfs, "/tmp",
-            "--perms", "0755", "--dir", "/etc"]
-    for f in sorted(etc.iterdir()):
-        cmd += ["--ro-bind", str(f), f"/etc/{f.name}"]
-    if Path("/etc/ld.so.cache").is_file():
-        cmd += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
-    for host, inside in python:
-        cmd += _ro_bind(str(host), inside)
-    pythonpath = "/opt/harness"
-    if site is not None:
-        cmd += ["--ro-bind", str(site), "/opt/site"]
-        pythonpath += ":/opt/site"
-    cmd += ["--ro-bind", str(_copy_harness(harness, work)), "/opt/harness",
-            "--ro-bind", str(work / "input"), "/opt/input", "--chdir", "/tmp", "--"]
-    if root:
-        cmd += ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}",
-                "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
-    cmd += [python[0][1], "-s", "-B", *python_args]
-    env = _base_env(path="/opt/python/bin", home="/tmp", inputs="/opt/input",
-                    pythonpath=pythonpath)
-    # A shared libpython (pyenv, python.org) is found through an absolute RUNPATH at home.
-    env["LD_LIBRARY_PATH"] = "/opt/python/lib"
-    return prefix, cmd, env
-
-
-def _ro_bind(host: str, inside: str) -> list[str]:
-    """bwrap options binding ``host`` read-only at ``inside``, its parents made
-    first with mode 0755 (bwrap would make them 0700, closed to the run's uid)."""
-    parents = [str(p) for p in reversed(Path(inside).parents) if str(p) != "/"]
-    return [*(a for p in parents for a in ("--perms", "0755", "--dir", p)),
-            "--ro-bind", host, inside]
-
-
-# A seccomp filter on top of the namespaces: no user namespace of its own
-# (CLONE_NEWUSER would hand the program capabilities in it, the usual door to
-# kernel bugs); no ptrace, nor its cousins that read or write another
-# process's memory or take its fds (a rank must not reach the harness or a
-# neighbour, which run as the same uid); and none of the calls a Python
-# program never needs but kernel exploits like (keyrings, bpf, perf events,
-# userfaultfd, io_uring, mounts, modules, the LDT). The numbers and the BPF
-# instructions come from the harness's ``bpf`` module, which builds each
-# rank's own filter from the same table (runtime/ holds nothing secret).
-_BLOCKED_NAMES = ("unshare", "setns", "ptrace", "keyctl", "add_key", "request_key", "bpf",
-                  "perf_event_open", "userfaultfd", "mount", "umount2", "pivot_root", "kexec_load",
-                  "init_module", "finit_module", "delete_module", "open_by_handle_at", "acct",
-                  "process_vm_readv", "process_vm_writev", "modify_ldt",
-                  # The same numbers on every arch (io_uring, the new mount API, pidfd_getfd).
-                  "io_uring_setup", "io_uring_enter", "io_uring_register", "open_tree",
-                  "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr",
-                  "pidfd_getfd")
-# machine -> (audit arch, {blocked name: nr}, {"clone"/"socket"/"socketpair": nr})
-_BLOCKED = {machine: (bpf.AUDIT_ARCH[machine],
-                      {n: nr for n, nr in bpf.numbers(machine).items() if n in _BLOCKED_NAMES},
-                      {n: bpf.numbers(machine)[n] for n in ("clone", "socket", "socketpair")})
-            for machine in bpf.AUDIT_ARCH}
-_CLONE3 = bpf.COMMON["clone3"]
-_CLONE_NEWUSER = bpf.CLONE_NEWUSER
-# The socket families a program may make: unix, IPv4, IPv6 (all inside the
-# network namespace) and netlink (getifaddrs, which gloo calls). The others
-# are refused: AF_VSOCK is not namespaced and reaches the hypervisor and the
-# host's vsock listeners, and the rare ones (AF_ALG, TIPC, RDS...) are where
-# kernel bugs are found, their modules loaded on first use.
-_FAMILIES = (1, 2, 10, 16)  # AF_UNIX, AF_INET, AF_INET6, AF_NETLINK
-SECCOMP = bpf.supported()  # elsewhere: the namespaces and limits only
-
-
-def _seccomp_filter() -> bytes:
-    """The classic BPF program for ``bwrap --seccomp``: a wrong arch is killed,
-    a blocked call fails with EPERM, clone3 with ENOSYS (its flags sit in
-    memory a filter cannot read; glibc then falls back to clone), clone with
-    CLONE_NEWUSER with EPERM, and a socket of another family with EAFNOSUPPORT."""
-    _, blocked, nrs = _BLOCKED[platform.machine()]
-    jeq, jset, ret, ld = bpf.JEQ, bpf.JSET, bpf.RET, bpf.LD
-    prog = bpf.prologue() + bpf.refuse(blocked.values())
-    n = len(_FAMILIES)  # socket or socketpair: allow the listed families, refuse the rest
-    prog += [(jeq, 1, 0, nrs["socket"]), (jeq, 0, n + 3, nrs["socketpair"]), (ld, 0, 0, bpf.ARG0)]
-    prog += [(jeq, n - i, 0, family) for i, family in enumerate(_FAMILIES)]
-    prog += [(ret, 0, 0, bpf.fail(errno.EAFNOSUPPORT)), (ret, 0, 0, bpf.ALLOW)]
-    prog += [(jeq, 0, 1, _CLONE3), (ret, 0, 0, bpf.fail(errno.ENOSYS)),
-             (jeq, 1, 0, nrs["clone"]), (ret, 0, 0, bpf.ALLOW),
-             (ld, 0, 0, bpf.ARG0),
-             (jset, 0, 1, _CLONE_NEWUSER), (ret, 0, 0, bpf.fail(errno.EPERM)), (ret, 0, 0, bpf.ALLOW)]
-    return bpf.assemble(prog)
-
-
-def _slot_locks(root: Path | None = None) -> Path:
-    """The folder of the slots' lock files: one per host, whatever the
-    caller's TMPDIR (the lab worker may have its own), and ours alone (in a
-    world-writable /tmp someone else could have made it first)."""
-    if root is None:
-        root = Path("/run" if os.access("/run", os.W_OK) else "/tmp")
-    lockdir = root / "dpa-sandbox-slots"
-    with contextlib.suppress(FileExistsError):
-        lockdir.mkdir(mode=0o700)
-    st = os.lstat(lockdir)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        raise SandboxUnavailable(f"{lockdir} is not a folder of ours alone")
-    return lockdir
-
-
-@contextlib.contextmanager
-def _slot():
-    """A uid no other run on this host holds: a lock file per slot, held for the run."""
-    lockdir = _slot_locks()
-    start = os.getpid() % SLOTS  # spread concurrent callers out
-    for i in range(SLOTS):
-        slot = (start + i) % SLOTS
-        fd = os.open(lockdir / f"{slot}.lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            continue
-        try:
-            yield UID_BASE + slot
-        finally:
-            os.close(fd)
-        return
-    raise SandboxUnavailable(f"all {SLOTS} sandbox slots are busy")
-
-
-class _Cgroup:
-    """The run's own cgroup: memory and process caps for the whole sandbox,
-    its OOM and pids counters, and a kill that reaches every process in it.
-
-    A no-op object where no cgroup can be made (not root, read-only
-    /sys/fs/cgroup); the rlimits still apply then."""
-
-    def __init__(self, dirs: dict[str, Path], kind: str):
-        self.dirs = dirs  # "memory" and "pids" -> the run's directory (the same one on v2)
-        self.kind = kind
-
-    @staticmethod
-    def _parents() -> dict[str, Path] | None:
-        """Where this process's memory and pids cgroups are, if we may make children there."""
-        if os.geteuid() != 0:
-            return None
-        try:
-            return _find_parents(Path("/proc/self/cgroup").read_text(),
-                                 Path("/proc/self/mountinfo").read_text())
-        except OSError:
-            return None
-
-    @classmethod
-    @contextlib.contextmanager
-    def make(cls, limits: Limits):
-        parents = cls._parents()
-        group = cls({}, "none")
-        name = f"dpa-sandbox-{os.getpid()}-{time.monotonic_ns()}"
-        try:
-            if parents and "v2" in parents:
-                group = cls._make_v2(parents["v2"], name, limits)
-            elif parents:
-                group = cls._make_v1(parents, name, limits)
-        except OSError:
-            group.remove()
-            group = cls({}, "none")
-        try:
-            yield group
-        finally:
-            group.kill()
-            group.remove()
-
-    @classmethod
-    def _make_v1(cls, parents, name, limits):
-        group = cls({}, "v1")
-        for c, parent in parents.items():
-            (parent / name).mkdir()
-            group.dirs[c] = parent / name
-        memory = group.dirs["memory"]
-        (memory / "memory.limit_in_bytes").write_text(str(limits.memory_mb * MiB))
-        with contextlib.suppress(OSError):  # only where swap accounting is on
-            (memory / "memory.memsw.limit_in_bytes").write_text(str(limits.memory_mb * MiB))
-        # v1 leaves socket buffers out of memory.limit_in_bytes: loopback TCP and
-        # UDP queues the program never reads would hold host RAM (up to the
-        # host-wide tcp_mem/udp_mem, which the server's own sockets share)
-        # beyond memory_mb. Setting this cap makes v1 count them, apart.
-        with contextlib.suppress(OSError):  # gone from kernels without v1 kmem
-            (memory / "memory.kmem.tcp.limit_in_bytes").write_text(str(_socket_bytes(limits)))
-        (group.dirs["pids"] / "pids.max").write_text(str(limits.processes))
-        return group
-
-    @classmethod
-    def _make_v2(cls, parent, name, limits):
-        enabled = (parent / "cgroup.subtree_control").read_text().split()
-        missing = [f"+{c}" for c in ("memory", "pids") if c not in enabled]
-        if missing:  # fails (EBUSY) where the parent holds processes itself
-            (parent / "cgroup.subtree_control").write_text(" ".join(missing))
-        (parent / name).mkdir()
-        group = cls({"memory": parent / name, "pids": parent / name}, "v2")
-        (parent / name / "memory.max").write_text(str(limits.memory_mb * MiB))
-        with contextlib.suppress(OSError):
-            (parent / name / "memory.swap.max").write_text("0")
-        (parent / name / "pids.max").write_text(str(limits.processes))
-        return group
-
-    def wrap(self, cmd: list[str]) -> list[str]:
-        """Enter the cgroup before exec, so the very first process is inside."""
-        if not self.dirs:
-            return cmd
-        targets = sorted({str(d / "cgroup.procs") for d in self.dirs.values()})
-        script = "".join(f'echo $$ > "{t}" && ' for t in targets) + 'exec "$@"'
-        return ["/bin/sh", "-c", script, "sh", *cmd]
-
-    def counters(self) -> dict[str, int]:
-        found = {}
-        if "memory" in self.dirs:
-            events = "memory.events" if self.kind == "v2" else "memory.oom_control"
-            found["oom_kill"] = _counter(self.dirs["memory"] / events, "oom_kill")
-        if "pids" in self.dirs:
-            found["pids_max"] = _counter(self.dirs["pids"] / "pids.events", "max")
-        return found
-
-    def kill(self) -> None:
-        if not self.dirs:
-            return
-        if self.kind == "v2" and (self.dirs["pids"] / "cgroup.kill").exists():
-            with contextlib.suppress(OSError):
-                (self.dirs["pids"] / "cgroup.kill").write_text("1")
-        for _ in range(50):  # v1: kill what is there until nothing is left
-            pids = set()
-            for d in self.dirs.values():
-                with contextlib.suppress(OSError):
-                    pids |= {int(p) for p in (d / "cgroup.procs").read_text().split()}
-            if not pids:
-                return
-            for pid in pids:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.02)
-
-    def remove(self) -> None:
-        for d in set(self.dirs.values()):
-            for _ in range(100):  # rmdir fails while a killed process is still exiting
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.02)
-
-
-def _socket_bytes(limits: Limits) -> int:
-    """What a run may hold in socket buffers on cgroup v1 (v2 counts them in
-    memory.max): a quarter of its memory, plenty for gloo's messages."""
-    return max(limits.memory_mb * MiB // 4, 16 * MiB)
-
-
-def _find_parents(cgroups: str, mountinfo: str) -> dict[str, Path] | None:
-    """{"memory": dir, "pids": dir} on cgroup v1 (also hybrid hosts), {"v2": dir}
-    on v2 where that dir offers both controllers, else None; from the texts of
-    /proc/self/cgroup and /proc/self/mountinfo."""
-    mine = {}
-    for line in cgroups.splitlines():
-        _, controllers, path = line.split(":", 2)
-        for c in controllers.split(",") if controllers else [""]:
-            mine[c] = path
-    v1, v2 = {}, None
-    for line in mountinfo.splitlines():
-        pre, _, post = line.partition(" - ")
-        parts, post = pre.split(), post.split()
-        fstype, options = post[0], post[-1].split(",")
-        mount_root, point = parts[3], parts[4]
-        if fstype == "cgroup2":
-            v2 = (mount_root, Path(point))
-        elif fstype == "cgroup":
-            for c in ("memory", "pids"):
-                if c in options and c in mine:
-                    v1[c] = _under(Path(point), mount_root, mine[c])
-    if set(v1) == {"memory", "pids"} and all(os.access(p, os.W_OK) for p in v1.values()):
-        return v1
-    if v2 is not None and "" in mine:
-        parent = _under(v2[1], v2[0], mine[""])
-        try:
-            controllers = (parent / "cgroup.controllers").read_text().split()
-        except OSError:
-            return None
-        if {"memory", "pids"} <= set(controllers) and os.access(parent, os.W_OK):
-            return {"v2": parent}
-    return None
-
-
-def _under(point: Path, mount_root: str, path: str) -> Path:
-    """The directory of cgroup ``path`` in a hierarchy mounted at ``point``."""
-    if mount_root != "/" and (path == mount_root or path.startswith(mount_root + "/")):
-        path = path[len(mount_root):]
-    candidate = point / path.lstrip("/")
-    return candidate if candidate.is_dir() else point
-
-
-def _counter(path: Path, key: str) -> int:
-    try:
-        for line in path.read_text().splitlines():
-            name, _, value = line.partition(" ")
-            if name == key:
-                return int(value)
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
 def _supervise(cmd, *, env, cwd, stdin: bytes, limits: Limits, on_line, chosen: str,
-               group: _Cgroup, pass_fds: tuple[int, ...] = ()) -> Outcome:
+               group: Cgroup, pass_fds: tuple[int, ...] = ()) -> Outcome:
     """Start the run, stream and cap its output, enforce the wall clock, and
     say which limit (if any) ended it."""
     t0 = time.monotonic()

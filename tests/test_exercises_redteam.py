@@ -424,15 +424,15 @@ def test_the_rank_filter_decides_each_call_as_documented():
     """The rank's program on every machine we have numbers for (no kernel needed)."""
     import errno
 
-    from labs.exercises.runtime import bpf
+    from labs import seccomp
     from tests.test_sandbox import run_filter
 
-    for machine, arch in bpf.AUDIT_ARCH.items():
-        program, nrs = bpf.rank_program(machine), bpf.numbers(machine)
+    for machine, arch in seccomp.AUDIT_ARCH.items():
+        program, nrs = seccomp.rank_program(machine), seccomp.numbers(machine)
 
         def decide(nr, arg0=0, on=arch, program=program):
             return run_filter(program, on, nr, arg0)
-        for name in bpf.RANK_REFUSED:
+        for name in seccomp.RANK_REFUSED:
             if name in nrs:
                 assert decide(nrs[name]) == ("errno", errno.EPERM), (machine, name)
         assert decide(nrs["clone"], 17) == ("errno", errno.EPERM)  # fork: SIGCHLD, no CLONE_THREAD
@@ -440,7 +440,7 @@ def test_the_rank_filter_decides_each_call_as_documented():
         assert decide(nrs["clone3"]) == ("errno", errno.ENOSYS)
         assert decide(nrs["socket"], 2) == ("allow", 0)
         assert decide(nrs["execve"], on=0x40000003) == ("kill", 0)  # another architecture
-    assert "fork" not in bpf.numbers("aarch64")  # only clone there, which the filter covers
+    assert "fork" not in seccomp.numbers("aarch64")  # only clone there, which the filter covers
 
 
 def _decide(program: bytes, arch: int, nr: int, *args: int) -> tuple[str, int]:
@@ -470,22 +470,22 @@ def test_the_sealed_filter_decides_each_call_as_documented():
     import errno
     import os
 
-    from labs.exercises.runtime import bpf
+    from labs import seccomp
 
     eperm, pid = ("errno", errno.EPERM), 4242
-    for machine, arch in bpf.AUDIT_ARCH.items():
-        program, nrs = bpf.sealed_program(pid, machine), bpf.numbers(machine)
+    for machine, arch in seccomp.AUDIT_ARCH.items():
+        program, nrs = seccomp.sealed_program(pid, machine), seccomp.numbers(machine)
 
         def decide(name, *args, on=arch, program=program, nrs=nrs):
             return _decide(program, on, nrs[name], *args)
-        for name in bpf.SEALED_REFUSED:
+        for name in seccomp.SEALED_REFUSED:
             if name in nrs:
                 assert decide(name, 2) == eperm, (machine, name)
         for name in ("socket", "socketpair", "memfd_create", "mkdirat", "renameat2", "shmget", "mq_open",
                      "pidfd_open", "pidfd_send_signal", "rt_sigqueueinfo", "utimensat", "fsetxattr"):
             assert decide(name, 1) == eperm, (machine, name)  # present on every machine
         assert decide("openat2") == ("errno", errno.ENOSYS)
-        for name, k in bpf.SEALED_OPENS.items():
+        for name, k in seccomp.SEALED_OPENS.items():
             if name not in nrs:
                 continue
             read = [0] * 6

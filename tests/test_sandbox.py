@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from labs import sandbox
+from labs import sandbox, sandbox_layout, sandbox_limits, seccomp
 from labs.sandbox import Limits, SandboxUnavailable, run_python
 from tests.procs import command_lines
 
@@ -465,7 +465,7 @@ def none_left(uid: int, wait: float = 10.0) -> bool:
 
 
 def our_cgroups(pid: int) -> list[Path]:
-    return [p for parent in (sandbox._Cgroup._parents() or {}).values()
+    return [p for parent in (sandbox_limits.Cgroup.parents() or {}).values()
             for p in parent.glob(f"dpa-sandbox-{pid}-*")]
 
 
@@ -525,7 +525,7 @@ def test_the_program_sees_its_files_and_a_cleared_environment(harness, monkeypat
     if mode == "bwrap":
         assert found["cwd"] == "/tmp" and found["env"]["SANDBOX_INPUT"] == "/opt/input"
         if os.geteuid() == 0:
-            assert found["uid"] >= sandbox.UID_BASE  # not root, a uid of its own
+            assert found["uid"] >= sandbox_limits.UID_BASE  # not root, a uid of its own
 
 
 @pytest.mark.parametrize("mode", [pytest.param("bwrap", marks=needs_bwrap), "none"])
@@ -591,15 +591,15 @@ def test_a_layout_that_would_bind_the_project_in_is_refused(harness, monkeypatch
     """The project (its data/ holds the database and the secrets by default)
     inside a folder we bind, or a copy of our packages among the site-packages
     (the reference solutions with it): refused rather than run."""
-    python, site = sandbox._python_layout()
+    python, site = sandbox_layout.python_layout()
     stdlib = next(host for host, inside in python if inside.startswith("/opt/python/lib/python"))
-    monkeypatch.setattr(sandbox, "ROOT", stdlib / "dp-academy")
+    monkeypatch.setattr(sandbox_layout, "ROOT", stdlib / "dp-academy")
     with pytest.raises(SandboxUnavailable, match="project"):
         run(harness, "report")
-    monkeypatch.setattr(sandbox, "ROOT", ROOT)
+    monkeypatch.setattr(sandbox_layout, "ROOT", ROOT)
     installed = tmp_path / "site-packages"
     (installed / "labs" / "exercises").mkdir(parents=True)
-    monkeypatch.setattr(sandbox, "_python_layout", lambda: (python, installed))
+    monkeypatch.setattr(sandbox_layout, "python_layout", lambda: (python, installed))
     with pytest.raises(SandboxUnavailable, match="site-packages"):
         run(harness, "report")
 
@@ -618,7 +618,7 @@ def check_view(found: dict, *, root: bool) -> None:
     assert {p: found[p] for p in HIDDEN} == dict.fromkeys(HIDDEN, "absent")
     assert found["/opt/python"] == ["bin", "lib"]
     assert found["/opt/python/bin"] == [f"python{sys.version_info.major}.{sys.version_info.minor}"]
-    under = {Path(f).relative_to("/usr").parts for f in sandbox._system_libraries()}
+    under = {Path(f).relative_to("/usr").parts for f in sandbox_layout.system_libraries()}
     assert found["/usr"] == sorted({p[0] for p in under} | ({"bin"} if root else set()))
     assert found["/usr/lib"] == sorted({p[1] for p in under if len(p) > 1})
     assert found["/usr/bin"] == (["setpriv"] if root else "absent")
@@ -667,7 +667,7 @@ def test_writes_stay_in_tmp_and_files_stop_at_the_size_limit(harness):
 
 
 @needs_bwrap
-@pytest.mark.skipif(not sandbox.SECCOMP, reason="no seccomp filter for this CPU architecture")
+@pytest.mark.skipif(not seccomp.supported(), reason="no seccomp filter for this CPU architecture")
 def test_no_user_namespace_of_its_own_and_no_ptrace(harness):
     found = report(run(harness, "nested"))
     # clone3 hides its flags from the filter: refused as if the kernel lacked it.
@@ -676,7 +676,7 @@ def test_no_user_namespace_of_its_own_and_no_ptrace(harness):
 
 
 @needs_bwrap
-@pytest.mark.skipif(not sandbox.SECCOMP, reason="no seccomp filter for this CPU architecture")
+@pytest.mark.skipif(not seccomp.supported(), reason="no seccomp filter for this CPU architecture")
 def test_only_internet_unix_and_netlink_sockets_and_no_reading_a_neighbour(harness):
     """AF_VSOCK is not in the network namespace (it reaches the hypervisor), and
     the rarer families are where kernel bugs are (their modules load on demand).
@@ -733,7 +733,7 @@ def test_no_privileges_and_nothing_the_host_shares_by_name(harness):
 
 def run_filter(program: bytes, arch: int, nr: int, arg0: int = 0) -> tuple[str, int]:
     """What the kernel would do with one call under our classic BPF program: a
-    small interpreter for the four instructions `_seccomp_filter` emits."""
+    small interpreter for the four instructions `labs.seccomp`'s programs use."""
     import struct
     data = struct.pack("=iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
     insns = [struct.unpack("=HBBI", program[i:i + 8]) for i in range(0, len(program), 8)]
@@ -753,31 +753,31 @@ def run_filter(program: bytes, arch: int, nr: int, arg0: int = 0) -> tuple[str, 
         pc += 1
 
 
-@pytest.mark.skipif(not sandbox.SECCOMP, reason="no seccomp filter for this CPU architecture")
+@pytest.mark.skipif(not seccomp.supported(), reason="no seccomp filter for this CPU architecture")
 def test_the_seccomp_filter_decides_each_call_as_documented():
     """The filter itself, on any kernel: some of its branches (x32, say) only
     matter where the kernel would otherwise run the call."""
     import errno
     import platform
-    arch, blocked, nrs = sandbox._BLOCKED[platform.machine()]
-    program = sandbox._seccomp_filter()
+    arch, nrs = seccomp.AUDIT_ARCH[platform.machine()], seccomp.numbers()
+    program = seccomp.sandbox_program()
 
     def decide(nr, arg0=0, on=arch):
         return run_filter(program, on, nr, arg0)
     assert decide(nrs["clone"] + 1000) == ("allow", 0)  # not a call we name
     assert decide(39, on=0x40000003) == ("kill", 0)  # i386 numbers from an x86_64 process
-    assert decide(blocked["unshare"]) == ("errno", errno.EPERM)
-    assert decide(blocked["process_vm_readv"]) == ("errno", errno.EPERM)
-    assert decide(sandbox._CLONE3) == ("errno", errno.ENOSYS)
+    assert decide(nrs["unshare"]) == ("errno", errno.EPERM)
+    assert decide(nrs["process_vm_readv"]) == ("errno", errno.EPERM)
+    assert decide(nrs["clone3"]) == ("errno", errno.ENOSYS)
     assert decide(nrs["clone"], 17) == ("allow", 0)  # fork
-    assert decide(nrs["clone"], 17 | sandbox._CLONE_NEWUSER) == ("errno", errno.EPERM)
+    assert decide(nrs["clone"], 17 | seccomp.CLONE_NEWUSER) == ("errno", errno.EPERM)
     for call in ("socket", "socketpair"):
         for family in (1, 2, 10, 16):
             assert decide(nrs[call], family) == ("allow", 0)
         for family in (40, 38, 30, 21, 0):  # vsock, alg, tipc, rds, unspec
             assert decide(nrs[call], family) == ("errno", errno.EAFNOSUPPORT)
     if arch == 0xC000003E:
-        assert decide(0x40000000 | blocked["unshare"]) == ("errno", errno.ENOSYS)  # x32
+        assert decide(0x40000000 | nrs["unshare"]) == ("errno", errno.ENOSYS)  # x32
 
 
 # --- resource limits -------------------------------------------------------------------------
@@ -810,7 +810,7 @@ def test_no_realtime_priority_even_where_the_server_may_have_one(harness):
     import resource
     # What prlimit sets, whatever this host allows (raising our own limits
     # below needs CAP_SYS_RESOURCE, which a container's root may lack).
-    opts = sandbox._rlimits(SMALL, nproc=True, memory=False)
+    opts = sandbox_limits.rlimits(SMALL, nproc=True, memory=False)
     assert "--rtprio=0" in opts and "--nice=0" in opts
     saved = {r: resource.getrlimit(r) for r in (resource.RLIMIT_RTPRIO, resource.RLIMIT_NICE)}
     try:
@@ -929,10 +929,10 @@ def test_runs_started_with_different_tmpdirs_still_get_different_uids(tmp_path, 
     must still not share a uid (nor its process count)."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "a"))
     (tmp_path / "a").mkdir()
-    with sandbox._slot() as first:
+    with sandbox_limits.slot() as first:
         monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "b"))
         (tmp_path / "b").mkdir()
-        with sandbox._slot() as second:
+        with sandbox_limits.slot() as second:
             assert first != second
 
 
@@ -940,9 +940,9 @@ def test_a_slot_folder_someone_else_can_write_is_refused(tmp_path):
     (tmp_path / "dpa-sandbox-slots").mkdir(mode=0o777)
     (tmp_path / "dpa-sandbox-slots").chmod(0o777)  # past the umask
     with pytest.raises(SandboxUnavailable, match="not a folder of ours alone"):
-        sandbox._slot_locks(tmp_path)
+        sandbox_limits.slot_locks(tmp_path)
     (tmp_path / "dpa-sandbox-slots").chmod(0o700)
-    assert sandbox._slot_locks(tmp_path) == tmp_path / "dpa-sandbox-slots"
+    assert sandbox_limits.slot_locks(tmp_path) == tmp_path / "dpa-sandbox-slots"
 
 
 @needs_bwrap
@@ -1030,16 +1030,16 @@ def fake_cgroup_fs(tmp_path: Path, v2_controllers: str) -> tuple[str, str]:
 
 def test_v1_hierarchies_are_found_where_they_are_mounted(tmp_path):
     cgroups, mountinfo = fake_cgroup_fs(tmp_path, "")
-    assert sandbox._find_parents(cgroups, mountinfo) == {
+    assert sandbox_limits.find_parents(cgroups, mountinfo) == {
         "memory": tmp_path / "v1/memory/app", "pids": tmp_path / "v1/pids/app"}
 
 
 def test_a_v2_only_host_gets_one_cgroup_with_both_limits(tmp_path):
     cgroups, mountinfo = fake_cgroup_fs(tmp_path, "cpu memory pids")
     v2_only = "0::/app\n"
-    assert sandbox._find_parents(v2_only, mountinfo) == {"v2": tmp_path / "v2/app"}
+    assert sandbox_limits.find_parents(v2_only, mountinfo) == {"v2": tmp_path / "v2/app"}
     parent = tmp_path / "v2/app"
-    group = sandbox._Cgroup._make_v2(parent, "dpa-sandbox-1-2", Limits(memory_mb=100, processes=7))
+    group = sandbox_limits.Cgroup._make_v2(parent, "dpa-sandbox-1-2", Limits(memory_mb=100, processes=7))
     assert (parent / "cgroup.subtree_control").read_text() == "+memory +pids"
     assert (parent / "dpa-sandbox-1-2/memory.max").read_text() == str(100 << 20)
     assert (parent / "dpa-sandbox-1-2/pids.max").read_text() == "7"
@@ -1047,4 +1047,4 @@ def test_a_v2_only_host_gets_one_cgroup_with_both_limits(tmp_path):
     assert f'echo $$ > "{parent}/dpa-sandbox-1-2/cgroup.procs"' in group.wrap(["prog"])[2]
     # Without the controllers there, no cgroup: the rlimits stand in.
     (parent / "cgroup.controllers").write_text("cpu io")
-    assert sandbox._find_parents(v2_only, mountinfo) is None
+    assert sandbox_limits.find_parents(v2_only, mountinfo) is None

@@ -23,7 +23,7 @@ not allow, and one more layer around the harness. Two layers:
    the interpreter's own files. Some routes raise no audit event
    (``_posixsubprocess.fork_exec``, files opened by torch's C++): behind
    this hook, the kernel refuses each rank new processes, links, sockets
-   and files opened to write (its seccomp filters, ``bpf.py``), and the
+   and files opened to write (its seccomp filters, ``seccomp.py``), and the
    harness process is non-dumpable. What such a route could find in a rank
    is the rank's own inputs and the public fields of its case: the ranks
    are forked before the harness reads the plan.

@@ -21,8 +21,8 @@ design (README, "How grading works"):
   and the learner's animation come from there. A rank cannot make a
   connection of its own: before it runs anything of the learner's it
   installs a seccomp filter that refuses new processes and links
-  (``bpf.rank_program``) and one that refuses new sockets and every other
-  way between ranks (``bpf.sealed_program``).
+  (``seccomp.rank_program``) and one that refuses new sockets and every other
+  way between ranks (``seccomp.sealed_program``).
 - **The checks run outside.** This process prints, per case, the expected
   values, each rank's reply (its result, or the exception it raised) and
   the router's record; the grader (outside the sandbox) compares.
@@ -31,7 +31,9 @@ Before forking, this process makes itself non-dumpable, so no rank (same
 uid) can read its memory, environment or fds through ``/proc``; the ranks
 inherit it, so none can read another's either. The guard (``guard.py``)
 still refuses forbidden calls by name so the learner reads a clear message,
-but nothing depends on it.
+but nothing depends on it. The ranks are started, reaped and killed by
+``processes`` (``labs/processes.py``) and filtered by ``seccomp``
+(``labs/seccomp.py``): the sandbox puts both beside this file.
 
 Protocol on stdout, one JSON object per line: ``{"event": "start"|"case"|
 "error"|"done", ...}``. The ranks' own stdout and stderr (the learner's
@@ -51,7 +53,6 @@ import importlib
 import importlib.util
 import json
 import os
-import signal
 import sys
 import time
 import traceback
@@ -104,16 +105,16 @@ def _error_record(exc: BaseException, path: str) -> dict:
 
 
 def _confine() -> None:
-    """The rank's seccomp filters (``bpf``), before it runs anything of the learner's:
+    """The rank's seccomp filters (``seccomp``), before it runs anything of the learner's:
     no new process or link (``rank_program``), and no new socket, file written, IPC or
     signal to another process (``sealed_program``): its pipes to this process are its
     only way out. Where the machine has no table of ours (not x86_64/aarch64), the
     sandbox's namespaces and limits remain."""
-    import bpf
+    import seccomp
 
-    if bpf.supported():
-        bpf.install(bpf.rank_program())
-        bpf.install(bpf.sealed_program(os.getpid()))
+    if seccomp.supported():
+        seccomp.install(seccomp.rank_program())
+        seccomp.install(seccomp.sealed_program(os.getpid()))
 
 
 def _inputs(specs: list, payload: bytes) -> dict:
@@ -177,47 +178,20 @@ def _rank_main(rank: int, world: int, channel) -> None:
         channel.send({"t": "result", "case": case["id"], "result": result})
 
 
-def _fork_rank(rank: int, world: int, log: int, others: list[int]) -> tuple[int, int, int]:
-    """Start rank ``rank`` with ``log`` as its stdout and stderr; return (pid, fd to read
-    its frames, fd to write it frames). ``others``: every fd of the ranks started before."""
-    r_up, w_up = os.pipe()
-    r_down, w_down = os.pipe()
-    sys.stdout.flush()
-    pid = os.fork()
-    if pid:
-        os.close(w_up)
-        os.close(r_down)
-        return pid, r_up, w_down
-    code = 0
+def _rank(rank: int, world: int, up: int, down: int) -> int:
+    """A forked rank (``processes.Group.fork``), its stdin /dev/null: the plan comes on
+    this process's stdin after every rank exists, never to a rank."""
     try:
         from api import Channel
 
-        os.close(r_up)
-        os.close(w_down)
-        for fd in others:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)  # the plan comes on stdin, after this rank exists: never here
-        os.close(null)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.close(log)
-        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - lives as long as the rank
-        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-        _rank_main(rank, world, Channel(w_up, r_down))
+        _rank_main(rank, world, Channel(up, down))
     except EOFError:
         pass  # the harness is done with this rank
-    except BaseException:  # noqa: BLE001 - a harness failure: say it in the rank's log
-        code = 3
+    except BaseException:  # noqa: BLE001 - a harness failure: say it in the rank's output
         with contextlib.suppress(Exception):
             traceback.print_exc()
-    finally:
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
+        return 3
+    return 0
 
 
 # --------------------------------------------------------------------------
@@ -225,67 +199,24 @@ def _fork_rank(rank: int, world: int, log: int, others: list[int]) -> tuple[int,
 
 
 class _Ranks:
-    """One group's rank processes, forked before the plan is read."""
+    """One group's rank processes, forked before the plan is read, with this process's
+    ends of their pipes (frames up from each rank, frames down to it)."""
 
-    def __init__(self, world: int, open_fds: list[int]):
+    def __init__(self, world: int, held: list[int]):
+        import processes
+
         self.world = world
-        self.pids: list[int] = []
+        # Each rank's stdout and stderr: a file with no name in our private tmp folder.
+        self.procs = processes.Group(folder=".", held=held)
         self.ups: list[int] = []
         self.downs: list[int] = []
-        self.logs: list[int] = []  # each rank's stdout and stderr: a file with no name
         for rank in range(world):
-            # Unlinked at once: a file in the shared tmp folder that one rank writes
-            # (its prints) and another reads would be a way between them.
-            name = f"rank{len(open_fds)}-{rank}.out"
-            log = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_TRUNC, 0o600)
-            os.unlink(name)
-            pid, up, down = _fork_rank(rank, world, log, open_fds)
-            self.pids.append(pid)
-            self.ups.append(up)
-            self.downs.append(down)
-            self.logs.append(log)
-            open_fds += [up, down, log]
-
-    def output(self, rank: int, start: int, limit: int) -> str:
-        try:
-            data = os.pread(self.logs[rank], limit + 1, start)
-        except (OSError, IndexError):
-            return ""
-        text = data[:limit].decode("utf-8", errors="replace")
-        return text + ("\n..." if len(data) > limit else "")
-
-    def out_size(self, rank: int) -> int:
-        try:
-            return os.fstat(self.logs[rank]).st_size
-        except (OSError, IndexError):
-            return 0
-
-    def exit_code(self, rank: int, wait_s: float = 1.0) -> int | None:
-        """The exit code of a rank whose pipe closed (negative: the signal), None if still running."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                pid, status = os.waitpid(self.pids[rank], os.WNOHANG)
-            except ChildProcessError:
-                return None
-            if pid:
-                return os.waitstatus_to_exitcode(status)
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(0.02)
-
-    def kill(self) -> None:
-        for pid in self.pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        for pid in self.pids:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
-        for fd in self.ups + self.downs + self.logs:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        # Closed fd numbers are reused by later opens: never close them twice.
-        self.pids, self.ups, self.downs, self.logs = [], [], [], []
+            r_up, w_up = os.pipe()
+            r_down, w_down = os.pipe()
+            self.procs.fork(lambda rank=rank, up=w_up, down=r_down: _rank(rank, world, up, down),
+                            child_fds=(w_up, r_down), parent_fds=(r_up, w_down))
+            self.ups.append(r_up)
+            self.downs.append(w_down)
 
 
 def _waiting_list(router, replies: dict[int, dict]) -> list[dict]:
@@ -352,11 +283,12 @@ def _load(router, ranks: _Ranks, plan: dict) -> dict | None:
                 if router.eof[rank]:
                     # Ended before it was ready: while loading the learner's file, their
                     # doing (os._exit at the top level, a frame the protocol refuses); before that, ours.
+                    code = ranks.procs.exit_code(rank, wait_s=1.0)
                     if loading[rank]:
-                        return {"event": "error", "key": "import_died", "rank": rank,
-                                "returncode": ranks.exit_code(rank), "output": ranks.output(rank, 0, per_rank_output)}
-                    return {"event": "error", "key": "harness_failed", "rank": rank,
-                            "returncode": ranks.exit_code(rank), "detail": ranks.output(rank, 0, 2000)}
+                        return {"event": "error", "key": "import_died", "rank": rank, "returncode": code,
+                                "output": ranks.procs.output(rank, 0, per_rank_output)}
+                    return {"event": "error", "key": "harness_failed", "rank": rank, "returncode": code,
+                            "detail": ranks.procs.output(rank, 0, 2000)}
                 continue
             if msg["t"] == "ready":
                 ready.add(rank)
@@ -366,11 +298,11 @@ def _load(router, ranks: _Ranks, plan: dict) -> dict | None:
                 return {"event": "error", "key": "import_error" if msg["t"] == "crash" else "forbidden_call",
                         "rank": rank, "exc": msg.get("exc"), "message": msg.get("message"),
                         "call": msg.get("call"), "kind": msg.get("kind"), "frames": msg.get("frames", []),
-                        "output": ranks.output(rank, 0, per_rank_output)}
+                        "output": ranks.procs.output(rank, 0, per_rank_output)}
     if len(ready) < ranks.world:
         key = "import_timeout" if any(loading) else "setup_timeout"
         return {"event": "error", "key": key, "world_size": ranks.world, "seconds": plan["case_timeout_s"],
-                "output": ranks.output(0, 0, per_rank_output)}
+                "output": ranks.procs.output(0, 0, per_rank_output)}
     return None
 
 
@@ -400,7 +332,7 @@ def _run_group(plan: dict, driver, ranks: _Ranks, group: dict, index: int, total
             inputs = driver.inputs(case, world)
             expected = driver.expected(case, world, inputs)
             shown = public(driver, case)
-            starts = [ranks.out_size(r) for r in range(world)]
+            starts = [ranks.procs.output_size(r) for r in range(world)]
             router.reset()
             for rank in range(world):
                 router.send_to(rank, *_go(shown, inputs[rank]))
@@ -430,7 +362,7 @@ def _run_group(plan: dict, driver, ranks: _Ranks, group: dict, index: int, total
             timed_out = len(replies) < world and first_error is None
             finished = {r for r, m in replies.items() if m["type"] == "result"}
             event_ranks = [{"rank": rank, "expected": expected[rank], "reply": replies.get(rank),
-                            "output": ranks.output(rank, starts[rank], per_rank_output),
+                            "output": ranks.procs.output(rank, starts[rank], per_rank_output),
                             "traffic": router.traffic(rank)} for rank in range(world)]
             status = "timeout" if timed_out else ("done" if len(finished) == world else "error")
             event = {"event": "case", "index": index, "total": total, "case": case, "status": status,
@@ -446,14 +378,14 @@ def _run_group(plan: dict, driver, ranks: _Ranks, group: dict, index: int, total
         return index, True
     finally:
         router.close()
-        ranks.kill()
+        ranks.procs.kill()
 
 
 def main() -> int:
     sizes = [int(arg) for arg in sys.argv[1:]]
-    import bpf
+    import seccomp
 
-    bpf.undumpable()  # before any rank is forked: they inherit it
+    seccomp.undumpable()  # before any rank is forked: they inherit it
     t0 = time.perf_counter()
     import torch
 
@@ -481,7 +413,7 @@ def main() -> int:
                     break
     finally:
         for ranks in groups:
-            ranks.kill()
+            ranks.procs.kill()
     emit({"event": "done", "duration_s": time.perf_counter() - t0})
     return 0
 

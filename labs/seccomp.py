@@ -1,14 +1,14 @@
-"""Seccomp filters as classic BPF: the builder that ``labs.sandbox`` and the harness share.
+"""Seccomp filters as classic BPF: the sandbox's own, and the two a rank of the harness adds.
 
-    from labs.exercises.runtime import bpf          # the host (labs.sandbox)
-    import bpf                                       # the harness, in the sandbox
-    bpf.install(bpf.rank_program())                  # a rank, before the learner's code
+    from labs import seccomp                         # the host (labs.sandbox)
+    import seccomp                                   # the harness, in the sandbox
+    seccomp.install(seccomp.rank_program())          # a rank, before the learner's code
 
-Why it lives in ``runtime/``: the harness runs in the sandbox, where only this
-folder of the project is bound (``/opt/harness``), and a rank must filter its
-own system calls; the sandbox's filter is built from the same numbers and
-instructions, so there is one table of syscall numbers, not two. Nothing here
-is secret.
+The sandbox's module (``labs.sandbox``): it hands bwrap `sandbox_program` for
+the whole run, and puts this file on the program's path beside the harness
+(``/opt/harness``, where nothing else of the project is), so the harness
+filters its ranks with the same numbers and instructions: one table of
+syscall numbers, not two. Standard library only; nothing here is secret.
 
 Why a rank needs a filter of its own on top of the sandbox's: the guard's
 audit hook sees ``subprocess.Popen`` and ``os.fork``, but not
@@ -94,6 +94,28 @@ ALLOW, KILL = 0x7FFF0000, 0x80000000  # SECCOMP_RET_ALLOW, SECCOMP_RET_KILL_PROC
 NR, ARCH, ARG0 = 0, 4, 16  # offsets in seccomp_data; ARG0: the low 32 bits (little-endian)
 X32 = 0x40000000  # x32 calls carry this bit and would dodge the x86_64 numbers
 
+# The sandbox's filter, on top of its namespaces, for every process of the run: no user
+# namespace of its own (CLONE_NEWUSER would hand the program capabilities in it, the
+# usual door to kernel bugs); no ptrace, nor its cousins that read or write another
+# process's memory or take its fds (a rank must not reach the harness or a neighbour,
+# which run as the same uid); and none of the calls a Python program never needs but
+# kernel exploits like (keyrings, bpf, perf events, userfaultfd, io_uring, mounts,
+# modules, the LDT).
+SANDBOX_REFUSED = ("unshare", "setns", "ptrace", "keyctl", "add_key", "request_key", "bpf",
+                   "perf_event_open", "userfaultfd", "mount", "umount2", "pivot_root", "kexec_load",
+                   "init_module", "finit_module", "delete_module", "open_by_handle_at", "acct",
+                   "process_vm_readv", "process_vm_writev", "modify_ldt",
+                   # The same numbers on every arch (io_uring, the new mount API, pidfd_getfd).
+                   "io_uring_setup", "io_uring_enter", "io_uring_register", "open_tree",
+                   "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr",
+                   "pidfd_getfd")
+# The socket families a program may make: unix, IPv4, IPv6 (all inside the
+# network namespace) and netlink (getifaddrs, which gloo calls). The others
+# are refused: AF_VSOCK is not namespaced and reaches the hypervisor and the
+# host's vsock listeners, and the rare ones (AF_ALG, TIPC, RDS...) are where
+# kernel bugs are found, their modules loaded on first use.
+SOCKET_FAMILIES = (1, 2, 10, 16)  # AF_UNIX, AF_INET, AF_INET6, AF_NETLINK
+
 # What a rank may not call from before it runs the learner's code (refused with EPERM).
 RANK_REFUSED = ("execve", "execveat", "fork", "vfork", "link", "linkat", "symlink", "symlinkat")
 
@@ -133,6 +155,25 @@ def refuse(nrs, code: int = errno.EPERM) -> list[tuple[int, int, int, int]]:
 def assemble(prog) -> bytes:
     """The program as the kernel (and ``bwrap --seccomp``) reads it: struct sock_filter[]."""
     return b"".join(struct.pack("=HBBI", *insn) for insn in prog)
+
+
+def sandbox_program(machine: str | None = None) -> bytes:
+    """The sandbox's filter (``bwrap --seccomp``): a wrong arch is killed, a call of
+    `SANDBOX_REFUSED` fails with EPERM, clone3 with ENOSYS (its flags sit in memory a
+    filter cannot read; glibc then falls back to clone), clone with CLONE_NEWUSER with
+    EPERM, and a socket of a family not in `SOCKET_FAMILIES` with EAFNOSUPPORT."""
+    machine = machine or platform.machine()
+    nrs = numbers(machine)
+    prog = prologue(machine) + refuse(nrs[name] for name in SANDBOX_REFUSED if name in nrs)
+    n = len(SOCKET_FAMILIES)  # socket or socketpair: allow the listed families, refuse the rest
+    prog += [(JEQ, 1, 0, nrs["socket"]), (JEQ, 0, n + 3, nrs["socketpair"]), (LD, 0, 0, ARG0)]
+    prog += [(JEQ, n - i, 0, family) for i, family in enumerate(SOCKET_FAMILIES)]
+    prog += [(RET, 0, 0, fail(errno.EAFNOSUPPORT)), (RET, 0, 0, ALLOW)]
+    prog += [(JEQ, 0, 1, nrs["clone3"]), (RET, 0, 0, fail(errno.ENOSYS)),
+             (JEQ, 1, 0, nrs["clone"]), (RET, 0, 0, ALLOW),
+             (LD, 0, 0, ARG0),
+             (JSET, 0, 1, CLONE_NEWUSER), (RET, 0, 0, fail(errno.EPERM)), (RET, 0, 0, ALLOW)]
+    return assemble(prog)
 
 
 def rank_program(machine: str | None = None) -> bytes:
