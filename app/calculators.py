@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # One bandwidth model for the lessons and the benchmark lab: busbw in bytes/s,
-# and the alpha-beta time T = 2(n-1) alpha + 2(n-1)/n x S / B.
-from labs.model import bus_factor, ring_steps
+# and the alpha-beta time T = 2(n-1) alpha + 2(n-1)/n x S / B; and one memory
+# ledger (`state_bytes`) for the lessons and the sharding lab.
+from labs.model import bus_factor, ring_steps, state_bytes
 from labs.model import busbw as busbw
 from labs.model import ring_time as ring_allreduce_time
 
@@ -53,18 +54,23 @@ class Memory:
         return self.weights + self.grads + self.optimizer
 
 
-def memory_per_device(params: float, precision: str = "fp32", optimizer: str = "adam") -> Memory:
-    """Bytes each data-parallel replica holds for the model state (no activations).
+def memory_per_device(params: float, precision: str = "fp32", optimizer: str = "adam", *,
+                      strategy: str = "ddp", world_size: int = 1) -> Memory:
+    """Bytes each data-parallel rank holds for the model state (no activations).
+
+    ``strategy`` ("ddp", "zero1", "zero2", "zero3") says which parts are
+    sharded over ``world_size`` ranks: ``labs.model.state_bytes``, the
+    formula the sharding lab's predictions use too.
 
     >>> memory_per_device(1e9, "fp32", "adam").total / 1e9
     16.0
+    >>> memory_per_device(1e9, "fp32", "adam", strategy="zero3", world_size=8).total / 1e9
+    2.0
     """
     p = PRECISIONS[precision]
-    return Memory(
-        weights=params * (p["weights"] + p["master"]),
-        grads=params * p["grads"],
-        optimizer=params * OPTIMIZERS[optimizer],
-    )
+    b = state_bytes(strategy, params, world_size=world_size, weights=p["weights"] + p["master"],
+                    grads=p["grads"], optimizer=OPTIMIZERS[optimizer])
+    return Memory(weights=b["params"], grads=b["grads"], optimizer=b["optimizer"])
 
 
 def fits(memory: Memory, device_gb: float) -> bool:

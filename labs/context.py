@@ -37,7 +37,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-LABS = {"ring": "labs.ring", "bench": "labs.bench", "ddp": "labs.ddp"}
+LABS = {"ring": "labs.ring", "bench": "labs.bench", "ddp": "labs.ddp", "sharding": "labs.sharding"}
 INJECTED_CRASH_EXIT = 13
 _TORCH_DIR = os.path.dirname(torch.__file__)
 
