@@ -66,11 +66,17 @@ def memory_per_device(params: float, precision: str = "fp32", optimizer: str = "
     16.0
     >>> memory_per_device(1e9, "fp32", "adam", strategy="zero3", world_size=8).total / 1e9
     2.0
+    >>> memory_per_device(7e9, "bf16-mixed", "adam", strategy="zero1", world_size=8).total / 1e9
+    38.5
     """
     p = PRECISIONS[precision]
-    b = state_bytes(strategy, params, world_size=world_size, weights=p["weights"] + p["master"],
-                    grads=p["grads"], optimizer=OPTIMIZERS[optimizer])
-    return Memory(weights=b["params"], grads=b["grads"], optimizer=b["optimizer"])
+    # The fp32 master copy belongs to the optimizer (ZeRO-1 shards it with the
+    # moments), but the chart shows it with the weights, as the lessons' tables do.
+    state = OPTIMIZERS[optimizer] + p["master"]
+    b = state_bytes(strategy, params, world_size=world_size, weights=p["weights"], grads=p["grads"],
+                    optimizer=state)
+    master = b["optimizer"] * p["master"] / state if state else 0.0
+    return Memory(weights=b["params"] + master, grads=b["grads"], optimizer=b["optimizer"] - master)
 
 
 def fits(memory: Memory, device_gb: float) -> bool:

@@ -45,9 +45,9 @@ LEDGER_TOLERANCE = 0.10
 
 @dataclass
 class Params:
-    width: int = option(384, key="labs.sharding.width", help="width of each square layer", low=8,
+    width: int = option(384, key="sharding.width", help="width of each square layer", low=8,
                         high=2048, page=Page(widget="slider", low=64, high=512, default=384))
-    depth: int = option(8, key="labs.sharding.depth", help="layers", low=1, high=32,
+    depth: int = option(8, key="sharding.depth", help="layers", low=1, high=32,
                         page=Page(widget="slider", low=2, high=12, default=8))
     batch: int = option(16, help="samples per rank per step", low=1)
     steps: int = option(3, key="labs.steps", help="training steps under each strategy", low=1, high=50,
