@@ -64,6 +64,7 @@ def run(cfg: Config, base: Path) -> dict:
             "launch": _measure("lab launch", lab_costs.launch_overhead, cfg),
             "first_event": _measure("first progress event", lab_costs.first_event, cfg),
             "ddp": _measure("ddp", lab_costs.ddp, cfg),
+            "sharding": _measure("sharding", lab_costs.sharding, cfg),
             "queue": _measure("lab queue", lab_costs.queue, cfg, base),
             "sandbox": _measure("exercise sandbox", sandbox_costs.overhead, cfg),
         },

@@ -119,3 +119,15 @@ def test_the_lab_module_imports_no_torch():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_the_peak_is_the_allocators():
+    outcome = run_lab("sharding", SMALL, world_size=1, backend="nccl", timeout=240)
+    assert outcome.ok, outcome
+    for name, s in outcome.summary["strategies"].items():
+        row = s["ranks"][0]
+        # The allocator's peak during the step holds at least the state kept after it.
+        assert isinstance(row["peak"], int) and row["peak"] >= sum(row["measured"].values()), name
+    assert outcome.summary["within_ledger_tolerance"] and outcome.summary["equal_weights"]
