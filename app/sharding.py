@@ -30,29 +30,47 @@ def _marks(fig: go.Figure, language: str) -> go.Figure:
     return fig
 
 
+def _tick(names: dict[str, str], strategy: str, rank: int) -> str:
+    """The x label of one (strategy, rank): two short lines, so that 16 bars still read."""
+    return f"{names[strategy]}<br>{names['rank']} {rank}"
+
+
+def _with_table(fig: go.Figure) -> go.Figure:
+    """The figure's text alternative (``charts.table`` reads ``layout.meta``): the traces'
+    numbers by bar, with each two-line tick label on one line."""
+    traces = [tr for tr in fig.data if tr.name]
+    keys = list(traces[0].x) if traces else []
+    rows = [[x.replace("<br>", " · "), *(float(tr.y[i]) for tr in traces)] for i, x in enumerate(keys)]
+    fig.update_layout(meta={"table": {"columns": ["", *(tr.name for tr in traces)], "rows": rows}})
+    return fig
+
+
 def ledger_figure(ledger: dict, *, names: dict[str, str], language: str = DEFAULT_LANG) -> go.Figure:
     """Stacked bars of MB per rank and strategy: measured (solid) beside predicted (hatched).
 
     ``ledger``: the summary's ``strategies`` (``{strategy: {"ranks": [...]}}``);
     ``names``: a label for each strategy, each part, "measured", "predicted",
-    "rank" and "mb". Each bar is drawn from its own base, so measured and
-    predicted stand side by side at every (strategy, rank).
+    "rank", "mb" and "series" (``{part}`` and ``{kind}`` in one legend entry).
+    Each bar is drawn from its own base, so measured and predicted stand side
+    by side at every (strategy, rank).
     """
-    xs = [f"{names[s]} · {names['rank']} {r['rank']}" for s in STRATEGIES if s in ledger for r in ledger[s]["ranks"]]
+    xs = [_tick(names, s, r["rank"]) for s in STRATEGIES if s in ledger for r in ledger[s]["ranks"]]
     rows = [r for s in STRATEGIES if s in ledger for r in ledger[s]["ranks"]]
     fig = go.Figure()
     for kind, pattern in (("measured", ""), ("predicted", "/")):
         base = [0.0] * len(rows)
         for part, colour in PARTS.items():
             ys = [r[kind][part] / MB for r in rows]
-            fig.add_bar(name=f"{names[part]} ({names[kind]})", x=xs, y=ys, base=list(base), offsetgroup=kind,
+            series = names["series"].format(part=names[part], kind=names[kind])
+            fig.add_bar(name=series, x=xs, y=ys, base=list(base), offsetgroup=kind,
                         legendgroup=kind, marker={"color": charts.MEMORY[colour], "pattern": {"shape": pattern},
                                                   "line": {"color": charts.PAPER, "width": 1}},
-                        hovertemplate="%{x}<br>" + f"{names[part]} ({names[kind]})" + ": %{y:.3f} MB<extra></extra>")
+                        hovertemplate="%{x}<br>" + series + ": %{y:.3f} MB<extra></extra>")
             base = [b + y for b, y in zip(base, ys, strict=True)]
-    fig.update_layout(barmode="group", height=380, yaxis_title=names["mb"], margin={"t": 10},
-                      legend={"orientation": "h", "y": -0.35}, xaxis={"tickangle": -45})
-    return _marks(fig, language)
+    fig.update_layout(barmode="group", height=460, yaxis_title=names["mb"], margin={"t": 10},
+                      legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
+                      xaxis={"tickangle": 0})
+    return _marks(_with_table(fig), language)
 
 
 def wire_figure(ledger: dict, predicted: dict[str, float], *, names: dict[str, str],
@@ -61,7 +79,7 @@ def wire_figure(ledger: dict, predicted: dict[str, float], *, names: dict[str, s
     xs, sent, model = [], [], []
     for s in STRATEGIES:
         for r in ledger.get(s, {}).get("ranks", []):
-            xs.append(f"{names[s]} · {names['rank']} {r['rank']}")
+            xs.append(_tick(names, s, r["rank"]))
             sent.append(r["wire_bytes_per_step"] / MB)
             model.append(predicted[s] / MB)
     fig = go.Figure()
@@ -70,9 +88,10 @@ def wire_figure(ledger: dict, predicted: dict[str, float], *, names: dict[str, s
     fig.add_scatter(name=names["model"], x=xs, y=model, mode="markers",
                     marker={"color": charts.MODEL, "symbol": "line-ew", "size": 18, "line": {"width": 3,
                                                                                            "color": charts.MODEL}})
-    fig.update_layout(height=380, yaxis_title=names["mb"], margin={"t": 10},
-                      legend={"orientation": "h", "y": -0.35}, xaxis={"tickangle": -45})
-    return _marks(fig, language)
+    fig.update_layout(height=320, yaxis_title=names["mb"], margin={"t": 10},
+                      legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
+                      xaxis={"tickangle": 0})
+    return _marks(_with_table(fig), language)
 
 
 def calculator_figure(totals: dict[str, calc.Memory], devices: dict[str, float], *, names: dict[str, str],
@@ -101,7 +120,8 @@ def strategy_names() -> dict[str, str]:
 
 def _names() -> dict[str, str]:
     return {**strategy_names(), **{p: t(f"sharding.part.{p}") for p in PARTS},
-            **{k: t(f"sharding.{k}") for k in ("measured", "predicted", "rank", "mb", "sent", "model")}}
+            **{k: t(f"sharding.{k}") for k in ("measured", "predicted", "rank", "mb", "sent", "model")},
+            "series": t("sharding.series", part="{part}", kind="{kind}")}
 
 
 def show(run) -> None:
@@ -118,13 +138,12 @@ def show(run) -> None:
     (st.success if s["equal_weights"] else st.error)(
         t("sharding.check_weights", diff=diff, tol=s["tolerance"], moved=s.get("max_abs_update_ddp") or 0.0))
     names = _names()
-    left, right = st.columns([3, 2])
-    left.markdown(f"**{t('sharding.ledger_title', count=n)}**")
-    chart(ledger_figure(ledger, names=names, language=lang()), key=f"ledger_{run.id}", where=left,
+    st.markdown(f"**{t('sharding.ledger_title', count=n)}**")
+    chart(ledger_figure(ledger, names=names, language=lang()), key=f"ledger_{run.id}",
           caption=t("sharding.ledger_caption"))
-    right.markdown(f"**{t('sharding.wire_title')}**")
+    st.markdown(f"**{t('sharding.wire_title')}**")
     chart(wire_figure(ledger, s["predicted_wire_bytes_per_step"], names=names, language=lang()),
-          key=f"wire_{run.id}", where=right, caption=t("sharding.wire_caption"))
+          key=f"wire_{run.id}", caption=t("sharding.wire_caption"))
     peaks = [r["peak"] for v in ledger.values() for r in v["ranks"] if r["peak"] is not None]
     st.caption(t("sharding.peak", mb=max(peaks) / MB) if peaks else t("sharding.no_peak"))
 

@@ -20,7 +20,7 @@ from tests.test_charts import colours
 LANGS = sorted(i18n.languages())
 NAMES = {k: k for k in ["ddp", "zero1", "zero2", "zero3", "params", "grads", "optimizer", "measured",
                         "predicted", "rank", "mb", "sent", "model", "weights", "optimizer_state", "gb",
-                        "strategy"]}
+                        "strategy"]} | {"series": "{part} ({kind})"}
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +55,9 @@ def test_the_figures_draw_the_run_in_the_palette(result):
     sent = figs["wire"].data[0]
     assert sent.marker.color == charts.COMMUNICATION and figs["wire"].data[1].marker.color == charts.MODEL
     assert sent.y[-1] == pytest.approx(ledger["zero3"]["ranks"][1]["wire_bytes_per_step"] / 1e6)
+    ledger_table = charts.table(figs["ledger"])  # one line per bar, as a screen reader reads it
+    assert ledger_table["rows"][0][0] == "ddp · rank 0" and len(ledger_table["columns"]) == 7
+    assert ledger_table["rows"][0][1] == pytest.approx(ledger["ddp"]["ranks"][0]["measured"]["params"] / 1e6)
     table = charts.table(figs["calculator"])  # the text alternative: a row per strategy
     assert [row[0] for row in table["rows"]] == ["ddp", "zero1", "zero2", "zero3"]
     assert sum(table["rows"][1][1:]) == pytest.approx(38.5)  # 7 B, bf16 + Adam, ZeRO-1 on 8: the lesson's figure
@@ -78,7 +81,7 @@ def test_the_labs_page_draws_a_finished_run(result, lang):
     assert any(m.startswith(t("sharding.check_ledger", worst=0, tol=10)[:12]) for m in successes)
     assert len(at.get("plotly_chart")) == 2
     names = [tr["name"] for tr in json.loads(at.get("plotly_chart")[0].proto.spec)["data"]]
-    assert f"{t('sharding.part.params')} ({t('sharding.measured')})" in names
+    assert t("sharding.series", part=t("sharding.part.params"), kind=t("sharding.measured")) in names
     assert t("sharding.no_peak") in [c.value for c in at.caption]
     # The form offers the lab's own parameters, labelled in the language
     assert {t("sharding.width"), t("sharding.depth")} <= {s.label for s in at.slider}
