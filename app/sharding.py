@@ -1,10 +1,11 @@
-"""Sharding on the page: the lab's ledger per rank and strategy, and the lessons' calculator.
+"""Sharding on the page: the lab's ledger per rank and strategy, a shard map, the lessons' calculator.
 
 The figures are plain functions (data in, figure out; labels come in already
 translated) in the palette of ``app.charts``: one colour per part of the
 model state (``charts.MEMORY``), communication vermillion, a model's
 prediction black. `show` draws a finished sharding run (``LabRun.result``,
-the numbers the processes measured); `calculator` is the lesson widget
+the numbers the processes measured) and `animation` replays one step of it
+(where each shard lives, what moves); `calculator` is the lesson widget
 ``sharding_calculator``. Both read ``labs.model``'s one formula.
 """
 
@@ -18,7 +19,7 @@ from app import calculators as calc
 from app import charts
 from app.ui import labeler, t
 from app.widgets import chart, lang, num
-from labs.model import STRATEGIES
+from labs.model import SHARDED, STRATEGIES
 
 PARTS = {"params": "weights", "grads": "grads", "optimizer": "optimizer_state"}  # lab part -> MEMORY colour
 MB = 1e6
@@ -146,6 +147,7 @@ def show(run) -> None:
           key=f"wire_{run.id}", caption=t("sharding.wire_caption"))
     peaks = [r["peak"] for v in ledger.values() for r in v["ranks"] if r["peak"] is not None]
     st.caption(t("sharding.peak", mb=max(peaks) / MB) if peaks else t("sharding.no_peak"))
+    animation(run)
 
 
 def rows(summary: dict) -> list[dict]:
@@ -182,3 +184,129 @@ def calculator() -> None:
                    fits=", ".join(fitting) if fitting else t("sharding.calc.none")))
     st.caption(t("sharding.calc.note"))
 
+
+
+# --- Where each shard lives, phase by phase --------------------------------
+# For each strategy, the phases of one training step and what each rank holds
+# after each: per part, per rank, per shard, 0 absent, 1 kept, 2 a transient
+# full copy (gathered or computed for this phase, freed after it).
+ABSENT, KEPT, TRANSIENT = 0, 1, 2
+ANIMATED_PARTS = ("params", "grads", "optimizer")
+PHASES = {
+    "ddp": ("start", "backward", "all_reduce", "step_all"),
+    "zero1": ("start", "backward", "all_reduce", "step_own", "broadcast"),
+    "zero2": ("start", "backward", "reduce_scatter", "step_own", "all_gather"),
+    "zero3": ("start", "gather_forward", "gather_backward", "reduce_scatter", "step_own"),
+}
+# The collective each phase runs, for its bytes (labs.model.bus_factor); None: no traffic.
+PHASE_COLLECTIVE = {"all_reduce": "all_reduce", "reduce_scatter": "reduce_scatter", "all_gather": "all_gather",
+                    "broadcast": "all_gather", "gather_forward": "all_gather", "gather_backward": "all_gather"}
+
+
+def shard_states(strategy: str, n: int) -> list[tuple[str, dict[str, list[list[int]]]]]:
+    """Each phase of one step under ``strategy`` on ``n`` ranks, with what every rank holds after it."""
+    every = [[KEPT] * n for _ in range(n)]
+    own = [[KEPT if shard == rank else ABSENT for shard in range(n)] for rank in range(n)]
+    none = [[ABSENT] * n for _ in range(n)]
+    mixed = [[KEPT if shard == rank else TRANSIENT for shard in range(n)] for rank in range(n)]
+    sharded = SHARDED[strategy]
+    kept = {p: own if p in sharded else every for p in ANIMATED_PARTS}
+    out = []
+    for phase in PHASES[strategy]:
+        state = dict(kept, grads=none)  # gradients exist from backward until zero_grad
+        if phase == "gather_forward":
+            state["params"] = mixed
+        elif phase == "gather_backward":
+            state.update(params=mixed, grads=[[TRANSIENT] * n for _ in range(n)])
+        elif phase == "backward":
+            state["grads"] = every if "grads" not in sharded else [[TRANSIENT] * n for _ in range(n)]
+        elif phase != "start":  # the gradients are reduced: kept whole or as this rank's shard
+            state["grads"] = kept["grads"]
+        out.append((phase, state))
+    return out
+
+
+def shard_figure(strategy: str, n: int, *, parameter_bytes: float, names: dict[str, str],
+                 language: str = DEFAULT_LANG) -> go.Figure:
+    """An animation of one step: a row per rank, for each part a square per shard, filled
+    where the rank keeps that shard, outlined where it holds a passing full copy, faint
+    where it holds nothing; each frame's title says what moved and how many bytes each
+    rank sent for it (the ring model of ``labs.model``, for the run's parameter bytes)."""
+    from labs.model import bus_factor
+
+    states = shard_states(strategy, n)
+    colour = {"params": charts.MEMORY["weights"], "grads": charts.MEMORY["grads"],
+              "optimizer": charts.MEMORY["optimizer_state"]}
+
+    def data(state: dict) -> list[go.Scatter]:
+        traces = []
+        for col, part in enumerate(ANIMATED_PARTS):
+            xs, ys, symbols, colours = [], [], [], []
+            for rank in range(n):
+                for shard in range(n):
+                    held = state[part][rank][shard]
+                    xs.append(col * (n + 1) + shard)
+                    ys.append(rank)
+                    symbols.append({KEPT: "square", TRANSIENT: "square-open", ABSENT: "square-open"}[held])
+                    colours.append(charts.GRID if held == ABSENT else colour[part])
+            traces.append(go.Scatter(x=xs, y=ys, mode="markers", name=names[part], hoverinfo="skip",
+                                     marker={"symbol": symbols, "color": colours, "size": 18,
+                                             "line": {"width": 2, "color": colours}}))
+        return traces
+
+    def title(phase: str) -> str:
+        kind = PHASE_COLLECTIVE.get(phase)
+        text = names[f"phase_{phase}"]
+        if kind is not None:
+            sent = parameter_bytes * bus_factor(kind, n) / MB
+            text += "<br>" + names["phase_bytes"].format(mb=f"{sent:.2f}")
+        return text
+
+    frames = [go.Frame(name=str(k), data=data(state), layout={"title": {"text": title(phase)}})
+              for k, (phase, state) in enumerate(states)]
+    fig = go.Figure(data=frames[0].data, frames=frames)
+    ticks = [col * (n + 1) + (n - 1) / 2 for col in range(len(ANIMATED_PARTS))]
+    fig.update_layout(
+        title={"text": frames[0].layout.title.text, "x": 0, "xanchor": "left"}, height=170 + 34 * n,
+        showlegend=False, margin={"t": 70, "b": 110, "l": 70},
+        xaxis={"tickvals": ticks, "ticktext": [names[p] for p in ANIMATED_PARTS], "side": "top",
+               "range": [-1, len(ANIMATED_PARTS) * (n + 1) - 1], "showgrid": False, "zeroline": False},
+        yaxis={"tickvals": list(range(n)), "ticktext": [f"{names['rank']} {r}" for r in range(n)],
+               "autorange": "reversed", "showgrid": False, "zeroline": False},
+        updatemenus=[{"type": "buttons", "direction": "left", "x": 0.0, "y": -0.15, "xanchor": "left",
+                      "yanchor": "top", "bgcolor": charts.PAPER, "bordercolor": charts.INK,
+                      "font": {"color": charts.INK},
+                      "buttons": [{"label": names["play"], "method": "animate",
+                                   "args": [None, {"frame": {"duration": 1600, "redraw": True},
+                                                   "fromcurrent": True}]},
+                                  {"label": names["pause"], "method": "animate",
+                                   "args": [[None], {"frame": {"duration": 0, "redraw": False},
+                                                     "mode": "immediate"}]}]}],
+        sliders=[{"active": 0, "y": -0.15, "x": 0.25, "len": 0.75, "yanchor": "top",
+                  "font": {"color": charts.INK}, "bordercolor": charts.INK, "tickcolor": charts.INK,
+                  "currentvalue": {"visible": False},
+                  "steps": [{"label": str(k + 1), "method": "animate",
+                             "args": [[str(k)], {"mode": "immediate", "frame": {"duration": 0, "redraw": True}}]}
+                            for k in range(len(frames))]}],
+        meta={"table": {"columns": [names["step"], names["what_moves"]],
+                        "rows": [[k + 1, title(phase).replace("<br>", " ")]
+                                 for k, (phase, _state) in enumerate(states)]}},
+    )
+    return _marks(fig, language)
+
+
+def animation(run) -> None:
+    """The shard map of the run's world size, one strategy at a time."""
+    s = run.result["summary"]
+    n = s["world_size"]
+    if n < 2:
+        return
+    names = {**_names(), **{f"phase_{p}": t(f"sharding.phase.{p}") for ps in PHASES.values() for p in ps},
+             "phase_bytes": t("sharding.phase.bytes", mb="{mb}"), "play": t("widgets.ring.play"),
+             "pause": t("widgets.ring.pause"), "step": t("widgets.ring.step"),
+             "what_moves": t("sharding.what_moves")}
+    st.markdown(f"**{t('sharding.animation', count=n)}**")
+    strategy = st.radio(t("sharding.strategy_choice"), STRATEGIES, horizontal=True, key=f"shard_anim_{run.id}",
+                        format_func=labeler("sharding.strategy."))
+    chart(shard_figure(strategy, n, parameter_bytes=s["model"]["bytes"], names=names, language=lang()),
+          key=f"shard_map_{run.id}_{strategy}", caption=t("sharding.animation_caption"))

@@ -4,7 +4,8 @@ A guest opens /labs with the sharding lab chosen, presses Run with the form's
 defaults (2 ranks), waits for the result and checks what it shows: the line of
 what to look for, the three checks, the ledger and the wire bytes drawn.
 Screenshots: ``test-artifacts/lab-sharding-<lang>.png`` (the ledger) and
-``lab-sharding-<lang>-wire.png`` (the bytes on the wire).
+``lab-sharding-<lang>-wire.png`` (the bytes on the wire) and
+``lab-sharding-<lang>-map.png`` (the shard map, played to its last phase).
 """
 
 from __future__ import annotations
@@ -58,6 +59,14 @@ def test_the_sharding_lab_runs_from_the_page(server, page, artifacts, lang):
         charts.nth(1).scroll_into_view_if_needed()
         page.wait_for_timeout(300)
         page.screenshot(path=str(artifacts / f"lab-sharding-{lang}-wire.png"))
+        shard_map = charts.nth(2)  # the shard map of DDP: played to its last phase
+        shard_map.scroll_into_view_if_needed()
+        shard_map.locator("g.updatemenu-button").filter(has_text=t("widgets.ring.play", lang)).click()
+        last = t("sharding.phase.step_all", lang)
+        page.wait_for_function("([el, last]) => (el.querySelector('.gtitle')?.textContent || '').startsWith(last)",
+                               arg=[shard_map.element_handle(), last], timeout=WAIT)
+        page.wait_for_timeout(400)
+        page.screenshot(path=str(artifacts / f"lab-sharding-{lang}-map.png"))
     except BaseException:
         with contextlib.suppress(Exception):
             page.screenshot(path=str(artifacts / f"lab-sharding-{lang}-FAILED.png"), full_page=True)

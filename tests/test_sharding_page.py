@@ -14,6 +14,7 @@ from app import charts
 from app import sharding as page
 from labs import sharding
 from labs.launch import run_lab
+from labs.model import SHARDED
 from tests.apptest import open_page
 from tests.test_charts import colours
 
@@ -63,6 +64,31 @@ def test_the_figures_draw_the_run_in_the_palette(result):
     assert sum(table["rows"][1][1:]) == pytest.approx(38.5)  # 7 B, bf16 + Adam, ZeRO-1 on 8: the lesson's figure
 
 
+@pytest.mark.parametrize("strategy", ["ddp", "zero1", "zero2", "zero3"])
+def test_the_shard_map_shows_what_each_rank_keeps(strategy):
+    n = 4
+    states = dict(page.shard_states(strategy, n))
+    end = page.shard_states(strategy, n)[-1][1]
+    for part in page.ANIMATED_PARTS:  # after the step: all of a replicated part, 1/n of a sharded one
+        kept = sum(row.count(page.KEPT) for row in end[part])
+        assert kept == (n if part in SHARDED[strategy] else n * n), (strategy, part)
+    if strategy == "zero3":  # the weights pass through every rank whole, twice, and are freed
+        assert page.TRANSIENT in states["gather_forward"]["params"][0]
+        assert page.TRANSIENT not in sum(states["reduce_scatter"]["params"], [])
+    names = NAMES | {f"phase_{p}": p for ps in page.PHASES.values() for p in ps} | {
+        "phase_bytes": "{mb} MB", "play": "play", "pause": "pause", "step": "step", "what_moves": "moves"}
+    fig = page.shard_figure(strategy, n, parameter_bytes=4e6, names=names)
+    assert len(fig.frames) == len(page.PHASES[strategy])
+    stray = [(where, c) for where, c in colours(fig.to_plotly_json()) if c.lower() not in charts.palette()]
+    assert not stray, stray
+    rows = charts.table(fig)["rows"]
+    sent = [r[1] for r in rows if "MB" in r[1]]
+    # The traffic of the step: 2 (n-1)/n of the parameter bytes, 3 under ZeRO-3 and torch's ZeRO-1
+    per_collective = 4e6 * (n - 1) / n / 1e6
+    total = sum(float(r.split()[-2]) for r in sent) / per_collective
+    assert total == pytest.approx({"ddp": 2, "zero1": 3, "zero2": 2, "zero3": 3}[strategy], rel=0.01)
+
+
 @pytest.mark.parametrize("lang", LANGS)
 @pytest.mark.usefixtures("app_db")
 def test_the_labs_page_draws_a_finished_run(result, lang):
@@ -79,7 +105,13 @@ def test_the_labs_page_draws_a_finished_run(result, lang):
     successes = [m.value for m in at.success]
     assert t("sharding.check_order", count=2) in successes
     assert any(m.startswith(t("sharding.check_ledger", worst=0, tol=10)[:12]) for m in successes)
-    assert len(at.get("plotly_chart")) == 2
+    assert len(at.get("plotly_chart")) == 3  # the ledger, the wire bytes, the shard map
+    radio = [r for r in at.radio if r.label == t("sharding.strategy_choice")][0]
+    radio.set_value("zero3").run()
+    assert not at.exception, at.exception
+    spec = json.loads(at.get("plotly_chart")[2].proto.spec)
+    assert len(spec["frames"]) == len(page.PHASES["zero3"])
+    assert spec["layout"]["title"]["text"] == t("sharding.phase.start")
     names = [tr["name"] for tr in json.loads(at.get("plotly_chart")[0].proto.spec)["data"]]
     assert t("sharding.series", part=t("sharding.part.params"), kind=t("sharding.measured")) in names
     assert t("sharding.no_peak") in [c.value for c in at.caption]
