@@ -319,6 +319,7 @@ def run_strategy(name: str, ctx, p, tick) -> tuple[dict, torch.Tensor]:
 
 
 def run_rank(ctx, p) -> dict:
+    """The four strategies in turn on this rank: each one's ledger row and its distance from DDP."""
     t0 = time.perf_counter()
     total_ticks = len(STRATEGIES) * p.steps
     done = [0]
