@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # One bandwidth model for the lessons and the benchmark lab: busbw in bytes/s,
-# and the alpha-beta time T = 2(n-1) alpha + 2(n-1)/n x S / B.
-from labs.model import bus_factor, ring_steps
+# and the alpha-beta time T = 2(n-1) alpha + 2(n-1)/n x S / B; and one memory
+# ledger (`state_bytes`) for the lessons and the sharding lab.
+from labs.model import bus_factor, ring_steps, state_bytes
 from labs.model import busbw as busbw
 from labs.model import ring_time as ring_allreduce_time
 
@@ -53,18 +54,29 @@ class Memory:
         return self.weights + self.grads + self.optimizer
 
 
-def memory_per_device(params: float, precision: str = "fp32", optimizer: str = "adam") -> Memory:
-    """Bytes each data-parallel replica holds for the model state (no activations).
+def memory_per_device(params: float, precision: str = "fp32", optimizer: str = "adam", *,
+                      strategy: str = "ddp", world_size: int = 1) -> Memory:
+    """Bytes each data-parallel rank holds for the model state (no activations).
+
+    ``strategy`` ("ddp", "zero1", "zero2", "zero3") says which parts are
+    sharded over ``world_size`` ranks: ``labs.model.state_bytes``, the
+    formula the sharding lab's predictions use too.
 
     >>> memory_per_device(1e9, "fp32", "adam").total / 1e9
     16.0
+    >>> memory_per_device(1e9, "fp32", "adam", strategy="zero3", world_size=8).total / 1e9
+    2.0
+    >>> memory_per_device(7e9, "bf16-mixed", "adam", strategy="zero1", world_size=8).total / 1e9
+    38.5
     """
     p = PRECISIONS[precision]
-    return Memory(
-        weights=params * (p["weights"] + p["master"]),
-        grads=params * p["grads"],
-        optimizer=params * OPTIMIZERS[optimizer],
-    )
+    # The fp32 master copy belongs to the optimizer (ZeRO-1 shards it with the
+    # moments), but the chart shows it with the weights, as the lessons' tables do.
+    state = OPTIMIZERS[optimizer] + p["master"]
+    b = state_bytes(strategy, params, world_size=world_size, weights=p["weights"], grads=p["grads"],
+                    optimizer=state)
+    master = b["optimizer"] * p["master"] / state if state else 0.0
+    return Memory(weights=b["params"] + master, grads=b["grads"], optimizer=b["optimizer"] - master)
 
 
 def fits(memory: Memory, device_gb: float) -> bool:

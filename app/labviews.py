@@ -18,7 +18,7 @@ import streamlit as st
 
 from academy.models import LabRun
 from app import calculators as calc
-from app import charts, labjobs
+from app import charts, labjobs, sharding
 from app import timeline as lanes
 from app.ui import labeler, t
 from app.widgets import chart, lang, num, ring_labels
@@ -339,6 +339,8 @@ def _csv_rows(run: LabRun) -> list[dict]:
         return [{"rank": r, **rec} for r, recs in enumerate(s.get("traces", [])) for rec in recs]
     if run.lab == "ddp":
         return list(((s.get("sections") or {}).get("scaling") or {}).get("rows", []))
+    if run.lab == "sharding":
+        return sharding.rows(s)
     return []
 
 
@@ -379,5 +381,5 @@ def show_run(run: LabRun) -> None:
         return
     res = run.result
     st.success(t("labs.done", seconds=res.get("wall_s", 0.0), overhead=res.get("overhead_s", 0.0)))
-    {"ring": ring, "bench": bench, "ddp": ddp}[run.lab](run)
+    {"ring": ring, "bench": bench, "ddp": ddp, "sharding": sharding.show}[run.lab](run)
     downloads(run)

@@ -65,6 +65,7 @@ def run(cfg: Config, base: Path) -> dict:
             "first_event": _measure("first progress event", lab_costs.first_event, cfg),
             "ddp": _measure("ddp", lab_costs.ddp, cfg),
             "timeline": _measure("ddp timeline", lab_costs.timeline, cfg),
+            "sharding": _measure("sharding", lab_costs.sharding, cfg),
             "queue": _measure("lab queue", lab_costs.queue, cfg, base),
             "sandbox": _measure("exercise sandbox", sandbox_costs.overhead, cfg),
         },

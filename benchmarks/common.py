@@ -40,6 +40,8 @@ class Config:
     ddp_world_sizes: tuple[int, ...] = (1, 2, 4)
     ddp_steps: int | None = None  # None: labs.ddp's own default
     timeline_runs: int = 5  # runs of labs.ddp's timeline section: the overlap's median and spread
+    sharding_world_size: int = 4
+    sharding_steps: int = 3
     sandbox_repeats: int = 10  # runs per mode of the sandbox overhead (p50, p95)
     # Exercises: submissions of each reference solution through the queue, and
     # gradings per sandbox mode without it (p50, p95), for the exercises named.
@@ -62,7 +64,7 @@ class Config:
     def quick_mode(cls) -> Config:
         return cls(quick=True, min_bytes=16 * KiB, max_bytes=8 * MiB, factor=8, warmup=1,
                    iters=3, sweeps=1, tcp_bytes=64 * MiB, tcp_repeats=3, lab_repeats=1, queue_labs=3,
-                   ddp_steps=5, timeline_runs=3, sandbox_repeats=3,
+                   ddp_steps=5, timeline_runs=3, sharding_world_size=2, sharding_steps=2, sandbox_repeats=3,
                    exercise_repeats=2, exercise_direct=("ring-allreduce",), quiz_attempts=5, pdfs=2, certificates=10_000, lookups=1_000,
                    pages=("home", "quiz", "verify"), page_repeats=1,
                    load_learners=4, load_browsers=0, load_seconds=5.0,

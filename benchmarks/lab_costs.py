@@ -149,6 +149,26 @@ def timeline(cfg: Config) -> dict:
             "batch_per_rank": runs[0]["batch_per_rank"], "variants": variants}
 
 
+def sharding(cfg: Config) -> dict:
+    """The sharding lab at its default size: wall time, and how far each strategy's
+    measured ledger lies from the formula (the largest relative gap over ranks and parts)."""
+    from labs.launch import run_lab
+
+    world = cfg.sharding_world_size
+    outcome = run_lab("sharding", {"steps": cfg.sharding_steps}, world_size=world, backend="gloo",
+                      timeout=1800, hang_timeout=300)
+    if not outcome.ok:
+        raise RuntimeError(f"labs sharding: {outcome.kind}: {outcome.message}")
+    s = outcome.summary
+    held = {name: sum(st["ranks"][0]["measured"].values()) for name, st in s["strategies"].items()}
+    return {"world_size": world, "parameters": s["model"]["parameters"], "wall_s": outcome.wall_s,
+            "work_s": outcome.work_s,
+            "ledger_error": s["ledger_error"],
+            "rank0_bytes": held,
+            "max_abs_diff_vs_ddp": max(st["max_abs_diff_vs_ddp"] for st in s["strategies"].values()),
+            "zero3_vs_ddp_wire": (s["strategies"]["zero3"]["ranks"][0]["wire_bytes_per_step"]
+                                  / s["strategies"]["ddp"]["ranks"][0]["wire_bytes_per_step"])}
+
 QUEUE_LAB = {"world_size": 2, "size": 1024}
 
 

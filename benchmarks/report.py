@@ -130,6 +130,17 @@ def labs(lab: dict) -> list[Row]:
                          f"{_pct(o['median'])}", f"naive {_pct(naive['overlap']['median'])}",
                          f"{_pct(o['min'])}..{_pct(o['max'])}; exposed {_num(e['median'])} ms "
                          f"({_num(e['min'])}..{_num(e['max'])}), naive {_num(naive['exposed_comm_ms']['median'])} ms"))
+    sh = lab.get("sharding")
+    if isinstance(sh, str):
+        rows.append(_missing(s, "sharding lab", sh))
+    elif sh:
+        err = sh["ledger_error"]
+        rows.append((s, f"sharding lab, {sh['world_size']} ranks, {sh['parameters']} parameters: wall time",
+                     f"{_num(sh['wall_s'])} s", f"timed work {_num(sh['work_s'])} s",
+                     f"ZeRO-3 sends {_num(sh['zero3_vs_ddp_wire'])}x DDP's bytes"))
+        rows.append((s, "sharding ledger, measured vs formula (largest gap): " + " · ".join(err),
+                     " · ".join(f"{v:.2%}" for v in err.values()), "within 10%",
+                     f"max |w - w_ddp| {sh['max_abs_diff_vs_ddp']:.1e}"))
     q = lab.get("queue")
     if isinstance(q, str):
         rows.append(_missing(s, "lab through the job queue", q))

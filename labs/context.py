@@ -46,7 +46,7 @@ from labs.settings import Limits
 if TYPE_CHECKING:
     import torch
 
-LABS = {"ring": "labs.ring", "bench": "labs.bench", "ddp": "labs.ddp"}
+LABS = {"ring": "labs.ring", "bench": "labs.bench", "ddp": "labs.ddp", "sharding": "labs.sharding"}
 INJECTED_CRASH_EXIT = 13
 
 

@@ -140,3 +140,63 @@ def gap(measured: list[float], predicted: list[float]) -> float:
 def off_by_more_than_limit(factor: float) -> bool:
     """True when a model line is more than `GAP_LIMIT` times off either way."""
     return factor > GAP_LIMIT or factor < 1 / GAP_LIMIT
+
+
+# --------------------------------------------------------------------------
+# The memory ledger of sharded data parallelism (ZeRO, FSDP)
+#
+# Bytes one rank holds for the model state, per parameter, with fp32 Adam
+# (weights 4, gradients 4, two moments 4 + 4):
+#
+#     ddp     4 + 4 + 8          every rank holds everything
+#     zero1   4 + 4 + 8/N        optimizer state sharded
+#     zero2   4 + (4 + 8)/N      gradients too
+#     zero3   (4 + 4 + 8)/N      parameters too (FSDP)
+#
+# "/N" is the even split; a real run splits by whole tensors (ZeRO-1) or
+# rows (FSDP), so `state_bytes` takes the elements this rank owns. The
+# lessons' calculator (``app.calculators.memory_per_device``) and the
+# sharding lab's predictions both read this one function.
+
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
+# Which parts of the model state each strategy shards across the ranks.
+SHARDED = {"ddp": (), "zero1": ("optimizer",), "zero2": ("optimizer", "grads"),
+           "zero3": ("optimizer", "grads", "params")}
+
+
+def state_bytes(strategy: str, total: float, *, owned: float | None = None, world_size: int = 1,
+                weights: float = 4, grads: float = 4, optimizer: float = 8) -> dict[str, float]:
+    """Bytes of parameters, gradients and optimizer state one rank holds.
+
+    ``total``: parameters of the model; ``owned``: those whose shard this
+    rank keeps (default: the even split ``total / world_size``); the other
+    arguments: bytes per parameter of each part.
+
+    >>> state_bytes("zero2", 1e9, world_size=4)
+    {'params': 4000000000.0, 'grads': 1000000000.0, 'optimizer': 2000000000.0}
+    """
+    if strategy not in SHARDED:
+        raise ValueError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
+    mine = total / world_size if owned is None else owned
+
+    def count(part: str) -> float:
+        return mine if part in SHARDED[strategy] else total
+
+    return {"params": weights * count("params"), "grads": grads * count("grads"),
+            "optimizer": optimizer * count("optimizer")}
+
+
+def wire_factor(strategy: str, world_size: int, *, zero1_broadcasts: bool = True) -> float:
+    """Bytes each rank sends per step per byte of parameters, with ring collectives.
+
+    DDP all-reduces the gradients: 2(n-1)/n. ZeRO-2 reduce-scatters them and
+    all-gathers the updated parameters: (n-1)/n twice, the same. ZeRO-3
+    all-gathers the parameters in forward and again in backward, then
+    reduce-scatters the gradients: 3(n-1)/n, 1.5x DDP. ZeRO-1 could cost what
+    DDP costs (reduce-scatter + all-gather), but torch's
+    ZeroRedundancyOptimizer keeps DDP's all-reduce and then broadcasts each
+    owner's parameters (``zero1_broadcasts``): 3(n-1)/n as well.
+    """
+    rs = bus_factor("reduce_scatter", world_size)
+    extra = {"ddp": 0, "zero1": 1 if zero1_broadcasts else 0, "zero2": 0, "zero3": 1}[strategy]
+    return (2 + extra) * rs

@@ -25,6 +25,7 @@ FIT = ("alpha_us", "bandwidth_GBps", "bandwidth_of_tcp")
 LAUNCH = ("wall_s", "collective_s", "overhead_s", "first_progress_in_process_s")
 FIRST_EVENT = ("first_progress_cli_s", "python_import_torch_s")
 DDP = ("naive_step_ms", "ddp_step_ms", "ddp_vs_naive_step_ratio")
+SHARDING = ("wall_s", "work_s", "max_abs_diff_vs_ddp", "zero3_vs_ddp_wire")
 QUEUE = ("single_end_to_end_s", "single_queue_wait_s", "burst_queue_wait_s", "burst_end_to_end_s",
          "burst_total_s")
 # The sandbox's cost: the same program or grading in mode bwrap and in mode none.
@@ -112,6 +113,8 @@ def test_labs_have_every_figure(quick):
         for name, v in labs["timeline"]["variants"].items():
             for key in ("overlap", "exposed_comm_ms"):
                 part(v[key], ("median", "min", "max"), f"labs.timeline.{name}.{key}")
+    if part(labs["sharding"], SHARDING, "labs.sharding"):
+        part(labs["sharding"]["ledger_error"], ("ddp", "zero1", "zero2", "zero3"), "labs.sharding.ledger_error")
     if part(labs["queue"], ("bare_cli_s",), "labs.queue"):
         assert set(labs["queue"]["workers"]) == {"1", "2", "3"}
         for n, row in labs["queue"]["workers"].items():
@@ -232,3 +235,20 @@ def test_gpu_runs_or_says_why_not(quick):
         assert isinstance(g, dict) and g["mode"] in ("nccl", "single-gpu ddp") or is_reason(g)
     else:
         assert g == "skipped: no CUDA"
+
+
+@pytest.mark.slow
+def test_the_sharding_rows():
+    """The sharding lab's part of the table, from one small run (the quick run checks the rest)."""
+    from benchmarks import lab_costs, report
+    from benchmarks.common import Config
+
+    sh = lab_costs.sharding(Config.quick_mode())
+    part(sh, SHARDING, "labs.sharding")
+    assert set(sh["ledger_error"]) == {"ddp", "zero1", "zero2", "zero3"}
+    assert max(sh["ledger_error"].values()) <= 0.10 and sh["zero3_vs_ddp_wire"] > 1.3
+    skipped = "skipped: not measured here"
+    rows = report.labs({"launch": skipped, "first_event": skipped, "ddp": skipped, "sharding": sh})
+    figures = [r[1] for r in rows]
+    assert any(f.startswith("sharding lab, 2 ranks") for f in figures)
+    assert any(f.startswith("sharding ledger") for f in figures)

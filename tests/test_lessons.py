@@ -11,12 +11,12 @@ from app import calculators as calc
 from quizzes.bank import load_bank
 
 LANGS = sorted(i18n.languages())
-KNOWN_WIDGETS = {"memory_calculator", "scaling_explorer", "ring_traffic", "ring_diagram"}
+KNOWN_WIDGETS = {"memory_calculator", "scaling_explorer", "ring_traffic", "ring_diagram", "sharding_calculator"}
 
 
-def test_eleven_sections_in_english():
+def test_twelve_sections_in_english():
     assert lessons.section_ids() == [
-        "overview", "training-step", "ring-allreduce", "ddp", "practice", "strategy",
+        "overview", "training-step", "ring-allreduce", "ddp", "sharding", "practice", "strategy",
         "case-studies", "future", "risks", "roadmap", "faq",
     ]
 

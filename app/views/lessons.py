@@ -8,7 +8,7 @@ import streamlit as st
 
 from academy import exercises, lessons
 from academy.db import session_scope
-from app import ui, widgets
+from app import sharding, ui, widgets
 
 t = ui.t
 code = st.session_state["lang"]
@@ -45,6 +45,7 @@ WIDGETS = {
     "memory_calculator": widgets.memory_calculator,
     "ring_traffic": widgets.ring_traffic,
     "ring_diagram": widgets.ring_diagram,
+    "sharding_calculator": sharding.calculator,
     "scaling_explorer": lambda: widgets.scaling_explorer(ui.my_scaling_points(who)),
 }
 blocks = lessons.body(code, current)

@@ -1,0 +1,312 @@
+"""Sharding on the page: the lab's ledger per rank and strategy, a shard map, the lessons' calculator.
+
+The figures are plain functions (data in, figure out; labels come in already
+translated) in the palette of ``app.charts``: one colour per part of the
+model state (``charts.MEMORY``), communication vermillion, a model's
+prediction black. `show` draws a finished sharding run (``LabRun.result``,
+the numbers the processes measured) and `animation` replays one step of it
+(where each shard lives, what moves); `calculator` is the lesson widget
+``sharding_calculator``. Both read ``labs.model``'s one formula.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from academy.i18n import DEFAULT_LANG, number_marks
+from app import calculators as calc
+from app import charts
+from app.ui import labeler, t
+from app.widgets import chart, lang, num
+from labs.model import SHARDED, STRATEGIES
+
+PARTS = {"params": "weights", "grads": "grads", "optimizer": "optimizer_state"}  # lab part -> MEMORY colour
+MB = 1e6
+
+
+def _marks(fig: go.Figure, language: str) -> go.Figure:
+    decimal, group = number_marks(language)
+    fig.update_layout(separators=decimal + group, template=charts.TEMPLATE)
+    return fig
+
+
+def _tick(names: dict[str, str], strategy: str, rank: int) -> str:
+    """The x label of one (strategy, rank): two short lines, so that 16 bars still read."""
+    return f"{names[strategy]}<br>{names['rank']} {rank}"
+
+
+def _with_table(fig: go.Figure) -> go.Figure:
+    """The figure's text alternative (``charts.table`` reads ``layout.meta``): the traces'
+    numbers by bar, with each two-line tick label on one line."""
+    traces = [tr for tr in fig.data if tr.name]
+    keys = list(traces[0].x) if traces else []
+    rows = [[x.replace("<br>", " · "), *(float(tr.y[i]) for tr in traces)] for i, x in enumerate(keys)]
+    fig.update_layout(meta={"table": {"columns": ["", *(tr.name for tr in traces)], "rows": rows}})
+    return fig
+
+
+def ledger_figure(ledger: dict, *, names: dict[str, str], language: str = DEFAULT_LANG) -> go.Figure:
+    """Stacked bars of MB per rank and strategy: measured (solid) beside predicted (hatched).
+
+    ``ledger``: the summary's ``strategies`` (``{strategy: {"ranks": [...]}}``);
+    ``names``: a label for each strategy, each part, "measured", "predicted",
+    "rank", "mb" and "series" (``{part}`` and ``{kind}`` in one legend entry).
+    Each bar is drawn from its own base, so measured and predicted stand side
+    by side at every (strategy, rank).
+    """
+    xs = [_tick(names, s, r["rank"]) for s in STRATEGIES if s in ledger for r in ledger[s]["ranks"]]
+    rows = [r for s in STRATEGIES if s in ledger for r in ledger[s]["ranks"]]
+    fig = go.Figure()
+    for kind, pattern in (("measured", ""), ("predicted", "/")):
+        base = [0.0] * len(rows)
+        for part, colour in PARTS.items():
+            ys = [r[kind][part] / MB for r in rows]
+            series = names["series"].format(part=names[part], kind=names[kind])
+            fig.add_bar(name=series, x=xs, y=ys, base=list(base), offsetgroup=kind,
+                        legendgroup=kind, marker={"color": charts.MEMORY[colour], "pattern": {"shape": pattern},
+                                                  "line": {"color": charts.PAPER, "width": 1}},
+                        hovertemplate="%{x}<br>" + series + ": %{y:.3f} MB<extra></extra>")
+            base = [b + y for b, y in zip(base, ys, strict=True)]
+    fig.update_layout(barmode="group", height=460, yaxis_title=names["mb"], margin={"t": 10},
+                      legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
+                      xaxis={"tickangle": 0})
+    return _marks(_with_table(fig), language)
+
+
+def wire_figure(ledger: dict, predicted: dict[str, float], *, names: dict[str, str],
+                language: str = DEFAULT_LANG) -> go.Figure:
+    """MB each rank sent per step (bars) beside the ring model's figure (black markers)."""
+    xs, sent, model = [], [], []
+    for s in STRATEGIES:
+        for r in ledger.get(s, {}).get("ranks", []):
+            xs.append(_tick(names, s, r["rank"]))
+            sent.append(r["wire_bytes_per_step"] / MB)
+            model.append(predicted[s] / MB)
+    fig = go.Figure()
+    fig.add_bar(name=names["sent"], x=xs, y=sent, marker={"color": charts.COMMUNICATION},
+                hovertemplate="%{x}: %{y:.3f} MB<extra></extra>")
+    fig.add_scatter(name=names["model"], x=xs, y=model, mode="markers",
+                    marker={"color": charts.MODEL, "symbol": "line-ew", "size": 18, "line": {"width": 3,
+                                                                                           "color": charts.MODEL}})
+    fig.update_layout(height=320, yaxis_title=names["mb"], margin={"t": 10},
+                      legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
+                      xaxis={"tickangle": 0})
+    return _marks(_with_table(fig), language)
+
+
+def calculator_figure(totals: dict[str, calc.Memory], devices: dict[str, float], *, names: dict[str, str],
+                      language: str = DEFAULT_LANG) -> go.Figure:
+    """GB per device under each strategy, stacked by part, with a dashed line per device size."""
+    xs = [names[s] for s in totals]
+    fig = go.Figure()
+    for part, field in (("weights", "weights"), ("grads", "grads"), ("optimizer_state", "optimizer")):
+        fig.add_bar(name=names[part], x=xs, y=[getattr(m, field) / calc.GB for m in totals.values()],
+                    marker={"color": charts.MEMORY[part], "line": {"color": charts.PAPER, "width": 1}},
+                    hovertemplate="%{x}: %{y:.1f} GB<extra>" + names[part] + "</extra>")
+    for name, capacity in devices.items():
+        fig.add_shape(type="line", xref="paper", x0=0, x1=1, y0=capacity, y1=capacity,
+                      line={"color": charts.INK, "dash": "dash", "width": 1.5})
+        fig.add_annotation(xref="paper", x=1, y=capacity, text=name, showarrow=False, xanchor="right",
+                           yanchor="bottom", font={"size": 12, "color": charts.INK}, bgcolor=charts.PAPER)
+    top = max([*(m.total / calc.GB for m in totals.values()), *devices.values()]) * 1.08
+    fig.update_layout(barmode="stack", height=360, yaxis={"title": names["gb"], "range": [0, top]},
+                      xaxis_title=names["strategy"], margin={"t": 10}, legend={"traceorder": "normal"})
+    return _marks(fig, language)
+
+
+def strategy_names() -> dict[str, str]:
+    return {s: t(f"sharding.strategy.{s}") for s in STRATEGIES}
+
+
+def _names() -> dict[str, str]:
+    return {**strategy_names(), **{p: t(f"sharding.part.{p}") for p in PARTS},
+            **{k: t(f"sharding.{k}") for k in ("measured", "predicted", "rank", "mb", "sent", "model")},
+            "series": t("sharding.series", part="{part}", kind="{kind}")}
+
+
+def show(run) -> None:
+    """A finished sharding run: the checks, the ledger, the wire bytes."""
+    s = run.result["summary"]
+    ledger, n = s["strategies"], s["world_size"]
+    worst = max(s["ledger_error"].values())
+    (st.success if s["within_ledger_tolerance"] else st.error)(
+        t("sharding.check_ledger", worst=worst * 100, tol=s["ledger_tolerance"] * 100))
+    if s.get("ordered") is not None:
+        (st.success if s["ordered"] else st.warning)(t("sharding.check_order" if s["ordered"] else
+                                                       "sharding.check_order_bad", count=n))
+    diff = max(v["max_abs_diff_vs_ddp"] for v in ledger.values())
+    (st.success if s["equal_weights"] else st.error)(
+        t("sharding.check_weights", diff=diff, tol=s["tolerance"], moved=s.get("max_abs_update_ddp") or 0.0))
+    names = _names()
+    st.markdown(f"**{t('sharding.ledger_title', count=n)}**")
+    chart(ledger_figure(ledger, names=names, language=lang()), key=f"ledger_{run.id}",
+          caption=t("sharding.ledger_caption"))
+    st.markdown(f"**{t('sharding.wire_title')}**")
+    chart(wire_figure(ledger, s["predicted_wire_bytes_per_step"], names=names, language=lang()),
+          key=f"wire_{run.id}", caption=t("sharding.wire_caption"))
+    peaks = [r["peak"] for v in ledger.values() for r in v["ranks"] if r["peak"] is not None]
+    st.caption(t("sharding.peak", mb=max(peaks) / MB) if peaks else t("sharding.no_peak"))
+    animation(run)
+
+
+def rows(summary: dict) -> list[dict]:
+    """The ledger as CSV rows: one per strategy and rank."""
+    out = []
+    for name, v in summary.get("strategies", {}).items():
+        for r in v["ranks"]:
+            out.append({"strategy": name, "rank": r["rank"],
+                        **{f"measured_{k}": b for k, b in r["measured"].items()},
+                        **{f"predicted_{k}": b for k, b in r["predicted"].items()},
+                        "peak": r["peak"], "wire_bytes_per_step": r["wire_bytes_per_step"]})
+    return out
+
+
+def calculator() -> None:
+    """The lesson widget: what each strategy leaves on one device, for a model and a device count."""
+    st.subheader(t("sharding.calc.title"))
+    c1, c2, c3, c4 = st.columns(4)
+    billions = c1.number_input(t("widgets.memory.params"), 0.01, 2000.0, 7.0, step=0.5, key="shard_params")
+    precision = c2.selectbox(t("widgets.memory.precision"), list(calc.PRECISIONS), index=1,
+                             format_func=labeler("widgets.precision."), key="shard_prec")
+    optimizer = c3.selectbox(t("widgets.memory.optimizer"), list(calc.OPTIMIZERS), index=2,
+                             format_func=labeler("widgets.optimizer."), key="shard_opt")
+    n = int(c4.number_input(t("sharding.calc.devices"), 1, 4096, 8, key="shard_n"))
+    totals = {s: calc.memory_per_device(billions * 1e9, precision, optimizer, strategy=s, world_size=n)
+              for s in STRATEGIES}
+    names = {**strategy_names(), **{p: t(f"widgets.memory.{p}") for p in ("weights", "grads", "optimizer_state")},
+             "gb": t("widgets.memory.gb"), "strategy": t("sharding.calc.strategy")}
+    chart(calculator_figure(totals, calc.DEVICES, names=names, language=lang()), key="shard_chart",
+          caption=t("sharding.calc.caption", count=n))
+    for s, mem in totals.items():
+        fitting = [name for name, gb in calc.DEVICES.items() if calc.fits(mem, gb)]
+        st.write(t("sharding.calc.line", strategy=names[s], gb=num(mem.total / calc.GB, ",.1f"),
+                   fits=", ".join(fitting) if fitting else t("sharding.calc.none")))
+    st.caption(t("sharding.calc.note"))
+
+
+
+# --- Where each shard lives, phase by phase --------------------------------
+# For each strategy, the phases of one training step and what each rank holds
+# after each: per part, per rank, per shard, 0 absent, 1 kept, 2 a transient
+# full copy (gathered or computed for this phase, freed after it).
+ABSENT, KEPT, TRANSIENT = 0, 1, 2
+ANIMATED_PARTS = ("params", "grads", "optimizer")
+PHASES = {
+    "ddp": ("start", "backward", "all_reduce", "step_all"),
+    "zero1": ("start", "backward", "all_reduce", "step_own", "broadcast"),
+    "zero2": ("start", "backward", "reduce_scatter", "step_own", "all_gather"),
+    "zero3": ("start", "gather_forward", "gather_backward", "reduce_scatter", "step_own"),
+}
+# The collective each phase runs, for its bytes (labs.model.bus_factor); None: no traffic.
+PHASE_COLLECTIVE = {"all_reduce": "all_reduce", "reduce_scatter": "reduce_scatter", "all_gather": "all_gather",
+                    "broadcast": "all_gather", "gather_forward": "all_gather", "gather_backward": "all_gather"}
+
+
+def shard_states(strategy: str, n: int) -> list[tuple[str, dict[str, list[list[int]]]]]:
+    """Each phase of one step under ``strategy`` on ``n`` ranks, with what every rank holds after it."""
+    every = [[KEPT] * n for _ in range(n)]
+    own = [[KEPT if shard == rank else ABSENT for shard in range(n)] for rank in range(n)]
+    none = [[ABSENT] * n for _ in range(n)]
+    mixed = [[KEPT if shard == rank else TRANSIENT for shard in range(n)] for rank in range(n)]
+    sharded = SHARDED[strategy]
+    kept = {p: own if p in sharded else every for p in ANIMATED_PARTS}
+    out = []
+    for phase in PHASES[strategy]:
+        state = dict(kept, grads=none)  # gradients exist from backward until zero_grad
+        if phase == "gather_forward":
+            state["params"] = mixed
+        elif phase == "gather_backward":
+            state.update(params=mixed, grads=[[TRANSIENT] * n for _ in range(n)])
+        elif phase == "backward":
+            state["grads"] = every if "grads" not in sharded else [[TRANSIENT] * n for _ in range(n)]
+        elif phase != "start":  # the gradients are reduced: kept whole or as this rank's shard
+            state["grads"] = kept["grads"]
+        out.append((phase, state))
+    return out
+
+
+def shard_figure(strategy: str, n: int, *, parameter_bytes: float, names: dict[str, str],
+                 language: str = DEFAULT_LANG) -> go.Figure:
+    """An animation of one step: a row per rank, for each part a square per shard, filled
+    where the rank keeps that shard, outlined where it holds a passing full copy, faint
+    where it holds nothing; each frame's title says what moved and how many bytes each
+    rank sent for it (the ring model of ``labs.model``, for the run's parameter bytes)."""
+    from labs.model import bus_factor
+
+    states = shard_states(strategy, n)
+    colour = {"params": charts.MEMORY["weights"], "grads": charts.MEMORY["grads"],
+              "optimizer": charts.MEMORY["optimizer_state"]}
+
+    def data(state: dict) -> list[go.Scatter]:
+        traces = []
+        for col, part in enumerate(ANIMATED_PARTS):
+            xs, ys, symbols, colours = [], [], [], []
+            for rank in range(n):
+                for shard in range(n):
+                    held = state[part][rank][shard]
+                    xs.append(col * (n + 1) + shard)
+                    ys.append(rank)
+                    symbols.append({KEPT: "square", TRANSIENT: "square-open", ABSENT: "square-open"}[held])
+                    colours.append(charts.GRID if held == ABSENT else colour[part])
+            traces.append(go.Scatter(x=xs, y=ys, mode="markers", name=names[part], hoverinfo="skip",
+                                     marker={"symbol": symbols, "color": colours, "size": 18,
+                                             "line": {"width": 2, "color": colours}}))
+        return traces
+
+    def title(phase: str) -> str:
+        kind = PHASE_COLLECTIVE.get(phase)
+        text = names[f"phase_{phase}"]
+        if kind is not None:
+            sent = parameter_bytes * bus_factor(kind, n) / MB
+            text += "<br>" + names["phase_bytes"].format(mb=f"{sent:.2f}")
+        return text
+
+    frames = [go.Frame(name=str(k), data=data(state), layout={"title": {"text": title(phase)}})
+              for k, (phase, state) in enumerate(states)]
+    fig = go.Figure(data=frames[0].data, frames=frames)
+    ticks = [col * (n + 1) + (n - 1) / 2 for col in range(len(ANIMATED_PARTS))]
+    fig.update_layout(
+        title={"text": frames[0].layout.title.text, "x": 0, "xanchor": "left"}, height=170 + 34 * n,
+        showlegend=False, margin={"t": 70, "b": 110, "l": 70},
+        xaxis={"tickvals": ticks, "ticktext": [names[p] for p in ANIMATED_PARTS], "side": "top",
+               "range": [-1, len(ANIMATED_PARTS) * (n + 1) - 1], "showgrid": False, "zeroline": False},
+        yaxis={"tickvals": list(range(n)), "ticktext": [f"{names['rank']} {r}" for r in range(n)],
+               "autorange": "reversed", "showgrid": False, "zeroline": False},
+        updatemenus=[{"type": "buttons", "direction": "left", "x": 0.0, "y": -0.15, "xanchor": "left",
+                      "yanchor": "top", "bgcolor": charts.PAPER, "bordercolor": charts.INK,
+                      "font": {"color": charts.INK},
+                      "buttons": [{"label": names["play"], "method": "animate",
+                                   "args": [None, {"frame": {"duration": 1600, "redraw": True},
+                                                   "fromcurrent": True}]},
+                                  {"label": names["pause"], "method": "animate",
+                                   "args": [[None], {"frame": {"duration": 0, "redraw": False},
+                                                     "mode": "immediate"}]}]}],
+        sliders=[{"active": 0, "y": -0.15, "x": 0.25, "len": 0.75, "yanchor": "top",
+                  "font": {"color": charts.INK}, "bordercolor": charts.INK, "tickcolor": charts.INK,
+                  "currentvalue": {"visible": False},
+                  "steps": [{"label": str(k + 1), "method": "animate",
+                             "args": [[str(k)], {"mode": "immediate", "frame": {"duration": 0, "redraw": True}}]}
+                            for k in range(len(frames))]}],
+        meta={"table": {"columns": [names["step"], names["what_moves"]],
+                        "rows": [[k + 1, title(phase).replace("<br>", " ")]
+                                 for k, (phase, _state) in enumerate(states)]}},
+    )
+    return _marks(fig, language)
+
+
+def animation(run) -> None:
+    """The shard map of the run's world size, one strategy at a time."""
+    s = run.result["summary"]
+    n = s["world_size"]
+    if n < 2:
+        return
+    names = {**_names(), **{f"phase_{p}": t(f"sharding.phase.{p}") for ps in PHASES.values() for p in ps},
+             "phase_bytes": t("sharding.phase.bytes", mb="{mb}"), "play": t("widgets.ring.play"),
+             "pause": t("widgets.ring.pause"), "step": t("widgets.ring.step"),
+             "what_moves": t("sharding.what_moves")}
+    st.markdown(f"**{t('sharding.animation', count=n)}**")
+    strategy = st.radio(t("sharding.strategy_choice"), STRATEGIES, horizontal=True, key=f"shard_anim_{run.id}",
+                        format_func=labeler("sharding.strategy."))
+    chart(shard_figure(strategy, n, parameter_bytes=s["model"]["bytes"], names=names, language=lang()),
+          key=f"shard_map_{run.id}_{strategy}", caption=t("sharding.animation_caption"))

@@ -1,0 +1,133 @@
+"""The sharding lab: each rank's ledger against the lessons' formula, and the same weights."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import labs.zero  # noqa: F401 - imported here so that forked ranks inherit it (FSDP, DDP)
+from app import calculators
+from labs import sharding
+from labs.launch import run_lab
+from labs.model import STRATEGIES, state_bytes, wire_factor
+from labs.zero import held_bytes
+
+ROOT = Path(__file__).resolve().parent.parent
+# Small: 4 layers of 64 (16 640 parameters), two steps; 2 or 4 processes on 2 cores.
+SMALL = sharding.Params(width=64, depth=4, steps=2)
+WEIGHT_TOLERANCE = 1e-5  # fp32 Adam, two steps: the strategies sum the same gradients in other orders
+
+
+@pytest.fixture(scope="module", params=[2, 4])
+def result(request):
+    outcome = run_lab("sharding", SMALL, world_size=request.param, timeout=240)
+    assert outcome.ok, outcome
+    return json.loads(json.dumps(outcome.summary))  # as --json prints it
+
+
+def test_the_json_is_shaped_as_the_issue_says(result):
+    n = result["world_size"]
+    assert set(result["strategies"]) == set(STRATEGIES)
+    for s in result["strategies"].values():
+        assert set(s) == {"ranks", "max_abs_diff_vs_ddp"}
+        assert [r["rank"] for r in s["ranks"]] == list(range(n))
+        for r in s["ranks"]:
+            assert set(r) == {"rank", "measured", "predicted", "peak", "wire_bytes_per_step"}
+            assert set(r["measured"]) == set(r["predicted"]) == {"params", "grads", "optimizer"}
+            assert r["peak"] is None  # CPU: no allocator counts every byte
+
+
+def test_every_measured_figure_is_within_ten_percent_of_its_prediction(result):
+    for name, s in result["strategies"].items():
+        for r in s["ranks"]:
+            for part, predicted in r["predicted"].items():
+                assert r["measured"][part] == pytest.approx(predicted, rel=0.10), (name, r["rank"], part)
+    assert result["within_ledger_tolerance"] and max(result["ledger_error"].values()) <= 0.10
+
+
+def test_each_stage_holds_less_than_the_last_on_every_rank(result):
+    held = {name: [sum(r["measured"].values()) for r in s["ranks"]]
+            for name, s in result["strategies"].items()}
+    for rank in range(result["world_size"]):
+        assert held["ddp"][rank] > held["zero1"][rank] > held["zero2"][rank] > held["zero3"][rank]
+    assert result["ordered"] is True
+
+
+def test_the_four_strategies_reach_the_same_weights(result):
+    assert result["tolerance"] == WEIGHT_TOLERANCE
+    for name, s in result["strategies"].items():
+        assert s["max_abs_diff_vs_ddp"] <= WEIGHT_TOLERANCE, name
+    assert result["strategies"]["ddp"]["max_abs_diff_vs_ddp"] == 0.0
+    # ... and the weights did move: the tolerance is far below what training changed
+    assert result["max_abs_update_ddp"] > 100 * WEIGHT_TOLERANCE
+    assert result["equal_weights"] is True
+
+
+def test_wire_bytes_follow_the_ring_model(result):
+    n, params_bytes = result["world_size"], result["model"]["bytes"]
+    wire = {name: s["ranks"][0]["wire_bytes_per_step"] for name, s in result["strategies"].items()}
+    for name in STRATEGIES:
+        assert wire[name] == pytest.approx(wire_factor(name, n) * params_bytes, rel=0.10), name
+    assert wire["zero2"] == pytest.approx(wire["ddp"], rel=0.05)  # reduce-scatter + all-gather = all-reduce
+    assert wire["zero3"] == pytest.approx(1.5 * wire["ddp"], rel=0.10)
+
+
+def test_the_text_says_what_the_json_says(result):
+    text = sharding.format_text(result)
+    assert all(f"[{name}]" in text for name in STRATEGIES)
+    assert "within 10% of its prediction: True" in text
+
+
+def test_one_formula_for_the_lessons_and_the_lab():
+    # The lessons' numbers: 16 bytes per parameter, then 4 + 4 + 8/N, 4 + 12/N, 16/N.
+    assert sum(state_bytes("ddp", 1, world_size=8).values()) == 16
+    assert sum(state_bytes("zero1", 1, world_size=8).values()) == 4 + 4 + 8 / 8
+    assert sum(state_bytes("zero2", 1, world_size=8).values()) == 4 + 12 / 8
+    assert sum(state_bytes("zero3", 1, world_size=8).values()) == 16 / 8
+    assert state_bytes("zero1", 100, owned=30)["optimizer"] == 240  # an uneven split: the real share
+    for name in STRATEGIES:
+        mem = calculators.memory_per_device(7e9, "fp32", "adam", strategy=name, world_size=8)
+        assert mem.total == sum(state_bytes(name, 7e9, world_size=8).values())
+    with pytest.raises(ValueError):
+        state_bytes("zero4", 1)
+
+
+def test_held_bytes_counts_a_storage_once():
+    flat = torch.zeros(100)
+    a, b = flat[:60], flat[40:]  # overlapping views of one storage: 100 elements in all
+    assert held_bytes({"params": [a, b, flat[10:20]]}) == {"params": 400}
+    grad = torch.zeros(10)
+    assert held_bytes({"params": [flat], "grads": [grad, flat[:5]]}) == {"params": 400, "grads": 40}
+    assert held_bytes({"optimizer": [torch.zeros(4, 4).t()]}) == {"optimizer": 64}
+
+
+def test_params_and_cli():
+    with pytest.raises(ValueError):
+        sharding.Params(lr=0)
+    with pytest.raises(ValueError):
+        sharding.Params(width=2)
+    assert sharding.Params().parameters == 8 * (384 * 384 + 384)
+
+
+def test_the_lab_module_imports_no_torch():
+    code = "import sys, labs.sharding; print([m for m in sys.modules if m.split('.')[0] == 'torch'])"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_the_peak_is_the_allocators():
+    outcome = run_lab("sharding", SMALL, world_size=1, backend="nccl", timeout=240)
+    assert outcome.ok, outcome
+    for name, s in outcome.summary["strategies"].items():
+        row = s["ranks"][0]
+        # The allocator's peak during the step holds at least the state kept after it.
+        assert isinstance(row["peak"], int) and row["peak"] >= sum(row["measured"].values()), name
+    assert outcome.summary["within_ledger_tolerance"] and outcome.summary["equal_weights"]
