@@ -21,15 +21,68 @@ ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
 
 
-@pytest.fixture
-def engine():
-    """A migrated in-memory SQLite engine shared by all sessions of one test."""
-    from sqlalchemy.pool import StaticPool
+# Under ``pytest -n 2 --dist loadgroup`` (pyproject.toml) the tests of one
+# group run on one worker, one after another: "server" holds everything on the
+# one Streamlit server and Chromium; "procs" the tests that find processes by
+# their command line, which another worker's processes could answer.
+SERVER_FIXTURES = {"server", "browser"}
 
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items):
+    for item in items:
+        grouped = item.get_closest_marker("xdist_group") is not None  # xdist would join two names
+        if not grouped and SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("server"))
+
+
+@pytest.fixture(scope="session")
+def migrated_template(tmp_path_factory) -> Path:
+    """A SQLite file migrated to the newest revision once per session (per xdist worker):
+    the tests' databases are copies of it instead of eight migrations each."""
     from academy.db import make_engine, migrate
 
-    eng = make_engine("sqlite://", poolclass=StaticPool)
+    path = tmp_path_factory.mktemp("template") / "migrated.db"
+    eng = make_engine(f"sqlite:///{path}")
     migrate(eng)
+    with eng.connect() as conn:
+        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    eng.dispose()
+    return path
+
+
+def copy_of(template: Path, path: Path) -> str:
+    """A copy of the migrated ``template`` at ``path`` (owner only, as make_engine makes it); its URL."""
+    import shutil
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(template, path)
+    path.chmod(0o600)
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture
+def engine(migrated_template):
+    """A migrated in-memory SQLite engine shared by all sessions of one test.
+
+    The schema comes from the session's migrated template through SQLite's
+    backup API (milliseconds); the migrations themselves are tested on their
+    own engines (tests/test_storage.py, tests/migrations.py).
+    """
+    import sqlite3
+    from contextlib import closing
+
+    from sqlalchemy.pool import StaticPool
+
+    from academy.db import make_engine
+
+    eng = make_engine("sqlite://", poolclass=StaticPool)
+    raw = eng.raw_connection()
+    try:
+        with closing(sqlite3.connect(migrated_template)) as template:
+            template.backup(raw.driver_connection)
+    finally:
+        raw.close()
     yield eng
     eng.dispose()
 
@@ -70,9 +123,9 @@ def secrets(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def app_db(tmp_path, monkeypatch):
-    """Point the app's process-wide engine at a fresh file database."""
-    yield from use_database(monkeypatch, DATABASE_URL=f"sqlite:///{tmp_path / 'app.db'}")
+def app_db(tmp_path, monkeypatch, migrated_template):
+    """Point the app's process-wide engine at a fresh file database (a copy of the migrated template)."""
+    yield from use_database(monkeypatch, DATABASE_URL=copy_of(migrated_template, tmp_path / "app.db"))
 
 
 @pytest.fixture

@@ -123,18 +123,18 @@ def test_schedule_replay_completes_for_any_world_size(world_size):
     assert all(c == world_size for row in states[-1].counts() for c in row)
 
 
-@pytest.mark.usefixtures("lab_worker")
-def test_second_lab_waits_its_turn_and_cancel_leaves_no_process():
+@pytest.mark.xdist_group("procs")
+def test_second_lab_waits_its_turn_and_cancel_leaves_no_process(lab_worker):
     hang = labjobs.submit(lab="ring", params={"world_size": 2, "fail_mode": "hang", "fail_rank": 1,
                                               "fail_at_step": 0}, learner_id=None, machine={})
     second = labjobs.submit(lab="ring", params={"world_size": 2}, learner_id=None, machine={})
     deadline = time.time() + 30
     while labjobs.get_run(hang).status != "running" and time.time() < deadline:
         time.sleep(0.1)
-    pids = lab_pids(hang)
+    pids = lab_pids(hang, lab_worker.proc.pid)
     while not pids and time.time() < deadline + 30:  # its ranks start (torch's import) on a busy machine
         time.sleep(0.2)
-        pids = lab_pids(hang)
+        pids = lab_pids(hang, lab_worker.proc.pid)
     assert labjobs.get_run(second).status == "queued"
     assert labjobs.queue_position(second) == 1
     assert pids, "the hanging lab has live processes"

@@ -890,6 +890,7 @@ def program_pids(module: str) -> list[int]:
 
 
 @needs_bwrap
+@pytest.mark.xdist_group("procs")  # finds run A by its command line
 def test_killing_parent_and_everyone_reaches_only_its_own_sandbox(harness):
     """Run A holds a file and waits; run B, meanwhile, looks for A and kills
     everything it can. A must finish untouched, and so must the host."""
