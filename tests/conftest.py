@@ -27,13 +27,26 @@ ARTIFACTS = ROOT / "test-artifacts"
 # their command line, which another worker's processes could answer.
 SERVER_FIXTURES = {"server", "browser"}
 
+# "slow" (the fast lane is ``pytest -m "not slow"``): a test that starts a server,
+# a browser, a lab worker, PostgreSQL or Redis, and every test of the modules
+# below, which start lab ranks, workers or CLIs in nearly every test. Modules
+# that mix both mark their own (a real grading, a sandbox start).
+SLOW_FIXTURES = SERVER_FIXTURES | {"lab_worker", "shared_lab_worker", "stack", "postgres_url", "redis_url"}
+SLOW_MODULES = {"test_lab_worker", "test_lab_multinode", "test_lab_scale", "test_labs_launch",
+                "test_labs_cli", "test_labs_combos", "test_labs_ddp", "test_labs_bench", "test_faults",
+                "test_exercises_page_queue", "test_cert_cli"}
+
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items):
     for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
         grouped = item.get_closest_marker("xdist_group") is not None  # xdist would join two names
-        if not grouped and SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if not grouped and SERVER_FIXTURES & fixtures:
             item.add_marker(pytest.mark.xdist_group("server"))
+        if (SLOW_FIXTURES & fixtures or item.get_closest_marker("browser") or item.get_closest_marker("postgres")
+                or item.module.__name__.rsplit(".", 1)[-1] in SLOW_MODULES):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
@@ -138,6 +151,32 @@ def lab_worker(request, tmp_path):
     worker.wait_ready()
     yield worker
     worker.stop()
+
+
+@pytest.fixture(scope="module")
+def module_lab_worker(tmp_path_factory, migrated_template):
+    """One ``python -m academy.worker`` for all the tests of a module, on a database of the
+    module's own (a copy of the template): (worker, database URL). Started with the session's
+    environment, so for tests that set none the worker must see, and that keep to their own
+    runs and learners."""
+    from tests.labstack import Worker
+
+    base = tmp_path_factory.mktemp("lab-worker")
+    url = copy_of(migrated_template, base / "app.db")
+    worker = Worker(base, {"DATABASE_URL": url}, "--concurrency", "1")
+    worker.wait_ready()
+    yield worker, url
+    worker.stop()
+
+
+@pytest.fixture
+def shared_lab_worker(module_lab_worker, monkeypatch):
+    """``lab_worker`` started once per module: the app's engine on the module worker's database."""
+    worker, url = module_lab_worker
+    database = use_database(monkeypatch, DATABASE_URL=url)
+    next(database)
+    yield worker
+    next(database, None)
 
 
 @pytest.fixture(scope="session")
