@@ -24,7 +24,9 @@ ARTIFACTS = ROOT / "test-artifacts"
 # Under ``pytest -n 2 --dist loadgroup`` (pyproject.toml) the tests of one
 # group run on one worker, one after another: "server" holds everything on the
 # one Streamlit server and Chromium; "procs" the tests that find processes by
-# their command line, which another worker's processes could answer.
+# their command line, which another worker's processes could answer; and the
+# tests of a module that share a module-scoped fixture get the module's name,
+# so that one worker builds it (the smoke benchmark took 260 s on each).
 SERVER_FIXTURES = {"server", "browser"}
 
 # "slow" (the fast lane is ``pytest -m "not slow"``): a test that starts a server,
@@ -37,15 +39,31 @@ SLOW_MODULES = {"test_lab_worker", "test_lab_multinode", "test_lab_scale", "test
                 "test_exercises_page_queue", "test_cert_cli"}
 
 
+# These modules read the command lines of the processes under their workers
+# (tests/labstack.py) and wait on heartbeats of a few seconds: "procs" as well.
+PROCS_MODULES = {"test_lab_worker", "test_lab_multinode", "test_lab_scale"}
+
+
+def _module_fixture(item) -> bool:
+    """Whether the test uses a module-scoped fixture (a recording, a worker, a benchmark run)."""
+    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    return any(d and d[-1].scope == "module" for name, d in defs.items() if name in item.fixturenames)
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items):
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
+        module = item.module.__name__.rsplit(".", 1)[-1]
         grouped = item.get_closest_marker("xdist_group") is not None  # xdist would join two names
         if not grouped and SERVER_FIXTURES & fixtures:
             item.add_marker(pytest.mark.xdist_group("server"))
+        elif not grouped and module in PROCS_MODULES:
+            item.add_marker(pytest.mark.xdist_group("procs"))
+        elif not grouped and _module_fixture(item):  # one worker builds it, not each
+            item.add_marker(pytest.mark.xdist_group(module))
         if (SLOW_FIXTURES & fixtures or item.get_closest_marker("browser") or item.get_closest_marker("postgres")
-                or item.module.__name__.rsplit(".", 1)[-1] in SLOW_MODULES):
+                or module in SLOW_MODULES):
             item.add_marker(pytest.mark.slow)
 
 
