@@ -31,7 +31,7 @@ def env(tmp_path):
     }
 
 
-def cli_process(env, *args, cwd=ROOT):
+def cli(env, *args, cwd=ROOT):
     return subprocess.run(
         [sys.executable, "-m", "certificates", *map(str, args)],
         env=env,
@@ -42,8 +42,8 @@ def cli_process(env, *args, cwd=ROOT):
     )
 
 
-@pytest.fixture
-def cli(monkeypatch, capsys):
+@pytest.fixture(name="cli")  # beside the function cli, which tests/test_cert_scripts.py imports
+def cli_in_process(monkeypatch, capsys):
     """``cli(env, *args)``: ``certificates.__main__.main(argv)`` with ``env``'s database, secrets
     and public URL, its output and exit status as a CompletedProcess."""
     from academy import db
@@ -72,7 +72,6 @@ def cli(monkeypatch, capsys):
 
 
 def test_issue_verify_revoke_round_trip(env, tmp_path):
-    cli = cli_process
     out = tmp_path / "zoe.pdf"
     issued = cli(
         env, "issue", "--name", "Zoë Ødegård", "--score", "92", "--lang", "en", "--out", out
