@@ -1,5 +1,6 @@
 # make run   — create .venv, install, migrate, start the app on http://localhost:8501 and a lab worker
-# make test  — install the app and test tools (Chromium too, as root), lint, run every test
+# make test  — install the app and test tools (Chromium too, as root), lint, run every test;
+#              ARGS='-m "not slow"' for the fast lane
 # make bench — measure the platform and its labs (see benchmarks/)
 PY      ?= python3
 VENV    := .venv
@@ -67,9 +68,13 @@ system-deps: sandbox-deps
 lint: $(DEVSTAMP)
 	$(BIN)/ruff check .
 
+# pytest runs on two xdist workers (pyproject.toml); its wall time is printed either way.
 test: $(DEVSTAMP) system-deps lint
 	$(BIN)/python -m quizzes check
-	$(BIN)/python -m pytest
+	@start=$$(date +%s); status=0; $(BIN)/python -m pytest $(ARGS) || status=$$?; \
+	took=$$(( $$(date +%s) - start )); \
+	echo "make test: pytest took $$((took / 60)) min $$((took % 60)) s (exit $$status)"; \
+	exit $$status
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks $(ARGS)

@@ -2,6 +2,7 @@
 
     make bench                      # full run, for reports (3-6 minutes on 2 cores)
     make bench ARGS=--quick         # under a minute: fewer sizes, iterations and pages
+    make bench ARGS=--smoke         # each part once at its smallest size, no load parts (the tests)
     python -m benchmarks --quick --json /tmp/bench.json
 
 Prints one Markdown table and writes the same figures as JSON
@@ -26,5 +27,6 @@ A figure that could not be measured is a string, "not available: why" or
 "skipped: why", in place of its number. Everything runs against a throw-away
 database and secrets folder (``common.sandbox``), never ``data/``. Timings
 are never asserted by the tests: ``tests/test_benchmarks.py`` only checks
-that ``--quick`` runs and its JSON has every field.
+that ``--smoke`` runs and its JSON has every field (the concurrent-learner
+and classroom parts it skips run in the tests against the real server).
 """

@@ -1,4 +1,4 @@
-"""``python -m benchmarks [--quick] [--json PATH]``: measure, print one table, write JSON."""
+"""``python -m benchmarks [--quick | --smoke] [--json PATH]``: measure, print one table, write JSON."""
 
 from __future__ import annotations
 
@@ -88,17 +88,21 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m benchmarks",
         description="Measure the platform and its labs beside their yardsticks; print one "
                     "table and write it as JSON.")
-    parser.add_argument("--quick", action="store_true",
-                        help="fewer sizes, iterations and pages: under a minute on 2 cores")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true",
+                      help="fewer sizes, iterations and pages: under a minute on 2 cores")
+    size.add_argument("--smoke", action="store_true",
+                      help="every part once at its smallest size, without the load and classroom "
+                           "parts: that it all runs (the tests), not a measurement")
     parser.add_argument("--json", metavar="PATH", type=Path, default=DEFAULT_JSON,
                         help="where the JSON goes (default benchmarks/results/latest.json)")
     args = parser.parse_args(argv)
-    cfg = Config.quick_mode() if args.quick else Config()
+    cfg = Config.smoke_mode() if args.smoke else Config.quick_mode() if args.quick else Config()
     base = sandbox()  # before anything reads the app's settings
     started = datetime.now(UTC)
     load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
-    print(f"benchmarks ({'quick' if cfg.quick else 'full'} mode), scratch data in {base}",
+    print(f"benchmarks ({cfg.mode} mode), scratch data in {base}",
           file=sys.stderr)
     try:
         sections = run(cfg, base)
@@ -106,9 +110,9 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(base, ignore_errors=True)
     result = {
         "meta": {
-            "mode": "quick" if cfg.quick else "full",
+            "mode": cfg.mode,
             "date": started.strftime("%Y-%m-%d %H:%M UTC"),
-            "command": "python -m benchmarks" + (" --quick" if cfg.quick else ""),
+            "command": "python -m benchmarks" + ("" if cfg.mode == "full" else f" --{cfg.mode}"),
             "machine": _machine(),
             "duration_s": time.perf_counter() - t0,
             # Other work on the machine moves every figure: say how busy it was.

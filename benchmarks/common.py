@@ -22,6 +22,7 @@ class Config:
     """How much each section measures. The defaults are the full run."""
 
     quick: bool = False
+    smoke: bool = False  # every part once at its smallest size, for the tests; not a measurement
     # Collectives: the sweep runs from min_bytes (small sizes pin down the
     # alpha-beta fit's latency) to max_bytes; the table shows report_from up.
     world_sizes: tuple[int, ...] = (2, 4)
@@ -36,6 +37,7 @@ class Config:
     tcp_repeats: int = 5
     # Labs.
     lab_repeats: int = 3
+    queue_workers: tuple[int, ...] = (1, 2, 3)  # a queue row for each number of workers
     queue_labs: int = 6  # labs submitted at once per worker count (the queue rows)
     ddp_world_sizes: tuple[int, ...] = (1, 2, 4)
     ddp_steps: int | None = None  # None: labs.ddp's own default
@@ -59,6 +61,9 @@ class Config:
     load_seconds: float = 30.0
     classroom_sessions: tuple[int, ...] = (1, 10, 30)  # concurrent websocket sessions
     classroom_seconds: float = 15.0
+    # The concurrent-learner and classroom parts; smoke mode leaves them to the
+    # tests that drive the real server (tests/test_load.py, tests/test_benchmarks.py).
+    under_load: bool = True
 
     @classmethod
     def quick_mode(cls) -> Config:
@@ -70,12 +75,28 @@ class Config:
                    load_learners=4, load_browsers=0, load_seconds=5.0,
                    classroom_sessions=(1, 5), classroom_seconds=3.0)
 
+    @classmethod
+    def smoke_mode(cls) -> Config:
+        """Each part once, at its smallest size, without the load and classroom parts: that the
+        code runs and reports every figure (tests/test_benchmarks.py), in a minute or two."""
+        return cls(smoke=True, world_sizes=(2,), min_bytes=256 * KiB, max_bytes=1 * MiB,
+                   factor=4, warmup=1, iters=1, sweeps=1, tcp_bytes=16 * MiB, tcp_repeats=1,
+                   lab_repeats=1, queue_workers=(1,), queue_labs=1, ddp_world_sizes=(1, 2),
+                   ddp_steps=2, sandbox_repeats=1, exercise_repeats=1,
+                   exercise_direct=("ring-allreduce",), quiz_attempts=1, pdfs=1, certificates=1_000,
+                   lookups=100, pages=("home",), page_repeats=1, load_learners=0, load_browsers=0,
+                   load_seconds=0.0, classroom_sessions=(), classroom_seconds=0.0, under_load=False)
+
+    @property
+    def mode(self) -> str:
+        return "smoke" if self.smoke else "quick" if self.quick else "full"
+
     def shrunk(self) -> list[str]:
         """What this run measures less of than the full one: "name value (full value)"."""
         full = Config()
         return [f"{f.name} {_show(getattr(self, f.name))} ({_show(getattr(full, f.name))})"
                 for f in fields(self)
-                if f.name != "quick" and getattr(self, f.name) != getattr(full, f.name)]
+                if f.name not in ("quick", "smoke") and getattr(self, f.name) != getattr(full, f.name)]
 
 
 def _show(value: object) -> str:

@@ -122,7 +122,7 @@ def costs(cfg: Config, base: Path) -> dict:
                     per[ex]["queue"] = unavailable(exc)
     for ex in EXERCISES:
         if ex not in cfg.exercise_direct:
-            per[ex]["direct"] = "skipped: quick mode grades only " + ", ".join(cfg.exercise_direct)
+            per[ex]["direct"] = f"skipped: {cfg.mode} mode grades only " + ", ".join(cfg.exercise_direct)
             continue
         try:
             per[ex]["direct"] = _direct(ex, cfg.exercise_repeats)

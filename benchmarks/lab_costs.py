@@ -221,7 +221,8 @@ def workers(folder: Path, n: int) -> Iterator[None]:
 
 
 def queue(cfg: Config, base: Path) -> dict:
-    """What the job queue adds: a tiny ring lab through ``labqueue.submit`` and 1, 2, 3 workers.
+    """What the job queue adds: a tiny ring lab through ``labqueue.submit`` and 1, 2, 3 workers
+    (``cfg.queue_workers``).
 
     At each worker count: one lab alone on an idle queue (its end-to-end time
     beside the bare ``python -m labs`` run is the queue's overhead), then a
@@ -247,7 +248,7 @@ def queue(cfg: Config, base: Path) -> dict:
         with session_scope() as s:
             return list(s.exec(select(LabRun).where(LabRun.id.in_(ids))))
 
-    for n in (1, 2, 3):
+    for n in cfg.queue_workers:
         folder = base / f"queue-{n}"
         with scratch_stack(folder, LAB_MAX_QUEUED="1000", LAB_MAX_PER_LEARNER="1000",
                            LAB_GUEST_SHARE="1"), workers(folder, n):

@@ -372,6 +372,8 @@ def page_renders(cfg: Config, base: Path) -> dict:
 
 
 def concurrent_load(cfg: Config) -> dict | str:
+    if not cfg.under_load:
+        return "skipped: smoke mode (tests/test_load.py drives the real server)"
     try:
         from benchmarks.load import run_load
     except Exception as exc:  # noqa: BLE001 - written by another change; may be missing
@@ -388,9 +390,11 @@ def concurrent_load(cfg: Config) -> dict | str:
 # -------------------------------------------------------------- classroom
 
 
-def classroom(cfg: Config) -> dict:
+def classroom(cfg: Config) -> dict | str:
     """Page time at 1, 10 and 30 concurrent sessions over Streamlit's websocket, beside an
     empty Streamlit page in the same run (``benchmarks.wsload``)."""
+    if not cfg.under_load:
+        return "skipped: smoke mode (tests/test_benchmarks.py drives the real server)"
     from benchmarks import wsload
 
     return {"seconds": cfg.classroom_seconds,

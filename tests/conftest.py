@@ -21,15 +21,99 @@ ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
 
 
-@pytest.fixture
-def engine():
-    """A migrated in-memory SQLite engine shared by all sessions of one test."""
-    from sqlalchemy.pool import StaticPool
+# Under ``pytest -n 2 --dist loadgroup`` (pyproject.toml) the tests of one
+# group run on one worker, one after another: "server" holds everything on the
+# one Streamlit server and Chromium; "procs" the tests that find processes by
+# their command line, which another worker's processes could answer; and the
+# tests of a module that share a module-scoped fixture get the module's name,
+# so that one worker builds it (the smoke benchmark took 260 s on each).
+SERVER_FIXTURES = {"server", "browser"}
 
+# "slow" (the fast lane is ``pytest -m "not slow"``): a test that starts a server,
+# a browser, a lab worker, PostgreSQL or Redis, and every test of the modules
+# below, which start lab ranks, workers or CLIs in nearly every test. Modules
+# that mix both mark their own (a real grading, a sandbox start).
+SLOW_FIXTURES = SERVER_FIXTURES | {"lab_worker", "shared_lab_worker", "stack", "postgres_url", "redis_url"}
+SLOW_MODULES = {"test_lab_worker", "test_lab_multinode", "test_lab_scale", "test_labs_launch",
+                "test_labs_cli", "test_labs_combos", "test_labs_ddp", "test_labs_bench", "test_faults",
+                "test_exercises_page_queue", "test_cert_cli"}
+
+
+# These modules read the command lines of the processes under their workers
+# (tests/labstack.py) and wait on heartbeats of a few seconds: "procs" as well.
+PROCS_MODULES = {"test_lab_worker", "test_lab_multinode", "test_lab_scale"}
+
+
+def _module_fixture(item) -> bool:
+    """Whether the test uses a module-scoped fixture (a recording, a worker, a benchmark run)."""
+    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    return any(d and d[-1].scope == "module" for name, d in defs.items() if name in item.fixturenames)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items):
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        module = item.module.__name__.rsplit(".", 1)[-1]
+        grouped = item.get_closest_marker("xdist_group") is not None  # xdist would join two names
+        if not grouped and SERVER_FIXTURES & fixtures:
+            item.add_marker(pytest.mark.xdist_group("server"))
+        elif not grouped and module in PROCS_MODULES:
+            item.add_marker(pytest.mark.xdist_group("procs"))
+        elif not grouped and _module_fixture(item):  # one worker builds it, not each
+            item.add_marker(pytest.mark.xdist_group(module))
+        if (SLOW_FIXTURES & fixtures or item.get_closest_marker("browser") or item.get_closest_marker("postgres")
+                or module in SLOW_MODULES):
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
+def migrated_template(tmp_path_factory) -> Path:
+    """A SQLite file migrated to the newest revision once per session (per xdist worker):
+    the tests' databases are copies of it instead of eight migrations each."""
     from academy.db import make_engine, migrate
 
-    eng = make_engine("sqlite://", poolclass=StaticPool)
+    path = tmp_path_factory.mktemp("template") / "migrated.db"
+    eng = make_engine(f"sqlite:///{path}")
     migrate(eng)
+    with eng.connect() as conn:
+        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    eng.dispose()
+    return path
+
+
+def copy_of(template: Path, path: Path) -> str:
+    """A copy of the migrated ``template`` at ``path`` (owner only, as make_engine makes it); its URL."""
+    import shutil
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(template, path)
+    path.chmod(0o600)
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture
+def engine(migrated_template):
+    """A migrated in-memory SQLite engine shared by all sessions of one test.
+
+    The schema comes from the session's migrated template through SQLite's
+    backup API (milliseconds); the migrations themselves are tested on their
+    own engines (tests/test_storage.py, tests/migrations.py).
+    """
+    import sqlite3
+    from contextlib import closing
+
+    from sqlalchemy.pool import StaticPool
+
+    from academy.db import make_engine
+
+    eng = make_engine("sqlite://", poolclass=StaticPool)
+    raw = eng.raw_connection()
+    try:
+        with closing(sqlite3.connect(migrated_template)) as template:
+            template.backup(raw.driver_connection)
+    finally:
+        raw.close()
     yield eng
     eng.dispose()
 
@@ -70,9 +154,9 @@ def secrets(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def app_db(tmp_path, monkeypatch):
-    """Point the app's process-wide engine at a fresh file database."""
-    yield from use_database(monkeypatch, DATABASE_URL=f"sqlite:///{tmp_path / 'app.db'}")
+def app_db(tmp_path, monkeypatch, migrated_template):
+    """Point the app's process-wide engine at a fresh file database (a copy of the migrated template)."""
+    yield from use_database(monkeypatch, DATABASE_URL=copy_of(migrated_template, tmp_path / "app.db"))
 
 
 @pytest.fixture
@@ -85,6 +169,32 @@ def lab_worker(request, tmp_path):
     worker.wait_ready()
     yield worker
     worker.stop()
+
+
+@pytest.fixture(scope="module")
+def module_lab_worker(tmp_path_factory, migrated_template):
+    """One ``python -m academy.worker`` for all the tests of a module, on a database of the
+    module's own (a copy of the template): (worker, database URL). Started with the session's
+    environment, so for tests that set none the worker must see, and that keep to their own
+    runs and learners."""
+    from tests.labstack import Worker
+
+    base = tmp_path_factory.mktemp("lab-worker")
+    url = copy_of(migrated_template, base / "app.db")
+    worker = Worker(base, {"DATABASE_URL": url}, "--concurrency", "1")
+    worker.wait_ready()
+    yield worker, url
+    worker.stop()
+
+
+@pytest.fixture
+def shared_lab_worker(module_lab_worker, monkeypatch):
+    """``lab_worker`` started once per module: the app's engine on the module worker's database."""
+    worker, url = module_lab_worker
+    database = use_database(monkeypatch, DATABASE_URL=url)
+    next(database)
+    yield worker
+    next(database, None)
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
-"""``python -m certificates`` end to end, in subprocesses, on a temporary
-SQLite file and a temporary secrets folder."""
+"""``python -m certificates`` end to end on a temporary SQLite file and a
+temporary secrets folder: the round trip in subprocesses, the rest through
+its ``main(argv)`` in this process (the same code behind a cheaper door)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,35 @@ def cli(env, *args, cwd=ROOT):
     )
 
 
+@pytest.fixture(name="cli")  # beside the function cli, which tests/test_cert_scripts.py imports
+def cli_in_process(monkeypatch, capsys):
+    """``cli(env, *args)``: ``certificates.__main__.main(argv)`` with ``env``'s database, secrets
+    and public URL, its output and exit status as a CompletedProcess."""
+    from academy import db
+    from academy.settings import get_settings
+    from certificates.__main__ import main
+
+    def run(env, *args):
+        for key in ("DATABASE_URL", "SECRETS_DIR", "PUBLIC_URL"):
+            monkeypatch.setenv(key, env[key])
+        get_settings.cache_clear()
+        db.set_engine(None)
+        capsys.readouterr()
+        argv = [str(a) for a in args]
+        try:
+            code = main(argv)
+        except SystemExit as exc:  # argparse's refusals
+            code = exc.code if isinstance(exc.code, int) else 1
+        finally:
+            db.get_engine().dispose()
+            db.set_engine(None)
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(["python", "-m", "certificates", *argv], code, out, err)
+
+    yield run
+    get_settings.cache_clear()
+
+
 def test_issue_verify_revoke_round_trip(env, tmp_path):
     out = tmp_path / "zoe.pdf"
     issued = cli(
@@ -74,7 +104,7 @@ def test_issue_verify_revoke_round_trip(env, tmp_path):
     assert cli(env, "verify", out).returncode == 0
 
 
-def test_offline_verify_with_only_an_exported_key(env, tmp_path):
+def test_offline_verify_with_only_an_exported_key(cli, env, tmp_path):
     out = tmp_path / "c.pdf"
     assert (
         cli(
@@ -93,7 +123,7 @@ def test_offline_verify_with_only_an_exported_key(env, tmp_path):
     assert not (tmp_path / "stranger").exists()  # a verifier creates no keys
 
 
-def test_tampered_pdf_fails(env, tmp_path):
+def test_tampered_pdf_fails(cli, env, tmp_path):
     out = tmp_path / "c.pdf"
     assert (
         cli(
@@ -139,7 +169,7 @@ def learner_who_passed(env, email: str) -> None:
     engine.dispose()
 
 
-def test_issue_for_a_learner(env, tmp_path):
+def test_issue_for_a_learner(cli, env, tmp_path):
     learner_who_passed(env, "khai@example.org")
     out = tmp_path / "k.pdf"
     missing = cli(
@@ -163,7 +193,7 @@ def test_issue_for_a_learner(env, tmp_path):
     assert shown.returncode == 0 and "85" in shown.stdout and "khai@example.org" not in shown.stdout
 
 
-def test_revoke_for_cause_blocks_until_lifted(env, tmp_path):
+def test_revoke_for_cause_blocks_until_lifted(cli, env, tmp_path):
     learner_who_passed(env, "bob@example.org")
     out = tmp_path / "b.pdf"
     claim = ("issue", "--name", "Bob", "--lang", "en", "--out", out, "--learner", "bob@example.org")
@@ -183,7 +213,7 @@ def test_revoke_for_cause_blocks_until_lifted(env, tmp_path):
     assert again.returncode == 0 and again.stdout.split()[0] != cert_id
 
 
-def test_verify_refuses_a_multi_page_pdf(env, tmp_path):
+def test_verify_refuses_a_multi_page_pdf(cli, env, tmp_path):
     from pypdf import PdfReader, PdfWriter
 
     out = tmp_path / "c.pdf"

@@ -30,12 +30,9 @@ def public_url(secrets, monkeypatch):  # own issuer keys (conftest.py) and a fix
 
 
 @pytest.fixture
-def session():
-    engine = make_engine("sqlite://", poolclass=StaticPool)
-    migrate(engine)
+def session(engine):
     with Session(engine, expire_on_commit=False) as s:
         yield s
-    engine.dispose()
 
 
 def add_learner(session, email="zoe@example.org", admin=False) -> Learner:

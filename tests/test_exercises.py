@@ -169,6 +169,7 @@ def test_cases_cover_what_the_issue_asks():
 # Graded on real ranks
 
 
+@pytest.mark.slow
 def test_solutions_from_scratch_pass_every_case_from_the_command_line(tmp_path):
     _sandbox_or_skip()
     for exercise_id, fixture in (("ring-allreduce", "ring_isend_irecv.py"),
@@ -182,6 +183,7 @@ def test_solutions_from_scratch_pass_every_case_from_the_command_line(tmp_path):
         assert all(f["passed"] for c in report["cases"] for f in c["findings"])
 
 
+@pytest.mark.slow
 def test_the_reference_passes_and_the_ring_report_has_the_learners_trace():
     _sandbox_or_skip()
     t0 = time.perf_counter()
@@ -202,6 +204,7 @@ def test_the_reference_passes_and_the_ring_report_has_the_learners_trace():
     assert grader.grade("broadcast", exercises.reference("broadcast"))["status"] == "passed"
 
 
+@pytest.mark.slow
 def test_a_ring_with_its_own_chunk_split_still_draws_its_chunks():
     """Chunks cut another way than tensor_split (floor-sized, remainder last) are
     still named in the trace, so the page animates the learner's own ring."""
@@ -216,6 +219,7 @@ def test_a_ring_with_its_own_chunk_split_still_draws_its_chunks():
     assert all(chunk is not None for step in steps for (_src, _dst, chunk, _phase) in step)
 
 
+@pytest.mark.slow
 def test_a_whole_buffer_ring_passes_values_and_fails_bytes_with_an_explanation():
     _sandbox_or_skip()
     proc = cli("grade", "ring-allreduce", str(FIXTURES / "ring_whole_buffer.py"), "--json")
@@ -235,6 +239,7 @@ def test_a_whole_buffer_ring_passes_values_and_fails_bytes_with_an_explanation()
     assert report["trace"]["traces"][0][0]["phase"] == "pass-around"
 
 
+@pytest.mark.slow
 def test_a_ring_of_blocking_sends_deadlocks_and_says_what_each_rank_waited_for():
     _sandbox_or_skip()
     source = (FIXTURES / "ring_blocking_send.py").read_text()
@@ -251,6 +256,7 @@ def test_a_ring_of_blocking_sends_deadlocks_and_says_what_each_rank_waited_for()
     assert "rank 0: waiting in send to rank 1 (28 bytes)" in text
 
 
+@pytest.mark.slow
 def test_a_crash_reports_the_learners_frames_only():
     _sandbox_or_skip()
     report = grader.grade("ring-allreduce", (FIXTURES / "ring_crash.py").read_text(),
@@ -264,6 +270,7 @@ def test_a_crash_reports_the_learners_frames_only():
         assert finding["frames"][-1] == {"line": 6, "function": "_scale", "code": "return 1 // (rank - 1)"}
 
 
+@pytest.mark.slow
 def test_returning_a_new_tensor_is_not_in_place():
     _sandbox_or_skip()
     report = grader.grade("ring-allreduce", (FIXTURES / "ring_new_tensor.py").read_text(),
@@ -272,6 +279,7 @@ def test_returning_a_new_tensor_is_not_in_place():
     assert "returned_new_tensor" in keys
 
 
+@pytest.mark.slow
 def test_the_learners_prints_reach_the_report_not_the_protocol():
     _sandbox_or_skip()
     source = ("import torch.distributed as dist\n"
@@ -284,6 +292,7 @@ def test_the_learners_prints_reach_the_report_not_the_protocol():
     assert "hello from 0" in case["output"]["0"] and "hello from 1" in case["output"]["1"]
 
 
+@pytest.mark.slow
 def test_a_correct_ring_that_prints_a_lot_is_still_graded():
     """Every case's values come back as JSON (about 600 KB for the ring) beside up to
     2 KiB of prints per rank and case, control characters escaped six-fold: with the
@@ -303,6 +312,7 @@ def test_a_correct_ring_that_prints_a_lot_is_still_graded():
 # The command line
 
 
+@pytest.mark.slow
 def test_exit_codes_and_the_json_report(tmp_path):
     _sandbox_or_skip()
     broken = tmp_path / "broken.py"
@@ -334,6 +344,7 @@ def test_exit_codes_and_the_json_report(tmp_path):
     assert proc.returncode == 1
 
 
+@pytest.mark.slow
 def test_list_and_show_never_show_the_reference():
     proc = cli("list")
     assert proc.returncode == 0
@@ -388,6 +399,7 @@ def test_static_check_refuses_a_declared_encoding_that_hides_code():
     assert all("utf-7" in text for text in said) and len(set(said)) == 3
 
 
+@pytest.mark.slow
 def test_a_file_that_never_finishes_loading_is_stopped_and_says_so():
     _sandbox_or_skip()
     source = "print('loading')\nwhile True:\n    pass\n\ndef ring_allreduce(tensor):\n    return tensor\n"
@@ -397,6 +409,7 @@ def test_a_file_that_never_finishes_loading_is_stopped_and_says_so():
     assert "loading" in report["error"]["output"]
 
 
+@pytest.mark.slow
 def test_a_rank_that_exits_is_reported_as_ended_not_as_a_deadlock():
     _sandbox_or_skip()
     source = ("import os\nimport torch.distributed as dist\n\n\ndef ring_allreduce(tensor):\n"
@@ -456,6 +469,7 @@ def test_a_grader_that_breaks_exits_2_not_1(monkeypatch, tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_file_that_exits_while_loading_says_so_and_does_not_blame_the_harness():
     """os._exit at the top level ended the rank before it was ready: that was reported as
     harness_failed ("this is not your fault") with its {returncode} placeholder left unfilled."""

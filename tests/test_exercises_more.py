@@ -7,9 +7,10 @@ Three layers, cheapest first:
 - the texts: every language has every message the checks can give, with the
   same placeholders, and follows its glossary;
 - real grading: the reference and a solution written from scratch pass every
-  case through ``python -m labs.exercises grade`` (in the sandbox where it can
-  start here, else with the sandbox explicitly off), and wrong solutions fail
-  with the finding that names their mistake (``grader.grade``, same path).
+  case (one through ``python -m labs.exercises grade``, the others through
+  ``grader.grade`` behind it; in the sandbox where it can start here, else
+  with the sandbox explicitly off), and wrong solutions fail with the finding
+  that names their mistake (``grader.grade``, same path).
 
 The solutions live in ``tests/fixtures/exercises/more/``; each file's first
 comment says what it does.
@@ -371,10 +372,21 @@ PASSING = [
 ]
 
 
+def grade_passing(exercise_id: str, path: Path) -> tuple[int, dict]:
+    """The first solution through ``python -m labs.exercises grade``; the others through
+    ``grader.grade``, the function behind it, with the exit status the command would give."""
+    if (exercise_id, path) == PASSING[0]:
+        return cli_grade(exercise_id, path)
+    from labs.exercises.__main__ import EXIT
+
+    report_ = grader.grade(exercise_id, path.read_text("utf-8"), seed=SEED, mode=sandbox_mode())
+    return EXIT[report_["status"]], report_
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("exercise_id", "path"), PASSING, ids=lambda v: getattr(v, "name", v))
 def test_correct_solutions_pass_every_case_from_the_cli(exercise_id, path):
-    code, report_ = cli_grade(exercise_id, path)
+    code, report_ = grade_passing(exercise_id, path)
     assert code == 0 and report_["status"] == "passed", json.dumps(report_, indent=1)[:3000]
     assert sorted(c["id"] for c in report_["cases"]) == sorted(c["id"] for c in load(exercise_id).cases(SEED))
     assert all(c["status"] == "passed" and c["findings"] for c in report_["cases"])

@@ -19,6 +19,7 @@ from academy import exercises, labqueue
 from academy.db import make_engine, migrate, session_scope
 from academy.models import EXERCISE_SOURCE_MAX, ExerciseDraft, ExercisePass, LabRun, Learner
 from tests import exercisefakes
+from tests.conftest import copy_of
 
 
 @pytest.fixture(autouse=True)
@@ -27,12 +28,14 @@ def fake_catalog(monkeypatch):
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db(request, tmp_path):
+def db(request, tmp_path, migrated_template):
     """A migrated database: a SQLite file, and PostgreSQL where conftest.py can reach one."""
-    url = f"sqlite:///{tmp_path / 'ex.db'}" if request.param == "sqlite" \
-        else request.getfixturevalue("postgres_url")
+    if request.param == "sqlite":
+        url = copy_of(migrated_template, tmp_path / "ex.db")
+    else:
+        url = request.getfixturevalue("postgres_url")
     engine = make_engine(url)
-    migrate(engine)
+    migrate(engine)  # a no-op on the template's copy
     with Session(engine, expire_on_commit=False) as session:
         yield session
     engine.dispose()

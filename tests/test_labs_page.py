@@ -44,7 +44,7 @@ def poll(at: AppTest, until, timeout: float = 90) -> None:
     raise AssertionError("the page never showed the expected result")
 
 
-@pytest.mark.usefixtures("lab_worker")
+@pytest.mark.usefixtures("shared_lab_worker")
 def test_page_runs_the_default_three_rank_ring_and_shows_the_animation():
     at = open_labs("zh")
     [b for b in at.button if b.label == i18n.t("labs.run", "zh")][0].click()
@@ -56,7 +56,7 @@ def test_page_runs_the_default_three_rank_ring_and_shows_the_animation():
 
 
 @pytest.mark.parametrize("algo", ["ring", "pipelined"])
-@pytest.mark.usefixtures("lab_worker")
+@pytest.mark.usefixtures("shared_lab_worker")
 def test_animation_replays_a_real_four_rank_trace(algo):
     run_id = labjobs.submit(lab="ring", params={"world_size": 4, "size": 4 * 1001, "algo": algo},
                             learner_id=None, machine={})
@@ -83,7 +83,7 @@ def test_animation_replays_a_real_four_rank_trace(algo):
     assert all(c[2] == 1 for c in first.customdata)
 
 
-@pytest.mark.usefixtures("lab_worker")
+@pytest.mark.usefixtures("shared_lab_worker")
 def test_naive_animation_moves_whole_buffers_as_the_real_trace_says():
     run_id = labjobs.submit(lab="ring", params={"world_size": 4, "size": 4 * 1001, "algo": "naive"},
                             learner_id=None, machine={})
@@ -123,18 +123,18 @@ def test_schedule_replay_completes_for_any_world_size(world_size):
     assert all(c == world_size for row in states[-1].counts() for c in row)
 
 
-@pytest.mark.usefixtures("lab_worker")
-def test_second_lab_waits_its_turn_and_cancel_leaves_no_process():
+@pytest.mark.xdist_group("procs")
+def test_second_lab_waits_its_turn_and_cancel_leaves_no_process(shared_lab_worker):
     hang = labjobs.submit(lab="ring", params={"world_size": 2, "fail_mode": "hang", "fail_rank": 1,
                                               "fail_at_step": 0}, learner_id=None, machine={})
     second = labjobs.submit(lab="ring", params={"world_size": 2}, learner_id=None, machine={})
     deadline = time.time() + 30
     while labjobs.get_run(hang).status != "running" and time.time() < deadline:
         time.sleep(0.1)
-    pids = lab_pids(hang)
+    pids = lab_pids(hang, shared_lab_worker.proc.pid)
     while not pids and time.time() < deadline + 30:  # its ranks start (torch's import) on a busy machine
         time.sleep(0.2)
-        pids = lab_pids(hang)
+        pids = lab_pids(hang, shared_lab_worker.proc.pid)
     assert labjobs.get_run(second).status == "queued"
     assert labjobs.queue_position(second) == 1
     assert pids, "the hanging lab has live processes"
@@ -144,7 +144,7 @@ def test_second_lab_waits_its_turn_and_cancel_leaves_no_process():
     assert wait(second) == "done"
 
 
-@pytest.mark.usefixtures("lab_worker")
+@pytest.mark.usefixtures("shared_lab_worker")
 def test_injected_crash_shows_a_message_naming_the_rank():
     at = open_labs("en")
     run_id = labjobs.submit(lab="ring", params={"world_size": 2, "fail_mode": "crash", "fail_rank": 1,

@@ -34,9 +34,17 @@ from tests.procs import command_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 ROOTLESS_NO_BWRAP = shutil.which("bwrap") is None and os.geteuid() != 0
-needs_bwrap = pytest.mark.skipif(
+_bwrap_here = pytest.mark.skipif(
     ROOTLESS_NO_BWRAP, reason="bubblewrap is not installed and we are not root to install it "
                               "(apt-get install bubblewrap)")
+
+
+BWRAP = (_bwrap_here, pytest.mark.slow)  # for a pytest.param
+
+
+def needs_bwrap(test):
+    """A run in bubblewrap: skipped without it, and slow (a sandbox start, often a limit's wait)."""
+    return pytest.mark.slow(_bwrap_here(test))
 as_root = pytest.mark.skipif(
     os.geteuid() != 0, reason="the per-run uid and the cgroup limits need root (CI runs as root)")
 SMALL = Limits(memory_mb=256, processes=16, file_size_mb=1, cpu_s=10, wall_s=20,
@@ -507,7 +515,7 @@ def test_ci_has_a_sandbox():
     sandbox.check_available("bwrap")
 
 
-@pytest.mark.parametrize("mode", [pytest.param("bwrap", marks=needs_bwrap), "none"])
+@pytest.mark.parametrize("mode", [pytest.param("bwrap", marks=BWRAP), "none"])
 def test_the_program_sees_its_files_and_a_cleared_environment(harness, monkeypatch, mode):
     monkeypatch.setenv("DPA_FAKE_SECRET", "hunter2-in-the-host-env")
     lines = []
@@ -528,7 +536,7 @@ def test_the_program_sees_its_files_and_a_cleared_environment(harness, monkeypat
             assert found["uid"] >= sandbox_limits.UID_BASE  # not root, a uid of its own
 
 
-@pytest.mark.parametrize("mode", [pytest.param("bwrap", marks=needs_bwrap), "none"])
+@pytest.mark.parametrize("mode", [pytest.param("bwrap", marks=BWRAP), "none"])
 def test_stdin_larger_than_a_pipe_reaches_the_program(harness, mode):
     import hashlib
     data = os.urandom(300 * KiB)
@@ -890,6 +898,7 @@ def program_pids(module: str) -> list[int]:
 
 
 @needs_bwrap
+@pytest.mark.xdist_group("procs")  # finds run A by its command line
 def test_killing_parent_and_everyone_reaches_only_its_own_sandbox(harness):
     """Run A holds a file and waits; run B, meanwhile, looks for A and kills
     everything it can. A must finish untouched, and so must the host."""
