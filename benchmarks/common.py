@@ -82,7 +82,8 @@ class Config:
         return cls(smoke=True, world_sizes=(2,), min_bytes=256 * KiB, max_bytes=1 * MiB,
                    factor=4, warmup=1, iters=1, sweeps=1, tcp_bytes=16 * MiB, tcp_repeats=1,
                    lab_repeats=1, queue_workers=(1,), queue_labs=1, ddp_world_sizes=(1, 2),
-                   ddp_steps=2, sandbox_repeats=1, exercise_repeats=1,
+                   ddp_steps=2, timeline_runs=1, sharding_world_size=2, sharding_steps=1,
+                   sandbox_repeats=1, exercise_repeats=1,
                    exercise_direct=("ring-allreduce",), quiz_attempts=1, pdfs=1, certificates=1_000,
                    lookups=100, pages=("home",), page_repeats=1, load_learners=0, load_browsers=0,
                    load_seconds=0.0, classroom_sessions=(), classroom_seconds=0.0, under_load=False)
