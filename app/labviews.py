@@ -60,6 +60,9 @@ def param_widget(where, cls, name: str, limits: Limits, *, none: bool = False,
     low, high = lab_params.bounds(spec, limits, page=True)
     helptext = t(page.help) if page.help else None
     widget = page.widget or ("select" if spec.choices else "sizes" if spec.unit == "bytes" else "slider")
+    if widget == "prediction":  # optional: empty unless the learner writes a number
+        return where.number_input(t(spec.key), min_value=0.0, value=None, step=1.0, format="%.1f",
+                                  placeholder=t("labs.predict.placeholder"), help=helptext)
     if widget == "select":
         options = (["none"] if none else []) + list(spec.choices)
         return where.selectbox(t(spec.key), options, index=0 if none else options.index(value),
@@ -264,6 +267,49 @@ def timeline(run: LabRun, tl: dict) -> None:
     st.download_button(t("labs.timeline.download"), json.dumps(spans.chrome_trace(variants)),
                        file_name=f"lab-{run.id}-timeline.json", mime="application/json",
                        key=f"trace_{run.id}", on_click="ignore")
+    predict(run, tl, cap, chosen)
+
+
+def _cell(value: float | None) -> str:
+    """A figure in ms, or a dash where there is none (no prediction, no benchmark)."""
+    return "—" if value is None else num(value, ".2f")
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{_cell(value)} ms"
+
+
+def predict(run: LabRun, tl: dict, cap: float, chosen: dict) -> None:
+    """Predict, then measure: the step model (compute measured + exposed communication
+    from this machine's benchmark fit) beside the measured step and the learner's
+    prediction, with the residuals; without a benchmark, how to get one."""
+    s = run.result["summary"]
+    n, backend = s["world_size"], s.get("backend", "gloo")
+    st.markdown(f"**{t('labs.predict.title', cap=num(cap, 'g'), count=n)}**")
+    fit = labjobs.machine_fit(run, "all_reduce")
+    step = spans.step_model(chosen, world_size=n, fit=fit, gradient_bytes=tl.get("gradient_bytes", 0))
+    guess = (run.params or {}).get("predicted_step_ms")
+    at_guess = chosen is tl["variants"]["ddp"]  # the prediction was for the breakdown's DDP cap
+    c1, c2, c3 = st.columns(3)
+    c1.metric(t("labs.predict.guess"), _ms(guess if at_guess else None), help=t("labs.predict.guess_help"))
+    c2.metric(t("labs.predict.model"), _ms(step["model_ms"]), help=t("labs.predict.model_help"))
+    c3.metric(t("labs.predict.measured"), _ms(step["measured_ms"]), help=t("labs.predict.measured_help"))
+    st.dataframe([{t("labs.predict.term"): t(f"labs.predict.row_{key}"), t("labs.timeline.ms"): _cell(step[f"{key}_ms"])}
+                  for key in ("compute", "comm", "exposed", "model", "measured")], hide_index=True)
+    if fit is None:
+        st.info(t("labs.predict.no_fit", count=n, backend=backend), icon=":material/speed:")
+    else:
+        st.caption(t("labs.predict.fit", run=fit["run_id"], alpha=fit["alpha_s"] * 1e6,
+                     bw=fit["bandwidth_Bps"] / 1e9, count=n))
+        st.markdown(t("labs.predict.residual_model", ms=step["residual_ms"],
+                      share=step["residual_ms"] / step["model_ms"] if step["model_ms"] else 0.0))
+    if guess is None:
+        st.caption(t("labs.predict.no_guess"))
+    elif not at_guess:
+        st.caption(t("labs.predict.other_cap", ms=guess, cap=num(tl["variants"]["ddp"]["bucket_cap_mb"], "g")))
+    else:
+        st.markdown(t("labs.predict.residual_guess", ms=step["measured_ms"] - guess,
+                      share=(step["measured_ms"] - guess) / guess if guess else 0.0))
 
 
 def ddp(run: LabRun) -> None:
