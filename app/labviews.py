@@ -239,6 +239,13 @@ def breakdown(run: LabRun, bd: dict) -> None:
     st.caption(t("labs.ddp.overlap_why", cpus=_cpus(run)))
 
 
+def lane_names() -> dict[str, str]:
+    """The swim lanes' words (``app.timeline.timeline_figure``'s ``labels``) in the learner's language."""
+    names = {k: t(f"labs.timeline.{k}") for k in ("rank", "compute", "comm", "ms", "span", "start", "end")}
+    names.update({k: t(f"labs.ddp.{k}") for k in ("forward", "backward", "optimizer")}, comm=t("labs.timeline.comm"))
+    return names
+
+
 def timeline(run: LabRun, tl: dict) -> None:
     """Every rank's compute and communication on one clock: the naive sync above, DDP
     at the bucket cap the slider picks below, with the overlap and exposed figures."""
@@ -251,10 +258,8 @@ def timeline(run: LabRun, tl: dict) -> None:
     chosen = variants[next(c["variant"] for c in caps if c["bucket_cap_mb"] == cap)]
     shown = [(t("labs.timeline.naive"), variants["naive"]),
              (t("labs.timeline.ddp", cap=num(cap, "g")), chosen)]
-    names = {k: t(f"labs.timeline.{k}") for k in ("rank", "compute", "comm", "ms", "span", "start", "end")}
-    names.update({k: t(f"labs.ddp.{k}") for k in ("forward", "backward", "optimizer")}, comm=t("labs.timeline.comm"))
     left, right = st.columns([3, 1])
-    chart(lanes.timeline_figure(shown, names, lang=lang()), key=f"tl_{run.id}_{cap}",
+    chart(lanes.timeline_figure(shown, lane_names(), lang=lang()), key=f"tl_{run.id}_{cap}",
           caption=t("labs.timeline.alt"), where=left)
     for title, var in shown:
         right.metric(t("labs.timeline.overlap", name=title), num(var["overlap"], ".0%"),
@@ -427,3 +432,50 @@ def show_run(run: LabRun) -> None:
     st.success(t("labs.done", seconds=res.get("wall_s", 0.0), overhead=res.get("overhead_s", 0.0)))
     {"ring": ring, "bench": bench, "ddp": ddp}[run.lab](run)
     downloads(run)
+
+
+# The most spans a stored exercise timeline may have to be drawn: the grader keeps
+# 3 steps of 3 compute spans and 32 all-reduces per rank; a forged report is not drawn.
+MAX_EXERCISE_SPANS = 4 * 3 * (3 + 32)
+
+
+def _ddp_reference(learner_id: int) -> LabRun | None:
+    """The learner's newest finished DDP lab run that has a timeline."""
+    return next((r for r in labjobs.history(learner_id=learner_id) if r.lab == "ddp" and r.status == "done"
+                 and ((r.result or {}).get("summary") or {}).get("sections", {}).get("timeline")), None)
+
+
+def bucket_timeline(trace: dict, run_id: int, learner_id: int) -> None:
+    """The bucketed-overlap report's timeline: the learner's Bucketer as the grader saw it,
+    with torch DDP's from the learner's newest DDP lab run below it, and each overlap."""
+    mine = trace.get("learner")
+    if trace.get("kind") != "timeline" or not isinstance(mine, dict):
+        return
+    try:
+        spans_drawn = sum(len(r["spans"]) for r in mine["ranks"])
+        if spans_drawn > MAX_EXERCISE_SPANS:
+            raise ValueError("more spans than the grader keeps")
+        n, cap = int(trace["world_size"]), int(trace["cap_bytes"])
+        shown = [(t("exercises.timeline.yours"), mine)]
+        ref = _ddp_reference(learner_id)
+        if ref is not None:
+            tl = ref.result["summary"]["sections"]["timeline"]
+            shown.append((t("exercises.timeline.ddp", run=ref.id), tl["variants"]["ddp"]))
+        fig = lanes.timeline_figure(shown, lane_names(), lang=lang())
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        st.caption(t("exercises.timeline.unavailable"))
+        return
+    st.markdown(f"**{t('exercises.timeline.title', count=n, cap=cap)}**")
+    st.markdown(":material/visibility: " + t("exercises.timeline.look"))
+    left, right = st.columns([3, 1])
+    chart(fig, key=f"ex_tl_{run_id}", caption=t("exercises.timeline.alt"), where=left)
+    for title, var in shown:
+        right.metric(t("labs.timeline.overlap", name=title), num(var["overlap"], ".0%"),
+                     help=t("labs.timeline.overlap_help"))
+    st.caption(t("exercises.timeline.source", count=n, cap=cap, hidden=trace.get("hidden", "?")))
+    if ref is None:
+        st.info(t("exercises.timeline.no_ddp", count=n), icon=":material/science:")
+    else:
+        ddp = tl["variants"]["ddp"]
+        st.caption(t("exercises.timeline.ddp_source", run=ref.id, count=len(ddp["ranks"]), hidden=tl["hidden"],
+                     cap=num(ddp["bucket_cap_mb"], "g")))
