@@ -3,7 +3,8 @@
 Figures come from ``app.charts``; the numbers are the ones the processes
 measured (``LabRun.result``), never recomputed or canned, and are written
 with the learner's decimal marks (``num``). The form's widgets are built here
-too, from the parameters' schema in ``labs.params``.
+too, from the parameters' schema in ``labs.params``; and the bucketed-overlap
+exercise's timeline, whose lanes and torch DDP reference are the DDP lab's.
 """
 
 from __future__ import annotations
