@@ -3,7 +3,8 @@
 Figures come from ``app.charts``; the numbers are the ones the processes
 measured (``LabRun.result``), never recomputed or canned, and are written
 with the learner's decimal marks (``num``). The form's widgets are built here
-too, from the parameters' schema in ``labs.params``.
+too, from the parameters' schema in ``labs.params``; and the bucketed-overlap
+exercise's timeline, whose lanes and torch DDP reference are the DDP lab's.
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ def param_widget(where, cls, name: str, limits: Limits, *, none: bool = False,
     low, high = lab_params.bounds(spec, limits, page=True)
     helptext = t(page.help) if page.help else None
     widget = page.widget or ("select" if spec.choices else "sizes" if spec.unit == "bytes" else "slider")
+    if widget == "prediction":  # optional: empty unless the learner writes a number
+        return where.number_input(t(spec.key), min_value=0.0, value=None, step=1.0, format="%.1f",
+                                  placeholder=t("labs.predict.placeholder"), help=helptext)
     if widget == "select":
         options = (["none"] if none else []) + list(spec.choices)
         return where.selectbox(t(spec.key), options, index=0 if none else options.index(value),
@@ -236,6 +240,13 @@ def breakdown(run: LabRun, bd: dict) -> None:
     st.caption(t("labs.ddp.overlap_why", cpus=_cpus(run)))
 
 
+def lane_names() -> dict[str, str]:
+    """The swim lanes' words (``app.timeline.timeline_figure``'s ``labels``) in the learner's language."""
+    names = {k: t(f"labs.timeline.{k}") for k in ("rank", "compute", "comm", "ms", "span", "start", "end")}
+    names.update({k: t(f"labs.ddp.{k}") for k in ("forward", "backward", "optimizer")}, comm=t("labs.timeline.comm"))
+    return names
+
+
 def timeline(run: LabRun, tl: dict) -> None:
     """Every rank's compute and communication on one clock: the naive sync above, DDP
     at the bucket cap the slider picks below, with the overlap and exposed figures."""
@@ -248,10 +259,8 @@ def timeline(run: LabRun, tl: dict) -> None:
     chosen = variants[next(c["variant"] for c in caps if c["bucket_cap_mb"] == cap)]
     shown = [(t("labs.timeline.naive"), variants["naive"]),
              (t("labs.timeline.ddp", cap=num(cap, "g")), chosen)]
-    names = {k: t(f"labs.timeline.{k}") for k in ("rank", "compute", "comm", "ms", "span", "start", "end")}
-    names.update({k: t(f"labs.ddp.{k}") for k in ("forward", "backward", "optimizer")}, comm=t("labs.timeline.comm"))
     left, right = st.columns([3, 1])
-    chart(lanes.timeline_figure(shown, names, lang=lang()), key=f"tl_{run.id}_{cap}",
+    chart(lanes.timeline_figure(shown, lane_names(), lang=lang()), key=f"tl_{run.id}_{cap}",
           caption=t("labs.timeline.alt"), where=left)
     for title, var in shown:
         right.metric(t("labs.timeline.overlap", name=title), num(var["overlap"], ".0%"),
@@ -264,6 +273,49 @@ def timeline(run: LabRun, tl: dict) -> None:
     st.download_button(t("labs.timeline.download"), json.dumps(spans.chrome_trace(variants)),
                        file_name=f"lab-{run.id}-timeline.json", mime="application/json",
                        key=f"trace_{run.id}", on_click="ignore")
+    predict(run, tl, cap, chosen)
+
+
+def _cell(value: float | None) -> str:
+    """A figure in ms, or a dash where there is none (no prediction, no benchmark)."""
+    return "—" if value is None else num(value, ".2f")
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{_cell(value)} ms"
+
+
+def predict(run: LabRun, tl: dict, cap: float, chosen: dict) -> None:
+    """Predict, then measure: the step model (compute measured + exposed communication
+    from this machine's benchmark fit) beside the measured step and the learner's
+    prediction, with the residuals; without a benchmark, how to get one."""
+    s = run.result["summary"]
+    n, backend = s["world_size"], s.get("backend", "gloo")
+    st.markdown(f"**{t('labs.predict.title', cap=num(cap, 'g'), count=n)}**")
+    fit = labjobs.machine_fit(run, "all_reduce")
+    step = spans.step_model(chosen, world_size=n, fit=fit, gradient_bytes=tl.get("gradient_bytes", 0))
+    guess = (run.params or {}).get("predicted_step_ms")
+    at_guess = chosen is tl["variants"]["ddp"]  # the prediction was for the breakdown's DDP cap
+    c1, c2, c3 = st.columns(3)
+    c1.metric(t("labs.predict.guess"), _ms(guess if at_guess else None), help=t("labs.predict.guess_help"))
+    c2.metric(t("labs.predict.model"), _ms(step["model_ms"]), help=t("labs.predict.model_help"))
+    c3.metric(t("labs.predict.measured"), _ms(step["measured_ms"]), help=t("labs.predict.measured_help"))
+    st.dataframe([{t("labs.predict.term"): t(f"labs.predict.row_{key}"), t("labs.timeline.ms"): _cell(step[f"{key}_ms"])}
+                  for key in ("compute", "comm", "exposed", "model", "measured")], hide_index=True)
+    if fit is None:
+        st.info(t("labs.predict.no_fit", count=n, backend=backend), icon=":material/speed:")
+    else:
+        st.caption(t("labs.predict.fit", run=fit["run_id"], alpha=fit["alpha_s"] * 1e6,
+                     bw=fit["bandwidth_Bps"] / 1e9, count=n))
+        st.markdown(t("labs.predict.residual_model", ms=step["residual_ms"],
+                      share=step["residual_ms"] / step["model_ms"] if step["model_ms"] else 0.0))
+    if guess is None:
+        st.caption(t("labs.predict.no_guess"))
+    elif not at_guess:
+        st.caption(t("labs.predict.other_cap", ms=guess, cap=num(tl["variants"]["ddp"]["bucket_cap_mb"], "g")))
+    else:
+        st.markdown(t("labs.predict.residual_guess", ms=step["measured_ms"] - guess,
+                      share=(step["measured_ms"] - guess) / guess if guess else 0.0))
 
 
 def ddp(run: LabRun) -> None:
@@ -383,3 +435,50 @@ def show_run(run: LabRun) -> None:
     st.success(t("labs.done", seconds=res.get("wall_s", 0.0), overhead=res.get("overhead_s", 0.0)))
     {"ring": ring, "bench": bench, "ddp": ddp, "sharding": sharding.show}[run.lab](run)
     downloads(run)
+
+
+# The most spans a stored exercise timeline may have to be drawn: the grader keeps
+# 3 steps of 3 compute spans and 32 all-reduces per rank; a forged report is not drawn.
+MAX_EXERCISE_SPANS = 4 * 3 * (3 + 32)
+
+
+def _ddp_reference(learner_id: int) -> LabRun | None:
+    """The learner's newest finished DDP lab run that has a timeline."""
+    return next((r for r in labjobs.history(learner_id=learner_id) if r.lab == "ddp" and r.status == "done"
+                 and ((r.result or {}).get("summary") or {}).get("sections", {}).get("timeline")), None)
+
+
+def bucket_timeline(trace: dict, run_id: int, learner_id: int) -> None:
+    """The bucketed-overlap report's timeline: the learner's Bucketer as the grader saw it,
+    with torch DDP's from the learner's newest DDP lab run below it, and each overlap."""
+    mine = trace.get("learner")
+    if trace.get("kind") != "timeline" or not isinstance(mine, dict):
+        return
+    try:
+        spans_drawn = sum(len(r["spans"]) for r in mine["ranks"])
+        if spans_drawn > MAX_EXERCISE_SPANS:
+            raise ValueError("more spans than the grader keeps")
+        n, cap = int(trace["world_size"]), int(trace["cap_bytes"])
+        shown = [(t("exercises.timeline.yours"), mine)]
+        ref = _ddp_reference(learner_id)
+        if ref is not None:
+            tl = ref.result["summary"]["sections"]["timeline"]
+            shown.append((t("exercises.timeline.ddp", run=ref.id), tl["variants"]["ddp"]))
+        fig = lanes.timeline_figure(shown, lane_names(), lang=lang())
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        st.caption(t("exercises.timeline.unavailable"))
+        return
+    st.markdown(f"**{t('exercises.timeline.title', count=n, cap=cap)}**")
+    st.markdown(":material/visibility: " + t("exercises.timeline.look"))
+    left, right = st.columns([3, 1])
+    chart(fig, key=f"ex_tl_{run_id}", caption=t("exercises.timeline.alt"), where=left)
+    for title, var in shown:
+        right.metric(t("labs.timeline.overlap", name=title), num(var["overlap"], ".0%"),
+                     help=t("labs.timeline.overlap_help"))
+    st.caption(t("exercises.timeline.source", count=n, cap=cap, hidden=trace.get("hidden", "?")))
+    if ref is None:
+        st.info(t("exercises.timeline.no_ddp", count=n), icon=":material/science:")
+    else:
+        ddp = tl["variants"]["ddp"]
+        st.caption(t("exercises.timeline.ddp_source", run=ref.id, count=len(ddp["ranks"]), hidden=tl["hidden"],
+                     cap=num(ddp["bucket_cap_mb"], "g")))

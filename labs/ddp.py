@@ -143,6 +143,11 @@ class Params:
     timeline_batch: int = option(128, help="samples per rank per step in the timeline section", low=1)
     timeline_steps: int = option(3, help="measured steps per variant in the timeline section", low=1)
     sections: list[str] = option(list(SECTIONS), help="sections to run", choices=SECTIONS)
+    predicted_step_ms: float | None = option(
+        None, key="labs.predict.field", low=0,
+        help="your prediction of one DDP step at overlap_bucket_cap_mb, ms, made before the run; "
+             "kept with it for the page's 'predict, then measure' (the lab does not use it)",
+        page=Page(widget="prediction", help="labs.predict.field_help"))
 
     def __post_init__(self) -> None:
         check_values(self)

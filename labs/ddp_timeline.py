@@ -14,7 +14,8 @@ The instrumentation is wall-clock spans (``time.perf_counter``, one clock
 for all ranks on one host, from `shared_clock_origin`): forward, backward and
 the optimizer around the calls; each naive all-reduce around the blocking
 call; each DDP bucket from its comm hook's launch to the moment its future
-completes (a callback on gloo's thread). DDP's ``backward()`` returns only
+completes (a callback on gloo's thread); each comm span carries the bytes
+it reduced. DDP's ``backward()`` returns only
 once every bucket is reduced, so its backward compute span ends at the last
 bucket's launch: the last gradient is ready then, and what follows is
 waiting. ``labs.timeline`` turns the spans into the overlap fraction,
@@ -65,15 +66,15 @@ def _record(ctx, q, data, tick, name: str, cap: float | None) -> tuple[list[dict
     world = ctx.world_size
     batches = shard_batches(q, world_size=world, rank=ctx.rank, count=q.warmup + q.timeline_steps)
     launches: list[float] = []
-    done: list[tuple[int, float, float]] = []
+    done: list[tuple[int, float, float, int]] = []
 
     def timed_hook(_state, bucket):  # allreduce_hook, its launch and completion time-stamped
         start = time.perf_counter()
         launches.append(start)
-        index = bucket.index()
+        index, size = bucket.index(), bucket.buffer().numel() * bucket.buffer().element_size()
 
         def finished(fut):
-            done.append((index, start, time.perf_counter()))  # on gloo's thread, as it completes
+            done.append((index, start, time.perf_counter(), size))  # on gloo's thread, as it completes
             return fut.value()
 
         return allreduce_hook(None, bucket).then(finished)
@@ -90,9 +91,9 @@ def _record(ctx, q, data, tick, name: str, cap: float | None) -> tuple[list[dict
     origin, _clock = shared_clock_origin(ctx.device)  # spans of all ranks on one axis
     spans, buckets = [], 0
 
-    def span(kind, label, start, end, step):
+    def span(kind, label, start, end, step, **extra):
         spans.append({"kind": kind, "name": label, "start_ms": round((start - origin) * 1e3, 4),
-                      "end_ms": round((end - origin) * 1e3, 4), "step": step})
+                      "end_ms": round((end - origin) * 1e3, 4), "step": step, **extra})
 
     with ctx.communicating():
         for i, idx in enumerate(batches):
@@ -113,10 +114,11 @@ def _record(ctx, q, data, tick, name: str, cap: float | None) -> tuple[list[dict
                     a = time.perf_counter()
                     dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
                     param.grad /= world
-                    comm.append((f"all-reduce {pname}", a, time.perf_counter()))
+                    comm.append((f"all-reduce {pname}", a, time.perf_counter(),
+                                 param.grad.numel() * param.grad.element_size()))
                 backward_end = t2
             else:
-                comm = [(f"bucket {index}", a, b) for index, a, b in sorted(done)]
+                comm = [(f"bucket {index}", a, b, size) for index, a, b, size in sorted(done)]
                 backward_end = max(launches, default=t2)  # the last gradient was ready then
                 buckets = len(launches)
             t3 = time.perf_counter()
@@ -127,8 +129,8 @@ def _record(ctx, q, data, tick, name: str, cap: float | None) -> tuple[list[dict
             span("compute", "forward", t0, t1, step)
             span("compute", timeline.BACKWARD, t1, backward_end, step)
             span("compute", "optimizer", t3, t4, step)
-            for label, a, b in comm:
-                span("comm", label, a, b, step)
+            for label, a, b, size in comm:
+                span("comm", label, a, b, step, bytes=size)
     return spans, buckets if cap is not None else len(named)
 
 

@@ -142,6 +142,21 @@ def off_by_more_than_limit(factor: float) -> bool:
     return factor > GAP_LIMIT or factor < 1 / GAP_LIMIT
 
 
+def serial_exposed(ready: list[float], durations: list[float], backward_end: float) -> float:
+    """Exposed communication of all-reduces that run one after another.
+
+    Each all-reduce starts when its gradients are ready (``ready``) and the one
+    before it has finished, and takes its ``durations``; whatever runs past
+    ``backward_end`` is what the step waits for. Naive sync (every ``ready`` at
+    or after backward's end) exposes the whole sum; DDP's early buckets hide
+    behind backward. Any unit, as long as all three share it.
+    """
+    end = -math.inf
+    for start, took in sorted(zip(ready, durations, strict=True)):
+        end = max(end, start) + took
+    return max(0.0, end - backward_end) if durations else 0.0
+
+
 # --------------------------------------------------------------------------
 # The memory ledger of sharded data parallelism (ZeRO, FSDP)
 #

@@ -16,6 +16,10 @@ imports neither torch nor the app, so the page and the tests use it freely.
 - idle: time inside a step (from its first span's start to its last span's
   end) with neither compute nor communication, e.g. waiting for the other
   ranks at the step's barrier.
+
+`step_model` sets a step's measured compute beside the communication the
+alpha-beta fit of a benchmark predicts (``labs.model``): the page's "predict,
+then measure". A comm span may carry its ``bytes``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from statistics import fmean
+
+from labs.model import ring_time, serial_exposed
 
 Interval = tuple[float, float]
 BACKWARD = "backward"
@@ -121,6 +128,49 @@ def variant(ranks: Sequence[dict], **extra) -> dict:
     return {"overlap": hidden / comm if comm > 0 else 0.0,
             "exposed_comm_ms": max((r["exposed_comm_ms"] for r in out), default=0.0),
             "comm_ms": comm / steps / max(1, len(ranks)), "steps": steps, **extra, "ranks": out}
+
+
+def step_model(var: dict, *, world_size: int, fit: dict | None, gradient_bytes: float = 0.0) -> dict:
+    """A step as the model sees it, beside the step as measured (ms, mean over steps).
+
+    model = compute + exposed: compute is measured (forward, backward and
+    optimizer spans); exposed communication is predicted: each all-reduce of
+    the variant takes the alpha-beta time of its bytes (`labs.model.ring_time`
+    with the ``fit``'s ``alpha_s`` and ``bandwidth_Bps``), starts when the rank
+    launched it (its gradients were ready) and the one before has finished
+    (`labs.model.serial_exposed`); what runs past backward's end is exposed.
+    A comm span without ``bytes`` (older runs) counts an equal share of
+    ``gradient_bytes``. measured: from the step's first span's start to its
+    last span's end. Each step counts on its slowest rank. Without a ``fit``
+    the predicted figures (comm, exposed, model, residual) are None.
+    """
+    rows = []
+    for step in sorted({s.get("step", 0) for r in var["ranks"] for s in r["spans"]}):
+        per_rank = []
+        for r in var["ranks"]:
+            mine = [s for s in r["spans"] if s.get("step", 0) == step]
+            if not mine:
+                continue
+            comm = [s for s in mine if s["kind"] == "comm"]
+            compute = [s for s in mine if s["kind"] == "compute"]
+            busy = sum(s["end_ms"] - s["start_ms"] for s in compute)
+            window = max(s["end_ms"] for s in mine) - min(s["start_ms"] for s in mine)
+            took = [ring_time(world_size, s.get("bytes", gradient_bytes / len(comm)), fit["alpha_s"],
+                              fit["bandwidth_Bps"]) * 1e3 for s in comm] if fit else []
+            backward_end = max((s["end_ms"] for s in compute if s["name"] == BACKWARD),
+                               default=max((s["end_ms"] for s in compute), default=0.0))
+            exposed = serial_exposed([s["start_ms"] for s in comm], took, backward_end) if fit else 0.0
+            per_rank.append((busy + exposed, busy, exposed, sum(took), window))
+        if per_rank:
+            model, busy, exposed, comm_total, _window = max(per_rank)
+            rows.append((model, busy, exposed, comm_total, max(p[-1] for p in per_rank)))
+    count = len(rows)
+    rows = rows or [(0.0,) * 5]
+    model, busy, exposed, comm_total, measured = (fmean(column) for column in zip(*rows, strict=True))
+    if not fit:
+        model = exposed = comm_total = None
+    return {"steps": count, "compute_ms": busy, "measured_ms": measured, "comm_ms": comm_total,
+            "exposed_ms": exposed, "model_ms": model, "residual_ms": None if model is None else measured - model}
 
 
 # --------------------------------------------------------------------------

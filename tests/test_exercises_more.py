@@ -126,6 +126,31 @@ BUCKET_CASE = {"id": "t", "world_size": 2, "cap": 400, "steps": 2, "batch": 3}
 GOOD = [call(1292, True, 11.0), call(448, False, 11.5)]  # two buckets; the first awaited in finish()
 
 
+def test_bucket_trace_draws_the_router_s_all_reduces_and_the_rank_s_backward_and_is_not_graded():
+    """The report's timeline of the traced case (issue #25): each all-reduce from the moment the
+    rank made it (when that is no later than the router got it) to the moment the router had it
+    from every rank; backward as the rank timed it. 1 s = 1000 ms; times from the first span."""
+    ranks = bucket_ranks([GOOD])
+    for entry in ranks:
+        entry["calls"] = [{"op": "step", "step": 0, "t_start": 0.9},
+                          dict(GOOD[0], t_rank=1.2, t_start=1.25, t_end=1.5),
+                          dict(GOOD[1], t_rank=9.0, t_start=1.45, t_end=1.7)]  # a t_rank after t_start: not used
+        entry["result"]["steps"] = [{"start": 1.0, "forward_end": 1.1, "backward_end": 1.4, "finish_end": 1.8,
+                                     "step_end": "late"}]  # not a number: left out
+    exercise = load("bucketed-overlap")
+    assert exercise.TRACE_CASE in {c["id"] for c in exercise.cases(SEED)}
+    trace = exercise.trace(dict(BUCKET_CASE, steps=1, hidden=16), ranks)
+    assert trace["kind"] == "timeline" and trace["world_size"] == 2 and trace["cap_bytes"] == 400
+    spans = trace["learner"]["ranks"][0]["spans"]
+    got = {(s["kind"], s["name"]): (round(s["start_ms"], 6), round(s["end_ms"], 6)) for s in spans}
+    assert got == {("comm", "all_reduce 1292 B"): (200.0, 500.0), ("comm", "all_reduce 448 B"): (450.0, 700.0),
+                   ("compute", "forward"): (0.0, 100.0), ("compute", "backward"): (100.0, 400.0)}
+    # comm in flight 200-700 ms, during backward 200-400: overlap 200 of 500 ms
+    assert trace["learner"]["overlap"] == pytest.approx(0.4) and trace["learner"]["allreduce_calls"] == 2
+    # The check reads none of it: the same findings with the timings or without.
+    assert keys(exercise.check(BUCKET_CASE, bucket_ranks([GOOD, GOOD]))) == []
+
+
 def test_bucket_check_passes_async_buckets_started_in_backward():
     found = load("bucketed-overlap").check(BUCKET_CASE, bucket_ranks([GOOD, GOOD]))
     assert keys(found) == [] and [f["check"] for f in found] == ["params", "calls", "overlap"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from labs import timeline
+from labs import model, timeline
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -126,3 +126,55 @@ def test_the_cli_writes_a_trace_per_rank_and_ddp_overlaps_where_naive_cannot(tmp
         events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
         assert events and {e["cat"] for e in events} == {"compute", "comm"}
         assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in events)
+
+
+# --------------------------------------------------------------------------
+# Predict, then measure: the step model on numbers we know
+
+
+def test_serial_exposed_queues_all_reduces_and_counts_what_runs_past_backward():
+    # naive: both ready when backward ends at 6: all 3 ms exposed
+    assert model.serial_exposed([6, 6], [1, 2], 6) == 3
+    # DDP: ready at 3 and 5, 2 ms each: 3-5, 5-7: 1 ms past backward's end at 6
+    assert model.serial_exposed([5, 3], [2, 2], 6) == 1
+    # a queue: ready at 1 and 2, 4 ms each: 1-5, 5-9; backward ends at 6: 3 ms exposed
+    assert model.serial_exposed([1, 2], [4, 4], 6) == 3
+    assert model.serial_exposed([1], [2], 6) == 0.0 and model.serial_exposed([], [], 6) == 0.0
+
+
+def test_step_model_is_measured_compute_plus_exposed_comm_from_the_fit():
+    # 2 ranks, alpha 1 ms, B = 1e6 B/s: a 1000-byte all-reduce takes 2 alpha + S/B = 2 + 1 ms
+    fit = {"alpha_s": 1e-3, "bandwidth_Bps": 1e6}
+    assert model.ring_time(2, 1000, 1e-3, 1e6) * 1e3 == pytest.approx(3.0)
+
+    def rank(r, shift):  # forward 0-2, backward 2-6, buckets launched at 3 and 5, optimizer 9-10
+        return {"rank": r, "spans": [
+            span("compute", "forward", 0, 2), span("compute", "backward", 2, 6 + shift),
+            {**span("comm", "bucket 0", 3, 6), "bytes": 1000}, {**span("comm", "bucket 1", 5, 9), "bytes": 1000},
+            span("compute", "optimizer", 9 + shift, 10 + shift)]}
+
+    var = {"ranks": [rank(0, 0), rank(1, 1)]}
+    out = timeline.step_model(var, world_size=2, fit=fit)
+    # rank 1 is the slowest: compute 2 + 5 + 1 = 8; buckets 3-6, 6-9 end 2 ms after backward (7)
+    assert out["compute_ms"] == pytest.approx(8.0)
+    assert out["exposed_ms"] == pytest.approx(2.0)
+    assert out["comm_ms"] == pytest.approx(6.0)
+    assert out["model_ms"] == pytest.approx(10.0)
+    assert out["measured_ms"] == pytest.approx(11.0)  # rank 1's window, 0 to 11
+    assert out["residual_ms"] == pytest.approx(1.0) and out["steps"] == 1
+    # Without bytes on the spans, the gradient's bytes in equal shares: the same here.
+    bare = {"ranks": [{**r, "spans": [{k: v for k, v in s.items() if k != "bytes"} for s in r["spans"]]}
+                      for r in var["ranks"]]}
+    assert timeline.step_model(bare, world_size=2, fit=fit, gradient_bytes=2000) == out
+    # No fit: only what was measured, never an invented prediction.
+    none = timeline.step_model(var, world_size=2, fit=None)
+    assert none["compute_ms"] == pytest.approx(8.0) and none["measured_ms"] == pytest.approx(11.0)
+    assert none["model_ms"] is none["exposed_ms"] is none["residual_ms"] is None
+
+
+def test_step_model_averages_steps():
+    fit = {"alpha_s": 1e-3, "bandwidth_Bps": 1e9}
+    spans = [span("compute", "forward", 0, 1, 0), span("compute", "backward", 1, 3, 0),
+             span("compute", "forward", 10, 11, 1), span("compute", "backward", 11, 15, 1)]
+    out = timeline.step_model({"ranks": [{"rank": 0, "spans": spans}]}, world_size=2, fit=fit)
+    assert out["steps"] == 2 and out["compute_ms"] == pytest.approx(4.0) and out["exposed_ms"] == 0.0

@@ -4,12 +4,15 @@ A guest runs the DDP lab with the form's defaults; the timeline section must
 show its swim lanes (naive above, DDP below, a lane per rank and thread),
 the overlap and exposed figures beside them, the bucket-cap slider and the
 trace download. The section is photographed at 1400 px and at 390 px:
-``test-artifacts/lab-timeline-<lang>-<width>.png``.
+``test-artifacts/lab-timeline-<lang>-<width>.png``. The guest first writes a
+predicted step time; it comes back in "predict, then measure" beside the step
+model (``test-artifacts/lab-predict-<lang>-1400.png``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 
 import pytest
 
@@ -27,6 +30,8 @@ def test_the_timeline_shows_each_rank_s_lanes(server, browser, artifacts, lang):
         page.goto(f"{server.url}/labs?lang={lang}&lab=ddp")
         wait_app(page)
         m = main(page)
+        # Predict, then measure: a guess written before the run comes back beside the model.
+        m.get_by_role("spinbutton", name=t("labs.predict.field", lang)).fill("9")
         for attempt in range(2):
             button(m.get_by_test_id("stForm"), "labs.run", lang).click()
             button(m, "labs.cancel", lang).wait_for(timeout=WAIT)
@@ -60,6 +65,18 @@ def test_the_timeline_shows_each_rank_s_lanes(server, browser, artifacts, lang):
             title.evaluate("e => e.scrollIntoView({block: 'start'})")
             page.wait_for_timeout(500)
             page.screenshot(path=str(artifacts / f"lab-timeline-{lang}-{width}.png"))
+        page.set_viewport_size({"width": 1400, "height": 1000})
+        predict = m.get_by_text(pattern("labs.predict.title", lang)).first
+        predict.wait_for(timeout=WAIT)
+        guess = m.get_by_test_id("stMetric").filter(has_text=t("labs.predict.guess", lang)).first
+        assert "9" in guess.inner_text()
+        # This server's database may or may not hold a benchmark: either the fit or how to get one.
+        fit_or_not = m.get_by_text(pattern("labs.predict.fit", lang)).or_(
+            m.get_by_text(re.compile(re.escape(re.split(r"\{", t("labs.predict.no_fit", lang))[0]))))
+        fit_or_not.first.wait_for(timeout=WAIT)
+        predict.evaluate("e => e.scrollIntoView({block: 'start'})")
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(artifacts / f"lab-predict-{lang}-1400.png"))
     except BaseException:
         with contextlib.suppress(Exception):
             page.screenshot(path=str(artifacts / f"lab-timeline-{lang}-FAILED.png"), full_page=True)

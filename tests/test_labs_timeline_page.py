@@ -88,3 +88,95 @@ def test_the_lanes_use_the_palette_and_carry_their_numbers_as_a_table(result):
     assert table["columns"][1:] == ["span", "start", "end"]
     assert len(table["rows"]) == sum(len(r["spans"]) for name in ("naive", "ddp")
                                      for r in variants[name]["ranks"])
+
+
+# --------------------------------------------------------------------------
+# Predict, then measure: the learner's prediction, the step model and the measurement
+
+FIT = {"alpha_s": 2e-4, "bandwidth_Bps": 0.5e9, "bandwidth_GBps": 0.5, "steps": 2, "collective": "all_reduce"}
+
+
+def store_bench(result: dict, worker: str = "labhost:2") -> int:
+    """A benchmark run on the same host as ``store``'s lab runs, at the DDP run's world size and backend."""
+    bench = {"lab": "bench", "params": {}, "machine": {}, "summary": {
+        "world_size": result["summary"]["world_size"], "backend": result["summary"]["backend"],
+        "rows": [], "fit": {"all_reduce": FIT}}}
+    return store(bench, worker=worker)
+
+
+def ms(value: float, lang: str) -> str:
+    return i18n.format_number(value, lang, ".2f") + " ms"
+
+
+@pytest.mark.usefixtures("app_db")
+@pytest.mark.parametrize("lang", ["en", "zh", "nl"])
+def test_the_prediction_sits_beside_the_step_model_from_this_machine_s_benchmark(result, lang):
+    from labs import timeline
+
+    bench_id = store_bench(result)
+    run = json.loads(json.dumps(result))
+    run["params"]["predicted_step_ms"] = 7.5
+    at = shown(store(run), lang)
+    tl = run["summary"]["sections"]["timeline"]
+    step = timeline.step_model(tl["variants"]["ddp"], world_size=2, fit={**FIT, "run_id": bench_id},
+                               gradient_bytes=tl["gradient_bytes"])
+    assert step["model_ms"] == pytest.approx(step["compute_ms"] + step["exposed_ms"])
+    assert i18n.t("labs.predict.title", lang, cap="0,05" if lang == "nl" else "0.05", count=2) in \
+        [m.value.strip("*") for m in at.markdown]
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics[i18n.t("labs.predict.guess", lang)] == ms(7.5, lang)
+    assert metrics[i18n.t("labs.predict.model", lang)] == ms(step["model_ms"], lang)
+    assert metrics[i18n.t("labs.predict.measured", lang)] == ms(step["measured_ms"], lang)
+    shown_texts = texts(at)
+    assert i18n.t("labs.predict.fit", lang, run=bench_id, alpha=200, bw=0.5, count=2) in shown_texts
+    residual = step["measured_ms"] - step["model_ms"]
+    assert i18n.t("labs.predict.residual_model", lang, ms=residual, share=residual / step["model_ms"]) \
+        in shown_texts
+    assert i18n.t("labs.predict.residual_guess", lang, ms=step["measured_ms"] - 7.5,
+                  share=(step["measured_ms"] - 7.5) / 7.5) in shown_texts
+    table = next(d.value for d in at.dataframe if i18n.t("labs.predict.term", lang) in d.value.columns)
+    assert list(table[i18n.t("labs.predict.term", lang)]) == [
+        i18n.t(f"labs.predict.row_{k}", lang) for k in ("compute", "comm", "exposed", "model", "measured")]
+    # At another bucket size the prediction is not compared: it was for 0.05 MB.
+    slider = next(s for s in at.select_slider if s.label == i18n.t("labs.timeline.cap", lang))
+    slider.set_value(25.0).run()
+    assert not at.exception
+    assert i18n.t("labs.predict.other_cap", lang, ms=7.5, cap="0,05" if lang == "nl" else "0.05") in texts(at)
+    assert {m.label: m.value for m in at.metric}[i18n.t("labs.predict.guess", lang)] == "—"
+
+
+@pytest.mark.usefixtures("app_db")
+@pytest.mark.parametrize("lang", ["en", "zh", "nl"])
+def test_without_a_benchmark_the_page_says_how_to_get_one_and_invents_nothing(result, lang):
+    store_bench(result, worker="otherhost:3")  # another machine's fit does not count
+    at = shown(store(result), lang)
+    shown_texts = texts(at)
+    assert i18n.t("labs.predict.no_fit", lang, count=2, backend=result["summary"]["backend"]) in shown_texts
+    assert i18n.t("labs.predict.no_guess", lang) in shown_texts
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics[i18n.t("labs.predict.model", lang)] == metrics[i18n.t("labs.predict.guess", lang)] == "—"
+    assert metrics[i18n.t("labs.predict.measured", lang)].endswith(" ms")
+    table = next(d.value for d in at.dataframe if i18n.t("labs.predict.term", lang) in d.value.columns)
+    assert list(table[i18n.t("labs.timeline.ms", lang)])[1:4] == ["—"] * 3  # comm, exposed, model
+
+
+@pytest.mark.usefixtures("app_db")
+def test_the_form_offers_an_optional_prediction_and_keeps_it_with_the_run():
+    from sqlmodel import select
+
+    from academy.db import session_scope
+    from academy.models import LabRun
+    from app import labjobs
+    from tests.apptest import open_page
+
+    assert labjobs.validate("ddp", {"predicted_step_ms": 7.5})["predicted_step_ms"] == 7.5
+    assert "predicted_step_ms" not in labjobs.validate("ddp", {"predicted_step_ms": None})  # never required
+    at = open_page("labs", "en", lab="ddp")
+    box = next(n for n in at.number_input if n.label == i18n.t("labs.predict.field", "en"))
+    assert box.value is None
+    box.set_value(7.5)
+    next(b for b in at.button if b.label == i18n.t("labs.run", "en")).click().run()
+    assert not at.exception
+    with session_scope() as session:
+        run = session.exec(select(LabRun).order_by(LabRun.id.desc())).first()
+    assert run.lab == "ddp" and run.params["predicted_step_ms"] == 7.5

@@ -256,6 +256,7 @@ def report(run) -> None:  # noqa: ANN001  (a LabRun)
                     st.caption(t("exercises.output", rank=rank))
                     st.code(output, language=None)
     ring(res.get("trace") or {}, run.id)
+    labviews.bucket_timeline(res.get("trace") or {}, run.id, who.id)
 
 
 run_id = state.get(f"ex_run_{current}")

@@ -21,6 +21,9 @@ not among those a certificate requires (README, "How grading works").
 
 from __future__ import annotations
 
+import math
+
+from labs import timeline
 from labs.exercises import checks
 from labs.exercises.average_gradients.exercise import params_finding
 
@@ -34,6 +37,8 @@ TOLERANCE = 1e-5  # float32, summed in another order than one process sums
 # 1: smaller than any parameter (one bucket each); 100 and 400: a few
 # parameters per bucket; 1 MiB: every gradient in one bucket, sent by finish().
 CAPS = (1, 100, 400, 1 << 20)
+TRACE_CASE = "w2-cap400"  # the case whose timeline the report draws: 2 ranks, a few buckets
+TRACE_CALLS_PER_STEP = 32  # all-reduces drawn per rank and step, at most (the cap gives a handful)
 
 
 def cases(seed: int) -> list[dict]:
@@ -118,3 +123,47 @@ def _overlap_finding(ranks: list[dict]) -> dict:
                 return checks.failed("overlap", "bucket_not_async", **where)
     return {"check": "overlap", "passed": True, "key": "bucket_overlap_ok", "values": {}}
 
+
+
+def trace(case: dict, ranks: list[dict]) -> dict:
+    """The learner's timeline of the traced case, for the report (never for the grade).
+
+    Each all-reduce is the router's record, grouped into steps by the driver's
+    step markers: from when the rank made the call (``t_rank``, the rank's
+    clock reading, if it is no later than the router's receipt ``t_start``;
+    else ``t_start``) to when the router had it from every rank (``t_end``). Forward, backward and the optimizer step are
+    the rank's own clock readings (the driver's ``start``, ``forward_end``,
+    ``backward_end``, ``finish_end``, ``step_end``): the rank's word, so a
+    reading that is not a number is left out. Both clocks are the host's
+    monotonic clock. Returns `labs.timeline.variant`'s figures and spans (ms,
+    from the first span), with the case's sizes.
+    """
+    spans_of = []
+    for entry in ranks:
+        spans, step, drawn = [], -1, 0
+        for call in entry["calls"]:
+            if call["op"] == "step":
+                step, drawn = step + 1, 0
+            elif call["op"] == "all_reduce" and step >= 0 and drawn < TRACE_CALLS_PER_STEP:
+                end = call["t_end"] if call.get("t_end") is not None else call["t_start"]
+                made = call.get("t_rank")
+                start = made if isinstance(made, float) and made <= call["t_start"] else call["t_start"]
+                spans.append({"kind": "comm", "name": f"all_reduce {call['bytes']} B", "step": step,
+                              "start_ms": start * 1e3, "end_ms": end * 1e3, "bytes": call["bytes"]})
+                drawn += 1
+        said_steps = entry["result"].get("steps") if isinstance(entry["result"], dict) else None
+        for number, said in enumerate(said_steps[:case["steps"]] if isinstance(said_steps, list) else []):
+            if not isinstance(said, dict):
+                continue
+            for name, start, end in (("forward", "start", "forward_end"),
+                                     (timeline.BACKWARD, "forward_end", "backward_end"),
+                                     ("optimizer", "finish_end", "step_end")):
+                a, b = said.get(start), said.get(end)
+                if isinstance(a, float) and isinstance(b, float) and math.isfinite(a) and math.isfinite(b):
+                    spans.append({"kind": "compute", "name": name, "step": number,
+                                  "start_ms": a * 1e3, "end_ms": b * 1e3})
+        spans_of.append({"rank": entry["rank"], "spans": spans})
+    calls = max((sum(1 for s in r["spans"] if s["kind"] == "comm" and s["step"] == 0) for r in spans_of),
+                default=0)
+    return {"kind": "timeline", "world_size": len(ranks), "cap_bytes": case["cap"], "hidden": case["hidden"],
+            "steps": case["steps"], "learner": timeline.variant(timeline.rebase(spans_of), allreduce_calls=calls)}

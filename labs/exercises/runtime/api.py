@@ -19,6 +19,7 @@ report may show.
 from __future__ import annotations
 
 import os
+import time
 
 import frames
 import torch
@@ -212,7 +213,8 @@ class Api:
         tensor = self._tensor(tensor)
         op_id = self._id()
         self.channel.send({"t": "all_reduce", "id": op_id, "dtype": str(tensor.dtype).removeprefix("torch."),
-                           "op": _op_name(op), "bw": self.in_backward()}, tensor_bytes(tensor))
+                           "op": _op_name(op), "bw": self.in_backward(),
+                           "ts": time.perf_counter()}, tensor_bytes(tensor))  # for the report's timeline
         work = Work(self, op_id, tensor)
         if async_op:
             return work

@@ -22,7 +22,9 @@ processes: per rank the bytes it sent and received, and a record per call
 and ``t_end`` when it completed). A rank's word is taken only for what the
 report shows and the grade does not depend on: which call it is blocked in
 (``wait``), the chunk a sent tensor is (the animation's label), whether a
-call was made inside backward, and the step markers of a training driver.
+call was made inside backward, when it made an all-reduce (``t_rank``, its own
+clock reading, for the report's timeline), and the step markers of a
+training driver.
 
 A rank that writes a frame the protocol does not allow (not a frame, a
 field of the wrong type, an unknown peer, a reused id, more than
@@ -34,6 +36,7 @@ rank's crash, with the reason.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import selectors
 import time
@@ -244,8 +247,10 @@ class Router:
                     raise ProtocolError(f"an all_reduce of {len(payload)} bytes is no whole number of {dtype}")
             else:
                 dtype, op = None, None
+            said = header.get("ts")  # when the rank says it made the call: drawn, never graded
             rec = self._record(rank, {"op": kind, "peer": None, "bytes": len(payload), "chunk": None,
-                                      "dtype": dtype, "reduce": op, "in_backward": hint_bw})
+                                      "dtype": dtype, "reduce": op, "in_backward": hint_bw,
+                                      "t_rank": said if isinstance(said, float) and math.isfinite(said) else None})
             self.ops[rank][op_id] = rec
             self.sent[rank] += len(payload)
             self.collective[rank].append({"id": op_id, "payload": payload, "rec": rec})

@@ -7,8 +7,10 @@ trains the same MLP in one process on the global batch: its final
 parameters, and the order and size in which backward produces the
 gradients (hooks on the single process's parameters). In a rank, ``run``
 builds ``Bucketer(model, cap)`` and trains: a step marker to the router,
-backward, ``finish()``, step; it returns the parameters and, per step,
-the moment backward ended. The all-reduces themselves (bytes, order, when
+forward, backward, ``finish()``, step; it returns the parameters and, per
+step, the moment backward ended (and, for the report's timeline only, when
+the step, forward, ``finish()`` and the optimizer step ended: the rank's
+word, which no check reads). The all-reduces themselves (bytes, order, when
 each was made and waited for) are the router's record, so ``check`` can
 work out how many buckets the cap gives and whether the first one
 overlapped backward.
@@ -76,9 +78,14 @@ def run(case: dict, rank: int, world: int, submission, api, state) -> dict:  # n
     steps = []
     for step in range(case["steps"]):
         api.mark(step)
-        F.cross_entropy(model(x), y).backward()
+        start = time.perf_counter()
+        loss = F.cross_entropy(model(x), y)
+        forward_end = time.perf_counter()
+        loss.backward()
         backward_end = time.perf_counter()
         bucketer.finish()
-        steps.append({"backward_end": backward_end})
+        finish_end = time.perf_counter()
         sgd_step(model, case["lr"])
+        steps.append({"start": start, "forward_end": forward_end, "backward_end": backward_end,
+                      "finish_end": finish_end, "step_end": time.perf_counter()})
     return {"params": params(model), "steps": steps}
