@@ -145,6 +145,27 @@ def test_the_source_is_layered_without_cycles():
     assert problems(edges, LAYERS) == []
 
 
+def test_the_readme_draws_every_package_edge():
+    """The README's drawing lists exactly the package edges the source has."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = readme.split("These are all the edges between our packages", 1)[1].split("```")[1]
+    drawn = set()
+    for line in block.strip().splitlines():
+        src, _, dsts = line.partition("->")
+        drawn |= {(src.strip(), d.strip()) for d in dsts.split(",")}
+    edges = import_edges(ROOT, tuple(p for p in LAYERS if p != "tests"))
+    real = {(a.split(".")[0], b.split(".")[0]) for a, b in edges} - {(p, p) for p in LAYERS}
+    assert drawn == real, f"missing in the README: {sorted(real - drawn)}; not real: {sorted(drawn - real)}"
+
+
+def test_no_module_is_over_600_lines():
+    """Issue #23: a module that does one job fits in 600 lines (tests and migrations aside)."""
+    long = {str(p.relative_to(ROOT)): n for pkg in LAYERS if pkg != "tests"
+            for p in (ROOT / pkg).rglob("*.py") if "migrations" not in p.parts
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 600}
+    assert long == {}
+
+
 def test_every_top_level_package_has_a_layer():
     packages = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file() or p.name == "academy"}
     assert packages <= set(LAYERS), f"give these a layer in LAYERS: {sorted(packages - set(LAYERS))}"
