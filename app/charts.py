@@ -18,15 +18,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 
 from academy.i18n import DEFAULT_LANG, format_number, number_marks
 from labs import model as ring_model
 
-# (src, dst, chunk, phase) as in app.calculators.ring_schedule and lab traces;
-# chunk is None for the naive ring, which sends the whole buffer.
-Send = tuple[int, int, int | None, str]
+if TYPE_CHECKING:  # labs.ring imports torch; a figure needs only the shape of a send
+    from labs.ring import Send
+
 
 # --- Palette --------------------------------------------------------------
 # Okabe-Ito and Paul Tol's colour-blind safe sets. One colour per concept,
@@ -571,27 +572,6 @@ def naive_ring_figure(
                         carried=carried)
     fig.update_layout(meta={"table": table})
     return _marks(fig, lang)
-
-
-def trace_steps(traces: Sequence[Sequence[dict]]) -> tuple[list[list[Send]], list[float]]:
-    """Sends per step and each step's measured duration, from the ranks' own traces.
-
-    ``traces[r]`` is rank r's list of step records (step, phase, send_chunk,
-    send_to, t_start, t_end) on the shared clock. A step lasts from the first
-    rank starting it to the last rank finishing it.
-    """
-    by_step: dict[int, list[dict]] = {}
-    for rank, records in enumerate(traces):
-        for rec in records:
-            by_step.setdefault(int(rec["step"]), []).append({**rec, "rank": rank})
-    steps, durations = [], []
-    for k in sorted(by_step):
-        recs = by_step[k]
-        # The naive ring sends whole buffers: its records carry send_chunk None.
-        steps.append([(r["rank"], int(r["send_to"]), None if r["send_chunk"] is None else int(r["send_chunk"]),
-                       r["phase"]) for r in recs])
-        durations.append(max(r["t_end"] for r in recs) - min(r["t_start"] for r in recs))
-    return steps, durations
 
 
 # --- Plots -----------------------------------------------------------------

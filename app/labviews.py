@@ -16,13 +16,15 @@ from typing import Any
 
 import streamlit as st
 
+from academy import labqueue, labruns
 from academy.models import LabRun
 from app import calculators as calc
-from app import charts, labjobs
+from app import charts
 from app.ui import labeler, t
 from app.widgets import chart, lang, num, ring_labels
 from labs import model as ring_model
 from labs import params as lab_params
+from labs.ring import trace_steps
 
 NVLINK_REFERENCE = (360.0, 480.0)  # GB/s busbw, NCCL all-reduce on 8 x H100/H200
 
@@ -30,7 +32,7 @@ NVLINK_REFERENCE = (360.0, 480.0)  # GB/s busbw, NCCL all-reduce on 8 x H100/H20
 def waiting(run_id: int, section: str) -> float | None:
     """Where a queued run (a lab, or an exercise submission) stands, in ``section``'s words:
     its place and how many run at once, or that no worker is up. Returns the expected wait."""
-    position, slots, wait = labjobs.queue_info(run_id)
+    position, slots, wait = labqueue.queue_info(run_id)
     if slots:
         st.info(t(f"{section}.queued", position=position or 1, count=slots))
     else:
@@ -155,7 +157,7 @@ def ring(run: LabRun) -> None:
         st.info(t("labs.ring.one_rank"))
         return
     same_bytes_on_two(n)
-    steps, durations = charts.trace_steps(s["traces"])
+    steps, durations = trace_steps(s["traces"])
     st.markdown(f"**{t('labs_naive.animation') if naive else t('labs.ring.animation')}**")
     speed = st.select_slider(t("labs.ring.speed"), [0.25, 0.5, 1.0, 2.0, 4.0], value=1.0,
                              format_func=lambda v: f"{num(v, 'g')}×", key=f"speed_{run.id}")
@@ -174,7 +176,7 @@ def ring(run: LabRun) -> None:
     # Each step's median over the runs, with its min and max (older runs: the one trace).
     spread = s.get("step_times") or [{"median": d, "min": d, "max": d} for d in durations]
     measured = [x["median"] for x in spread]
-    line = model_line(s, measured, labjobs.machine_fit(run, BENCH_IMPL.get(s.get("algo", "ring"), "ring")),
+    line = model_line(s, measured, labruns.run_machine_fit(run, BENCH_IMPL.get(s.get("algo", "ring"), "ring")),
                       cpus=_cpus(run))
     st.markdown(f"**{t('labs.ring.theory', count=k)}**")
     chart(charts.step_time_figure(measured, line["predicted"], {

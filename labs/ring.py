@@ -38,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -508,6 +509,34 @@ def format_text(summary: dict) -> str:
         f"checksum of the result: {s['checksum'][:16]}",
     ]
     return "\n".join(lines)
+
+
+# --- The trace, read back (the pages animate it) ------------------------------
+
+# (src, dst, chunk, phase) as in app.calculators.ring_schedule and lab traces;
+# chunk is None for the naive ring, which sends the whole buffer.
+Send = tuple[int, int, int | None, str]
+
+
+def trace_steps(traces: Sequence[Sequence[dict]]) -> tuple[list[list[Send]], list[float]]:
+    """Sends per step and each step's measured duration, from the ranks' own traces.
+
+    ``traces[r]`` is rank r's list of step records (step, phase, send_chunk,
+    send_to, t_start, t_end) on the shared clock. A step lasts from the first
+    rank starting it to the last rank finishing it.
+    """
+    by_step: dict[int, list[dict]] = {}
+    for rank, records in enumerate(traces):
+        for rec in records:
+            by_step.setdefault(int(rec["step"]), []).append({**rec, "rank": rank})
+    steps, durations = [], []
+    for k in sorted(by_step):
+        recs = by_step[k]
+        # The naive ring sends whole buffers: its records carry send_chunk None.
+        steps.append([(r["rank"], int(r["send_to"]), None if r["send_chunk"] is None else int(r["send_chunk"]),
+                       r["phase"]) for r in recs])
+        durations.append(max(r["t_end"] for r in recs) - min(r["t_start"] for r in recs))
+    return steps, durations
 
 
 if __name__ == "__main__":

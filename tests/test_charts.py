@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from app import calculators as calc
 from app import charts
+
+if TYPE_CHECKING:
+    from labs.ring import Send
 
 ROOT = Path(__file__).resolve().parent.parent
 LABELS = {k: k for k in ["rank", "chunk", "holds", "start", "play", "pause", "step", "reduce-scatter",
@@ -26,7 +30,7 @@ LABELS = {k: k for k in ["rank", "chunk", "holds", "start", "play", "pause", "st
 ZH = LABELS | {"rank": "rank", "chunk": "块"}
 
 
-def naive_steps(n: int) -> list[list[charts.Send]]:
+def naive_steps(n: int) -> list[list[Send]]:
     return [[(r, (r + 1) % n, None, "pass-around") for r in range(n)] for _ in range(n - 1)]
 
 
