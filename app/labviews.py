@@ -1,6 +1,6 @@
 """Results of a lab run on the page: metrics, plots and the ring animation.
 
-Figures come from ``app.charts``; the numbers are the ones the processes
+Figures come from ``app.charts`` and ``app.charts_ring``; the numbers are the ones the processes
 measured (``LabRun.result``), never recomputed or canned, and are written
 with the learner's decimal marks (``num``). The form's widgets are built here
 too, from the parameters' schema in ``labs.params``.
@@ -19,7 +19,7 @@ import streamlit as st
 from academy import labqueue, labruns
 from academy.models import LabRun
 from app import calculators as calc
-from app import charts
+from app import charts, charts_ring
 from app.ui import labeler, t
 from app.widgets import chart, lang, num, ring_labels
 from labs import model as ring_model
@@ -166,10 +166,10 @@ def ring(run: LabRun) -> None:
         # Whole buffers go round the ring: one bar per rank, not n chunks.
         labels = {**ring_labels(), "pass-around": t("labs_naive.pass_around"), "buffer": t("labs_naive.whole_buffer"),
                   "carries": t("labs_naive.carries", rank="{rank}")}
-        fig = charts.naive_ring_figure(n, steps, labels=labels, step_durations=paced,
+        fig = charts_ring.naive_ring_figure(n, steps, labels=labels, step_durations=paced,
                                        buffer_size=_fmt_bytes(s["size_bytes"]), lang=lang())
     else:
-        fig = charts.ring_figure(n, steps, labels=ring_labels(), step_durations=paced,
+        fig = charts_ring.ring_figure(n, steps, labels=ring_labels(), step_durations=paced,
                                  chunk_sizes=[_fmt_bytes(c * s["element_size"]) for c in s["chunk_numels"]],
                                  lang=lang())
     chart(fig, key=f"ring_{run.id}", caption=t("labs_naive.alt") if naive else t("widgets.ring.alt"))

@@ -9,14 +9,14 @@ read from there:
 - the Labs page builds its form widgets from the fields that have a `Page`;
 - `check` validates: a dataclass calls it on itself for what it can know
   alone (choices, fixed ranges), and ``labs.launch.run_lab`` and
-  ``app.labjobs.validate`` call it again with the `Limits` in force, the
+  ``academy.labruns.validate`` call it again with the `Limits` in force, the
   page's narrower ranges included for the web.
 
 Limits (largest world size, message size, the timeouts) are `Limits`,
 read from the environment variables ``LAB_MAX_WORLD_SIZE``,
 ``LAB_MAX_BYTES``, ``LAB_TIMEOUT_S`` and ``LAB_HANG_TIMEOUT_S``. The web
 app's ``Settings`` reads the same variables and takes its defaults from
-`Limits`, and ``app.labjobs`` hands Settings' values to the CLI it starts in
+`Limits`, and the worker (``academy.labjob``) hands Settings' values to the CLI it starts in
 those variables. Why environment variables and not only arguments passed
 in: the CLI also runs on its own and under torchrun, where nothing passes
 anything in, and the labs must not import the app; an environment variable
@@ -77,7 +77,7 @@ def limit(name: str) -> Callable[[Limits | None, Any], int | None]:
 class Page:
     """How the Labs page offers a parameter. It may narrow the range and pick
     another default (a run started from a browser should stay short); what it
-    offers is also all that ``app.labjobs`` accepts from the page."""
+    offers is also all that ``academy.labruns`` accepts from the page."""
 
     widget: str = ""  # "slider", "number", "select" or "sizes"; "" = from the type
     low: float | None = None

@@ -9,7 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from academy import i18n, labqueue, labruns
-from app import charts
+from app import charts, charts_ring
 from labs import ring
 from tests.apptest import MAIN, login_token, open_page
 from tests.procs import gone, lab_pids
@@ -67,7 +67,7 @@ def test_animation_replays_a_real_four_rank_trace(algo):
     steps, durations = ring.trace_steps(summary["traces"])
     assert len(steps) == 6 and all(d > 0 for d in durations)
     assert len(set(summary["chunk_numels"])) > 1, "uneven chunks are exercised"
-    fig = charts.ring_figure(4, steps, labels=LABELS, step_durations=durations)
+    fig = charts_ring.ring_figure(4, steps, labels=LABELS, step_durations=durations)
     assert len(fig.frames) == 7
     for k in range(1, 7):
         sends = next(tr for tr in fig.frames[k].data if tr.name == "sends")
@@ -94,7 +94,7 @@ def test_naive_animation_moves_whole_buffers_as_the_real_trace_says():
     steps, durations = ring.trace_steps(summary["traces"])
     assert len(steps) == 3 and all(d > 0 for d in durations)
     labels = {**LABELS, "pass-around": "pass-around", "buffer": "buffer", "carries": "rank {rank}'s whole buffer"}
-    fig = charts.naive_ring_figure(4, steps, labels=labels, step_durations=durations, buffer_size="3.9 KiB")
+    fig = charts_ring.naive_ring_figure(4, steps, labels=labels, step_durations=durations, buffer_size="3.9 KiB")
     assert len(fig.frames) == 4
     for k in range(1, 4):
         sends = next(tr for tr in fig.frames[k].data if tr.name == "sends")
@@ -117,7 +117,7 @@ def test_naive_animation_moves_whole_buffers_as_the_real_trace_says():
 def test_schedule_replay_completes_for_any_world_size(world_size):
     from app.calculators import ring_schedule
 
-    states = charts.replay(world_size, ring_schedule(world_size))
+    states = charts_ring.replay(world_size, ring_schedule(world_size))
     after_rs = states[world_size - 1].counts()
     for r in range(world_size):
         assert after_rs[r][(r + 1) % world_size] == world_size

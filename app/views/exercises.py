@@ -17,7 +17,7 @@ except ImportError:
 from academy import exercises, labqueue, labruns
 from academy.db import session_scope
 from academy.models import ACTIVE
-from app import charts, labviews, ui
+from app import charts_ring, labviews, ui
 from app.widgets import chart, lang, ring_labels
 from labs.ring import trace_steps
 
@@ -192,11 +192,11 @@ def ring(trace: dict, run_id: int) -> None:
         if whole:
             labels = {**ring_labels(), "pass-around": t("labs_naive.pass_around"),
                       "buffer": t("labs_naive.whole_buffer"), "carries": t("labs_naive.carries", rank="{rank}")}
-            fig = charts.naive_ring_figure(n, steps, labels=labels, step_durations=durations, lang=code)
+            fig = charts_ring.naive_ring_figure(n, steps, labels=labels, step_durations=durations, lang=code)
         elif any(send[2] is None for step in steps for send in step):
             raise ValueError("a send that is no chunk of the ring")
         else:
-            fig = charts.ring_figure(n, steps, labels=ring_labels(), step_durations=durations, lang=code)
+            fig = charts_ring.ring_figure(n, steps, labels=ring_labels(), step_durations=durations, lang=code)
     except (KeyError, IndexError, TypeError, ValueError, AttributeError):  # sends that are no ring
         st.caption(t("exercises.ring_unavailable"))
         return
