@@ -1,8 +1,9 @@
 """The worker side of a lab run: claim it, run its lab, write its heartbeat, record how it ended.
 
-``python -m academy.worker`` consumes the huey queues of :mod:`academy.labqueue`,
-whose registered task imports this module and calls :func:`execute` once per
-job, in a worker thread. The job starts ``python -m labs LAB ... --events F
+``python -m academy.worker`` consumes the huey queues of :mod:`academy.labqueue`;
+:func:`set_worker` names :func:`execute` as the queue's task, which runs once
+per job, in a worker thread (the queue imports nothing of this module, so the
+web side never loads it). The job starts ``python -m labs LAB ... --events F
 --out G`` (or, for one node of a multi-node run, :func:`torchrun_command`'s
 line) in its own process group, and writes back to the
 :class:`~academy.models.LabRun` row: the claim, a heartbeat and the newest
