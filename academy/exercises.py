@@ -7,11 +7,13 @@ live in ``labs.exercises``; this module keeps what belongs to a learner:
   opened), so that a refresh or another device brings the same code back;
 - a submission, which is a lab run (lab ``exercise``) on the same queue, with
   the same fair-use limits, as the labs: a worker runs the grading command on
-  it (``academy.labqueue``) and stores the report as the run's result
+  it (``academy.labjob``) and stores the report as the run's result
   (capped, and slimmed once newer runs follow: ``labqueue.fit_result``,
-  ``labqueue.prune_results``);
-- a pass per exercise, written by the worker in the same transaction as a
-  passing report, one row at most (the database refuses a second).
+  ``labqueue.prune_results``); what a grading run's end means is
+  :func:`outcome`;
+- a pass per exercise (:func:`record_pass`), written by the worker in the
+  same transaction as a passing report, one row at most (the database
+  refuses a second).
 
 Plain keyword-only functions over a ``Session``, as ``quizzes.store``; the
 page (``app/views/exercises.py``) only lays them out.
@@ -34,7 +36,7 @@ from labs import exercises as defs
 from labs.exercises import messages
 from labs.exercises.encoding import foreign_encoding
 
-LAB = "exercise"  # LabRun.lab of a submission
+LAB = labqueue.EXERCISE  # LabRun.lab of a submission
 
 
 class SourceRefused(labqueue.LabRequestError):
@@ -206,9 +208,34 @@ def show_hint(*, session: Session, learner_id: int, exercise: str) -> int:
 # Passes
 
 
-# The worker writes a pass in the transaction that stores the passing report, so the
-# function lives with the worker (academy.labqueue) and is the same one here.
-record_pass = labqueue.record_exercise_pass
+def record_pass(*, session: Session, learner_id: int, exercise: str, run_id: int) -> None:
+    """Record that ``run_id`` passed ``exercise`` for the learner, unless a pass is there already.
+
+    Does not commit: the worker (``academy.labjob._end_node``) calls it in the
+    transaction that stores the run's report, so a pass never exists without
+    its passing report. One statement that the unique constraint settles (ON
+    CONFLICT DO NOTHING), so two passing runs finishing at once leave one row.
+    """
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    session.exec(dialect.insert(ExercisePass.__table__).values(
+        learner_id=learner_id, exercise=exercise, run_id=run_id, passed_at=utcnow(),
+    ).on_conflict_do_nothing(index_elements=["learner_id", "exercise"]))
+
+
+def outcome(run: LabRun, report: dict[str, Any] | None, returncode: int | None) -> dict[str, Any] | None:
+    """What a grading run that ended by itself means, for the worker to record; None when it
+    left no report (the run then failed as any lab's would).
+
+    A report, whatever it says (passed, a case failed, cannot be graded: the
+    grader exits 0, 1 or 2), is the run's result; the page reads its status.
+    Only a passing one (exit 0, status "passed") of a signed-in learner earns
+    the pass: ``passed`` is then (learner id, exercise).
+    """
+    if report is None or returncode not in (0, 1, 2):
+        return None
+    passed = returncode == 0 and report.get("status") == "passed" and run.learner_id is not None
+    return {"status": "done", "result": report,
+            "passed": (run.learner_id, run.params["exercise"]) if passed else None}
 
 
 def passes(*, session: Session, learner_id: int) -> dict[str, ExercisePass]:

@@ -1,12 +1,16 @@
-"""Lab runs as jobs on a durable queue, run by worker processes anywhere.
+"""Lab runs as jobs on a durable queue, run by worker processes anywhere: the web side.
 
 The web process only writes a :class:`~academy.models.LabRun` row and puts its id
 on a huey queue; a ``python -m academy.worker`` process (on this machine or
 another) takes it, starts ``python -m labs LAB ... --events F --out G`` in its
 own process group, and writes everything back to the row: the claim, a
 heartbeat and the newest progress event about once a second, and the result
-or the error at the end. The page reads only the database, so any app
-replica can show any run, and the web process never forks a rank.
+or the error at the end (that side, the job, is :mod:`academy.labjob`, which
+the worker names as the queue's task with :func:`serve`). The
+page reads only the database, so any app replica can show any run, and the
+web process never forks a rank. This module holds the queues, what the web
+side asks of the database (submit, cancel, position, the reaper), and what
+is kept of a report.
 
 Why huey: its SQLite storage needs no server, so a single machine keeps the
 one-command start (the queue lives in a file beside the database), and its
@@ -33,10 +37,11 @@ The promises and where they are kept:
   worker owns device sets and runs one lab per set at a time, holding a lock
   file per device, so two labs never share a GPU.
 - Several nodes: a run with ``params["nodes"] = N > 1`` is N messages (run,
-  node) on its queue. The worker taking node 0 claims the run as above; one
-  taking node k > 0 joins it by inserting the row (run, k) of
-  :class:`~academy.models.LabRunNode` (the primary key settles a race).
-  Every node starts :func:`torchrun_command`'s line, whose c10d rendezvous
+  node) on its queue. The worker taking node 0 claims the run as above (an
+  ordinary run's one node is node 0 too); one taking node k > 0 joins it by
+  inserting the row (run, k) of :class:`~academy.models.LabRunNode` (the
+  primary key settles a race). Every node starts
+  ``academy.labjob.torchrun_command``'s line, whose c10d rendezvous
   gathers them; the node hosting global rank 0 gets result.json. The run is
   done when every node ended well, failed as soon as one failed (the others
   read that with their heartbeat and stop, as for a cancel), and failed with
@@ -47,43 +52,24 @@ The promises and where they are kept:
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import fcntl
 import json
 import logging
-import os
-import queue as queue_mod
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
-import threading
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from datetime import timedelta
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import func, select
 
 from academy.accounts import UNKNOWN_CLIENT
 from academy.db import owner_only, session_scope
 from academy.errors import UserError
-from academy.models import ExercisePass, LabRun, LabRunNode, LabWorker, utcnow
+from academy.models import ACTIVE, TERMINAL, LabRun, LabRunNode, LabWorker, utcnow
 from academy.settings import ROOT, get_settings
-from labs.params import Run, flag, specs
 
 QUEUES = ("cpu", "gpu")
-ACTIVE = ("queued", "running")
-TERMINAL = ("done", "failed", "cancelled")
-TICK_S = 0.5  # how often a worker looks at each of its runs (cancel flag, heartbeat)
-REAP_EVERY_S = 2.0
 EXERCISE = "exercise"  # the lab name of an exercise submission (academy.exercises.LAB)
 log = logging.getLogger("academy.worker")
 
@@ -138,8 +124,27 @@ def _huey(name: str, url: str, filename: str):
         owner_only(Path(filename))
         huey = SqliteHuey(f"dpa-labs-{name}", filename=filename, results=False, strict_fifo=True)
     # No retries: a run that a dead worker dropped is failed by the reaper, never run twice.
-    task = huey.task(name="run_lab", retries=0)(execute)
+    task = huey.task(name="run_lab", retries=0)(_run_job)
     return huey, task
+
+
+# The job a worker process runs for each message: ``academy.labjob.execute``, which
+# names itself here when the worker starts (``labjob.set_worker``). So the web side
+# imports no worker code, and the worker side imports the queue, not the other way.
+_job: Callable[[int, int], None] | None = None
+
+
+def serve(job: Callable[[int, int], None] | None) -> None:
+    """Name the job this process runs for each message it takes (None: none)."""
+    global _job
+    _job = job
+
+
+def _run_job(run_id: int, node: int = 0) -> None:
+    """The registered task: the job :func:`serve` named."""
+    if _job is None:
+        raise RuntimeError("lab jobs run only inside `python -m academy.worker`")
+    _job(run_id, node)
 
 
 def enqueue(run_id: int, queue: str, *, node: int = 0) -> None:
@@ -468,495 +473,6 @@ def forget_workers() -> None:
 
 
 # --------------------------------------------------------------------------
-# The worker side: one call of execute() per job, in a huey worker thread
-
-
-@dataclass
-class DevicePool:
-    """GPU device sets a worker owns; a GPU lab holds one set for its whole run.
-
-    Inside the worker a blocking queue hands out the sets; between worker
-    processes on one host, an exclusive lock file per device (flock, released
-    by the kernel if the process dies) keeps two labs off the same GPU.
-    """
-
-    sets: list[tuple[int, ...]]
-    lock_dir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "dpa-gpu-locks")
-    _free: queue_mod.Queue = field(default_factory=queue_mod.Queue)
-
-    def __post_init__(self) -> None:
-        self.lock_dir.mkdir(parents=True, exist_ok=True)
-        for devices in self.sets:
-            self._free.put(devices)
-
-    @contextlib.contextmanager
-    def hold(self) -> Iterator[tuple[int, ...]]:
-        devices = self._free.get()
-        files = []
-        try:
-            for dev in sorted(devices):  # one order everywhere: no deadlock between workers
-                fh = open(self.lock_dir / f"gpu{dev}.lock", "w")  # noqa: SIM115
-                fcntl.flock(fh, fcntl.LOCK_EX)
-                files.append(fh)
-            yield devices
-        finally:
-            for fh in files:
-                fcntl.flock(fh, fcntl.LOCK_UN)
-                fh.close()
-            self._free.put(devices)
-
-
-@dataclass
-class WorkerState:
-    """What the running ``python -m academy.worker`` process tells execute()."""
-
-    name: str
-    workroot: Path
-    devices: DevicePool | None = None
-    stopping: threading.Event = field(default_factory=threading.Event)
-    # run id -> process-group id of the lab going, for tests and the shutdown path
-    running: dict[int, int] = field(default_factory=dict)
-
-
-_worker: WorkerState | None = None
-
-
-def worker_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def set_worker(state: WorkerState | None) -> None:
-    global _worker
-    _worker = state
-
-
-def command(lab: str, params: dict[str, Any], workdir: Path) -> list[str]:
-    """The lab's CLI for this run, each stored parameter as its flag in the lab's schema.
-
-    An exercise submission (lab ``exercise``) is graded by ``python -m
-    labs.exercises grade``, on the source the worker wrote to the workdir.
-    """
-    settings = get_settings()
-    if lab == EXERCISE:
-        return [sys.executable, "-m", "labs.exercises", "grade", str(params["exercise"]),
-                str(workdir / "submission.py"), "--json", "--lang", str(params.get("lang", "en")),
-                "--events", str(workdir / "events.jsonl"), "--out", str(workdir / "result.json")]
-    args = [sys.executable, "-m", "labs", lab, "--json", "--timeout", str(settings.lab_timeout_s),
-            "--hang-timeout", str(settings.lab_hang_timeout_s),
-            "--events", str(workdir / "events.jsonl"), "--out", str(workdir / "result.json")]
-    # Here, not at the top: labs.context imports torch, which the platform does not need.
-    from labs import context
-
-    flags = {name: flag(name, spec) for cls in (Run, context.load_lab(lab).Params)
-             for name, (_field, spec) in specs(cls).items()}
-    for key, value in params.items():
-        if key != "nodes":
-            args += [flags[key], str(value)]
-    return args
-
-
-JOIN_GRACE_S = 15  # torchrun's rendezvous timeout, beyond the worker's own wait for nodes
-
-# Each rank of a multi-node run is ``python -m labs`` run by this line, which first
-# asks the kernel to SIGKILL it when its torchrun dies: torchrun starts ranks in
-# sessions of their own, so without this a worker killed with ``kill -9`` (its
-# torchrun dies with it) would leave ranks running against the other nodes.
-RANK_PRELUDE = ("import ctypes, runpy, signal; "
-                "ctypes.CDLL('libc.so.6').prctl(1, signal.SIGKILL); "  # PR_SET_PDEATHSIG
-                "runpy.run_module('labs', run_name='__main__', alter_sys=True)")
-
-
-def torchrun_command(lab: str, params: dict[str, Any], workdir: Path, *, run_id: int) -> list[str]:
-    """One node of a multi-node run (``params["nodes"] > 1``), as its worker starts it.
-
-    Every node runs this same line (only the workdir differs); torchrun's
-    c10d rendezvous at ``Settings.lab_rendezvous_endpoint`` gathers them
-    under the run's id. torchrun gives up a little after ``lab_node_wait_s``,
-    so that the worker's own check (a node never taken: ``nodes_missing``)
-    comes first and names the cause; torchrun's timeout is for nodes that
-    were all taken yet cannot meet (an unreachable endpoint). ``world_size``
-    is ranks per node. The ranks are ``python -m labs LAB ...`` behind
-    :data:`RANK_PRELUDE`; the one that gets global rank 0 writes the events
-    and result.json in its node's workdir.
-    """
-    settings = get_settings()
-    endpoint = settings.lab_rendezvous_endpoint
-    if not endpoint:
-        raise ValueError("a multi-node lab needs LAB_RENDEZVOUS_ENDPOINT (host:port)")
-    per_node = int(params.get("world_size", 2))
-    lab_args = command(lab, {k: v for k, v in params.items() if k != "world_size"}, workdir)[3:]
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(int(params["nodes"])),
-            "--nproc-per-node", str(per_node), "--rdzv-backend", "c10d",
-            "--rdzv-endpoint", endpoint, "--rdzv-id", f"dpa-run-{run_id}",
-            "--rdzv-conf", f"join_timeout={settings.lab_node_wait_s + JOIN_GRACE_S}",
-            "--no-python", sys.executable, "-c", RANK_PRELUDE, *lab_args]
-
-
-def _die_with_worker() -> None:
-    """In the lab's CLI, before exec: SIGKILL me if the worker dies (its ranks follow me)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def _claim(run_id: int, me: str) -> LabRun | None:
-    """Take a run (queued -> running); a multi-node run's node 0 is taken with it."""
-    now = utcnow()
-    with session_scope() as session:
-        claimed = session.exec(
-            update(LabRun).where(LabRun.id == run_id, LabRun.status == "queued")
-            .values(status="running", worker=me, started_at=now, heartbeat_at=now)
-        ).rowcount
-        run = session.get(LabRun, run_id) if claimed else None
-        if run is not None and nodes_of(run.params) > 1:
-            session.add(LabRunNode(run_id=run_id, node=0, worker=me, heartbeat_at=now))
-        return run
-
-
-def _join(run_id: int, node: int, me: str) -> LabRun | None:
-    """Take node ``node`` > 0 of a multi-node run; None when it is taken, or the run is over.
-
-    One conditional INSERT (the row's primary key is (run, node)), so of two
-    workers holding copies of one node's message exactly one runs it. The
-    run may still be queued: its node 0 is claimed by whichever worker takes
-    that message, and torchrun's rendezvous waits for it.
-    """
-    with session_scope() as session:
-        run = session.get(LabRun, run_id)
-        if run is None or run.status not in ACTIVE or run.cancel_requested \
-                or not 0 < node < nodes_of(run.params):
-            return None
-        dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
-        taken = session.exec(dialect.insert(LabRunNode.__table__).values(
-            run_id=run_id, node=node, worker=me, heartbeat_at=utcnow(), status="running",
-        ).on_conflict_do_nothing(index_elements=["run_id", "node"])).rowcount
-        return run if taken else None
-
-
-def _beat(run_id: int, me: str, progress: dict[str, Any] | None) -> tuple[bool, bool]:
-    """Write the heartbeat (and progress); (still ours, cancel requested)."""
-    values: dict[str, Any] = {"heartbeat_at": utcnow()}
-    if progress is not None:
-        values["progress"] = progress
-    with session_scope() as session:
-        ours = session.exec(
-            update(LabRun).where(LabRun.id == run_id, LabRun.status == "running", LabRun.worker == me)
-            .values(**values)
-        ).rowcount
-        cancel = session.exec(select(LabRun.cancel_requested).where(LabRun.id == run_id)).one()
-    return bool(ours), bool(cancel)
-
-
-def _beat_node(run_id: int, node: int, me: str, progress: dict[str, Any] | None) -> tuple[bool, bool]:
-    """A node's heartbeat (node 0 beats the run's row too); (still going, cancel requested).
-
-    Not going any more when another node or the reaper has ended the run:
-    the node then stops its torchrun, as for a cancel.
-    """
-    now = utcnow()
-    with session_scope() as session:
-        ours = session.exec(
-            update(LabRunNode).where(LabRunNode.run_id == run_id, LabRunNode.node == node,
-                                     LabRunNode.worker == me, LabRunNode.status == "running")
-            .values(heartbeat_at=now)
-        ).rowcount
-        if node == 0:
-            session.exec(update(LabRun).where(LabRun.id == run_id, LabRun.status == "running",
-                                              LabRun.worker == me).values(heartbeat_at=now))
-        if progress is not None:  # from the node whose ranks include global rank 0
-            session.exec(update(LabRun).where(LabRun.id == run_id, LabRun.status == "running")
-                         .values(progress=progress))
-        status, cancel = session.exec(
-            select(LabRun.status, LabRun.cancel_requested).where(LabRun.id == run_id)).one()
-    return bool(ours) and status in ACTIVE, bool(cancel)
-
-
-def _end_node(run_id: int, node: int, me: str, status: str, *, error: dict[str, Any] | None = None,
-              result: dict[str, Any] | None = None, progress: dict[str, Any] | None = None) -> None:
-    """Record how one node ended, and the run's end when this settles it.
-
-    A node that failed (or was cancelled) ends the run at once, unless it has
-    ended already; the first failure is the reason kept. A node that ended
-    well records the result if it has it (rank 0 was there), and the last
-    node to end well makes the run done. The no-op UPDATE of the run comes
-    first: it takes the run's row lock (PostgreSQL) or the database's write
-    lock (SQLite), so two nodes ending at once are counted one after the other.
-    """
-    now = utcnow()
-    active = LabRun.status.in_(ACTIVE)
-    with session_scope() as session:
-        session.exec(update(LabRun).where(LabRun.id == run_id)
-                     .values(cancel_requested=LabRun.cancel_requested))
-        session.exec(update(LabRunNode).where(LabRunNode.run_id == run_id, LabRunNode.node == node,
-                                              LabRunNode.worker == me)
-                     .values(status=status, heartbeat_at=now))
-        if status != "done":
-            if session.exec(update(LabRun).where(LabRun.id == run_id, active)
-                            .values(status=status, finished_at=now, error=error)).rowcount:
-                prune_results(session=session, run_id=run_id)
-            return
-        if result is not None:
-            session.exec(update(LabRun).where(LabRun.id == run_id, active)
-                         .values(result=result, progress=progress))
-        params, stored = session.exec(select(LabRun.params, LabRun.result).where(LabRun.id == run_id)).one()
-        ended_well = session.exec(select(func.count()).select_from(LabRunNode).where(
-            LabRunNode.run_id == run_id, LabRunNode.status == "done")).one()
-        if ended_well < nodes_of(params):
-            return
-        if stored is None:  # every node exited 0, yet rank 0 wrote no result
-            session.exec(update(LabRun).where(LabRun.id == run_id, active).values(
-                status="failed", finished_at=now,
-                error={"kind": "crash", "message": "no node has the result of global rank 0"}))
-        else:
-            session.exec(update(LabRun).where(LabRun.id == run_id, LabRun.status == "running")
-                         .values(status="done", finished_at=now))
-        prune_results(session=session, run_id=run_id)
-
-
-def _joined(run_id: int) -> int:
-    """Nodes of a run that some worker has taken."""
-    with session_scope() as session:
-        return session.exec(select(func.count()).select_from(LabRunNode)
-                            .where(LabRunNode.run_id == run_id)).one()
-
-
-def _finish(run_id: int, me: str, *, passed: tuple[int, str] | None = None, **values: Any) -> None:
-    """Record the outcome, unless the run is no longer ours (the reaper took it).
-
-    ``passed``: (learner id, exercise) of a passing exercise report, whose
-    pass is recorded in the same transaction as the result, so that neither
-    exists without the other.
-    """
-    with session_scope() as session:
-        ours = session.exec(
-            update(LabRun).where(LabRun.id == run_id, LabRun.status == "running", LabRun.worker == me)
-            .values(finished_at=utcnow(), **values)
-        ).rowcount
-        if ours and passed is not None:
-            record_exercise_pass(session=session, learner_id=passed[0], exercise=passed[1], run_id=run_id)
-        if ours:
-            prune_results(session=session, run_id=run_id)
-
-
-def record_exercise_pass(*, session, learner_id: int, exercise: str, run_id: int) -> None:
-    """Record that ``run_id`` passed ``exercise`` for the learner, unless a pass is there already.
-
-    Does not commit: :func:`_finish` calls it in the transaction that stores
-    the run's report, so a pass never exists without its passing report
-    (``academy.exercises.record_pass`` is this function). One statement that
-    the unique constraint settles (ON CONFLICT DO NOTHING), so two passing
-    runs finishing at once leave one row.
-    """
-    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
-    session.exec(dialect.insert(ExercisePass.__table__).values(
-        learner_id=learner_id, exercise=exercise, run_id=run_id, passed_at=utcnow(),
-    ).on_conflict_do_nothing(index_elements=["learner_id", "exercise"]))
-
-
-def execute(run_id: int, node: int = 0) -> None:
-    """The job: claim the run (or join it as node ``node``), run its lab to the end,
-    record the outcome, tidy up."""
-    state = _worker
-    if state is None:
-        raise RuntimeError("lab jobs run only inside `python -m academy.worker`")
-    if state.stopping.is_set():
-        # Taken from the queue just as the worker was told to stop: put it back
-        # (the row is still "queued", the node not taken), so that another worker runs it.
-        enqueue(run_id, _queue_of(run_id), node=node)
-        return
-    run = _claim(run_id, state.name) if node == 0 else _join(run_id, node, state.name)
-    if run is None:  # cancelled while queued, or taken already: nothing to do
-        if node == 0:
-            log.info("run %s: not queued any more, skipped", run_id)
-        else:
-            log.info("run %s: node %s not to be run (taken, or the run is over), skipped", run_id, node)
-        return
-    multinode = nodes_of(run.params) > 1
-    if node == 0:
-        log.info("run %s: claimed by %s", run_id, state.name)
-    else:
-        log.info("run %s: node %s joined by %s", run_id, node, state.name)
-    workdir = Path(tempfile.mkdtemp(prefix=f"run-{run_id}-", dir=state.workroot))
-    at = node if multinode else None
-    try:
-        if run.queue == "gpu" and state.devices is not None:
-            with state.devices.hold() as devices:
-                _run_lab(run, state, workdir, {"CUDA_VISIBLE_DEVICES": ",".join(map(str, devices))},
-                         node=at)
-        else:
-            _run_lab(run, state, workdir, {}, node=at)
-    except Exception as exc:  # noqa: BLE001  (never leave a run "running" behind)
-        error = {"kind": "crash", "message": repr(exc)}
-        if multinode:
-            _end_node(run_id, node, state.name, "failed", error={**error, "node": node})
-        else:
-            _finish(run_id, state.name, status="failed", error=error)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-        log.info("run %s: ended", run_id)
-
-
-def _queue_of(run_id: int) -> str:
-    with session_scope() as session:
-        return session.exec(select(LabRun.queue).where(LabRun.id == run_id)).one()
-
-
-class _Tail:
-    """The newest whole JSON line of a growing events file, reading only what is new."""
-
-    def __init__(self, path: Path):
-        self.path, self.offset, self.rest, self.last = path, 0, b"", None
-
-    def latest(self) -> dict[str, Any] | None:
-        """The newest event since the previous call, or None when there is none."""
-        try:
-            with self.path.open("rb") as fh:
-                fh.seek(self.offset)
-                chunk = fh.read()
-        except OSError:
-            return None
-        self.offset += len(chunk)
-        lines = (self.rest + chunk).split(b"\n")
-        self.rest = lines.pop()  # a line still being written
-        for line in reversed(lines):
-            try:
-                self.last = json.loads(line)
-                return self.last
-            except ValueError:
-                continue
-        return None
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    """Stop the lab's whole process group: the CLI and every rank it spawned."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=5)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str, str],
-             *, node: int | None = None) -> None:
-    """Run the lab (``node``: this worker's node of a multi-node run) and record how it ended."""
-    settings = get_settings()
-    # Settings' limits go to the CLI in the variables it reads (they may have come from .env).
-    env = {**os.environ, **settings.lab_limits.environ(), "OMP_NUM_THREADS": "1",
-           "PYTHONUNBUFFERED": "1", **env_extra}
-    if run.lab == EXERCISE:
-        # The learner's code goes to the grader as a file; the grader runs it only
-        # inside the sandbox the setting names (labs/sandbox.py).
-        (workdir / "submission.py").write_text(run.source or "", encoding="utf-8")
-        env["EXERCISE_SANDBOX"] = settings.exercise_sandbox
-    started = time.monotonic()
-    stopped_by: str | None = None
-    tail = _Tail(workdir / "events.jsonl")
-    nodes, joined = nodes_of(run.params), False
-    argv = command(run.lab, run.params, workdir) if node is None \
-        else torchrun_command(run.lab, run.params, workdir, run_id=run.id)
-    with open(workdir / "output.log", "w") as log:
-        proc = subprocess.Popen(
-            argv, cwd=ROOT, env=env, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_worker,
-        )
-        state.running[run.id] = proc.pid
-        try:
-            # The CLI bounds itself; the limit here is the backstop if even that hangs
-            # (a node may first wait that long for its peers at the rendezvous).
-            limit = settings.lab_timeout_s + 30 + (settings.lab_node_wait_s if node is not None else 0)
-            while proc.poll() is None:
-                ours, cancel = _beat(run.id, state.name, tail.latest()) if node is None \
-                    else _beat_node(run.id, node, state.name, tail.latest())
-                if node is not None and not joined \
-                        and time.monotonic() - started > settings.lab_node_wait_s:
-                    joined = _joined(run.id) >= nodes  # once all are taken, no need to ask again
-                    stopped_by = None if joined else "nodes_missing"
-                if cancel:
-                    stopped_by = "cancelled"
-                elif not ours:
-                    stopped_by = "lost"
-                elif state.stopping.is_set():
-                    stopped_by = "worker_stopped"
-                elif time.monotonic() - started > limit:
-                    stopped_by = "timeout"
-                if stopped_by:
-                    _kill(proc)
-                    break
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=TICK_S)
-        finally:
-            if proc.poll() is None:
-                _kill(proc)
-            state.running.pop(run.id, None)
-    tail.latest()  # the last events, written just before the CLI exited
-    result = fit_result(run, _read_json(workdir / "result.json"))
-    output = (workdir / "output.log").read_text(errors="replace")[-4000:]
-    if node is not None:
-        _end_lab_node(run, node, state.name, stopped_by=stopped_by, code=proc.returncode,
-                      result=result, progress=tail.last, output=output)
-        return
-    if stopped_by == "cancelled":
-        _finish(run.id, state.name, status="cancelled", error={"kind": "cancelled"})
-    elif stopped_by in ("worker_stopped", "timeout"):
-        _finish(run.id, state.name, status="failed",
-                error={"kind": stopped_by, "worker": state.name, "message": output.strip()[-500:]})
-    elif stopped_by == "lost":
-        return  # the reaper already failed it
-    elif run.lab == EXERCISE and result is not None and proc.returncode in (0, 1, 2):
-        # A report, whatever it says (passed, a case failed, cannot be graded), is the
-        # run's result; the page reads its status. Only a passing one earns the pass.
-        passed = proc.returncode == 0 and result.get("status") == "passed" and run.learner_id is not None
-        _finish(run.id, state.name, status="done", result=result, progress=tail.last,
-                passed=(run.learner_id, run.params["exercise"]) if passed else None)
-    elif result is not None and proc.returncode == 0 and not result.get("error"):
-        _finish(run.id, state.name, status="done", result=result, progress=tail.last)
-    else:
-        error = (result or {}).get("error") or {
-            "kind": "crash", "message": output.strip().splitlines()[-1] if output.strip() else "",
-            "exit_code": proc.returncode,
-        }
-        _finish(run.id, state.name, status="failed", error=error, result=result)
-
-
-def _end_lab_node(run: LabRun, node: int, me: str, *, stopped_by: str | None, code: int | None,
-                  result: dict[str, Any] | None, progress: dict[str, Any] | None, output: str) -> None:
-    """How one node's torchrun ended, in the terms of :func:`_end_node`."""
-    if stopped_by == "cancelled":
-        _end_node(run.id, node, me, "cancelled", error={"kind": "cancelled"})
-        return
-    where = {"node": node, "worker": me}
-    if stopped_by == "lost":  # the run has ended already (another node failed, or the reaper)
-        _end_node(run.id, node, me, "failed", error={"kind": "lost", **where})
-    elif stopped_by == "nodes_missing":
-        wait = get_settings().lab_node_wait_s
-        _end_node(run.id, node, me, "failed", error={
-            "kind": "nodes_missing", **where,
-            "message": f"{_joined(run.id)} of {nodes_of(run.params)} nodes taken by a worker within {wait} s"})
-    elif stopped_by:
-        _end_node(run.id, node, me, "failed",
-                  error={"kind": stopped_by, **where, "message": output.strip()[-500:]})
-    elif code == 0 and ((result or {}).get("error") or {}).get("kind") == REPORT_TOO_LARGE:
-        _end_node(run.id, node, me, "failed", error={**result["error"], **where})
-    elif code == 0:
-        ok = result is not None and not result.get("error")
-        _end_node(run.id, node, me, "done", result=result if ok else None, progress=progress)
-    else:
-        error = (result or {}).get("error") or {"kind": "crash", "message": _last_line(output),
-                                                "exit_code": code}
-        _end_node(run.id, node, me, "failed", error={**error, **where})
-
-
-def _last_line(output: str) -> str:
-    """The last line that says something (torchrun ends its report with a rule of '=')."""
-    lines = [line for line in output.strip().splitlines() if line.strip(" =-")]
-    return lines[-1] if lines else ""
-
-
-# --------------------------------------------------------------------------
 # What is kept of a report (review N-6): a cap on each, the full one for the newest runs only
 
 REPORT_TOO_LARGE = "report_too_large"  # a lab's error kind; an exercise report's error key
@@ -1048,41 +564,3 @@ def prune_results(*, session, run_id: int) -> int:
             count += 1
     return count
 
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    """The lab's JSON; Infinity/NaN (e.g. an unfittable bandwidth) become None,
-    since PostgreSQL's JSON type does not accept them."""
-    try:
-        return json.loads(path.read_text(), parse_constant=lambda _name: None)
-    except (OSError, ValueError, RecursionError):  # RecursionError: nesting deeper than json can read
-        return None
-
-
-def register_worker(state: WorkerState, *, queues: list[str], slots: int) -> None:
-    """Write (or refresh) this worker's row; called every couple of seconds."""
-    now = utcnow()
-    devices = ";".join(",".join(map(str, s)) for s in state.devices.sets) if state.devices else ""
-    with session_scope() as session:
-        row = session.get(LabWorker, state.name)
-        if row is None:
-            row = LabWorker(name=state.name, host=socket.gethostname(), pid=os.getpid(),
-                            queues=",".join(queues), slots=slots, devices=devices, started_at=now)
-        row.heartbeat_at = now
-        session.add(row)
-
-
-def unregister_worker(state: WorkerState) -> None:
-    with session_scope() as session:
-        session.exec(LabWorker.__table__.delete().where(LabWorker.name == state.name))
-
-
-def tidy_workroots(base: Path) -> int:
-    """Remove working folders left by dead workers of this host; returns how many."""
-    host = socket.gethostname()
-    count = 0
-    for folder in base.glob(f"{host}-*"):
-        pid = folder.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            shutil.rmtree(folder, ignore_errors=True)
-            count += 1
-    return count

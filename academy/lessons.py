@@ -125,7 +125,7 @@ class TocSection(BaseModel):
     id: Annotated[str, Field(pattern=SECTION_ID)]
     title: NonEmpty
     summary: NonEmpty
-    lab: str | None = None  # a lab of app.labjobs.LABS; none when left out or null
+    lab: str | None = None  # a lab of academy.labruns.lab_names(); none when left out or null
     quiz_topic: str  # the quiz bank topic; written out although it equals id
 
     @model_validator(mode="before")

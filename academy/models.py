@@ -4,7 +4,7 @@ in ``academy/migrations``; run ``alembic revision --autogenerate`` after editing
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import JSON, Column, Index, UniqueConstraint, false, text
 from sqlmodel import Field, SQLModel
@@ -73,14 +73,20 @@ class LessonProgress(SQLModel, table=True):
     completed_at: datetime = Field(default_factory=utcnow)
 
 
+# A lab run's status (``LabRun.status``), the one definition pages and the queue read; a
+# node's (``LabRunNode.status``) is one of the last four. Stored as plain text.
+RunStatus = Literal["queued", "running", "done", "failed", "cancelled"]
+ACTIVE: tuple[RunStatus, ...] = ("queued", "running")  # waiting for a worker, or on one
+TERMINAL: tuple[RunStatus, ...] = ("done", "failed", "cancelled")  # ended: nothing changes it again
+
+
 class LabRun(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     learner_id: int | None = Field(default=None, foreign_key="learner.id", index=True)
     lab: str = Field(max_length=32)
     params: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
     machine: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
-    # queued | running | done | failed | cancelled
-    status: str = Field(default="queued", max_length=16, index=True)
+    status: str = Field(default="queued", max_length=16, index=True)  # a RunStatus
     result: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
     error: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
     created_at: datetime = Field(default_factory=utcnow)
@@ -108,7 +114,8 @@ class LabRun(SQLModel, table=True):
 
 
 class LabRunNode(SQLModel, table=True):
-    """One node of a multi-node lab run (``params["nodes"] > 1``): the worker running it.
+    """One node of a lab run: the worker running it (``params["nodes"]`` of them; an
+    ordinary run has one, node 0, taken with the run's claim).
 
     A row, not JSON on the run, because each node's worker writes its own
     heartbeat twice a second and must not overwrite its peers' (a JSON column
@@ -120,8 +127,7 @@ class LabRunNode(SQLModel, table=True):
     node: int = Field(primary_key=True)
     worker: str = Field(max_length=128)
     heartbeat_at: datetime = Field(default_factory=utcnow)
-    # running | done | failed | cancelled
-    status: str = Field(default="running", max_length=16)
+    status: str = Field(default="running", max_length=16)  # a RunStatus, never "queued"
 
 
 class ExerciseDraft(SQLModel, table=True):

@@ -111,19 +111,6 @@ class Settings(BaseSettings):
         """Served over HTTPS: the cookie gets ``Secure`` and the ``__Host-`` prefix, and HSTS is sent."""
         return self.public_url.lower().startswith("https://")
 
-    # The names academy.labqueue reads (``labs`` is the one object).
-    @property
-    def lab_limits(self) -> Limits:
-        return self.labs
-
-    @property
-    def lab_timeout_s(self) -> int:
-        return self.labs.timeout_s
-
-    @property
-    def lab_hang_timeout_s(self) -> int:
-        return self.labs.hang_timeout_s
-
     @property
     def lab_max_guests(self) -> int:
         """Labs all guests together may have queued or running: ``lab_guest_share``

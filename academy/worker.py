@@ -16,7 +16,7 @@ labs with it, and the reaper fails its runs once their heartbeat is stale.
 
 A node of a multi-node run (LAB_MAX_NODES > 1) is a job like any other: the
 worker that takes it starts that node's torchrun, whose rendezvous at
-LAB_RENDEZVOUS_ENDPOINT meets the other nodes' (see academy/labqueue.py).
+LAB_RENDEZVOUS_ENDPOINT meets the other nodes' (see academy/labjob.py).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from huey.consumer import Consumer
 
-    from academy import labqueue
+    from academy import labjob, labqueue
     from academy.db import get_engine
     from academy.settings import get_settings
 
@@ -95,17 +95,17 @@ def main(argv: list[str] | None = None) -> int:
         if not sets:
             print("the gpu queue needs GPUs: none visible and no --devices given", file=sys.stderr)
             return 2
-        devices = labqueue.DevicePool(sets)
+        devices = labjob.DevicePool(sets)
     get_engine()  # migrate before the first job touches the tables
 
     base = Path(tempfile.gettempdir()) / "dpa-labs"
     base.mkdir(parents=True, exist_ok=True)
-    labqueue.tidy_workroots(base)
-    state = labqueue.WorkerState(name=args.name or labqueue.worker_name(),
+    labjob.tidy_workroots(base)
+    state = labjob.WorkerState(name=args.name or labjob.worker_name(),
                                  workroot=base / f"{socket.gethostname()}-{os.getpid()}",
                                  devices=devices)
     state.workroot.mkdir()
-    labqueue.set_worker(state)
+    labjob.set_worker(state)
     cpu_slots = args.concurrency or get_settings().lab_concurrency
     slots = {"cpu": cpu_slots, "gpu": len(devices.sets) if devices else 0}
     consumers = [
@@ -132,13 +132,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         while True:
             try:
-                labqueue.register_worker(state, queues=queues, slots=sum(slots[q] for q in queues))
+                labjob.register_worker(state, queues=queues, slots=sum(slots[q] for q in queues))
                 labqueue.reap()
                 labqueue.requeue_lost(queues)
                 labqueue.forget_workers()
             except Exception:  # noqa: BLE001  (a database hiccup must not stop the worker)
                 log.exception("heartbeat or reap failed")
-            if stop.wait(labqueue.REAP_EVERY_S):
+            if stop.wait(labjob.REAP_EVERY_S):
                 break
     finally:
         log.info("worker %s stopping", state.name)
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         state.stopping.set()  # ... and stop the labs going (recorded as worker_stopped)
         for consumer in consumers:
             consumer.stop(graceful=True)
-        labqueue.unregister_worker(state)
+        labjob.unregister_worker(state)
         shutil.rmtree(state.workroot, ignore_errors=True)
     return 0
 

@@ -1,6 +1,6 @@
 """Results of a lab run on the page: metrics, plots and the ring animation.
 
-Figures come from ``app.charts``; the numbers are the ones the processes
+Figures come from ``app.charts`` and ``app.charts_ring``; the numbers are the ones the processes
 measured (``LabRun.result``), never recomputed or canned, and are written
 with the learner's decimal marks (``num``). The form's widgets are built here
 too, from the parameters' schema in ``labs.params``; and the bucketed-overlap
@@ -17,15 +17,17 @@ from typing import Any
 
 import streamlit as st
 
+from academy import labqueue, labruns
 from academy.models import LabRun
 from app import calculators as calc
-from app import charts, labjobs, sharding
+from app import charts, charts_ring, sharding
 from app import timeline as lanes
 from app.ui import labeler, t
 from app.widgets import chart, lang, num, ring_labels
 from labs import model as ring_model
 from labs import params as lab_params
 from labs import timeline as spans
+from labs.ringtrace import trace_steps
 from labs.settings import Limits
 
 NVLINK_REFERENCE = (360.0, 480.0)  # GB/s busbw, NCCL all-reduce on 8 x H100/H200
@@ -34,7 +36,7 @@ NVLINK_REFERENCE = (360.0, 480.0)  # GB/s busbw, NCCL all-reduce on 8 x H100/H20
 def waiting(run_id: int, section: str) -> float | None:
     """Where a queued run (a lab, or an exercise submission) stands, in ``section``'s words:
     its place and how many run at once, or that no worker is up. Returns the expected wait."""
-    position, slots, wait = labjobs.queue_info(run_id)
+    position, slots, wait = labqueue.queue_info(run_id)
     if slots:
         st.info(t(f"{section}.queued", position=position or 1, count=slots))
     else:
@@ -162,7 +164,7 @@ def ring(run: LabRun) -> None:
         st.info(t("labs.ring.one_rank"))
         return
     same_bytes_on_two(n)
-    steps, durations = charts.trace_steps(s["traces"])
+    steps, durations = trace_steps(s["traces"])
     st.markdown(f"**{t('labs_naive.animation') if naive else t('labs.ring.animation')}**")
     speed = st.select_slider(t("labs.ring.speed"), [0.25, 0.5, 1.0, 2.0, 4.0], value=1.0,
                              format_func=lambda v: f"{num(v, 'g')}×", key=f"speed_{run.id}")
@@ -171,17 +173,17 @@ def ring(run: LabRun) -> None:
         # Whole buffers go round the ring: one bar per rank, not n chunks.
         labels = {**ring_labels(), "pass-around": t("labs_naive.pass_around"), "buffer": t("labs_naive.whole_buffer"),
                   "carries": t("labs_naive.carries", rank="{rank}")}
-        fig = charts.naive_ring_figure(n, steps, labels=labels, step_durations=paced,
+        fig = charts_ring.naive_ring_figure(n, steps, labels=labels, step_durations=paced,
                                        buffer_size=_fmt_bytes(s["size_bytes"]), lang=lang())
     else:
-        fig = charts.ring_figure(n, steps, labels=ring_labels(), step_durations=paced,
+        fig = charts_ring.ring_figure(n, steps, labels=ring_labels(), step_durations=paced,
                                  chunk_sizes=[_fmt_bytes(c * s["element_size"]) for c in s["chunk_numels"]],
                                  lang=lang())
     chart(fig, key=f"ring_{run.id}", caption=t("labs_naive.alt") if naive else t("widgets.ring.alt"))
     # Each step's median over the runs, with its min and max (older runs: the one trace).
     spread = s.get("step_times") or [{"median": d, "min": d, "max": d} for d in durations]
     measured = [x["median"] for x in spread]
-    line = model_line(s, measured, labjobs.machine_fit(run, BENCH_IMPL.get(s.get("algo", "ring"), "ring")),
+    line = model_line(s, measured, labruns.run_machine_fit(run, BENCH_IMPL.get(s.get("algo", "ring"), "ring")),
                       cpus=_cpus(run))
     st.markdown(f"**{t('labs.ring.theory', count=k)}**")
     chart(charts.step_time_figure(measured, line["predicted"], {
@@ -292,7 +294,7 @@ def predict(run: LabRun, tl: dict, cap: float, chosen: dict) -> None:
     s = run.result["summary"]
     n, backend = s["world_size"], s.get("backend", "gloo")
     st.markdown(f"**{t('labs.predict.title', cap=num(cap, 'g'), count=n)}**")
-    fit = labjobs.machine_fit(run, "all_reduce")
+    fit = labruns.run_machine_fit(run, "all_reduce")
     step = spans.step_model(chosen, world_size=n, fit=fit, gradient_bytes=tl.get("gradient_bytes", 0))
     guess = (run.params or {}).get("predicted_step_ms")
     at_guess = chosen is tl["variants"]["ddp"]  # the prediction was for the breakdown's DDP cap
@@ -444,7 +446,7 @@ MAX_EXERCISE_SPANS = 4 * 3 * (3 + 32)
 
 def _ddp_reference(learner_id: int) -> LabRun | None:
     """The learner's newest finished DDP lab run that has a timeline."""
-    return next((r for r in labjobs.history(learner_id=learner_id) if r.lab == "ddp" and r.status == "done"
+    return next((r for r in labruns.history(learner_id=learner_id) if r.lab == "ddp" and r.status == "done"
                  and ((r.result or {}).get("summary") or {}).get("sections", {}).get("timeline")), None)
 
 

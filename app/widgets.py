@@ -7,7 +7,7 @@ import streamlit as st
 
 from academy import i18n
 from app import calculators as calc
-from app import charts
+from app import charts, charts_ring
 from app.ui import labeler, t
 
 # No modebar: its tooltips are English on every page and it covered the charts' titles
@@ -132,5 +132,5 @@ def scaling_explorer(measured: list[tuple[int, float]] | None = None) -> None:
 def ring_diagram() -> None:
     st.subheader(t("widgets.ring.title"))
     n = st.slider(t("widgets.ring.world_size"), 2, 8, 4, key="rd_n")
-    chart(charts.ring_figure(n, calc.ring_schedule(n), labels=ring_labels(), lang=lang()), key="rd_chart",
+    chart(charts_ring.ring_figure(n, calc.ring_schedule(n), labels=ring_labels(), lang=lang()), key="rd_chart",
           caption=t("widgets.ring.alt"))

@@ -14,7 +14,7 @@ Everything else is read from the model:
 - a model checks itself on construction for what it can know alone
   (choices, fixed ranges), and `check` checks it again against the
   `labs.settings.Limits` in force: `validate` (build, then check) is one
-  call per model in ``app.labjobs.validate`` (in the page's narrower ranges)
+  call per model in ``academy.labruns.validate`` (in the page's narrower ranges)
   and in ``python -m labs``; ``labs.launch.run_lab`` checks the models it
   builds.
 
@@ -50,7 +50,7 @@ def limit(name: str) -> Callable[[Limits | None, Any], int | None]:
 class Page:
     """How the Labs page offers a parameter. It may narrow the range and pick
     another default (a run started from a browser should stay short); what it
-    offers is also all that ``app.labjobs`` accepts from the page."""
+    offers is also all that ``academy.labruns`` accepts from the page."""
 
     widget: str = ""  # "slider", "number", "select", "sizes" or "prediction" (optional float); "" = from the type
     low: float | None = None

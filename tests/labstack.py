@@ -169,9 +169,9 @@ def learners_main(argv: list[str] | None = None) -> None:
     import json
     import threading
 
+    from academy import labruns
     from academy.db import session_scope
     from academy.models import LabRun, Learner
-    from app import labjobs
 
     parser = argparse.ArgumentParser()
     parser.add_argument("learners", type=int)
@@ -203,9 +203,9 @@ def learners_main(argv: list[str] | None = None) -> None:
     def learner(learner_id: int) -> None:
         for _ in range(args.labs_each):
             try:
-                run_id = labjobs.submit(lab="ring", params={"world_size": 2, "size": 1024},
+                run_id = labruns.submit(lab="ring", params={"world_size": 2, "size": 1024},
                                         learner_id=learner_id, machine={})
-            except labjobs.LabRequestError as err:
+            except labruns.LabRequestError as err:
                 with lock:
                     refused.append(err.key)
                 continue

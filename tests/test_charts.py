@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from app import calculators as calc
-from app import charts
+from app import charts, charts_ring
+
+if TYPE_CHECKING:
+    from labs.ringtrace import Send
 
 ROOT = Path(__file__).resolve().parent.parent
 LABELS = {k: k for k in ["rank", "chunk", "holds", "start", "play", "pause", "step", "reduce-scatter",
@@ -26,7 +30,7 @@ LABELS = {k: k for k in ["rank", "chunk", "holds", "start", "play", "pause", "st
 ZH = LABELS | {"rank": "rank", "chunk": "块"}
 
 
-def naive_steps(n: int) -> list[list[charts.Send]]:
+def naive_steps(n: int) -> list[list[Send]]:
     return [[(r, (r + 1) % n, None, "pass-around") for r in range(n)] for _ in range(n - 1)]
 
 
@@ -39,9 +43,9 @@ def every_figure():
     parts = {"forward": 0.2, "backward": 0.4, "exposed_comm": 3.0, "optimizer": 0.1}
     sizes = [1, 2, 4, 8]
     return {
-        "ring": charts.ring_figure(4, calc.ring_schedule(4), labels=LABELS, step_durations=[0.01] * 6,
+        "ring": charts_ring.ring_figure(4, calc.ring_schedule(4), labels=LABELS, step_durations=[0.01] * 6,
                                    chunk_sizes=["1 KiB"] * 4),
-        "naive": charts.naive_ring_figure(3, naive_steps(3), labels=LABELS, step_durations=[0.01] * 2,
+        "naive": charts_ring.naive_ring_figure(3, naive_steps(3), labels=LABELS, step_durations=[0.01] * 2,
                                           buffer_size="4 KiB"),
         "steps": charts.step_time_figure([0.01, 0.012], [0.0002, 0.0002],
                                          {"measured": "measured", "theory": "theory", "step": "step"}),
@@ -192,7 +196,7 @@ def overlap(a, b) -> bool:
 
 def smallest_scale(fig) -> float:
     """px per data unit on a phone: the plot's width there, or the figure's fixed height."""
-    width = charts.MOBILE_PLOT_WIDTH - fig.layout.margin.l - fig.layout.margin.r
+    width = charts_ring.MOBILE_PLOT_WIDTH - fig.layout.margin.l - fig.layout.margin.r
     height = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
     (x0, x1), (y0, y1) = fig.layout.xaxis.range, fig.layout.yaxis.range
     return min(width / (x1 - x0), height / (y1 - y0))
@@ -202,9 +206,9 @@ def smallest_scale(fig) -> float:
 @pytest.mark.parametrize("kind", ["ring", "naive", "ring-zh"])
 def test_nothing_in_the_ring_collides_on_a_phone(kind, n):
     if kind == "naive":
-        fig = charts.naive_ring_figure(n, naive_steps(n), labels=LABELS, buffer_size="4 KiB")
+        fig = charts_ring.naive_ring_figure(n, naive_steps(n), labels=LABELS, buffer_size="4 KiB")
     else:
-        fig = charts.ring_figure(n, calc.ring_schedule(n), labels=ZH if kind == "ring-zh" else LABELS)
+        fig = charts_ring.ring_figure(n, calc.ring_schedule(n), labels=ZH if kind == "ring-zh" else LABELS)
     scale = smallest_scale(fig)
     (x0, x1), (y0, y1) = fig.layout.xaxis.range, fig.layout.yaxis.range
     for k, frame in enumerate(fig.frames):
@@ -216,7 +220,7 @@ def test_nothing_in_the_ring_collides_on_a_phone(kind, n):
         assert not outside, (k, outside)
     numbers = next(tr for tr in fig.data if tr.name == "ranks")
     w, h = text_box(str(n - 1), numbers.textfont.size)
-    assert w <= 2 * charts.ring_layout(n).node * scale + 6, "a rank's number fits in its circle"
+    assert w <= 2 * charts_ring.ring_layout(n).node * scale + 6, "a rank's number fits in its circle"
 
 
 def test_the_colour_bar_lies_under_the_ring():

@@ -194,7 +194,7 @@ def test_the_reference_passes_and_the_ring_report_has_the_learners_trace():
     trace = report["trace"]
     assert trace["world_size"] == 4 and len(trace["traces"]) == 4
     assert (trace["size"], trace["size_bytes"], trace["dtype"]) == (10, 40, "float32")
-    from app.charts import trace_steps
+    from labs.ringtrace import trace_steps
 
     steps, durations = trace_steps(trace["traces"])
     assert len(steps) == 2 * (4 - 1) == len(durations)
@@ -212,7 +212,7 @@ def test_a_ring_with_its_own_chunk_split_still_draws_its_chunks():
     report = grader.grade("ring-allreduce", (FIXTURES / "ring_floor_chunks.py").read_text("utf-8"),
                           case_ids=["w4-n10-float32"])
     assert report["status"] == "passed", failing(report)
-    from app.charts import trace_steps
+    from labs.ringtrace import trace_steps
 
     steps, _ = trace_steps(report["trace"]["traces"])
     assert sorted(steps[0]) == [(r, (r + 1) % 4, r, "reduce-scatter") for r in range(4)]

@@ -2,7 +2,7 @@
 queue, the per-case report, the ring, and the reference only after a pass.
 
 The exercises are the stand-in of tests/exercisefakes.py, and the grading is
-done by hand with the worker's own functions (``labqueue._claim``/``_finish``),
+done by hand with the worker's own functions (``labjob._claim``/``_end_node``),
 so these tests check the page and the bookkeeping; the worker test runs the
 real command.
 """
@@ -16,7 +16,7 @@ import uuid
 import pytest
 from sqlmodel import select
 
-from academy import exercises, i18n, labqueue
+from academy import exercises, i18n, labjob
 from academy.db import session_scope
 from academy.models import ExercisePass, LabRun, Learner
 from tests import exercisefakes
@@ -97,10 +97,10 @@ def t(key: str, lang: str = "en", **values) -> str:
 
 def grade(run_id: int, report: dict) -> None:
     """What a worker does at the end of a run, with the worker's own functions."""
-    run = labqueue._claim(run_id, "test-worker")
+    run = labjob._claim(run_id, "test-worker")
     assert run is not None
     passed = report["status"] == "passed"
-    labqueue._finish(run_id, "test-worker", status="done", result=report,
+    labjob._end_node(run_id, 0, "test-worker", "done", result=report,
                      passed=(run.learner_id, run.params["exercise"]) if passed else None)
 
 
@@ -298,8 +298,8 @@ def test_the_certificate_page_names_the_missing_exercises_with_links_and_offers_
 def test_a_run_without_a_report_says_why(kind, key):
     me = learner()
     run_id = exercises.submit(learner_id=me, exercise="broadcast", source="x = 1\n", lang="en")
-    labqueue._claim(run_id, "test-worker")
-    labqueue._finish(run_id, "test-worker", status="cancelled" if kind == "cancelled" else "failed",
+    labjob._claim(run_id, "test-worker")
+    labjob._end_node(run_id, 0, "test-worker", "cancelled" if kind == "cancelled" else "failed",
                      error={"kind": kind, "message": "boom"})
     at = open_page("exercises", "en", me, exercise="broadcast")
     assert not at.exception, at.exception
@@ -310,8 +310,8 @@ def test_a_run_without_a_report_says_why(kind, key):
 def test_a_running_submission_shows_case_k_of_n_and_can_be_cancelled():
     me = learner()
     run_id = exercises.submit(learner_id=me, exercise="ring-allreduce", source="x = 1\n", lang="en")
-    labqueue._claim(run_id, "test-worker")
-    labqueue._beat(run_id, "test-worker", {"kind": "progress", "step": 3, "total_steps": 21, "phase": "case"})
+    labjob._claim(run_id, "test-worker")
+    labjob._beat_node(run_id, 0, "test-worker", {"kind": "progress", "step": 3, "total_steps": 21, "phase": "case"})
     at = open_page("exercises", "en", me)
     assert not at.exception, at.exception
     [bar] = at.get("progress")

@@ -371,7 +371,7 @@ def test_migration_0007_goes_down_and_up_again(db):
     me = learner(db)  # the tables work again: a draft and a pass round-trip
     exercises.save_draft(session=db, learner_id=me, exercise="broadcast", source="back = 1\n")
     run_id = finished_run(db, me)
-    labqueue.record_exercise_pass(session=db, learner_id=me, exercise="ring-allreduce", run_id=run_id)
+    exercises.record_pass(session=db, learner_id=me, exercise="ring-allreduce", run_id=run_id)
     db.commit()
     assert set(exercises.passes(session=db, learner_id=me)) == {"ring-allreduce"}
 

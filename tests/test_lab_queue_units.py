@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from academy import i18n, labqueue
+from academy import i18n, labjob, labqueue
 from academy.db import session_scope
 from academy.models import LabRun, LabWorker, utcnow
 from tests.apptest import open_page, press
@@ -56,12 +56,12 @@ def test_a_run_its_machine_lost_is_explained_not_blamed_on_a_rank(kind):
 
 def test_a_device_set_is_held_by_one_lab_at_a_time_even_across_workers(tmp_path):
     # Two pools sharing GPU 1, as two workers on one host that were told overlapping sets.
-    a = labqueue.DevicePool([(0, 1)], lock_dir=tmp_path)
-    b = labqueue.DevicePool([(1, 2)], lock_dir=tmp_path)
+    a = labjob.DevicePool([(0, 1)], lock_dir=tmp_path)
+    b = labjob.DevicePool([(1, 2)], lock_dir=tmp_path)
     inside, overlaps = [], []
     lock = threading.Lock()
 
-    def use(pool: labqueue.DevicePool) -> None:
+    def use(pool: labjob.DevicePool) -> None:
         for _ in range(5):
             with pool.hold() as devices:
                 with lock:
@@ -82,7 +82,7 @@ def test_a_device_set_is_held_by_one_lab_at_a_time_even_across_workers(tmp_path)
 
 
 def test_each_stored_parameter_becomes_the_flag_of_its_name(tmp_path):
-    args = labqueue.command("ring", {"world_size": 2, "fail_at_step": 3, "size": 1024}, tmp_path)
+    args = labjob.command("ring", {"world_size": 2, "fail_at_step": 3, "size": 1024}, tmp_path)
     assert args[1:4] == ["-m", "labs", "ring"]
     assert args[args.index("--world-size") + 1] == "2"
     assert args[args.index("--fail-at-step") + 1] == "3"
@@ -93,11 +93,11 @@ def test_a_multi_node_run_is_one_torchrun_line_per_node(tmp_path, monkeypatch):
     from academy.settings import get_settings
 
     with pytest.raises(ValueError, match="LAB_RENDEZVOUS_ENDPOINT"):
-        labqueue.torchrun_command("ring", {"world_size": 4, "nodes": 2}, tmp_path, run_id=7)
+        labjob.torchrun_command("ring", {"world_size": 4, "nodes": 2}, tmp_path, run_id=7)
     monkeypatch.setenv("LAB_RENDEZVOUS_ENDPOINT", "head:29500")
     get_settings.cache_clear()
     try:
-        args = labqueue.torchrun_command("ring", {"world_size": 4, "nodes": 2, "size": 64}, tmp_path,
+        args = labjob.torchrun_command("ring", {"world_size": 4, "nodes": 2, "size": 64}, tmp_path,
                                          run_id=7)
     finally:
         monkeypatch.undo()
@@ -105,12 +105,12 @@ def test_a_multi_node_run_is_one_torchrun_line_per_node(tmp_path, monkeypatch):
     line = " ".join(args)
     assert "-m torch.distributed.run --nnodes 2 --nproc-per-node 4" in line
     assert "--rdzv-backend c10d --rdzv-endpoint head:29500 --rdzv-id dpa-run-7" in line
-    assert f"--rdzv-conf join_timeout={get_settings().lab_node_wait_s + labqueue.JOIN_GRACE_S}" in line
+    assert f"--rdzv-conf join_timeout={get_settings().lab_node_wait_s + labjob.JOIN_GRACE_S}" in line
     # Each rank: python -c PRELUDE ring ... (the prelude runs `python -m labs` once it
     # has asked to die with its torchrun).
-    prelude = args.index(labqueue.RANK_PRELUDE)
+    prelude = args.index(labjob.RANK_PRELUDE)
     assert args[prelude - 3:prelude] == ["--no-python", args[0], "-c"] and args[prelude + 1] == "ring"
-    assert "runpy.run_module('labs'" in labqueue.RANK_PRELUDE
+    assert "runpy.run_module('labs'" in labjob.RANK_PRELUDE
     assert "--world-size" not in args and "--nodes" not in args and "--size" in args
 
 
@@ -157,14 +157,14 @@ def stored(run_id: int) -> LabRun:
 
 @pytest.mark.usefixtures("app_db")
 def test_more_than_one_node_is_refused_in_the_learners_language_unless_allowed(monkeypatch):
+    from academy import labruns
     from academy.settings import get_settings
-    from app import labjobs
 
     def ask(nodes: int, lab: str = "ring") -> tuple[str, dict]:
         params = {"world_size": 2} if lab == "ring" else {"exercise": "x"}
-        with pytest.raises(labjobs.LabRequestError) as err:
+        with pytest.raises(labruns.LabRequestError) as err:
             if lab == "ring":
-                labjobs.submit(lab=lab, params=params, learner_id=None, machine={}, nodes=nodes)
+                labruns.submit(lab=lab, params=params, learner_id=None, machine={}, nodes=nodes)
             else:
                 labqueue.submit(lab=lab, params=params, learner_id=None, machine={}, nodes=nodes)
         return err.value.key, err.value.values
@@ -180,10 +180,10 @@ def test_more_than_one_node_is_refused_in_the_learners_language_unless_allowed(m
     assert ask(2, lab="exercise") == ("labs_refused.nodes", {"max": 2})
     for lang in ("en", "zh", "nl"):
         assert "2" in i18n.t("labs_refused.nodes", lang, max=2)
-    run_id = labjobs.submit(lab="ring", params={"world_size": 2}, learner_id=None, machine={}, nodes=2)
+    run_id = labruns.submit(lab="ring", params={"world_size": 2}, learner_id=None, machine={}, nodes=2)
     assert stored(run_id).params["nodes"] == 2 and stored(run_id).params["world_size"] == 2
     assert labqueue.pending_messages("cpu") == {(run_id, 0), (run_id, 1)}, "one message per node"
-    single = labjobs.submit(lab="ring", params={"world_size": 2}, learner_id=None, machine={})
+    single = labruns.submit(lab="ring", params={"world_size": 2}, learner_id=None, machine={})
     assert "nodes" not in stored(single).params
     assert (single, 0) in labqueue.pending_messages("cpu")
     get_settings.cache_clear()
@@ -195,7 +195,7 @@ def test_a_node_is_taken_by_one_worker_only():
     got = []
 
     def join(name: str) -> None:
-        got.append((name, labqueue._join(run_id, 1, name)))
+        got.append((name, labjob._join(run_id, 1, name)))
 
     threads = [threading.Thread(target=join, args=(f"w:{i}",)) for i in range(4)]
     for t in threads:
@@ -206,57 +206,57 @@ def test_a_node_is_taken_by_one_worker_only():
     assert len(got) == 4 and len(winners) == 1, got
     assert node_rows(run_id) == [(1, winners[0], "running")]
     assert stored(run_id).status == "queued", "node 1 joins; only node 0 claims the run"
-    assert labqueue._join(run_id, 0, "w:9") is None, "node 0 is taken by claiming the run"
-    assert labqueue._join(run_id, 2, "w:9") is None, "a run of two nodes has no node 2"
-    assert labqueue._claim(run_id, "w:0") is not None
-    assert labqueue._claim(run_id, "w:8") is None
+    assert labjob._join(run_id, 0, "w:9") is None, "node 0 is taken by claiming the run"
+    assert labjob._join(run_id, 2, "w:9") is None, "a run of two nodes has no node 2"
+    assert labjob._claim(run_id, "w:0") is not None
+    assert labjob._claim(run_id, "w:8") is None
     assert node_rows(run_id) == [(0, "w:0", "running"), (1, winners[0], "running")]
     assert stored(run_id).status == "running" and stored(run_id).worker == "w:0"
 
     cancelled = two_node_run()
     assert labqueue.request_cancel(cancelled)
-    assert labqueue._join(cancelled, 1, "w:1") is None, "a cancelled run takes no node"
+    assert labjob._join(cancelled, 1, "w:1") is None, "a cancelled run takes no node"
 
 
 @pytest.mark.usefixtures("nodes_on")
 def test_the_run_is_done_when_every_node_ended_well_and_keeps_rank_0s_result():
     run_id = two_node_run()
-    labqueue._claim(run_id, "w:0")
-    labqueue._join(run_id, 1, "w:1")
+    labjob._claim(run_id, "w:0")
+    labjob._join(run_id, 1, "w:1")
     # Node 1 ends first, without the result (rank 0 was on node 0): still running.
-    labqueue._end_node(run_id, 1, "w:1", "done")
+    labjob._end_node(run_id, 1, "w:1", "done")
     assert stored(run_id).status == "running"
-    assert labqueue._beat_node(run_id, 0, "w:0", {"phase": "x"}) == (True, False)
-    labqueue._end_node(run_id, 0, "w:0", "done", result={"world_size": 2}, progress={"phase": "end"})
+    assert labjob._beat_node(run_id, 0, "w:0", {"phase": "x"}) == (True, False)
+    labjob._end_node(run_id, 0, "w:0", "done", result={"world_size": 2}, progress={"phase": "end"})
     done = stored(run_id)
     assert (done.status, done.result, done.progress) == ("done", {"world_size": 2}, {"phase": "end"})
     assert [status for _n, _w, status in node_rows(run_id)] == ["done", "done"]
 
     lost = two_node_run()  # every node exited 0, yet no result: not "done"
-    labqueue._claim(lost, "w:0")
-    labqueue._join(lost, 1, "w:1")
-    labqueue._end_node(lost, 0, "w:0", "done")
-    labqueue._end_node(lost, 1, "w:1", "done")
+    labjob._claim(lost, "w:0")
+    labjob._join(lost, 1, "w:1")
+    labjob._end_node(lost, 0, "w:0", "done")
+    labjob._end_node(lost, 1, "w:1", "done")
     assert stored(lost).status == "failed" and stored(lost).error["kind"] == "crash"
 
 
 @pytest.mark.usefixtures("nodes_on")
 def test_the_first_node_to_fail_fails_the_run_and_the_others_hear_of_it():
     run_id = two_node_run()
-    labqueue._claim(run_id, "w:0")
-    labqueue._join(run_id, 1, "w:1")
+    labjob._claim(run_id, "w:0")
+    labjob._join(run_id, 1, "w:1")
     why = {"kind": "crash", "node": 1, "worker": "w:1", "message": "boom"}
-    labqueue._end_node(run_id, 1, "w:1", "failed", error=why)
+    labjob._end_node(run_id, 1, "w:1", "failed", error=why)
     assert stored(run_id).status == "failed" and stored(run_id).error == why
-    assert labqueue._beat_node(run_id, 0, "w:0", None) == (False, False), "node 0 stops"
-    labqueue._end_node(run_id, 0, "w:0", "failed", error={"kind": "lost", "node": 0})
+    assert labjob._beat_node(run_id, 0, "w:0", None) == (False, False), "node 0 stops"
+    labjob._end_node(run_id, 0, "w:0", "failed", error={"kind": "lost", "node": 0})
     assert stored(run_id).error == why, "the first reason is kept"
 
     cancelled = two_node_run()
-    labqueue._claim(cancelled, "w:0")
-    labqueue._join(cancelled, 1, "w:1")
+    labjob._claim(cancelled, "w:0")
+    labjob._join(cancelled, 1, "w:1")
     assert labqueue.request_cancel(cancelled)
-    assert labqueue._beat_node(cancelled, 1, "w:1", None) == (True, True), "every node reads the flag"
+    assert labjob._beat_node(cancelled, 1, "w:1", None) == (True, True), "every node reads the flag"
 
 
 @pytest.mark.usefixtures("nodes_on")
@@ -267,8 +267,8 @@ def test_the_reaper_fails_a_run_one_of_whose_nodes_stopped_beating():
     from academy.settings import get_settings
 
     run_id = two_node_run()
-    labqueue._claim(run_id, "w:0")
-    labqueue._join(run_id, 1, "w:1")
+    labjob._claim(run_id, "w:0")
+    labjob._join(run_id, 1, "w:1")
     assert labqueue.reap() == 0
     old = utcnow() - timedelta(seconds=get_settings().lab_dead_after_s + 5)
     with session_scope() as s:
@@ -285,9 +285,9 @@ def test_the_reaper_fails_a_run_one_of_whose_nodes_stopped_beating():
 def test_requeue_lost_sends_again_only_the_nodes_nobody_took():
     old = utcnow() - timedelta(minutes=5)
     waiting = two_node_run(created_at=old)
-    labqueue._join(waiting, 1, "w:1")  # node 1 taken, node 0's message lost
+    labjob._join(waiting, 1, "w:1")  # node 1 taken, node 0's message lost
     running = two_node_run(created_at=old)
-    labqueue._claim(running, "w:0")  # node 0 claimed, node 1's message lost
+    labjob._claim(running, "w:0")  # node 0 claimed, node 1's message lost
     assert labqueue.requeue_lost(["cpu"]) == 2
     assert labqueue.pending_messages("cpu") == {(waiting, 0), (running, 1)}
     assert labqueue.requeue_lost(["cpu"]) == 0, "a message waits for each: nothing sent twice"
@@ -295,7 +295,7 @@ def test_requeue_lost_sends_again_only_the_nodes_nobody_took():
 
 def test_the_progress_tail_reads_only_whole_new_lines(tmp_path: Path):
     path = tmp_path / "events.jsonl"
-    tail = labqueue._Tail(path)
+    tail = labjob._Tail(path)
     assert tail.latest() is None  # no file yet
     with path.open("w") as fh:
         fh.write(json.dumps({"step": 1}) + "\n" + json.dumps({"step": 2}) + "\n" + '{"step": ')
@@ -466,7 +466,7 @@ def test_migration_0010_goes_down_and_up_again(engine):
 
 @pytest.fixture
 def fake_worker(request, tmp_path, monkeypatch):
-    """``labqueue.execute`` in this process, its "lab" a one-liner that writes ``reports[run_id]``
+    """``labjob.execute`` in this process, its "lab" a one-liner that writes ``reports[run_id]``
     as result.json and exits 0: the worker's own path from the report to the stored row."""
     import sys
 
@@ -479,8 +479,8 @@ def fake_worker(request, tmp_path, monkeypatch):
         return [sys.executable, "-c", "import shutil, sys; shutil.copy(sys.argv[1], sys.argv[2])",
                 str(Path(workdir) / "want.json"), str(Path(workdir) / "result.json")]
 
-    monkeypatch.setattr(labqueue, "command", command)
-    labqueue.set_worker(labqueue.WorkerState(name="test-worker", workroot=tmp_path))
+    monkeypatch.setattr(labjob, "command", command)
+    labjob.set_worker(labjob.WorkerState(name="test-worker", workroot=tmp_path))
 
     def run(report: dict, *, learner_id: int | None, lab: str = "exercise", exercise: str = "broadcast",
             client: str | None = None) -> LabRun:
@@ -492,12 +492,12 @@ def fake_worker(request, tmp_path, monkeypatch):
             s.flush()
             run_id = row.id
         reports[run_id] = report
-        labqueue.execute(run_id)
+        labjob.execute(run_id)
         with session_scope() as s:
             return s.get(LabRun, run_id)
 
     yield run
-    labqueue.set_worker(None)
+    labjob.set_worker(None)
 
 
 def _learner(email: str) -> int:

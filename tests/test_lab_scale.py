@@ -1,7 +1,7 @@
 """The queue under a class: 2 web processes, 3 workers, 20 learners, 40 labs, one worker killed.
 
 Each web process (``python -m tests.labstack``) signs up 10 learners who each
-submit 2 tiny labs (2 ranks, 1 KiB) through ``labjobs.submit``, the page's
+submit 2 tiny labs (2 ranks, 1 KiB) through ``labruns.submit``, the page's
 own code, and poll the database until their labs end. Three workers take the
 labs from the embedded queue; once one of them is mid-run it is SIGKILLed.
 Then every run has ended done, or failed with a reason; none was lost or run

@@ -21,10 +21,9 @@ import pytest
 import torch
 from sqlmodel import func, select
 
-from academy import i18n
+from academy import i18n, labruns
 from academy.db import session_scope
 from academy.models import LabRun
-from app import labjobs
 from labs.launch import run_lab
 from tests.apptest import open_page
 
@@ -130,7 +129,7 @@ def test_the_form_offers_what_this_test_covers():
     assert options[t("labs.op")] == OPS
     assert options[t("labs.backend")] == BACKENDS
     assert [r.options for r in at.radio if r.label == t("labs.choose")][0] == \
-        [t(f"labs.lab_{lab}") for lab in labjobs.LABS]
+        [t(f"labs.lab_{lab}") for lab in labruns.lab_names()]
 
 
 @pytest.mark.usefixtures("lab_worker")
@@ -141,7 +140,7 @@ def test_each_algorithm_bench_and_ddp_run_from_the_form_and_are_drawn():
         [s for s in at.select_slider if s.label == t("labs.size")][0].set_value(1024)
         click_run(at)
         poll_done(at)
-        run = labjobs.get_run(at.session_state["lab_run_id"])
+        run = labruns.get_run(at.session_state["lab_run_id"])
         assert_ring_drawn(at, algo, run.params["world_size"])  # the form's default: 3 ranks
         assert run.params["algo"] == algo and run.result["summary"]["correct"]
     for lab, drawn in (("bench", 1), ("ddp", 2)):
@@ -150,7 +149,7 @@ def test_each_algorithm_bench_and_ddp_run_from_the_form_and_are_drawn():
             [s for s in at.slider if s.label == t("labs.steps")][0].set_value(2)
         click_run(at)
         poll_done(at)
-        assert labjobs.get_run(at.session_state["lab_run_id"]).lab == lab
+        assert labruns.get_run(at.session_state["lab_run_id"]).lab == lab
         assert len(charts(at)) >= drawn
 
 
@@ -183,7 +182,7 @@ def test_combinations_the_labs_cannot_run_are_refused_clearly():
     assert [e.value for e in at.error] == [t("labs_refused.avg_int")]
     if GPUS >= 2:
         pytest.skip("this machine can run NCCL")
-    for lab in labjobs.LABS:
+    for lab in labruns.lab_names():
         [r for r in at.radio if r.label == t("labs.choose")][0].set_value(lab).run()
         choose(at, "labs.backend", "nccl")
         if lab == "ring":

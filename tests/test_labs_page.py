@@ -8,8 +8,9 @@ import time
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from academy import i18n
-from app import charts, labjobs
+from academy import i18n, labqueue, labruns
+from app import charts, charts_ring
+from labs import ringtrace
 from tests.apptest import MAIN, login_token, open_page
 from tests.procs import gone, lab_pids
 
@@ -20,7 +21,7 @@ LABELS = {k: k for k in ["rank", "chunk", "holds", "start", "play", "pause", "st
 def wait(run_id: int, timeout: float = 90) -> str:
     deadline = time.time() + timeout
     while time.time() < deadline:
-        status = labjobs.get_run(run_id).status
+        status = labruns.get_run(run_id).status
         if status not in ("queued", "running"):
             return status
         time.sleep(0.2)
@@ -58,15 +59,15 @@ def test_page_runs_the_default_three_rank_ring_and_shows_the_animation():
 @pytest.mark.parametrize("algo", ["ring", "pipelined"])
 @pytest.mark.usefixtures("shared_lab_worker")
 def test_animation_replays_a_real_four_rank_trace(algo):
-    run_id = labjobs.submit(lab="ring", params={"world_size": 4, "size": 4 * 1001, "algo": algo},
+    run_id = labruns.submit(lab="ring", params={"world_size": 4, "size": 4 * 1001, "algo": algo},
                             learner_id=None, machine={})
     assert wait(run_id) == "done"
-    summary = labjobs.get_run(run_id).result["summary"]
+    summary = labruns.get_run(run_id).result["summary"]
     assert summary["correct"]
-    steps, durations = charts.trace_steps(summary["traces"])
+    steps, durations = ringtrace.trace_steps(summary["traces"])
     assert len(steps) == 6 and all(d > 0 for d in durations)
     assert len(set(summary["chunk_numels"])) > 1, "uneven chunks are exercised"
-    fig = charts.ring_figure(4, steps, labels=LABELS, step_durations=durations)
+    fig = charts_ring.ring_figure(4, steps, labels=LABELS, step_durations=durations)
     assert len(fig.frames) == 7
     for k in range(1, 7):
         sends = next(tr for tr in fig.frames[k].data if tr.name == "sends")
@@ -85,15 +86,15 @@ def test_animation_replays_a_real_four_rank_trace(algo):
 
 @pytest.mark.usefixtures("shared_lab_worker")
 def test_naive_animation_moves_whole_buffers_as_the_real_trace_says():
-    run_id = labjobs.submit(lab="ring", params={"world_size": 4, "size": 4 * 1001, "algo": "naive"},
+    run_id = labruns.submit(lab="ring", params={"world_size": 4, "size": 4 * 1001, "algo": "naive"},
                             learner_id=None, machine={})
     assert wait(run_id) == "done"
-    summary = labjobs.get_run(run_id).result["summary"]
+    summary = labruns.get_run(run_id).result["summary"]
     assert summary["correct"]
-    steps, durations = charts.trace_steps(summary["traces"])
+    steps, durations = ringtrace.trace_steps(summary["traces"])
     assert len(steps) == 3 and all(d > 0 for d in durations)
     labels = {**LABELS, "pass-around": "pass-around", "buffer": "buffer", "carries": "rank {rank}'s whole buffer"}
-    fig = charts.naive_ring_figure(4, steps, labels=labels, step_durations=durations, buffer_size="3.9 KiB")
+    fig = charts_ring.naive_ring_figure(4, steps, labels=labels, step_durations=durations, buffer_size="3.9 KiB")
     assert len(fig.frames) == 4
     for k in range(1, 4):
         sends = next(tr for tr in fig.frames[k].data if tr.name == "sends")
@@ -116,7 +117,7 @@ def test_naive_animation_moves_whole_buffers_as_the_real_trace_says():
 def test_schedule_replay_completes_for_any_world_size(world_size):
     from app.calculators import ring_schedule
 
-    states = charts.replay(world_size, ring_schedule(world_size))
+    states = charts_ring.replay(world_size, ring_schedule(world_size))
     after_rs = states[world_size - 1].counts()
     for r in range(world_size):
         assert after_rs[r][(r + 1) % world_size] == world_size
@@ -125,20 +126,20 @@ def test_schedule_replay_completes_for_any_world_size(world_size):
 
 @pytest.mark.xdist_group("procs")
 def test_second_lab_waits_its_turn_and_cancel_leaves_no_process(shared_lab_worker):
-    hang = labjobs.submit(lab="ring", params={"world_size": 2, "fail_mode": "hang", "fail_rank": 1,
+    hang = labruns.submit(lab="ring", params={"world_size": 2, "fail_mode": "hang", "fail_rank": 1,
                                               "fail_at_step": 0}, learner_id=None, machine={})
-    second = labjobs.submit(lab="ring", params={"world_size": 2}, learner_id=None, machine={})
+    second = labruns.submit(lab="ring", params={"world_size": 2}, learner_id=None, machine={})
     deadline = time.time() + 30
-    while labjobs.get_run(hang).status != "running" and time.time() < deadline:
+    while labruns.get_run(hang).status != "running" and time.time() < deadline:
         time.sleep(0.1)
     pids = lab_pids(hang, shared_lab_worker.proc.pid)
     while not pids and time.time() < deadline + 30:  # its ranks start (torch's import) on a busy machine
         time.sleep(0.2)
         pids = lab_pids(hang, shared_lab_worker.proc.pid)
-    assert labjobs.get_run(second).status == "queued"
-    assert labjobs.queue_position(second) == 1
+    assert labruns.get_run(second).status == "queued"
+    assert labqueue.queue_position(second) == 1
     assert pids, "the hanging lab has live processes"
-    labjobs.cancel(hang)
+    labqueue.request_cancel(hang)
     assert wait(hang) == "cancelled"
     assert all(gone(pid) for pid in pids), "every process of the cancelled lab has exited"
     assert wait(second) == "done"
@@ -147,7 +148,7 @@ def test_second_lab_waits_its_turn_and_cancel_leaves_no_process(shared_lab_worke
 @pytest.mark.usefixtures("shared_lab_worker")
 def test_injected_crash_shows_a_message_naming_the_rank():
     at = open_labs("en")
-    run_id = labjobs.submit(lab="ring", params={"world_size": 2, "fail_mode": "crash", "fail_rank": 1,
+    run_id = labruns.submit(lab="ring", params={"world_size": 2, "fail_mode": "crash", "fail_rank": 1,
                                                 "fail_at_step": 1}, learner_id=None, machine={})
     assert wait(run_id) == "failed"
     at.session_state["lab_run_id"] = run_id
@@ -156,19 +157,19 @@ def test_injected_crash_shows_a_message_naming_the_rank():
     assert i18n.t("labs.failed", "en") in errors
     assert any(e.startswith("Rank 1 crashed at step 1") for e in errors), errors
     assert i18n.t("labs.why_hang", "en") in [i.value for i in at.info]
-    pids = labjobs.get_run(run_id).error["pids"]
+    pids = labruns.get_run(run_id).error["pids"]
     assert pids and all(gone(pid) for pid in pids), "no rank of the failed lab is left running"
 
 
 def test_bad_requests_are_refused_clearly():
-    with pytest.raises(labjobs.LabRequestError) as err:
-        labjobs.validate("ring", {"world_size": 99})
+    with pytest.raises(labruns.LabRequestError) as err:
+        labruns.validate("ring", {"world_size": 99})
     assert err.value.key == "labs.err_world_size"
-    with pytest.raises(labjobs.LabRequestError):
-        labjobs.validate("rm -rf", {})
-    with pytest.raises(labjobs.LabRequestError):
-        labjobs.validate("ring", {"world_size": 2, "fail_rank": 5})
-    assert "evil" not in labjobs.validate("ring", {"world_size": 2, "evil": "; rm -rf /"})
+    with pytest.raises(labruns.LabRequestError):
+        labruns.validate("rm -rf", {})
+    with pytest.raises(labruns.LabRequestError):
+        labruns.validate("ring", {"world_size": 2, "fail_rank": 5})
+    assert "evil" not in labruns.validate("ring", {"world_size": 2, "evil": "; rm -rf /"})
 
 
 @pytest.mark.usefixtures("app_db")
@@ -178,7 +179,7 @@ def test_a_running_lab_comes_back_after_a_refresh():
 
     with session_scope() as s:
         learner = sign_up(session=s, email="lab-refresh@example.org", password="long enough pw")
-    run_id = labjobs.submit(lab="ring", params={"world_size": 2, "fail_mode": "hang", "fail_rank": 0,
+    run_id = labruns.submit(lab="ring", params={"world_size": 2, "fail_mode": "hang", "fail_rank": 0,
                                                 "fail_at_step": 0}, learner_id=learner.id, machine={})
     try:
         at = AppTest.from_file(MAIN, default_timeout=60)  # a new browser session
@@ -190,5 +191,5 @@ def test_a_running_lab_comes_back_after_a_refresh():
         assert at.session_state["lab_run_id"] == run_id
         assert [b for b in at.button if b.label == i18n.t("labs.cancel", "en")]
     finally:
-        labjobs.cancel(run_id)
+        labqueue.request_cancel(run_id)
         assert wait(run_id) == "cancelled"

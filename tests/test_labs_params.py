@@ -4,7 +4,7 @@ Changing a parameter's choices (one Spec, in its field) or a limit (one
 environment variable, which ``labs.settings.Limits`` reads for Settings and
 ``python -m labs`` both) must change the
 Labs page's form, the command line's ``--help`` and parsing, and what
-``app.labjobs`` and ``run_lab`` accept, together. And the Labs page writes
+``academy.labruns`` and ``run_lab`` accept, together. And the Labs page writes
 its numbers with the learner's decimal marks.
 """
 
@@ -20,11 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from academy import i18n
+from academy import i18n, labruns
 from academy.db import session_scope
 from academy.models import LabRun
 from academy.settings import get_settings
-from app import labjobs
 from labs import params, ring
 from labs.__main__ import _parser
 from labs.launch import run_lab
@@ -57,7 +56,7 @@ def test_the_documented_flags_are_generated_from_the_fields():
     ddp = _parser(Limits()).parse_args(["ddp", "--world-sizes", "1", "2", "--sections", "equivalence"])
     assert ddp.scaling_world_sizes == [1, 2] and ddp.sections == ["equivalence"] and ddp.steps == 12
     # Every Params field has an option, with the field's default.
-    for lab in labjobs.LABS:
+    for lab in labruns.lab_names():
         parsed = vars(_parser(Limits()).parse_args([lab]))
         for name, (field, spec) in params.specs(__import__(f"labs.{lab}", fromlist=["Params"]).Params).items():
             assert parsed[name] == params.default(field, spec), (lab, name)
@@ -92,9 +91,9 @@ def test_one_change_to_the_choices_changes_form_cli_and_validation(capsys):
     with pytest.raises(SystemExit):
         parser.parse_args(["ring", "--dtype", "float64"])
     assert parser.parse_args(["ring", "--dtype", "bfloat16"]).dtype == "bfloat16"
-    with pytest.raises(labjobs.LabRequestError):
-        labjobs.validate("ring", {"world_size": 2, "dtype": "float64"})
-    assert labjobs.validate("ring", {"world_size": 2, "dtype": "int64"})["dtype"] == "int64"
+    with pytest.raises(labruns.LabRequestError):
+        labruns.validate("ring", {"world_size": 2, "dtype": "float64"})
+    assert labruns.validate("ring", {"world_size": 2, "dtype": "int64"})["dtype"] == "int64"
     err = run_lab("ring", {"dtype": "float64"}, world_size=2)
     assert err.kind == "invalid" and "dtype" in err.message
 
@@ -122,21 +121,21 @@ def test_one_change_to_a_limit_changes_form_cli_and_validation():
     assert re.search(r"--world-size WORLD_SIZE\s+number of ranks \(1\.\.3,", helptext), helptext
     refused = cli("ring", "--world-size", "4")
     assert refused.returncode == 2 and "1 to 3" in refused.stderr
-    with pytest.raises(labjobs.LabRequestError) as err:
-        labjobs.validate("ring", {"world_size": 4})
+    with pytest.raises(labruns.LabRequestError) as err:
+        labruns.validate("ring", {"world_size": 4})
     assert (err.value.key, err.value.values) == ("labs.err_world_size", {"max": 3})
-    assert labjobs.validate("ring", {"world_size": 3})["world_size"] == 3
+    assert labruns.validate("ring", {"world_size": 3})["world_size"] == 3
     assert run_lab("ring", world_size=4).kind == "invalid"
 
 
 def test_the_page_refuses_what_its_form_does_not_offer():
-    with pytest.raises(labjobs.LabRequestError) as err:
-        labjobs.validate("ddp", {"world_size": 2, "steps": 500})  # the form's slider stops at 20
+    with pytest.raises(labruns.LabRequestError) as err:
+        labruns.validate("ddp", {"world_size": 2, "steps": 500})  # the form's slider stops at 20
     assert err.value.key == "labs.err_value"
-    with pytest.raises(labjobs.LabRequestError) as err:
-        labjobs.validate("ring", {"world_size": 2, "size": 1 << 30})
+    with pytest.raises(labruns.LabRequestError) as err:
+        labruns.validate("ring", {"world_size": 2, "size": 1 << 30})
     assert err.value.key == "labs.err_size" and err.value.values == {"low": 1024, "high": 64 << 20}
-    assert labjobs.validate("ring", {"world_size": "2", "warmup": 99}) == {"world_size": 2}
+    assert labruns.validate("ring", {"world_size": "2", "warmup": 99}) == {"world_size": 2}
 
 
 def test_one_rank_reads_one_rank():

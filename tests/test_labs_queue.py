@@ -16,12 +16,11 @@ from datetime import timedelta
 import pytest
 from sqlmodel import func, select
 
-from academy import i18n
+from academy import i18n, labqueue, labruns
 from academy.accounts import sign_up
 from academy.db import session_scope
-from academy.models import LabRun, utcnow
+from academy.models import ACTIVE, LabRun, utcnow
 from academy.settings import get_settings
-from app import labjobs
 from tests.apptest import open_page
 
 HANG = {"world_size": 2, "fail_mode": "hang", "fail_rank": 1, "fail_at_step": 0}
@@ -30,7 +29,7 @@ HANG = {"world_size": 2, "fail_mode": "hang", "fail_rank": 1, "fail_at_step": 0}
 def wait(run_id: int, until=("done", "failed", "cancelled"), timeout: float = 60) -> str:
     deadline = time.time() + timeout
     while time.time() < deadline:
-        status = labjobs.get_run(run_id).status
+        status = labruns.get_run(run_id).status
         if status in until:
             return status
         time.sleep(0.1)
@@ -39,7 +38,7 @@ def wait(run_id: int, until=("done", "failed", "cancelled"), timeout: float = 60
 
 def active_runs() -> int:
     with session_scope() as s:
-        return s.exec(select(func.count()).select_from(LabRun).where(LabRun.status.in_(labjobs.ACTIVE))).one()
+        return s.exec(select(func.count()).select_from(LabRun).where(LabRun.status.in_(ACTIVE))).one()
 
 
 @pytest.fixture
@@ -57,8 +56,8 @@ def limits(monkeypatch):
 
 def cancel_all() -> None:
     with session_scope() as s:
-        ids = list(s.exec(select(LabRun.id).where(LabRun.status.in_(labjobs.ACTIVE))))
-    for run_id in [i for i in ids if labjobs.cancel(i)]:
+        ids = list(s.exec(select(LabRun.id).where(LabRun.status.in_(ACTIVE))))
+    for run_id in [i for i in ids if labqueue.request_cancel(i)]:
         wait(run_id)
 
 
@@ -122,22 +121,22 @@ def test_learner_and_global_caps_are_counted_in_the_database(limits):
             # Its worker's heartbeat is old: once the counts are checked, the reaper ends it.
             s.add(LabRun(learner_id=ann, lab="ring", params=HANG, status="running",
                          heartbeat_at=utcnow() - timedelta(minutes=1)))
-        labjobs.submit(lab="ring", params=HANG, learner_id=ann, machine={})
-        with pytest.raises(labjobs.LabRequestError) as err:
-            labjobs.submit(lab="ring", params=HANG, learner_id=ann, machine={})
+        labruns.submit(lab="ring", params=HANG, learner_id=ann, machine={})
+        with pytest.raises(labruns.LabRequestError) as err:
+            labruns.submit(lab="ring", params=HANG, learner_id=ann, machine={})
         assert err.value.key == "labs_refused.too_many" and err.value.values == {"limit": 2}
-        bobs = labjobs.submit(lab="ring", params=HANG, learner_id=bob, machine={})
-        with pytest.raises(labjobs.LabRequestError) as err:
-            labjobs.submit(lab="ring", params=HANG, learner_id=bob, machine={})
+        bobs = labruns.submit(lab="ring", params=HANG, learner_id=bob, machine={})
+        with pytest.raises(labruns.LabRequestError) as err:
+            labruns.submit(lab="ring", params=HANG, learner_id=bob, machine={})
         assert err.value.key == "labs_refused.queue_full" and err.value.values == {"limit": 3}
-        with pytest.raises(labjobs.LabRequestError) as err:  # a guest too
-            labjobs.submit(lab="ring", params=HANG, learner_id=None, machine={}, session_runs=[])
+        with pytest.raises(labruns.LabRequestError) as err:  # a guest too
+            labruns.submit(lab="ring", params=HANG, learner_id=None, machine={}, session_runs=[])
         assert err.value.key == "labs_refused.queue_full"
         assert active_runs() == 3
-        assert labjobs.get_run(bobs).status == "queued"
-        labjobs.cancel(bobs)  # cancelled while queued: a place is free again at once
-        assert labjobs.get_run(bobs).status == "cancelled"
-        labjobs.submit(lab="ring", params=HANG, learner_id=bob, machine={})
+        assert labruns.get_run(bobs).status == "queued"
+        labqueue.request_cancel(bobs)  # cancelled while queued: a place is free again at once
+        assert labruns.get_run(bobs).status == "cancelled"
+        labruns.submit(lab="ring", params=HANG, learner_id=bob, machine={})
     finally:
         cancel_all()
 
@@ -147,11 +146,9 @@ def test_a_run_whose_queue_message_was_lost_is_sent_again_once(limits):
     """Redis flushed (or a worker killed between taking a message and claiming
     the run) leaves a row "queued" with nothing in the queue: it would wait
     forever. The workers' periodic check sends it again, once."""
-    from academy import labqueue
-
     limits(lab_requeue_after_s=30)
-    kept = labjobs.submit(lab="ring", params={"world_size": 2}, learner_id=None, machine={})
-    lost = labjobs.submit(lab="ring", params={"world_size": 2}, learner_id=None, machine={})
+    kept = labruns.submit(lab="ring", params={"world_size": 2}, learner_id=None, machine={})
+    lost = labruns.submit(lab="ring", params={"world_size": 2}, learner_id=None, machine={})
     huey = labqueue.get_huey("cpu")
     try:
         assert labqueue.pending_run_ids("cpu") == {kept, lost}
@@ -165,7 +162,7 @@ def test_a_run_whose_queue_message_was_lost_is_sent_again_once(limits):
         assert labqueue.pending("cpu") == 2  # no second copy of either
         assert labqueue.requeue_lost(["cpu"], now=later) == 0
         # A run no longer queued is never sent again.
-        labjobs.cancel(lost)
+        labqueue.request_cancel(lost)
         huey.flush()
         labqueue.enqueue(kept, "cpu")
         assert labqueue.requeue_lost(["cpu"], now=later) == 0

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from academy import i18n
+from academy import i18n, labruns
 from academy.db import session_scope
 from academy.models import LabRun
-from app import calculators, labjobs
+from app import calculators
 from labs import model
 from labs.__main__ import _parser
 from labs.context import world_size_default
@@ -237,9 +237,9 @@ def test_comparisons_default_to_three_ranks():
 
 @pytest.mark.usefixtures("app_db")
 def test_the_form_and_the_queue_default_to_three_ranks_for_comparisons():
-    assert labjobs.validate("bench", {})["world_size"] == 3
-    assert labjobs.validate("ring", {})["world_size"] == 3
-    assert labjobs.validate("ddp", {})["world_size"] == 2
+    assert labruns.validate("bench", {})["world_size"] == 3
+    assert labruns.validate("ring", {})["world_size"] == 3
+    assert labruns.validate("ddp", {})["world_size"] == 2
     for lab, n in (("bench", 3), ("ring", 3), ("ddp", 2)):
         at = open_page("labs", lab=lab)
         assert [s for s in at.slider if s.label == i18n.t("labs.world_size", "en")][0].value == n

@@ -164,13 +164,13 @@ def test_without_a_benchmark_the_page_says_how_to_get_one_and_invents_nothing(re
 def test_the_form_offers_an_optional_prediction_and_keeps_it_with_the_run():
     from sqlmodel import select
 
+    from academy import labruns
     from academy.db import session_scope
     from academy.models import LabRun
-    from app import labjobs
     from tests.apptest import open_page
 
-    assert labjobs.validate("ddp", {"predicted_step_ms": 7.5})["predicted_step_ms"] == 7.5
-    assert "predicted_step_ms" not in labjobs.validate("ddp", {"predicted_step_ms": None})  # never required
+    assert labruns.validate("ddp", {"predicted_step_ms": 7.5})["predicted_step_ms"] == 7.5
+    assert "predicted_step_ms" not in labruns.validate("ddp", {"predicted_step_ms": None})  # never required
     at = open_page("labs", "en", lab="ddp")
     box = next(n for n in at.number_input if n.label == i18n.t("labs.predict.field", "en"))
     assert box.value is None

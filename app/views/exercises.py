@@ -14,10 +14,12 @@ try:  # a Streamlit component (Ace); without it the page falls back to a plain t
 except ImportError:
     code_editor = None
 
-from academy import exercises
+from academy import exercises, labqueue, labruns
 from academy.db import session_scope
-from app import charts, labjobs, labviews, ui
+from academy.models import ACTIVE
+from app import charts_ring, labviews, ui
 from app.widgets import chart, lang, ring_labels
+from labs.ringtrace import trace_steps
 
 t = ui.t
 state = st.session_state
@@ -25,7 +27,7 @@ code = lang()
 st.title(t("nav.exercises"))
 st.write(t("exercises.intro"))
 who = ui.learner()
-labjobs.recover_after_restart_once()
+labruns.recover_after_restart_once()
 
 ids = exercises.catalog()
 with session_scope() as session:
@@ -134,7 +136,7 @@ if save_clicked:
 if run_clicked:
     try:
         state[f"ex_run_{current}"] = exercises.submit(learner_id=who.id, exercise=current, source=typed, lang=code)
-    except labjobs.LabRequestError as err:
+    except labqueue.LabRequestError as err:
         st.error(ui.error_text(err))
 
 flash = state.pop("_ex_flash", None)
@@ -151,7 +153,7 @@ if hints:
 def live(run_id: int) -> None:
     """Polls the queued or running submission once a second; reruns the page when it ends."""
     run = exercises.own_run(learner_id=who.id, run_id=run_id)
-    if run is None or run.status not in ("queued", "running"):
+    if run is None or run.status not in ACTIVE:
         st.rerun(scope="app")
     if run.status == "queued":
         labviews.waiting(run_id, "exercises")
@@ -162,7 +164,7 @@ def live(run_id: int) -> None:
         else:
             st.progress(min(step[0] / max(step[1], 1), 1.0), text=t("exercises.grading", case=step[0], cases=step[1]))
     if st.button(t("exercises.cancel"), icon=":material/stop:", key=f"ex_cancel_{run_id}"):
-        labjobs.cancel(run_id)
+        labqueue.request_cancel(run_id)
         st.rerun(scope="app")
 
 
@@ -183,18 +185,18 @@ def ring(trace: dict, run_id: int) -> None:
         st.caption(t("exercises.ring_unavailable"))
         return
     try:
-        steps, durations = charts.trace_steps(traces)
+        steps, durations = trace_steps(traces)
         whole_bytes = int(trace["size"]) * exercises.element_size(trace["dtype"])
         sends = [rec for records in traces for rec in records]
         whole = all(rec.get("send_chunk") is None and rec.get("bytes") == whole_bytes for rec in sends)
         if whole:
             labels = {**ring_labels(), "pass-around": t("labs_naive.pass_around"),
                       "buffer": t("labs_naive.whole_buffer"), "carries": t("labs_naive.carries", rank="{rank}")}
-            fig = charts.naive_ring_figure(n, steps, labels=labels, step_durations=durations, lang=code)
+            fig = charts_ring.naive_ring_figure(n, steps, labels=labels, step_durations=durations, lang=code)
         elif any(send[2] is None for step in steps for send in step):
             raise ValueError("a send that is no chunk of the ring")
         else:
-            fig = charts.ring_figure(n, steps, labels=ring_labels(), step_durations=durations, lang=code)
+            fig = charts_ring.ring_figure(n, steps, labels=ring_labels(), step_durations=durations, lang=code)
     except (KeyError, IndexError, TypeError, ValueError, AttributeError):  # sends that are no ring
         st.caption(t("exercises.ring_unavailable"))
         return
@@ -264,7 +266,7 @@ run = exercises.own_run(learner_id=who.id, run_id=run_id) if run_id else \
     exercises.latest_run(learner_id=who.id, exercise=current)
 if run is not None:
     st.divider()
-    if run.status in ("queued", "running"):
+    if run.status in ACTIVE:
         live(run.id)
     else:
         report(run)

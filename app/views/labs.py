@@ -2,8 +2,10 @@
 
 import streamlit as st
 
+from academy import labqueue, labruns
+from academy.models import ACTIVE
 from academy.settings import get_settings
-from app import labjobs, labviews, ui
+from app import labviews, ui
 from labs.context import load_lab, machine_summary, world_size_default
 from labs.params import Run, offered
 
@@ -14,9 +16,9 @@ st.write(t("labs.intro"))
 who = ui.learner()
 settings = get_settings()
 machine = st.cache_resource(machine_summary)()
-labjobs.recover_after_restart_once()
+labruns.recover_after_restart_once()
 
-LABS = labjobs.LABS
+LABS = labruns.lab_names()
 asked = st.query_params.get("lab")
 lab = st.radio(t("labs.choose"), LABS, index=LABS.index(asked) if asked in LABS else 0,
                format_func=ui.labeler("labs.lab_"), key="lab_choice")
@@ -24,7 +26,7 @@ if st.query_params.get("lab") != lab:
     st.query_params["lab"] = lab
 
 # The form is built from the parameters' schema (labs.params): what each
-# offers, its range and default; app.labjobs accepts exactly that.
+# offers, its range and default; academy.labruns accepts exactly that.
 limits = settings.labs
 lab_fields = load_lab(lab).Params
 main = [(Run, "world_size"), *((lab_fields, name) for name in offered(lab_fields)),
@@ -46,31 +48,31 @@ with st.form("lab_form"):
 
 if submitted:
     try:
-        run_id = labjobs.submit(lab=lab, params=params, learner_id=who.id if who else None, machine=machine,
+        run_id = labruns.submit(lab=lab, params=params, learner_id=who.id if who else None, machine=machine,
                                 session_runs=state.get("lab_runs", []), client=ui.client())
         state["lab_run_id"] = run_id
         state.setdefault("lab_runs", []).append(run_id)
-    except labjobs.LabRequestError as err:
+    except labruns.LabRequestError as err:
         st.error(ui.error_text(err))
 
 if "lab_run_id" not in state and who is not None:
     # A refresh or a new tab: bring back the learner's lab that is still going.
-    state["lab_run_id"] = labjobs.active_run_id(learner_id=who.id)
+    state["lab_run_id"] = labruns.active_run_id(learner_id=who.id)
 run_id = state.get("lab_run_id")
 
 
 @st.fragment(run_every=1.0)
 def live(run_id: int) -> None:
     """Polls the running lab once a second; reruns the page when it ends."""
-    run = labjobs.get_run(run_id)
-    if run is None or run.status not in ("queued", "running"):
+    run = labruns.get_run(run_id)
+    if run is None or run.status not in ACTIVE:
         st.rerun(scope="app")
     if run.status == "queued":
         wait = labviews.waiting(run_id, "labs")
         if wait is not None:
             st.caption(t("labs.expected_wait", seconds=round(wait)))
     else:
-        event = labjobs.progress(run_id) or {}
+        event = run.progress or {}
         fraction = event.get("fraction")
         if event.get("phase") and event.get("step") is not None and event.get("rank") is not None:
             text = t("labs.running", phase=event["phase"], step=event["step"])
@@ -80,19 +82,19 @@ def live(run_id: int) -> None:
             text = t("labs.starting")
         st.progress(min(max(fraction or 0.0, 0.0), 1.0), text=text)
     if st.button(t("labs.cancel"), icon=":material/stop:", key=f"cancel_{run_id}"):
-        labjobs.cancel(run_id)
+        labqueue.request_cancel(run_id)
         st.rerun(scope="app")
 
 
 if run_id is not None:
-    run = labjobs.get_run(run_id)
-    if run is not None and run.status in ("queued", "running"):
+    run = labruns.get_run(run_id)
+    if run is not None and run.status in ACTIVE:
         live(run_id)
     elif run is not None:
         labviews.show_run(run)
 
 st.divider()
-mine = labjobs.history(learner_id=who.id) if who else labjobs.runs(state.get("lab_runs", []))
+mine = labruns.history(learner_id=who.id) if who else labruns.runs(state.get("lab_runs", []))
 st.markdown(f"#### {t('labs.history') if who else t('labs.history_guest')}")
 for past in mine:
     label = t("labs.history_row", id=past.id, lab=t(f"labs_names.{past.lab}"),
