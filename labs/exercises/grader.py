@@ -256,6 +256,7 @@ def grade(exercise_id: str, source: str, *, seed: int | None = None, mode: str |
         # any learner code exists.
         # The world sizes go as arguments: the harness forks every rank before it reads the plan.
         sizes = [str(group["world_size"]) for group in the_plan["groups"]]
+        sizes += [f"--preload={module}" for module in getattr(exercise, "PRELOAD", ())]
         outcome = sandbox.run_python("harness", sizes, files={"submission.py": source.encode()},
                                      stdin=json.dumps(the_plan).encode(),
                                      limits=limits, mode=chosen, on_line=on_line)
