@@ -154,6 +154,12 @@ def _case_entry(exercise, event: dict) -> tuple[dict, list[dict] | None]:
                                   "values": {"call": reply["call"], "rank": r["rank"]},
                                   "frames": _frames(reply.get("frames", []))}]
             return entry, None
+    for r in event["ranks"]:  # the router saw the ranks name different sources for one broadcast
+        sources = next((c["sources"] for c in (r.get("traffic") or {}).get("calls", []) if c.get("sources")), None)
+        if sources is not None:
+            entry["findings"] = [{"check": "crash", "passed": False, "key": "broadcast_sources_differ",
+                                  "values": {"sources": ", ".join(map(str, sources)), "world_size": len(sources)}}]
+            return entry, None
     for r in event["ranks"]:
         reply = r["reply"] or {}
         if reply.get("type") == "crash":

@@ -303,6 +303,8 @@ class Router:
             if error is not None:
                 for rank, item in enumerate(round_):
                     item["rec"]["error"] = error[:300]  # the router's record: the report may name it
+                    if error.startswith("ranks disagree on the broadcast's source"):
+                        item["rec"]["sources"] = [r["peer"] for r in recs]
                     self.send_to(rank, {"t": "done", "id": item["id"], "error": error[:300]})
                 continue
             payloads = [i["payload"] for i in round_]

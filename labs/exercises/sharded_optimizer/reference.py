@@ -21,7 +21,7 @@ class ShardedOptimizer:
             rank = load.index(min(load))
             self.owner.append(rank)
             load[rank] += param.numel() * param.element_size()
-        mine = [p for p, rank in zip(self.params, self.owner) if rank == self.rank]
+        mine = [p for p, rank in zip(self.params, self.owner, strict=True) if rank == self.rank]
         # A rank may own nothing (more ranks than parameters): then it has no optimizer.
         self.local = optimizer_cls(mine, **kwargs) if mine else None
 
@@ -29,7 +29,7 @@ class ShardedOptimizer:
         loss = None
         if self.local is not None:
             loss = self.local.step(closure)
-        for param, rank in zip(self.params, self.owner):
+        for param, rank in zip(self.params, self.owner, strict=True):
             dist.broadcast(param.data, src=rank)
         return loss
 

@@ -1,4 +1,3 @@
-import torch
 import torch.distributed as dist
 
 
@@ -15,12 +14,13 @@ class ShardedOptimizer:
 
     def __init__(self, params, optimizer_cls, **kwargs):
         self.params = list(params)
+        self.optimizer_cls, self.kwargs = optimizer_cls, kwargs
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
         # TODO: choose an owner rank for every parameter. Every rank must
         #       compute the same owners, from what all ranks know alike.
-        # TODO: build optimizer_cls(...) with **kwargs over the parameters this
-        #       rank owns only (careful: a rank may own none).
+        # TODO: build self.optimizer_cls(..., **self.kwargs) over the parameters
+        #       this rank owns only (careful: a rank may own none).
         raise NotImplementedError
 
     def step(self, closure=None):
