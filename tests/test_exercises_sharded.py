@@ -20,6 +20,7 @@ import torch
 
 from labs.exercises import EXERCISES, REQUIRED_FOR_CERTIFICATE, grader, load, messages, reference
 from labs.exercises.sharded_optimizer.exercise import fair_limit
+from tests.apptest import open_page
 from tests.test_exercises_more import FIXTURES, LANGS, ROOT, folder, keys, sandbox_mode, texts
 from tests.test_exercises_router import Rank, frames, from_bytes, pump, routing, tensor_bytes
 from tests.test_terminology import LESSONS, findings, fixture_rules, report, rules_from, yaml_texts
@@ -320,3 +321,20 @@ def test_owners_that_disagree_between_ranks_are_named():
     assert report_["error"] is None
     [finding] = report_["cases"][0]["findings"]
     assert finding["key"] == "broadcast_sources_differ" and finding["values"]["sources"] == "0, 1, 2"
+
+
+# --------------------------------------------------------------------------
+# The Exercises page, with the real catalog (no fakes): listed, and opened in every language
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_the_exercises_page_lists_it_and_opens_its_statement_and_starter(app_db, lang):  # noqa: ARG001
+    from tests.test_exercises_page import in_editor, learner
+    from tests.test_exercises_page import texts as page_texts
+
+    at = open_page("exercises", lang, learner(), exercise=ID)
+    assert not at.exception, at.exception
+    page, t = page_texts(at), texts(ID, lang)
+    assert t["title"] in page and t["statement"].split("\n")[0][:40] in page
+    assert "class ShardedOptimizer" in in_editor(at)
+    assert "dist.broadcast(param.data, src=rank)" not in page  # the reference only after a pass
