@@ -338,3 +338,10 @@ def test_the_exercises_page_lists_it_and_opens_its_statement_and_starter(app_db,
     assert t["title"] in page and t["statement"].split("\n")[0][:40] in page
     assert "class ShardedOptimizer" in in_editor(at)
     assert "dist.broadcast(param.data, src=rank)" not in page  # the reference only after a pass
+
+
+@pytest.mark.slow
+def test_the_drivers_heap_walk_is_refused_to_the_learners_code():
+    report_ = grade((FIXTURES / "zero_wrong_walks_the_heap.py").read_text("utf-8"), ["w2-few-adam"])
+    [finding] = report_["cases"][0]["findings"]
+    assert finding["key"] == "guard_refused" and finding["values"]["call"] == "gc.get_objects"
