@@ -17,7 +17,8 @@ not allow, and one more layer around the harness. Two layers:
 2. An audit hook (``sys.addaudithook``: it cannot be removed, and there is
    no way to switch it off once armed) refuses ctypes, importing
    ctypes/cffi, frames (``sys._getframe``, ``tb_frame``) while the learner's
-   code is on the stack, the ``gc`` walkers, setting the special attributes
+   code is on the stack, the ``gc`` walkers (but for a driver's own walk
+   through `walk`, with no frame of the learner's on the stack), setting the special attributes
    (``__class__``, ``__bases__``...) of types the learner did not define,
    starting processes, and opening files outside the private tmp folder and
    the interpreter's own files. Some routes raise no audit event
