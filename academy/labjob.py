@@ -147,7 +147,8 @@ def command(lab: str, params: dict[str, Any], workdir: Path) -> list[str]:
     args = [sys.executable, "-m", "labs", lab, "--json", "--timeout", str(settings.labs.timeout_s),
             "--hang-timeout", str(settings.labs.hang_timeout_s),
             "--events", str(workdir / "events.jsonl"), "--out", str(workdir / "result.json")]
-    # Here, not at the top: labs.context imports torch, which the platform does not need.
+    # Here, not at the top: the labs' modules import torch, which the platform does not need
+    # (a worker loads them once at its start: load_labs).
     from labs import context
 
     flags = {name: flag(name, spec) for cls in (Run, context.load_lab(lab).Params)
@@ -156,6 +157,14 @@ def command(lab: str, params: dict[str, Any], workdir: Path) -> list[str]:
         if key != "nodes":
             args += [flags[key], str(value)]
     return args
+
+
+def load_labs() -> None:
+    """Import every lab's module (their parameter models, which `command` reads)."""
+    from labs import context
+
+    for lab in context.LABS:
+        context.load_lab(lab)
 
 
 JOIN_GRACE_S = 15  # torchrun's rendezvous timeout, beyond the worker's own wait for nodes

@@ -105,6 +105,11 @@ def main(argv: list[str] | None = None) -> int:
                                  workroot=base / f"{socket.gethostname()}-{os.getpid()}",
                                  devices=devices)
     state.workroot.mkdir()
+    # Every lab's module loads here, once, before the first claim (PyTorch with it):
+    # a claimed run's command is then built at once, so its first heartbeat never
+    # waits on an import (seconds on a busy machine, long enough for the reaper
+    # to take the run for a lost worker's).
+    labjob.load_labs()
     labjob.set_worker(state)
     cpu_slots = args.concurrency or get_settings().lab_concurrency
     slots = {"cpu": cpu_slots, "gpu": len(devices.sets) if devices else 0}

@@ -154,6 +154,12 @@ def _case_entry(exercise, event: dict) -> tuple[dict, list[dict] | None]:
                                   "values": {"call": reply["call"], "rank": r["rank"]},
                                   "frames": _frames(reply.get("frames", []))}]
             return entry, None
+    for r in event["ranks"]:  # the router saw the ranks name different sources for one broadcast
+        sources = next((c["sources"] for c in (r.get("traffic") or {}).get("calls", []) if c.get("sources")), None)
+        if sources is not None:
+            entry["findings"] = [{"check": "crash", "passed": False, "key": "broadcast_sources_differ",
+                                  "values": {"sources": ", ".join(map(str, sources)), "world_size": len(sources)}}]
+            return entry, None
     for r in event["ranks"]:
         reply = r["reply"] or {}
         if reply.get("type") == "crash":
@@ -256,6 +262,7 @@ def grade(exercise_id: str, source: str, *, seed: int | None = None, mode: str |
         # any learner code exists.
         # The world sizes go as arguments: the harness forks every rank before it reads the plan.
         sizes = [str(group["world_size"]) for group in the_plan["groups"]]
+        sizes += [f"--preload={module}" for module in getattr(exercise, "PRELOAD", ())]
         outcome = sandbox.run_python("harness", sizes, files={"submission.py": source.encode()},
                                      stdin=json.dumps(the_plan).encode(),
                                      limits=limits, mode=chosen, on_line=on_line)

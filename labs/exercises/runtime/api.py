@@ -26,7 +26,8 @@ import torch
 import torch.distributed as dist
 
 # The calls an Api can stand in for; a plan allows a subset.
-WRAPPED = ("send", "recv", "isend", "irecv", "all_reduce", "barrier", "get_rank", "get_world_size")
+WRAPPED = ("send", "recv", "isend", "irecv", "all_reduce", "broadcast", "all_gather", "barrier", "get_rank",
+           "get_world_size")
 
 
 def tensor_bytes(tensor: torch.Tensor) -> bytes:
@@ -87,7 +88,7 @@ class Channel:
 class Work:
     """What isend/irecv/all_reduce(async_op=True) return: ``wait`` blocks until the router answers."""
 
-    def __init__(self, api: Api, op_id: int, into: torch.Tensor | None):
+    def __init__(self, api: Api, op_id: int, into: torch.Tensor | list | None):
         self._api, self._id, self._into = api, op_id, into
         self._result: tuple[dict, bytes] | None = None
         self.source = None
@@ -98,7 +99,14 @@ class Work:
         if header.get("error"):
             raise RuntimeError(header["error"])
         self.source = header.get("src")
-        if self._into is not None and payload:
+        if isinstance(self._into, list):  # all_gather: the ranks' tensors, one after another
+            offset = 0
+            with torch.no_grad():
+                for out in self._into:
+                    n = out.numel() * out.element_size()
+                    out.copy_(from_bytes(payload[offset:offset + n], out))
+                    offset += n
+        elif self._into is not None and payload:
             with torch.no_grad():
                 self._into.copy_(from_bytes(payload, self._into))
 
@@ -122,6 +130,10 @@ class Work:
 
     def _source_rank(self) -> int | None:
         return self.source
+
+
+def _dtype(tensor: torch.Tensor) -> str:
+    return str(tensor.dtype).removeprefix("torch.")
 
 
 def _op_name(op) -> str:
@@ -212,10 +224,46 @@ class Api:
     def all_reduce(self, tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):  # noqa: ARG002
         tensor = self._tensor(tensor)
         op_id = self._id()
-        self.channel.send({"t": "all_reduce", "id": op_id, "dtype": str(tensor.dtype).removeprefix("torch."),
+        self.channel.send({"t": "all_reduce", "id": op_id, "dtype": _dtype(tensor),
                            "op": _op_name(op), "bw": self.in_backward(),
                            "ts": time.perf_counter()}, tensor_bytes(tensor))  # for the report's timeline
         work = Work(self, op_id, tensor)
+        if async_op:
+            return work
+        work.wait()
+        return None
+
+    def broadcast(self, tensor, src=None, group=None, async_op=False, group_src=None):  # noqa: ARG002
+        """Rank ``src``'s tensor into ``tensor`` on every rank: ``src`` sends its bytes, the others
+        say how many they expect; the router checks that every rank names the same ``src``."""
+        tensor = self._tensor(tensor)
+        peer = group_src if src is None else src
+        if not isinstance(peer, int) or isinstance(peer, bool) or not 0 <= peer < self.world:
+            raise ValueError(f"src must be a rank between 0 and {self.world - 1}, not {peer!r}")
+        op_id = self._id()
+        mine = peer == self.rank
+        self.channel.send({"t": "broadcast", "id": op_id, "src": peer, "dtype": _dtype(tensor),
+                           "n": tensor.numel() * tensor.element_size(), "bw": self.in_backward()},
+                          tensor_bytes(tensor) if mine else b"")
+        work = Work(self, op_id, None if mine else tensor)
+        if async_op:
+            return work
+        work.wait()
+        return None
+
+    def all_gather(self, tensor_list, tensor, group=None, async_op=False):  # noqa: ARG002
+        """Every rank's ``tensor`` into ``tensor_list[r]``, on every rank (all the same size)."""
+        tensor = self._tensor(tensor)
+        if not isinstance(tensor_list, list | tuple) or len(tensor_list) != self.world:
+            raise ValueError(f"tensor_list must be a list of {self.world} tensors, one per rank")
+        outs = [self._tensor(t) for t in tensor_list]
+        size = tensor.numel() * tensor.element_size()
+        if any(t.numel() * t.element_size() != size or t.dtype != tensor.dtype for t in outs):
+            raise ValueError("every tensor in tensor_list must have the size and dtype of tensor")
+        op_id = self._id()
+        self.channel.send({"t": "all_gather", "id": op_id, "dtype": _dtype(tensor), "bw": self.in_backward()},
+                          tensor_bytes(tensor))
+        work = Work(self, op_id, outs)
         if async_op:
             return work
         work.wait()

@@ -17,7 +17,8 @@ not allow, and one more layer around the harness. Two layers:
 2. An audit hook (``sys.addaudithook``: it cannot be removed, and there is
    no way to switch it off once armed) refuses ctypes, importing
    ctypes/cffi, frames (``sys._getframe``, ``tb_frame``) while the learner's
-   code is on the stack, the ``gc`` walkers, setting the special attributes
+   code is on the stack, the ``gc`` walkers (but for a driver's own walk
+   through `walk`, with no frame of the learner's on the stack), setting the special attributes
    (``__class__``, ``__bases__``...) of types the learner did not define,
    starting processes, and opening files outside the private tmp folder and
    the interpreter's own files. Some routes raise no audit event
@@ -216,6 +217,20 @@ def _no_stack_for_lazy_device_calls() -> None:
         module._lazy_call = replacements[id(original)][1]
 
 
+_walking: list[bool] = []  # non-empty while a driver walks the heap through `walk`
+
+
+def walk(walker, *args):
+    """``walker(*args)`` (a ``gc`` walker) for a driver, after the learner's code returned: the
+    audit hook lets it through only while no frame of the learner's file is on the stack, so a
+    learner who calls this, or whose ``__del__`` runs inside the walk, is still refused."""
+    _walking.append(True)
+    try:
+        return walker(*args)
+    finally:
+        _walking.pop()
+
+
 def arm(api, *, allowed, submission_path: str, input_dir: str) -> None:
     """Replace the forbidden calls and install the audit hook; there is no way back."""
     _patch_names(api, set(allowed))
@@ -268,6 +283,14 @@ def arm(api, *, allowed, submission_path: str, input_dir: str) -> None:
             raise ForbiddenCall("ctypes")
         if event == "import" and (args[0] in REFUSED_IMPORTS or str(args[0]).split(".")[0] in ("ctypes", "cffi")):
             raise ForbiddenCall(f"import {args[0]}")
+        if event in WALKERS and _walking:
+            busy.append(True)
+            try:
+                refuse = learner_on_stack()
+            finally:
+                busy.pop()
+            if not refuse:
+                return  # a driver's own walk (`walk`), with no frame of the learner's below it
         if event in WALKERS or event in PROCESS_EVENTS:
             raise ForbiddenCall(event, "guard")
         if event == "object.__setattr__" and isinstance(args[0], type) \

@@ -3,6 +3,7 @@
     python -m harness 2 3 4 < plan.json   # one argument per group: its world size; cwd: a
                                           # private tmp folder; $SANDBOX_INPUT holds
                                           # submission.py (both from labs.exercises.grader)
+    python -m harness 2 3 4 --preload=torch._dynamo < plan.json   # modules to import before forking
 
 Trusted code; the learner's code runs only in the ranks it forks, and the
 grade rests on nothing a rank's process holds or says about itself. The
@@ -382,7 +383,8 @@ def _run_group(plan: dict, driver, ranks: _Ranks, group: dict, index: int, total
 
 
 def main() -> int:
-    sizes = [int(arg) for arg in sys.argv[1:]]
+    sizes = [int(arg) for arg in sys.argv[1:] if not arg.startswith("--preload=")]
+    preload = [arg.removeprefix("--preload=") for arg in sys.argv[1:] if arg.startswith("--preload=")]
     import seccomp
 
     seccomp.undumpable()  # before any rank is forked: they inherit it
@@ -394,6 +396,8 @@ def main() -> int:
     import guard  # noqa: F401
     import router  # noqa: F401
 
+    for module in preload:  # what the exercise's ranks would each import in a case's time
+        importlib.import_module(module)
     open_fds: list[int] = []
     groups = [_Ranks(world, open_fds) for world in sizes]  # before the plan exists in this process
     plan = json.loads(sys.stdin.buffer.read())

@@ -1,8 +1,8 @@
 """The router: the trusted other end of every rank's ``torch.distributed``.
 
 A rank holds no process group and no socket: its ``dist.send``,
-``dist.recv``, ``isend``, ``irecv``, ``all_reduce`` and ``barrier`` (the
-ones its exercise allows, see ``api.py``) write a frame (``frames.py``) on
+``dist.recv``, ``isend``, ``irecv``, ``all_reduce``, ``broadcast``,
+``all_gather`` and ``barrier`` (the ones its exercise allows, see ``api.py``) write a frame (``frames.py``) on
 its pipe to the harness, and this router, in the harness process, which
 runs no learner code, is non-dumpable and holds the only copy of the
 cases, does what the call asks:
@@ -12,9 +12,14 @@ cases, does what the call asks:
   then the payload goes to the receiver and both calls complete. A send
   with no receive posted does not complete, so blocking sends in a ring
   deadlock as they do on gloo, and the report says who waited for whom.
-- an all-reduce or a barrier completes when every rank has called its
-  next one: the router reduces the payloads itself (sum, avg, max, min,
-  product) and returns the result to each rank.
+- a collective (all-reduce, broadcast, all-gather, barrier) completes when
+  every rank has called its next one, and only if all made the same call
+  with the same size, dtype, op and source (else each gets the error): the
+  router reduces the payloads itself (sum, avg, max, min, product), sends
+  the source's tensor to the others, or every rank's tensor, in rank
+  order, to all. Counted as on the wire: a broadcast's source sends its
+  bytes once and each other rank receives them; in an all-gather each rank
+  sends its tensor and receives the others'.
 
 Everything the grade rests on is recorded here, outside the learner's
 processes: per rank the bytes it sent and received, and a record per call
@@ -50,6 +55,7 @@ DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "
           "int8": 1, "uint8": 1}
 REDUCE_OPS = ("sum", "avg", "max", "min", "product")
 P2P = ("send", "isend", "recv", "irecv")
+COLLECTIVE = ("all_reduce", "broadcast", "all_gather", "barrier")
 
 
 class ProtocolError(ValueError):
@@ -170,7 +176,7 @@ class Router:
 
     def _handle(self, rank: int, header: dict, payload: bytes) -> None:
         kind = header.get("t")
-        if kind in P2P or kind in ("all_reduce", "barrier"):
+        if kind in P2P or kind in COLLECTIVE:
             self._call(rank, kind, header, payload)
         elif kind == "wait":
             op = header.get("id")
@@ -238,21 +244,32 @@ class Router:
             else:
                 self.unexpected[rank].remove(match)
                 self._deliver(match, rank, item)
-        else:  # all_reduce, barrier
+        else:  # all_reduce, broadcast, all_gather, barrier
+            dtype, op, src, size = None, None, None, len(payload)
+            if kind in ("all_reduce", "all_gather", "broadcast"):
+                dtype = header.get("dtype")
+                if dtype not in DTYPES:
+                    raise ProtocolError(f"a {kind} of an unknown dtype")
             if kind == "all_reduce":
-                dtype, op = header.get("dtype"), header.get("op")
-                if dtype not in DTYPES or op not in REDUCE_OPS:
+                op = header.get("op")
+                if op not in REDUCE_OPS:
                     raise ProtocolError("an all_reduce of an unknown dtype or op")
-                if len(payload) % DTYPES[dtype]:
-                    raise ProtocolError(f"an all_reduce of {len(payload)} bytes is no whole number of {dtype}")
-            else:
-                dtype, op = None, None
+            elif kind == "broadcast":
+                src, size = _int(header, "src", low=0, high=self.world - 1), _int(header, "n", low=0)
+                if len(payload) != (size if src == rank else 0):
+                    raise ProtocolError("a broadcast's payload must be the source's tensor, and only the source's")
+            if dtype is not None and size % DTYPES[dtype]:
+                raise ProtocolError(f"a {kind} of {size} bytes is no whole number of {dtype}")
             said = header.get("ts")  # when the rank says it made the call: drawn, never graded
-            rec = self._record(rank, {"op": kind, "peer": None, "bytes": len(payload), "chunk": None,
+            rec = self._record(rank, {"op": kind, "peer": src, "bytes": size, "chunk": None,
                                       "dtype": dtype, "reduce": op, "in_backward": hint_bw,
                                       "t_rank": said if isinstance(said, float) and math.isfinite(said) else None})
             self.ops[rank][op_id] = rec
             self.sent[rank] += len(payload)
+            if kind in ("broadcast", "all_gather"):  # held here until every rank has called
+                self.in_flight[rank] += len(payload)
+                if self.in_flight[rank] > MAX_IN_FLIGHT:
+                    raise ProtocolError(f"more than {MAX_IN_FLIGHT} bytes sent that no rank received")
             self.collective[rank].append({"id": op_id, "payload": payload, "rec": rec})
             self._collectives()
 
@@ -282,22 +299,55 @@ class Router:
             for rec in recs:
                 rec["t_end"] = now
             first = recs[0]
-            error = None
-            if any(r["op"] != first["op"] for r in recs):
-                error = "ranks called different collectives: " + ", ".join(r["op"] for r in recs)
-            elif any((r["bytes"], r["dtype"], r["reduce"]) != (first["bytes"], first["dtype"], first["reduce"])
-                     for r in recs):
-                error = "all_reduce mismatch between ranks: " + ", ".join(
-                    f"rank {i}: {r['bytes']} bytes of {r['dtype']} ({r['reduce']})" for i, r in enumerate(recs))
+            for rank, item in enumerate(round_):
+                if item["rec"]["op"] in ("broadcast", "all_gather"):
+                    self.in_flight[rank] -= len(item["payload"])
+            error = _mismatch(recs)
+            if error is None and first["op"] == "all_gather" and first["bytes"] * self.world > frames.MAX_PAYLOAD:
+                error = f"an all_gather of {first['bytes'] * self.world} bytes in all, more than {frames.MAX_PAYLOAD}"
             if error is not None:
                 for rank, item in enumerate(round_):
+                    item["rec"]["error"] = error[:300]  # the router's record: the report may name it
+                    if error.startswith("ranks disagree on the broadcast's source"):
+                        item["rec"]["sources"] = [r["peer"] for r in recs]
                     self.send_to(rank, {"t": "done", "id": item["id"], "error": error[:300]})
                 continue
-            result = b"" if first["op"] == "barrier" else _reduce([i["payload"] for i in round_],
-                                                                   first["dtype"], first["reduce"])
+            payloads = [i["payload"] for i in round_]
+            if first["op"] == "barrier":
+                result = b""
+            elif first["op"] == "all_reduce":
+                result = _reduce(payloads, first["dtype"], first["reduce"])
+            elif first["op"] == "broadcast":
+                result = payloads[first["peer"]]
+            else:
+                result = b"".join(payloads)
             for rank, item in enumerate(round_):
-                self.received[rank] += len(result)
+                if first["op"] == "broadcast":  # the source gets no payload back; the others, its tensor
+                    got = b"" if rank == first["peer"] else result
+                    self.received[rank] += len(got)
+                    self.send_to(rank, {"t": "done", "id": item["id"], "src": first["peer"]}, got)
+                    continue
+                # all_gather: what came from the other ranks (a rank's own tensor never left it)
+                self.received[rank] += len(result) - (len(payloads[rank]) if first["op"] == "all_gather" else 0)
                 self.send_to(rank, {"t": "done", "id": item["id"]}, result)
+
+
+def _mismatch(recs: list[dict]) -> str | None:
+    """Why one round of collectives cannot complete, or None: every rank must make the same
+    call with the same size and dtype (and op, and source): torch.distributed's rule, which
+    gloo leaves to hang or to garble and the router says."""
+    first = recs[0]
+    if any(r["op"] != first["op"] for r in recs):
+        return "ranks called different collectives: " + ", ".join(r["op"] for r in recs)
+    if first["op"] == "broadcast" and any(r["peer"] != first["peer"] for r in recs):
+        return "ranks disagree on the broadcast's source: " + ", ".join(
+            f"rank {i}: src {r['peer']}" for i, r in enumerate(recs))
+    if any((r["bytes"], r["dtype"], r["reduce"]) != (first["bytes"], first["dtype"], first["reduce"])
+           for r in recs):
+        return f"{first['op']} mismatch between ranks: " + ", ".join(
+            f"rank {i}: {r['bytes']} bytes of {r['dtype']}" + (f" ({r['reduce']})" if r["reduce"] else "")
+            for i, r in enumerate(recs))
+    return None
 
 
 def _reduce(payloads: list[bytes], dtype: str, op: str) -> bytes:

@@ -58,10 +58,14 @@ exercise chooses them:
 - training exercises (average gradients, bucketed overlap) add
   ``all_reduce`` (``async_op=True`` too, returning a Work whose ``wait``
   blocks until the router answers), and ``barrier``; the router reduces.
+- the sharded optimizer adds ``broadcast`` and ``all_gather`` (the
+  router sends the source's tensor, or every rank's in rank order, and
+  refuses ranks that name different sources or sizes).
 
 The router's record of each call, which the grader receives per rank as
 ``traffic.calls``: ``{"op": "send"|"isend"|"recv"|"irecv"|"all_reduce"|
-"barrier"|"step", "peer": int|None, "bytes": int, "tag", "chunk": int|None,
+"broadcast"|"all_gather"|"barrier"|"step", "peer": int|None (a broadcast's:
+its source), "bytes": int, "tag", "chunk": int|None,
 "in_backward": bool, "t_start": float, "t_end": float|None, "t_wait":
 float}`` (``time.perf_counter()`` readings in the harness, a clock all
 processes of the machine share: ``t_start`` when the router got the call,
