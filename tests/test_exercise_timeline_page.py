@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from academy import exercises, i18n, labqueue
+from academy import exercises, i18n, labjob
 from academy.db import session_scope
 from academy.models import LabRun, Learner
 from labs import timeline
@@ -42,8 +42,8 @@ def learner() -> int:
 def graded(me: int, report: dict) -> int:
     """A submission of the reference, finished with the worker's own functions."""
     run_id = exercises.submit(learner_id=me, exercise=EXERCISE, source=reference(EXERCISE), lang="en")
-    assert labqueue._claim(run_id, "test-worker") is not None
-    labqueue._finish(run_id, "test-worker", status="done", result=report, passed=(me, EXERCISE))
+    assert labjob._claim(run_id, "test-worker") is not None
+    labjob._end_node(run_id, 0, "test-worker", "done", result=report, passed=(me, EXERCISE))
     return run_id
 
 
