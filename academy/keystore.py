@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import tempfile
@@ -31,10 +32,8 @@ def session_secret() -> bytes:
         try:
             with os.fdopen(fd, "w") as fh:
                 fh.write(secrets.token_hex(32))
-            try:
+            with contextlib.suppress(FileExistsError):
                 os.link(tmp, path)
-            except FileExistsError:
-                pass
         finally:
             os.unlink(tmp)
     key = path.read_text().strip()

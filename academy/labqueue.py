@@ -309,7 +309,7 @@ def submit(*, lab: str, params: dict[str, Any], learner_id: int | None, machine:
         run_id = run.id
     try:
         _enqueue_nodes(run_id, queue, nodes)
-    except Exception as exc:  # noqa: BLE001  (the queue's storage is down: say so, do not crash)
+    except Exception as exc:  # the queue's storage is down: say so, do not crash
         with session_scope() as session:
             session.exec(update(LabRun).where(LabRun.id == run_id).values(
                 status="failed", finished_at=utcnow(),

@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                 labqueue.reap()
                 labqueue.requeue_lost(queues)
                 labqueue.forget_workers()
-            except Exception:  # noqa: BLE001  (a database hiccup must not stop the worker)
+            except Exception:  # a database hiccup must not stop the worker
                 log.exception("heartbeat or reap failed")
             if stop.wait(labjob.REAP_EVERY_S):
                 break

@@ -204,7 +204,7 @@ def sidebar(code: str, who: Learner | None):
     return who_slot
 
 
-def _who_line(slot, who: Learner | None) -> None:  # noqa: ANN001  (an st.empty())
+def _who_line(slot, who: Learner | None) -> None:  # an st.empty()
     if who is None:
         slot.caption(t("account.guest"))
     else:
@@ -212,7 +212,7 @@ def _who_line(slot, who: Learner | None) -> None:  # noqa: ANN001  (an st.empty(
         slot.text(t("account.signed_in_as", name=who.display_name or who.email))
 
 
-def show_who(slot, who: Learner | None) -> None:  # noqa: ANN001  (sidebar()'s place)
+def show_who(slot, who: Learner | None) -> None:  # sidebar()'s place
     """After the page has run (also when it ends with a rerun): a page run that signed the
     learner out says "guest" in the sidebar, not "Signed in as" (review N-18)."""
     if who is not None and st.session_state.get("learner_id") != who.id:

@@ -93,7 +93,7 @@ def _patiently(rec: Record, call: Callable[[], Any], tries: int = 20) -> Any:
     raise AssertionError("unreachable")
 
 
-def _pass_required_exercises(session, learner_id: int, lang: str) -> list[str]:  # noqa: ANN001
+def _pass_required_exercises(session, learner_id: int, lang: str) -> list[str]:
     """What the lab worker writes for a passing report of each exercise the certificate
     requires: a finished run of lab ``exercise`` and, in the same transaction, the pass
     (``academy.exercises.record_pass``, the worker's own function); commits. The ids."""
@@ -218,19 +218,19 @@ def _learner_thread(rec: Record, *, run: str, n: int, deadline: float, issued: l
 # ------------------------------------------------------------------ browsers
 
 
-async def _wait_app(page) -> None:  # noqa: ANN001
+async def _wait_app(page) -> None:
     await page.wait_for_selector('[data-testid="stApp"]', timeout=BROWSER_TIMEOUT_MS)
     await page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')",
                                  timeout=BROWSER_TIMEOUT_MS)
 
 
-async def _no_exception(page, what: str) -> None:  # noqa: ANN001
+async def _no_exception(page, what: str) -> None:
     shown = page.locator('[data-testid="stException"]')
     if await shown.count():
         raise RuntimeError(f"{what} shows an exception: {(await shown.first.inner_text())[:300]}")
 
 
-async def _browser_journey(browser, rec: Record, *, url: str, email: str,  # noqa: ANN001
+async def _browser_journey(browser, rec: Record, *, url: str, email: str,
                            cert_id: str) -> None:
     import certificates as certs
     from academy import i18n

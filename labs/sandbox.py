@@ -114,7 +114,7 @@ def _env_mode() -> str:
 _checked: dict[str, str | None] = {}  # mode -> None (works) or the reason it does not
 
 
-def check_available(mode: str | None = None) -> None:  # noqa: A002 - the design's name
+def check_available(mode: str | None = None) -> None:  # the design's name
     """Raise `SandboxUnavailable` unless a run in this mode can start. The first
     call for bwrap starts a tiny sandbox once; the answer is kept."""
     chosen = _env_mode() if mode is None else mode

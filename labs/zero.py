@@ -25,7 +25,7 @@ import gc
 import time
 
 import torch
-import torch._dynamo  # noqa: F401 - DDP imports it on first use; a forked rank inherits it
+import torch._dynamo  # DDP imports it on first use; a forked rank inherits it
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn

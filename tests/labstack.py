@@ -7,6 +7,7 @@ of ``make bench``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -62,10 +63,8 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def with_group(proc: subprocess.Popen, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 class Worker:

@@ -4,6 +4,7 @@ gets a clear refusal, and the server process itself does not pay for it."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -15,7 +16,7 @@ from tests.test_cert_upload import stall_pdf, token_of
 
 def server_cpu_seconds(pid: int) -> float:
     """utime + stime of the server process alone (children are the reader's own cost)."""
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 

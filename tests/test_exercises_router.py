@@ -11,6 +11,7 @@ itself, more calls than any exercise needs) is stopped with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -60,10 +61,8 @@ def world():
         r.close()
         for x in ranks:
             for fd in (x.up_r, x.up_w, x.down_r, x.down_w):
-                try:
+                with contextlib.suppress(OSError):
                     os.close(fd)
-                except OSError:
-                    pass
 
 
 def pump(r, times: int = 3) -> None:

@@ -79,7 +79,7 @@ def short_busy_timeout(app_db):
     engine = db.make_engine(str(app_db.url), connect_args={"check_same_thread": False, "timeout": 0.3})
 
     @event.listens_for(engine, "connect")
-    def _short(dbapi_conn, _record):  # noqa: ANN001 - runs after make_engine's own pragmas
+    def _short(dbapi_conn, _record):  # runs after make_engine's own pragmas
         dbapi_conn.execute("PRAGMA busy_timeout=300")
 
     db.set_engine(engine)

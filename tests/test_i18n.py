@@ -183,7 +183,7 @@ def test_name_help_names_the_scripts_the_certificate_prints():
 
 
 def test_missing_key_falls_back_to_english(monkeypatch):
-    monkeypatch.setitem(i18n.catalog("zh"), "only.in.english", "x")  # noqa: B909
+    monkeypatch.setitem(i18n.catalog("zh"), "only.in.english", "x")
     del i18n.catalog("zh")["only.in.english"]
     i18n.catalog("en")["only.in.english"] = "Only English"
     try:

@@ -277,5 +277,5 @@ def test_every_result_opens_with_what_to_look_for_and_its_noise(results, name, l
 def _value(node):
     try:
         return node.value
-    except Exception:  # blocks and elements without a value
+    except Exception:  # noqa: BLE001 (blocks and elements without a value)
         return None

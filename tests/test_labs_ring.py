@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import inspect
 import json
 import multiprocessing
@@ -95,7 +96,7 @@ def _pool_worker(rank: int, world: int, port: int, listen_fd: int | None, conn) 
             break
         try:
             conn.send(_run_case(case, rank, world))
-        except Exception as exc:  # report it; the test fails and closes the pool
+        except Exception as exc:  # noqa: BLE001 (report it; the test fails and closes the pool)
             conn.send({"error": repr(exc)})
             break
     dist.barrier()
@@ -135,10 +136,8 @@ class RingPool:
 
     def close(self) -> None:
         for conn in self.conns:
-            try:
+            with contextlib.suppress(OSError):
                 conn.send(None)
-            except OSError:
-                pass
         for proc in self.procs:
             proc.join(timeout=10)
             if proc.is_alive():

@@ -14,6 +14,7 @@ root (a developer's laptop); as root (CI) a missing sandbox fails them, and
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -557,10 +558,8 @@ def test_the_network_is_loopback_only_and_not_the_hosts(harness):
         accepted = []
 
         def accept():
-            try:
+            with contextlib.suppress(OSError):
                 accepted.append(listener.accept())
-            except OSError:
-                pass
         waiter = threading.Thread(target=accept)
         waiter.start()
         out = run(harness, "network", str(port))

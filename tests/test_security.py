@@ -37,23 +37,23 @@ def t(key: str, **values) -> str:
     return i18n.t(key, "en", **values)
 
 
-def record_frames(page) -> list[bytes]:  # noqa: ANN001
+def record_frames(page) -> list[bytes]:
     """Every websocket frame the page receives from the server, from now on."""
     frames: list[bytes] = []
 
-    def on_socket(ws) -> None:  # noqa: ANN001
+    def on_socket(ws) -> None:
         ws.on("framereceived", lambda data: frames.append(data if isinstance(data, bytes) else data.encode()))
 
     page.on("websocket", on_socket)
     return frames
 
 
-def dom(page) -> str:  # noqa: ANN001
+def dom(page) -> str:
     """The page's HTML, hidden parts included, with entities decoded."""
     return html.unescape(page.content())
 
 
-def new_page(browser):  # noqa: ANN001
+def new_page(browser):
     ctx = browser.new_context(locale="en-US", viewport={"width": 1300, "height": 900})
     return ctx, ctx.new_page()
 
@@ -67,7 +67,7 @@ def _chunk(text: str) -> str | None:
     return best if len(best) >= 15 else None
 
 
-def secrets_of(question, lang: str = "en") -> dict[str, str]:  # noqa: ANN001
+def secrets_of(question, lang: str = "en") -> dict[str, str]:
     """The texts of a question that say which answer is right: every option's and its own explanation
     (numeric and ordering questions have only the latter, single-choice ones only the former)."""
     found = {f"option {i}": _chunk(o.explain.get(lang, "")) for i, o in enumerate(question.options)}
@@ -102,15 +102,15 @@ def test_no_explanation_or_key_reaches_the_browser_before_the_answer(server, bro
         kit.see(page, re.compile(re.escape(t("quiz.question_of", n=n + 2, total=len(questions)))))
     kit.wait_app(page)
 
-    def in_frames(texts) -> list[str]:  # noqa: ANN001
+    def in_frames(texts) -> list[str]:
         received = b"".join(frames)
         return [s for s in texts if s.encode() in received]
 
-    def in_page(texts) -> list[str]:  # noqa: ANN001
+    def in_page(texts) -> list[str]:
         shown = dom(page)
         return [s for s in texts if s in shown]
 
-    def leaks(texts) -> list[str]:  # noqa: ANN001
+    def leaks(texts) -> list[str]:
         return sorted(set(in_frames(texts)) | set(in_page(texts)))
 
     on_screen = [_chunk(public_question(attempt.plan[pos], bank, "en").text)]
@@ -144,7 +144,7 @@ def test_no_explanation_or_key_reaches_the_browser_before_the_answer(server, bro
 ADMIN_TEXTS = (t("admin.make_admin_email"), t("admin.content"), t("admin_certs.revoke"), t("admin_certs.events"))
 
 
-def _nav_links(page) -> list[str]:  # noqa: ANN001
+def _nav_links(page) -> list[str]:
     """The page names in the sidebar navigation (each link also holds its icon's name)."""
     links = page.get_by_test_id("stSidebarNav").get_by_role("link").all_inner_texts()
     return [text.strip().splitlines()[-1] for text in links]
@@ -158,7 +158,7 @@ def _make_learner(email: str, *, admin: bool = False) -> int:
     return learner.id
 
 
-def _sign_in(page, server, email: str, password: str = PASSWORD) -> None:  # noqa: ANN001
+def _sign_in(page, server, email: str, password: str = PASSWORD) -> None:
     from tests import browserkit as kit
 
     page.goto(f"{server.url}/account?lang=en")
@@ -269,7 +269,7 @@ def test_ending_a_session_ends_it_in_every_open_tab(how):
     acting, same_cookie, other = _tab(token, "account"), _tab(token), _tab(other_browser)
     assert _signed_in(acting) and _signed_in(same_cookie) and _signed_in(other)
     if how == "change_password":
-        acting.expander[0]  # noqa: B018 - the form lives in the Security expander
+        acting.expander[0]  # the form lives in the Security expander
         acting.text_input(key="pw_current").input(PASSWORD)
         acting.text_input(key="pw_new").input("a brand new password")
         [b for b in acting.button if b.label == t("account.change_password")][0].click()

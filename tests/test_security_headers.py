@@ -24,10 +24,10 @@ def _call(app, path: str, host: str = "127.0.0.1") -> tuple[int, dict[str, str]]
     """Run an ASGI app once for GET ``path``; its status and headers."""
     sent: list[dict] = []
 
-    async def receive():  # noqa: ANN202
+    async def receive():
         return {"type": "http.request", "body": b"", "more_body": False}
 
-    async def send(message) -> None:  # noqa: ANN001
+    async def send(message) -> None:
         sent.append(message)
 
     scope = {"type": "http", "method": "GET", "path": path, "headers": [(b"host", host.encode())],
@@ -40,7 +40,7 @@ def _call(app, path: str, host: str = "127.0.0.1") -> tuple[int, dict[str, str]]
     return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}
 
 
-async def _plain_app(_scope, _receive, send) -> None:  # noqa: ANN001
+async def _plain_app(_scope, _receive, send) -> None:
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-type", b"text/html"), (b"x-frame-options", b"SAMEORIGIN")]})
     await send({"type": "http.response.body", "body": b"<html></html>"})
@@ -63,13 +63,13 @@ def test_a_websocket_from_another_origin_is_refused_before_streamlit_sees_it(ori
     assert web.origin_allowed(origin, "127.0.0.1:8611", allowed) is passes
     reached, sent = [], []
 
-    async def inner(scope, _receive, _send) -> None:  # noqa: ANN001
+    async def inner(scope, _receive, _send) -> None:
         reached.append(scope["type"])
 
-    async def receive():  # noqa: ANN202
+    async def receive():
         return {"type": "websocket.connect"}
 
-    async def send(message) -> None:  # noqa: ANN001
+    async def send(message) -> None:
         sent.append(message)
 
     headers = [(b"host", b"127.0.0.1:8611")] + ([(b"origin", origin.encode())] if origin else [])
@@ -289,7 +289,7 @@ def _other_site():
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     class Page(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802  (http.server's name)
+        def do_GET(self) -> None:  # http.server's name
             body = b"<!doctype html><html><body>another site</body></html>"
             self.send_response(200)
             self.send_header("Content-Type", "text/html")
@@ -297,7 +297,7 @@ def _other_site():
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, *args) -> None:  # noqa: ANN002
+        def log_message(self, *args) -> None:
             pass
 
     site = ThreadingHTTPServer(("127.0.0.1", 0), Page)

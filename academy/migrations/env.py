@@ -9,7 +9,7 @@ import academy.models  # noqa: F401  (registers the tables)
 target_metadata = SQLModel.metadata
 
 
-def _run(connection) -> None:  # noqa: ANN001
+def _run(connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=target_metadata,

@@ -204,7 +204,7 @@ def ring(trace: dict, run_id: int) -> None:
     chart(fig, key=f"ex_ring_{run_id}", caption=t("labs_naive.alt") if whole else t("widgets.ring.alt"))
 
 
-def report(run) -> None:  # noqa: ANN001  (a LabRun)
+def report(run) -> None:  # a LabRun
     """The grading report: the verdict, each case with its findings, and the learner's ring."""
     if run.status == "cancelled":
         st.warning(t("exercises.cancelled"))
