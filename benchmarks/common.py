@@ -59,6 +59,7 @@ class Config:
     load_seconds: float = 30.0
     classroom_sessions: tuple[int, ...] = (1, 10, 30)  # concurrent websocket sessions
     classroom_seconds: float = 15.0
+    arrivals: int = 30  # a class signing up, then in, all at once (threads, Argon2 in turn)
 
     @classmethod
     def quick_mode(cls) -> Config:
