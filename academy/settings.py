@@ -45,7 +45,7 @@ class Settings(BaseSettings):
     # Sign-ups per client and window (each costs an Argon2 hash and probes an address).
     signup_max_per_client: int = 10
     # Argon2id cost per hash: OWASP's recommended minimum for argon2id (19 MiB, two
-    # passes, one lane), about 60 ms on one core of the 2-core server (`make bench`,
+    # passes, one lane), about 40 ms on one core of the 2-core server (`make bench`,
     # "argon2" rows). A stored hash made with other values is rehashed at its next
     # sign-in (academy.accounts.sign_in).
     argon2_memory_kib: int = Field(default=19_456, ge=19_456)
