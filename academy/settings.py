@@ -46,7 +46,7 @@ class Settings(BaseSettings):
     signup_max_per_client: int = 10
     # Argon2id cost per hash: OWASP's recommended minimum for argon2id (19 MiB, two
     # passes, one lane), about 40 ms on one core of the 2-core server (`make bench`,
-    # "argon2" rows). A stored hash made with other values is rehashed at its next
+    # "Argon2id hash" row). A stored hash made with other values is rehashed at its next
     # sign-in (academy.accounts.sign_in).
     argon2_memory_kib: int = Field(default=19_456, ge=19_456)
     argon2_time_cost: int = Field(default=2, ge=2)
