@@ -20,10 +20,11 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import logging
+import os
 import secrets
 import threading
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 
@@ -36,18 +37,25 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from academy.errors import UserError
+from academy.gate import FairGate
 from academy.models import AdminToken, Learner, LoginSession, SigninCounter, utcnow
 from academy.settings import get_settings
 
-_hasher = PasswordHasher()
 MIN_PASSWORD = 10
 MAX_PASSWORD = 1024
-# Argon2id takes 64 MiB and a core for ~0.1-0.3 s; a burst of sign-ins must not
-# take the server's memory with it. Over the cap a caller waits this long, then
-# is told "busy" (no attempt is charged).
-_SLOTS = threading.BoundedSemaphore(max(1, get_settings().argon2_max_concurrent))
-ARGON2_WAIT_S = 2.0
 ADMIN_TOKEN_HOURS = 1
+def _make_hasher() -> PasswordHasher:
+    s = get_settings()
+    return PasswordHasher(time_cost=s.argon2_time_cost, memory_cost=s.argon2_memory_kib,
+                          parallelism=s.argon2_parallelism)
+
+
+# Argon2id takes argon2_memory_kib and a core per hash; a burst of sign-ins must not take
+# the server's memory and every core with it. Over the cap a caller waits its turn at
+# most ARGON2_WAIT_S, then is told "busy" (no attempt is charged).
+_hasher = _make_hasher()
+_SLOTS = FairGate(get_settings().argon2_max_concurrent or os.cpu_count() or 1)
+ARGON2_WAIT_S = get_settings().argon2_wait_s
 
 _log = logging.getLogger(__name__)
 EMAIL_MAX = 254  # the longest address SMTP allows (RFC 5321 path limit)
@@ -145,8 +153,8 @@ def check_email(email: str) -> str:
 
 
 @contextmanager
-def _argon2_slot() -> Iterator[None]:
-    if not _SLOTS.acquire(timeout=ARGON2_WAIT_S):
+def _argon2_slot(on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    if not _SLOTS.acquire(timeout=ARGON2_WAIT_S, on_wait=on_wait):
         raise AccountError("account.err_busy")
     try:
         yield
@@ -154,17 +162,26 @@ def _argon2_slot() -> Iterator[None]:
         _SLOTS.release()
 
 
-def hash_password(password: str) -> str:
-    with _argon2_slot():
+def hash_password(password: str, *, on_wait: Callable[[], None] | None = None) -> str:
+    """An Argon2id hash with the configured parameters, in turn (:class:`FairGate`)."""
+    with _argon2_slot(on_wait):
         return _hasher.hash(password)
 
 
-def check_password(stored_hash: str, password: str) -> bool:
-    with _argon2_slot():
+def check_password(stored_hash: str, password: str, *, on_wait: Callable[[], None] | None = None) -> bool:
+    with _argon2_slot(on_wait):
         try:
             return _hasher.verify(stored_hash, password)
         except (VerificationError, InvalidHashError):
             return False
+
+
+def needs_rehash(stored_hash: str) -> bool:
+    """Whether ``stored_hash`` was made with other parameters than today's."""
+    try:
+        return _hasher.check_needs_rehash(stored_hash)
+    except InvalidHashError:
+        return True
 
 
 def _check_new_password(password: str) -> None:
@@ -313,16 +330,17 @@ def _signin_limits(email: str, client: str) -> list[tuple[str, int]]:
 
 def sign_up(
     *, session: Session, email: str, password: str, display_name: str = "", language: str = "en",
-    client: str = UNKNOWN_CLIENT,
+    client: str = UNKNOWN_CLIENT, on_wait: Callable[[], None] | None = None,
 ) -> Learner:
     """A new account (never an administrator). Throttled per client; a taken address gets
-    the neutral ``err_sign_up_neutral``, not "already exists" (see README "Security")."""
+    the neutral ``err_sign_up_neutral``, not "already exists" (see README "Security").
+    ``on_wait``: called once if the hash has to wait its turn (:class:`FairGate`)."""
     email = check_email(email)
     _check_new_password(password)
     display_name = clean_display_name(display_name)
     if client != UNKNOWN_CLIENT:
         _reserve(session, [(f"signup:{client}", get_settings().signup_max_per_client)])
-    password_hash = hash_password(password)  # before any query: no connection held while hashing
+    password_hash = hash_password(password, on_wait=on_wait)  # before any query: no connection held while hashing
     if session.exec(select(Learner).where(Learner.email == email)).first():
         raise AccountError("account.err_sign_up_neutral")
     learner = Learner(email=email, display_name=display_name, password_hash=password_hash, language=language)
@@ -336,11 +354,17 @@ def sign_up(
     return learner
 
 
-def sign_in(*, session: Session, email: str, password: str, client: str = UNKNOWN_CLIENT) -> Learner:
+def sign_in(
+    *, session: Session, email: str, password: str, client: str = UNKNOWN_CLIENT,
+    on_wait: Callable[[], None] | None = None,
+) -> Learner:
     """The learner for these credentials.
 
     The attempt is counted before the password is checked and given back only
-    if it succeeds, so attempts still being checked count too.
+    if it succeeds, so attempts still being checked count too. A hash made with
+    other Argon2 parameters than today's is replaced by a new one, committed
+    with the sign-in (not if the server is too busy to hash it now: the next
+    sign-in does). ``on_wait``: called once if the check has to wait its turn.
     """
     email = normalise_email(email)
     if len(email) > EMAIL_MAX:
@@ -355,16 +379,28 @@ def sign_in(*, session: Session, email: str, password: str, client: str = UNKNOW
     session.commit()  # end the read: no connection held while hashing (seconds under load)
     try:
         # Hash even for an unknown address so timing does not reveal which exist.
-        ok = check_password(stored_hash, password)
+        ok = check_password(stored_hash, password, on_wait=on_wait)
     except AccountError:  # busy: not the learner's failure
         _release(session, taken)
         raise
     if not (learner and ok):
         raise AccountError("account.err_credentials")
+    new_hash = None
+    if needs_rehash(stored_hash):
+        try:
+            new_hash = hash_password(password, on_wait=on_wait)
+        except AccountError:  # busy: keep the old hash until the next sign-in
+            new_hash = None
     pair = next(key for key in taken if key.startswith("pair:"))
     _release(session, [key for key in taken if key != pair])
     session.exec(update(SigninCounter).where(col(SigninCounter.key) == pair).values(count=0))
+    if new_hash is not None:  # unless the password changed meanwhile
+        session.exec(update(Learner).where(col(Learner.id) == learner.id,
+                                           col(Learner.password_hash) == stored_hash)
+                     .values(password_hash=new_hash))
     session.commit()
+    if new_hash is not None:
+        session.refresh(learner)
     return learner
 
 

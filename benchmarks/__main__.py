@@ -76,6 +76,7 @@ def run(cfg: Config, base: Path) -> dict:
             "certificate": _measure("certificates", platform_costs.certificate_issuance, cfg, base),
             "verification": _measure("verification", platform_costs.verification_lookups, cfg,
                                      base),
+            "arrival": _measure("class arrival", platform_costs.class_arrival, cfg, base),
             "pages": _measure("pages", platform_costs.page_renders, cfg, base),
             "load": _measure("load", platform_costs.concurrent_load, cfg),
             "classroom": _measure("classroom", platform_costs.classroom, cfg),

@@ -61,6 +61,7 @@ class Config:
     load_seconds: float = 30.0
     classroom_sessions: tuple[int, ...] = (1, 10, 30)  # concurrent websocket sessions
     classroom_seconds: float = 15.0
+    arrivals: int = 30  # a class signing up, then in, all at once (threads, Argon2 in turn)
     # The concurrent-learner and classroom parts; smoke mode leaves them to the
     # tests that drive the real server (tests/test_load.py, tests/test_benchmarks.py).
     under_load: bool = True

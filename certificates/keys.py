@@ -134,14 +134,32 @@ def rotate_key(secrets_dir: Path | None = None) -> IssuerKey:
 
 def local_public_keys(secrets_dir: Path | None = None) -> dict[str, Ed25519PublicKey]:
     """Every public key in the key folder, by kid. Creates nothing: an offline
-    verifier with only an exported keys file has no folder at all."""
-    folder = Path(secrets_dir or get_settings().secrets_dir) / KEYS_SUBDIR
-    found = {}
-    for path in sorted(folder.glob("*.pub")):
-        public = serialization.load_pem_public_key(path.read_bytes())
-        if isinstance(public, Ed25519PublicKey):
-            found[key_id(public)] = public
-    return found
+    verifier with only an exported keys file has no folder at all.
+
+    Parsed once per state of the folder: every lookup asks, and reading and
+    parsing the PEM files cost more than the signature check itself. The state
+    is each ``*.pub`` file's name, size and modification time, so a key added,
+    removed or rewritten is seen at the next call.
+    """
+    folder = os.path.join(secrets_dir or get_settings().secrets_dir, KEYS_SUBDIR)
+    try:
+        with os.scandir(folder) as entries:
+            state = tuple(sorted((e.name, e.stat().st_mtime_ns, e.stat().st_size)
+                                 for e in entries if e.name.endswith(".pub")))
+    except FileNotFoundError:
+        state = ()
+    cached = _PUBLIC_CACHE.get(folder)
+    if cached is None or cached[0] != state:
+        found = {}
+        for name, _mtime, _size in state:
+            public = serialization.load_pem_public_key(Path(folder, name).read_bytes())
+            if isinstance(public, Ed25519PublicKey):
+                found[key_id(public)] = public
+        cached = _PUBLIC_CACHE[folder] = (state, found)
+    return dict(cached[1])
+
+
+_PUBLIC_CACHE: dict[str, tuple[tuple, dict[str, Ed25519PublicKey]]] = {}
 
 
 def load_public_keys_file(path: Path) -> dict[str, Ed25519PublicKey]:

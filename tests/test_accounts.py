@@ -3,10 +3,12 @@
 import threading
 
 import pytest
+from sqlalchemy import update
 from sqlmodel import col, delete, select
 
 from academy import accounts
 from academy.accounts import AccountError
+from academy.gate import BUSY_NOTICE_S, FairGate
 from academy.models import AdminToken, Learner, SigninCounter
 
 PW = "correct horse battery"
@@ -162,7 +164,7 @@ def test_concurrent_guesses_are_limited(app_db, monkeypatch):
     from academy.settings import get_settings
 
     # Enough Argon2 slots that no guess is answered "busy" (that path has its own test).
-    monkeypatch.setattr(accounts, "_SLOTS", threading.BoundedSemaphore(16))
+    monkeypatch.setattr(accounts, "_SLOTS", FairGate(16))
     monkeypatch.setattr(accounts, "ARGON2_WAIT_S", 120)
 
     with session_scope() as s:
@@ -200,10 +202,10 @@ def test_lock_out_is_per_client(session):
 def test_argon2_verifications_are_capped(session, monkeypatch):
     """Over the cap a sign-in is answered "busy" at once and costs the learner no attempt."""
     accounts.sign_up(session=session, email="cap@example.org", password=PW)
-    slots = threading.BoundedSemaphore(1)
+    slots = FairGate(1)
     monkeypatch.setattr(accounts, "_SLOTS", slots)
     monkeypatch.setattr(accounts, "ARGON2_WAIT_S", 0.01)
-    slots.acquire()  # another verification holds the only slot
+    assert slots.acquire(timeout=1)  # another verification holds the only slot
     try:
         with pytest.raises(AccountError, check=lambda e: e.key.endswith("busy")):
             accounts.sign_in(session=session, email="cap@example.org", password=PW)
@@ -212,6 +214,65 @@ def test_argon2_verifications_are_capped(session, monkeypatch):
     charged = session.exec(select(SigninCounter.key).where(SigninCounter.count > 0)).all()
     assert [key for key in charged if not key.startswith("signup:")] == []
     assert accounts.sign_in(session=session, email="cap@example.org", password=PW)
+
+
+def test_argon2_turns_are_first_come_first_served():
+    """Waiters go through in the order they came, not as the scheduler picks; one that
+    gives up (its wait is bounded) hands its place on."""
+    gate = FairGate(1)
+    assert gate.acquire(timeout=1)
+    order: list[int] = []
+    threads = []
+
+    def wait_turn(n: int) -> None:
+        if gate.acquire(timeout=30):
+            order.append(n)
+            gate.release()
+
+    for n in range(8):
+        threads.append(threading.Thread(target=wait_turn, args=(n,)))
+        threads[-1].start()
+        while len(gate._line) < n + 1:  # in line before the next one comes
+            threading.Event().wait(0.001)
+    assert not gate.acquire(timeout=0.05)  # a ninth waits its bounded time and gives up
+    gate.release()
+    for th in threads:
+        th.join()
+    assert order == list(range(8))
+    assert gate.acquire(timeout=0.05)  # nothing left held
+    gate.release()
+
+
+def test_a_sign_in_that_waits_is_told_busy_retrying_and_goes_through(session, monkeypatch):
+    accounts.sign_up(session=session, email="wait@example.org", password=PW)
+    gate = FairGate(1)
+    monkeypatch.setattr(accounts, "_SLOTS", gate)
+    monkeypatch.setattr(accounts, "ARGON2_WAIT_S", 30)
+    assert gate.acquire(timeout=1)
+    told: list[str] = []
+    threading.Timer(BUSY_NOTICE_S + 0.3, gate.release).start()
+    learner = accounts.sign_in(session=session, email="wait@example.org", password=PW,
+                               on_wait=lambda: told.append("busy_retrying"))
+    assert learner.email == "wait@example.org" and told == ["busy_retrying"]
+
+
+def test_a_hash_with_other_parameters_is_replaced_at_sign_in(session):
+    """Rehash on sign-in (argon2-cffi's check_needs_rehash), committed with the sign-in."""
+    from argon2 import PasswordHasher
+
+    learner = accounts.sign_up(session=session, email="old@example.org", password=PW)
+    cheap = PasswordHasher(time_cost=1, memory_cost=8192, parallelism=1).hash(PW)
+    session.exec(update(Learner).where(col(Learner.id) == learner.id).values(password_hash=cheap))
+    session.commit()
+    assert accounts.needs_rehash(cheap)
+    signed_in = accounts.sign_in(session=session, email="old@example.org", password=PW)
+    stored = session.exec(select(Learner.password_hash).where(Learner.id == learner.id)).one()
+    assert signed_in.password_hash == stored != cheap
+    assert not accounts.needs_rehash(stored) and accounts.check_password(stored, PW)
+    accounts.sign_in(session=session, email="old@example.org", password=PW)  # today's: kept
+    assert session.exec(select(Learner.password_hash).where(Learner.id == learner.id)).one() == stored
+    with pytest.raises(AccountError):  # a wrong password changes nothing
+        accounts.sign_in(session=session, email="old@example.org", password=PW + "x")
 
 
 def test_sign_up_is_throttled_per_client(session):
@@ -311,7 +372,7 @@ def test_concurrent_guesses_are_limited_on_postgres(postgres_url, monkeypatch):
 
     from academy.db import make_engine, migrate
 
-    monkeypatch.setattr(accounts, "_SLOTS", threading.BoundedSemaphore(16))
+    monkeypatch.setattr(accounts, "_SLOTS", FairGate(16))
     monkeypatch.setattr(accounts, "ARGON2_WAIT_S", 120)
     engine = make_engine(postgres_url)
     migrate(engine)

@@ -37,7 +37,9 @@ SANDBOX = ("bwrap_p50_s", "bwrap_p95_s", "none_p50_s", "none_p95_s", "overhead_p
 EXERCISE_QUEUE = ("cases", "queue_p50_s", "queue_p95_s", "queue_wait_p50_s", "grading_p50_s")
 QUIZ = ("engine_ms", "store_sqlite_ms")
 CERTIFICATE = ("sign_ms", "qr_ms", "issue_ms", "render_ms", "total_ms")
-VERIFICATION = ("lookups_per_s", "raw_select_per_s", "ed25519_verify_per_s", "valid_fraction")
+VERIFICATION = ("lookups_per_s", "repeat_lookups_per_s", "raw_select_per_s", "ed25519_verify_per_s",
+                "valid_fraction")
+ARRIVAL = ("p50_s", "p95_s", "max_s", "busy_notices")
 CLASSROOM = ("p50_s", "p95_s", "throughput_per_s", "server_cpu_ms_per_page")
 PAGES = ("home", "lessons", "labs", "quiz", "certificate", "verify", "account")
 SMOKE = Config.smoke_mode()
@@ -196,6 +198,8 @@ def test_platform_has_every_figure(smoke):
         part(p["certificate"]["pdf_kib"], languages(), "platform.certificate.pdf_kib")
     if part(p["verification"], VERIFICATION, "platform.verification"):
         assert p["verification"]["certificates"] == SMOKE.certificates  # smoke mode's table
+    if part(p["arrival"], ("sign_in_alone_s", "hash_s"), "platform.arrival"):
+        assert (p["arrival"]["sign_up"]["errors"], p["arrival"]["sign_in"]["errors"]) == (0, 0)
     if part(p["pages"], ("empty_script_ms", "new_session_ms"), "platform.pages"):
         assert p["pages"]["render_ms"], "no page rendered"
         for page, langs in p["pages"]["render_ms"].items():
@@ -269,3 +273,25 @@ def test_the_sharding_rows():
     figures = [r[1] for r in rows]
     assert any(f.startswith("sharding lab, 2 ranks") for f in figures)
     assert any(f.startswith("sharding ledger") for f in figures)
+
+
+@pytest.mark.slow
+def test_a_class_arriving_at_once(tmp_path):
+    """30 sign-ups, then 30 sign-ins, at once through ``academy.accounts`` (issue #26): every
+    one goes through, none is refused "busy". Counts and errors only: no wall time is asserted."""
+    from benchmarks import platform_costs, report
+    from benchmarks.common import Config
+
+    cfg = Config.quick_mode()
+    arrival = platform_costs.class_arrival(cfg, tmp_path)
+    assert arrival["arrivals"] == cfg.arrivals == 30
+    for op in ("sign_up", "sign_in"):
+        burst = arrival[op]
+        assert (burst["calls"], burst["ok"], burst["errors"]) == (30, 30, 0), burst["first_errors"]
+        part(burst, ARRIVAL, f"platform.arrival.{op}")
+    part(arrival, ("sign_in_alone_s", "hash_s", "earlier_hash_s"), "platform.arrival")
+    rows = [r[1] for r in report.platform({"quiz": "skipped", "certificate": "skipped",
+                                           "verification": "skipped", "arrival": arrival,
+                                           "pages": "skipped", "load": "skipped"})]
+    assert any(r.startswith("a class arrives: 30 sign-ups") for r in rows)
+    assert any(r.startswith("a class arrives: 30 sign-ins") for r in rows)

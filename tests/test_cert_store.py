@@ -286,6 +286,39 @@ def test_ten_thousand_random_and_mutated_ids_are_never_valid(session):
     assert seen["malformed"] and seen["typo"]
 
 
+def test_a_revoke_right_after_a_cached_lookup_shows_revoked(session):
+    """The signature check is remembered, the status never: revoking or replacing shows at once."""
+    admin = add_learner(session, "admin@example.org", admin=True)
+    learner = add_learner(session)
+    cert = issue(session, learner, add_attempt(session, learner))
+    assert verify.lookup(session=session, text=cert.id).status == "valid"
+    assert verify.lookup(session=session, text=cert.id).status == "valid"  # the check from the cache
+    store.revoke(session=session, cert_id=cert.id, actor_id=admin.id, reason="issued in error")
+    assert verify.lookup(session=session, text=cert.id).status == "revoked"
+    other = add_learner(session, "yan@example.org")
+    old = issue(session, other, add_attempt(session, other))
+    assert verify.lookup(session=session, text=old.id).status == "valid"
+    new = store.reissue(session=session, cert_id=old.id, learner_id=other.id, new_name="Yan Li", lang="en")
+    assert verify.lookup(session=session, text=old.id).status == "replaced"
+    assert verify.lookup(session=session, text=new.id).status == "valid"
+
+
+def test_a_row_altered_after_a_cached_lookup_or_a_key_removed_does_not_verify(session):
+    cert = issue(session)
+    assert verify.lookup(session=session, text=cert.id).status == "valid"
+    row = session.get(Certificate, cert.id)
+    good = row.payload
+    row.payload = good.replace("Zoë Ødegård", "Mallory")
+    session.commit()
+    assert verify.lookup(session=session, text=cert.id).status == "bad_signature"
+    row.payload = good
+    session.commit()
+    assert verify.lookup(session=session, text=cert.id).status == "valid"
+    for public in keys.keys_dir().glob("*.pub"):
+        public.unlink()
+    assert verify.lookup(session=session, text=cert.id).status == "unknown_key"
+
+
 def test_a_tampered_database_row_does_not_verify(session):
     cert = issue(session)
     row = session.get(Certificate, cert.id)

@@ -26,12 +26,15 @@ if who is None:
         email = st.text_input(t("account.email"), key="in_email", max_chars=254)
         password = st.text_input(t("account.password"), type="password", key="in_password")
         if st.form_submit_button(t("account.sign_in"), type="primary"):
+            busy = st.empty()  # "busy, retrying" while the check waits its turn
             try:
                 with session_scope() as session:
-                    found = sign_in(session=session, email=email, password=password, client=ui.client())
+                    found = sign_in(session=session, email=email, password=password, client=ui.client(),
+                                    on_wait=lambda: busy.info(t("account.busy_retrying")))
                 ui.sign_in_as(found)
                 st.rerun()
             except AccountError as err:
+                busy.empty()
                 st.error(ui.error_text(err))
     with tab_up, st.form("sign_up"):
         name = st.text_input(t("account.display_name"), key="up_name", max_chars=200)
@@ -40,16 +43,19 @@ if who is None:
             t("account.password"), type="password", key="up_password", help=t("account.password_help")
         )
         if st.form_submit_button(t("account.sign_up"), type="primary"):
+            busy = st.empty()
             try:
                 with session_scope() as session:
                     created = sign_up(
                         session=session, email=email, password=password,
                         display_name=name, language=st.session_state["lang"], client=ui.client(),
+                        on_wait=lambda: busy.info(t("account.busy_retrying")),
                     )
                 ui.sign_in_as(created)
                 st.session_state["_account_created"] = True
                 st.rerun()
             except AccountError as err:
+                busy.empty()
                 st.error(ui.error_text(err))
 else:
     if st.session_state.pop("_account_created", False):
