@@ -177,6 +177,7 @@ SOLUTIONS: dict[str, str] = {
     "labs/ring.py::ring_allreduce": "ring-allreduce",
     "labs/ring.py::ring_allreduce_pipelined": "ring-allreduce",
     "labs/ddp.py::naive_sync_gradients": "average-gradients",
+    "labs/zero.py::Zero2": "sharded-optimizer",
 }
 
 
