@@ -21,14 +21,12 @@ ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
 
 
-# Under ``pytest -n 3 --dist loadgroup`` (pyproject.toml) the tests of one
-# group run on one worker, one after another: "procs" holds the tests that find
-# processes by their command line, which another worker's processes could
-# answer; and the tests of a module that share a module-scoped fixture get the
-# module's name, so that one worker builds it. Each worker starts its own
-# Streamlit server and Chromium when its first browser test needs them (the
-# session fixtures below): the browser tests are most of the suite's waiting,
-# and one worker alone took 12 of its 23 minutes with them.
+# Under ``pytest -n 2 --dist loadgroup`` (pyproject.toml) the tests of one
+# group run on one worker, one after another: "server" holds everything on the
+# one Streamlit server and Chromium; "procs" the tests that find processes by
+# their command line, which another worker's processes could answer; and the
+# tests of a module that share a module-scoped fixture get the module's name,
+# so that one worker builds it (the smoke benchmark took 260 s on each).
 SERVER_FIXTURES = {"server", "browser"}
 
 # "slow" (the fast lane is ``pytest -m "not slow"``): a test that starts a server,
@@ -58,7 +56,9 @@ def pytest_collection_modifyitems(items):
         fixtures = set(getattr(item, "fixturenames", ()))
         module = item.module.__name__.rsplit(".", 1)[-1]
         grouped = item.get_closest_marker("xdist_group") is not None  # xdist would join two names
-        if not grouped and module in PROCS_MODULES:
+        if not grouped and SERVER_FIXTURES & fixtures:
+            item.add_marker(pytest.mark.xdist_group("server"))
+        elif not grouped and module in PROCS_MODULES:
             item.add_marker(pytest.mark.xdist_group("procs"))
         elif not grouped and _module_fixture(item):  # one worker builds it, not each
             item.add_marker(pytest.mark.xdist_group(module))

@@ -65,13 +65,7 @@ def part(data, keys, where: str) -> bool:
     return True
 
 
-# One worker runs this module (the smoke run is built once); the fixture lives for
-# the session, so tests of other modules run between two of these on the same
-# worker do not make pytest tear it down and run it again (it did: 137 s twice).
-pytestmark = pytest.mark.xdist_group("test_benchmarks")
-
-
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "bench.json"
     proc = subprocess.run([sys.executable, "-m", "benchmarks", "--smoke", "--json", str(out)],
