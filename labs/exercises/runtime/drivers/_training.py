@@ -1,4 +1,4 @@
-"""What the training drivers (average-gradients, bucketed-overlap) share."""
+"""What the training drivers (average-gradients, bucketed-overlap, sharded-optimizer) share."""
 
 from __future__ import annotations
 
@@ -17,6 +17,21 @@ def sgd_step(model: nn.Module, lr: float) -> None:
             if param.grad is not None:
                 param.add_(param.grad, alpha=-lr)
             param.grad = None
+
+
+def global_batch(case: dict, world: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The case's whole batch for ``world`` ranks (``case["batch"]`` rows each), drawn
+    from its seed: inputs in the case's ``dtype`` (float32 when it names none), labels."""
+    gen = torch.Generator().manual_seed(case["seed"] + 1)
+    n = case["batch"] * world
+    x = torch.randn(n, case["features"], generator=gen, dtype=getattr(torch, case.get("dtype", "float32")))
+    y = torch.randint(0, case["classes"], (n,), generator=gen)
+    return x, y
+
+
+def params(model: nn.Module) -> dict:
+    """``model``'s parameters as plain lists by name (what a driver reports)."""
+    return {name: p.detach().reshape(-1).tolist() for name, p in model.named_parameters()}
 
 
 def shares(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int, world: int) -> list[dict]:

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from drivers._training import load, sgd_step, shares
+from drivers._training import global_batch, load, sgd_step, shares
 
 
 class Net(nn.Module):
@@ -39,14 +39,6 @@ def build(case: dict) -> nn.Module:
     """The same initial weights on every rank and in the single process (from the seed)."""
     torch.manual_seed(case["seed"])
     return Net(case).to(getattr(torch, case["dtype"]))
-
-
-def global_batch(case: dict, world: int) -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(case["seed"] + 1)
-    n = case["batch"] * world
-    x = torch.randn(n, case["features"], generator=gen, dtype=getattr(torch, case["dtype"]))
-    y = torch.randint(0, case["classes"], (n,), generator=gen)
-    return x, y
 
 
 def values(model: nn.Module, *, grads: bool = False) -> dict:

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from drivers._training import load, sgd_step, shares
+from drivers._training import global_batch, load, params, sgd_step, shares
 
 
 def arch(case: dict) -> nn.Module:
@@ -36,17 +36,6 @@ def arch(case: dict) -> nn.Module:
 def build(case: dict) -> nn.Module:
     torch.manual_seed(case["seed"])
     return arch(case)
-
-
-def global_batch(case: dict, world: int) -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(case["seed"] + 1)
-    n = case["batch"] * world
-    return (torch.randn(n, case["features"], generator=gen),
-            torch.randint(0, case["classes"], (n,), generator=gen))
-
-
-def params(model: nn.Module) -> dict:
-    return {name: p.detach().reshape(-1).tolist() for name, p in model.named_parameters()}
 
 
 def inputs(case: dict, world: int) -> list[dict]:

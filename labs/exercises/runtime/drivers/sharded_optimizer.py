@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from drivers._training import load
+from drivers._training import global_batch, load, params
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
 
@@ -61,17 +61,6 @@ def optimizer(case: dict) -> tuple[type, dict]:
     if case["optimizer"] == "sgd":
         kwargs["momentum"] = 0.9
     return OPTIMIZERS[case["optimizer"]], kwargs
-
-
-def global_batch(case: dict, world: int) -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(case["seed"] + 1)
-    n = case["batch"] * world
-    return (torch.randn(n, case["features"], generator=gen),
-            torch.randint(0, case["classes"], (n,), generator=gen))
-
-
-def params(model: nn.Module) -> dict:
-    return {name: p.detach().reshape(-1).tolist() for name, p in model.named_parameters()}
 
 
 def inputs(case: dict, world: int) -> list[dict]:
