@@ -54,7 +54,7 @@ def lab_pids(run_id: int, worker_pid: int | None = None) -> list[int]:
     (``<host>-<pid>``)."""
     mark = (f"-{worker_pid}" if worker_pid else "") + f"/run-{run_id}-"
     for pid, args in command_lines():
-        if b"labs" in args and any(mark.encode() in a for a in args):
+        if b"labs" in args and (any(mark.encode() in a for a in args) or mark in output_of(pid)):
             try:
                 leader = os.getpgid(pid) == pid
             except ProcessLookupError:
@@ -62,3 +62,12 @@ def lab_pids(run_id: int, worker_pid: int | None = None) -> list[int]:
             if leader:
                 return group_members(pid)
     return []
+
+
+def output_of(pid: int) -> str:
+    """Where ``pid``'s stdout goes: a lab run's ``output.log`` in its folder, also for a
+    warm lab process (``python -m labs.warm``), whose command line names no run."""
+    try:
+        return os.readlink(f"/proc/{pid}/fd/1")
+    except OSError:
+        return ""
