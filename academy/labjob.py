@@ -48,6 +48,7 @@ from sqlmodel import func, select
 
 from academy import exercises
 from academy.db import session_scope
+from academy.labpool import WarmPool, lab_env
 from academy.labqueue import (
     EXERCISE,
     REPORT_TOO_LARGE,
@@ -117,6 +118,7 @@ class WorkerState:
     stopping: threading.Event = field(default_factory=threading.Event)
     # run id -> process-group id of the lab going, for tests and the shutdown path
     running: dict[int, int] = field(default_factory=dict)
+    pool: WarmPool | None = None  # warm processes for single-node CPU labs (academy.labpool)
 
 
 _worker: WorkerState | None = None
@@ -413,9 +415,7 @@ def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str
              *, node: int = 0) -> None:
     """Run the lab (``node``: this worker's node of the run) and record how it ended."""
     settings = get_settings()
-    # Settings' limits go to the CLI in the variables it reads (they may have come from .env).
-    env = {**os.environ, **settings.labs.environ(), "OMP_NUM_THREADS": "1",
-           "PYTHONUNBUFFERED": "1", **env_extra}
+    env = lab_env(env_extra)
     if run.lab == EXERCISE:
         # The learner's code goes to the grader as a file; the grader runs it only
         # inside the sandbox the setting names (labs/sandbox.py).
@@ -428,7 +428,9 @@ def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str
     argv = command(run.lab, run.params, workdir) if nodes == 1 \
         else torchrun_command(run.lab, run.params, workdir, run_id=run.id)
     with open(workdir / "output.log", "w") as out:
-        proc = subprocess.Popen(
+        # A warm process is the same command with PyTorch already imported; none ready: a fresh one.
+        proc = state.pool.take(argv, env, workdir / "output.log") if state.pool and nodes == 1 else None
+        proc = proc or subprocess.Popen(
             argv, cwd=ROOT, env=env, stdout=out,
             stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_worker,
         )
@@ -460,6 +462,8 @@ def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str
             if proc.poll() is None:
                 _kill(proc)
             state.running.pop(run.id, None)
+            if state.pool is not None:  # after the run, so no import shares the CPU with it
+                state.pool.refill()
     tail.latest()  # the last events, written just before the CLI exited
     result = fit_result(run, _read_json(workdir / "result.json"))
     output = (workdir / "output.log").read_text(errors="replace")[-4000:]

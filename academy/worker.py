@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from academy import labjob, labqueue
     from academy.db import get_engine
-    from academy.settings import get_settings
+    from academy.labpool import WarmPool, lab_env
+    from academy.settings import ROOT, get_settings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if args.queues is None:  # one machine with a GPU runs its NCCL labs too, with no flags
@@ -110,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     # waits on an import (seconds on a busy machine, long enough for the reaper
     # to take the run for a lost worker's).
     labjob.load_labs()
+    if "cpu" in queues and get_settings().lab_warm_pool:
+        # Warm lab processes (academy.labpool): a CPU lab run starts without a fresh PyTorch import.
+        state.pool = WarmPool(get_settings().lab_warm_pool, lab_env(), ROOT, labjob._die_with_worker)
+        state.pool.refill()
     labjob.set_worker(state)
     cpu_slots = args.concurrency or get_settings().lab_concurrency
     slots = {"cpu": cpu_slots, "gpu": len(devices.sets) if devices else 0}
@@ -152,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         state.stopping.set()  # ... and stop the labs going (recorded as worker_stopped)
         for consumer in consumers:
             consumer.stop(graceful=True)
+        if state.pool is not None:
+            state.pool.close()
         labjob.unregister_worker(state)
         shutil.rmtree(state.workroot, ignore_errors=True)
     return 0

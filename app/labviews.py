@@ -33,6 +33,36 @@ from labs.settings import Limits
 NVLINK_REFERENCE = (360.0, 480.0)  # GB/s busbw, NCCL all-reduce on 8 x H100/H200
 
 
+LIVE_EVERY = 0.1  # s: a live run's newest event reaches the page within 0.2 s of the worker storing it
+IDLE_EVERY = 1.0  # s: a run waiting behind others: its place changes seldom, and each look asks the queue
+
+
+def cadence(status: str, wait: float | None = None) -> float:
+    """How often the page looks at a run: fast while it runs or is next to start
+    (``wait``: the queue's expected wait, 0 when a slot is free), slow while it waits its turn."""
+    return LIVE_EVERY if status == "running" or wait == 0 else IDLE_EVERY
+
+
+def lab_progress(event: dict[str, Any] | None) -> tuple[float, str]:
+    """The bar and its words for a running lab's newest event (``labs.context.event``).
+
+    "Starting the processes" until a rank reports a step (the launcher's "launch" and
+    each rank's "ready" are still the start), then the phase and step of the total with
+    the bar at that step; the launcher's "done" or "error": the ranks have ended and
+    the worker is collecting what they left.
+    """
+    event = event or {}
+    step, steps = event.get("step"), event.get("total_steps")
+    if event.get("kind") == "status" and event.get("phase") in ("done", "error"):
+        return 1.0, t("labs.collecting")
+    if event.get("kind") == "status" or not event:
+        return 0.0, t("labs.starting")
+    if isinstance(step, int) and isinstance(steps, int) and steps > 0:
+        return min(max(step / steps, 0.0), 1.0), t("labs.running", phase=event.get("phase", ""), step=step,
+                                                    steps=steps)
+    return 0.0, t("labs.running_plain", message=event.get("message") or event.get("phase", ""))
+
+
 def waiting(run_id: int, section: str) -> float | None:
     """Where a queued run (a lab, or an exercise submission) stands, in ``section``'s words:
     its place and how many run at once, or that no worker is up. Returns the expected wait."""

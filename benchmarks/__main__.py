@@ -67,6 +67,7 @@ def run(cfg: Config, base: Path) -> dict:
             "timeline": _measure("ddp timeline", lab_costs.timeline, cfg),
             "sharding": _measure("sharding", lab_costs.sharding, cfg),
             "queue": _measure("lab queue", lab_costs.queue, cfg, base),
+            "warm": _measure("warm worker", lab_costs.warm_worker, cfg, base),
             "sandbox": _measure("exercise sandbox", sandbox_costs.overhead, cfg),
         },
         "exercises": _measure("exercises", exercise_costs.costs, cfg, base),

@@ -15,7 +15,11 @@
   communication per step, median and range over the runs;
 - queue: a tiny ring lab through the job queue (``academy.labqueue``) at 1, 2
   and 3 workers: alone (end to end, beside the bare ``python -m labs`` run:
-  the queue's overhead) and in a burst (median queue wait and end to end).
+  the queue's overhead) and in a burst (median queue wait and end to end);
+- warm: the default ring lab (3 ranks) through the queue and one worker whose
+  warm lab process (``academy.labpool``) has finished its imports: Run to
+  result and Run to the first progress event the page can read, beside a bare
+  ``python -c "import torch"`` measured in the same run.
 """
 
 from __future__ import annotations
@@ -185,11 +189,88 @@ def _wait_for(check, what: str, timeout: float = 300) -> None:
         time.sleep(0.05)
 
 
+def _warm_ready(parents: list[int], timeout: float = 300) -> None:
+    """Wait until each worker in ``parents`` has a warm lab process done importing
+    (asleep on its stdin: its CPU time stands still)."""
+    def cpu(pid: int) -> int | None:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return int(fields[11]) + int(fields[12]) if fields[0] == "S" else None
+
+    def warm() -> list[int]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                    if int(stat[1]) in parents and b"labs.warm" in (entry / "cmdline").read_bytes():
+                        found.append(int(entry.name))
+                except (OSError, ValueError, IndexError):
+                    continue
+        return found
+
+    def still() -> bool:
+        pids = warm()
+        if len(pids) < len(parents):
+            return False
+        before = [cpu(p) for p in pids]
+        time.sleep(0.3)
+        return None not in before and before == [cpu(p) for p in pids]
+
+    _wait_for(still, "the warm lab processes", timeout)
+
+
+WARM_LAB = {"world_size": 3}  # the Labs page's default ring lab
+
+
+def warm_worker(cfg: Config, base: Path) -> dict:
+    """Run to result and to first progress event of the default ring lab on a warm worker
+    (``cfg.lab_repeats`` runs, one at a time, each once the warm process is ready), beside
+    a bare ``python -c "import torch"`` timed in the same run."""
+    from academy import labqueue
+    from academy.db import session_scope
+    from academy.models import LabRun
+
+    import_torch = median_time(
+        lambda: subprocess.run([sys.executable, "-c", "import torch"], check=True), cfg.lab_repeats)
+    results, firsts = [], []
+    folder = base / "warm"
+    with scratch_stack(folder, LAB_MAX_QUEUED="1000", LAB_MAX_PER_LEARNER="1000", LAB_GUEST_SHARE="1",
+                       LAB_WARM_POOL="1"), workers(folder, 1) as pids:
+        for _ in range(max(1, cfg.lab_repeats)):
+            _warm_ready(pids)
+            t0 = time.perf_counter()
+            run_id = labqueue.submit(lab="ring", params=WARM_LAB, learner_id=None, machine={})
+            first = None
+            while True:
+                with session_scope() as s:
+                    row = s.get(LabRun, run_id)
+                if first is None and row.progress:
+                    first = time.perf_counter() - t0
+                if row.status in labqueue.TERMINAL:
+                    break
+                time.sleep(0.01)
+            if row.status != "done":
+                raise RuntimeError(f"warm worker: the ring lab ended {row.status}: {row.error}")
+            results.append((row.finished_at - row.created_at).total_seconds())
+            firsts.append(first if first is not None else results[-1])
+    return {"lab": "ring", **WARM_LAB, "runs": len(results), "run_to_result_s": statistics.median(results),
+            "run_to_result_max_s": max(results), "first_progress_p95_s": _p95(firsts),
+            "python_import_torch_s": import_torch}
+
+
+def _p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
 @contextmanager
-def workers(folder: Path, n: int) -> Iterator[None]:
+def workers(folder: Path, n: int) -> Iterator[list[int]]:
     """``n`` real workers (``python -m academy.worker --concurrency 1``) on the current settings.
 
-    The body runs once all ``n`` have registered, so no figure includes a
+    The body (given the workers' process ids) runs once all ``n`` have registered, so no figure includes a
     worker's start-up; the workers get SIGTERM afterwards, as ``make run``
     stops its worker, and their logs stay in ``folder``.
     """
@@ -210,7 +291,7 @@ def workers(folder: Path, n: int) -> Iterator[None]:
                 return s.exec(select(func.count()).select_from(LabWorker)).one() == n
 
         _wait_for(up, f"{n} workers")
-        yield
+        yield [proc.pid for proc in procs]
     finally:
         for proc in procs:
             os.killpg(proc.pid, signal.SIGTERM)

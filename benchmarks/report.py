@@ -154,6 +154,16 @@ def labs(lab: dict) -> list[Row]:
             rows.append((s, f"{what}, {n} worker(s): {q['burst']} at once, wait · end to end (medians)",
                          f"{_num(r['burst_queue_wait_s'])} s · {_num(r['burst_end_to_end_s'])} s",
                          f"all {q['burst']} done in {_num(r['burst_total_s'])} s", ""))
+    warm = lab.get("warm")
+    if isinstance(warm, str):
+        rows.append(_missing(s, "Run to result, warm worker", warm))
+    elif warm:
+        rows.append((s, f"Run to result, warm worker: default ring lab ({warm['world_size']} ranks) through "
+                        f"the queue, median of {warm['runs']}",
+                     f"{_num(warm['run_to_result_s'])} s",
+                     f"`python -c 'import torch'` {_num(warm['python_import_torch_s'])} s",
+                     f"{_num(warm['run_to_result_s'] / warm['python_import_torch_s'])}x; "
+                     f"first progress event p95 {_num(warm['first_progress_p95_s'])} s"))
     sb = lab.get("sandbox")
     if isinstance(sb, str):
         rows.append(_missing(s, "exercise sandbox (bwrap) overhead", sb))

@@ -42,3 +42,19 @@ def press(at: AppTest, label: str) -> None:
     """Click the button with this label and run the script again."""
     [b for b in at.button if b.label == label][0].click()
     at.run()
+
+
+def record_cadence(monkeypatch) -> list[float | None]:
+    """The ``run_every`` of each fragment the pages start, newest last (AppTest
+    runs fragments inline and has no timer, so this is how a test sees the cadence)."""
+    import streamlit as st
+
+    chosen: list[float | None] = []
+    original = st.fragment
+
+    def fragment(func=None, *, run_every=None, **kwargs):
+        chosen.append(run_every)
+        return original(func, run_every=run_every, **kwargs)
+
+    monkeypatch.setattr(st, "fragment", fragment)
+    return chosen

@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.procs import output_of
+
 ROOT = Path(__file__).resolve().parent.parent
 TERMINAL = ("done", "failed", "cancelled")
 
@@ -129,10 +131,20 @@ def descendants(root: int) -> list[int]:
 
 
 def is_lab(pid: int) -> bool:
-    """A lab's CLI (``python -m labs LAB``) or a rank forked or spawned from it."""
+    """A lab's CLI (``python -m labs LAB``, or a warm ``labs.warm`` running one) or a rank forked or spawned from it."""
     args = cmdline(pid)
     return any(a == "labs" and i > 0 and args[i - 1] == "-m" for i, a in enumerate(args)) \
-        or any("labs.launch" in a for a in args)
+        or any("labs.launch" in a for a in args) \
+        or ("labs.warm" in args and given_a_run(pid))
+
+
+def given_a_run(pid: int) -> bool:
+    """A warm lab process, or a rank forked from it, once the worker gave it a run: the
+    group's leader (the warm process) writes to the run's ``output.log``."""
+    try:
+        return output_of(os.getpgid(pid)).endswith("/output.log")
+    except ProcessLookupError:
+        return False
 
 
 def processes_with_env(key: str, value: str) -> list[int]:

@@ -48,13 +48,15 @@ def command_lines():
 
 def lab_pids(run_id: int, worker_pid: int | None = None) -> list[int]:
     """Live processes of a lab run, wherever its worker is on this host: the CLI
-    (``python -m labs ... --out <workroot>/run-<id>-.../result.json``) and its
+    (``python -m labs ... --out <workroot>/run-<id>-.../result.json``, or a warm
+    ``python -m labs.warm`` writing to that folder's ``output.log``) and its
     process group, which holds the ranks. Run ids repeat across databases (other
     tests, another xdist worker): ``worker_pid`` keeps to that worker's workroot
     (``<host>-<pid>``)."""
     mark = (f"-{worker_pid}" if worker_pid else "") + f"/run-{run_id}-"
     for pid, args in command_lines():
-        if b"labs" in args and any(mark.encode() in a for a in args):
+        if (b"labs" in args and any(mark.encode() in a for a in args)) \
+                or (b"labs.warm" in args and mark in output_of(pid)):
             try:
                 leader = os.getpgid(pid) == pid
             except ProcessLookupError:
@@ -62,3 +64,12 @@ def lab_pids(run_id: int, worker_pid: int | None = None) -> list[int]:
             if leader:
                 return group_members(pid)
     return []
+
+
+def output_of(pid: int) -> str:
+    """Where ``pid``'s stdout goes: a lab run's ``output.log`` in its folder, also for a
+    warm lab process (``python -m labs.warm``), whose command line names no run."""
+    try:
+        return os.readlink(f"/proc/{pid}/fd/1")
+    except OSError:
+        return ""

@@ -28,6 +28,7 @@ COLLECTIVE_ROW = ("size_bytes", "ring_busbw_GBps", "ring_pipelined_busbw_GBps", 
 FIT = ("alpha_us", "bandwidth_GBps", "bandwidth_of_tcp")
 LAUNCH = ("wall_s", "collective_s", "overhead_s", "first_progress_in_process_s")
 FIRST_EVENT = ("first_progress_cli_s", "python_import_torch_s")
+WARM = ("runs", "run_to_result_s", "run_to_result_max_s", "first_progress_p95_s", "python_import_torch_s")
 DDP = ("naive_step_ms", "ddp_step_ms", "ddp_vs_naive_step_ratio")
 SHARDING = ("wall_s", "work_s", "max_abs_diff_vs_ddp", "zero3_vs_ddp_wire")
 QUEUE = ("single_end_to_end_s", "single_queue_wait_s", "burst_queue_wait_s", "burst_end_to_end_s",
@@ -127,6 +128,7 @@ def test_labs_have_every_figure(smoke):
         for n, row in labs["queue"]["workers"].items():
             part(row, QUEUE, f"labs.queue.workers.{n}")
     part(labs["sandbox"], SANDBOX, "labs.sandbox")
+    part(labs["warm"], WARM, "labs.warm")
 
 
 def sandbox_works() -> bool:
@@ -273,6 +275,19 @@ def test_the_sharding_rows():
     figures = [r[1] for r in rows]
     assert any(f.startswith("sharding lab, 2 ranks") for f in figures)
     assert any(f.startswith("sharding ledger") for f in figures)
+
+
+def test_the_warm_worker_row_sits_beside_a_bare_torch_import():
+    from benchmarks import report
+
+    warm = {"lab": "ring", "world_size": 3, "runs": 3, "run_to_result_s": 2.0, "run_to_result_max_s": 2.5,
+            "first_progress_p95_s": 0.4, "python_import_torch_s": 4.0}
+    skipped = "skipped: not measured here"
+    [row] = [r for r in report.labs({"launch": skipped, "first_event": skipped, "ddp": skipped, "warm": warm})
+             if r[1].startswith("Run to result, warm worker")]
+    assert row[2:] == ("2.00 s", "`python -c 'import torch'` 4.00 s", "0.50x; first progress event p95 0.40 s")
+    assert report.labs({"launch": skipped, "first_event": skipped, "ddp": skipped, "warm": skipped})[-1][1] \
+        == "Run to result, warm worker"
 
 
 @pytest.mark.slow

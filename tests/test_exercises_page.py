@@ -19,8 +19,9 @@ from sqlmodel import select
 from academy import exercises, i18n, labjob
 from academy.db import session_scope
 from academy.models import ExercisePass, LabRun, Learner
+from app import labviews
 from tests import exercisefakes
-from tests.apptest import open_page, press
+from tests.apptest import open_page, press, record_cadence
 
 
 @pytest.fixture(autouse=True)
@@ -398,3 +399,25 @@ def test_a_broadcast_case_names_the_rank_it_comes_from(lang):
     assert not at.exception, at.exception
     want = t("exercises.case_src", lang, id="w3-src2-n7-float32", world=3, src=2, count=7, dtype="float32")
     assert any(e.label.startswith(want) for e in at.expander), [e.label for e in at.expander]
+
+
+@pytest.mark.parametrize("lang", ["en", "zh", "nl"])
+def test_a_live_submission_is_looked_at_fast_with_honest_phases(monkeypatch, lang):
+    """Queued with no worker: the slow cadence; claimed: the fast one, "starting the
+    sandbox" until the grader's first case, then case k of n with the bar at k/n."""
+    cadences = record_cadence(monkeypatch)
+    me = learner()
+    run_id = exercises.submit(learner_id=me, exercise="ring-allreduce", source="x = 1\n", lang=lang)
+    at = open_page("exercises", lang, me)
+    assert not at.exception, at.exception
+    assert cadences[-1] == labviews.IDLE_EVERY
+    labjob._claim(run_id, "test-worker")
+    seen = []
+    for event in (None, {"kind": "progress", "step": 3, "total_steps": 12, "phase": "case"}):
+        labjob._beat_node(run_id, 0, "test-worker", event)
+        at.run()
+        assert not at.exception, at.exception
+        assert cadences[-1] == labviews.LIVE_EVERY
+        [bar] = at.get("progress")
+        seen.append((bar.proto.value, bar.proto.text))
+    assert seen == [(0, t("exercises.starting", lang)), (25, t("exercises.grading", lang, case=3, cases=12))]

@@ -23,7 +23,15 @@ from academy import labqueue
 from academy.db import session_scope
 from academy.models import LabRun, LabWorker, utcnow
 from tests.conftest import use_database
-from tests.labstack import TERMINAL, Worker, descendants, is_lab, processes_with_env, start_redis
+from tests.labstack import (
+    TERMINAL,
+    Worker,
+    cmdline,
+    descendants,
+    is_lab,
+    processes_with_env,
+    start_redis,
+)
 from tests.procs import gone
 
 HANG = {"world_size": 2, "size": 1024, "fail_mode": "hang", "fail_rank": 1, "fail_at_step": 0}
@@ -212,6 +220,46 @@ def test_two_workers_never_run_one_job_twice(stack):
         assert wait(run_id).status == "done"
     logs = a.log.read_text() + b.log.read_text()
     assert all(logs.count(f"run {i}: claimed") == 1 for i in ids)
+
+
+def warm_process(worker: Worker, timeout: float = 60) -> int:
+    """The worker's waiting warm lab process (``python -m labs.warm``, no run given yet)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        idle = [p for p in descendants(worker.pid) if "labs.warm" in cmdline(p) and not is_lab(p)]
+        if idle:
+            return idle[0]
+        time.sleep(0.1)
+    raise AssertionError("no warm lab process under the worker")
+
+
+def test_a_run_starts_in_the_warm_process_and_one_killed_while_waiting_is_not_missed(stack):
+    w = stack.worker("--concurrency", "1")
+    warm = warm_process(w)
+    first = submit(TINY)
+    assert wait(first).status == "done" and run(first).result["summary"]["correct"]
+    assert gone(warm), "the warm process ran the lab and ended with it"
+    again = warm_process(w)
+    assert again != warm, "the worker started the next one after the run"
+    os.kill(again, signal.SIGKILL)  # as `kill -9` of the waiting one: the next run starts as a fresh process
+    assert gone(again)
+    second = submit(TINY)
+    done = wait(second)
+    assert done.status == "done" and done.result["summary"]["correct"], done.error
+    assert set(done.result) == set(run(first).result), "the same report, warm or fresh"
+
+
+def test_a_warm_process_killed_mid_run_fails_the_run_with_a_reason_and_leaves_no_rank(stack):
+    w = stack.worker("--concurrency", "1")
+    warm = warm_process(w)
+    hang = submit(HANG)
+    wait(hang, until=("running",))
+    pids = lab_processes(w, 3)  # the warm process, now the lab's CLI, and its two forked ranks
+    assert warm in pids
+    os.kill(warm, signal.SIGKILL)
+    ended = wait(hang, timeout=30)
+    assert ended.status == "failed" and ended.error["kind"] == "crash" and ended.error["exit_code"] == -9
+    assert all(gone(pid, wait=10) for pid in pids), "its ranks died with it"
 
 
 # --------------------------------------------------------------------------

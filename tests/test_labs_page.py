@@ -8,10 +8,10 @@ import time
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from academy import i18n, labqueue, labruns
-from app import charts, charts_ring
-from labs import ringtrace
-from tests.apptest import MAIN, login_token, open_page
+from academy import i18n, labjob, labqueue, labruns
+from app import charts, charts_ring, labviews
+from labs import context, ringtrace
+from tests.apptest import MAIN, login_token, open_page, record_cadence
 from tests.procs import gone, lab_pids
 
 LABELS = {k: k for k in ["rank", "chunk", "holds", "start", "play", "pause", "step", "reduce-scatter",
@@ -51,7 +51,10 @@ def test_page_runs_the_default_three_rank_ring_and_shows_the_animation():
     [b for b in at.button if b.label == i18n.t("labs.run", "zh")][0].click()
     at.run()
     poll(at, lambda a: len(a.get("plotly_chart")) >= 2)
-    assert any(i18n.t("labs.done", "zh", seconds=0, overhead=0)[:4] in s.value for s in at.success)
+    # The run's own figures, in full (a prefix such as "用时 0" held only for runs under a second).
+    res = labruns.get_run(at.session_state["lab_run_id"]).result
+    done = i18n.t("labs.done", "zh", seconds=res["wall_s"], overhead=res["overhead_s"])
+    assert done in [s.value for s in at.success]
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)
     assert len(spec["frames"]) == 2 * (3 - 1) + 1  # the ring lab's default: 3 ranks
 
@@ -193,3 +196,46 @@ def test_a_running_lab_comes_back_after_a_refresh():
     finally:
         labqueue.request_cancel(run_id)
         assert wait(run_id) == "cancelled"
+
+
+def test_a_run_is_looked_at_fast_while_live_and_slowly_while_it_waits():
+    assert labviews.cadence("running") == labviews.LIVE_EVERY <= 0.1
+    assert labviews.cadence("queued", 0.0) == labviews.LIVE_EVERY  # a slot is free: it starts any moment
+    assert labviews.cadence("queued", 12.0) == labviews.IDLE_EVERY  # behind others
+    assert labviews.cadence("queued", None) == labviews.IDLE_EVERY  # no worker up (or no history yet)
+
+
+@pytest.mark.usefixtures("app_db")
+@pytest.mark.parametrize("lang", ["en", "zh", "nl"])
+def test_a_live_run_shows_its_honest_phases_at_the_fast_cadence(monkeypatch, lang):
+    """Queued with no worker: the slow cadence; claimed: the fast one, "starting the
+    processes" through the launcher's launch and each rank's ready, then the step of
+    the total with the bar at that step, then "collecting" once the ranks have ended."""
+    from academy.accounts import sign_up
+    from academy.db import session_scope
+
+    cadences = record_cadence(monkeypatch)
+    with session_scope() as s:
+        learner = sign_up(session=s, email=f"lab-live-{lang}@example.org", password="long enough pw")
+    run_id = labruns.submit(lab="ring", params={"world_size": 2}, learner_id=learner.id, machine={})
+    at = open_page("labs", lang, learner.id)
+    assert not at.exception, at.exception
+    assert cadences[-1] == labviews.IDLE_EVERY
+    assert not at.get("progress")
+
+    labjob._claim(run_id, "test-worker")
+    seen = []
+    for event in (None, context.event(None, 0, 1, "launch", "started 2 ranks (fork)", kind="status"),
+                  context.event(1, 0, None, "ready", "joined the process group", kind="status"),
+                  context.event(0, 2, 8, "ring", overall=0.2),
+                  context.event(None, 1, 1, "done", "finished in 0.37 s", kind="status")):
+        labjob._beat_node(run_id, 0, "test-worker", event)
+        at.run()
+        assert not at.exception, at.exception
+        assert cadences[-1] == labviews.LIVE_EVERY
+        [bar] = at.get("progress")
+        seen.append((bar.proto.value, bar.proto.text))
+    t = lambda key, **v: i18n.t(key, lang, **v)  # noqa: E731
+    assert seen == [(0, t("labs.starting"))] * 3 + [(25, t("labs.running", phase="ring", step=2, steps=8)),
+                                                     (100, t("labs.collecting"))]
+    labjob._end_node(run_id, 0, "test-worker", "cancelled", error={"kind": "cancelled", "message": ""})

@@ -149,14 +149,15 @@ if hints:
         st.info(f"**{t('exercises.hint_title', number=number)}** · {hint}", icon=":material/lightbulb:")
 
 
-@st.fragment(run_every=1.0)
-def live(run_id: int) -> None:
-    """Polls the queued or running submission once a second; reruns the page when it ends."""
+def live(run_id: int, every: float) -> None:
+    """Looks at the queued or running submission every ``every`` seconds (``labviews.cadence``);
+    reruns the page when it ends, or when it should be looked at faster or slower."""
     run = exercises.own_run(learner_id=who.id, run_id=run_id)
     if run is None or run.status not in ACTIVE:
         st.rerun(scope="app")
+    wait = None
     if run.status == "queued":
-        labviews.waiting(run_id, "exercises")
+        wait = labviews.waiting(run_id, "exercises")
     else:
         step = exercises.case_progress(run.progress)
         if step is None:
@@ -165,6 +166,8 @@ def live(run_id: int) -> None:
             st.progress(min(step[0] / max(step[1], 1), 1.0), text=t("exercises.grading", case=step[0], cases=step[1]))
     if st.button(t("exercises.cancel"), icon=":material/stop:", key=f"ex_cancel_{run_id}"):
         labqueue.request_cancel(run_id)
+        st.rerun(scope="app")
+    if labviews.cadence(run.status, wait) != every:
         st.rerun(scope="app")
 
 
@@ -267,7 +270,9 @@ run = exercises.own_run(learner_id=who.id, run_id=run_id) if run_id else \
 if run is not None:
     st.divider()
     if run.status in ACTIVE:
-        live(run.id)
+        # A live run is looked at ten times a second, one waiting its turn once a second.
+        every = labviews.cadence(run.status, labqueue.expected_wait_s(run.id) if run.status == "queued" else None)
+        st.fragment(live, run_every=every)(run.id, every)
     else:
         report(run)
 

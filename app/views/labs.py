@@ -61,35 +61,33 @@ if "lab_run_id" not in state and who is not None:
 run_id = state.get("lab_run_id")
 
 
-@st.fragment(run_every=1.0)
-def live(run_id: int) -> None:
-    """Polls the running lab once a second; reruns the page when it ends."""
+def live(run_id: int, every: float) -> None:
+    """Looks at the queued or running lab every ``every`` seconds (``labviews.cadence``);
+    reruns the page when it ends, or when it should be looked at faster or slower."""
     run = labruns.get_run(run_id)
     if run is None or run.status not in ACTIVE:
         st.rerun(scope="app")
+    wait = None
     if run.status == "queued":
         wait = labviews.waiting(run_id, "labs")
         if wait is not None:
             st.caption(t("labs.expected_wait", seconds=round(wait)))
     else:
-        event = run.progress or {}
-        fraction = event.get("fraction")
-        if event.get("phase") and event.get("step") is not None and event.get("rank") is not None:
-            text = t("labs.running", phase=event["phase"], step=event["step"])
-        elif event.get("message"):
-            text = t("labs.running_plain", message=event["message"])
-        else:
-            text = t("labs.starting")
-        st.progress(min(max(fraction or 0.0, 0.0), 1.0), text=text)
+        fraction, text = labviews.lab_progress(run.progress)
+        st.progress(fraction, text=text)
     if st.button(t("labs.cancel"), icon=":material/stop:", key=f"cancel_{run_id}"):
         labqueue.request_cancel(run_id)
+        st.rerun(scope="app")
+    if labviews.cadence(run.status, wait) != every:
         st.rerun(scope="app")
 
 
 if run_id is not None:
     run = labruns.get_run(run_id)
     if run is not None and run.status in ACTIVE:
-        live(run_id)
+        # A live run is looked at ten times a second, one waiting its turn once a second.
+        every = labviews.cadence(run.status, labqueue.expected_wait_s(run_id) if run.status == "queued" else None)
+        st.fragment(live, run_every=every)(run_id, every)
     elif run is not None:
         labviews.show_run(run)
 
