@@ -62,7 +62,10 @@ from academy.models import ACTIVE, LabRun, LabRunNode, LabWorker, RunStatus, utc
 from academy.settings import ROOT, get_settings
 from labs.params import Run, flag, specs
 
-TICK_S = 0.5  # how often a worker looks at each of its runs (cancel flag, heartbeat)
+TICK_S = 0.5  # how often a worker writes each run's heartbeat (and reads its cancel flag)
+WATCH_S = 0.05  # how often it looks at the run's process and its events file
+PROGRESS_S = 0.2  # a new progress event is written this soon after the last write (not TICK_S)
+CLAIM_POLL_S = 0.1  # how often an idle worker looks at the SQLite queue (academy.worker)
 REAP_EVERY_S = 2.0
 log = logging.getLogger("academy.worker")
 
@@ -439,8 +442,15 @@ def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str
             # The CLI bounds itself; the limit here is the backstop if even that hangs
             # (a node may first wait that long for its peers at the rendezvous).
             limit = settings.labs.timeout_s + 30 + (settings.lab_node_wait_s if nodes > 1 else 0)
+            wrote, ours, cancel, pending = -TICK_S, True, False, None
             while proc.poll() is None:
-                ours, cancel = _beat_node(run.id, node, state.name, tail.latest())
+                # A new progress event goes to the database once seen, at most every
+                # PROGRESS_S (the page shows it within its own cadence); a heartbeat every TICK_S.
+                pending = tail.latest() or pending
+                since = time.monotonic() - wrote
+                if since >= TICK_S or (pending is not None and since >= PROGRESS_S):
+                    ours, cancel = _beat_node(run.id, node, state.name, pending)
+                    wrote, pending = time.monotonic(), None
                 if nodes > 1 and not joined \
                         and time.monotonic() - started > settings.lab_node_wait_s:
                     joined = _joined(run.id) >= nodes  # once all are taken, no need to ask again
@@ -457,7 +467,7 @@ def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str
                     _kill(proc)
                     break
                 with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=TICK_S)
+                    proc.wait(timeout=WATCH_S)
         finally:
             if proc.poll() is None:
                 _kill(proc)

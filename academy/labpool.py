@@ -1,22 +1,32 @@
-"""The worker's warm lab processes: a CPU lab run starts without paying PyTorch's import.
+"""The worker's warm lab process: a CPU lab run starts without paying PyTorch's import.
 
-Each warm process is ``python -m labs.warm`` (PyTorch and every lab imported,
-waiting on its stdin for one run's command); ``take`` hands it a run's
-``python -m labs ...`` command and returns it as the run's process, exactly as
-``subprocess.Popen`` of that command would have been (its own session, dying
-with the worker), and its ranks fork from it with the imports done. Each is
-used once; the worker starts the next after the run (``refill``), not during
-it, so a run's timings never share the CPU with an import. With none ready (the
-pool empty, the warm process dead, or a run whose environment differs from the
-one the pool was started with) ``take`` returns None and the run starts as a
-fresh process. Size: the ``lab_warm_pool`` setting, fewer when memory is short.
+The warm process is ``python -m labs.warm`` (PyTorch and every lab imported
+once): for each run ``take`` hands it the run's ``python -m labs ...`` command,
+and it forks a child that is that command, in a session of its own, with its
+output in the run's file; the run's ranks fork from that child. Every run is a
+fresh fork of the same untouched process, so nothing crosses from one run to
+the next, and no import is paid per run. ``take`` returns a :class:`WarmRun`,
+which answers what the worker asks of a ``subprocess.Popen`` (``pid``,
+``poll``, ``wait``, ``returncode``); the run dies with the warm process, and
+the warm process with the worker.
+
+With none ready (the setting at 0, the process still importing, dead, or a
+run whose environment differs from the one the pool was started with) ``take``
+returns None and the run starts as a fresh process, as without a pool; a dead
+one is replaced by ``refill``, which the worker calls after each run, so an
+import never shares the CPU with a run's timings. Size: the ``lab_warm_pool``
+setting (each process serves any number of runs; more than one is a spare),
+fewer when memory is short.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import queue
+import select
 import subprocess
 import sys
 import threading
@@ -26,6 +36,8 @@ from typing import Any
 
 log = logging.getLogger("academy.labpool")
 PROCESS_MB = 400  # a warm process's resident memory with PyTorch imported, rounded up
+REPLY_S = 10.0  # a fork takes milliseconds: a warm process silent this long is taken for stuck
+SIGKILL_CODE = -9  # PR_SET_PDEATHSIG's signal: how a run ends when its warm process dies
 
 
 def _free_mb() -> int:
@@ -37,56 +49,158 @@ def _free_mb() -> int:
         return 0
 
 
+class WarmRun:
+    """One run forked by a warm process, seen as the worker sees a ``subprocess.Popen``:
+    the exit status comes from the warm process, which is its parent."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.returncode = pid, None
+        self._ended = threading.Event()
+        try:
+            self._pidfd: int | None = os.pidfd_open(pid)
+        except (OSError, AttributeError):  # gone already (its exit is on its way), or no pidfd
+            self._pidfd = None
+
+    def _end(self, code: int) -> None:
+        if self.returncode is None:
+            self.returncode = code
+        self._ended.set()
+        if self._pidfd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._pidfd)
+            self._pidfd = None
+
+    def _orphaned(self) -> None:
+        """Its warm process died without saying how it ended: it was SIGKILLed with it
+        (``PR_SET_PDEATHSIG``); wait, bounded, until it is gone."""
+        if self._pidfd is not None:
+            with contextlib.suppress(OSError, ValueError):
+                select.select([self._pidfd], [], [], 10.0)
+        self._end(SIGKILL_CODE)
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._ended.wait(timeout):
+            raise subprocess.TimeoutExpired(["python", "-m", "labs.warm"], timeout)
+        return self.returncode
+
+
+class _Warm:
+    """One ``python -m labs.warm`` and the thread that reads what it says."""
+
+    def __init__(self, env: dict[str, str], cwd: Path, preexec: Callable[[], None] | None) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "labs.warm"], cwd=cwd, env=env, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True, preexec_fn=preexec)
+        self.ready = threading.Event()
+        self.replies: queue.Queue[dict] = queue.Queue()
+        self.runs: dict[int, WarmRun] = {}
+        self.lock = threading.Lock()
+        threading.Thread(target=self._read, name=f"labs.warm-{self.proc.pid}", daemon=True).start()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            try:
+                said = json.loads(line)
+            except ValueError:
+                continue
+            if "ready" in said:
+                log.info("warm lab process %s ready", self.proc.pid)
+                self.ready.set()
+            elif "pid" in said:  # registered here, before its exit can be read
+                with self.lock:
+                    run = self.runs[said["pid"]] = WarmRun(said["pid"])
+                self.replies.put({"run": run})
+            elif "exit" in said:
+                with self.lock:
+                    run = self.runs.pop(said["exit"], None)
+                if run is not None:
+                    run._end(said["code"])
+            else:
+                self.replies.put(said)
+        self.proc.wait()  # its stdout closed: it is gone, and the runs it forked with it
+        self.replies.put({"error": "the warm lab process ended"})
+        with self.lock:
+            orphans, self.runs = list(self.runs.values()), {}
+        for run in orphans:
+            run._orphaned()
+
+    def fork(self, argv: list[str], out: Path, ready_wait_s: float) -> WarmRun | None:
+        """The run forked for ``argv``; None if this process cannot (then it is stopped)."""
+        if not self.ready.wait(ready_wait_s) or not self.alive():
+            return None  # still importing: the run starts fresh and this one stays for the next
+        try:
+            self.proc.stdin.write(json.dumps({"argv": argv, "out": str(out)}).encode() + b"\n")
+            self.proc.stdin.flush()
+            said = self.replies.get(timeout=REPLY_S)
+        except (OSError, queue.Empty):
+            said = {"error": "no answer"}
+        if "run" not in said:
+            log.warning("warm lab process %s: %s", self.proc.pid, said.get("error"))
+            self.stop()  # a job it may still fork later would die with it
+            return None
+        return said["run"]
+
+    def stop(self) -> None:
+        """Close its stdin (it exits, and its runs with it); kill it if it does not."""
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
 class WarmPool:
-    """Up to ``size`` warm lab processes started with ``env`` in ``cwd``."""
+    """Up to ``size`` warm lab processes started with ``env`` in ``cwd``. A run waits at
+    most ``ready_wait_s`` for one still importing (the run's heartbeat waits with it)."""
 
     def __init__(self, size: int, env: dict[str, str], cwd: Path,
-                 preexec: Callable[[], None] | None = None) -> None:
+                 preexec: Callable[[], None] | None = None, *, ready_wait_s: float = 2.0) -> None:
         self.size, self.env, self.cwd, self.preexec = size, dict(env), cwd, preexec
-        self.ready: list[subprocess.Popen] = []
+        self.ready_wait_s = ready_wait_s
+        self.ready: list[_Warm] = []
         self.lock = threading.Lock()
 
     def refill(self) -> None:
         """Start warm processes until ``size`` are up (or memory for another is short)."""
         with self.lock:
-            self.ready = [p for p in self.ready if p.poll() is None]
+            self.ready = [w for w in self.ready if w.alive()]
             while len(self.ready) < self.size and _free_mb() > 2 * PROCESS_MB:
                 try:
-                    self.ready.append(subprocess.Popen(
-                        [sys.executable, "-m", "labs.warm"], cwd=self.cwd, env=self.env,
-                        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                        start_new_session=True, preexec_fn=self.preexec))
+                    self.ready.append(_Warm(self.env, self.cwd, self.preexec))
                 except OSError as err:
                     log.warning("no warm lab process: %s", err)
                     return
 
-    def take(self, argv: list[str], env: dict[str, str], out: Path) -> subprocess.Popen | None:
-        """A warm process running ``argv`` (a ``python -m labs`` command) with its output
-        to ``out``; None when none is ready or the run's environment is not the pool's."""
+    def take(self, argv: list[str], env: dict[str, str], out: Path) -> WarmRun | None:
+        """The run of ``argv`` (a ``python -m labs`` command) forked by a warm process, its
+        output to ``out``; None when none is ready or the run's environment is not the pool's."""
         if argv[1:3] != ["-m", "labs"] or env != self.env:
             return None
-        while True:
-            with self.lock:
-                if not self.ready:
-                    return None
-                proc = self.ready.pop(0)
-            if proc.poll() is not None:  # died while it waited (killed, out of memory)
-                continue
-            try:
-                proc.stdin.write(json.dumps({"argv": argv, "out": str(out)}).encode() + b"\n")
-                proc.stdin.close()
-            except OSError:  # died just now: the next one, or a fresh process
-                proc.kill()
-                proc.wait()
-                continue
-            return proc
+        with self.lock:
+            for warm in list(self.ready):
+                if not warm.alive():  # killed, out of memory: refill replaces it after this run
+                    self.ready.remove(warm)
+                    continue
+                run = warm.fork(argv, out, self.ready_wait_s)
+                if run is not None:
+                    return run
+                if not warm.alive():
+                    self.ready.remove(warm)
+        return None
 
     def close(self) -> None:
-        """Stop the processes still waiting (their stdin closes: each exits)."""
+        """Stop the warm processes (and any run still going in them)."""
         with self.lock:
-            for proc in self.ready:
-                proc.kill()
-                proc.wait()
+            for warm in self.ready:
+                warm.stop()
             self.ready = []
 
 

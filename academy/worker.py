@@ -112,17 +112,20 @@ def main(argv: list[str] | None = None) -> int:
     # to take the run for a lost worker's).
     labjob.load_labs()
     if "cpu" in queues and get_settings().lab_warm_pool:
-        # Warm lab processes (academy.labpool): a CPU lab run starts without a fresh PyTorch import.
-        state.pool = WarmPool(get_settings().lab_warm_pool, lab_env(), ROOT, labjob._die_with_worker)
+        # A warm lab process (academy.labpool): a CPU lab run forks from it, PyTorch imported.
+        # A run waits for it a quarter of the time the reaper allows a silent heartbeat.
+        state.pool = WarmPool(get_settings().lab_warm_pool, lab_env(), ROOT, labjob._die_with_worker,
+                              ready_wait_s=get_settings().lab_dead_after_s / 4)
         state.pool.refill()
     labjob.set_worker(state)
     cpu_slots = args.concurrency or get_settings().lab_concurrency
     slots = {"cpu": cpu_slots, "gpu": len(devices.sets) if devices else 0}
     consumers = [
-        # periodic=False: no scheduled tasks; max_delay 1 s: an idle SQLite queue is
-        # polled at least once a second (Redis blocks on the list instead).
+        # periodic=False: no scheduled tasks; max_delay: an idle SQLite queue is polled
+        # ten times a second (a read of one row; Redis blocks on the list instead), so a
+        # run is claimed within 0.1 s of its Run.
         Consumer(labqueue.get_huey(q), workers=slots[q], worker_type="thread", periodic=False,
-                 max_delay=1.0, check_worker_health=False)
+                 max_delay=labjob.CLAIM_POLL_S, check_worker_health=False)
         for q in queues
     ]
     for consumer in consumers:

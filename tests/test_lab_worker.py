@@ -222,43 +222,52 @@ def test_two_workers_never_run_one_job_twice(stack):
     assert all(logs.count(f"run {i}: claimed") == 1 for i in ids)
 
 
-def warm_process(worker: Worker, timeout: float = 60) -> int:
-    """The worker's waiting warm lab process (``python -m labs.warm``, no run given yet)."""
+def warm_process(worker: Worker, timeout: float = 60, *, other_than: int | None = None) -> int:
+    """The worker's warm lab process (``python -m labs.warm`` given no run: not a lab itself),
+    once the worker has logged it ready (its imports done: the next run forks from it)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        idle = [p for p in descendants(worker.pid) if "labs.warm" in cmdline(p) and not is_lab(p)]
+        idle = [p for p in descendants(worker.pid)
+                if "labs.warm" in cmdline(p) and not is_lab(p) and p != other_than
+                and f"warm lab process {p} ready" in worker.log.read_text()]
         if idle:
             return idle[0]
         time.sleep(0.1)
     raise AssertionError("no warm lab process under the worker")
 
 
-def test_a_run_starts_in_the_warm_process_and_one_killed_while_waiting_is_not_missed(stack):
+def test_runs_fork_from_the_warm_process_and_one_killed_while_waiting_is_replaced(stack):
     w = stack.worker("--concurrency", "1")
     warm = warm_process(w)
     first = submit(TINY)
     assert wait(first).status == "done" and run(first).result["summary"]["correct"]
-    assert gone(warm), "the warm process ran the lab and ended with it"
-    again = warm_process(w)
-    assert again != warm, "the worker started the next one after the run"
-    os.kill(again, signal.SIGKILL)  # as `kill -9` of the waiting one: the next run starts as a fresh process
-    assert gone(again)
     second = submit(TINY)
-    done = wait(second)
+    assert wait(second).status == "done"
+    assert warm_process(w) == warm, "one warm process forks every run and stays"
+    os.kill(warm, signal.SIGKILL)  # as `kill -9` of the waiting one: the next run starts as a fresh process
+    assert gone(warm)
+    third = submit(TINY)
+    done = wait(third)
     assert done.status == "done" and done.result["summary"]["correct"], done.error
     assert set(done.result) == set(run(first).result), "the same report, warm or fresh"
+    assert warm_process(w, other_than=warm) != warm, "the worker started another after the run"
 
 
-def test_a_warm_process_killed_mid_run_fails_the_run_with_a_reason_and_leaves_no_rank(stack):
+@pytest.mark.parametrize("victim", ["run", "warm"])
+def test_a_kill_mid_run_fails_the_run_with_a_reason_and_leaves_no_rank(stack, victim):
+    """``kill -9`` of the run's process (forked from the warm one) or of the warm process
+    itself: the run fails as a crash with the signal, and its ranks are gone."""
     w = stack.worker("--concurrency", "1")
     warm = warm_process(w)
     hang = submit(HANG)
     wait(hang, until=("running",))
-    pids = lab_processes(w, 3)  # the warm process, now the lab's CLI, and its two forked ranks
-    assert warm in pids
-    os.kill(warm, signal.SIGKILL)
+    pids = lab_processes(w, 3)  # the run's CLI, forked from the warm process, and its two forked ranks
+    assert warm not in pids
+    cli = next(p for p in pids if os.getpgid(p) == p)
+    os.kill(cli if victim == "run" else warm, signal.SIGKILL)
     ended = wait(hang, timeout=30)
-    assert ended.status == "failed" and ended.error["kind"] == "crash" and ended.error["exit_code"] == -9
+    assert ended.status == "failed" and ended.error["kind"] == "crash" and ended.error["exit_code"] == -9, \
+        ended.error
     assert all(gone(pid, wait=10) for pid in pids), "its ranks died with it"
 
 
