@@ -1,4 +1,4 @@
-"""``python -m benchmarks [--quick | --smoke] [--json PATH]``: measure, print one table, write JSON."""
+"""``python -m benchmarks [--quick | --smoke] [--only PART,...] [--json PATH]``: measure, print one table, write JSON."""
 
 from __future__ import annotations
 
@@ -46,7 +46,14 @@ def _measure(name: str, fn: Callable[..., object], *args: object) -> object:
     return result
 
 
-def run(cfg: Config, base: Path) -> dict:
+PARTS = ("collectives", "labs.launch", "labs.first_event", "labs.ddp", "labs.timeline", "labs.sharding",
+         "labs.queue", "labs.warm", "labs.sandbox", "exercises", "gpu", "platform.quiz", "platform.certificate",
+         "platform.verification", "platform.arrival", "platform.pages", "platform.load", "platform.classroom")
+
+
+def run(cfg: Config, base: Path, only: tuple[str, ...] = ()) -> dict:
+    """Every part, or those ``only`` names (a part, or a section: ``labs`` is all of ``labs.*``);
+    a part left out says so in its place."""
     # Labs first: run_lab forks its ranks only while this process has a
     # single thread, and Streamlit's AppTest starts threads.
     from benchmarks import (
@@ -58,31 +65,46 @@ def run(cfg: Config, base: Path) -> dict:
         sandbox_costs,
     )
 
+    def part(key: str, name: str, fn: Callable[..., object], *args: object) -> object:
+        if only and key not in only and key.split(".")[0] not in only:
+            return "skipped: not asked for (--only " + ",".join(only) + ")"
+        return _measure(name, fn, *args)
+
     return {
-        "collectives": _measure("collectives", collectives.run, cfg),
+        "collectives": part("collectives", "collectives", collectives.run, cfg),
         "labs": {
-            "launch": _measure("lab launch", lab_costs.launch_overhead, cfg),
-            "first_event": _measure("first progress event", lab_costs.first_event, cfg),
-            "ddp": _measure("ddp", lab_costs.ddp, cfg),
-            "timeline": _measure("ddp timeline", lab_costs.timeline, cfg),
-            "sharding": _measure("sharding", lab_costs.sharding, cfg),
-            "queue": _measure("lab queue", lab_costs.queue, cfg, base),
-            "warm": _measure("warm worker", lab_costs.warm_worker, cfg, base),
-            "sandbox": _measure("exercise sandbox", sandbox_costs.overhead, cfg),
+            "launch": part("labs.launch", "lab launch", lab_costs.launch_overhead, cfg),
+            "first_event": part("labs.first_event", "first progress event", lab_costs.first_event, cfg),
+            "ddp": part("labs.ddp", "ddp", lab_costs.ddp, cfg),
+            "timeline": part("labs.timeline", "ddp timeline", lab_costs.timeline, cfg),
+            "sharding": part("labs.sharding", "sharding", lab_costs.sharding, cfg),
+            "queue": part("labs.queue", "lab queue", lab_costs.queue, cfg, base),
+            "warm": part("labs.warm", "warm worker", lab_costs.warm_worker, cfg, base),
+            "sandbox": part("labs.sandbox", "exercise sandbox", sandbox_costs.overhead, cfg),
         },
-        "exercises": _measure("exercises", exercise_costs.costs, cfg, base),
-        "gpu": _measure("gpu", gpu.run, cfg),
+        "exercises": part("exercises", "exercises", exercise_costs.costs, cfg, base),
+        "gpu": part("gpu", "gpu", gpu.run, cfg),
         "platform": {
-            "quiz": _measure("quiz", platform_costs.quiz_grading, cfg, base),
-            "certificate": _measure("certificates", platform_costs.certificate_issuance, cfg, base),
-            "verification": _measure("verification", platform_costs.verification_lookups, cfg,
-                                     base),
-            "arrival": _measure("class arrival", platform_costs.class_arrival, cfg, base),
-            "pages": _measure("pages", platform_costs.page_renders, cfg, base),
-            "load": _measure("load", platform_costs.concurrent_load, cfg),
-            "classroom": _measure("classroom", platform_costs.classroom, cfg),
+            "quiz": part("platform.quiz", "quiz", platform_costs.quiz_grading, cfg, base),
+            "certificate": part("platform.certificate", "certificates", platform_costs.certificate_issuance,
+                                cfg, base),
+            "verification": part("platform.verification", "verification", platform_costs.verification_lookups,
+                                 cfg, base),
+            "arrival": part("platform.arrival", "class arrival", platform_costs.class_arrival, cfg, base),
+            "pages": part("platform.pages", "pages", platform_costs.page_renders, cfg, base),
+            "load": part("platform.load", "load", platform_costs.concurrent_load, cfg),
+            "classroom": part("platform.classroom", "classroom", platform_costs.classroom, cfg),
         },
     }
+
+
+def _parts(value: str) -> tuple[str, ...]:
+    names = tuple(v.strip() for v in value.split(",") if v.strip())
+    known = set(PARTS) | {p.split(".")[0] for p in PARTS}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown part(s) {', '.join(unknown)}; known: {', '.join(PARTS)}")
+    return names
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
                            "parts: that it all runs (the tests), not a measurement")
     parser.add_argument("--json", metavar="PATH", type=Path, default=DEFAULT_JSON,
                         help="where the JSON goes (default benchmarks/results/latest.json)")
+    parser.add_argument("--only", metavar="PART[,PART]", type=_parts, default=(),
+                        help="only these parts (e.g. labs.warm,platform.verification; a section name "
+                             "such as labs is all its parts); the others say they were left out")
     args = parser.parse_args(argv)
     cfg = Config.smoke_mode() if args.smoke else Config.quick_mode() if args.quick else Config()
     base = sandbox()  # before anything reads the app's settings
@@ -107,14 +132,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"benchmarks ({cfg.mode} mode), scratch data in {base}",
           file=sys.stderr)
     try:
-        sections = run(cfg, base)
+        sections = run(cfg, base, args.only)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     result = {
         "meta": {
             "mode": cfg.mode,
             "date": started.strftime("%Y-%m-%d %H:%M UTC"),
-            "command": "python -m benchmarks" + ("" if cfg.mode == "full" else f" --{cfg.mode}"),
+            "command": "python -m benchmarks" + ("" if cfg.mode == "full" else f" --{cfg.mode}")
+                       + (f" --only {','.join(args.only)}" if args.only else ""),
             "machine": _machine(),
             "duration_s": time.perf_counter() - t0,
             # Other work on the machine moves every figure: say how busy it was.

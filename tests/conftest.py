@@ -26,7 +26,7 @@ ARTIFACTS = ROOT / "test-artifacts"
 # one Streamlit server and Chromium; "procs" the tests that find processes by
 # their command line, which another worker's processes could answer; and the
 # tests of a module that share a module-scoped fixture get the module's name,
-# so that one worker builds it (the smoke benchmark took 260 s on each).
+# so that one worker builds it (a recording, a module's lab worker).
 SERVER_FIXTURES = {"server", "browser"}
 
 # "slow" (the fast lane is ``pytest -m "not slow"``): a test that starts a server,

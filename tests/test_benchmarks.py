@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -66,31 +67,52 @@ def part(data, keys, where: str) -> bool:
     return True
 
 
-@pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bench") / "bench.json"
-    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--smoke", "--json", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=540)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return proc.stdout, json.loads(out.read_text())
+_RUNS: dict[str, tuple[str, dict]] = {}
+
+
+def smoke(only: str) -> tuple[str, dict]:
+    """(stdout, JSON) of ``python -m benchmarks --smoke --only ONLY``, run once per xdist
+    worker: each test runs only the parts it checks, so the parts spread over the workers
+    (the whole smoke run, shared, took 137 s and was built on both)."""
+    if only not in _RUNS:
+        with tempfile.TemporaryDirectory(prefix="dpa-smoke-") as folder:
+            out = Path(folder) / "bench.json"
+            proc = subprocess.run([sys.executable, "-m", "benchmarks", "--smoke", "--only", only,
+                                   "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=540)
+            assert proc.returncode == 0, proc.stderr[-4000:]
+            _RUNS[only] = proc.stdout, json.loads(out.read_text())
+    stdout, result = _RUNS[only]
+    left_out = result["labs"]["launch"] if not only.startswith("labs") else result["collectives"]
+    assert left_out.startswith("skipped: not asked for (--only"), "--only runs only the parts named"
+    return stdout, result
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_smoke_prints_one_table(smoke):
-    stdout, result = smoke
+def test_smoke_prints_one_table():
+    stdout, result = smoke("gpu")
     assert "| section" in stdout
     for key in ("mode", "date", "command", "machine", "duration_s", "load_average_1min", "shrunk"):
         assert key in result["meta"], key
     assert result["meta"]["mode"] == "smoke"
+    assert result["meta"]["command"] == "python -m benchmarks --smoke --only gpu"
     assert result["meta"]["shrunk"], "smoke mode must say what it shrank"
     assert "shrank (full run in brackets):" in stdout
 
 
+def test_only_refuses_a_part_it_does_not_know(capsys):
+    from benchmarks.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--smoke", "--only", "labs.warm,nope"])
+    assert exit_.value.code == 2
+    assert "unknown part(s) nope; known: collectives, labs.launch" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_collectives_have_every_figure(smoke):
-    c = smoke[1]["collectives"]
+def test_collectives_have_every_figure():
+    c = smoke("collectives")[1]["collectives"]
     if is_reason(c):
         return
     assert set(c["world_sizes"]) == {str(n) for n in SMOKE.world_sizes}
@@ -108,8 +130,8 @@ def test_collectives_have_every_figure(smoke):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_labs_have_every_figure(smoke):
-    labs = smoke[1]["labs"]
+def test_lab_runs_have_every_figure():
+    labs = smoke("labs.launch,labs.first_event,labs.ddp,labs.timeline,labs.sharding")[1]["labs"]
     part(labs["launch"], LAUNCH, "labs.launch")
     part(labs["first_event"], FIRST_EVENT, "labs.first_event")
     if part(labs["ddp"], DDP, "labs.ddp"):
@@ -123,6 +145,12 @@ def test_labs_have_every_figure(smoke):
                 part(v[key], ("median", "min", "max"), f"labs.timeline.{name}.{key}")
     if part(labs["sharding"], SHARDING, "labs.sharding"):
         part(labs["sharding"]["ledger_error"], ("ddp", "zero1", "zero2", "zero3"), "labs.sharding.ledger_error")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_lab_queue_warm_worker_and_sandbox_have_every_figure():
+    labs = smoke("labs.queue,labs.warm,labs.sandbox")[1]["labs"]
     if part(labs["queue"], ("bare_cli_s",), "labs.queue"):
         assert set(labs["queue"]["workers"]) == {str(n) for n in SMOKE.queue_workers}
         for n, row in labs["queue"]["workers"].items():
@@ -144,7 +172,7 @@ def sandbox_works() -> bool:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_exercises_have_every_figure(smoke):
+def test_exercises_have_every_figure():
     """Each exercise through the queue, and the ring graded alone in both sandbox modes.
 
     Where the sandbox can start here, every figure must be a number: a reason
@@ -152,7 +180,7 @@ def test_exercises_have_every_figure(smoke):
     """
     from labs.exercises import EXERCISES
 
-    stdout, result = smoke
+    stdout, result = smoke("exercises")
     e = result["exercises"]
     if is_reason(e) and not sandbox_works():
         return
@@ -193,8 +221,9 @@ def test_report_puts_the_target_beside_the_ring():
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_platform_has_every_figure(smoke):
-    p = smoke[1]["platform"]
+def test_platform_has_every_figure():
+    stdout, result = smoke("platform")
+    p = result["platform"]
     part(p["quiz"], QUIZ, "platform.quiz")
     if part(p["certificate"], CERTIFICATE, "platform.certificate"):
         part(p["certificate"]["pdf_kib"], languages(), "platform.certificate.pdf_kib")
@@ -210,7 +239,7 @@ def test_platform_has_every_figure(smoke):
     # test_the_classroom_client_gets_every_page_of_the_real_server below); say so.
     assert p["load"].startswith("skipped: smoke mode"), p["load"]
     assert p["classroom"].startswith("skipped: smoke mode"), p["classroom"]
-    assert "classroom: concurrent websocket sessions" in smoke[0]  # its row says why
+    assert "classroom: concurrent websocket sessions" in stdout  # its row says why
 
 
 @pytest.mark.slow
@@ -250,10 +279,10 @@ def test_page_client_sees_a_page_fail(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_gpu_runs_or_says_why_not(smoke):
+def test_gpu_runs_or_says_why_not():
     import torch
 
-    g = smoke[1]["gpu"]
+    g = smoke("gpu")[1]["gpu"]
     if torch.cuda.is_available():
         assert isinstance(g, dict) and g["mode"] in ("nccl", "single-gpu ddp") or is_reason(g)
     else:
