@@ -22,8 +22,10 @@ ARTIFACTS = ROOT / "test-artifacts"
 
 
 # Under ``pytest -n 2 --dist loadgroup`` (pyproject.toml) the tests of one
-# group run on one worker, one after another: "server" holds everything on the
-# one Streamlit server and Chromium; "procs" the tests that find processes by
+# group run on one worker, one after another: "server-<module>" holds a module's
+# tests on the Streamlit server and Chromium (each worker starts its own on
+# first use, so the browser tests, 12 of the suite's 23 minutes when they all
+# ran on one worker, spread over both); "procs" the tests that find processes by
 # their command line, which another worker's processes could answer; and the
 # tests of a module that share a module-scoped fixture get the module's name,
 # so that one worker builds it (a recording, a module's lab worker).
@@ -56,8 +58,8 @@ def pytest_collection_modifyitems(items):
         fixtures = set(getattr(item, "fixturenames", ()))
         module = item.module.__name__.rsplit(".", 1)[-1]
         grouped = item.get_closest_marker("xdist_group") is not None  # xdist would join two names
-        if not grouped and SERVER_FIXTURES & fixtures:
-            item.add_marker(pytest.mark.xdist_group("server"))
+        if not grouped and SERVER_FIXTURES & fixtures:  # a module's order is kept (one server's state)
+            item.add_marker(pytest.mark.xdist_group(f"server-{module}"))
         elif not grouped and module in PROCS_MODULES:
             item.add_marker(pytest.mark.xdist_group("procs"))
         elif not grouped and _module_fixture(item):  # one worker builds it, not each

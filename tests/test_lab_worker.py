@@ -160,7 +160,7 @@ def test_cancel_kills_the_labs_process_group_and_a_queued_run_is_dropped(stack):
     assert run(waiting).status == "cancelled", "a queued run is dropped at once"
     assert labqueue.request_cancel(hang)
     ended = wait(hang, timeout=30)
-    assert ended.status == "cancelled" and ended.error == {"kind": "cancelled"}
+    assert ended.status == "cancelled" and ended.error == {"kind": "cancelled"}, ended.error
     assert all(gone(pid) for pid in pids), "cancel stopped every process of the lab"
     assert labqueue.request_cancel(hang) is False, "an ended run cannot be cancelled again"
     # The worker took the dropped run's message and skipped it: never started.
