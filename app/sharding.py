@@ -326,8 +326,9 @@ def shard_figure(strategy: str, n: int, *, parameter_bytes: float, names: dict[s
     fig = go.Figure(data=frames[0].data, frames=frames)
     ticks = [col * (n + 1) + (n - 1) / 2 for col in range(len(ANIMATED_PARTS))]
     fig.update_layout(
-        title={"text": frames[0].layout.title.text, "x": 0, "xanchor": "left"}, height=170 + 34 * n,
-        showlegend=False, margin={"t": 70, "b": 110, "l": 70},
+        # A title of two lines (what moves; the bytes) stays clear of the parts' names below it
+        title={"text": frames[0].layout.title.text, "x": 0, "xanchor": "left"}, height=240 + 40 * n,
+        showlegend=False, margin={"t": 110, "b": 110, "l": 70},
         xaxis={"tickvals": ticks, "ticktext": [names[p] for p in ANIMATED_PARTS], "side": "top",
                "range": [-1, len(ANIMATED_PARTS) * (n + 1) - 1], "showgrid": False, "zeroline": False},
         yaxis={"tickvals": list(range(n)), "ticktext": [f"{names['rank']} {r}" for r in range(n)],
