@@ -13,18 +13,15 @@ from dataclasses import dataclass
 # One bandwidth model for the lessons and the benchmark lab: busbw in bytes/s,
 # and the alpha-beta time T = 2(n-1) alpha + 2(n-1)/n x S / B; and one memory
 # ledger (`state_bytes`) for the lessons and the sharding lab.
-from labs.model import bus_factor, ring_steps, state_bytes
+from labs.model import PRECISIONS as PRECISIONS
+from labs.model import bus_factor, per_parameter, ring_steps, state_bytes
 from labs.model import busbw as busbw
 from labs.model import ring_time as ring_allreduce_time
 
 GB = 1e9
 
-# Bytes per parameter for (weights, gradients) and extra master weights,
-# by training precision. bf16 mixed precision keeps an fp32 master copy.
-PRECISIONS = {
-    "fp32": {"weights": 4, "grads": 4, "master": 0},
-    "bf16-mixed": {"weights": 2, "grads": 2, "master": 4},
-}
+# PRECISIONS (from ``labs.model``, which the sharding lab reads too): bytes per
+# parameter for (weights, gradients) and extra master weights, by training precision.
 # Optimizer state bytes per parameter (fp32 state).
 OPTIMIZERS = {"sgd": 0, "sgd-momentum": 4, "adam": 8}
 # Common device memory sizes in GB (decimal, as vendors state them).
@@ -69,13 +66,12 @@ def memory_per_device(params: float, precision: str = "fp32", optimizer: str = "
     >>> memory_per_device(7e9, "bf16-mixed", "adam", strategy="zero1", world_size=8).total / 1e9
     38.5
     """
-    p = PRECISIONS[precision]
+    each = per_parameter(precision, OPTIMIZERS[optimizer])
     # The fp32 master copy belongs to the optimizer (ZeRO-1 shards it with the
     # moments), but the chart shows it with the weights, as the lessons' tables do.
-    state = OPTIMIZERS[optimizer] + p["master"]
-    b = state_bytes(strategy, params, world_size=world_size, weights=p["weights"], grads=p["grads"],
-                    optimizer=state)
-    master = b["optimizer"] * p["master"] / state if state else 0.0
+    state = each["optimizer"]
+    b = state_bytes(strategy, params, world_size=world_size, **each)
+    master = b["optimizer"] * PRECISIONS[precision]["master"] / state if state else 0.0
     return Memory(weights=b["params"] + master, grads=b["grads"], optimizer=b["optimizer"] - master)
 
 

@@ -5,8 +5,11 @@ translated) in the palette of ``app.charts``: one colour per part of the
 model state (``charts.MEMORY``), communication vermillion, a model's
 prediction black. `show` draws a finished sharding run (``LabRun.result``,
 the numbers the processes measured) and `animation` replays one step of it
-(where each shard lives, what moves); `calculator` is the lesson widget
-``sharding_calculator``. Both read ``labs.model``'s one formula.
+(where each shard lives, what moves): the collectives the run recorded
+(``step_collectives``), in order, with the bytes it counted, or for a run
+stored before that record, the fixed phases of `PHASES` with the ring
+model's bytes. `calculator` is the lesson widget ``sharding_calculator``.
+Both read ``labs.model``'s one formula.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from app import calculators as calc
 from app import charts
 from app.ui import labeler, t
 from app.widgets import chart, lang, num
-from labs.model import SHARDED, STRATEGIES
+from labs.model import PRECISIONS, SHARDED, STRATEGIES
 
 PARTS = {"params": "weights", "grads": "grads", "optimizer": "optimizer_state"}  # lab part -> MEMORY colour
 MB = 1e6
@@ -119,8 +122,13 @@ def strategy_names() -> dict[str, str]:
     return {s: t(f"sharding.strategy.{s}") for s in STRATEGIES}
 
 
-def _names() -> dict[str, str]:
-    return {**strategy_names(), **{p: t(f"sharding.part.{p}") for p in PARTS},
+def _names(precision: str = "fp32") -> dict[str, str]:
+    """The figures' words; under mixed precision the optimizer part names the fp32
+    master weights it holds (``labs.model`` counts them as optimizer state)."""
+    parts = {p: t(f"sharding.part.{p}") for p in PARTS}
+    if PRECISIONS.get(precision, {}).get("master"):
+        parts["optimizer"] = t("sharding.part.optimizer_master")
+    return {**strategy_names(), **parts,
             **{k: t(f"sharding.{k}") for k in ("measured", "predicted", "rank", "mb", "sent", "model")},
             "series": t("sharding.series", part="{part}", kind="{kind}")}
 
@@ -136,9 +144,17 @@ def show(run) -> None:
         (st.success if s["ordered"] else st.warning)(t("sharding.check_order" if s["ordered"] else
                                                        "sharding.check_order_bad", count=n))
     diff = max(v["max_abs_diff_vs_ddp"] for v in ledger.values())
-    (st.success if s["equal_weights"] else st.error)(
-        t("sharding.check_weights", diff=diff, tol=s["tolerance"], moved=s.get("max_abs_update_ddp") or 0.0))
-    names = _names()
+    if s.get("weight_check", "max") == "max":
+        words = t("sharding.check_weights", diff=diff, tol=s["tolerance"], moved=s.get("max_abs_update_ddp") or 0.0)
+    else:  # bf16: the mean distance, against the mean update (labs.sharding.WEIGHT_TOLERANCE)
+        words = t("sharding.check_weights_mean", diff=diff, tol=s["tolerance"] * 100,
+                  mean=max(v["mean_abs_diff_vs_ddp"] for v in ledger.values()), moved=s["mean_abs_update_ddp"])
+    (st.success if s["equal_weights"] else st.error)(words)
+    precision = s.get("precision", "fp32")
+    if s.get("wire_dtypes"):
+        key = "sharding.precision_line" if "bfloat16" in s["wire_dtypes"] else "sharding.precision_line_fp32"
+        st.caption(t(key, precision=t(f"widgets.precision.{precision}"), dtypes=", ".join(s["wire_dtypes"])))
+    names = _names(precision)
     st.markdown(f"**{t('sharding.ledger_title', count=n)}**")
     chart(ledger_figure(ledger, names=names, language=lang()), key=f"ledger_{run.id}",
           caption=t("sharding.ledger_caption"))
@@ -201,10 +217,43 @@ PHASES = {
 # The collective each phase runs, for its bytes (labs.model.bus_factor); None: no traffic.
 PHASE_COLLECTIVE = {"all_reduce": "all_reduce", "reduce_scatter": "reduce_scatter", "all_gather": "all_gather",
                     "broadcast": "all_gather", "gather_forward": "all_gather", "gather_backward": "all_gather"}
+# The phase that draws a collective the run recorded (``step_collectives``): by its
+# kind, and an all-gather also by its stage (weights gathered for forward or for
+# backward, or updated shards gathered after the step). "" matches any stage.
+REPLAY = {("all_reduce", ""): "all_reduce", ("reduce_scatter", ""): "reduce_scatter", ("broadcast", ""): "broadcast",
+          ("all_gather", "forward"): "gather_forward", ("all_gather", "backward"): "gather_backward",
+          ("all_gather", "step"): "all_gather"}
 
 
-def shard_states(strategy: str, n: int) -> list[tuple[str, dict[str, list[list[int]]]]]:
-    """Each phase of one step under ``strategy`` on ``n`` ranks, with what every rank holds after it."""
+def replayed_phases(strategy: str, record: list[dict]) -> list[tuple[str, dict | None]] | None:
+    """The phases of the step the run recorded, each collective with its record entry.
+
+    The record sees only the collectives; the computing between them is put
+    where it must have run: backward before the first reduction (unless the
+    weights were gathered for backward, which draws it), the optimizer step
+    before parameters are sent out again (broadcast, all-gather after the
+    step), or last. None when the record holds a collective the map cannot draw.
+    """
+    step = "step_own" if "optimizer" in SHARDED[strategy] else "step_all"
+    out: list[tuple[str, dict | None]] = [("start", None)]
+    for entry in record:
+        phase = REPLAY.get((entry["kind"], entry["stage"])) or REPLAY.get((entry["kind"], ""))
+        if phase is None:
+            return None
+        done = {p for p, _e in out}
+        if phase in ("all_reduce", "reduce_scatter") and not done & {"backward", "gather_backward"}:
+            out.append(("backward", None))
+        if phase in ("broadcast", "all_gather") and step not in done:
+            out.append((step, None))
+        out.append((phase, entry))
+    if step not in {p for p, _e in out}:
+        out.append((step, None))
+    return out
+
+
+def shard_states(strategy: str, n: int, phases: list[str] | None = None) -> list[tuple[str, dict[str, list[list[int]]]]]:
+    """Each phase of one step under ``strategy`` on ``n`` ranks (``PHASES[strategy]``
+    unless ``phases`` are given), with what every rank holds after it."""
     every = [[KEPT] * n for _ in range(n)]
     own = [[KEPT if shard == rank else ABSENT for shard in range(n)] for rank in range(n)]
     none = [[ABSENT] * n for _ in range(n)]
@@ -212,7 +261,7 @@ def shard_states(strategy: str, n: int) -> list[tuple[str, dict[str, list[list[i
     sharded = SHARDED[strategy]
     kept = {p: own if p in sharded else every for p in ANIMATED_PARTS}
     out = []
-    for phase in PHASES[strategy]:
+    for phase in PHASES[strategy] if phases is None else phases:
         state = dict(kept, grads=none)  # gradients exist from backward until zero_grad
         if phase == "gather_forward":
             state["params"] = mixed
@@ -227,14 +276,20 @@ def shard_states(strategy: str, n: int) -> list[tuple[str, dict[str, list[list[i
 
 
 def shard_figure(strategy: str, n: int, *, parameter_bytes: float, names: dict[str, str],
-                 language: str = DEFAULT_LANG) -> go.Figure:
+                 record: list[dict] | None = None, language: str = DEFAULT_LANG) -> go.Figure:
     """An animation of one step: a row per rank, for each part a square per shard, filled
     where the rank keeps that shard, outlined where it holds a passing full copy, faint
     where it holds nothing; each frame's title says what moved and how many bytes each
-    rank sent for it (the ring model of ``labs.model``, for the run's parameter bytes)."""
+    rank sent for it. With the run's ``record`` (``step_collectives``) the frames are its
+    collectives in the order called, titled with the bytes counted (``names["phase_measured"]``:
+    ``{mb}``, ``{calls}``, ``{dtype}``); without one (or one `replayed_phases` cannot draw),
+    the fixed `PHASES` with the ring model's bytes of ``labs.model`` for ``parameter_bytes``."""
     from labs.model import bus_factor
 
-    states = shard_states(strategy, n)
+    replay = replayed_phases(strategy, record) if record else None
+    steps = replay if replay is not None else [(phase, None) for phase in PHASES[strategy]]
+    entries = [entry for _phase, entry in steps]
+    states = shard_states(strategy, n, [phase for phase, _entry in steps])
     colour = {"params": charts.MEMORY["weights"], "grads": charts.MEMORY["grads"],
               "optimizer": charts.MEMORY["optimizer_state"]}
 
@@ -254,21 +309,26 @@ def shard_figure(strategy: str, n: int, *, parameter_bytes: float, names: dict[s
                                              "line": {"width": 2, "color": colours}}))
         return traces
 
-    def title(phase: str) -> str:
+    def title(phase: str, entry: dict | None) -> str:
         kind = PHASE_COLLECTIVE.get(phase)
         text = names[f"phase_{phase}"]
-        if kind is not None:
+        if entry is not None:  # as the run counted it
+            text += "<br>" + names["phase_measured"].format(mb=f"{entry['bytes'] / MB:.2f}", calls=entry["calls"],
+                                                            dtype=entry["dtype"])
+        elif kind is not None and replay is None:  # as the ring model has it
             sent = parameter_bytes * bus_factor(kind, n) / MB
             text += "<br>" + names["phase_bytes"].format(mb=f"{sent:.2f}")
         return text
 
-    frames = [go.Frame(name=str(k), data=data(state), layout={"title": {"text": title(phase)}})
-              for k, (phase, state) in enumerate(states)]
+    titles = [title(phase, entry) for (phase, _state), entry in zip(states, entries, strict=True)]
+    frames = [go.Frame(name=str(k), data=data(state), layout={"title": {"text": titles[k]}})
+              for k, (_phase, state) in enumerate(states)]
     fig = go.Figure(data=frames[0].data, frames=frames)
     ticks = [col * (n + 1) + (n - 1) / 2 for col in range(len(ANIMATED_PARTS))]
     fig.update_layout(
-        title={"text": frames[0].layout.title.text, "x": 0, "xanchor": "left"}, height=170 + 34 * n,
-        showlegend=False, margin={"t": 70, "b": 110, "l": 70},
+        # A title of two lines (what moves; the bytes) stays clear of the parts' names below it
+        title={"text": frames[0].layout.title.text, "x": 0, "xanchor": "left"}, height=240 + 40 * n,
+        showlegend=False, margin={"t": 110, "b": 110, "l": 70},
         xaxis={"tickvals": ticks, "ticktext": [names[p] for p in ANIMATED_PARTS], "side": "top",
                "range": [-1, len(ANIMATED_PARTS) * (n + 1) - 1], "showgrid": False, "zeroline": False},
         yaxis={"tickvals": list(range(n)), "ticktext": [f"{names['rank']} {r}" for r in range(n)],
@@ -289,8 +349,7 @@ def shard_figure(strategy: str, n: int, *, parameter_bytes: float, names: dict[s
                              "args": [[str(k)], {"mode": "immediate", "frame": {"duration": 0, "redraw": True}}]}
                             for k in range(len(frames))]}],
         meta={"table": {"columns": [names["step"], names["what_moves"]],
-                        "rows": [[k + 1, title(phase).replace("<br>", " ")]
-                                 for k, (phase, _state) in enumerate(states)]}},
+                        "rows": [[k + 1, text.replace("<br>", " ")] for k, text in enumerate(titles)]}},
     )
     return _marks(fig, language)
 
@@ -301,12 +360,18 @@ def animation(run) -> None:
     n = s["world_size"]
     if n < 2:
         return
-    names = {**_names(), **{f"phase_{p}": t(f"sharding.phase.{p}") for ps in PHASES.values() for p in ps},
-             "phase_bytes": t("sharding.phase.bytes", mb="{mb}"), "play": t("widgets.ring.play"),
-             "pause": t("widgets.ring.pause"), "step": t("widgets.ring.step"),
+    names = {**_names(s.get("precision", "fp32")),
+             **{f"phase_{p}": t(f"sharding.phase.{p}") for ps in PHASES.values() for p in ps},
+             "phase_bytes": t("sharding.phase.bytes", mb="{mb}"),
+             "phase_measured": t("sharding.phase.measured", mb="{mb}", calls="{calls}", dtype="{dtype}"),
+             "play": t("widgets.ring.play"), "pause": t("widgets.ring.pause"), "step": t("widgets.ring.step"),
              "what_moves": t("sharding.what_moves")}
     st.markdown(f"**{t('sharding.animation', count=n)}**")
     strategy = st.radio(t("sharding.strategy_choice"), STRATEGIES, horizontal=True, key=f"shard_anim_{run.id}",
                         format_func=labeler("sharding.strategy."))
-    chart(shard_figure(strategy, n, parameter_bytes=s["model"]["bytes"], names=names, language=lang()),
-          key=f"shard_map_{run.id}_{strategy}", caption=t("sharding.animation_caption"))
+    record = s["strategies"][strategy].get("step_collectives")  # absent from runs stored before it
+    replayed = bool(record) and replayed_phases(strategy, record) is not None
+    chart(shard_figure(strategy, n, parameter_bytes=s["model"]["bytes"], names=names, record=record,
+                       language=lang()),
+          key=f"shard_map_{run.id}_{strategy}",
+          caption=t("sharding.animation_caption_replayed" if replayed else "sharding.animation_caption"))

@@ -171,9 +171,23 @@ def serial_exposed(ready: list[float], durations: list[float], backward_end: flo
 # "/N" is the even split; a real run splits by whole tensors (ZeRO-1) or
 # rows (FSDP), so `state_bytes` takes the elements this rank owns. The
 # lessons' calculator (``app.calculators.memory_per_device``) and the
-# sharding lab's predictions both read this one function.
+# sharding lab's predictions both read this one function, with the bytes
+# per parameter of `per_parameter`.
+#
+# bf16 mixed precision computes with bf16 weights and gradients (2 + 2) and
+# keeps an fp32 master copy of the weights beside Adam's moments (4 + 8):
+# 2 + 2 + 12. The master copy counts as optimizer state, as the ZeRO paper
+# counts it (K = 12): only the optimizer reads it, and ZeRO-1 shards it with
+# the moments.
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
+# Bytes per parameter of the weights and gradients the model computes with,
+# and of the fp32 master copy of the weights, by training precision.
+PRECISIONS = {
+    "fp32": {"weights": 4, "grads": 4, "master": 0},
+    "bf16-mixed": {"weights": 2, "grads": 2, "master": 4},
+}
+ADAM_BYTES = 8  # Adam's two fp32 moments per parameter
 # Which parts of the model state each strategy shards across the ranks.
 SHARDED = {"ddp": (), "zero1": ("optimizer",), "zero2": ("optimizer", "grads"),
            "zero3": ("optimizer", "grads", "params")}
@@ -199,6 +213,19 @@ def state_bytes(strategy: str, total: float, *, owned: float | None = None, worl
 
     return {"params": weights * count("params"), "grads": grads * count("grads"),
             "optimizer": optimizer * count("optimizer")}
+
+
+def per_parameter(precision: str = "fp32", optimizer: float = ADAM_BYTES) -> dict[str, float]:
+    """`state_bytes`' bytes per parameter of each part: ``optimizer`` is the
+    optimizer's own state (Adam: 8), to which mixed precision adds the master copy.
+
+    >>> per_parameter("bf16-mixed")
+    {'weights': 2, 'grads': 2, 'optimizer': 12}
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}: use one of {', '.join(PRECISIONS)}")
+    p = PRECISIONS[precision]
+    return {"weights": p["weights"], "grads": p["grads"], "optimizer": optimizer + p["master"]}
 
 
 def wire_factor(strategy: str, world_size: int, *, zero1_broadcasts: bool = True) -> float:

@@ -14,8 +14,14 @@ small diff of the last:
 - ``zero3``: FSDP2's ``fully_shard``: the parameters are sharded too, and
   all-gathered layer by layer when forward and backward need them.
 
+With ``precision="bf16-mixed"`` the model's weights and gradients are bf16
+(and so is everything on the wire: gloo runs all-reduce, reduce-scatter,
+all-gather and broadcast on bf16 tensors), and `MasterAdam` keeps an fp32
+master copy of the weights beside Adam's moments: 2 + 2 + 12 bytes per
+parameter under DDP, sharded as above.
+
 `held_bytes` measures the ledger from the tensors themselves; `WireCounter`
-counts what each rank hands to the collectives.
+counts what each rank hands to the collectives, and records them in order.
 """
 
 from __future__ import annotations
@@ -32,10 +38,12 @@ from torch import nn
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from labs.model import STRATEGIES, bus_factor, state_bytes
+from labs.model import STRATEGIES, bus_factor, per_parameter, state_bytes
+
+DTYPES = {"fp32": torch.float32, "bf16-mixed": torch.bfloat16}  # what the model computes in
 
 
-def make_model(width: int, depth: int, seed: int) -> nn.Sequential:
+def make_model(width: int, depth: int, seed: int, dtype: torch.dtype = torch.float32) -> nn.Sequential:
     """``depth`` square Linear layers with ReLU between them; the same weights on every rank."""
     torch.manual_seed(seed)
     layers: list[nn.Module] = []
@@ -43,7 +51,40 @@ def make_model(width: int, depth: int, seed: int) -> nn.Sequential:
         layers.append(nn.Linear(width, width))
         if i < depth - 1:
             layers.append(nn.ReLU())
-    return nn.Sequential(*layers)
+    return nn.Sequential(*layers).to(dtype)
+
+
+class MasterAdam(torch.optim.Optimizer):
+    """Adam for bf16 parameters: an fp32 master copy of each steps, the parameter gets its rounding.
+
+    The master copies and Adam's moments (4 + 8 bytes per parameter) are the
+    optimizer state; the fp32 copy of the gradient lives only inside `step`.
+    Works on whatever tensors it is given: whole parameters (DDP), the ones a
+    rank owns (as ZeroRedundancyOptimizer's ``optimizer_class``), a slice
+    (`Zero2`) or DTensor shards (FSDP2).
+    """
+
+    def __init__(self, params, lr: float):
+        super().__init__(params, {"lr": lr})
+        self.pairs = [(q, q.detach().to(torch.float32, copy=True)) for g in self.param_groups for q in g["params"]]
+        self.adam = torch.optim.Adam([m for _q, m in self.pairs], lr=lr)
+
+    @torch.no_grad()
+    def step(self, closure=None):  # noqa: ARG002 - Optimizer's signature; the lab passes no closure
+        for q, m in self.pairs:
+            m.grad = None if q.grad is None else q.grad.to(torch.float32)
+        self.adam.step()
+        for q, m in self.pairs:
+            q.copy_(m)  # rounded to bf16
+            m.grad = None
+
+    def tensors(self) -> list[torch.Tensor]:
+        """The master copies and Adam's state: what this optimizer keeps between steps."""
+        return [m for _q, m in self.pairs] + optimizer_tensors(self.adam)
+
+
+def make_optimizer(params, *, lr: float, precision: str) -> torch.optim.Optimizer:
+    return (MasterAdam if precision == "bf16-mixed" else torch.optim.Adam)(params, lr=lr)
 
 
 def make_batch(p, *, step: int, rank: int, world_size: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -51,7 +92,7 @@ def make_batch(p, *, step: int, rank: int, world_size: int, device) -> tuple[tor
     gen = torch.Generator().manual_seed(p.seed * 100_003 + step * world_size + rank)
     x = torch.randn(p.batch, p.width, generator=gen)
     y = torch.randn(p.batch, p.width, generator=gen)
-    return x.to(device), y.to(device)
+    return x.to(device, DTYPES[p.precision]), y.to(device)  # the loss is taken in fp32
 
 
 # --------------------------------------------------------------------------
@@ -74,7 +115,7 @@ class Zero2:
     never all exist at once); after the step, what a rank holds is the same.
     """
 
-    def __init__(self, model: nn.Module, *, lr: float, group=None):
+    def __init__(self, model: nn.Module, *, lr: float, precision: str = "fp32", group=None):
         self.params = list(model.parameters())
         self.group = group
         self.world_size = dist.get_world_size(group)
@@ -93,7 +134,7 @@ class Zero2:
         self.owned = max(0, min(self.chunk, self.total - lo))  # the last slice may be padding
         # A view of the buffer, not a copy: stepping it updates this rank's parameters.
         self.shard = nn.Parameter(self.flat[lo:lo + self.chunk])
-        self.optim = torch.optim.Adam([self.shard], lr=lr)
+        self.optim = make_optimizer([self.shard], lr=lr, precision=precision)
 
     def step(self) -> None:
         grads = [q.grad.reshape(-1) for q in self.params]
@@ -168,44 +209,69 @@ def held_bytes(parts: dict[str, list[torch.Tensor]]) -> dict[str, int]:
 
 
 def optimizer_tensors(optim) -> list[torch.Tensor]:
+    if isinstance(optim, MasterAdam):
+        return optim.tensors()
     return [v for state in optim.state.values() for v in state.values() if torch.is_tensor(v)]
 
 
 # What each collective hands to the network, and how a ring spreads it: the
-# payload argument, and the share of it each rank sends (labs.model.bus_factor).
+# payload argument, the share of it each rank sends (labs.model.bus_factor),
+# and the name the record gives it.
 _COLLECTIVES = {
-    "all_reduce": ("tensor", 0, "all_reduce"),
-    "broadcast": ("tensor", 0, "all_gather"),  # a pipelined ring: (n-1)/n of it per rank
-    "all_gather_into_tensor": ("output_tensor", 0, "all_gather"),
-    "all_gather_single": ("output_tensor", 0, "all_gather"),
-    "reduce_scatter_tensor": ("input", 1, "reduce_scatter"),
-    "reduce_scatter_single": ("input", 1, "reduce_scatter"),
+    "all_reduce": ("tensor", 0, "all_reduce", "all_reduce"),
+    "broadcast": ("tensor", 0, "all_gather", "broadcast"),  # a pipelined ring: (n-1)/n of it per rank
+    "all_gather_into_tensor": ("output_tensor", 0, "all_gather", "all_gather"),
+    "all_gather_single": ("output_tensor", 0, "all_gather", "all_gather"),
+    "reduce_scatter_tensor": ("input", 1, "reduce_scatter", "reduce_scatter"),
+    "reduce_scatter_single": ("input", 1, "reduce_scatter", "reduce_scatter"),
 }
 
 
 class WireCounter:
-    """Counts the bytes this rank sends through ``torch.distributed``'s collectives.
+    """Counts, and records in order, what this rank sends through ``torch.distributed``'s collectives.
 
     While `counting`, the collectives above are wrapped: each call adds its
     payload times the ring's share per rank, 2(n-1)/n for an all-reduce,
     (n-1)/n for the others. A model of the wire, from what was really
     called: gloo does not report its socket bytes. DDP's own all-reduce runs
     in C++, so DDP gets `allreduce_hook`, which calls ``dist.all_reduce``.
+    Each call is recorded with the `stage` of the step it came in ("forward",
+    "backward", "step"), which the caller sets; `phases` sums the record.
     """
 
     def __init__(self, world_size: int):
-        self.world_size, self.bytes = world_size, 0.0
+        self.world_size, self.stage = world_size, ""
+        self.calls: list[tuple[str, str, float, str]] = []  # (kind, stage, bytes sent, dtype)
+
+    @property
+    def bytes(self) -> float:
+        return sum(c[2] for c in self.calls)
+
+    def phases(self) -> list[dict]:
+        """The record, one entry per kind of collective per stage, in the order each first came.
+
+        FSDP2 all-gathers layer by layer and interleaves its reduce-scatters
+        with the next all-gathers in backward: one entry each, with ``calls``.
+        """
+        out: dict[tuple[str, str], dict] = {}
+        for kind, stage, sent, dtype in self.calls:
+            entry = out.setdefault((stage, kind), {"kind": kind, "stage": stage, "bytes": 0.0, "calls": 0,
+                                                   "dtype": dtype})
+            entry["bytes"] += sent
+            entry["calls"] += 1
+        return [{**e, "bytes": int(e["bytes"])} for e in out.values()]
 
     @contextlib.contextmanager
     def counting(self):
         saved = {name: getattr(dist, name) for name in _COLLECTIVES}
 
         def wrap(name, func):
-            arg, position, kind = _COLLECTIVES[name]
+            arg, position, ring, kind = _COLLECTIVES[name]
 
             def counted(*args, **kwargs):
                 t = kwargs[arg] if arg in kwargs else args[position]
-                self.bytes += t.numel() * t.element_size() * bus_factor(kind, self.world_size)
+                sent = t.numel() * t.element_size() * bus_factor(ring, self.world_size)
+                self.calls.append((kind, self.stage, sent, str(t.dtype).removeprefix("torch.")))
                 return func(*args, **kwargs)
 
             return counted
@@ -232,22 +298,23 @@ def allreduce_hook(group, bucket):
 
 def _setup(name: str, ctx, p):
     """The model, its optimizer, and (after the step) the tensors of each part."""
-    model = make_model(p.width, p.depth, p.seed).to(ctx.device)
+    model = make_model(p.width, p.depth, p.seed, DTYPES[p.precision]).to(ctx.device)
     if name in ("ddp", "zero1"):
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         ddp = DDP(model, device_ids=device_ids, gradient_as_bucket_view=True)
         ddp.register_comm_hook(None, allreduce_hook)
         if name == "ddp":
-            opt = torch.optim.Adam(ddp.parameters(), lr=p.lr)
+            opt = make_optimizer(ddp.parameters(), lr=p.lr, precision=p.precision)
             local = opt
         else:
-            opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.Adam, lr=p.lr)
+            cls = MasterAdam if p.precision == "bf16-mixed" else torch.optim.Adam
+            opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=cls, lr=p.lr)
             local = opt.optim  # the Adam over this rank's parameters
         return ddp, opt, lambda: {"params": list(model.parameters()),
                                   "grads": [q.grad for q in model.parameters() if q.grad is not None],
                                   "optimizer": optimizer_tensors(local)}
     if name == "zero2":
-        opt = Zero2(model, lr=p.lr)
+        opt = Zero2(model, lr=p.lr, precision=p.precision)
         return model, opt, lambda: {"params": list(model.parameters()),
                                     "grads": [opt.shard.grad] if opt.shard.grad is not None else [],
                                     "optimizer": optimizer_tensors(opt.optim)}
@@ -261,7 +328,7 @@ def _setup(name: str, ctx, p):
             # forward and gather it again in backward, ZeRO-3's memory for 1.5x DDP's traffic.
             fully_shard(layer, mesh=mesh, reshard_after_forward=True)
     fully_shard(model, mesh=mesh)
-    opt = torch.optim.Adam(model.parameters(), lr=p.lr)
+    opt = make_optimizer(model.parameters(), lr=p.lr, precision=p.precision)
     return model, opt, lambda: {"params": list(model.parameters()),
                                 "grads": [q.grad for q in model.parameters() if q.grad is not None],
                                 "optimizer": optimizer_tensors(opt)}
@@ -281,13 +348,14 @@ def owned_elements(name: str, model, opt, total: int) -> int:
 def full_weights(name: str, model, opt) -> torch.Tensor:
     """Every parameter, concatenated, as this rank sees it (a collective under zero3)."""
     if name == "zero2":
-        return opt.flat[:opt.total].detach().clone()
+        return opt.flat[:opt.total].detach().float()
     params = [q.full_tensor() if hasattr(q, "full_tensor") else q for q in model.parameters()]
-    return torch.cat([q.detach().reshape(-1) for q in params])
+    return torch.cat([q.detach().reshape(-1) for q in params]).float()
 
 
 def run_strategy(name: str, ctx, p, tick) -> tuple[dict, torch.Tensor]:
-    """Train ``p.steps`` steps; the ledger after the last step (before zero_grad) and the weights."""
+    """Train ``p.steps`` steps; the ledger after the last step (before zero_grad), the
+    collectives of that step, and the weights."""
     model, opt, parts = _setup(name, ctx, p)
     total = sum(q.numel() for q in make_model(p.width, p.depth, p.seed).parameters())
     counter = WireCounter(ctx.world_size)
@@ -297,24 +365,28 @@ def run_strategy(name: str, ctx, p, tick) -> tuple[dict, torch.Tensor]:
         tick(f"{name}: step {step + 1}")
         x, y = make_batch(p, step=step, rank=ctx.rank, world_size=ctx.world_size, device=ctx.device)
         opt.zero_grad()
-        counter.bytes = 0.0
+        counter.calls = []
         if cuda:  # the device's own allocator counts every byte: an honest peak
             torch.cuda.synchronize(ctx.device)
             torch.cuda.reset_peak_memory_stats(ctx.device)
         with ctx.communicating(), counter.counting():
-            loss = F.mse_loss(model(x), y)
+            counter.stage = "forward"
+            loss = F.mse_loss(model(x).float(), y)
+            counter.stage = "backward"
             loss.backward()
+            counter.stage = "step"
             opt.step()
         if cuda:
             peak = torch.cuda.max_memory_allocated(ctx.device)
     measured = held_bytes(parts())  # after the step, before zero_grad
     owned = owned_elements(name, model, opt, total)
-    predicted = state_bytes(name, total, owned=owned)
+    predicted = state_bytes(name, total, owned=owned, **per_parameter(p.precision))
     with ctx.communicating():
         weights = full_weights(name, model, opt)
     row = {"rank": ctx.rank, "measured": measured,
            "predicted": {k: int(v) for k, v in predicted.items()},
-           "peak": peak, "wire_bytes_per_step": int(counter.bytes), "owned": owned}
+           "peak": peak, "wire_bytes_per_step": int(counter.bytes), "owned": owned,
+           "step_collectives": counter.phases()}
     return row, weights
 
 
@@ -328,18 +400,21 @@ def run_rank(ctx, p) -> dict:
         ctx.progress(done[0], total_ticks, phase)
         done[0] += 1
 
-    start = torch.cat([q.detach().reshape(-1) for q in make_model(p.width, p.depth, p.seed).parameters()])
-    rows, diffs, reference = {}, {}, None
+    first = make_model(p.width, p.depth, p.seed, DTYPES[p.precision])
+    start = torch.cat([q.detach().reshape(-1) for q in first.parameters()]).float()
+    rows, diffs, means, reference = {}, {}, {}, None
     for name in STRATEGIES:  # ddp first: the others are compared with its weights
         row, weights = run_strategy(name, ctx, p, tick)
         if reference is None:
             reference = weights
-            moved = float((weights.cpu() - start).abs().max())  # a tolerance means something only below this
-        diff = torch.tensor([float((weights - reference).abs().max())], device=ctx.device)
+            moved = (weights.cpu() - start).abs()  # a tolerance means something only below this
+        gap = (weights - reference).abs()
+        diff = torch.tensor([float(gap.max()), float(gap.mean())], device=ctx.device)
         with ctx.communicating():
             dist.all_reduce(diff, op=dist.ReduceOp.MAX)
-        rows[name], diffs[name] = row, float(diff)
+        rows[name], diffs[name], means[name] = row, float(diff[0]), float(diff[1])
         gc.collect()  # the last strategy's model and state go before the next is built
     ctx.progress(total_ticks, total_ticks, "done")
-    return {"rank": ctx.rank, "strategies": rows, "max_abs_diff_vs_ddp": diffs,
-            "parameters": start.numel(), "max_abs_update_ddp": moved, "work_s": time.perf_counter() - t0}
+    return {"rank": ctx.rank, "strategies": rows, "max_abs_diff_vs_ddp": diffs, "mean_abs_diff_vs_ddp": means,
+            "parameters": start.numel(), "max_abs_update_ddp": float(moved.max()),
+            "mean_abs_update_ddp": float(moved.mean()), "work_s": time.perf_counter() - t0}

@@ -115,6 +115,7 @@ def test_the_labs_page_draws_a_finished_run(result, lang):
     names = [tr["name"] for tr in json.loads(at.get("plotly_chart")[0].proto.spec)["data"]]
     assert t("sharding.series", part=t("sharding.part.params"), kind=t("sharding.measured")) in names
     assert t("sharding.no_peak") in [c.value for c in at.caption]
+    assert t("sharding.animation_caption_replayed") in [c.value for c in at.caption]  # from the run's record
     # The form offers the lab's own parameters, labelled in the language
     assert {t("sharding.width"), t("sharding.depth")} <= {s.label for s in at.slider}
 
@@ -129,3 +130,124 @@ def test_the_lesson_shows_the_calculator(lang):
     lines = [m.value for m in at.markdown if m.value.startswith("**")]
     zero3 = i18n.t("sharding.strategy.zero3", lang)
     assert any(zero3 in line and "14" in line for line in lines), lines  # 7 B on 8 devices: 14 GB
+
+
+PHASE_NAMES = NAMES | {f"phase_{p}": p for ps in page.PHASES.values() for p in ps} | {
+    "phase_bytes": "model {mb} MB", "phase_measured": "sent {mb} MB in {calls} calls of {dtype}",
+    "play": "play", "pause": "pause", "step": "step", "what_moves": "moves"}
+
+
+def test_the_shard_map_follows_the_recorded_collectives():
+    # A synthetic record, not the fixed table: ZeRO-3 with an extra all-reduce after its reduce-scatter
+    record = [{"kind": "all_gather", "stage": "forward", "bytes": 1_500_000, "calls": 4, "dtype": "bfloat16"},
+              {"kind": "all_gather", "stage": "backward", "bytes": 1_250_000, "calls": 3, "dtype": "bfloat16"},
+              {"kind": "reduce_scatter", "stage": "backward", "bytes": 2_000_000, "calls": 4, "dtype": "bfloat16"},
+              {"kind": "all_reduce", "stage": "step", "bytes": 8, "calls": 1, "dtype": "float32"}]
+    fig = page.shard_figure("zero3", 2, parameter_bytes=4e6, names=PHASE_NAMES, record=record)
+    titles = [f.layout.title.text for f in fig.frames]
+    assert titles == ["start", "gather_forward<br>sent 1.50 MB in 4 calls of bfloat16",
+                      "gather_backward<br>sent 1.25 MB in 3 calls of bfloat16",
+                      "reduce_scatter<br>sent 2.00 MB in 4 calls of bfloat16",
+                      "all_reduce<br>sent 0.00 MB in 1 calls of float32", "step_own"]
+    assert [row[1] for row in charts.table(fig)["rows"]] == [t.replace("<br>", " ") for t in titles]
+    # Compute phases go where they ran: backward before the first reduction, the step before a broadcast
+    zero1 = [{"kind": "all_reduce", "stage": "backward", "bytes": 10, "calls": 2, "dtype": "float32"},
+             {"kind": "broadcast", "stage": "step", "bytes": 5, "calls": 8, "dtype": "float32"}]
+    assert [p for p, _e in page.replayed_phases("zero1", zero1)] == list(page.PHASES["zero1"])
+    ddp = [{"kind": "all_reduce", "stage": "backward", "bytes": 10, "calls": 2, "dtype": "float32"}]
+    assert [p for p, _e in page.replayed_phases("ddp", ddp)] == list(page.PHASES["ddp"])
+    # A collective the map cannot draw, or no record (a run stored before it): the fixed phases, the model's bytes
+    odd = [{"kind": "all_gather", "stage": "", "bytes": 10, "calls": 1, "dtype": "float32"}]
+    assert page.replayed_phases("zero2", odd) is None
+    for fallback in (odd, None):
+        fig = page.shard_figure("zero2", 2, parameter_bytes=4e6, names=PHASE_NAMES, record=fallback)
+        assert [f.layout.title.text for f in fig.frames][2] == "reduce_scatter<br>model 2.00 MB"
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "zero1", "zero2", "zero3"])
+def test_the_shard_map_of_a_real_run_replays_its_record(result, strategy):
+    record = result["summary"]["strategies"][strategy]["step_collectives"]
+    fig = page.shard_figure(strategy, 2, parameter_bytes=result["summary"]["model"]["bytes"], names=PHASE_NAMES,
+                            record=record)
+    titles = [f.layout.title.text for f in fig.frames]
+    assert [t.split("<br>")[0] for t in titles] == list(page.PHASES[strategy])  # the real run: the lesson's phases
+    sent = [t for t in titles if "<br>sent" in t]
+    assert len(sent) == len(record)
+    for title, entry in zip(sent, record, strict=True):
+        assert f"sent {entry['bytes'] / 1e6:.2f} MB in {entry['calls']} calls of float32" in title
+
+
+@pytest.fixture(scope="module")
+def bf16_result() -> dict:
+    params = sharding.Params(width=64, depth=4, steps=2, precision="bf16-mixed")
+    outcome = run_lab("sharding", params, world_size=2, timeout=240)
+    assert outcome.ok, outcome
+    return json.loads(json.dumps(outcome.to_dict()))
+
+
+@pytest.mark.usefixtures("app_db")
+def test_the_form_offers_the_precision_and_the_run_keeps_it():
+    from sqlmodel import select
+
+    at = open_page("labs", "en", lab="sharding")
+    assert not at.exception, at.exception
+    box = next(b for b in at.selectbox if b.label == i18n.t("sharding.precision", "en"))
+    assert box.value == "fp32" and list(box.options) == [i18n.t("widgets.precision.fp32", "en"),
+                                                         i18n.t("widgets.precision.bf16-mixed", "en")]
+    box.set_value("bf16-mixed")
+    next(b for b in at.button if b.label == i18n.t("labs.run", "en")).click().run()
+    assert not at.exception, at.exception
+    with session_scope() as session:
+        run = session.exec(select(LabRun).order_by(LabRun.id.desc())).first()
+    assert run.lab == "sharding" and run.params["precision"] == "bf16-mixed"
+
+
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.usefixtures("app_db")
+def test_the_labs_page_draws_a_bf16_run(bf16_result, lang):
+    with session_scope() as s:
+        run = LabRun(lab="sharding", params={"world_size": 2, **bf16_result["params"]}, status="done",
+                     result=bf16_result, machine=bf16_result["machine"])
+        s.add(run)
+        s.commit()
+        run_id = run.id
+    at = open_page("labs", lang, state={"lab_run_id": run_id}, lab="sharding")
+    assert not at.exception, at.exception
+    t = lambda key, **v: i18n.t(key, lang, **v)  # noqa: E731
+    captions = [c.value for c in at.caption]
+    assert t("sharding.precision_line", precision=t("widgets.precision.bf16-mixed"), dtypes="bfloat16") in captions
+    summary = bf16_result["summary"]
+    ledger = summary["strategies"]
+    weights = t("sharding.check_weights_mean", diff=max(v["max_abs_diff_vs_ddp"] for v in ledger.values()),
+                tol=10, mean=max(v["mean_abs_diff_vs_ddp"] for v in ledger.values()),
+                moved=summary["mean_abs_update_ddp"])
+    assert weights in [m.value for m in at.success]
+    names = [tr["name"] for tr in json.loads(at.get("plotly_chart")[0].proto.spec)["data"]]
+    assert t("sharding.series", part=t("sharding.part.optimizer_master"), kind=t("sharding.measured")) in names
+    spec = json.loads(at.get("plotly_chart")[2].proto.spec)  # the shard map of DDP, from the record
+    entry = ledger["ddp"]["step_collectives"][0]
+    measured = t("sharding.phase.measured", mb=f"{entry['bytes'] / 1e6:.2f}", calls=entry["calls"], dtype="bfloat16")
+    assert spec["frames"][2]["layout"]["title"]["text"] == t("sharding.phase.all_reduce") + "<br>" + measured
+    assert t("sharding.animation_caption_replayed") in captions
+
+
+@pytest.mark.usefixtures("app_db")
+def test_a_run_stored_before_the_record_still_draws(result):
+    old = json.loads(json.dumps(result))  # as issue #24's first version stored it
+    summary = old["summary"]
+    for key in ("precision", "wire_dtypes", "weight_check", "mean_abs_update_ddp"):
+        del summary[key]
+    for s in summary["strategies"].values():
+        del s["step_collectives"], s["mean_abs_diff_vs_ddp"]
+    with session_scope() as s:
+        run = LabRun(lab="sharding", params={"world_size": 2, **old["params"]}, status="done", result=old,
+                     machine=old["machine"])
+        s.add(run)
+        s.commit()
+        run_id = run.id
+    at = open_page("labs", "en", state={"lab_run_id": run_id}, lab="sharding")
+    assert not at.exception, at.exception
+    assert i18n.t("sharding.animation_caption", "en") in [c.value for c in at.caption]
+    spec = json.loads(at.get("plotly_chart")[2].proto.spec)
+    assert [f["layout"]["title"]["text"].split("<br>")[0] for f in spec["frames"]] == [
+        i18n.t(f"sharding.phase.{p}", "en") for p in page.PHASES["ddp"]]
