@@ -39,6 +39,8 @@ from labs.params import check as check_values
 PARTS = ("params", "grads", "optimizer")
 # How close a measured figure must come to its prediction (the lab's own claim).
 LEDGER_TOLERANCE = 0.10
+# What a rank runs (``run_rank``), with torch: imported by the ranks only (``labs.context.rank_code``).
+RANK_MODULE = "labs.zero"
 
 
 @dataclass
@@ -66,12 +68,6 @@ class Params:
 
 def check(params: Params, world_size: int) -> None:
     """Any world size will do: FSDP2 and our ZeRO-2 pad an uneven split."""
-
-
-def run_rank(ctx, params: Params) -> dict:
-    from labs import zero  # torch, only inside a rank
-
-    return zero.run_rank(ctx, params)
 
 
 def _error(measured: dict, predicted: dict) -> float:

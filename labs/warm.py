@@ -20,8 +20,8 @@ def main() -> int:
     from labs import __main__ as cli
     from labs import context
 
-    for lab in context.LABS:  # every lab's module, PyTorch with them
-        context.load_lab(lab)
+    for lab in context.LABS:  # every lab's rank code, PyTorch with it
+        context.rank_code(lab)
     line = sys.stdin.readline()
     if not line:  # the worker went away before giving us a run
         return 0
