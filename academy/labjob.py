@@ -421,9 +421,9 @@ def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str
     env = lab_env(env_extra)
     if run.lab == EXERCISE:
         # The learner's code goes to the grader as a file; the grader runs it only
-        # inside the sandbox the setting names (labs/sandbox.py).
+        # inside the sandbox the settings name (labs/sandbox.py), within their limits.
         (workdir / "submission.py").write_text(run.source or "", encoding="utf-8")
-        env["EXERCISE_SANDBOX"] = settings.exercise_sandbox
+        env.update(settings.exercises.environ())
     started = time.monotonic()
     stopped_by: str | None = None
     tail = _Tail(workdir / "events.jsonl")

@@ -15,8 +15,10 @@ may have ``Settings.lab_max_per_learner`` labs queued or running, all guests
 together ``Settings.lab_max_guests`` and all visitors ``Settings.lab_max_queued``;
 each is counted in the database when a run is submitted.
 
-The labs themselves (``labs.context``, ``labs.launch``) import PyTorch, so
-they are imported where a lab is named, not when a page imports this module.
+Reading a lab's parameters (``labs.context.load_lab``) imports no PyTorch;
+only a request for NCCL that no GPU worker can serve loads it, to count this
+machine's GPUs. The labs are imported where a lab is named, not when a page
+imports this module.
 """
 
 from __future__ import annotations
@@ -82,11 +84,10 @@ def validate(lab: str, params: dict[str, Any]) -> dict[str, Any]:
     except (TypeError, ValueError):  # a value of the wrong type, or a lab's own rule across fields
         raise LabRequestError("labs.err_value") from None
     # NCCL needs a GPU per rank: a live GPU worker's device set, or else this machine's GPUs.
+    # Only this question loads PyTorch here (to count the GPUs); "auto" and gloo need no GPU.
     if clean.get("backend") == "nccl" and labqueue.largest_gpu_set() < clean["world_size"]:
-        from labs.launch import resolve_backend
-
         try:
-            resolve_backend("nccl", clean["world_size"])
+            context.resolve_backend("nccl", clean["world_size"])
         except ValueError:
             import torch
 

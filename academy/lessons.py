@@ -174,9 +174,9 @@ _OUTLINES = TypeAdapter(dict[str, NonEmpty])
 # argument: the exercise each solves. A learner sees one only after passing that
 # exercise (guests never have); before, the outline for it (``outlines.yaml``).
 SOLUTIONS: dict[str, str] = {
-    "labs/ring.py::ring_allreduce": "ring-allreduce",
-    "labs/ring.py::ring_allreduce_pipelined": "ring-allreduce",
-    "labs/ddp.py::naive_sync_gradients": "average-gradients",
+    "labs/allreduce.py::ring_allreduce": "ring-allreduce",
+    "labs/allreduce.py::ring_allreduce_pipelined": "ring-allreduce",
+    "labs/ddp_rank.py::naive_sync_gradients": "average-gradients",
     "labs/zero.py::Zero2": "sharded-optimizer",
 }
 

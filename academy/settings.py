@@ -4,7 +4,10 @@ Values come from the environment or a `.env` file in the working directory,
 e.g. ``DATABASE_URL=postgresql+psycopg://user:pw@db/academy``. The labs'
 part, the limits of one run (``LAB_TIMEOUT_S`` and the like), is
 ``labs.settings.Limits``, nested here as ``Settings.labs``: ``python -m labs``
-reads the same class on its own (also under torchrun).
+reads the same class on its own (also under torchrun). The exercise sandbox's
+part (``EXERCISE_SANDBOX``, ``EXERCISE_MEMORY_MB`` and the like) is
+``labs.sandbox_limits.Limits``, nested as ``Settings.exercises``: the grader
+reads the same class on its own.
 """
 
 from __future__ import annotations
@@ -13,11 +16,11 @@ import math
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from labs import sandbox_limits
 from labs.settings import Limits
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,7 +68,7 @@ class Settings(BaseSettings):
     # The limits of one run (wall clock, hang, ranks, message size): LAB_TIMEOUT_S,
     # LAB_HANG_TIMEOUT_S, LAB_MAX_WORLD_SIZE and LAB_MAX_BYTES, read by the labs'
     # own settings class, as `python -m labs` reads them.
-    labs: Limits = Field(default_factory=Limits)
+    labs: Limits = Field(default_factory=Limits.from_env)
     # Fair queueing: labs one learner may have queued or running at once, and labs
     # queued or running in all. Guests are counted per client (academy.accounts.client_key;
     # per browser session where the client is unknown, i.e. loopback), and all guests
@@ -101,11 +104,11 @@ class Settings(BaseSettings):
     # Warm lab processes per worker (PyTorch imported, academy.labpool): a single-node
     # CPU lab starts in one without a fresh import; 0 turns them off. Fewer when memory is short.
     lab_warm_pool: int = Field(default=1, ge=0, le=8)
-    # Coding exercises (issue #16): how the worker runs learners' code, passed to
-    # the grading command as EXERCISE_SANDBOX. "bwrap" (the default) refuses to
-    # grade where bubblewrap cannot start; "none" runs the code unconfined and is
-    # only for a single-user machine whose owner is the only learner.
-    exercise_sandbox: Literal["bwrap", "none"] = "bwrap"
+    # Coding exercises (issue #16): how the worker runs learners' code (EXERCISE_SANDBOX:
+    # "bwrap", or "none" for a single-user machine only) and the sandbox's limits
+    # (EXERCISE_MEMORY_MB and the like), read by the sandbox's own settings class,
+    # as the grader reads them; the worker hands the ones set to the grading command.
+    exercises: sandbox_limits.Limits = Field(default_factory=sandbox_limits.Limits.from_env)
     # The certificate needs, besides the passed quiz, the exercises of
     # labs.exercises.REQUIRED_FOR_CERTIFICATE passed (and then says so).
     certificate_requires_exercises: bool = True

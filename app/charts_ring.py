@@ -28,7 +28,7 @@ from app.charts import (
     with_marks,
 )
 
-if TYPE_CHECKING:  # labs.ring imports torch; a figure needs only the shape of a send
+if TYPE_CHECKING:  # a figure needs only the shape of a send
     from labs.ringtrace import Send
 
 

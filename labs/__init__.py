@@ -1,10 +1,12 @@
 """Hands-on labs for the Data Parallelism course: real processes, real collectives.
 
 - ``labs.ring``: a hand-written ring all-reduce (and the naive one) checked
-  against ``torch.distributed.all_reduce``, with a per-step trace.
+  against ``torch.distributed.all_reduce``, with a per-step trace; the rings
+  and the rank code are ``labs.allreduce``.
 - ``labs.bench``: an nccl-tests-style sweep of message sizes, algbw/busbw and
-  an alpha-beta fit.
-- ``labs.ddp``: DistributedDataParallel on a small MLP, measured.
+  an alpha-beta fit; its rank code is ``labs.bench_rank``.
+- ``labs.ddp``: DistributedDataParallel on a small MLP, measured; its rank
+  code, the lessons' two functions included, is ``labs.ddp_rank``.
 - ``labs.sharding``: the memory each rank holds under DDP, ZeRO-1, ZeRO-2
   and ZeRO-3 (FSDP2), measured beside the lessons' formula; its rank code,
   ZeRO-2 written by hand included, is ``labs.zero``.
@@ -22,6 +24,6 @@
   app's settings nest.
 
 Run them with ``python -m labs ring|bench|ddp|sharding --world-size N`` or under
-``torchrun``; see each module's docstring. Importing this package is cheap:
-nothing here imports torch until a lab module is imported.
+``torchrun``; see each module's docstring. Importing this package, or a lab
+module, is cheap: only a lab's rank code (and ``labs.launch``) imports torch.
 """

@@ -1,14 +1,17 @@
 """What a lab needs, under our launcher and under torchrun: its rank, failures, the clock.
 
-A lab is a module with these names (``labs.ring``, ``labs.bench``, ``labs.ddp``):
+A lab is a module (``labs.ring``, ``labs.bench``, ``labs.ddp``, ``labs.sharding``)
+that imports no torch, so that the platform reads it freely, with these names:
 
 - ``Params``: the lab's parameters, a pydantic dataclass made with
   ``labs.params.dataclass``, each field declared with ``labs.params.option``
   (validates itself; see ``labs.params``);
 - ``check(params, world_size)``: raises ValueError if the lab cannot run so
   (the world size's own limit is ``labs.params.Run``'s);
-- ``run_rank(ctx, params) -> dict``: the work of one rank (JSON-serialisable,
-  with ``work_s``, the seconds of timed work); ``ctx`` is a `RankContext`;
+- ``RANK_MODULE``: the name of the module, imported by the ranks only
+  (`rank_code`), whose ``run_rank(ctx, params) -> dict`` does the work of one
+  rank (JSON-serialisable, with ``work_s``, the seconds of timed work); ``ctx``
+  is a `RankContext`; that module imports torch;
 - ``summarize(params, ranks, *, world_size, backend) -> dict`` and
   ``format_text(summary) -> str``: combine the ranks' results and print them.
 
@@ -166,6 +169,14 @@ def load_lab(lab: str):
     return importlib.import_module(LABS.get(lab, lab))
 
 
+def rank_code(lab: str):
+    """The module that does a rank's work for ``lab`` (its ``RANK_MODULE``), PyTorch with it.
+
+    The ranks call it; so does a launcher about to fork ranks, which then
+    inherit the imports instead of each paying for them."""
+    return importlib.import_module(load_lab(lab).RANK_MODULE)
+
+
 def world_size_default(lab: str) -> int:
     """The lab's own default number of ranks (its module's ``DEFAULT_WORLD_SIZE``), else `Run`'s.
 
@@ -315,7 +326,7 @@ def run_in_env(lab: str, params=None, *, backend: str = "auto", timeout: float |
         dist.init_process_group(resolved, timeout=timedelta(seconds=timeout))
     ctx = RankContext(rank=rank, world_size=world_size, local_rank=local_rank, backend=resolved,
                       fail=fail, emit=on_event if rank == 0 else None)
-    out = module.run_rank(ctx, p)
+    out = rank_code(lab).run_rank(ctx, p)
     gathered = [None] * world_size if rank == 0 else None
     dist.gather_object(out, gathered, dst=0)
     dist.barrier()

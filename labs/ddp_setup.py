@@ -1,6 +1,6 @@
 """The DDP lab's data, model and measuring tools, shared by its sections.
 
-``labs.ddp`` (the lab, its lesson functions and most sections) and
+``labs.ddp_rank`` (the lesson functions and most sections) and
 ``labs.ddp_timeline`` (the timeline section) both build on these; ``p`` is
 a ``labs.ddp.Params``.
 """

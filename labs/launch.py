@@ -67,6 +67,7 @@ from labs.context import (
     load_lab,
     machine_summary,
     params_dict,
+    rank_code,
     resolve_backend,
 )
 from labs.params import Limits, Run, check
@@ -163,7 +164,7 @@ def _rank_main(spec: dict) -> int:
                                 timeout=timeout)
         chan.send({"type": "ready"})
         module = load_lab(spec["lab"])
-        out = module.run_rank(ctx, module.Params(**spec["params"]))
+        out = rank_code(spec["lab"]).run_rank(ctx, module.Params(**spec["params"]))
         chan.send({"type": "result", "data": out})
         # Leave together: rank 0 serves the store, so it must not vanish first.
         dist.barrier()
@@ -244,6 +245,7 @@ def run_lab(lab: str, params=None, *, world_size: int = 2, backend: str = "auto"
 
     try:
         module = load_lab(lab)
+        rank_code(lab)  # imported here, before the ranks fork and inherit it
         p = params if is_dataclass(params) else module.Params(**params_dict(params))
         limits = Limits.from_env()
         run = Run(world_size=world_size, backend=backend, timeout=timeout, hang_timeout=hang_timeout,

@@ -11,7 +11,7 @@ can keep a hostile program away from the database, the issuer keys, the
 network and other learners. This module is that boundary; it knows nothing
 about exercises.
 
-Two modes (``EXERCISE_SANDBOX``, default ``bwrap``):
+Two modes (``EXERCISE_SANDBOX``, default ``bwrap``; `Limits.sandbox`):
 
 - ``bwrap``: bubblewrap (Debian's ``bubblewrap``) builds a network namespace
   with loopback only, and pid, ipc, uts and cgroup namespaces. The program
@@ -66,6 +66,7 @@ import signal
 import subprocess
 import tempfile
 import time
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,8 +75,9 @@ from labs import sandbox_layout, seccomp
 
 # Limits and SandboxUnavailable are this module's API too (``from labs.sandbox import Limits``).
 from labs.sandbox_limits import Cgroup, Limits, SandboxUnavailable, slot
+from labs.settings import SettingError
 
-MODES = ("bwrap", "none")
+MODES = typing.get_args(Limits.model_fields["sandbox"].annotation)  # ("bwrap", "none")
 HARNESS = sandbox_layout.ROOT / "labs" / "exercises" / "runtime"  # bound read-only at /opt/harness
 # What the program may run after its own exit before we stop waiting for its
 # output pipes to close (mode none: a grandchild that kept them open).
@@ -100,15 +102,16 @@ class Outcome:
 
 
 def mode() -> str:
-    """The mode from ``EXERCISE_SANDBOX``: "bwrap" unless "none" is asked for by name."""
+    """The mode from ``EXERCISE_SANDBOX`` (`Limits.sandbox`): "bwrap" unless "none" is asked
+    for by name. A setting that cannot be used is a `SandboxUnavailable` naming it."""
     return _env_mode()
 
 
 def _env_mode() -> str:
-    value = os.environ.get("EXERCISE_SANDBOX", "").strip() or "bwrap"
-    if value not in MODES:
-        raise SandboxUnavailable(f"EXERCISE_SANDBOX={value!r} is not one of {', '.join(MODES)}")
-    return value
+    try:
+        return Limits.from_env().sandbox
+    except SettingError as err:
+        raise SandboxUnavailable(str(err)) from None
 
 
 _checked: dict[str, str | None] = {}  # mode -> None (works) or the reason it does not

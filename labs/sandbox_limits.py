@@ -4,7 +4,9 @@
     with Cgroup.make(limits) as group, slot() as uid:   # uid: as root only
         cmd = group.wrap([prlimit, *rlimits(limits, nproc=True, memory=group.kind == "none"), ...])
 
-- `Limits`: the numbers, with the operator's ``EXERCISE_*`` overrides.
+- `Limits`: the numbers, and the sandbox's mode, with the operator's
+  ``EXERCISE_*`` settings (a pydantic-settings class, nested in the platform's
+  settings as ``academy.settings.Settings.exercises``).
 - `rlimits`: ``prlimit`` options for the process that execs the sandbox, which
   every process of the run inherits.
 - `slot`: a uid of its own for the run (as root, ``UID_BASE + slot``), so two
@@ -27,20 +29,37 @@ import os
 import signal
 import stat
 import time
-from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Literal
+
+from pydantic import field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from labs.settings import read
 
 UID_BASE = 200_000  # per-run uids are UID_BASE + slot (root only)
 SLOTS = 1000
 MiB = 1 << 20
 
 
-@dataclass(frozen=True)
-class Limits:
-    """What one run may use. `from_env` reads ``EXERCISE_<FIELD>`` overrides
-    (e.g. ``EXERCISE_MEMORY_MB=1024``) so an operator can tune a server
-    without code."""
+class Limits(BaseSettings):
+    """What one run may use, and how it runs: the operator's ``EXERCISE_<FIELD>``
+    (e.g. ``EXERCISE_MEMORY_MB=1024``), from the environment or ``.env`` in the
+    working directory, so that an operator can tune a server without code.
 
+    Like ``labs.settings.Limits`` (``LAB_*``): `from_env` reads the settings
+    afresh, and the web app nests this class as ``Settings.exercises``; the
+    worker hands what the operator set to the grading command (`environ`).
+    ``Limits(wall_s=30)`` gives 30 s and the operator's settings for the rest.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="EXERCISE_", env_file=".env", extra="ignore", frozen=True,
+                                      env_ignore_empty=True)
+
+    # How learners' code runs (``labs.sandbox.mode``): "bwrap" refuses to grade where
+    # bubblewrap cannot start; "none" runs the code unconfined, only for a single-user
+    # machine whose owner is the only learner. Never chosen by itself.
+    sandbox: Literal["bwrap", "none"] = "bwrap"
     memory_mb: int = 2048  # the whole sandbox (cgroup); else RLIMIT_DATA per process
     processes: int = 64  # cgroup pids.max, and RLIMIT_NPROC of the per-run uid
     file_size_mb: int = 16  # RLIMIT_FSIZE: the largest file the program may write
@@ -53,16 +72,24 @@ class Limits:
     # even past the run's socket cap: about processes x open_files x 36 KiB.
     open_files: int = 256
 
+    @field_validator("sandbox", mode="before")
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None, **overrides: object) -> Limits:
-        environ = os.environ if environ is None else environ
-        values: dict[str, object] = {}
-        for f in fields(cls):
-            raw = environ.get(f"EXERCISE_{f.name.upper()}")
-            if raw is not None:
-                values[f.name] = float(raw) if f.type == "float" else int(raw)
-        values.update(overrides)
-        return cls(**values)
+    def _stripped(cls, value: object) -> object:
+        return value.strip() if isinstance(value, str) else value
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> Limits:
+        """The operator's settings now (read afresh, never cached), ``overrides`` winning;
+        a bad value raises ``labs.settings.SettingError``, which names the variable."""
+        return read(cls, **overrides)
+
+    def environ(self) -> dict[str, str]:
+        """The settings the operator set (not the defaults), as the variables they are
+        read from: a grader that finds ``EXERCISE_WALL_S`` unset fits the wall clock to
+        its plan (``labs.exercises.grader.run_limits``)."""
+        prefix = self.model_config["env_prefix"]
+        return {f"{prefix}{name.upper()}": str(value)
+                for name, value in self.model_dump(exclude_unset=True).items()}
 
 
 class SandboxUnavailable(RuntimeError):

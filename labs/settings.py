@@ -9,14 +9,37 @@ so one ``LAB_MAX_WORLD_SIZE=4`` changes the Labs page, the queue's
 validation and ``python -m labs`` together, and each default is written once,
 here. The worker also hands its values to the CLI it starts in those
 variables (`Limits.environ`), since the CLI's working directory need not hold
-the app's ``.env``.
+the app's ``.env``. The exercise sandbox's ``EXERCISE_*`` settings are a class
+of the same kind (``labs.sandbox_limits.Limits``, ``Settings.exercises``);
+both are read with `read`, whose error names the variable at fault.
 
 This module imports neither torch nor the app.
 """
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+from pydantic import ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+S = TypeVar("S", bound=BaseSettings)
+
+
+class SettingError(ValueError):
+    """A setting whose value cannot be used; the message names its variable."""
+
+
+def read(cls: type[S], **overrides: object) -> S:
+    """``cls`` from the environment and ``.env`` (read afresh), ``overrides`` winning;
+    a bad value raises `SettingError` naming the variable, e.g. ``EXERCISE_WALL_S='soon'``."""
+    try:
+        return cls(**overrides)
+    except ValidationError as err:
+        prefix = cls.model_config.get("env_prefix", "")
+        raise SettingError("; ".join(
+            f"{prefix}{'_'.join(str(part) for part in e['loc']).upper()}={e['input']!r}: {e['msg']}"
+            for e in err.errors())) from None
 
 
 class Limits(BaseSettings):
@@ -34,7 +57,7 @@ class Limits(BaseSettings):
     @classmethod
     def from_env(cls) -> Limits:
         """The limits in force now: the environment and ``.env``, read afresh (never cached)."""
-        return cls()
+        return read(cls)
 
     def environ(self) -> dict[str, str]:
         """These limits as the environment variables they are read from."""

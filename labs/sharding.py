@@ -58,6 +58,8 @@ LEDGER_TOLERANCE = 0.10
 # about 3%); a rank that kept stale weights would be off by most of the update.
 BF16_TOLERANCE = 0.10
 WEIGHT_TOLERANCE = {"fp32": 1e-5, "bf16-mixed": BF16_TOLERANCE}
+# What a rank runs (``run_rank``), with torch: imported by the ranks only (``labs.context.rank_code``).
+RANK_MODULE = "labs.zero"
 
 
 @dataclass
@@ -94,12 +96,6 @@ class Params:
 
 def check(params: Params, world_size: int) -> None:
     """Any world size will do: FSDP2 and our ZeRO-2 pad an uneven split."""
-
-
-def run_rank(ctx, params: Params) -> dict:
-    from labs import zero  # torch, only inside a rank
-
-    return zero.run_rank(ctx, params)
 
 
 def _error(measured: dict, predicted: dict) -> float:

@@ -105,8 +105,8 @@ def _reap() -> None:
 def main() -> int:
     from labs import context
 
-    for lab in context.LABS:  # every lab's module, PyTorch with them
-        context.load_lab(lab)
+    for lab in context.LABS:  # every lab's rank code, PyTorch with it
+        context.rank_code(lab)
     _say({"ready": os.getpid()})
     pending = b""
     while True:

@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from labs import ddp
+from labs import ddp, ddp_rank, ddp_setup
 from labs.launch import run_lab
 
 
@@ -88,11 +88,11 @@ def test_params_and_checks():
 
 def test_data_and_model_are_reproducible():
     p = ddp.Params()
-    x1, y1 = ddp.make_dataset(p)
-    x2, y2 = ddp.make_dataset(p)
+    x1, y1 = ddp_setup.make_dataset(p)
+    x2, y2 = ddp_setup.make_dataset(p)
     assert torch.equal(x1, x2) and torch.equal(y1, y2)
     assert set(y1.tolist()) == set(range(p.classes))
-    m1, m2 = ddp.make_model(p), ddp.make_model(p)
+    m1, m2 = ddp_setup.make_model(p), ddp_setup.make_model(p)
     assert all(torch.equal(a, b) for a, b in zip(m1.parameters(), m2.parameters(), strict=True))
 
 
@@ -111,6 +111,6 @@ def free_names(func) -> set[str]:
 @pytest.mark.parametrize("name", ["naive_sync_gradients", "ddp_train_step"])
 def test_lesson_functions_stand_alone(name):
     """Lessons embed these functions' source: it needs nothing but torch's usual imports."""
-    func = getattr(ddp, name)
+    func = getattr(ddp_rank, name)
     assert ast.get_docstring(ast.parse(inspect.getsource(func)).body[0])
     assert free_names(func) <= {"dist", "F", "torch"}

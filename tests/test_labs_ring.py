@@ -22,14 +22,14 @@ import torch.distributed as dist
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from labs import ring
+from labs import allreduce, ring
 from labs.launch import run_lab
 
 CASE_TIMEOUT_S = 60
 
 
 def _run_case(case: dict, rank: int, world: int) -> dict:
-    dtype = ring.DTYPES[case["dtype"]]
+    dtype = allreduce.TORCH_DTYPES[case["dtype"]]
     gen = torch.Generator().manual_seed(case["seed"] * 100 + rank)
     numel = case["numel"]
     if dtype.is_floating_point:
@@ -56,7 +56,7 @@ def _run_case(case: dict, rank: int, world: int) -> dict:
             if record["phase"] == "reduce-scatter" and record["step"] == world - 2:
                 self.snapshot = ours.clone()
 
-    fn = ring.ALGOS[case["algo"]]
+    fn = allreduce.ALGOS[case["algo"]]
     extra = {}
     if case["algo"] == "pipelined":
         extra = {k: case[k] for k in ("segment_bytes", "in_flight") if case.get(k)}
@@ -64,7 +64,7 @@ def _run_case(case: dict, rank: int, world: int) -> dict:
     trace = Snapshot()
     returned = fn(ours, op=case["op"], trace=trace, **extra)
     scale = abs_sum / world if case["op"] == "avg" else abs_sum
-    bound = ring.tolerance(scale, dtype, world)
+    bound = allreduce.tolerance(scale, dtype, world)
     err = (ours.double() - expected.double()).abs()
     out = {"ok": bool((err <= bound).all()), "max_err": float(err.max()) if numel else 0.0,
            "same_object": returned is ours, "shape_kept": ours.shape == x.shape,
@@ -78,7 +78,7 @@ def _run_case(case: dict, rank: int, world: int) -> dict:
         got = torch.tensor_split(snap, world)[owned]
         averaged = case["algo"] == "pipelined" and case["op"] == "avg" and world > 1
         want = torch.tensor_split(expected if averaged else expected_sum, world)[owned]
-        tol = torch.tensor_split(ring.tolerance(scale if averaged else abs_sum, dtype, world),
+        tol = torch.tensor_split(allreduce.tolerance(scale if averaged else abs_sum, dtype, world),
                                  world)[owned]
         out["owned_chunk_reduced"] = bool(((got.double() - want.double()).abs() <= tol).all())
     return out
@@ -252,7 +252,7 @@ def test_pipelined_ring_edge_cases(pool):
 @pytest.mark.parametrize("name", ["ring_allreduce", "naive_allreduce", "ring_allreduce_pipelined"])
 def test_lesson_functions_stand_alone(name):
     """Lessons embed these functions' source: it needs nothing but torch, dist and time."""
-    func = getattr(ring, name)
+    func = getattr(allreduce, name)
     tree = ast.parse(inspect.getsource(func))
     fn = tree.body[0]
     assert ast.get_docstring(fn)
@@ -264,17 +264,30 @@ def test_lesson_functions_stand_alone(name):
     assert used - bound - set(dir(builtins)) <= {"torch", "dist", "time"}
 
 
+def test_the_lab_knows_torch_dtypes_and_chunks_without_torch():
+    """``labs.ring`` (torch-free) says what torch would: each dtype's size and kind, the
+    chunks ``tensor_split`` cuts, and the functions behind each algorithm's name."""
+    for name, dtype in ring.DTYPES.items():
+        real = allreduce.TORCH_DTYPES[name]
+        assert (dtype.itemsize, dtype.is_floating_point) == (real.itemsize, real.is_floating_point), name
+    for numel in (0, 1, 2, 5, 10, 64, 1001):
+        for world in (1, 2, 3, 4, 7):
+            split = [c.numel() for c in torch.tensor_split(torch.empty(numel), world)]
+            assert ring.chunk_sizes(numel, world) == split, (numel, world)
+    assert tuple(allreduce.ALGOS) == ring.ALGOS
+
+
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="integer"):
-        ring.ring_allreduce(torch.ones(4, dtype=torch.int64), op="avg")
+        allreduce.ring_allreduce(torch.ones(4, dtype=torch.int64), op="avg")
     with pytest.raises(ValueError, match="op"):
-        ring.naive_allreduce(torch.ones(4), op="max")
+        allreduce.naive_allreduce(torch.ones(4), op="max")
     with pytest.raises(ValueError, match="integer"):
-        ring.ring_allreduce_pipelined(torch.ones(4, dtype=torch.int64), op="avg")
+        allreduce.ring_allreduce_pipelined(torch.ones(4, dtype=torch.int64), op="avg")
     with pytest.raises(ValueError, match="op"):
-        ring.ring_allreduce_pipelined(torch.ones(4), op="max")
+        allreduce.ring_allreduce_pipelined(torch.ones(4), op="max")
     with pytest.raises(ValueError, match="in_flight"):
-        ring.ring_allreduce_pipelined(torch.ones(4), in_flight=0)
+        allreduce.ring_allreduce_pipelined(torch.ones(4), in_flight=0)
     with pytest.raises(ValueError):
         ring.Params(dtype="int64", op="avg")
 

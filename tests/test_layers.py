@@ -222,3 +222,36 @@ def test_the_platform_path_imports_no_torch():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_the_labs_page_path_imports_no_torch():
+    """Issue #23: the Labs page names a lab, builds its form and checks a request without
+    PyTorch: each lab's module is torch-free, its rank code (``RANK_MODULE``) is not."""
+    code = """
+import sys
+from academy import labruns
+from app import labviews  # the page's helpers, imported as the page imports them
+from labs.context import LABS, load_lab, world_size_default
+from labs.params import Run, offered
+
+for lab in LABS:
+    offered(load_lab(lab).Params), offered(Run), world_size_default(lab)
+    assert labruns.offers(lab)
+    assert labruns.validate(lab, {})["world_size"] >= 1
+    assert labruns.validate(lab, {"world_size": 2, "backend": "gloo"})["world_size"] == 2
+    assert labruns.validate(lab, {"world_size": 2, "backend": "auto"})["backend"] == "auto"
+print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_each_lab_keeps_torch_in_its_rank_code():
+    """The other half of the seam: a lab's ``RANK_MODULE`` is where its torch is, and each
+    lab module names one that has ``run_rank``."""
+    from labs.context import LABS, load_lab, rank_code
+
+    for lab in LABS:
+        assert not hasattr(load_lab(lab), "run_rank"), lab
+        assert callable(rank_code(lab).run_rank), lab

@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -501,13 +502,49 @@ def test_a_missing_bwrap_refuses_and_never_falls_back_to_none(monkeypatch, harne
 
 
 def test_limits_read_their_overrides_from_the_environment(harness, monkeypatch):
-    limits = Limits.from_env({"EXERCISE_MEMORY_MB": "512", "EXERCISE_WALL_S": "2.5"}, cpu_s=7)
+    for name in Limits.model_fields:
+        monkeypatch.delenv(f"EXERCISE_{name.upper()}", raising=False)
+    monkeypatch.setenv("EXERCISE_MEMORY_MB", "512")
+    monkeypatch.setenv("EXERCISE_WALL_S", "2.5")
+    limits = Limits.from_env(cpu_s=7)
     assert (limits.memory_mb, limits.wall_s, limits.cpu_s) == (512, 2.5, 7)
-    assert limits.processes == Limits().processes
+    assert limits.processes == Limits.model_fields["processes"].default == 64
     # A caller that passes no limits gets the operator's.
     monkeypatch.setenv("EXERCISE_WALL_S", "0.5")
     out = run_python("loop", [], files={}, mode="none", harness=harness)
     assert out.stopped == "wall_time"
+
+
+def test_one_settings_class_reads_the_sandbox_for_the_app_and_the_grader(tmp_path, monkeypatch):
+    """``EXERCISE_*`` from the environment or ``.env`` reach ``Settings.exercises`` and the
+    sandbox alike; the worker hands what was set to the grading command; a bad value is
+    an error that names its variable."""
+    from academy.settings import Settings
+    from labs.exercises.grader import run_limits
+    from labs.settings import SettingError
+
+    for name in Limits.model_fields:
+        monkeypatch.delenv(f"EXERCISE_{name.upper()}", raising=False)
+    (tmp_path / ".env").write_text("EXERCISE_MEMORY_MB=700\nEXERCISE_SANDBOX=none\n")
+    monkeypatch.chdir(tmp_path)
+    assert Settings().exercises == Limits.from_env() == Limits(memory_mb=700, sandbox="none")
+    assert sandbox.mode() == "none" and run_limits(1, 5.0).memory_mb == 700
+    monkeypatch.setenv("EXERCISE_PROCESSES", "33")  # the environment wins over .env, as for every setting
+    monkeypatch.setenv("EXERCISE_SANDBOX", "bwrap")
+    assert Settings().exercises.processes == Limits.from_env().processes == run_limits(1, 5.0).processes == 33
+    assert sandbox.mode() == "bwrap"
+    # Only what the operator set travels, so that the grader still fits its wall clock.
+    assert Settings().exercises.environ() == {"EXERCISE_MEMORY_MB": "700", "EXERCISE_PROCESSES": "33",
+                                              "EXERCISE_SANDBOX": "bwrap"}
+    assert run_limits(1, 5.0).wall_s == 30.0
+    monkeypatch.setenv("EXERCISE_WALL_S", "12.5")
+    assert run_limits(1, 5.0).wall_s == 12.5
+    monkeypatch.setenv("EXERCISE_PROCESSES", "many")
+    for read in (Settings, Limits.from_env, lambda: run_limits(1, 5.0)):
+        with pytest.raises(SettingError, match="EXERCISE_PROCESSES='many'"):
+            read()
+    with pytest.raises(SandboxUnavailable, match="EXERCISE_PROCESSES"):
+        sandbox.mode()
 
 
 def test_ci_has_a_sandbox():
@@ -646,8 +683,11 @@ def test_a_system_python_whose_prefix_is_usr_shows_no_more(harness):
             "out = sandbox.run_python('view', sys.argv[2:], files={}, mode='bwrap', "
             "harness=Path(sys.argv[1]), limits=sandbox.Limits(wall_s=30)); "
             "sys.stdout.buffer.write(out.stdout); sys.stderr.buffer.write(out.stderr)")
+    # The sandbox's own side reads its settings with pydantic, from our virtualenv; what the
+    # program sees is what the sandbox binds for this interpreter.
+    path = os.pathsep.join([str(ROOT), sysconfig.get_paths()["purelib"]])
     done = subprocess.run(["/usr/bin/python3.11", "-s", "-c", code, str(harness), *SHOWN, *HIDDEN],
-                          capture_output=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": path},
                           timeout=120)
     assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
     check_view(json.loads(done.stdout.splitlines()[-1]), root=os.geteuid() == 0)

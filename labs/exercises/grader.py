@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import secrets
 import time
 from collections.abc import Callable
@@ -53,21 +52,21 @@ def plan(exercise, seed: int, case_timeout_s: float, case_ids=None) -> dict:
 GRADING_OUTPUT_BYTES = 8 << 20  # the harness's stdout for one grading, unless EXERCISE_OUTPUT_BYTES says
 
 
-def run_limits(groups: int, case_timeout_s: float, environ=None) -> sandbox.Limits:
+def run_limits(groups: int, case_timeout_s: float) -> sandbox.Limits:
     """The sandbox's limits for one grading: the operator's (``EXERCISE_*``, see
-    `sandbox.Limits.from_env`), and, unless ``EXERCISE_WALL_S`` is set, a wall
+    `sandbox.Limits`), and, unless ``EXERCISE_WALL_S`` is set, a wall
     clock that fits this plan: 20 s of start-up plus two case timeouts per
     group (world size), at most 60 s; unless ``EXERCISE_OUTPUT_BYTES`` is set,
     an output cap of `GRADING_OUTPUT_BYTES`."""
-    environ = os.environ if environ is None else environ
+    operator = sandbox.Limits.from_env()
     fitted: dict[str, float | int] = {}
-    if not environ.get("EXERCISE_WALL_S"):
+    if "wall_s" not in operator.model_fields_set:
         fitted["wall_s"] = min(60.0, 20.0 + case_timeout_s * groups * 2)
-    if not environ.get("EXERCISE_OUTPUT_BYTES"):
+    if "output_bytes" not in operator.model_fields_set:
         # The report's values come back as JSON (about 600 KB for the ring's cases) beside up to
         # 2 KiB of the learner's prints per rank and case: room for both, still a bound.
         fitted["output_bytes"] = GRADING_OUTPUT_BYTES
-    return sandbox.Limits.from_env(environ, **fitted)
+    return operator.model_copy(update=fitted)
 
 
 def static_error(source: str, function: str) -> dict | None:
