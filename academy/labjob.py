@@ -152,8 +152,8 @@ def command(lab: str, params: dict[str, Any], workdir: Path) -> list[str]:
     args = [sys.executable, "-m", "labs", lab, "--json", "--timeout", str(settings.labs.timeout_s),
             "--hang-timeout", str(settings.labs.hang_timeout_s),
             "--events", str(workdir / "events.jsonl"), "--out", str(workdir / "result.json")]
-    # Here, not at the top: the labs' modules import torch, which the platform does not need
-    # (a worker loads them once at its start: load_labs).
+    # Here, not at the top: the lab modules load where a lab is named (a worker loads
+    # them once at its start: load_labs).
     from labs import context
 
     flags = {name: flag(name, spec) for cls in (Run, context.load_lab(lab).Params)

@@ -106,10 +106,9 @@ def main(argv: list[str] | None = None) -> int:
                                  workroot=base / f"{socket.gethostname()}-{os.getpid()}",
                                  devices=devices)
     state.workroot.mkdir()
-    # Every lab's module loads here, once, before the first claim (PyTorch with it):
-    # a claimed run's command is then built at once, so its first heartbeat never
-    # waits on an import (seconds on a busy machine, long enough for the reaper
-    # to take the run for a lost worker's).
+    # Every lab's module (its parameters; no PyTorch: that is the ranks' code) loads
+    # here, once, before the first claim: a claimed run's command is then built at
+    # once, so its first heartbeat never waits on an import.
     labjob.load_labs()
     if "cpu" in queues and get_settings().lab_warm_pool:
         # A warm lab process (academy.labpool): a CPU lab run forks from it, PyTorch imported.
