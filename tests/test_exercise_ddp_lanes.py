@@ -40,7 +40,7 @@ def test_the_key_is_the_model_the_batch_the_steps_the_cap_and_the_ranks_not_the_
 
 def test_made_once_then_read_from_the_machine_s_cache(tmp_path, monkeypatch):
     made = []
-    monkeypatch.setattr(ddp_lanes, "_made", lambda case, wanted, timeout_s: made.append(case) or lanes_for(case))
+    monkeypatch.setattr(ddp_lanes, "_made", lambda case, *_: made.append(case) or lanes_for(case))
     first = ddp_lanes.lanes(CASE, folder=tmp_path)
     again = ddp_lanes.lanes(dict(CASE, seed=5), folder=tmp_path)  # another grading, another seed
     assert made == [CASE] and first == again == json.loads(cached_path(tmp_path, CASE).read_text())
@@ -49,7 +49,7 @@ def test_made_once_then_read_from_the_machine_s_cache(tmp_path, monkeypatch):
 
 
 def test_a_cached_file_that_is_not_for_this_key_or_not_lanes_is_made_again(tmp_path, monkeypatch):
-    monkeypatch.setattr(ddp_lanes, "_made", lambda case, wanted, timeout_s: lanes_for(case, overlap=0.5))
+    monkeypatch.setattr(ddp_lanes, "_made", lambda case, *_: lanes_for(case, overlap=0.5))
     path = cached_path(tmp_path, CASE)
     for stale in (lanes_for(dict(CASE, cap=100)), {"key": ddp_lanes.key(CASE), "ranks": "x"}, "not json"):
         path.write_text(stale if isinstance(stale, str) else json.dumps(stale))
@@ -63,7 +63,7 @@ def test_a_cache_folder_others_may_write_is_neither_read_nor_written(tmp_path, m
     planted = dict(lanes_for(CASE), overlap=1.0)
     cached_path(folder, CASE).write_text(json.dumps(planted))
     os.chmod(folder, 0o777)
-    monkeypatch.setattr(ddp_lanes, "_made", lambda case, wanted, timeout_s: lanes_for(case))
+    monkeypatch.setattr(ddp_lanes, "_made", lambda case, *_: lanes_for(case))
     assert ddp_lanes.lanes(CASE, folder=folder)["overlap"] == 0.25
     assert json.loads(cached_path(folder, CASE).read_text()) == planted
 
@@ -80,7 +80,7 @@ def test_the_grader_puts_the_grading_side_s_lanes_in_the_trace_over_anything_a_r
     exercise = load("bucketed-overlap")
     monkeypatch.setattr(ddp_lanes, "lanes", lambda case: lanes_for(case, overlap=0.125))
     forged = lanes_for(CASE, overlap=1.0)
-    monkeypatch.setattr(exercise, "trace", lambda case, ranks: {"kind": "timeline", "learner": {}, "ddp": forged})
+    monkeypatch.setattr(exercise, "trace", lambda *_: {"kind": "timeline", "learner": {}, "ddp": forged})
     events = [{"event": "case", "index": 1, "total": 1, "case": dict(CASE, function="Bucketer"), "status": "done",
                "ranks": [{"rank": r, "expected": {}, "reply": {"result": {"ddp": forged}},
                           "traffic": {"sent": 0, "received": 0, "calls": []}} for r in range(2)]},
@@ -92,8 +92,8 @@ def test_the_grader_puts_the_grading_side_s_lanes_in_the_trace_over_anything_a_r
         return type("Outcome", (), {"stopped": None, "returncode": 0, "stderr": b"", "mode": "none"})()
 
     monkeypatch.setattr(grader.sandbox, "run_python", run_python)
-    monkeypatch.setattr(grader.sandbox, "check_available", lambda mode: None)
-    monkeypatch.setattr(exercise, "check", lambda case, ranks: [{"check": "x", "passed": True}])
-    monkeypatch.setattr(exercise, "cases", lambda seed: [CASE])
+    monkeypatch.setattr(grader.sandbox, "check_available", lambda *_: None)
+    monkeypatch.setattr(exercise, "check", lambda *_: [{"check": "x", "passed": True}])
+    monkeypatch.setattr(exercise, "cases", lambda *_: [CASE])
     out = grader.grade("bucketed-overlap", "class Bucketer: pass\n", seed=1, mode="none")
     assert out["trace"]["ddp"]["overlap"] == pytest.approx(0.125)

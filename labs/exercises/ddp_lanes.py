@@ -12,9 +12,12 @@ same world size, batch per rank and number of steps, with
 child process (the command above: it prints the lanes as JSON), on gloo over
 a file store, and recorded with the DDP lab's instrumentation
 (`labs.ddp_timeline.record`: each bucket from its comm hook's launch to its
-completion, forward, backward and the optimizer around the calls), after
-`WARMUP` step(s), so the figures come from `labs.timeline` exactly as the
-lab's do.
+completion, forward, backward and the optimizer around the calls), so the
+figures come from `labs.timeline` exactly as the lab's do. `WARMUP` steps
+go first unmeasured: in a grading the traced case is not its ranks' first
+(the cases of one world size run in the same ranks, ``TRACE_CASE`` after
+two others), so the learner's lanes are warm, and DDP's first step (its
+lazy set-up, gloo's first connection) would compare cold with warm.
 
 The lanes depend on the model's shape, the cap and the world size, not on
 the case's seed, so they are made once per such key and torch version and
@@ -42,7 +45,7 @@ from pathlib import Path
 
 from labs.processes import die_with_parent
 
-WARMUP = 1  # DDP's first step builds its buckets and the lazy state; the lab leaves it out too
+WARMUP = 1  # steps run before measuring (see the module's docstring)
 KEY = ("world_size", "cap", "features", "hidden", "classes", "batch", "steps", "lr")
 TIMEOUT_S = 60.0  # fork, gloo and a few tiny steps take seconds; a child past this is stuck
 RUNTIME = Path(__file__).resolve().parent / "runtime"  # the drivers' import root
