@@ -65,6 +65,7 @@ def key(case: dict) -> dict:
 
 
 def cache_dir(environ=None) -> Path:
+    """Where this machine keeps the lanes: ``EXERCISE_DDP_CACHE``, else a folder of this user's."""
     environ = os.environ if environ is None else environ
     named = environ.get("EXERCISE_DDP_CACHE", "").strip()
     return Path(named) if named else Path(tempfile.gettempdir()) / f"dpa-ddp-lanes-{os.getuid()}"
