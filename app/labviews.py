@@ -4,7 +4,7 @@ Figures come from ``app.charts`` and ``app.charts_ring``; the numbers are the on
 measured (``LabRun.result``), never recomputed or canned, and are written
 with the learner's decimal marks (``num``). The form's widgets are built here
 too, from the parameters' schema in ``labs.params``; and the bucketed-overlap
-exercise's timeline, whose lanes and torch DDP reference are the DDP lab's.
+exercise's timeline, drawn with the DDP lab's lanes.
 """
 
 from __future__ import annotations
@@ -474,43 +474,37 @@ def show_run(run: LabRun) -> None:
 MAX_EXERCISE_SPANS = 4 * 3 * (3 + 32)
 
 
-def _ddp_reference(learner_id: int) -> LabRun | None:
-    """The learner's newest finished DDP lab run that has a timeline."""
-    return next((r for r in labruns.history(learner_id=learner_id) if r.lab == "ddp" and r.status == "done"
-                 and ((r.result or {}).get("summary") or {}).get("sections", {}).get("timeline")), None)
-
-
-def bucket_timeline(trace: dict, run_id: int, learner_id: int) -> None:
-    """The bucketed-overlap report's timeline: the learner's Bucketer as the grader saw it,
-    with torch DDP's from the learner's newest DDP lab run below it, and each overlap."""
-    mine = trace.get("learner")
+def bucket_timeline(trace: dict, run_id: int) -> None:
+    """The bucketed-overlap report's timeline: the learner's Bucketer as the grader saw it and,
+    below it on the same time axis, torch DDP on the same model, ranks and cap, as the grading
+    machine ran it (``labs.exercises.ddp_lanes``), with each overlap."""
+    mine, ddp = trace.get("learner"), trace.get("ddp")
     if trace.get("kind") != "timeline" or not isinstance(mine, dict):
         return
     try:
-        spans_drawn = sum(len(r["spans"]) for r in mine["ranks"])
-        if spans_drawn > MAX_EXERCISE_SPANS:
+        shown = [(t("exercises.timeline.yours"), mine)]
+        if isinstance(ddp, dict):
+            shown.append((t("exercises.timeline.ddp"), ddp))
+        if any(sum(len(r["spans"]) for r in var["ranks"]) > MAX_EXERCISE_SPANS for _, var in shown):
             raise ValueError("more spans than the grader keeps")
         n, cap = int(trace["world_size"]), int(trace["cap_bytes"])
-        shown = [(t("exercises.timeline.yours"), mine)]
-        ref = _ddp_reference(learner_id)
-        if ref is not None:
-            tl = ref.result["summary"]["sections"]["timeline"]
-            shown.append((t("exercises.timeline.ddp", run=ref.id), tl["variants"]["ddp"]))
         fig = lanes.timeline_figure(shown, lane_names(), lang=lang())
+        if isinstance(ddp, dict):
+            made = {"steps": int(ddp["steps"]), "torch": str(ddp["key"]["torch"])[:40],
+                    "calls": int(ddp["allreduce_calls"]), "yours": int(mine["allreduce_calls"])}
     except (KeyError, IndexError, TypeError, ValueError, AttributeError):
         st.caption(t("exercises.timeline.unavailable"))
         return
     st.markdown(f"**{t('exercises.timeline.title', count=n, cap=cap)}**")
     st.markdown(":material/visibility: " + t("exercises.timeline.look"))
-    left, right = st.columns([3, 1])
-    chart(fig, key=f"ex_tl_{run_id}", caption=t("exercises.timeline.alt"), where=left)
-    for title, var in shown:
-        right.metric(t("labs.timeline.overlap", name=title), num(var["overlap"], ".0%"),
+    # The overlaps side by side above the lanes: their names ("torch DDP, same model and cap") need the width.
+    for where, (title, var) in zip(st.columns(2), shown, strict=False):
+        where.metric(t("labs.timeline.overlap", name=title), num(var["overlap"], ".0%"),
                      help=t("labs.timeline.overlap_help"))
+    chart(fig, key=f"ex_tl_{run_id}", caption=t("exercises.timeline.alt"))
     st.caption(t("exercises.timeline.source", count=n, cap=cap, hidden=trace.get("hidden", "?")))
-    if ref is None:
-        st.info(t("exercises.timeline.no_ddp", count=n), icon=":material/science:")
-    else:
-        ddp = tl["variants"]["ddp"]
-        st.caption(t("exercises.timeline.ddp_source", run=ref.id, count=len(ddp["ranks"]), hidden=tl["hidden"],
-                     cap=num(ddp["bucket_cap_mb"], "g")))
+    if isinstance(ddp, dict):
+        st.caption(t("exercises.timeline.ddp_source", count=n, cap=cap, hidden=trace.get("hidden", "?"), **made))
+    else:  # None: the grading machine could not run it; absent: a report from before it did
+        st.info(t("exercises.timeline.ddp_failed" if "ddp" in trace else "exercises.timeline.ddp_older"),
+                icon=":material/science:")

@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from torch.nn.parallel import DistributedDataParallel
 
 from labs import timeline
 from labs.context import shared_clock_origin
@@ -60,11 +61,18 @@ def _model_params(p, world: int):
                                batch=min(p.timeline_batch, p.samples // world))
 
 
-def _record(ctx, q, data, tick, name: str, cap: float | None) -> tuple[list[dict], int]:
-    """This rank's spans of ``q.timeline_steps`` measured steps, and the buckets per step."""
-    inputs, labels = data
-    world = ctx.world_size
-    batches = shard_batches(q, world_size=world, rank=ctx.rank, count=q.warmup + q.timeline_steps)
+def record(model, opt, batches, *, warmup: int, origin: float, world: int,
+           on_step=lambda: None) -> tuple[list[dict], int]:
+    """This rank's spans of the steps after the first ``warmup``, and the all-reduces per step.
+
+    ``model``: a DDP module (each bucket timed by a comm hook registered here) or
+    a plain module, whose gradients then go through `naive_sync_gradients`' blocking
+    all-reduce, one per parameter, after backward. ``batches``: ``(inputs,
+    labels)`` per step; ``origin``: the ranks' shared clock origin
+    (`shared_clock_origin`); ``on_step``: called as each step begins. The
+    exercise bucketed-overlap records torch DDP on its own model with this
+    (``labs.exercises.ddp_lanes``).
+    """
     launches: list[float] = []
     done: list[tuple[int, float, float, int]] = []
 
@@ -79,59 +87,70 @@ def _record(ctx, q, data, tick, name: str, cap: float | None) -> tuple[list[dict
 
         return allreduce_hook(None, bucket).then(finished)
 
-    if cap is None:
-        model = make_model(q).to(ctx.device)
-        for param in model.parameters():  # start from rank 0's weights, as DDP would
-            dist.broadcast(param.data, 0)
+    naive = not isinstance(model, DistributedDataParallel)
+    if naive:
         named = list(model.named_parameters())
     else:
-        model = wrap(ctx, q, bucket_cap_mb=cap)
         model.register_comm_hook(None, timed_hook)
-    opt = torch.optim.SGD(model.parameters(), lr=q.lr)
-    origin, _clock = shared_clock_origin(ctx.device)  # spans of all ranks on one axis
     spans, buckets = [], 0
 
     def span(kind, label, start, end, step, **extra):
         spans.append({"kind": kind, "name": label, "start_ms": round((start - origin) * 1e3, 4),
                       "end_ms": round((end - origin) * 1e3, 4), "step": step, **extra})
 
+    for i, (inputs, labels) in enumerate(batches):
+        on_step()
+        step = i - warmup
+        dist.barrier()  # the steps start together: what follows is this rank's own
+        launches.clear()
+        done.clear()
+        opt.zero_grad(set_to_none=True)
+        t0 = time.perf_counter()
+        loss = F.cross_entropy(model(inputs), labels)
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        comm = []
+        if naive:  # naive_sync_gradients, each all-reduce timed
+            for pname, param in named:
+                a = time.perf_counter()
+                dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
+                param.grad /= world
+                comm.append((f"all-reduce {pname}", a, time.perf_counter(),
+                             param.grad.numel() * param.grad.element_size()))
+            backward_end = t2
+        else:
+            comm = [(f"bucket {index}", a, b, size) for index, a, b, size in sorted(done)]
+            backward_end = max(launches, default=t2)  # the last gradient was ready then
+            buckets = len(launches)
+        t3 = time.perf_counter()
+        opt.step()
+        t4 = time.perf_counter()
+        if step < 0:
+            continue
+        span("compute", "forward", t0, t1, step)
+        span("compute", timeline.BACKWARD, t1, backward_end, step)
+        span("compute", "optimizer", t3, t4, step)
+        for label, a, b, size in comm:
+            span("comm", label, a, b, step, bytes=size)
+    return spans, len(named) if naive else buckets
+
+
+def _record(ctx, q, data, tick, name: str, cap: float | None) -> tuple[list[dict], int]:
+    """This rank's spans of ``q.timeline_steps`` measured steps, and the buckets per step."""
+    inputs, labels = data
+    indices = shard_batches(q, world_size=ctx.world_size, rank=ctx.rank, count=q.warmup + q.timeline_steps)
+    if cap is None:
+        model = make_model(q).to(ctx.device)
+        for param in model.parameters():  # start from rank 0's weights, as DDP would
+            dist.broadcast(param.data, 0)
+    else:
+        model = wrap(ctx, q, bucket_cap_mb=cap)
+    opt = torch.optim.SGD(model.parameters(), lr=q.lr)
+    origin, _clock = shared_clock_origin(ctx.device)  # spans of all ranks on one axis
     with ctx.communicating():
-        for i, idx in enumerate(batches):
-            tick(f"timeline: {name}")
-            step = i - q.warmup
-            dist.barrier()  # the steps start together: what follows is this rank's own
-            launches.clear()
-            done.clear()
-            opt.zero_grad(set_to_none=True)
-            t0 = time.perf_counter()
-            loss = F.cross_entropy(model(inputs[idx]), labels[idx])
-            t1 = time.perf_counter()
-            loss.backward()
-            t2 = time.perf_counter()
-            comm = []
-            if cap is None:  # naive_sync_gradients, each all-reduce timed
-                for pname, param in named:
-                    a = time.perf_counter()
-                    dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
-                    param.grad /= world
-                    comm.append((f"all-reduce {pname}", a, time.perf_counter(),
-                                 param.grad.numel() * param.grad.element_size()))
-                backward_end = t2
-            else:
-                comm = [(f"bucket {index}", a, b, size) for index, a, b, size in sorted(done)]
-                backward_end = max(launches, default=t2)  # the last gradient was ready then
-                buckets = len(launches)
-            t3 = time.perf_counter()
-            opt.step()
-            t4 = time.perf_counter()
-            if step < 0:
-                continue
-            span("compute", "forward", t0, t1, step)
-            span("compute", timeline.BACKWARD, t1, backward_end, step)
-            span("compute", "optimizer", t3, t4, step)
-            for label, a, b, size in comm:
-                span("comm", label, a, b, step, bytes=size)
-    return spans, buckets if cap is not None else len(named)
+        return record(model, opt, [(inputs[idx], labels[idx]) for idx in indices], warmup=q.warmup,
+                      origin=origin, world=ctx.world_size, on_step=lambda: tick(f"timeline: {name}"))
 
 
 def run(ctx, p, data, tick) -> dict:

@@ -1,7 +1,9 @@
 """The bucketed-overlap report's timeline (issue #25): the learner's Bucketer as the grader
-saw it (the router's all-reduces, the rank's own backward), torch DDP's from the learner's
-newest DDP lab run below it, and each overlap, in every language. A real grading of the
-reference feeds the page; no timing is asserted, and the grade does not depend on it.
+saw it (the router's all-reduces, the rank's own backward) and, below it on one time axis,
+torch DDP on the same model, ranks and cap, as the grading side ran it
+(``labs.exercises.ddp_lanes``), with each overlap, in every language. A real grading of the
+reference, with a cache of its own (so torch DDP really runs), feeds the page; no timing is
+asserted, and the grade does not depend on it.
 """
 
 from __future__ import annotations
@@ -13,9 +15,8 @@ import pytest
 
 from academy import exercises, i18n, labjob
 from academy.db import session_scope
-from academy.models import LabRun, Learner
-from labs import timeline
-from labs.exercises import grader, reference
+from academy.models import Learner
+from labs.exercises import ddp_lanes, grader, load, reference
 from tests.apptest import open_page
 from tests.test_exercises_more import sandbox_mode
 
@@ -23,10 +24,12 @@ EXERCISE = "bucketed-overlap"
 
 
 @pytest.fixture(scope="module")
-def report() -> dict:
-    """The reference graded on its traced case only (a few seconds)."""
+def report(tmp_path_factory) -> dict:
+    """The reference graded on its traced case only, torch DDP's lanes made afresh (seconds)."""
     source = reference(EXERCISE)
-    out = grader.grade(EXERCISE, source, seed=7, mode=sandbox_mode(), case_ids=["w2-cap400"])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EXERCISE_DDP_CACHE", str(tmp_path_factory.mktemp("ddp-lanes")))
+        out = grader.grade(EXERCISE, source, seed=7, mode=sandbox_mode(), case_ids=["w2-cap400"])
     assert out["status"] == "passed", json.dumps(out)[:2000]
     return out
 
@@ -47,26 +50,6 @@ def graded(me: int, report: dict) -> int:
     return run_id
 
 
-def ddp_lab_run(me: int) -> int:
-    """A finished DDP lab run of the learner's with a timeline (two ranks, three buckets)."""
-    def rank(r):
-        return {"rank": r, "spans": [
-            {"kind": "compute", "name": "forward", "start_ms": 0.0, "end_ms": 1.0, "step": 0},
-            {"kind": "compute", "name": "backward", "start_ms": 1.0, "end_ms": 4.0, "step": 0},
-            {"kind": "comm", "name": "bucket 0", "start_ms": 2.0, "end_ms": 5.0, "step": 0},
-            {"kind": "compute", "name": "optimizer", "start_ms": 5.0, "end_ms": 5.5, "step": 0}]}
-    ddp = timeline.variant([rank(0), rank(1)], bucket_cap_mb=0.05, allreduce_calls=1)
-    result = {"lab": "ddp", "summary": {"world_size": 2, "backend": "gloo", "sections": {"timeline": {
-        "variants": {"naive": ddp, "ddp": ddp}, "steps": 1, "hidden": 256, "batch_per_rank": 128,
-        "caps": [{"bucket_cap_mb": 0.05, "variant": "ddp"}]}}}}
-    with session_scope() as session:
-        run = LabRun(learner_id=me, lab="ddp", params={"world_size": 2}, machine={}, status="done",
-                     result=result, worker="labhost:1")
-        session.add(run)
-        session.flush()
-        return run.id
-
-
 def lanes_of(at) -> list[str]:
     specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     spec = next(s for s in specs if any(tr.get("base") for tr in s["data"]))
@@ -77,42 +60,70 @@ def texts(at) -> list[str]:
     return [e.value for kind in ("markdown", "caption", "info") for e in at.get(kind)]
 
 
+def test_a_grading_runs_torch_ddp_on_the_traced_case_s_own_model_ranks_and_cap(report):
+    trace = report["trace"]
+    assert trace["kind"] == "timeline" and trace["world_size"] == 2 and trace["cap_bytes"] == 400
+    case = next(c for c in load(EXERCISE).cases(7) if c["id"] == "w2-cap400")
+    ddp, mine = trace["ddp"], trace["learner"]
+    # Made by the grading side from the case itself: its key is the case's shape, cap and ranks.
+    assert ddp["key"] == ddp_lanes.key(case) and ddp["key"]["hidden"] == trace["hidden"] == 16
+    assert ddp["bucket_cap_mb"] * (1 << 20) == pytest.approx(400)
+    for var in (mine, ddp):
+        assert [r["rank"] for r in var["ranks"]] == [0, 1]
+        assert all({s["kind"] for s in r["spans"]} == {"compute", "comm"} for r in var["ranks"])
+        assert 0.0 <= var["overlap"] <= 1.0
+    assert ddp["steps"] == case["steps"] and ddp["allreduce_calls"] >= 1
+    assert all(s["name"].startswith("bucket ") for r in ddp["ranks"] for s in r["spans"] if s["kind"] == "comm")
+
+
 @pytest.mark.usefixtures("app_db")
 @pytest.mark.parametrize("lang", ["en", "zh", "nl"])
-def test_the_report_draws_the_learner_s_timeline_and_torch_ddp_s_from_a_lab_run(report, lang):
+def test_the_report_draws_your_bucketer_above_torch_ddp_on_the_same_model_and_cap(report, lang):
     trace = report["trace"]
-    assert trace["kind"] == "timeline" and trace["world_size"] == 2
-    mine = trace["learner"]
-    assert all({s["kind"] for s in r["spans"]} == {"compute", "comm"} for r in mine["ranks"])
+    mine, ddp = trace["learner"], trace["ddp"]
     me = learner()
     graded(me, report)
     at = open_page("exercises", lang, me, exercise=EXERCISE)
     assert not at.exception, at.exception
-    yours = i18n.t("exercises.timeline.yours", lang)
-    assert lanes_of(at) == [lane for lane in lanes_of(at) if lane.startswith(yours)] and len(lanes_of(at)) == 4
+    yours, theirs = i18n.t("exercises.timeline.yours", lang), i18n.t("exercises.timeline.ddp", lang)
+    drawn = lanes_of(at)
+    assert len(drawn) == 8
+    assert all(lane.startswith(yours) for lane in drawn[:4]) and all(lane.startswith(theirs) for lane in drawn[4:])
     assert i18n.t("exercises.timeline.title", lang, count=2, cap=400) in [m.value.strip("*") for m in at.markdown]
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics[i18n.t("labs.timeline.overlap", lang, name=yours)] == i18n.format_number(mine["overlap"], lang,
-                                                                                            ".0%")
+    for name, var in ((yours, mine), (theirs, ddp)):
+        assert metrics[i18n.t("labs.timeline.overlap", lang, name=name)] == i18n.format_number(var["overlap"], lang,
+                                                                                                ".0%")
     shown = texts(at)
     assert i18n.t("exercises.timeline.source", lang, count=2, cap=400, hidden=16) in shown
-    assert i18n.t("exercises.timeline.no_ddp", lang, count=2) in shown
-    # With a DDP lab run of the learner's: torch DDP's lanes below, named by the run, and said which.
-    run_id = ddp_lab_run(me)
-    at = open_page("exercises", lang, me, exercise=EXERCISE)
-    assert not at.exception, at.exception
-    ddp = i18n.t("exercises.timeline.ddp", lang, run=run_id)
-    drawn = lanes_of(at)
-    assert len(drawn) == 8 and drawn[0].startswith(yours) and drawn[-1].startswith(ddp)
-    assert i18n.t("labs.timeline.overlap", lang, name=ddp) in {m.label for m in at.metric}
-    assert i18n.t("exercises.timeline.ddp_source", lang, run=run_id, count=2, hidden=256,
-                  cap="0,05" if lang == "nl" else "0.05") in texts(at)
+    assert i18n.t("exercises.timeline.ddp_source", lang, count=2, cap=400, hidden=16, steps=3,
+                  torch=ddp["key"]["torch"], calls=ddp["allreduce_calls"], yours=mine["allreduce_calls"]) in shown
 
 
 @pytest.mark.usefixtures("app_db")
-def test_a_stored_timeline_with_more_spans_than_the_grader_keeps_is_not_drawn(report):
+@pytest.mark.parametrize(("ddp", "key"), [("absent", "exercises.timeline.ddp_older"),
+                                          (None, "exercises.timeline.ddp_failed")])
+def test_without_torch_ddp_s_lanes_the_report_draws_yours_and_says_why(report, ddp, key):
+    """A report from before the grading ran torch DDP, or one where it could not: never
+    another model's lanes in their place."""
+    older = json.loads(json.dumps(report))
+    if ddp == "absent":
+        del older["trace"]["ddp"]
+    else:
+        older["trace"]["ddp"] = ddp
+    me = learner()
+    graded(me, older)
+    at = open_page("exercises", "en", me, exercise=EXERCISE)
+    assert not at.exception, at.exception
+    assert len(lanes_of(at)) == 4 and all(lane.startswith("your Bucketer") for lane in lanes_of(at))
+    assert i18n.t(key, "en") in texts(at)
+
+
+@pytest.mark.usefixtures("app_db")
+@pytest.mark.parametrize("which", ["learner", "ddp"])
+def test_a_stored_timeline_with_more_spans_than_the_grader_keeps_is_not_drawn(report, which):
     forged = json.loads(json.dumps(report))
-    spans = forged["trace"]["learner"]["ranks"][0]["spans"]
+    spans = forged["trace"][which]["ranks"][0]["spans"]
     spans[:] = [dict(spans[0]) for _ in range(5000)]
     me = learner()
     graded(me, forged)

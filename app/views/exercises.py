@@ -261,7 +261,7 @@ def report(run) -> None:  # a LabRun
                     st.caption(t("exercises.output", rank=rank))
                     st.code(output, language=None)
     ring(res.get("trace") or {}, run.id)
-    labviews.bucket_timeline(res.get("trace") or {}, run.id, who.id)
+    labviews.bucket_timeline(res.get("trace") or {}, run.id)
 
 
 run_id = state.get(f"ex_run_{current}")

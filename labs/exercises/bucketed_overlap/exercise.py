@@ -17,6 +17,11 @@ two overlap facts (made inside backward, waited for after it) are hints
 the rank's own process gives (``api.in_backward`` and the moment it
 waits), which deliberately forged frames could fake. This exercise is
 not among those a certificate requires (README, "How grading works").
+
+The report's timeline (`trace`, never graded) draws the learner's
+all-reduces as the router saw them and, `beside` them, torch DDP's on the
+same model, world size and cap, which the grading side runs itself
+(``labs.exercises.ddp_lanes``, once per machine and shape).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from __future__ import annotations
 import math
 
 from labs import timeline
-from labs.exercises import checks
+from labs.exercises import checks, ddp_lanes
 from labs.exercises.average_gradients.exercise import params_finding
 
 ID = "bucketed-overlap"
@@ -123,6 +128,12 @@ def _overlap_finding(ranks: list[dict]) -> dict:
                 return checks.failed("overlap", "bucket_not_async", **where)
     return {"check": "overlap", "passed": True, "key": "bucket_overlap_ok", "values": {}}
 
+
+def beside(case: dict) -> dict:
+    """What the report draws beside the learner's timeline: torch DDP's on the traced case's
+    model, world size and cap, made by the grading side (``labs.exercises.ddp_lanes``), never
+    from anything a rank wrote (``{"ddp": None}`` when it could not be made)."""
+    return {"ddp": ddp_lanes.lanes(case)}
 
 
 def trace(case: dict, ranks: list[dict]) -> dict:
