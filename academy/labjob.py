@@ -293,9 +293,12 @@ def _end_node(run_id: int, node: int, me: str, status: RunStatus, *, error: dict
     """
     now = utcnow()
     active = LabRun.status.in_(ACTIVE)
+    ran_on = (result or {}).get("machine")
     with session_scope() as session:
         session.exec(update(LabRun).where(LabRun.id == run_id)
                      .values(cancel_requested=LabRun.cancel_requested))
+        if isinstance(ran_on, dict) and ran_on.get("torch"):  # where it ran: the lab's own account
+            session.exec(update(LabRun).where(LabRun.id == run_id, active).values(machine=ran_on))
         session.exec(update(LabRunNode).where(LabRunNode.run_id == run_id, LabRunNode.node == node,
                                               LabRunNode.worker == me)
                      .values(status=status, heartbeat_at=now))

@@ -458,8 +458,9 @@ def show_run(run: LabRun) -> None:
     if run.status == "done":
         look_for(run)
     machine = run.machine or {}
-    st.caption(t("labs.machine", cpus=machine.get("cpu_count", "?"), torch=machine.get("torch", "?"),
-                 backend=(run.result or {}).get("backend") or machine.get("default_backend", "?")))
+    if machine.get("torch"):  # where the lab ran (a run that ended before its result says nothing)
+        st.caption(t("labs.machine", cpus=machine.get("cpu_count", "?"), torch=machine["torch"],
+                     backend=(run.result or {}).get("backend") or machine.get("default_backend", "?")))
     if run.status != "done":
         failure(run)
         return

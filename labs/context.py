@@ -110,6 +110,13 @@ class LabError:
         return asdict(self)
 
 
+def host_summary() -> dict:
+    """The machine without PyTorch: host, platform, Python, CPUs (what a web page may say
+    of itself; where a lab ran, its result's ``machine`` says, from `machine_summary`)."""
+    return {"hostname": socket.gethostname(), "platform": platform.platform(),
+            "python": platform.python_version(), "cpu_count": os.cpu_count()}
+
+
 def machine_summary() -> dict:
     """What the labs run on: CPUs, torch, backends and GPUs."""
     import torch
@@ -119,10 +126,7 @@ def machine_summary() -> dict:
     if torch.cuda.is_available():
         gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     return {
-        "hostname": socket.gethostname(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu_count": os.cpu_count(),
+        **host_summary(),
         "torch": torch.__version__,
         "gloo_available": dist.is_gloo_available(),
         "nccl_available": dist.is_nccl_available(),

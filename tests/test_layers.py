@@ -12,6 +12,7 @@ the Streamlit app.
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -224,7 +225,7 @@ def test_the_platform_path_imports_no_torch():
     assert out.stdout.strip() == "[]"
 
 
-def test_the_labs_page_path_imports_no_torch():
+def test_the_labs_page_path_imports_no_torch(tmp_path):
     """Issue #23: the Labs page names a lab, builds its form and checks a request without
     PyTorch: each lab's module is torch-free, its rank code (``RANK_MODULE``) is not."""
     code = """
@@ -240,9 +241,14 @@ for lab in LABS:
     assert labruns.validate(lab, {})["world_size"] >= 1
     assert labruns.validate(lab, {"world_size": 2, "backend": "gloo"})["world_size"] == 2
     assert labruns.validate(lab, {"world_size": 2, "backend": "auto"})["backend"] == "auto"
+from tests.apptest import open_page  # the page itself, each lab's form drawn
+for lab in LABS:
+    at = open_page("labs", lab=lab)
+    assert not at.exception and at.get("form"), lab
 print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))
 """
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'app.db'}"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"
 

@@ -6,7 +6,7 @@ from academy import labqueue, labruns
 from academy.models import ACTIVE
 from academy.settings import get_settings
 from app import labviews, ui
-from labs.context import load_lab, machine_summary, world_size_default
+from labs.context import host_summary, load_lab, world_size_default
 from labs.params import Run, offered
 
 t = ui.t
@@ -15,7 +15,7 @@ st.title(t("nav.labs"))
 st.write(t("labs.intro"))
 who = ui.learner()
 settings = get_settings()
-machine = st.cache_resource(machine_summary)()
+machine = st.cache_resource(host_summary)()  # the worker records where the lab ran (academy.labjob)
 labruns.recover_after_restart_once()
 
 LABS = labruns.lab_names()
