@@ -48,7 +48,7 @@ from sqlmodel import func, select
 
 from academy import exercises
 from academy.db import session_scope
-from academy.labpool import WarmPool, lab_env
+from academy.labpool import GraderPool, WarmPool, lab_env
 from academy.labqueue import (
     EXERCISE,
     REPORT_TOO_LARGE,
@@ -122,6 +122,7 @@ class WorkerState:
     # run id -> process-group id of the lab going, for tests and the shutdown path
     running: dict[int, int] = field(default_factory=dict)
     pool: WarmPool | None = None  # warm processes for single-node CPU labs (academy.labpool)
+    graders: GraderPool | None = None  # warm graders for exercise runs (academy.labpool)
 
 
 _worker: WorkerState | None = None
@@ -431,8 +432,11 @@ def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str
     argv = command(run.lab, run.params, workdir) if nodes == 1 \
         else torchrun_command(run.lab, run.params, workdir, run_id=run.id)
     with open(workdir / "output.log", "w") as out:
-        # A warm process is the same command with PyTorch already imported; none ready: a fresh one.
-        proc = state.pool.take(argv, env, workdir / "output.log") if state.pool and nodes == 1 else None
+        # A warm process (or grader) is the same command with PyTorch already imported (the
+        # sandbox already started); none ready: a fresh one.
+        pools = [pool for pool in (state.pool, state.graders) if pool is not None]
+        proc = next((p for pool in pools if nodes == 1 and (p := pool.take(argv, env, workdir / "output.log"))),
+                    None)
         proc = proc or subprocess.Popen(
             argv, cwd=ROOT, env=env, stdout=out,
             stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_worker,
@@ -472,8 +476,8 @@ def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str
             if proc.poll() is None:
                 _kill(proc)
             state.running.pop(run.id, None)
-            if state.pool is not None:  # after the run, so no import shares the CPU with it
-                state.pool.refill()
+            for pool in pools:  # after the run, so no import shares the CPU with it
+                pool.refill()
     tail.latest()  # the last events, written just before the CLI exited
     result = fit_result(run, _read_json(workdir / "result.json"))
     output = (workdir / "output.log").read_text(errors="replace")[-4000:]

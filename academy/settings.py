@@ -101,6 +101,9 @@ class Settings(BaseSettings):
     # Warm lab processes per worker (PyTorch imported, academy.labpool): a single-node
     # CPU lab starts in one without a fresh import; 0 turns them off. Fewer when memory is short.
     lab_warm_pool: int = Field(default=1, ge=0, le=8)
+    # Warm graders per worker (academy.labpool.GraderPool): an exercise's sandbox started
+    # ahead, each graded one submission and then discarded; 0 turns them off. Fewer when memory is short.
+    lab_warm_exercises: int = Field(default=1, ge=0, le=8)
     # Coding exercises (issue #16): how the worker runs learners' code, passed to
     # the grading command as EXERCISE_SANDBOX. "bwrap" (the default) refuses to
     # grade where bubblewrap cannot start; "none" runs the code unconfined and is
