@@ -33,6 +33,7 @@ import select
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -209,6 +210,7 @@ class WarmPool:
 
 GRADER_MB = 700  # a warm grader and its sandbox (the harness, PyTorch, nine forked ranks), rounded up
 GRADER_WAIT_S = 600  # a warm grader with no job this long exits; the next refill replaces it
+IDLE_REFILL_S = 60.0  # an idle worker starts a grader at most this often (one that keeps dying costs little)
 
 
 class GraderPool:
@@ -237,9 +239,14 @@ class GraderPool:
         self.exercise, self.max_wait_s = exercise, max_wait_s
         self.ready: list[tuple[str, subprocess.Popen]] = []
         self.lock = threading.Lock()
+        self.started_at = -IDLE_REFILL_S
 
-    def refill(self) -> None:
+    def refill(self, *, idle: bool = False) -> None:
+        """Start graders of the exercise graded last, up to ``size``; ``idle`` (the worker's
+        own loop, no run going): only if none was started in the last `IDLE_REFILL_S`."""
         with self.lock:
+            if idle and time.monotonic() - self.started_at < IDLE_REFILL_S:
+                return
             kept = []
             for exercise, proc in self.ready:
                 if proc.poll() is None and exercise == self.exercise:
@@ -257,6 +264,7 @@ class GraderPool:
                 except OSError as err:
                     log.warning("no warm grader: %s", err)
                     return
+                self.started_at = time.monotonic()
 
     def take(self, argv: list[str], env: dict[str, str], out: Path) -> subprocess.Popen | None:
         """The warm grader now grading ``argv`` (a ``python -m labs.exercises grade EX ...``
@@ -279,6 +287,7 @@ class GraderPool:
                 except OSError:  # it died while waiting (killed): the run starts fresh
                     _stop(proc)
                     continue
+                log.info("warm grader %s grades this %s run", proc.pid, exercise)
                 return proc
         return None
 

@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                 labqueue.requeue_lost(queues)
                 labqueue.forget_workers()
                 if state.graders is not None and not state.running:  # one that waited too long
-                    state.graders.refill()
+                    state.graders.refill(idle=True)
             except Exception:  # a database hiccup must not stop the worker
                 log.exception("heartbeat or reap failed")
             if stop.wait(labjob.REAP_EVERY_S):

@@ -31,6 +31,7 @@ sandbox has died, is graded as a plain ``grade``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import select
@@ -191,13 +192,17 @@ NO_JOB = 3  # the warm grader's exit when it ends without a job
 
 
 def cmd_warm(exercise_id: str, max_wait_s: float) -> int:
+    from labs import sandbox
     from labs.exercises.grader import prestart
 
     deadline = time.monotonic() + max_wait_s
-    with prestart(exercise_id) as warm:
-        # Both return at once when a job line is there; the second waits on for one
-        # if the sandbox ended first (it is then graded without it).
-        warm.started.wait(0, max_wait_s)
+    with contextlib.ExitStack() as stack:
+        try:
+            warm = stack.enter_context(prestart(exercise_id))
+        except sandbox.SandboxUnavailable:
+            warm = None  # the job's grade says why, as the command alone would
+        if warm is not None:  # returns at once when the job is there, or when the sandbox ended
+            warm.started.wait(0, max_wait_s)
         waited = select.select([0], [], [], max(0.0, deadline - time.monotonic()))[0]
         line = sys.stdin.buffer.readline() if waited else b""
         try:
@@ -209,9 +214,9 @@ def cmd_warm(exercise_id: str, max_wait_s: float) -> int:
         os.dup2(output, 1)
         os.dup2(output, 2)
         os.close(output)
-        if args.command != "grade" or args.exercise != exercise_id:
-            warm = None  # graded as the command alone would be
-        return cmd_grade(args, warm=warm) if args.command == "grade" else NO_JOB
+        if args.command != "grade":
+            return NO_JOB
+        return cmd_grade(args, warm=warm if args.exercise == exercise_id else None)
 
 
 def main(argv: list[str] | None = None) -> int:
