@@ -208,7 +208,7 @@ class WarmPool:
             self.ready = []
 
 
-GRADER_MB = 700  # a warm grader and its sandbox (the harness, PyTorch, nine forked ranks), rounded up
+GRADER_MB = 400  # a warm grader and its sandbox (harness, PyTorch, nine forked ranks): about 210 MB PSS, rounded up
 GRADER_WAIT_S = 600  # a warm grader with no job this long exits; the next refill replaces it
 IDLE_REFILL_S = 60.0  # an idle worker starts a grader at most this often (one that keeps dying costs little)
 
