@@ -231,4 +231,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if sys.argv[1:2] in (["grade"], ["warm"]):
+        # The report is written and the sandbox gone; the worker reads the report once this
+        # process has exited: skip the interpreter's teardown of PyTorch (a tenth of a second).
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)
