@@ -324,7 +324,8 @@ class Started:
 
     def wait(self, fd: int, timeout: float) -> bool:
         """Wait until ``fd`` has something to read: False when the program ended first (or
-        closed its output) or ``timeout`` passed. What it writes meanwhile is kept for `run`."""
+        closed its output, or wrote more than the cap: then it is killed) or ``timeout``
+        passed. What it writes meanwhile is kept for `run`."""
         deadline = time.monotonic() + timeout
         pipes = {self.proc.stdout.fileno(): self.out, self.proc.stderr.fileno(): self.err}
         while (now := time.monotonic()) < deadline and not _exited(self.proc):
@@ -334,7 +335,8 @@ class Started:
             for pipe in readable:
                 chunk = os.read(pipe, 65536)
                 if not chunk or len(pipes[pipe]) + len(chunk) > self.limits.output_bytes:
-                    return False  # its output closed, or a flood before any input: not ours to run
+                    self.close()  # its output closed, or a flood before any input: not to be run
+                    return False
                 pipes[pipe] += chunk
         return False
 
