@@ -165,6 +165,11 @@ def command(lab: str, params: dict[str, Any], workdir: Path) -> list[str]:
     return args
 
 
+def exercise_env() -> dict[str, str]:
+    """What a grading command (and a warm grader, academy.labpool) gets beside `lab_env`."""
+    return {"EXERCISE_SANDBOX": get_settings().exercise_sandbox}
+
+
 def load_labs() -> None:
     """Import every lab's module (their parameter models, which `command` reads)."""
     from labs import context
@@ -424,7 +429,7 @@ def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str
         # The learner's code goes to the grader as a file; the grader runs it only
         # inside the sandbox the setting names (labs/sandbox.py).
         (workdir / "submission.py").write_text(run.source or "", encoding="utf-8")
-        env["EXERCISE_SANDBOX"] = settings.exercise_sandbox
+        env.update(exercise_env())
     started = time.monotonic()
     stopped_by: str | None = None
     tail = _Tail(workdir / "events.jsonl")

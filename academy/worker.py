@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     if "cpu" in queues and get_settings().lab_warm_exercises:
         # Warm graders: an exercise run is graded in a sandbox started ahead, one per submission.
         state.graders = GraderPool(get_settings().lab_warm_exercises,
-                                   lab_env({"EXERCISE_SANDBOX": get_settings().exercise_sandbox}), ROOT,
+                                   lab_env(labjob.exercise_env()), ROOT,
                                    labjob._die_with_worker)
         state.graders.refill()
     labjob.set_worker(state)

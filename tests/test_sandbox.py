@@ -15,7 +15,6 @@ root (a developer's laptop); as root (CI) a missing sandbox fails them, and
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import shutil
@@ -589,7 +588,8 @@ def test_a_program_started_ahead_of_its_input_is_as_confined_and_its_clock_start
     paths = [str(ROOT / "labs" / "sandbox.py"), os.environ["SECRETS_DIR"], sys.prefix]
     nothing, never_written = os.pipe()
     try:
-        with sandbox.start_python("later", [], limits=dataclasses.replace(SMALL, wall_s=3), mode="bwrap",
+        with sandbox.start_python("later", [], limits=Limits(memory_mb=256, processes=16, file_size_mb=1, cpu_s=10, wall_s=3,
+                                                                output_bytes=64 * KiB, tmpfs_mb=16), mode="bwrap",
                                   harness=harness) as started:
             assert not started.wait(nothing, 4.0) and started.alive(), "waited past its wall clock"
             started.put("submission.py", b"x = 1\n")
