@@ -436,10 +436,10 @@ def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str
     nodes, joined = nodes_of(run.params), False
     argv = command(run.lab, run.params, workdir) if nodes == 1 \
         else torchrun_command(run.lab, run.params, workdir, run_id=run.id)
+    pools = [pool for pool in (state.pool, state.graders) if pool is not None]
     with open(workdir / "output.log", "w") as out:
         # A warm process (or grader) is the same command with PyTorch already imported (the
         # sandbox already started); none ready: a fresh one.
-        pools = [pool for pool in (state.pool, state.graders) if pool is not None]
         proc = next((p for pool in pools if nodes == 1 and (p := pool.take(argv, env, workdir / "output.log"))),
                     None)
         proc = proc or subprocess.Popen(
@@ -481,13 +481,15 @@ def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str
             if proc.poll() is None:
                 _kill(proc)
             state.running.pop(run.id, None)
-            for pool in pools:  # after the run, so no import shares the CPU with it
-                pool.refill()
     tail.latest()  # the last events, written just before the CLI exited
     result = fit_result(run, _read_json(workdir / "result.json"))
     output = (workdir / "output.log").read_text(errors="replace")[-4000:]
-    _ended(run, node, state.name, stopped_by=stopped_by, code=proc.returncode, result=result,
-           progress=tail.last, output=output)
+    try:
+        _ended(run, node, state.name, stopped_by=stopped_by, code=proc.returncode, result=result,
+               progress=tail.last, output=output)
+    finally:
+        for pool in pools:  # once the run is recorded, so no import shares the CPU with either
+            pool.refill()
 
 
 def _ended(run: LabRun, node: int, me: str, *, stopped_by: str | None, code: int | None,

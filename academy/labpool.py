@@ -223,9 +223,9 @@ class GraderPool:
     (the seed drawn only then, the same report and exit code) and exits: each
     grader serves exactly one submission, so nothing crosses from one learner to
     the next. The pool keeps graders for the exercise graded last
-    (``ring-allreduce`` to begin with); ``refill``, which the worker calls after
-    each run (never during one, so no start-up shares the CPU with a grading) and
-    while idle, starts them up to ``size`` (fewer when memory is short), replaces
+    (``ring-allreduce`` to begin with); ``refill``, which the worker calls once
+    each run is recorded (never during one, so no start-up shares the CPU with a
+    grading or the storing of its report) and while idle, starts them up to ``size`` (fewer when memory is short), replaces
     those of another exercise and those that exited (killed, or no job within
     `GRADER_WAIT_S`). None waiting, another exercise, a dead one, or a run whose
     environment is not the pool's: ``take`` returns None and the run is graded
