@@ -48,7 +48,7 @@ from sqlmodel import func, select
 
 from academy import exercises
 from academy.db import session_scope
-from academy.labpool import WarmPool, lab_env
+from academy.labpool import GraderPool, WarmPool, lab_env
 from academy.labqueue import (
     EXERCISE,
     REPORT_TOO_LARGE,
@@ -122,6 +122,7 @@ class WorkerState:
     # run id -> process-group id of the lab going, for tests and the shutdown path
     running: dict[int, int] = field(default_factory=dict)
     pool: WarmPool | None = None  # warm processes for single-node CPU labs (academy.labpool)
+    graders: GraderPool | None = None  # warm graders for exercise runs (academy.labpool)
 
 
 _worker: WorkerState | None = None
@@ -162,6 +163,11 @@ def command(lab: str, params: dict[str, Any], workdir: Path) -> list[str]:
         if key != "nodes":
             args += [flags[key], str(value)]
     return args
+
+
+def exercise_env() -> dict[str, str]:
+    """What a grading command (and a warm grader, academy.labpool) gets beside `lab_env`."""
+    return get_settings().exercises.environ()
 
 
 def load_labs() -> None:
@@ -426,16 +432,19 @@ def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str
         # The learner's code goes to the grader as a file; the grader runs it only
         # inside the sandbox the settings name (labs/sandbox.py), within their limits.
         (workdir / "submission.py").write_text(run.source or "", encoding="utf-8")
-        env.update(settings.exercises.environ())
+        env.update(exercise_env())
     started = time.monotonic()
     stopped_by: str | None = None
     tail = _Tail(workdir / "events.jsonl")
     nodes, joined = nodes_of(run.params), False
     argv = command(run.lab, run.params, workdir) if nodes == 1 \
         else torchrun_command(run.lab, run.params, workdir, run_id=run.id)
+    pools = [pool for pool in (state.pool, state.graders) if pool is not None]
     with open(workdir / "output.log", "w") as out:
-        # A warm process is the same command with PyTorch already imported; none ready: a fresh one.
-        proc = state.pool.take(argv, env, workdir / "output.log") if state.pool and nodes == 1 else None
+        # A warm process (or grader) is the same command with PyTorch already imported (the
+        # sandbox already started); none ready: a fresh one.
+        proc = next((p for pool in pools if nodes == 1 and (p := pool.take(argv, env, workdir / "output.log"))),
+                    None)
         proc = proc or subprocess.Popen(
             argv, cwd=ROOT, env=env, stdout=out,
             stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_worker,
@@ -475,13 +484,15 @@ def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str
             if proc.poll() is None:
                 _kill(proc)
             state.running.pop(run.id, None)
-            if state.pool is not None:  # after the run, so no import shares the CPU with it
-                state.pool.refill()
     tail.latest()  # the last events, written just before the CLI exited
     result = fit_result(run, _read_json(workdir / "result.json"))
     output = (workdir / "output.log").read_text(errors="replace")[-4000:]
-    _ended(run, node, state.name, stopped_by=stopped_by, code=proc.returncode, result=result,
-           progress=tail.last, output=output)
+    try:
+        _ended(run, node, state.name, stopped_by=stopped_by, code=proc.returncode, result=result,
+               progress=tail.last, output=output)
+    finally:
+        for pool in pools:  # once the run is recorded, so no import shares the CPU with either
+            pool.refill()
 
 
 def _ended(run: LabRun, node: int, me: str, *, stopped_by: str | None, code: int | None,

@@ -17,6 +17,9 @@ one is replaced by ``refill``, which the worker calls after each run, so an
 import never shares the CPU with a run's timings. Size: the ``lab_warm_pool``
 setting (each process serves any number of runs; more than one is a spare),
 fewer when memory is short.
+
+Exercise runs have a pool of their own, :class:`GraderPool`: pre-started
+sandboxes, each used for exactly one submission and then discarded.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import select
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -202,6 +206,108 @@ class WarmPool:
             for warm in self.ready:
                 warm.stop()
             self.ready = []
+
+
+GRADER_MB = 400  # a warm grader and its sandbox (harness, PyTorch, nine forked ranks): about 210 MB PSS, rounded up
+GRADER_WAIT_S = 600  # a warm grader with no job this long exits; the next refill replaces it
+IDLE_REFILL_S = 60.0  # an idle worker starts a grader at most this often (one that keeps dying costs little)
+
+
+class GraderPool:
+    """Warm graders for exercise runs: ``python -m labs.exercises warm EX``, each with the
+    sandbox of exercise EX started (the harness, PyTorch imported, its ranks forked),
+    waiting for one submission.
+
+    ``take`` hands a run's ``grade`` command to a waiting grader of the run's
+    exercise and returns that process, which grades it as the command alone would
+    (the seed drawn only then, the same report and exit code) and exits: each
+    grader serves exactly one submission, so nothing crosses from one learner to
+    the next. The pool keeps graders for the exercise graded last
+    (``ring-allreduce`` to begin with); ``refill``, which the worker calls once
+    each run is recorded (never during one, so no start-up shares the CPU with a
+    grading or the storing of its report) and while idle, starts them up to ``size`` (fewer when memory is short), replaces
+    those of another exercise and those that exited (killed, or no job within
+    `GRADER_WAIT_S`). None waiting, another exercise, a dead one, or a run whose
+    environment is not the pool's: ``take`` returns None and the run is graded
+    by a fresh ``grade`` process, as without a pool.
+    """
+
+    def __init__(self, size: int, env: dict[str, str], cwd: Path,
+                 preexec: Callable[[], None] | None = None, *, exercise: str = "ring-allreduce",
+                 max_wait_s: float = GRADER_WAIT_S) -> None:
+        self.size, self.env, self.cwd, self.preexec = size, dict(env), cwd, preexec
+        self.exercise, self.max_wait_s = exercise, max_wait_s
+        self.ready: list[tuple[str, subprocess.Popen]] = []
+        self.lock = threading.Lock()
+        self.started_at = -IDLE_REFILL_S
+
+    def refill(self, *, idle: bool = False) -> None:
+        """Start graders of the exercise graded last, up to ``size``; ``idle`` (the worker's
+        own loop, no run going): only if none was started in the last `IDLE_REFILL_S`."""
+        with self.lock:
+            if idle and time.monotonic() - self.started_at < IDLE_REFILL_S:
+                return
+            kept = []
+            for exercise, proc in self.ready:
+                if proc.poll() is None and exercise == self.exercise:
+                    kept.append((exercise, proc))
+                elif proc.poll() is None:
+                    _stop(proc)
+            self.ready = kept
+            while len(self.ready) < self.size and _free_mb() > 2 * GRADER_MB:
+                try:
+                    self.ready.append((self.exercise, subprocess.Popen(
+                        [sys.executable, "-m", "labs.exercises", "warm", self.exercise,
+                         "--max-wait", str(self.max_wait_s)],
+                        cwd=self.cwd, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                        start_new_session=True, preexec_fn=self.preexec)))
+                except OSError as err:
+                    log.warning("no warm grader: %s", err)
+                    return
+                self.started_at = time.monotonic()
+
+    def take(self, argv: list[str], env: dict[str, str], out: Path) -> subprocess.Popen | None:
+        """The warm grader now grading ``argv`` (a ``python -m labs.exercises grade EX ...``
+        command), its output to ``out``; None when none of EX is waiting."""
+        if argv[1:4] != ["-m", "labs.exercises", "grade"] or env != self.env:
+            return None
+        exercise = argv[4]
+        with self.lock:
+            self.exercise = exercise  # the next refill starts graders of this one
+            for entry in list(self.ready):
+                if entry[0] != exercise:
+                    continue
+                self.ready.remove(entry)
+                proc = entry[1]
+                if proc.poll() is not None:
+                    continue
+                try:
+                    proc.stdin.write(json.dumps({"argv": argv[3:], "output": str(out)}).encode() + b"\n")
+                    proc.stdin.close()
+                except OSError:  # it died while waiting (killed): the run starts fresh
+                    _stop(proc)
+                    continue
+                log.info("warm grader %s grades this %s run", proc.pid, exercise)
+                return proc
+        return None
+
+    def close(self) -> None:
+        """Stop the waiting graders (each takes its sandbox down)."""
+        with self.lock:
+            for _exercise, proc in self.ready:
+                _stop(proc)
+            self.ready = []
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Close a grader's stdin (it exits with no job, its sandbox with it); kill it if it does not."""
+    with contextlib.suppress(OSError):
+        proc.stdin.close()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def lab_env(extra: dict[str, str] | None = None) -> dict[str, Any]:

@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from academy import labjob, labqueue
     from academy.db import get_engine
-    from academy.labpool import WarmPool, lab_env
+    from academy.labpool import GraderPool, WarmPool, lab_env
     from academy.settings import ROOT, get_settings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -116,6 +116,12 @@ def main(argv: list[str] | None = None) -> int:
         state.pool = WarmPool(get_settings().lab_warm_pool, lab_env(), ROOT, labjob._die_with_worker,
                               ready_wait_s=get_settings().lab_dead_after_s / 4)
         state.pool.refill()
+    if "cpu" in queues and get_settings().lab_warm_exercises:
+        # Warm graders: an exercise run is graded in a sandbox started ahead, one per submission.
+        state.graders = GraderPool(get_settings().lab_warm_exercises,
+                                   lab_env(labjob.exercise_env()), ROOT,
+                                   labjob._die_with_worker)
+        state.graders.refill()
     labjob.set_worker(state)
     cpu_slots = args.concurrency or get_settings().lab_concurrency
     slots = {"cpu": cpu_slots, "gpu": len(devices.sets) if devices else 0}
@@ -148,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
                 labqueue.reap()
                 labqueue.requeue_lost(queues)
                 labqueue.forget_workers()
+                if state.graders is not None and not state.running:  # one that waited too long
+                    state.graders.refill(idle=True)
             except Exception:  # a database hiccup must not stop the worker
                 log.exception("heartbeat or reap failed")
             if stop.wait(labjob.REAP_EVERY_S):
@@ -159,8 +167,9 @@ def main(argv: list[str] | None = None) -> int:
         state.stopping.set()  # ... and stop the labs going (recorded as worker_stopped)
         for consumer in consumers:
             consumer.stop(graceful=True)
-        if state.pool is not None:
-            state.pool.close()
+        for pool in (state.pool, state.graders):
+            if pool is not None:
+                pool.close()
         labjob.unregister_worker(state)
         shutil.rmtree(state.workroot, ignore_errors=True)
     return 0

@@ -2,13 +2,18 @@
 
 - queue: each exercise's reference solution submitted the way the page's Run
   button does (``academy.exercises.submit``: the draft saved, a lab run of
-  lab ``exercise`` queued), taken by one real ``python -m academy.worker``,
-  graded by ``python -m labs.exercises grade`` in the bwrap sandbox, and its
-  report stored with the learner's pass. Timed from the call to ``submit``
-  until a poll of the run's row (every 50 ms) finds it done; the page polls
-  once a second, so a learner sees the report up to a second later. The
-  issue's target: the ring exercise, all its cases, under 10 s at p95 on this
-  2-core machine.
+  lab ``exercise`` queued), taken by one real ``python -m academy.worker``
+  with its default warm grader (``LAB_WARM_EXERCISES=1``,
+  ``academy.labpool.GraderPool``), graded in the bwrap sandbox, and its
+  report stored with the learner's pass. Each submission waits until the
+  worker's processes are idle (a learner reads the report before the next
+  Run; the grader for the next one has started its sandbox by then): the
+  first of an exercise other than the ring meets a grader of the exercise
+  before (graded fresh), every other is graded warm. Timed from the call to
+  ``submit`` until a poll of the run's row (every 50 ms) finds it done; the
+  page polls once a second, so a learner sees the report up to a second
+  later. The target (issue #26; #16 asked for 10 s): the ring exercise, all
+  its cases, under 1.5 s at p95 on this 2-core machine.
 - direct: the same grading without the queue, the worker or the CLI's start:
   ``labs.exercises.grader.grade`` in this process, in mode ``bwrap`` and in
   mode ``none`` (``EXERCISE_SANDBOX=none``), alternating so that both see the
@@ -28,7 +33,7 @@ from pathlib import Path
 from benchmarks.common import Config, p95, scratch_stack, unavailable
 from benchmarks.lab_costs import workers
 
-TARGET = ("ring-allreduce", 10.0)  # issue #16: this exercise, all cases, Run to report, p95 under 10 s
+TARGET = ("ring-allreduce", 1.5)  # issue #26: this exercise, all cases, Run to report, p95 under 1.5 s
 POLL_S = 0.05
 LEARNER = "bench-exercises@example.org"
 
@@ -37,8 +42,41 @@ def _spread(values: list[float], prefix: str) -> dict[str, float]:
     return {f"{prefix}_p50_s": statistics.median(values), f"{prefix}_p95_s": p95(values)}
 
 
-def _through_queue(exercise: str, learner_id: int, repeats: int) -> dict:
-    """``repeats`` submissions of the reference, one after the other, each waited for."""
+def _idle(parents: list[int], timeout: float = 300) -> None:
+    """Wait until no process below the workers in ``parents`` used CPU for 0.3 s (a warm
+    grader's sandbox is up: PyTorch imported, ranks forked, asleep on its stdin)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        before = _cpu_below(parents)
+        time.sleep(0.3)
+        if before == _cpu_below(parents):
+            return
+    raise RuntimeError("the worker's processes did not settle")
+
+
+def _cpu_below(parents: list[int]) -> dict[int, int]:
+    """CPU ticks of each process below ``parents`` (the sandboxes included: their pids, as the host sees them)."""
+    stats: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stats[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+    children: dict[int, list[int]] = {}
+    for pid, fields in stats.items():
+        children.setdefault(int(fields[1]), []).append(pid)
+    found, todo = {}, list(parents)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found[child] = int(stats[child][11]) + int(stats[child][12])
+            todo.append(child)
+    return found
+
+
+def _through_queue(exercise: str, learner_id: int, repeats: int, parents: list[int]) -> dict:
+    """``repeats`` submissions of the reference, one after the other, each waited for,
+    each once the worker is idle."""
     from sqlmodel import select
 
     from academy import exercises, labqueue
@@ -48,6 +86,7 @@ def _through_queue(exercise: str, learner_id: int, repeats: int) -> dict:
     source = exercises.reference(exercise)
     wall, waits, gradings, cases = [], [], [], set()
     for _ in range(repeats):
+        _idle(parents)
         t0 = time.perf_counter()
         run_id = exercises.submit(learner_id=learner_id, exercise=exercise, source=source, lang="en")
         deadline = time.monotonic() + 300
@@ -114,10 +153,10 @@ def costs(cfg: Config, base: Path) -> dict:
         with session_scope() as s:
             learner_id = accounts.sign_up(session=s, email=LEARNER, password="bench exercises pw",
                                           display_name="Bench").id
-        with workers(folder, 1):
+        with workers(folder, 1) as pids:
             for ex in EXERCISES:
                 try:
-                    per[ex]["queue"] = _through_queue(ex, learner_id, cfg.exercise_repeats)
+                    per[ex]["queue"] = _through_queue(ex, learner_id, cfg.exercise_repeats, pids)
                 except Exception as exc:  # noqa: BLE001 - one exercise must not hide the others
                     per[ex]["queue"] = unavailable(exc)
     for ex in EXERCISES:

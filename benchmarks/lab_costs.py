@@ -237,8 +237,9 @@ def warm_worker(cfg: Config, base: Path) -> dict:
         lambda: subprocess.run([sys.executable, "-c", "import torch"], check=True), cfg.lab_repeats)
     results, firsts = [], []
     folder = base / "warm"
+    # No warm grader (LAB_WARM_EXERCISES=0): no sandbox starting beside the labs being timed.
     with scratch_stack(folder, LAB_MAX_QUEUED="1000", LAB_MAX_PER_LEARNER="1000", LAB_GUEST_SHARE="1",
-                       LAB_WARM_POOL="1"), workers(folder, 1) as pids:
+                       LAB_WARM_POOL="1", LAB_WARM_EXERCISES="0"), workers(folder, 1) as pids:
         for _ in range(max(1, cfg.lab_repeats)):
             _warm_ready(pids)
             t0 = time.perf_counter()
@@ -332,7 +333,7 @@ def queue(cfg: Config, base: Path) -> dict:
     for n in cfg.queue_workers:
         folder = base / f"queue-{n}"
         with scratch_stack(folder, LAB_MAX_QUEUED="1000", LAB_MAX_PER_LEARNER="1000",
-                           LAB_GUEST_SHARE="1"), workers(folder, n):
+                           LAB_GUEST_SHARE="1", LAB_WARM_EXERCISES="0"), workers(folder, n):
             submit = lambda: labqueue.submit(lab="ring", params=QUEUE_LAB,  # noqa: E731
                                              learner_id=None, machine={})
             alone = [submit()]

@@ -50,7 +50,8 @@ clock and the output cap are enforced here: the whole sandbox is killed and
 `Outcome.stopped` says which limit ended it.
 
 The parts, by job: this module runs the program and reads what it did
-(`run_python`, the wall clock, the output cap, `Outcome`);
+(`run_python`, the wall clock, the output cap, `Outcome`; `start_python`
+starts it ahead of its input, for the warm grader);
 ``labs.sandbox_layout`` builds the command lines, what the program sees;
 ``labs.sandbox_limits`` holds `Limits`, the rlimits, the per-run uid slots and
 the cgroup; ``labs.seccomp`` the filters.
@@ -60,6 +61,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import selectors
 import shutil
 import signal
@@ -67,7 +69,7 @@ import subprocess
 import tempfile
 import time
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -166,25 +168,42 @@ def run_python(module: str, args: list[str], *, files: dict[str, bytes], stdin: 
     ``limits`` default to `Limits.from_env()` (the operator's overrides).
     Raises `SandboxUnavailable` when the mode cannot run here.
     """
+    with start_python(module, args, files=files, limits=limits, mode=mode, harness=harness) as started:
+        return started.run(stdin=stdin, on_line=on_line)
+
+
+@contextlib.contextmanager
+def start_python(module: str, args: list[str], *, files: dict[str, bytes] | None = None,
+                 limits: Limits | None = None, mode: str | None = None,
+                 harness: Path | None = None) -> Iterator[Started]:
+    """``python -m module *args`` started in the sandbox ahead of its input (`Started`):
+    the warm grader's way (``labs.exercises.warm``). The sandbox, its limits and its
+    cleanup are those of `run_python`; only the wall clock waits for `Started.run`.
+    Leaving the block kills what still runs."""
     chosen = _env_mode() if mode is None else mode
     check_available(chosen)
     limits = Limits.from_env() if limits is None else limits
-    return _run(["-m", module, *args], files=files, limits=limits, chosen=chosen,
-                on_line=on_line, harness=HARNESS if harness is None else harness, stdin=stdin)
+    with _start(["-m", module, *args], files=files or {}, limits=limits, chosen=chosen,
+                harness=HARNESS if harness is None else harness) as started:
+        yield started
 
 
 def _run(python_args: list[str], *, files: dict[str, bytes], limits: Limits, chosen: str,
          on_line, harness: Path, stdin: bytes = b"") -> Outcome:
+    with _start(python_args, files=files, limits=limits, chosen=chosen, harness=harness) as started:
+        return started.run(stdin=stdin, on_line=on_line)
+
+
+@contextlib.contextmanager
+def _start(python_args: list[str], *, files: dict[str, bytes], limits: Limits, chosen: str,
+           harness: Path) -> Iterator[Started]:
     _sweep()
     work = Path(tempfile.mkdtemp(prefix=f"dpa-sandbox-{os.getpid()}-"))
     try:
         inputs = work / "input"
         inputs.mkdir()
         for name, data in files.items():
-            if "/" in name or name in ("", ".", ".."):
-                raise ValueError(f"file names are plain names: {name!r}")
-            (inputs / name).write_bytes(data)
-            (inputs / name).chmod(0o444)
+            _put(inputs, name, data)
         inputs.chmod(0o555)
         program = sandbox_layout.program_folder(harness, work)
         with contextlib.ExitStack() as stack:
@@ -209,11 +228,21 @@ def _run(python_args: list[str], *, files: dict[str, bytes], limits: Limits, cho
                 cmd, env = sandbox_layout.plain_command(python_args, work=work, program=program,
                                                         limits=limits, memory_rlimit=memory_rlimit)
                 cwd = work / "tmp"
-            return _supervise(group.wrap(cmd), env=env, cwd=cwd, stdin=stdin, limits=limits,
-                              on_line=on_line, chosen=chosen, group=group,
-                              pass_fds=tuple(fds))
+            started = Started(group.wrap(cmd), env=env, cwd=cwd, limits=limits, chosen=chosen,
+                              group=group, pass_fds=tuple(fds), inputs=inputs)
+            try:
+                yield started
+            finally:
+                started.close()
     finally:
         _remove(work)
+
+
+def _put(inputs: Path, name: str, data: bytes) -> None:
+    if "/" in name or name in ("", ".", ".."):
+        raise ValueError(f"file names are plain names: {name!r}")
+    (inputs / name).write_bytes(data)
+    (inputs / name).chmod(0o444)
 
 
 def _remove(work: Path) -> None:
@@ -267,96 +296,152 @@ def _alive(name: str) -> bool:
     return True
 
 
-def _supervise(cmd, *, env, cwd, stdin: bytes, limits: Limits, on_line, chosen: str,
-               group: Cgroup, pass_fds: tuple[int, ...] = ()) -> Outcome:
-    """Start the run, stream and cap its output, enforce the wall clock, and
-    say which limit (if any) ended it."""
-    t0 = time.monotonic()
-    deadline = t0 + limits.wall_s
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=env, cwd=cwd, start_new_session=True,
-                            close_fds=True, pass_fds=pass_fds)
-    out, err = bytearray(), bytearray()
-    pending = bytearray()  # stdout not yet handed to on_line (no newline yet)
-    ours: str | None = None  # the limit we enforced ourselves
-    try:
-        sel = selectors.DefaultSelector()
-        sel.register(proc.stdout, selectors.EVENT_READ, out)
-        sel.register(proc.stderr, selectors.EVENT_READ, err)
-        feeding = memoryview(stdin)  # what the program has yet to read
-        if stdin:
-            os.set_blocking(proc.stdin.fileno(), False)
-            sel.register(proc.stdin, selectors.EVENT_WRITE, None)
-        else:
-            proc.stdin.close()
-        exited_at = None
-        while sel.get_map():
-            now = time.monotonic()
-            if now >= deadline:
-                ours = "wall_time"
-                break
-            if exited_at is None and _exited(proc):
-                exited_at = now
-            if exited_at is not None and now - exited_at > _DRAIN_S:
-                break  # something the program left behind holds its pipes open
-            for key, _ in sel.select(timeout=min(deadline - now, 0.2)):
-                if key.fileobj is proc.stdin:
-                    feeding = _feed(proc, feeding, sel)
-                    continue
-                chunk = os.read(key.fd, 65536)
-                if not chunk:
-                    sel.unregister(key.fileobj)
-                    continue
-                buf = key.data
-                room = limits.output_bytes - len(buf)
-                buf += chunk[:room]
-                if buf is out and on_line is not None:
-                    pending += chunk[:room]
-                    *lines, rest = pending.split(b"\n")
-                    pending[:] = rest
-                    for line in lines:
-                        on_line(bytes(line))
-                if len(chunk) > room:
-                    ours = "output"
-                    break
-            if ours:
-                break
-        sel.close()
-    finally:
-        if ours or not _exited(proc):
-            _kill(proc)
-        group.kill()
-        cpu_used = _reap(proc) if chosen == "none" else None
-        if chosen != "none":
-            proc.wait()
-        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+class Started:
+    """A program running in the sandbox (`start_python`), its input still to come.
+
+    `put` adds a file to its input folder, `wait` waits for something outside
+    (the warm grader's job) while noticing the program's end, and `run` feeds
+    its stdin, streams and caps its output, enforces the wall clock, counted
+    from the call, and says which limit (if any) ended it. Every other limit
+    (memory, processes, CPU time, file size) holds from the start."""
+
+    def __init__(self, cmd, *, env, cwd, limits: Limits, chosen: str, group: Cgroup,
+                 pass_fds: tuple[int, ...], inputs: Path) -> None:
+        self.limits, self.chosen, self.group, self.inputs = limits, chosen, group, inputs
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, env=env, cwd=cwd, start_new_session=True,
+                                     close_fds=True, pass_fds=pass_fds)
+        self.out, self.err = bytearray(), bytearray()
+        self.ended = False
+
+    def alive(self) -> bool:
+        return not self.ended and not _exited(self.proc)
+
+    def put(self, name: str, data: bytes) -> None:
+        """A read-only file in the input folder (``SANDBOX_INPUT``); the program sees it at once."""
+        self.inputs.chmod(0o755)
+        try:
+            _put(self.inputs, name, data)
+        finally:
+            self.inputs.chmod(0o555)
+
+    def wait(self, fd: int, timeout: float) -> bool:
+        """Wait until ``fd`` has something to read: False when the program ended first (or
+        closed its output, or wrote more than the cap: then it is killed) or ``timeout``
+        passed. What it writes meanwhile is kept for `run`."""
+        deadline = time.monotonic() + timeout
+        pipes = {self.proc.stdout.fileno(): self.out, self.proc.stderr.fileno(): self.err}
+        while (now := time.monotonic()) < deadline and not _exited(self.proc):
+            readable, _, _ = select.select([fd, *pipes], [], [], min(deadline - now, 0.5))
+            if fd in readable:
+                return True
+            for pipe in readable:
+                chunk = os.read(pipe, 65536)
+                if not chunk or len(pipes[pipe]) + len(chunk) > self.limits.output_bytes:
+                    self.close()  # its output closed, or a flood before any input: not to be run
+                    return False
+                pipes[pipe] += chunk
+        return False
+
+    def close(self) -> None:
+        """Kill whatever of the sandbox still runs (a `run` that never came, or was cut short)."""
+        if not self.ended:
+            _kill(self.proc)
+            self.group.kill()
+            self.proc.wait()
+            self.ended = True
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             with contextlib.suppress(OSError):
                 pipe.close()
-    if on_line is not None and pending and ours != "output":
-        on_line(bytes(pending))
-    rc = proc.returncode
-    if chosen == "bwrap" and rc is not None and rc > 128 and not ours:
-        rc = -(rc - 128)  # bwrap's "killed by signal N" is 128+N
-    counters = group.counters()
-    stopped = ours
-    if ours == "wall_time" and counters.get("pids_max"):
-        stopped = "processes"
-    elif not ours:
-        if counters.get("oom_kill"):
-            stopped = "memory"
-        elif rc == -signal.SIGXCPU or (rc == -signal.SIGKILL and cpu_used is not None
-                                       and cpu_used >= limits.cpu_s):
-            stopped = "cpu_time"  # the soft limit's SIGXCPU, or the hard limit's SIGKILL
-        elif counters.get("pids_max") and rc != 0:
+
+    def run(self, *, stdin: bytes = b"", on_line: Callable[[bytes], object] | None = None) -> Outcome:
+        """Feed ``stdin``, stream the output (``on_line`` per line of stdout), enforce the
+        wall clock from now and the output cap; wait for the end and say how it came."""
+        limits, chosen, group = self.limits, self.chosen, self.group
+        t0 = time.monotonic()
+        deadline = t0 + limits.wall_s
+        proc, out, err = self.proc, self.out, self.err
+        pending = bytearray(out)  # stdout not yet handed to on_line (no newline yet)
+        ours: str | None = None  # the limit we enforced ourselves
+        try:
+            sel = selectors.DefaultSelector()
+            sel.register(proc.stdout, selectors.EVENT_READ, out)
+            sel.register(proc.stderr, selectors.EVENT_READ, err)
+            feeding = memoryview(stdin)  # what the program has yet to read
+            if stdin:
+                os.set_blocking(proc.stdin.fileno(), False)
+                sel.register(proc.stdin, selectors.EVENT_WRITE, None)
+            else:
+                proc.stdin.close()
+            exited_at = None
+            while sel.get_map():
+                now = time.monotonic()
+                if now >= deadline:
+                    ours = "wall_time"
+                    break
+                if exited_at is None and _exited(proc):
+                    exited_at = now
+                if exited_at is not None and now - exited_at > _DRAIN_S:
+                    break  # something the program left behind holds its pipes open
+                for key, _ in sel.select(timeout=min(deadline - now, 0.2)):
+                    if key.fileobj is proc.stdin:
+                        feeding = _feed(proc, feeding, sel)
+                        continue
+                    chunk = os.read(key.fd, 65536)
+                    if not chunk:
+                        sel.unregister(key.fileobj)
+                        continue
+                    buf = key.data
+                    room = limits.output_bytes - len(buf)
+                    buf += chunk[:room]
+                    if buf is out and on_line is not None:
+                        pending += chunk[:room]
+                        *lines, rest = pending.split(b"\n")
+                        pending[:] = rest
+                        for line in lines:
+                            on_line(bytes(line))
+                    if len(chunk) > room:
+                        ours = "output"
+                        break
+                if ours:
+                    break
+            sel.close()
+        finally:
+            if ours or not _exited(proc):
+                _kill(proc)
+            group.kill()
+            cpu_used = _reap(proc) if chosen == "none" else None
+            if chosen != "none":
+                proc.wait()
+            self.ended = True
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                with contextlib.suppress(OSError):
+                    pipe.close()
+        if on_line is not None and pending and ours != "output":
+            on_line(bytes(pending))
+        rc = proc.returncode
+        if chosen == "bwrap" and rc is not None and rc > 128 and not ours:
+            rc = -(rc - 128)  # bwrap's "killed by signal N" is 128+N
+        counters = group.counters()
+        stopped = ours
+        if ours == "wall_time" and counters.get("pids_max"):
             stopped = "processes"
-        elif rc == -signal.SIGXFSZ:  # Python ignores it (EFBIG instead) unless told otherwise
-            stopped = "file_size"
-        elif group.kind == "none" and rc != 0 and _last_line(err).startswith(b"MemoryError"):
-            stopped = "memory"  # RLIMIT_DATA: Python raises instead of being killed
-    return Outcome(returncode=None if ours else rc, stdout=bytes(out), stderr=bytes(err),
-                   duration_s=time.monotonic() - t0, mode=chosen, stopped=stopped,
-                   details={"cgroup": group.kind, **counters,
-                            **({} if cpu_used is None else {"cpu_s": round(cpu_used, 3)})})
+        elif not ours:
+            if counters.get("oom_kill"):
+                stopped = "memory"
+            elif rc == -signal.SIGXCPU or (rc == -signal.SIGKILL and cpu_used is not None
+                                           and cpu_used >= limits.cpu_s):
+                stopped = "cpu_time"  # the soft limit's SIGXCPU, or the hard limit's SIGKILL
+            elif counters.get("pids_max") and rc != 0:
+                stopped = "processes"
+            elif rc == -signal.SIGXFSZ:  # Python ignores it (EFBIG instead) unless told otherwise
+                stopped = "file_size"
+            elif group.kind == "none" and rc != 0 and _last_line(err).startswith(b"MemoryError"):
+                stopped = "memory"  # RLIMIT_DATA: Python raises instead of being killed
+        return Outcome(returncode=None if ours else rc, stdout=bytes(out), stderr=bytes(err),
+                       duration_s=time.monotonic() - t0, mode=chosen, stopped=stopped,
+                       details={"cgroup": group.kind, **counters,
+                                **({} if cpu_used is None else {"cpu_s": round(cpu_used, 3)})})
 
 
 def _last_line(data: bytes | bytearray) -> bytes:

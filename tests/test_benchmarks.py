@@ -193,14 +193,14 @@ def test_exercises_have_every_figure():
             assert part(parts["direct"], SANDBOX, f"exercises.{ex}.direct"), parts["direct"]
         else:
             assert parts["direct"].startswith("skipped: smoke mode"), parts["direct"]
-    assert e["target"]["exercise"] == "ring-allreduce" and e["target"]["p95_s"] == 10
+    assert e["target"]["exercise"] == "ring-allreduce" and e["target"]["p95_s"] == 1.5
     assert isinstance(e["target"]["met"], bool)
-    assert "target: p95 under 10 s" in stdout
+    assert "target: p95 under 1.5 s" in stdout
     assert stdout.count("| exercises ") == len(EXERCISES) + 1  # a row each, and the ring's sandbox row
 
 
 def test_report_puts_the_target_beside_the_ring():
-    """The ring's row compares its p95 with the issue's 10 s; a missing part says why."""
+    """The ring's row compares its p95 with the issue's target; a missing part says why."""
     from benchmarks.report import exercises
 
     spread = {"runs": 5, "cases": 21, "queue_p50_s": 4.0, "queue_p95_s": 5.0, "queue_wait_p50_s": 0.1,

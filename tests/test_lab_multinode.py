@@ -52,8 +52,9 @@ def node_rows(run_id: int) -> list[LabRunNode]:
 @pytest.fixture(autouse=True)
 def no_warm_processes(monkeypatch):
     """These tests watch the torchrun and ranks under each worker; a multi-node run never
-    uses a warm lab process (academy.labpool), so the workers start none."""
+    uses a warm lab process or grader (academy.labpool), so the workers start none."""
     monkeypatch.setenv("LAB_WARM_POOL", "0")
+    monkeypatch.setenv("LAB_WARM_EXERCISES", "0")
 
 def test_two_workers_run_one_lab_as_two_nodes(two_nodes):
     a = two_nodes.worker("--concurrency", "1", name="a")

@@ -271,6 +271,66 @@ def test_a_kill_mid_run_fails_the_run_with_a_reason_and_leaves_no_rank(stack, vi
     assert all(gone(pid, wait=10) for pid in pids), "its ranks died with it"
 
 
+def warm_grader(worker: Worker, timeout: float = 60, *, other_than: int | None = None) -> int:
+    """The worker's waiting warm grader (``python -m labs.exercises warm``, academy.labpool.GraderPool)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        waiting = [p for p in descendants(worker.pid) if cmdline(p)[1:4] == ["-m", "labs.exercises", "warm"]
+                   and p != other_than]
+        if waiting:
+            return waiting[0]
+        time.sleep(0.1)
+    raise AssertionError("no warm grader under the worker")
+
+
+def submit_exercise(source: str) -> int:
+    from academy import accounts, exercises
+
+    with session_scope() as s:
+        me = accounts.sign_up(session=s, email=f"{uuid.uuid4().hex[:8]}@example.org", password="long enough pw").id
+    return exercises.submit(learner_id=me, exercise="ring-allreduce", source=source, lang="en")
+
+
+def test_an_exercise_is_graded_by_a_warm_grader_and_one_killed_while_waiting_is_replaced(stack):
+    """One warm grader per submission: it grades the run and exits, the worker starts the next;
+    ``kill -9`` of a waiting one takes its sandbox with it and the next run is graded fresh."""
+    from labs.exercises import reference
+
+    w = stack.worker("--concurrency", "1")
+    first_grader = warm_grader(w)
+    first = wait(submit_exercise(reference("ring-allreduce")))
+    assert first.status == "done" and first.result["status"] == "passed", first.error
+    assert f"warm grader {first_grader} grades" in w.log.read_text()
+    assert gone(first_grader), "used for one submission, then gone"
+    waiting = warm_grader(w, other_than=first_grader)
+    sandbox = descendants(waiting)
+    os.kill(waiting, signal.SIGKILL)
+    assert gone(waiting) and all(gone(pid, wait=10) for pid in sandbox), "its sandbox died with it"
+    fresh = wait(submit_exercise(reference("ring-allreduce")))
+    assert fresh.status == "done" and fresh.result["status"] == "passed", fresh.error
+    assert f"warm grader {waiting} grades" not in w.log.read_text()
+    assert set(fresh.result) == set(first.result) and fresh.result["sandbox"] == first.result["sandbox"]
+
+
+def test_a_kill_of_the_warm_grader_mid_grading_fails_the_run_and_leaves_no_process(stack):
+    """A deadlocking ring holds the grading (5 s a group) while its grader gets ``kill -9``."""
+    from tests.test_exercises import FIXTURES
+
+    w = stack.worker("--concurrency", "1")
+    grader = warm_grader(w)
+    run_id = submit_exercise((FIXTURES / "ring_blocking_send.py").read_text())
+    deadline = time.monotonic() + 60
+    while f"warm grader {grader} grades" not in w.log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sandbox = descendants(grader)
+    assert sandbox, "its sandbox is up"
+    os.kill(grader, signal.SIGKILL)
+    ended = wait(run_id, timeout=30)
+    assert ended.status == "failed" and ended.error["kind"] == "crash" and ended.error["exit_code"] == -9, \
+        ended.error
+    assert all(gone(pid, wait=10) for pid in sandbox), "the sandbox and its ranks died with it"
+
+
 # --------------------------------------------------------------------------
 # Without a worker: fair use, position, expected wait, the reaper
 

@@ -32,6 +32,7 @@ import pytest
 
 from labs import sandbox, sandbox_layout, sandbox_limits, seccomp
 from labs.sandbox import Limits, SandboxUnavailable, run_python
+from tests.labstack import free_port
 from tests.procs import command_lines
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,6 +67,14 @@ print(json.dumps({"env": dict(os.environ), "cwd": os.getcwd(), "uid": os.getuid(
 import hashlib, sys
 data = sys.stdin.buffer.read()
 print(len(data), hashlib.sha256(data).hexdigest())
+""",
+    "later": r"""
+import json, os, runpy, sys
+print(json.dumps(sorted(os.listdir(os.environ["SANDBOX_INPUT"]))), flush=True)
+for line in sys.stdin:  # a payload per line, run only once its line comes: "read /root", "network 8000"
+    sys.argv = line.split()
+    runpy.run_module(sys.argv[0], run_name="__main__")
+print(json.dumps(sorted(os.listdir(os.environ["SANDBOX_INPUT"]))))
 """,
     "network": r"""
 import errno, json, os, socket, sys
@@ -606,6 +615,30 @@ def test_the_network_is_loopback_only_and_not_the_hosts(harness):
     assert found["interfaces"] == ["lo"]
     assert found["host_listener"] == "ECONNREFUSED"  # its own loopback, where nobody listens
     assert found["outside"] == "ENETUNREACH"  # no route: nothing left the namespace
+
+
+@needs_bwrap
+def test_a_program_started_ahead_of_its_input_is_as_confined_and_its_clock_starts_with_run(harness):
+    """`sandbox.start_python` (the warm grader's sandbox, started long before the submission):
+    the same loopback-only network and the same missing host files as `run_python`, a file
+    put in after the start is seen, and the wait before `run` is not on the wall clock."""
+    paths = [str(ROOT / "labs" / "sandbox.py"), os.environ["SECRETS_DIR"], sys.prefix]
+    nothing, never_written = os.pipe()
+    try:
+        with sandbox.start_python("later", [], limits=Limits(memory_mb=256, processes=16, file_size_mb=1, cpu_s=10, wall_s=3,
+                                                                output_bytes=64 * KiB, tmpfs_mb=16), mode="bwrap",
+                                  harness=harness) as started:
+            assert not started.wait(nothing, 4.0) and started.alive(), "waited past its wall clock"
+            started.put("submission.py", b"x = 1\n")
+            out = started.run(stdin=f"read {' '.join(paths)}\nnetwork {free_port()}\n".encode())
+    finally:
+        os.close(nothing)
+        os.close(never_written)
+    assert out.stopped is None and out.returncode == 0, out.stderr.decode(errors="replace")[-2000:]
+    before, found, net, after = (json.loads(line) for line in out.stdout.splitlines())
+    assert (before, after) == ([], ["submission.py"])
+    assert found == dict.fromkeys(paths, "FileNotFoundError")
+    assert net["interfaces"] == ["lo"] and net["outside"] == "ENETUNREACH"
 
 
 # --- the host's files and processes ----------------------------------------------------------

@@ -4,6 +4,8 @@
     python -m labs.exercises show ring-allreduce [--lang zh]     # statement, starter code, hints
     python -m labs.exercises grade ring-allreduce my_ring.py [--json] [--lang nl]
                                    [--events events.jsonl] [--out report.json]
+    python -m labs.exercises warm ring-allreduce [--max-wait 600]   # then, on stdin:
+        {"argv": ["grade", "ring-allreduce", "my_ring.py", "--json", ...], "output": "run.log"}
 
 ``grade`` exits 0 when every case passed, 1 when a case failed, 2 when the
 file cannot be graded (syntax error, missing function, refused by or not
@@ -12,14 +14,29 @@ to stderr, and no report is written). ``--json`` prints the report (the format i
 ``labs.exercises.grader``) instead of text; ``--events`` appends one JSON
 line per finished case, in the format of the labs' progress events;
 ``--out`` writes the report. ``show`` never shows the reference solution.
+
+``warm`` is the lab worker's warm grader (``academy.labpool.GraderPool``): it
+starts the exercise's sandbox at once (``grader.prestart``: the harness with
+PyTorch imported and its ranks forked, waiting for a plan), then waits on
+its stdin for one job, a JSON line: the arguments of a ``grade`` of that
+exercise, and the file its stdout and stderr go to from then on. It runs
+that ``grade`` in the waiting sandbox (the seed is drawn only now; the same
+report, files and exit code as the command alone) and exits: one submission
+per warm grader, so nothing crosses from one learner to the next. With no
+job within ``--max-wait`` seconds (or its stdin closed) it exits 3 and takes
+its sandbox down; a job for another exercise, or one that comes after the
+sandbox has died, is graded as a plain ``grade``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import select
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -63,6 +80,10 @@ def _parser() -> argparse.ArgumentParser:
     grade.add_argument("--out", metavar="PATH", help="write the report as JSON")
     grade.add_argument("--seed", type=int, default=None, help="fix the numbers of the cases")
     _lang_option(grade)
+    warm = sub.add_parser("warm", help="start the sandbox now, grade one job from stdin later")
+    warm.add_argument("exercise", choices=EXERCISES)
+    warm.add_argument("--max-wait", type=float, default=600.0, metavar="S",
+                      help="exit if no job comes within S seconds (default 600)")
     return parser
 
 
@@ -133,7 +154,7 @@ def render(report: dict, lang: str) -> str:
     return "\n".join(lines)
 
 
-def cmd_grade(args) -> int:
+def cmd_grade(args, warm=None) -> int:
     from labs.exercises.grader import grade
 
     try:
@@ -152,7 +173,7 @@ def cmd_grade(args) -> int:
                                      "status": event["status"]}) + "\n")
 
     try:
-        report = grade(args.exercise, source, seed=args.seed, on_event=on_event)
+        report = grade(args.exercise, source, seed=args.seed, on_event=on_event, warm=warm)
     except Exception:  # noqa: BLE001 - our own failure: Python's exit 1 would read as "a case failed"
         title = messages.exercise(args.exercise, args.lang).get("title", args.exercise)
         _emit(f"{title}: {messages.text('status_error', args.lang)}")
@@ -167,14 +188,55 @@ def cmd_grade(args) -> int:
     return EXIT[report["status"]]
 
 
+NO_JOB = 3  # the warm grader's exit when it ends without a job
+
+
+def cmd_warm(exercise_id: str, max_wait_s: float) -> int:
+    from labs import sandbox
+    from labs.exercises.grader import prestart
+
+    deadline = time.monotonic() + max_wait_s
+    with contextlib.ExitStack() as stack:
+        try:
+            warm = stack.enter_context(prestart(exercise_id))
+        except sandbox.SandboxUnavailable:
+            warm = None  # the job's grade says why, as the command alone would
+        if warm is not None:  # returns at once when the job is there, or when the sandbox ended
+            warm.started.wait(0, max_wait_s)
+        waited = select.select([0], [], [], max(0.0, deadline - time.monotonic()))[0]
+        line = sys.stdin.buffer.readline() if waited else b""
+        try:
+            job = json.loads(line)
+            args = _parser().parse_args(job["argv"])
+            output = os.open(job["output"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        except (ValueError, KeyError, TypeError, OSError, SystemExit):
+            return NO_JOB
+        os.dup2(output, 1)
+        os.dup2(output, 2)
+        os.close(output)
+        if args.command != "grade":
+            return NO_JOB
+        return cmd_grade(args, warm=warm if args.exercise == exercise_id else None)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "list":
         return cmd_list(args.lang)
     if args.command == "show":
         return cmd_show(args.exercise, args.lang)
+    if args.command == "warm":
+        return cmd_warm(args.exercise, args.max_wait)
     return cmd_grade(args)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if sys.argv[1:2] in (["grade"], ["warm"]):
+        # The report is written and the sandbox gone; the worker reads the report once this
+        # process has exited: skip the interpreter's teardown of PyTorch (a tenth of a second).
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)

@@ -20,10 +20,12 @@ by ``labs.exercises.messages``.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from labs import sandbox
 from labs.exercises import load
@@ -47,6 +49,49 @@ def plan(exercise, seed: int, case_timeout_s: float, case_ids=None) -> dict:
             "allowed": list(exercise.ALLOWED), "case_timeout_s": case_timeout_s,
             "output_bytes_per_rank": OUTPUT_BYTES_PER_RANK,
             "groups": [{"world_size": w, "cases": cs} for w, cs in sorted(groups.items())]}
+
+
+def harness_args(exercise, sizes: list[int]) -> list[str]:
+    """The harness's arguments: one world size per group (it forks their ranks before it
+    reads the plan), then the modules to import before forking."""
+    return [str(w) for w in sizes] + [f"--preload={module}" for module in getattr(exercise, "PRELOAD", ())]
+
+
+@dataclass
+class Warm:
+    """The harness of one exercise started in the sandbox ahead of its submission (`prestart`)."""
+
+    exercise: str
+    args: list[str]
+    case_timeout_s: float
+    mode: str
+    started: sandbox.Started
+
+
+@contextlib.contextmanager
+def prestart(exercise_id: str, *, case_timeout_s: float = CASE_TIMEOUT_S) -> Iterator[Warm]:
+    """The sandbox for grading ``exercise_id`` started before any submission exists: the
+    harness with PyTorch and the exercise's preloads imported, every group's ranks forked,
+    waiting on stdin for a plan; `grade` given it (``warm=``) uses it for one submission.
+
+    What the sandbox holds before the submission is only ours: the harness, its
+    ranks, an empty input folder. The plan and its seed do not exist yet (`grade`
+    draws the seed once the submission is here, as without a warm start); the
+    submission is put in the input folder and the plan written to the harness's
+    stdin only then, and the ranks, forked long before, learn of the plan only
+    ``LOAD_KEYS`` and their own inputs, as ever. The limits are `run_limits`'s for
+    the exercise's plan; the wall clock counts from `grade`'s `sandbox.Started.run`,
+    not from here. The world sizes are the same for every seed (the seed draws
+    numbers, not cases), so they are read from the exercise's cases of seed 0;
+    a plan of other sizes is graded without the warm sandbox.
+    """
+    exercise = load(exercise_id)
+    sizes = sorted({case["world_size"] for case in exercise.cases(0)})
+    chosen = sandbox.mode()
+    args = harness_args(exercise, sizes)
+    with sandbox.start_python("harness", args, limits=run_limits(len(sizes), case_timeout_s),
+                              mode=chosen) as started:
+        yield Warm(exercise_id, args, case_timeout_s, chosen, started)
 
 
 GRADING_OUTPUT_BYTES = 8 << 20  # the harness's stdout for one grading, unless EXERCISE_OUTPUT_BYTES says
@@ -206,7 +251,7 @@ def _error_from_event(event: dict) -> dict:
 
 def grade(exercise_id: str, source: str, *, seed: int | None = None, mode: str | None = None,
           case_timeout_s: float = CASE_TIMEOUT_S, limits: sandbox.Limits | None = None,
-          case_ids=None, on_event: Callable[[dict], None] | None = None) -> dict:
+          case_ids=None, on_event: Callable[[dict], None] | None = None, warm: Warm | None = None) -> dict:
     """Grade ``source`` for ``exercise_id``; the report (see the module docstring).
 
     ``on_event`` gets ``{"kind": "progress", "step": k, "total_steps": n,
@@ -214,7 +259,10 @@ def grade(exercise_id: str, source: str, *, seed: int | None = None, mode: str |
     ``seed`` fixes the numbers in the cases (tests); by default every run
     draws new ones, so a file that prints fixed answers cannot pass.
     ``case_ids`` grades only those cases (see `plan`). ``limits`` default to
-    `run_limits`: the operator's ``EXERCISE_*`` settings.
+    `run_limits`: the operator's ``EXERCISE_*`` settings. ``warm`` is a sandbox
+    `prestart` made for this exercise: used when it fits this grading (same
+    world sizes, mode and case timeout, default limits) and is still running,
+    else the grading starts its own; the report is the same either way.
     """
     t0 = time.perf_counter()
     exercise = load(exercise_id)
@@ -254,20 +302,26 @@ def grade(exercise_id: str, source: str, *, seed: int | None = None, mode: str |
         elif kind == "done":
             done = True
 
-    limits = limits or run_limits(len(the_plan["groups"]), case_timeout_s)
-    try:
-        # The plan goes on stdin, not into the input folder: a file there could be
-        # opened by a route the guard misses; the harness reads the pipe before
-        # any learner code exists.
-        # The world sizes go as arguments: the harness forks every rank before it reads the plan.
-        sizes = [str(group["world_size"]) for group in the_plan["groups"]]
-        sizes += [f"--preload={module}" for module in getattr(exercise, "PRELOAD", ())]
-        outcome = sandbox.run_python("harness", sizes, files={"submission.py": source.encode()},
-                                     stdin=json.dumps(the_plan).encode(),
-                                     limits=limits, mode=chosen, on_line=on_line)
-    except sandbox.SandboxUnavailable as exc:
-        return _report(exercise_id, error={"key": "sandbox_unavailable", "values": {"reason": exc.reason}},
-                       duration=time.perf_counter() - t0, mode=chosen)
+    args = harness_args(exercise, [group["world_size"] for group in the_plan["groups"]])
+    if warm is not None and limits is None and warm.started.alive() \
+            and (warm.exercise, warm.args, warm.case_timeout_s, warm.mode) == (exercise_id, args, case_timeout_s, chosen):
+        # The warm harness has waited on its stdin since its ranks were forked: the
+        # submission goes in first, then the plan (the ranks open the file once told to).
+        warm.started.put("submission.py", source.encode())
+        outcome = warm.started.run(stdin=json.dumps(the_plan).encode(), on_line=on_line)
+    else:
+        limits = limits or run_limits(len(the_plan["groups"]), case_timeout_s)
+        try:
+            # The plan goes on stdin, not into the input folder: a file there could be
+            # opened by a route the guard misses; the harness reads the pipe before
+            # any learner code exists.
+            # The world sizes go as arguments: the harness forks every rank before it reads the plan.
+            outcome = sandbox.run_python("harness", args, files={"submission.py": source.encode()},
+                                         stdin=json.dumps(the_plan).encode(),
+                                         limits=limits, mode=chosen, on_line=on_line)
+        except sandbox.SandboxUnavailable as exc:
+            return _report(exercise_id, error={"key": "sandbox_unavailable", "values": {"reason": exc.reason}},
+                           duration=time.perf_counter() - t0, mode=chosen)
     if error is None and outcome.stopped:
         error = {"key": f"sandbox_stopped_{outcome.stopped}", "values": {"limit": outcome.stopped}}
     elif error is None and not done:

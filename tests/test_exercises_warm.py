@@ -1,0 +1,69 @@
+"""Warm graders (issue #26): a sandbox started before the submission grades it as a fresh one would.
+
+``grader.prestart`` starts the exercise's harness in the sandbox (PyTorch
+imported, ranks forked) with no submission and no plan; ``grade(warm=)`` then
+draws the seed, puts the file in and writes the plan. The worker's pool of
+such graders and a ``kill -9`` of one are in tests/test_lab_worker.py; the
+sandbox's side (`sandbox.start_python`) in tests/test_sandbox.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from labs import exercises
+from labs.exercises import grader
+from tests.test_exercises import FIXTURES, ROOT, _sandbox_or_skip, failing
+
+pytestmark = pytest.mark.slow
+
+
+def _same(value):
+    """A report without what differs between two gradings of one seed: the times taken
+    (``duration_s``, and the trace's ``t_start``/``t_end`` of each step)."""
+    if isinstance(value, dict):
+        return {k: _same(v) for k, v in value.items() if k != "duration_s" and not k.startswith("t_")}
+    if isinstance(value, list):
+        return [_same(v) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("source", ["reference", "ring_whole_buffer.py"])
+def test_warm_and_fresh_grade_one_submission_the_same(source):
+    """The reference passes and a whole-buffer ring fails its bytes rule, warm as fresh:
+    the same report, checks and findings, for the same seed."""
+    _sandbox_or_skip()
+    text = exercises.reference("ring-allreduce") if source == "reference" else (FIXTURES / source).read_text()
+    with grader.prestart("ring-allreduce") as warm:
+        assert warm.started.alive() and list(warm.started.inputs.iterdir()) == [], \
+            "started before the submission exists"
+        warmed = grader.grade("ring-allreduce", text, seed=11, warm=warm)
+        assert not warm.started.alive(), "used once, for this submission, and gone"
+    fresh = grader.grade("ring-allreduce", text, seed=11)
+    assert _same(warmed) == _same(fresh)
+    assert warmed["status"] == ("passed" if source == "reference" else "failed")
+    if source != "reference":
+        assert failing(warmed) and all(f[0]["check"] == "bytes" for f in failing(warmed).values())
+
+
+def test_a_warm_grader_grades_one_job_from_stdin_and_exits(tmp_path):
+    """``python -m labs.exercises warm``: one job line, the ``grade`` command's files and exit
+    code; a second grader whose stdin closes with no job exits 3, its sandbox with it."""
+    _sandbox_or_skip()
+    (tmp_path / "sub.py").write_text(exercises.reference("ring-allreduce"))
+    out, events, log = tmp_path / "report.json", tmp_path / "events.jsonl", tmp_path / "run.log"
+    job = {"argv": ["grade", "ring-allreduce", str(tmp_path / "sub.py"), "--json", "--events", str(events),
+                    "--out", str(out)], "output": str(log)}
+    warm = subprocess.run([sys.executable, "-m", "labs.exercises", "warm", "ring-allreduce"], cwd=ROOT,
+                          input=json.dumps(job) + "\n", capture_output=True, text=True, timeout=120)
+    assert warm.returncode == 0, log.read_text()
+    report = json.loads(out.read_text())
+    assert report["status"] == "passed" and json.loads(log.read_text())["status"] == "passed"
+    assert len(events.read_text().splitlines()) == len(report["cases"])
+    idle = subprocess.run([sys.executable, "-m", "labs.exercises", "warm", "ring-allreduce"], cwd=ROOT,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    assert idle.returncode == 3 and idle.stdout == ""
