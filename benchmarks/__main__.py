@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from benchmarks.common import Config, sandbox, unavailable
+from benchmarks.report import LEFT_OUT
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "latest.json"
 
@@ -67,7 +68,7 @@ def run(cfg: Config, base: Path, only: tuple[str, ...] = ()) -> dict:
 
     def part(key: str, name: str, fn: Callable[..., object], *args: object) -> object:
         if only and key not in only and key.split(".")[0] not in only:
-            return "skipped: not asked for (--only " + ",".join(only) + ")"
+            return f"{LEFT_OUT} (--only {','.join(only)})"
         return _measure(name, fn, *args)
 
     return {

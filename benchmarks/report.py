@@ -369,10 +369,15 @@ def rows(result: dict) -> list[Row]:
     return out
 
 
+LEFT_OUT = "skipped: not asked for"  # what benchmarks.__main__ puts in a part --only left out
+
+
 def markdown(result: dict) -> str:
-    """A heading line, then the table (columns padded, but the last one)."""
+    """A heading line, then the table (columns padded, but the last one); the parts that
+    ``--only`` left out are named in the heading's command, not given a row each."""
     meta = result["meta"]
-    table = [HEADER, ("---",) * len(HEADER), *rows(result)]
+    kept = [r for r in rows(result) if not r[2].startswith(LEFT_OUT)]
+    table = [HEADER, ("---",) * len(HEADER), *kept]
     widths = [max(len(r[i]) for r in table) for i in range(len(HEADER) - 1)] + [0]
     lines = ["| " + " | ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)) + " |"
              for r in table]
