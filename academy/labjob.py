@@ -215,10 +215,21 @@ def torchrun_command(lab: str, params: dict[str, Any], workdir: Path, *, run_id:
             "--no-python", sys.executable, "-c", RANK_PRELUDE, *lab_args]
 
 
+def _libc_prctl():
+    with contextlib.suppress(OSError, AttributeError):
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    return None
+
+
+# Looked up here, once: `_die_with_worker` runs between fork and exec in a worker
+# with threads, where loading a library (dlopen's locks) could deadlock.
+_PRCTL = _libc_prctl()
+
+
 def _die_with_worker() -> None:
     """In the lab's CLI, before exec: SIGKILL me if the worker dies (its ranks follow me)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _claim(run_id: int, me: str) -> LabRun | None:

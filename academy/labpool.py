@@ -40,7 +40,8 @@ from typing import Any
 
 log = logging.getLogger("academy.labpool")
 PROCESS_MB = 400  # a warm process's resident memory with PyTorch imported, rounded up
-REPLY_S = 10.0  # a fork takes milliseconds: a warm process silent this long is taken for stuck
+REPLY_S = 1.0  # a fork takes milliseconds: a warm process silent this long (past the wait) is taken for stuck
+IMPORT_S = 120.0  # a warm process not ready this long after its start is taken for stuck and replaced
 SIGKILL_CODE = -9  # PR_SET_PDEATHSIG's signal: how a run ends when its warm process dies
 
 
@@ -94,11 +95,13 @@ class WarmRun:
 class _Warm:
     """One ``python -m labs.warm`` and the thread that reads what it says."""
 
+    ARGS = ("-m", "labs.warm")  # after the interpreter (a test gives a process that never gets ready)
+
     def __init__(self, env: dict[str, str], cwd: Path, preexec: Callable[[], None] | None) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "labs.warm"], cwd=cwd, env=env, stdin=subprocess.PIPE,
+            [sys.executable, *self.ARGS], cwd=cwd, env=env, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True, preexec_fn=preexec)
-        self.ready = threading.Event()
+        self.ready, self.started = threading.Event(), time.monotonic()
         self.replies: queue.Queue[dict] = queue.Queue()
         self.runs: dict[int, WarmRun] = {}
         self.lock = threading.Lock()
@@ -134,21 +137,27 @@ class _Warm:
         for run in orphans:
             run._orphaned()
 
-    def fork(self, argv: list[str], out: Path, ready_wait_s: float) -> WarmRun | None:
-        """The run forked for ``argv``; None if this process cannot (then it is stopped)."""
-        if not self.ready.wait(ready_wait_s) or not self.alive():
+    def fork(self, argv: list[str], out: Path, deadline: float) -> WarmRun | None:
+        """The run forked for ``argv``, waiting for this process until ``deadline`` (monotonic)
+        at most, and then for its answer at most `REPLY_S` more; None if it cannot (then it
+        is killed: a job it might still fork would die with it)."""
+        if not self.ready.wait(max(0.0, deadline - time.monotonic())) or not self.alive():
             return None  # still importing: the run starts fresh and this one stays for the next
         try:
             self.proc.stdin.write(json.dumps({"argv": argv, "out": str(out)}).encode() + b"\n")
             self.proc.stdin.flush()
-            said = self.replies.get(timeout=REPLY_S)
+            said = self.replies.get(timeout=max(0.0, deadline - time.monotonic()) + REPLY_S)
         except (OSError, queue.Empty):
             said = {"error": "no answer"}
         if "run" not in said:
             log.warning("warm lab process %s: %s", self.proc.pid, said.get("error"))
-            self.stop()  # a job it may still fork later would die with it
+            self.proc.kill()  # no wait here: its reader thread reaps it
             return None
         return said["run"]
+
+    def stuck(self) -> bool:
+        """Still importing long after its start (a hung import): replaced by the next refill."""
+        return not self.ready.is_set() and time.monotonic() - self.started > IMPORT_S
 
     def stop(self) -> None:
         """Close its stdin (it exits, and its runs with it); kill it if it does not."""
@@ -173,9 +182,14 @@ class WarmPool:
         self.lock = threading.Lock()
 
     def refill(self) -> None:
-        """Start warm processes until ``size`` are up (or memory for another is short)."""
+        """Start warm processes until ``size`` are up (or memory for another is short);
+        one stuck importing is replaced."""
         with self.lock:
-            self.ready = [w for w in self.ready if w.alive()]
+            for warm in self.ready:
+                if warm.alive() and warm.stuck():
+                    log.warning("warm lab process %s not ready after %.0f s: replaced", warm.proc.pid, IMPORT_S)
+                    warm.proc.kill()
+            self.ready = [w for w in self.ready if w.alive() and not w.stuck()]
             while len(self.ready) < self.size and _free_mb() > 2 * PROCESS_MB:
                 try:
                     self.ready.append(_Warm(self.env, self.cwd, self.preexec))
@@ -188,15 +202,16 @@ class WarmPool:
         output to ``out``; None when none is ready or the run's environment is not the pool's."""
         if argv[1:3] != ["-m", "labs"] or env != self.env:
             return None
+        deadline = time.monotonic() + self.ready_wait_s  # one wait for the whole pool, not one each
         with self.lock:
             for warm in list(self.ready):
                 if not warm.alive():  # killed, out of memory: refill replaces it after this run
                     self.ready.remove(warm)
                     continue
-                run = warm.fork(argv, out, self.ready_wait_s)
+                run = warm.fork(argv, out, deadline)
                 if run is not None:
                     return run
-                if not warm.alive():
+                if warm.proc.returncode is not None or warm.ready.is_set():  # killed by fork
                     self.ready.remove(warm)
         return None
 
@@ -224,8 +239,9 @@ class GraderPool:
     grader serves exactly one submission, so nothing crosses from one learner to
     the next. The pool keeps graders for the exercise graded last
     (``ring-allreduce`` to begin with); ``refill``, which the worker calls once
-    each run is recorded (never during one, so no start-up shares the CPU with a
-    grading or the storing of its report) and while idle, starts them up to ``size`` (fewer when memory is short), replaces
+    each run is recorded (so a start-up does not share the CPU with that grading
+    or the storing of its report; with several runs at once it may with another's)
+    and while idle, starts them up to ``size`` (fewer when memory is short), replaces
     those of another exercise and those that exited (killed, or no job within
     `GRADER_WAIT_S`). None waiting, another exercise, a dead one, or a run whose
     environment is not the pool's: ``take`` returns None and the run is graded
@@ -243,7 +259,17 @@ class GraderPool:
 
     def refill(self, *, idle: bool = False) -> None:
         """Start graders of the exercise graded last, up to ``size``; ``idle`` (the worker's
-        own loop, no run going): only if none was started in the last `IDLE_REFILL_S`."""
+        own loop, no run going): only if none was started in the last `IDLE_REFILL_S`.
+        Graders of another exercise are stopped after the pool's lock is let go (each may
+        take seconds), so a run's `take` never waits on them."""
+        others: list[subprocess.Popen] = []
+        try:
+            self._refill(idle, others)
+        finally:
+            for proc in others:
+                _stop(proc)
+
+    def _refill(self, idle: bool, others: list[subprocess.Popen]) -> None:
         with self.lock:
             if idle and time.monotonic() - self.started_at < IDLE_REFILL_S:
                 return
@@ -252,7 +278,7 @@ class GraderPool:
                 if proc.poll() is None and exercise == self.exercise:
                     kept.append((exercise, proc))
                 elif proc.poll() is None:
-                    _stop(proc)
+                    others.append(proc)
             self.ready = kept
             while len(self.ready) < self.size and _free_mb() > 2 * GRADER_MB:
                 try:

@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     labjob.load_labs()
     if "cpu" in queues and get_settings().lab_warm_pool:
         # A warm lab process (academy.labpool): a CPU lab run forks from it, PyTorch imported.
-        # A run waits for it a quarter of the time the reaper allows a silent heartbeat.
+        # A run waits for it (importing, then its answer) a quarter of the time the reaper
+        # allows a silent heartbeat, and one second more at most.
         state.pool = WarmPool(get_settings().lab_warm_pool, lab_env(), ROOT, labjob._die_with_worker,
                               ready_wait_s=get_settings().lab_dead_after_s / 4)
         state.pool.refill()

@@ -48,6 +48,7 @@ from labs.processes import die_with_parent
 WARMUP = 1  # steps run before measuring (see the module's docstring)
 KEY = ("world_size", "cap", "features", "hidden", "classes", "batch", "steps", "lr")
 TIMEOUT_S = 60.0  # fork, gloo and a few tiny steps take seconds; a child past this is stuck
+LOCK_WAIT_S = 20.0  # the longest a grading waits for another that is making the same lanes
 RUNTIME = Path(__file__).resolve().parent / "runtime"  # the drivers' import root
 ROOT = RUNTIME.parents[2]  # where ``python -m labs...`` finds the labs
 
@@ -92,19 +93,35 @@ def _readable(lanes) -> bool:
         return False
 
 
+def _locked(lock, wait_s: float) -> bool:
+    """``flock`` of ``lock`` (released when the file closes), tried until ``wait_s`` is over."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+
+
 def lanes(case: dict, *, folder: Path | None = None, timeout_s: float = TIMEOUT_S) -> dict | None:
     """torch DDP's timeline for ``case`` (`labs.timeline.variant` with ``bucket_cap_mb``,
     ``allreduce_calls``, ``key`` and ``made``: when and in how many seconds it was
     recorded), from this machine's cache or, the first time, from a fresh run; None
     when the run failed (the report then says so; the grade never depends on it).
-    Two gradings that miss the cache together make it once: the second waits on a lock."""
+    Two gradings that miss the cache together make it once: the second waits on a lock,
+    at most `LOCK_WAIT_S` (then it has no lanes, and says so, rather than keep the
+    grading's report waiting)."""
     wanted = key(case)
     folder = cache_dir() if folder is None else folder
     name = hashlib.sha256(json.dumps(wanted, sort_keys=True).encode()).hexdigest()[:24] + ".json"
     if not _private(folder):
         return _made(case, wanted, timeout_s)  # made for this grading alone, kept nowhere
     with open(folder / ".lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not _locked(lock, LOCK_WAIT_S):  # another grading is making them: not worth the wait
+            return None
         try:
             cached = json.loads((folder / name).read_text())
             if isinstance(cached, dict) and cached.get("key") == wanted and _readable(cached):
