@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import Config, p95, scratch_stack, unavailable
-from benchmarks.lab_costs import workers
+from benchmarks.lab_costs import settle, workers
 
 TARGET = ("ring-allreduce", 1.5)  # issue #26: this exercise, all cases, Run to report, p95 under 1.5 s
 POLL_S = 0.05
@@ -40,38 +40,6 @@ LEARNER = "bench-exercises@example.org"
 
 def _spread(values: list[float], prefix: str) -> dict[str, float]:
     return {f"{prefix}_p50_s": statistics.median(values), f"{prefix}_p95_s": p95(values)}
-
-
-def _idle(parents: list[int], timeout: float = 300) -> None:
-    """Wait until no process below the workers in ``parents`` used CPU for 0.3 s (a warm
-    grader's sandbox is up: PyTorch imported, ranks forked, asleep on its stdin)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        before = _cpu_below(parents)
-        time.sleep(0.3)
-        if before == _cpu_below(parents):
-            return
-    raise RuntimeError("the worker's processes did not settle")
-
-
-def _cpu_below(parents: list[int]) -> dict[int, int]:
-    """CPU ticks of each process below ``parents`` (the sandboxes included: their pids, as the host sees them)."""
-    stats: dict[int, list[str]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stats[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-    children: dict[int, list[int]] = {}
-    for pid, fields in stats.items():
-        children.setdefault(int(fields[1]), []).append(pid)
-    found, todo = {}, list(parents)
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found[child] = int(stats[child][11]) + int(stats[child][12])
-            todo.append(child)
-    return found
 
 
 def _through_queue(exercise: str, learner_id: int, repeats: int, parents: list[int]) -> dict:
@@ -86,7 +54,7 @@ def _through_queue(exercise: str, learner_id: int, repeats: int, parents: list[i
     source = exercises.reference(exercise)
     wall, waits, gradings, cases = [], [], [], set()
     for _ in range(repeats):
-        _idle(parents)
+        settle(parents)
         t0 = time.perf_counter()
         run_id = exercises.submit(learner_id=learner_id, exercise=exercise, source=source, lang="en")
         deadline = time.monotonic() + 300

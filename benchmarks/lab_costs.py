@@ -189,37 +189,47 @@ def _wait_for(check, what: str, timeout: float = 300) -> None:
         time.sleep(0.05)
 
 
-def _warm_ready(parents: list[int], timeout: float = 300) -> None:
-    """Wait until each worker in ``parents`` has a warm lab process done importing
-    (asleep on its stdin: its CPU time stands still)."""
-    def cpu(pid: int) -> int | None:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return None
-        return int(fields[11]) + int(fields[12]) if fields[0] == "S" else None
+def _below(parents: list[int]) -> dict[int, tuple[int, bytes]]:
+    """CPU ticks and command line of each process below ``parents`` (a sandbox's too: the
+    host sees its pids)."""
+    stats: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stats[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+    children: dict[int, list[int]] = {}
+    for pid, fields in stats.items():
+        children.setdefault(int(fields[1]), []).append(pid)
+    found, todo = {}, list(parents)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            try:
+                command = Path(f"/proc/{child}/cmdline").read_bytes()
+            except OSError:
+                command = b""
+            found[child] = (int(stats[child][11]) + int(stats[child][12]), command)
+            todo.append(child)
+    return found
 
-    def warm() -> list[int]:
-        found = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                    if int(stat[1]) in parents and b"labs.warm" in (entry / "cmdline").read_bytes():
-                        found.append(int(entry.name))
-                except (OSError, ValueError, IndexError):
-                    continue
-        return found
 
+def settle(parents: list[int], timeout: float = 300) -> None:
+    """Wait until no process below the workers in ``parents`` used CPU for 0.3 s (their warm
+    processes done importing, a warm grader's sandbox up, asleep on its stdin)."""
     def still() -> bool:
-        pids = warm()
-        if len(pids) < len(parents):
-            return False
-        before = [cpu(p) for p in pids]
+        before = {pid: ticks for pid, (ticks, _) in _below(parents).items()}
         time.sleep(0.3)
-        return None not in before and before == [cpu(p) for p in pids]
+        return before == {pid: ticks for pid, (ticks, _) in _below(parents).items()}
 
-    _wait_for(still, "the warm lab processes", timeout)
+    _wait_for(still, "the workers' processes to settle", timeout)
+
+
+def _warm_ready(parents: list[int], timeout: float = 300) -> None:
+    """Wait until the workers in ``parents`` have a warm lab process each, done importing."""
+    _wait_for(lambda: sum(b"labs.warm" in command for _, command in _below(parents).values()) >= len(parents),
+              "the warm lab processes", timeout)
+    settle(parents, timeout)
 
 
 WARM_LAB = {"world_size": 3}  # the Labs page's default ring lab
