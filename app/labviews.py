@@ -1,7 +1,8 @@
 """Results of a lab run on the page: metrics, plots and the ring animation.
 
 Figures come from ``app.charts`` and ``app.charts_ring``; the numbers are the ones the processes
-measured (``LabRun.result``), never recomputed or canned, and are written
+measured (``LabRun.result``, typed by ``labs.reports.read``: a result that
+is not its lab's report shows as a failure, with why), never recomputed or canned, and are written
 with the learner's decimal marks (``num``). The form's widgets are built here
 too, from the parameters' schema in ``labs.params``; and the bucketed-overlap
 exercise's timeline, drawn with the DDP lab's lanes.
@@ -26,6 +27,7 @@ from app.ui import labeler, t
 from app.widgets import chart, lang, num, ring_labels
 from labs import model as ring_model
 from labs import params as lab_params
+from labs import reports
 from labs import timeline as spans
 from labs.ringtrace import trace_steps
 from labs.settings import Limits
@@ -122,12 +124,11 @@ def _cpus(run: LabRun) -> int:
     return (run.machine or {}).get("cpu_count") or os.cpu_count() or 1
 
 
-def look_for(run: LabRun) -> None:
+def look_for(run: LabRun, s: reports.Summary) -> None:
     """The one line that opens every lab result: what to look for in it."""
-    s = run.result["summary"]
-    n = s.get("world_size", 2)
-    if run.lab == "ring":
-        naive = s.get("algo") == "naive"
+    n = s.world_size
+    if isinstance(s, reports.RingSummary):
+        naive = s.algo == "naive"
         text = t("labs.look.ring_naive" if naive else "labs.look.ring", count=n,
                  steps=(n - 1) if naive else 2 * (n - 1))
     elif run.lab == "bench":
@@ -143,7 +144,7 @@ def same_bytes_on_two(n: int) -> None:
         st.warning(t("labs.two_ranks_same_bytes"), icon=":material/info:")
 
 
-def model_line(s: dict, measured: list[float], fit: dict | None, cpus: int) -> dict:
+def model_line(s: reports.RingSummary, measured: list[float], fit: dict | None, cpus: int) -> dict:
     """The alpha-beta line under the ring lab's measured steps, and its label.
 
     From ``fit`` (this machine's benchmark of the same algorithm at the same
@@ -152,15 +153,14 @@ def model_line(s: dict, measured: list[float], fit: dict | None, cpus: int) -> d
     times off carries the factor, in its legend name and in a caption with
     why (``note``).
     """
-    n, steps = s["world_size"], len(measured)
-    step_bytes = s.get("step_bytes") or (s["size_bytes"] if s.get("algo") == "naive"
-                                         else max(s["chunk_numels"]) * s["element_size"])
+    n, steps = s.world_size, len(measured)
+    step_bytes = s.step_bytes or (s.size_bytes if s.algo == "naive" else max(s.chunk_numels) * s.element_size)
     if fit is not None:
-        predicted = ring_model.step_times(n, s["size_bytes"], step_bytes, steps, fit=fit)
+        predicted = ring_model.step_times(n, s.size_bytes, step_bytes, steps, fit=fit)
         name = t("labs.ring.model_fit", run=fit["run_id"], count=n)
     else:
         alpha, bandwidth = calc.LINKS["loopback-gloo"]
-        predicted = ring_model.step_times(n, s["size_bytes"], step_bytes, steps, link=(alpha, bandwidth))
+        predicted = ring_model.step_times(n, s.size_bytes, step_bytes, steps, link=(alpha, bandwidth))
         name = t("labs.ring.model_default")
     factor = ring_model.gap(measured, predicted)
     note = None
@@ -175,26 +175,25 @@ def model_line(s: dict, measured: list[float], fit: dict | None, cpus: int) -> d
     return {"predicted": predicted, "name": name, "factor": factor, "note": note}
 
 
-def ring(run: LabRun) -> None:
-    s = run.result["summary"]
-    n = s["world_size"]
-    naive = s.get("algo") == "naive"
-    k = s.get("repeats", 1)
-    total = s.get("total_time") or {"min": s["total_time_s"], "max": s["total_time_s"]}
-    builtin = s.get("builtin_time") or {"min": s["builtin_time_s"], "max": s["builtin_time_s"]}
+def ring(run: LabRun, s: reports.RingSummary) -> None:
+    n = s.world_size
+    naive = s.algo == "naive"
+    k = s.repeats
+    total = s.total_time or reports.Spread(median=s.total_time_s, min=s.total_time_s, max=s.total_time_s)
+    builtin = s.builtin_time or reports.Spread(median=s.builtin_time_s, min=s.builtin_time_s, max=s.builtin_time_s)
     c1, c2, c3 = st.columns(3)
-    c1.metric(t("labs.ring.total"), f"{num(s['total_time_s'] * 1e3, '.2f')} ms")
-    c2.metric(t("labs.ring.builtin"), f"{num(s['builtin_time_s'] * 1e3, '.2f')} ms")
-    c3.metric(t("labs.ring.busbw"), f"{num(s['busbw_GBps'], '.4f')} GB/s")
-    st.caption(t("labs.ring.noise", count=k, lo=total["min"] * 1e3, hi=total["max"] * 1e3,
-                 blo=builtin["min"] * 1e3, bhi=builtin["max"] * 1e3))
-    (st.success if s["correct"] else st.error)(
-        t("labs.ring.correct", ok="✓" if s["correct"] else "✗", err=s.get("max_abs_err") or 0.0))
+    c1.metric(t("labs.ring.total"), f"{num(s.total_time_s * 1e3, '.2f')} ms")
+    c2.metric(t("labs.ring.builtin"), f"{num(s.builtin_time_s * 1e3, '.2f')} ms")
+    c3.metric(t("labs.ring.busbw"), f"{num(s.busbw_GBps, '.4f')} GB/s")
+    st.caption(t("labs.ring.noise", count=k, lo=total.min * 1e3, hi=total.max * 1e3,
+                 blo=builtin.min * 1e3, bhi=builtin.max * 1e3))
+    (st.success if s.correct else st.error)(
+        t("labs.ring.correct", ok="✓" if s.correct else "✗", err=s.max_abs_err or 0.0))
     if n < 2:
         st.info(t("labs.ring.one_rank"))
         return
     same_bytes_on_two(n)
-    steps, durations = trace_steps(s["traces"])
+    steps, durations = trace_steps(s.traces)
     st.markdown(f"**{t('labs_naive.animation') if naive else t('labs.ring.animation')}**")
     speed = st.select_slider(t("labs.ring.speed"), [0.25, 0.5, 1.0, 2.0, 4.0], value=1.0,
                              format_func=lambda v: f"{num(v, 'g')}×", key=f"speed_{run.id}")
@@ -204,71 +203,75 @@ def ring(run: LabRun) -> None:
         labels = {**ring_labels(), "pass-around": t("labs_naive.pass_around"), "buffer": t("labs_naive.whole_buffer"),
                   "carries": t("labs_naive.carries", rank="{rank}")}
         fig = charts_ring.naive_ring_figure(n, steps, labels=labels, step_durations=paced,
-                                       buffer_size=_fmt_bytes(s["size_bytes"]), lang=lang())
+                                       buffer_size=_fmt_bytes(s.size_bytes), lang=lang())
     else:
         fig = charts_ring.ring_figure(n, steps, labels=ring_labels(), step_durations=paced,
-                                 chunk_sizes=[_fmt_bytes(c * s["element_size"]) for c in s["chunk_numels"]],
+                                 chunk_sizes=[_fmt_bytes(c * s.element_size) for c in s.chunk_numels],
                                  lang=lang())
     chart(fig, key=f"ring_{run.id}", caption=t("labs_naive.alt") if naive else t("widgets.ring.alt"))
     # Each step's median over the runs, with its min and max (older runs: the one trace).
-    spread = s.get("step_times") or [{"median": d, "min": d, "max": d} for d in durations]
-    measured = [x["median"] for x in spread]
-    line = model_line(s, measured, labruns.run_machine_fit(run, BENCH_IMPL.get(s.get("algo", "ring"), "ring")),
+    spread = s.step_times or [reports.Spread(median=d, min=d, max=d) for d in durations]
+    measured = [x.median for x in spread]
+    line = model_line(s, measured, labruns.run_machine_fit(run, BENCH_IMPL.get(s.algo, "ring")),
                       cpus=_cpus(run))
     st.markdown(f"**{t('labs.ring.theory', count=k)}**")
     chart(charts.step_time_figure(measured, line["predicted"], {
         "measured": t("labs.ring.measured", count=k), "theory": line["name"],
-        "step": t("widgets.ring.step")}, lang=lang(), low=[x["min"] for x in spread],
-        high=[x["max"] for x in spread]), key=f"steps_{run.id}", caption=line["note"] or None)
+        "step": t("widgets.ring.step")}, lang=lang(), low=[x.min for x in spread],
+        high=[x.max for x in spread]), key=f"steps_{run.id}", caption=line["note"] or None)
     with st.expander(t("labs.ring.trace")):
-        st.dataframe([{"rank": r, **rec} for r, recs in enumerate(s["traces"]) for rec in recs],
+        st.dataframe([{"rank": r, **rec} for r, recs in enumerate(s.traces) for rec in recs],
                      hide_index=True)
 
 
-def bench(run: LabRun) -> None:
-    s = run.result["summary"]
-    rows = s["rows"]
-    same_bytes_on_two(s["world_size"])
+def _or(value: float | None, otherwise: float) -> float:
+    return otherwise if value is None else value
+
+
+def bench(run: LabRun, s: reports.BenchSummary) -> None:
+    rows = s.rows
+    same_bytes_on_two(s.world_size)
     st.markdown(f"**{t('labs.bench.table')}**")
-    st.caption(t("labs.bench.noise", count=s.get("iters", 1)))
-    st.dataframe([{"size": r["size"], "count": r["count"], "type": r["dtype"], "impl": r["impl"],
-                   "collective": r.get("collective", ""), "time (us)": round(r["time_us"], 1),
-                   "min..max (us)": f"{num(r.get('min_us', r['time_us']), '.1f')}..{num(r.get('max_us', r['time_us']), '.1f')}",
-                   "algbw (GB/s)": round(r["algbw"], 4), "busbw (GB/s)": round(r["busbw"], 4),
-                   "#wrong": r["wrong"]} for r in rows], hide_index=True)
+    st.caption(t("labs.bench.noise", count=s.iters))
+    st.dataframe([{"size": r.size, "count": r.count, "type": r.dtype, "impl": r.impl,
+                   "collective": r.collective or "", "time (us)": round(r.time_us, 1),
+                   "min..max (us)": f"{num(_or(r.min_us, r.time_us), '.1f')}..{num(_or(r.max_us, r.time_us), '.1f')}",
+                   "algbw (GB/s)": round(r.algbw, 4), "busbw (GB/s)": round(r.busbw, 4),
+                   "#wrong": r.wrong} for r in rows], hide_index=True)
     labels = {"ring": t("labs.bench.ring"), "naive": t("labs.bench.naive"),
               "ring_pipelined": t("labs.bench.ring_pipelined"),
               "all_reduce": t("labs.bench.all_reduce"), "fit": t("labs.bench.fit_line"),
               "reference": t("labs.bench.reference"), "size": t("labs.bench.size_axis")}
-    fit = (s.get("fit") or {}).get("all_reduce")
+    fit = s.fit.get("all_reduce")
     st.markdown(f"**{t('labs.bench.plot')}**")
-    chart(charts.busbw_figure(rows, world_size=s["world_size"], fit=fit, labels=labels,
+    chart(charts.busbw_figure([r.model_dump(exclude_none=True) for r in rows], world_size=s.world_size,
+                              fit=fit.model_dump() if fit else None, labels=labels,
                               reference=NVLINK_REFERENCE, lang=lang()), key=f"busbw_{run.id}")
-    if fit and fit.get("alpha_s") is not None and fit.get("bandwidth_GBps"):
-        st.caption(t("labs.bench.fit", alpha=fit["alpha_s"] * 1e6, bw=fit["bandwidth_GBps"]))
-    ratios = s.get("ring_vs_all_reduce") or []
-    if ratios and ratios[-1].get("ratio") is not None:
-        st.write(t("labs.bench.ratio", ratio=ratios[-1]["ratio"], size=_fmt_bytes(ratios[-1]["size"])))
-    mine = max((r["busbw"] for r in rows if r["impl"] == "all_reduce"), default=0.0)
+    if fit and fit.alpha_s is not None and fit.bandwidth_GBps:
+        st.caption(t("labs.bench.fit", alpha=fit.alpha_s * 1e6, bw=fit.bandwidth_GBps))
+    ratios = s.ring_vs_all_reduce
+    if ratios and ratios[-1].ratio is not None:
+        st.write(t("labs.bench.ratio", ratio=ratios[-1].ratio, size=_fmt_bytes(ratios[-1].size)))
+    mine = max((r.busbw for r in rows if r.impl == "all_reduce"), default=0.0)
     if mine > 0:
         st.info(t("labs.bench.gap", mine=mine, times=sum(NVLINK_REFERENCE) / 2 / mine))
 
 
-def breakdown(run: LabRun, bd: dict) -> None:
+def breakdown(run: LabRun, bd: reports.Breakdown) -> None:
     """Per-step time of three ways to sync, and the two effects apart: what
     bucketing saves (fewer calls) and what overlap hides (behind backward)."""
-    st.markdown(f"**{t('labs.ddp.breakdown', count=bd['steps'])}**")
+    st.markdown(f"**{t('labs.ddp.breakdown', count=bd.steps)}**")
     names = {k: t(f"labs.ddp.{k}") for k in ("naive", "bucketed", "ddp", "forward", "backward",
                                              "exposed_comm", "optimizer")}
-    chart(charts.breakdown_figure({k: bd[k] for k in ("naive", "bucketed", "ddp")}, names, lang=lang()),
+    chart(charts.breakdown_figure({"naive": bd.naive, "bucketed": bd.bucketed, "ddp": bd.ddp}, names, lang=lang()),
           key=f"bd_{run.id}")
-    saving, hidden = bd["bucketing_saving"], bd["overlap_hidden"]
-    st.markdown(t("labs.ddp.bucketing", ms=saving["ms"]["median"], q1=saving["ms"]["q1"], q3=saving["ms"]["q3"],
-                  before=saving["calls_before"], after=saving["calls_after"], count=saving["ms"]["k"],
-                  per_call=saving.get("per_call_ms") or 0.0))
+    saving, hidden = bd.bucketing_saving, bd.overlap_hidden
+    st.markdown(t("labs.ddp.bucketing", ms=saving.ms.median, q1=saving.ms.q1, q3=saving.ms.q3,
+                  before=saving.calls_before, after=saving.calls_after, count=saving.ms.k,
+                  per_call=saving.per_call_ms or 0.0))
     st.caption(t("labs.ddp.bucketing_why"))
-    st.markdown(t("labs.ddp.overlap", ms=hidden["ms"]["median"], q1=hidden["ms"]["q1"], q3=hidden["ms"]["q3"],
-                  backward=hidden["backward_ms"]["median"], count=hidden["buckets"], cap=bd["bucket_cap_mb"]))
+    st.markdown(t("labs.ddp.overlap", ms=hidden.ms.median, q1=hidden.ms.q1, q3=hidden.ms.q3,
+                  backward=hidden.backward_ms.median, count=hidden.buckets, cap=bd.bucket_cap_mb))
     st.caption(t("labs.ddp.overlap_why", cpus=_cpus(run)))
 
 
@@ -279,33 +282,34 @@ def lane_names() -> dict[str, str]:
     return names
 
 
-def timeline(run: LabRun, tl: dict) -> None:
+def timeline(run: LabRun, s: reports.DdpSummary, tl: reports.Timeline) -> None:
     """Every rank's compute and communication on one clock: the naive sync above, DDP
     at the bucket cap the slider picks below, with the overlap and exposed figures."""
-    st.markdown(f"**{t('labs.timeline.title', count=tl['steps'])}**")
+    st.markdown(f"**{t('labs.timeline.title', count=tl.steps)}**")
     st.markdown(":material/visibility: " + t("labs.timeline.look"))
-    variants, caps = tl["variants"], sorted(tl["caps"], key=lambda c: c["bucket_cap_mb"])
-    default = next(c["bucket_cap_mb"] for c in tl["caps"] if c["variant"] == "ddp")
-    cap = st.select_slider(t("labs.timeline.cap"), [c["bucket_cap_mb"] for c in caps], value=default,
+    variants, caps = tl.variants, sorted(tl.caps, key=lambda c: c.bucket_cap_mb)
+    default = next(c.bucket_cap_mb for c in tl.caps if c.variant == "ddp")
+    cap = st.select_slider(t("labs.timeline.cap"), [c.bucket_cap_mb for c in caps], value=default,
                            format_func=lambda v: f"{num(v, 'g')} MB", key=f"tl_cap_{run.id}")
-    chosen = variants[next(c["variant"] for c in caps if c["bucket_cap_mb"] == cap)]
+    chosen = variants[next(c.variant for c in caps if c.bucket_cap_mb == cap)]
     shown = [(t("labs.timeline.naive"), variants["naive"]),
              (t("labs.timeline.ddp", cap=num(cap, "g")), chosen)]
     left, right = st.columns([3, 1])
     chart(lanes.timeline_figure(shown, lane_names(), lang=lang()), key=f"tl_{run.id}_{cap}",
           caption=t("labs.timeline.alt"), where=left)
     for title, var in shown:
-        right.metric(t("labs.timeline.overlap", name=title), num(var["overlap"], ".0%"),
+        right.metric(t("labs.timeline.overlap", name=title), num(var.overlap, ".0%"),
                      help=t("labs.timeline.overlap_help"))
-        right.metric(t("labs.timeline.exposed", name=title), f"{num(var['exposed_comm_ms'], '.2f')} ms",
+        right.metric(t("labs.timeline.exposed", name=title), f"{num(var.exposed_comm_ms, '.2f')} ms",
                      help=t("labs.timeline.exposed_help"))
-    idle = ", ".join(f"{r['rank']}: {num(r['idle_ms'], '.2f')}" for r in chosen["ranks"])
-    st.caption(t("labs.timeline.idle", idle=idle, count=chosen["allreduce_calls"],
-                 hidden=tl["hidden"], batch=tl["batch_per_rank"], cpus=_cpus(run)))
-    st.download_button(t("labs.timeline.download"), json.dumps(spans.chrome_trace(variants)),
+    idle = ", ".join(f"{r.rank}: {num(r.idle_ms, '.2f')}" for r in chosen.ranks)
+    st.caption(t("labs.timeline.idle", idle=idle, count=chosen.allreduce_calls,
+                 hidden=tl.hidden, batch=tl.batch_per_rank, cpus=_cpus(run)))
+    trace = spans.chrome_trace({name: var.plain() for name, var in variants.items()})
+    st.download_button(t("labs.timeline.download"), json.dumps(trace),
                        file_name=f"lab-{run.id}-timeline.json", mime="application/json",
                        key=f"trace_{run.id}", on_click="ignore")
-    predict(run, tl, cap, chosen)
+    predict(run, s, tl, cap, chosen)
 
 
 def _cell(value: float | None) -> str:
@@ -317,17 +321,17 @@ def _ms(value: float | None) -> str:
     return "—" if value is None else f"{_cell(value)} ms"
 
 
-def predict(run: LabRun, tl: dict, cap: float, chosen: dict) -> None:
+def predict(run: LabRun, s: reports.DdpSummary, tl: reports.Timeline, cap: float,
+            chosen: reports.Variant) -> None:
     """Predict, then measure: the step model (compute measured + exposed communication
     from this machine's benchmark fit) beside the measured step and the learner's
     prediction, with the residuals; without a benchmark, how to get one."""
-    s = run.result["summary"]
-    n, backend = s["world_size"], s.get("backend", "gloo")
+    n, backend = s.world_size, s.backend
     st.markdown(f"**{t('labs.predict.title', cap=num(cap, 'g'), count=n)}**")
     fit = labruns.run_machine_fit(run, "all_reduce")
-    step = spans.step_model(chosen, world_size=n, fit=fit, gradient_bytes=tl.get("gradient_bytes", 0))
+    step = spans.step_model(chosen.plain(), world_size=n, fit=fit, gradient_bytes=tl.gradient_bytes)
     guess = (run.params or {}).get("predicted_step_ms")
-    at_guess = chosen is tl["variants"]["ddp"]  # the prediction was for the breakdown's DDP cap
+    at_guess = chosen is tl.variants["ddp"]  # the prediction was for the breakdown's DDP cap
     c1, c2, c3 = st.columns(3)
     c1.metric(t("labs.predict.guess"), _ms(guess if at_guess else None), help=t("labs.predict.guess_help"))
     c2.metric(t("labs.predict.model"), _ms(step["model_ms"]), help=t("labs.predict.model_help"))
@@ -344,55 +348,53 @@ def predict(run: LabRun, tl: dict, cap: float, chosen: dict) -> None:
     if guess is None:
         st.caption(t("labs.predict.no_guess"))
     elif not at_guess:
-        st.caption(t("labs.predict.other_cap", ms=guess, cap=num(tl["variants"]["ddp"]["bucket_cap_mb"], "g")))
+        st.caption(t("labs.predict.other_cap", ms=guess, cap=num(tl.variants["ddp"].bucket_cap_mb, "g")))
     else:
         st.markdown(t("labs.predict.residual_guess", ms=step["measured_ms"] - guess,
                       share=(step["measured_ms"] - guess) / guess if guess else 0.0))
 
 
-def ddp(run: LabRun) -> None:
-    sec = run.result["summary"]["sections"]
-    eq = sec.get("equivalence")
+def ddp(run: LabRun, s: reports.DdpSummary) -> None:
+    sec = s.sections
+    eq = sec.equivalence
     if eq:
-        n = run.result["summary"]["world_size"]
-        st.markdown(f"**{t('labs.ddp.equivalence', count=n, b=eq['batch_per_rank'], nb=eq['global_batch'])}**")
-        if eq["equivalent"]:
-            st.success(t("labs.ddp.equivalence_ok", diff=eq["max_abs_diff_vs_single_process"],
-                         tol=eq["tolerance"], same="✓" if eq["ranks_identical"] else "✗"))
+        n = s.world_size
+        st.markdown(f"**{t('labs.ddp.equivalence', count=n, b=eq.batch_per_rank, nb=eq.global_batch)}**")
+        if eq.equivalent:
+            st.success(t("labs.ddp.equivalence_ok", diff=eq.max_abs_diff_vs_single_process,
+                         tol=eq.tolerance, same="✓" if eq.ranks_identical else "✗"))
         else:
-            st.error(t("labs.ddp.equivalence_bad", diff=eq["max_abs_diff_vs_single_process"], tol=eq["tolerance"]))
+            st.error(t("labs.ddp.equivalence_bad", diff=eq.max_abs_diff_vs_single_process, tol=eq.tolerance))
         chart(charts.lines_figure(
-            {t("labs.ddp.loss_ranks", count=n): eq["losses"], t("labs.ddp.loss_single"): eq["single_process_losses"]},
+            {t("labs.ddp.loss_ranks", count=n): eq.losses, t("labs.ddp.loss_single"): eq.single_process_losses},
             x_title=t("widgets.ring.step"), y_title=t("labs.ddp.loss"), lang=lang()), key=f"loss_{run.id}")
-    bd = sec.get("breakdown")
-    if bd and "bucketing_saving" in bd:  # older runs mixed the two effects up: not shown
-        breakdown(run, bd)
-    if sec.get("timeline"):
-        timeline(run, sec["timeline"])
-    buckets = sec.get("buckets")
+    if sec.breakdown:  # None for older runs, which mixed the two effects up (labs.reports.Sections)
+        breakdown(run, sec.breakdown)
+    if sec.timeline:
+        timeline(run, s, sec.timeline)
+    buckets = sec.buckets
     if buckets:
         st.markdown(f"**{t('labs.ddp.buckets')}**")
-        st.dataframe([{"bucket_cap_mb": r["bucket_cap_mb"], t("labs.ddp.bucket_calls"): r["allreduce_calls_per_step"],
-                       t("labs.ddp.bucket_ms"): round(r["step_ms"], 3)} for r in buckets["rows"]], hide_index=True)
+        st.dataframe([{"bucket_cap_mb": r.bucket_cap_mb, t("labs.ddp.bucket_calls"): r.allreduce_calls_per_step,
+                       t("labs.ddp.bucket_ms"): round(r.step_ms, 3)} for r in buckets.rows], hide_index=True)
         st.caption(t("labs.ddp.bucket_noise", count=run.params.get("steps") or 0))
-    ns = sec.get("no_sync")
+    ns = sec.no_sync
     if ns:
-        st.write(t("labs.ddp.no_sync", calls_ns=ns["no_sync"]["allreduce_calls_per_optimizer_step"],
-                   calls=ns["sync_every_micro_batch"]["allreduce_calls_per_optimizer_step"],
-                   bytes_ns=num(ns["no_sync"]["bytes_per_optimizer_step"], ","),
-                   bytes=num(ns["sync_every_micro_batch"]["bytes_per_optimizer_step"], ",")))
-    fp = sec.get("fp16")
+        st.write(t("labs.ddp.no_sync", calls_ns=ns.no_sync.allreduce_calls_per_optimizer_step,
+                   calls=ns.sync_every_micro_batch.allreduce_calls_per_optimizer_step,
+                   bytes_ns=num(ns.no_sync.bytes_per_optimizer_step, ","),
+                   bytes=num(ns.sync_every_micro_batch.bytes_per_optimizer_step, ",")))
+    fp = sec.fp16
     if fp:
-        st.write(t("labs.ddp.fp16", ratio=fp["bytes_ratio"], loss16=fp["fp16"]["final_loss"],
-                   loss32=fp["fp32"]["final_loss"]))
-    sampler = sec.get("sampler")
+        st.write(t("labs.ddp.fp16", ratio=fp.bytes_ratio, loss16=fp.fp16.final_loss, loss32=fp.fp32.final_loss))
+    sampler = sec.sampler
     if sampler:
-        st.write(t("labs.ddp.sampler", same="✓" if sampler.get("same_order_next_epoch_without_set_epoch") else "✗"))
-    sc = sec.get("scaling")
-    if sc and sc.get("rows"):
+        st.write(t("labs.ddp.sampler", same="✓" if sampler.same_order_next_epoch_without_set_epoch else "✗"))
+    sc = sec.scaling
+    if sc and sc.rows:
         st.markdown(f"**{t('labs.ddp.scaling')}**")
-        st.dataframe([{t("labs.ddp.world"): r["world_size"], t("labs.ddp.throughput"): round(r["samples_per_s"]),
-                       t("labs.ddp.efficiency"): num(r["efficiency"], ".0%")} for r in sc["rows"]], hide_index=True)
+        st.dataframe([{t("labs.ddp.world"): r.world_size, t("labs.ddp.throughput"): round(r.samples_per_s),
+                       t("labs.ddp.efficiency"): num(r.efficiency, ".0%")} for r in sc.rows], hide_index=True)
         st.caption(t("labs.ddp.scaling_note"))
 
 
@@ -416,6 +418,7 @@ def downloads(run: LabRun) -> None:
 
 
 def _csv_rows(run: LabRun) -> list[dict]:
+    """The main table as the run stored it (every key the lab wrote, in its order, like the JSON)."""
     s = (run.result or {}).get("summary") or {}
     if run.lab == "bench":
         return list(s.get("rows", []))
@@ -455,19 +458,34 @@ def failure(run: LabRun) -> None:
 
 def show_run(run: LabRun) -> None:
     """A finished run: first what to look for, then the machine, the outcome and the lab's readouts."""
+    report = error = None
     if run.status == "done":
-        look_for(run)
+        try:
+            report = reports.read(run.lab, run.result)
+        except reports.ReportError as err:
+            error = err
+        else:
+            look_for(run, report.summary)
     machine = run.machine or {}
     if machine.get("torch"):  # where the lab ran (a run that ended before its result says nothing)
         st.caption(t("labs.machine", cpus=machine.get("cpu_count", "?"), torch=machine["torch"],
                      backend=(run.result or {}).get("backend") or machine.get("default_backend", "?")))
-    if run.status != "done":
+    if error is not None:
+        unreadable(error)
+        return
+    if report is None:
         failure(run)
         return
-    res = run.result
-    st.success(t("labs.done", seconds=res.get("wall_s", 0.0), overhead=res.get("overhead_s", 0.0)))
-    {"ring": ring, "bench": bench, "ddp": ddp, "sharding": sharding.show}[run.lab](run)
+    st.success(t("labs.done", seconds=report.wall_s, overhead=report.overhead_s))
+    {"ring": ring, "bench": bench, "ddp": ddp, "sharding": sharding.show}[run.lab](run, report.summary)
     downloads(run)
+
+
+def unreadable(err: reports.ReportError) -> None:
+    """A finished run whose stored result is not its lab's report: what a failed run shows, with why."""
+    st.error(t("labs.failed"))
+    with st.expander(t("labs.technical")):
+        st.code(str(err), language=None)
 
 
 # The most spans a stored exercise timeline may have to be drawn: the grader keeps
@@ -483,11 +501,12 @@ def bucket_timeline(trace: dict, run_id: int) -> None:
     if trace.get("kind") != "timeline" or not isinstance(mine, dict):
         return
     try:
-        shown = [(t("exercises.timeline.yours"), mine)]
+        stored = [(t("exercises.timeline.yours"), mine)]
         if isinstance(ddp, dict):
-            shown.append((t("exercises.timeline.ddp"), ddp))
-        if any(sum(len(r["spans"]) for r in var["ranks"]) > MAX_EXERCISE_SPANS for _, var in shown):
+            stored.append((t("exercises.timeline.ddp"), ddp))
+        if any(sum(len(r["spans"]) for r in var["ranks"]) > MAX_EXERCISE_SPANS for _, var in stored):
             raise ValueError("more spans than the grader keeps")
+        shown = [(title, reports.Variant.model_validate(var)) for title, var in stored]  # a ValueError if not one
         n, cap = int(trace["world_size"]), int(trace["cap_bytes"])
         fig = lanes.timeline_figure(shown, lane_names(), lang=lang())
         if isinstance(ddp, dict):
@@ -500,7 +519,7 @@ def bucket_timeline(trace: dict, run_id: int) -> None:
     st.markdown(":material/visibility: " + t("exercises.timeline.look"))
     # The overlaps side by side above the lanes: their names ("torch DDP, same model and cap") need the width.
     for where, (title, var) in zip(st.columns(2), shown, strict=False):
-        where.metric(t("labs.timeline.overlap", name=title), num(var["overlap"], ".0%"),
+        where.metric(t("labs.timeline.overlap", name=title), num(var.overlap, ".0%"),
                      help=t("labs.timeline.overlap_help"))
     chart(fig, key=f"ex_tl_{run_id}", caption=t("exercises.timeline.alt"))
     st.caption(t("exercises.timeline.source", count=n, cap=cap, hidden=trace.get("hidden", "?")))

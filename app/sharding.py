@@ -3,8 +3,8 @@
 The figures are plain functions (data in, figure out; labels come in already
 translated) in the palette of ``app.charts``: one colour per part of the
 model state (``charts.MEMORY``), communication vermillion, a model's
-prediction black. `show` draws a finished sharding run (``LabRun.result``,
-the numbers the processes measured) and `animation` replays one step of it
+prediction black. `show` draws a finished sharding run (its summary as
+``labs.reports.ShardingSummary``, the numbers the processes measured) and `animation` replays one step of it
 (where each shard lives, what moves): the collectives the run recorded
 (``step_collectives``), in order, with the bytes it counted, or for a run
 stored before that record, the fixed phases of `PHASES` with the ring
@@ -23,6 +23,7 @@ from app import charts
 from app.ui import labeler, t
 from app.widgets import chart, lang, num
 from labs.model import PRECISIONS, SHARDED, STRATEGIES
+from labs.reports import Collective, ShardingSummary, Strategy
 
 PARTS = {"params": "weights", "grads": "grads", "optimizer": "optimizer_state"}  # lab part -> MEMORY colour
 MB = 1e6
@@ -49,22 +50,22 @@ def _with_table(fig: go.Figure) -> go.Figure:
     return fig
 
 
-def ledger_figure(ledger: dict, *, names: dict[str, str], language: str = DEFAULT_LANG) -> go.Figure:
+def ledger_figure(ledger: dict[str, Strategy], *, names: dict[str, str], language: str = DEFAULT_LANG) -> go.Figure:
     """Stacked bars of MB per rank and strategy: measured (solid) beside predicted (hatched).
 
-    ``ledger``: the summary's ``strategies`` (``{strategy: {"ranks": [...]}}``);
+    ``ledger``: the summary's ``strategies`` (``labs.reports.Strategy`` by name);
     ``names``: a label for each strategy, each part, "measured", "predicted",
     "rank", "mb" and "series" (``{part}`` and ``{kind}`` in one legend entry).
     Each bar is drawn from its own base, so measured and predicted stand side
     by side at every (strategy, rank).
     """
-    xs = [_tick(names, s, r["rank"]) for s in STRATEGIES if s in ledger for r in ledger[s]["ranks"]]
-    rows = [r for s in STRATEGIES if s in ledger for r in ledger[s]["ranks"]]
+    xs = [_tick(names, s, r.rank) for s in STRATEGIES if s in ledger for r in ledger[s].ranks]
+    rows = [r for s in STRATEGIES if s in ledger for r in ledger[s].ranks]
     fig = go.Figure()
     for kind, pattern in (("measured", ""), ("predicted", "/")):
         base = [0.0] * len(rows)
         for part, colour in PARTS.items():
-            ys = [r[kind][part] / MB for r in rows]
+            ys = [getattr(r, kind)[part] / MB for r in rows]
             series = names["series"].format(part=names[part], kind=names[kind])
             fig.add_bar(name=series, x=xs, y=ys, base=list(base), offsetgroup=kind,
                         legendgroup=kind, marker={"color": charts.MEMORY[colour], "pattern": {"shape": pattern},
@@ -77,14 +78,14 @@ def ledger_figure(ledger: dict, *, names: dict[str, str], language: str = DEFAUL
     return _marks(_with_table(fig), language)
 
 
-def wire_figure(ledger: dict, predicted: dict[str, float], *, names: dict[str, str],
+def wire_figure(ledger: dict[str, Strategy], predicted: dict[str, float], *, names: dict[str, str],
                 language: str = DEFAULT_LANG) -> go.Figure:
     """MB each rank sent per step (bars) beside the ring model's figure (black markers)."""
     xs, sent, model = [], [], []
     for s in STRATEGIES:
-        for r in ledger.get(s, {}).get("ranks", []):
-            xs.append(_tick(names, s, r["rank"]))
-            sent.append(r["wire_bytes_per_step"] / MB)
+        for r in ledger[s].ranks if s in ledger else []:
+            xs.append(_tick(names, s, r.rank))
+            sent.append(r.wire_bytes_per_step / MB)
             model.append(predicted[s] / MB)
     fig = go.Figure()
     fig.add_bar(name=names["sent"], x=xs, y=sent, marker={"color": charts.COMMUNICATION},
@@ -133,41 +134,40 @@ def _names(precision: str = "fp32") -> dict[str, str]:
             "series": t("sharding.series", part="{part}", kind="{kind}")}
 
 
-def show(run) -> None:
+def show(run, s: ShardingSummary) -> None:
     """A finished sharding run: the checks, the ledger, the wire bytes."""
-    s = run.result["summary"]
-    ledger, n = s["strategies"], s["world_size"]
-    worst = max(s["ledger_error"].values())
-    (st.success if s["within_ledger_tolerance"] else st.error)(
-        t("sharding.check_ledger", worst=worst * 100, tol=s["ledger_tolerance"] * 100))
-    if s.get("ordered") is not None:
-        (st.success if s["ordered"] else st.warning)(t("sharding.check_order" if s["ordered"] else
-                                                       "sharding.check_order_bad", count=n))
-    diff = max(v["max_abs_diff_vs_ddp"] for v in ledger.values())
-    if s.get("weight_check", "max") == "max":
-        words = t("sharding.check_weights", diff=diff, tol=s["tolerance"], moved=s.get("max_abs_update_ddp") or 0.0)
+    ledger, n = s.strategies, s.world_size
+    worst = max(s.ledger_error.values())
+    (st.success if s.within_ledger_tolerance else st.error)(
+        t("sharding.check_ledger", worst=worst * 100, tol=s.ledger_tolerance * 100))
+    if s.ordered is not None:
+        (st.success if s.ordered else st.warning)(t("sharding.check_order" if s.ordered else
+                                                    "sharding.check_order_bad", count=n))
+    diff = max(v.max_abs_diff_vs_ddp for v in ledger.values())
+    if s.weight_check == "max":
+        words = t("sharding.check_weights", diff=diff, tol=s.tolerance, moved=s.max_abs_update_ddp or 0.0)
     else:  # bf16: the mean distance, against the mean update (labs.sharding.WEIGHT_TOLERANCE)
-        words = t("sharding.check_weights_mean", diff=diff, tol=s["tolerance"] * 100,
-                  mean=max(v["mean_abs_diff_vs_ddp"] for v in ledger.values()), moved=s["mean_abs_update_ddp"])
-    (st.success if s["equal_weights"] else st.error)(words)
-    precision = s.get("precision", "fp32")
-    if s.get("wire_dtypes"):
-        key = "sharding.precision_line" if "bfloat16" in s["wire_dtypes"] else "sharding.precision_line_fp32"
-        st.caption(t(key, precision=t(f"widgets.precision.{precision}"), dtypes=", ".join(s["wire_dtypes"])))
+        words = t("sharding.check_weights_mean", diff=diff, tol=s.tolerance * 100,
+                  mean=max(v.mean_abs_diff_vs_ddp for v in ledger.values()), moved=s.mean_abs_update_ddp)
+    (st.success if s.equal_weights else st.error)(words)
+    precision = s.precision
+    if s.wire_dtypes:
+        key = "sharding.precision_line" if "bfloat16" in s.wire_dtypes else "sharding.precision_line_fp32"
+        st.caption(t(key, precision=t(f"widgets.precision.{precision}"), dtypes=", ".join(s.wire_dtypes)))
     names = _names(precision)
     st.markdown(f"**{t('sharding.ledger_title', count=n)}**")
     chart(ledger_figure(ledger, names=names, language=lang()), key=f"ledger_{run.id}",
           caption=t("sharding.ledger_caption"))
     st.markdown(f"**{t('sharding.wire_title')}**")
-    chart(wire_figure(ledger, s["predicted_wire_bytes_per_step"], names=names, language=lang()),
+    chart(wire_figure(ledger, s.predicted_wire_bytes_per_step, names=names, language=lang()),
           key=f"wire_{run.id}", caption=t("sharding.wire_caption"))
-    peaks = [r["peak"] for v in ledger.values() for r in v["ranks"] if r["peak"] is not None]
+    peaks = [r.peak for v in ledger.values() for r in v.ranks if r.peak is not None]
     st.caption(t("sharding.peak", mb=max(peaks) / MB) if peaks else t("sharding.no_peak"))
-    animation(run)
+    animation(run, s)
 
 
 def rows(summary: dict) -> list[dict]:
-    """The ledger as CSV rows: one per strategy and rank."""
+    """The ledger as CSV rows: one per strategy and rank, from the summary as stored (the download's)."""
     out = []
     for name, v in summary.get("strategies", {}).items():
         for r in v["ranks"]:
@@ -225,7 +225,7 @@ REPLAY = {("all_reduce", ""): "all_reduce", ("reduce_scatter", ""): "reduce_scat
           ("all_gather", "step"): "all_gather"}
 
 
-def replayed_phases(strategy: str, record: list[dict]) -> list[tuple[str, dict | None]] | None:
+def replayed_phases(strategy: str, record: list[Collective]) -> list[tuple[str, Collective | None]] | None:
     """The phases of the step the run recorded, each collective with its record entry.
 
     The record sees only the collectives; the computing between them is put
@@ -235,9 +235,9 @@ def replayed_phases(strategy: str, record: list[dict]) -> list[tuple[str, dict |
     step), or last. None when the record holds a collective the map cannot draw.
     """
     step = "step_own" if "optimizer" in SHARDED[strategy] else "step_all"
-    out: list[tuple[str, dict | None]] = [("start", None)]
+    out: list[tuple[str, Collective | None]] = [("start", None)]
     for entry in record:
-        phase = REPLAY.get((entry["kind"], entry["stage"])) or REPLAY.get((entry["kind"], ""))
+        phase = REPLAY.get((entry.kind, entry.stage)) or REPLAY.get((entry.kind, ""))
         if phase is None:
             return None
         done = {p for p, _e in out}
@@ -276,7 +276,7 @@ def shard_states(strategy: str, n: int, phases: list[str] | None = None) -> list
 
 
 def shard_figure(strategy: str, n: int, *, parameter_bytes: float, names: dict[str, str],
-                 record: list[dict] | None = None, language: str = DEFAULT_LANG) -> go.Figure:
+                 record: list[Collective] | None = None, language: str = DEFAULT_LANG) -> go.Figure:
     """An animation of one step: a row per rank, for each part a square per shard, filled
     where the rank keeps that shard, outlined where it holds a passing full copy, faint
     where it holds nothing; each frame's title says what moved and how many bytes each
@@ -309,12 +309,12 @@ def shard_figure(strategy: str, n: int, *, parameter_bytes: float, names: dict[s
                                              "line": {"width": 2, "color": colours}}))
         return traces
 
-    def title(phase: str, entry: dict | None) -> str:
+    def title(phase: str, entry: Collective | None) -> str:
         kind = PHASE_COLLECTIVE.get(phase)
         text = names[f"phase_{phase}"]
         if entry is not None:  # as the run counted it
-            text += "<br>" + names["phase_measured"].format(mb=f"{entry['bytes'] / MB:.2f}", calls=entry["calls"],
-                                                            dtype=entry["dtype"])
+            text += "<br>" + names["phase_measured"].format(mb=f"{entry.bytes / MB:.2f}", calls=entry.calls,
+                                                            dtype=entry.dtype)
         elif kind is not None and replay is None:  # as the ring model has it
             sent = parameter_bytes * bus_factor(kind, n) / MB
             text += "<br>" + names["phase_bytes"].format(mb=f"{sent:.2f}")
@@ -354,13 +354,12 @@ def shard_figure(strategy: str, n: int, *, parameter_bytes: float, names: dict[s
     return _marks(fig, language)
 
 
-def animation(run) -> None:
+def animation(run, s: ShardingSummary) -> None:
     """The shard map of the run's world size, one strategy at a time."""
-    s = run.result["summary"]
-    n = s["world_size"]
+    n = s.world_size
     if n < 2:
         return
-    names = {**_names(s.get("precision", "fp32")),
+    names = {**_names(s.precision),
              **{f"phase_{p}": t(f"sharding.phase.{p}") for ps in PHASES.values() for p in ps},
              "phase_bytes": t("sharding.phase.bytes", mb="{mb}"),
              "phase_measured": t("sharding.phase.measured", mb="{mb}", calls="{calls}", dtype="{dtype}"),
@@ -369,9 +368,9 @@ def animation(run) -> None:
     st.markdown(f"**{t('sharding.animation', count=n)}**")
     strategy = st.radio(t("sharding.strategy_choice"), STRATEGIES, horizontal=True, key=f"shard_anim_{run.id}",
                         format_func=labeler("sharding.strategy."))
-    record = s["strategies"][strategy].get("step_collectives")  # absent from runs stored before it
+    record = s.strategies[strategy].step_collectives  # None for runs stored before it
     replayed = bool(record) and replayed_phases(strategy, record) is not None
-    chart(shard_figure(strategy, n, parameter_bytes=s["model"]["bytes"], names=names, record=record,
+    chart(shard_figure(strategy, n, parameter_bytes=s.model.bytes, names=names, record=record,
                        language=lang()),
           key=f"shard_map_{run.id}_{strategy}",
           caption=t("sharding.animation_caption_replayed" if replayed else "sharding.animation_caption"))

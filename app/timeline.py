@@ -2,8 +2,8 @@
 
 Plain functions, data in, figure out, like ``app.charts`` (whose palette and
 template they use: blues for compute by part, vermillion for communication).
-The spans are the ones the ranks recorded (``labs.ddp_timeline``); the
-figures beside them come from ``labs.timeline``. Labels come in already in
+The spans are the ones the ranks recorded (``labs.ddp_timeline``), typed by
+``labs.reports``; the figures beside them come from ``labs.timeline``. Labels come in already in
 the learner's language.
 """
 
@@ -15,31 +15,32 @@ import plotly.graph_objects as go
 
 from academy.i18n import DEFAULT_LANG, number_marks
 from app.charts import COMMUNICATION, COMPUTE_PARTS, INK, PAPER, TEMPLATE
+from labs.reports import Span, Variant
 
 LANE_PX = 34  # one lane's height
 PARTS = ("forward", "backward", "optimizer", "comm")
 COLOURS = {**COMPUTE_PARTS, "comm": COMMUNICATION}
 
 
-def lanes(variants: Sequence[tuple[str, dict]], labels: dict[str, str]) -> list[tuple[str, int, str, str]]:
+def lanes(variants: Sequence[tuple[str, Variant]], labels: dict[str, str]) -> list[tuple[str, int, str, str]]:
     """(lane label, rank, thread, variant title) top to bottom: per variant, per rank, compute then comm."""
     out = []
     for title, var in variants:
-        for r in var["ranks"]:
+        for r in var.ranks:
             for thread in ("compute", "comm"):
-                out.append((f"{title} · {labels['rank']} {r['rank']} · {labels[thread]}", r["rank"], thread, title))
+                out.append((f"{title} · {labels['rank']} {r.rank} · {labels[thread]}", r.rank, thread, title))
     return out
 
 
-def _part(span: dict) -> str:
-    return "comm" if span["kind"] == "comm" else span["name"] if span["name"] in COMPUTE_PARTS else "backward"
+def _part(span: Span) -> str:
+    return "comm" if span.kind == "comm" else span.name if span.name in COMPUTE_PARTS else "backward"
 
 
-def timeline_figure(variants: Sequence[tuple[str, dict]], labels: dict[str, str],
+def timeline_figure(variants: Sequence[tuple[str, Variant]], labels: dict[str, str],
                     lang: str = DEFAULT_LANG) -> go.Figure:
     """One lane per variant, rank and thread on one time axis (ms), each span a bar
     from its start to its end; a line between variants. ``variants``: (title, the
-    variant as ``labs.timeline.variant`` returns it), drawn top to bottom.
+    variant ``labs.timeline.variant`` returned, as ``labs.reports.Variant``), drawn top to bottom.
     ``labels``: rank, compute, comm, ms and the four parts' names (forward,
     backward, optimizer, comm). Dragging zooms; a double click resets."""
     order = lanes(variants, labels)
@@ -49,16 +50,16 @@ def timeline_figure(variants: Sequence[tuple[str, dict]], labels: dict[str, str]
     for part in PARTS:
         y, base, width, text = [], [], [], []
         for title, var in variants:
-            for r in var["ranks"]:
-                for s in r["spans"]:
+            for r in var.ranks:
+                for s in r.spans:
                     if _part(s) != part:
                         continue
-                    thread = "comm" if s["kind"] == "comm" else "compute"
-                    y.append(lane_of[(title, r["rank"], thread)])
-                    base.append(s["start_ms"])
-                    width.append(max(s["end_ms"] - s["start_ms"], 1e-4))
-                    text.append(s["name"])
-                    rows.append([y[-1], s["name"], s["start_ms"], s["end_ms"]])
+                    thread = "comm" if s.kind == "comm" else "compute"
+                    y.append(lane_of[(title, r.rank, thread)])
+                    base.append(s.start_ms)
+                    width.append(max(s.end_ms - s.start_ms, 1e-4))
+                    text.append(s.name)
+                    rows.append([y[-1], s.name, s.start_ms, s.end_ms])
         if not y:
             continue
         fig.add_bar(y=y, x=width, base=base, orientation="h", name=labels[part], customdata=text,

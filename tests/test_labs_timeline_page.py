@@ -18,6 +18,7 @@ import pytest
 from academy import i18n
 from app import charts
 from app import timeline as lanes
+from labs import reports
 from tests.test_labs_readouts import shown, store, texts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,7 +79,8 @@ def test_the_lanes_use_the_palette_and_carry_their_numbers_as_a_table(result):
     variants = result["summary"]["sections"]["timeline"]["variants"]
     labels = {k: k for k in ("rank", "compute", "comm", "ms", "span", "start", "end", "forward", "backward",
                              "optimizer")}
-    fig = lanes.timeline_figure([("naive", variants["naive"]), ("ddp", variants["ddp"])], labels)
+    typed = reports.read("ddp", result).summary.sections.timeline.variants
+    fig = lanes.timeline_figure([("naive", typed["naive"]), ("ddp", typed["ddp"])], labels)
     text = json.dumps(fig.to_plotly_json())
     for colour in {c.lower() for c in re.findall(r"#[0-9a-fA-F]{6}", text)}:
         assert colour in charts.palette(), colour

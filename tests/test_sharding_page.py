@@ -12,7 +12,7 @@ from academy.models import LabRun
 from app import calculators as calc
 from app import charts
 from app import sharding as page
-from labs import sharding
+from labs import reports, sharding
 from labs.launch import run_lab
 from labs.model import SHARDED
 from tests.apptest import open_page
@@ -33,11 +33,11 @@ def result() -> dict:
 
 
 def figures(result: dict) -> dict:
-    s = result["summary"]
+    s = reports.read("sharding", result).summary
     totals = {k: calc.memory_per_device(7e9, "bf16-mixed", "adam", strategy=k, world_size=8)
               for k in ("ddp", "zero1", "zero2", "zero3")}
-    return {"ledger": page.ledger_figure(s["strategies"], names=NAMES),
-            "wire": page.wire_figure(s["strategies"], s["predicted_wire_bytes_per_step"], names=NAMES),
+    return {"ledger": page.ledger_figure(s.strategies, names=NAMES),
+            "wire": page.wire_figure(s.strategies, s.predicted_wire_bytes_per_step, names=NAMES),
             "calculator": page.calculator_figure(totals, calc.DEVICES, names=NAMES)}
 
 
@@ -137,13 +137,18 @@ PHASE_NAMES = NAMES | {f"phase_{p}": p for ps in page.PHASES.values() for p in p
     "play": "play", "pause": "pause", "step": "step", "what_moves": "moves"}
 
 
+def collectives(record: list[dict]) -> list[reports.Collective]:
+    """A stored record as the page reads it (``labs.reports``)."""
+    return [reports.Collective.model_validate(entry) for entry in record]
+
+
 def test_the_shard_map_follows_the_recorded_collectives():
     # A synthetic record, not the fixed table: ZeRO-3 with an extra all-reduce after its reduce-scatter
     record = [{"kind": "all_gather", "stage": "forward", "bytes": 1_500_000, "calls": 4, "dtype": "bfloat16"},
               {"kind": "all_gather", "stage": "backward", "bytes": 1_250_000, "calls": 3, "dtype": "bfloat16"},
               {"kind": "reduce_scatter", "stage": "backward", "bytes": 2_000_000, "calls": 4, "dtype": "bfloat16"},
               {"kind": "all_reduce", "stage": "step", "bytes": 8, "calls": 1, "dtype": "float32"}]
-    fig = page.shard_figure("zero3", 2, parameter_bytes=4e6, names=PHASE_NAMES, record=record)
+    fig = page.shard_figure("zero3", 2, parameter_bytes=4e6, names=PHASE_NAMES, record=collectives(record))
     titles = [f.layout.title.text for f in fig.frames]
     assert titles == ["start", "gather_forward<br>sent 1.50 MB in 4 calls of bfloat16",
                       "gather_backward<br>sent 1.25 MB in 3 calls of bfloat16",
@@ -153,13 +158,13 @@ def test_the_shard_map_follows_the_recorded_collectives():
     # Compute phases go where they ran: backward before the first reduction, the step before a broadcast
     zero1 = [{"kind": "all_reduce", "stage": "backward", "bytes": 10, "calls": 2, "dtype": "float32"},
              {"kind": "broadcast", "stage": "step", "bytes": 5, "calls": 8, "dtype": "float32"}]
-    assert [p for p, _e in page.replayed_phases("zero1", zero1)] == list(page.PHASES["zero1"])
+    assert [p for p, _e in page.replayed_phases("zero1", collectives(zero1))] == list(page.PHASES["zero1"])
     ddp = [{"kind": "all_reduce", "stage": "backward", "bytes": 10, "calls": 2, "dtype": "float32"}]
-    assert [p for p, _e in page.replayed_phases("ddp", ddp)] == list(page.PHASES["ddp"])
+    assert [p for p, _e in page.replayed_phases("ddp", collectives(ddp))] == list(page.PHASES["ddp"])
     # A collective the map cannot draw, or no record (a run stored before it): the fixed phases, the model's bytes
     odd = [{"kind": "all_gather", "stage": "", "bytes": 10, "calls": 1, "dtype": "float32"}]
-    assert page.replayed_phases("zero2", odd) is None
-    for fallback in (odd, None):
+    assert page.replayed_phases("zero2", collectives(odd)) is None
+    for fallback in (collectives(odd), None):
         fig = page.shard_figure("zero2", 2, parameter_bytes=4e6, names=PHASE_NAMES, record=fallback)
         assert [f.layout.title.text for f in fig.frames][2] == "reduce_scatter<br>model 2.00 MB"
 
@@ -168,7 +173,7 @@ def test_the_shard_map_follows_the_recorded_collectives():
 def test_the_shard_map_of_a_real_run_replays_its_record(result, strategy):
     record = result["summary"]["strategies"][strategy]["step_collectives"]
     fig = page.shard_figure(strategy, 2, parameter_bytes=result["summary"]["model"]["bytes"], names=PHASE_NAMES,
-                            record=record)
+                            record=collectives(record))
     titles = [f.layout.title.text for f in fig.frames]
     assert [t.split("<br>")[0] for t in titles] == list(page.PHASES[strategy])  # the real run: the lesson's phases
     sent = [t for t in titles if "<br>sent" in t]

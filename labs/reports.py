@@ -1,0 +1,352 @@
+"""A lab's stored result, typed: what the pages read of each lab's summary.
+
+A finished run keeps its result as JSON (``LabRun.result``: the lab's
+``summary``, written by its ``summarize``, and the launcher's ``wall_s``,
+``overhead_s`` ...). `read` is the one place that turns it into
+these frozen pydantic models; the pages read attributes from there on. Only
+what a page reads is declared (other keys are ignored: the run's download
+keeps them all), and each field added to a lab after its first version is
+optional, with the value the page assumed for older runs. A result that does
+not fit raises `ReportError`.
+
+Plain data stays plain where it is only passed on: a ring trace's records
+(``labs.ringtrace`` reads them) and a breakdown's per-part milliseconds
+(``app.charts`` draws dicts; a benchmark's rows and a timeline's variants go
+to it and to ``labs.timeline`` as ``model_dump``s). Torch-free, like every module
+the platform reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+
+class ReportError(ValueError):
+    """A stored result that is not the report its lab writes."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class Spread(_Model):
+    """Repeated measurements: median, min and max (``labs.ring.spread``)."""
+
+    median: float
+    min: float
+    max: float
+
+
+# --------------------------------------------------------------------------
+# ring (labs.ring.summarize)
+
+
+class RingSummary(_Model):
+    world_size: int
+    algo: str = "ring"
+    repeats: int = 1
+    size_bytes: int
+    element_size: int
+    chunk_numels: list[int]
+    step_bytes: int | None = None  # older runs: from the size or the largest chunk
+    total_time_s: float
+    total_time: Spread | None = None  # older runs: the one time
+    builtin_time_s: float
+    builtin_time: Spread | None = None
+    step_times: list[Spread] | None = None  # older runs: the replayed trace's steps
+    busbw_GBps: float
+    correct: bool
+    max_abs_err: float | None = None
+    traces: list[list[dict[str, Any]]]  # each rank's step records, read by labs.ringtrace
+
+
+# --------------------------------------------------------------------------
+# bench (labs.bench.summarize)
+
+
+class BenchRow(_Model):
+    size: int
+    count: int
+    dtype: str
+    impl: str
+    collective: str | None = None  # older runs: all-reduce rows only
+    time_us: float
+    min_us: float | None = None  # older runs: the one time
+    max_us: float | None = None
+    algbw: float
+    busbw: float
+    wrong: int
+
+
+class Ratio(_Model):
+    size: int
+    ratio: float | None = None  # None: dist.all_reduce measured nothing at that size
+
+
+class Fit(_Model):
+    """An alpha-beta fit (``labs.model.fit_alpha_beta``); None where it could not be fitted (inf in JSON)."""
+
+    alpha_s: float | None = None
+    bandwidth_Bps: float | None = None
+    bandwidth_GBps: float | None = None
+
+
+class BenchSummary(_Model):
+    world_size: int
+    iters: int = 1
+    rows: list[BenchRow]
+    fit: dict[str, Fit | None] = {}  # per impl; None: too few ranks or sizes
+    ring_vs_all_reduce: list[Ratio] = []
+
+
+# --------------------------------------------------------------------------
+# ddp (labs.ddp.summarize; the sections of labs.ddp_rank and labs.ddp_timeline)
+
+
+class Equivalence(_Model):
+    batch_per_rank: int
+    global_batch: int
+    equivalent: bool
+    max_abs_diff_vs_single_process: float
+    tolerance: float
+    ranks_identical: bool
+    losses: list[float]
+    single_process_losses: list[float]
+
+
+class Quartiles(_Model):
+    """Per-step samples in ms (``labs.ddp_setup.spread_ms``)."""
+
+    median: float
+    q1: float
+    q3: float
+    k: int
+
+
+class Saving(_Model):
+    ms: Quartiles
+    calls_before: int
+    calls_after: int
+    per_call_ms: float | None = None
+
+
+class Hidden(_Model):
+    ms: Quartiles
+    backward_ms: Quartiles
+    buckets: int
+
+
+class Breakdown(_Model):
+    steps: int
+    bucket_cap_mb: float
+    naive: dict[str, float]  # ms per part, for app.charts.breakdown_figure
+    bucketed: dict[str, float]
+    ddp: dict[str, float]
+    bucketing_saving: Saving
+    overlap_hidden: Hidden
+
+
+class Span(_Model):
+    """One compute or communication span of a rank (``labs.timeline``)."""
+
+    kind: str  # "compute" | "comm"
+    name: str
+    start_ms: float
+    end_ms: float
+    step: int = 0
+    bytes: float | None = None  # older runs: an equal share of the gradients
+
+
+class LaneRank(_Model):
+    rank: int
+    spans: list[Span]
+    idle_ms: float
+
+
+class Variant(_Model):
+    """One way to sync as ``labs.timeline.variant`` returns it: each rank's spans and the figures."""
+
+    overlap: float
+    exposed_comm_ms: float
+    allreduce_calls: int | None = None
+    bucket_cap_mb: float | None = None  # None: the naive sync
+    ranks: list[LaneRank]
+
+    def plain(self) -> dict[str, Any]:
+        """The variant as ``labs.timeline``'s arithmetic reads it (spans as dicts)."""
+        return self.model_dump(exclude_none=True)
+
+
+class Cap(_Model):
+    bucket_cap_mb: float
+    variant: str
+
+
+class Timeline(_Model):
+    steps: int
+    hidden: int
+    batch_per_rank: int
+    gradient_bytes: float = 0.0
+    variants: dict[str, Variant]
+    caps: list[Cap]
+
+
+class BucketRow(_Model):
+    bucket_cap_mb: float
+    allreduce_calls_per_step: int
+    step_ms: float
+
+
+class Buckets(_Model):
+    rows: list[BucketRow]
+
+
+class SyncCost(_Model):
+    allreduce_calls_per_optimizer_step: int
+    bytes_per_optimizer_step: int
+
+
+class NoSync(_Model):
+    no_sync: SyncCost
+    sync_every_micro_batch: SyncCost
+
+
+class FinalLoss(_Model):
+    final_loss: float
+
+
+class Fp16(_Model):
+    bytes_ratio: float
+    fp16: FinalLoss
+    fp32: FinalLoss
+
+
+class Sampler(_Model):
+    same_order_next_epoch_without_set_epoch: bool | None = None
+
+
+class ScalingRow(_Model):
+    world_size: int
+    samples_per_s: float
+    efficiency: float
+
+
+class Scaling(_Model):
+    rows: list[ScalingRow] = []
+
+
+class Sections(_Model):
+    """The sections the run asked for; one it left out (or a rank's empty ``{}``) is None."""
+
+    equivalence: Equivalence | None = None
+    breakdown: Breakdown | None = None
+    timeline: Timeline | None = None
+    buckets: Buckets | None = None
+    no_sync: NoSync | None = None
+    fp16: Fp16 | None = None
+    sampler: Sampler | None = None
+    scaling: Scaling | None = None
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _empty_is_absent(cls, value: Any) -> Any:
+        return value or None
+
+    @field_validator("breakdown", mode="before")
+    @classmethod
+    def _older_breakdown(cls, value: Any) -> Any:
+        # Runs before issue #22 mixed what bucketing saves with what overlap hides: not read.
+        return value if isinstance(value, dict) and "bucketing_saving" in value else None
+
+
+class DdpSummary(_Model):
+    world_size: int
+    backend: str = "gloo"
+    sections: Sections
+
+
+# --------------------------------------------------------------------------
+# sharding (labs.sharding.summarize)
+
+
+class Collective(_Model):
+    """One kind of collective at one stage of the step, as rank 0 called it (``labs.zero.WireCounter``)."""
+
+    kind: str
+    stage: str
+    bytes: float
+    calls: int
+    dtype: str
+
+
+class LedgerRow(_Model):
+    rank: int
+    measured: dict[str, float]  # bytes per part: params, grads, optimizer
+    predicted: dict[str, float]
+    peak: float | None = None
+    wire_bytes_per_step: float
+
+
+class Strategy(_Model):
+    ranks: list[LedgerRow]
+    max_abs_diff_vs_ddp: float
+    mean_abs_diff_vs_ddp: float | None = None  # added with bf16-mixed
+    step_collectives: list[Collective] | None = None  # older runs: the fixed phases are drawn
+
+
+class ShardModel(_Model):
+    bytes: float
+
+
+class ShardingSummary(_Model):
+    world_size: int
+    model: ShardModel
+    precision: str = "fp32"  # older runs: fp32, the only precision then
+    wire_dtypes: list[str] = []
+    strategies: dict[str, Strategy]
+    ledger_error: dict[str, float]
+    within_ledger_tolerance: bool
+    ledger_tolerance: float
+    ordered: bool | None = None  # None: one rank, nothing to order
+    predicted_wire_bytes_per_step: dict[str, float]
+    tolerance: float
+    weight_check: str = "max"  # "max" | "mean_relative"
+    max_abs_update_ddp: float | None = None
+    mean_abs_update_ddp: float | None = None
+    equal_weights: bool
+
+
+# --------------------------------------------------------------------------
+# The report and its one reader
+
+Summary = RingSummary | BenchSummary | DdpSummary | ShardingSummary
+S = TypeVar("S", RingSummary, BenchSummary, DdpSummary, ShardingSummary)
+
+
+class Report(_Model, Generic[S]):
+    """A finished run's result: the lab's summary and the launcher's figures."""
+
+    summary: S
+    wall_s: float = 0.0
+    overhead_s: float = 0.0
+
+
+SUMMARIES: dict[str, type] = {"ring": RingSummary, "bench": BenchSummary, "ddp": DdpSummary,
+                              "sharding": ShardingSummary}
+
+
+def read(lab: str, result: Any) -> Report:
+    """``result`` (``LabRun.result`` of a finished run of ``lab``) as a typed `Report`.
+
+    Raises `ReportError`, naming the lab and the first fields that do not fit,
+    for a lab without a summary type or a result that is not its report.
+    """
+    if lab not in SUMMARIES:
+        raise ReportError(f"no report type for the lab {lab!r}")
+    try:
+        return Report[SUMMARIES[lab]].model_validate(result)
+    except ValidationError as err:
+        wrong = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'result'}: {e['msg']}" for e in err.errors()[:3])
+        raise ReportError(f"the {lab} lab's stored result cannot be read ({wrong})") from None
