@@ -28,11 +28,12 @@ import fcntl
 import os
 import signal
 import stat
+import tempfile
 import time
 from pathlib import Path
 from typing import Literal
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from labs.settings import read
@@ -71,11 +72,24 @@ class Limits(BaseSettings):
     # sockets hold on cgroup v1, where each TCP socket keeps a minimum buffer
     # even past the run's socket cap: about processes x open_files x 36 KiB.
     open_files: int = 256
+    # Where the grading side keeps torch DDP's lanes for bucketed-overlap's report
+    # (``labs.exercises.ddp_lanes``): by default a folder of this user's in the
+    # temporary directory. Not the sandbox's: the learner's code never sees it.
+    ddp_cache: Path = Field(default_factory=lambda: default_ddp_cache())
 
     @field_validator("sandbox", mode="before")
     @classmethod
     def _stripped(cls, value: object) -> object:
         return value.strip() if isinstance(value, str) else value
+
+    @field_validator("ddp_cache", mode="before")
+    @classmethod
+    def _folder(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = value.strip() or default_ddp_cache()  # blank: the default, as when unset
+        if "\0" in str(value):
+            raise ValueError("a folder's path cannot hold a NUL character")
+        return value
 
     @classmethod
     def from_env(cls, **overrides: object) -> Limits:
@@ -90,6 +104,11 @@ class Limits(BaseSettings):
         prefix = self.model_config["env_prefix"]
         return {f"{prefix}{name.upper()}": str(value)
                 for name, value in self.model_dump(exclude_unset=True).items()}
+
+
+def default_ddp_cache() -> Path:
+    """``EXERCISE_DDP_CACHE`` unset: a folder of this user's in the temporary directory."""
+    return Path(tempfile.gettempdir()) / f"dpa-ddp-lanes-{os.getuid()}"
 
 
 class SandboxUnavailable(RuntimeError):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -97,3 +99,26 @@ def test_the_grader_puts_the_grading_side_s_lanes_in_the_trace_over_anything_a_r
     monkeypatch.setattr(exercise, "cases", lambda *_: [CASE])
     out = grader.grade("bucketed-overlap", "class Bucketer: pass\n", seed=1, mode="none")
     assert out["trace"]["ddp"]["overlap"] == pytest.approx(0.125)
+
+
+def test_the_cache_folder_is_a_setting_of_the_exercises(tmp_path, monkeypatch):
+    """``EXERCISE_DDP_CACHE`` is read with the other ``EXERCISE_*`` settings (environment or
+    ``.env``; ``Settings.exercises``), by default a folder of this user's; a bad value names it."""
+    from academy.settings import Settings
+    from labs.sandbox_limits import Limits
+    from labs.settings import SettingError, read
+
+    monkeypatch.delenv("EXERCISE_DDP_CACHE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    default = Path(tempfile.gettempdir()) / f"dpa-ddp-lanes-{os.getuid()}"
+    assert ddp_lanes.cache_dir() == Settings().exercises.ddp_cache == default
+    assert "EXERCISE_DDP_CACHE" not in Settings().exercises.environ()  # the grader finds the same default
+    (tmp_path / ".env").write_text(f"EXERCISE_DDP_CACHE={tmp_path / 'from-dotenv'}\n")
+    assert ddp_lanes.cache_dir() == tmp_path / "from-dotenv"
+    monkeypatch.setenv("EXERCISE_DDP_CACHE", f" {tmp_path / 'lanes'} ")
+    assert ddp_lanes.cache_dir() == Settings().exercises.ddp_cache == tmp_path / "lanes"
+    assert Settings().exercises.environ()["EXERCISE_DDP_CACHE"] == str(tmp_path / "lanes")
+    monkeypatch.setenv("EXERCISE_DDP_CACHE", "  ")  # blank: as if unset
+    assert ddp_lanes.cache_dir() == default
+    with pytest.raises(SettingError, match="EXERCISE_DDP_CACHE="):
+        read(Limits, ddp_cache="lanes\0here")

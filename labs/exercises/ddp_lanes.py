@@ -21,8 +21,9 @@ lazy set-up, gloo's first connection) would compare cold with warm.
 
 The lanes depend on the model's shape, the cap and the world size, not on
 the case's seed, so they are made once per such key and torch version and
-kept on this machine in `cache_dir` (``EXERCISE_DDP_CACHE``, by default a
-folder of this user's in the temporary directory, mode 0700): a later
+kept on this machine in `cache_dir` (the setting ``EXERCISE_DDP_CACHE``,
+``labs.sandbox_limits.Limits.ddp_cache``: by default a folder of this user's
+in the temporary directory, mode 0700): a later
 grading reads a small file and starts nothing. A cache folder that someone
 else owns or could write to is not used. Importing this module does not
 import torch; only the child does.
@@ -44,6 +45,7 @@ from importlib import metadata
 from pathlib import Path
 
 from labs.processes import die_with_parent
+from labs.sandbox_limits import Limits
 
 WARMUP = 1  # steps run before measuring (see the module's docstring)
 KEY = ("world_size", "cap", "features", "hidden", "classes", "batch", "steps", "lr")
@@ -65,11 +67,9 @@ def key(case: dict) -> dict:
     return {name: case[name] for name in KEY} | {"torch": _torch_version(), "warmup": WARMUP}
 
 
-def cache_dir(environ=None) -> Path:
-    """Where this machine keeps the lanes: ``EXERCISE_DDP_CACHE``, else a folder of this user's."""
-    environ = os.environ if environ is None else environ
-    named = environ.get("EXERCISE_DDP_CACHE", "").strip()
-    return Path(named) if named else Path(tempfile.gettempdir()) / f"dpa-ddp-lanes-{os.getuid()}"
+def cache_dir() -> Path:
+    """Where this machine keeps the lanes: the setting ``EXERCISE_DDP_CACHE`` (read afresh)."""
+    return Limits.from_env().ddp_cache
 
 
 def _private(folder: Path) -> bool:
