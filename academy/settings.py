@@ -20,7 +20,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from labs import sandbox_limits
+from labs import content, sandbox_limits
 from labs.settings import Limits
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,8 +121,8 @@ class Settings(BaseSettings):
 
     course_id: str = "data-parallelism"
     issuer: str = Field(default="Data Parallelism Academy")
-    # Course content (lessons and UI strings per language); see academy/content.py.
-    content_dir: Path = ROOT / "content"
+    # Course content (every learner-visible text per language); see labs/content.py (the loader).
+    content_dir: Path = content.DEFAULT_ROOT
 
     @property
     def https(self) -> bool:

@@ -192,3 +192,34 @@ def test_the_command_lines_summary_fills_in_every_count(lang):
 
     last = render(exercisefakes.report(passed=False), lang).splitlines()[-1]
     assert "{" not in last and "2" in last, last
+
+
+def test_the_exercise_texts_are_read_by_the_one_loader(tmp_path, monkeypatch):
+    """``labs.content`` reads them as it reads every catalog (``academy.content`` builds on it):
+    ``$CONTENT_DIR`` moves them with the rest, a missing translation is English field by field,
+    and a file that is not a mapping of texts is a ``ContentError`` naming it."""
+    from academy.settings import get_settings
+    from labs import content as loader
+
+    assert content.load is loader.load and content.ContentError is loader.ContentError
+    assert messages.root() == CONTENT
+    folder = tmp_path / content.EXERCISES
+    (folder / "en").mkdir(parents=True)
+    (folder / "xx").mkdir()
+    (folder / "en" / "feedback.yaml").write_text("passed: Passed.\ncrash: Crashed.\n", encoding="utf-8")
+    (folder / "xx" / "feedback.yaml").write_text("passed: Xpassed.\n", encoding="utf-8")
+    (folder / "en" / "broadcast.yaml").write_text("title: Broadcast\nsummary: One to all.\n", encoding="utf-8")
+    (folder / "xx" / "broadcast.yaml").write_text("title: Xbroadcast\n", encoding="utf-8")
+    monkeypatch.setenv("CONTENT_DIR", str(tmp_path))
+    get_settings.cache_clear()
+    try:
+        assert messages.root() == content.path(content.EXERCISES) == folder
+        assert messages.languages() == ["en", "xx"]
+        assert messages.exercise("broadcast", "xx") == {"title": "Xbroadcast", "summary": "One to all."}
+        assert (messages.text("passed", "xx"), messages.text("crash", "xx")) == ("Xpassed.", "Crashed.")
+        (folder / "xx" / "ring-allreduce.yaml").write_text("- a list\n", encoding="utf-8")
+        with pytest.raises(content.ContentError, match=r"xx/ring-allreduce\.yaml: must be a mapping"):
+            messages.exercise("ring-allreduce", "xx")
+    finally:
+        monkeypatch.delenv("CONTENT_DIR")
+        get_settings.cache_clear()

@@ -10,8 +10,9 @@ holds an exercise's title, summary, statement, hints and its own
 messages every exercise shares (and the command line's few words). A key
 is looked up in the exercise's feedback first, then the shared file, then
 the same in English, so a missing translation shows English, never a bare
-key. ``labs`` may read ``content/`` but not import ``academy``, so the
-folder is found here: ``$CONTENT_DIR`` (the app's setting) or the repo's.
+key. The files are read through ``labs.content``, the loader of every
+catalog (``academy.content`` builds on it; ``labs`` may not import
+``academy``), in its folder: ``$CONTENT_DIR`` or the project's ``content/``.
 
 Numbers in a message are written the reader's way (Babel's CLDR data, as
 ``academy.i18n`` does for the UI): "5,3" and "4.194.304" in Dutch, "5.3" and
@@ -26,18 +27,16 @@ receive *from* it ("waiting in send to rank 1", "waiting in recv from rank 0").
 from __future__ import annotations
 
 import numbers
-import os
 import string
 from functools import cache
 from pathlib import Path
 
-import yaml
-
-DEFAULT_LANG = "en"
+from labs import content
+from labs.content import DEFAULT_LANG
 
 
 def root() -> Path:
-    return Path(os.environ.get("CONTENT_DIR") or Path(__file__).resolve().parents[2] / "content") / "exercises"
+    return content.root() / content.EXERCISES
 
 
 def languages() -> list[str]:
@@ -45,28 +44,16 @@ def languages() -> list[str]:
     return sorted(p.name for p in root().iterdir() if (p / "feedback.yaml").is_file())
 
 
-@cache
-def _read(path: Path) -> dict:
-    """One file, as ``academy.content.load`` reads the other catalogs (safe YAML,
-    cached per path, an error naming the file), which ``labs`` may not import."""
-    if not path.is_file():
-        return {}
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML: {exc}") from None
-
-
 def exercise(exercise_id: str, lang: str = DEFAULT_LANG) -> dict:
     """The exercise's texts in ``lang`` (falling back to English field by field)."""
-    own = _read(root() / lang / f"{exercise_id}.yaml")
-    if lang == DEFAULT_LANG:
-        return own
-    return {**exercise(exercise_id, DEFAULT_LANG), **own}
+    texts: dict = {}
+    for language in reversed(content.fallbacks(lang)):
+        texts |= content.mapping(root() / language / f"{exercise_id}.yaml")
+    return texts
 
 
 def shared(lang: str = DEFAULT_LANG) -> dict:
-    return _read(root() / lang / "feedback.yaml")
+    return content.mapping(root() / lang / "feedback.yaml")
 
 
 class _Keep(dict):
@@ -77,7 +64,7 @@ class _Keep(dict):
 
 
 def template(key: str, lang: str = DEFAULT_LANG, exercise_id: str | None = None) -> str | None:
-    for language in (lang, DEFAULT_LANG):
+    for language in content.fallbacks(lang):
         if exercise_id:
             found = (exercise(exercise_id, language).get("feedback") or {}).get(key)
             if found is not None:
