@@ -160,14 +160,8 @@ class _Warm:
         return not self.ready.is_set() and time.monotonic() - self.started > IMPORT_S
 
     def stop(self) -> None:
-        """Close its stdin (it exits, and its runs with it); kill it if it does not."""
-        with contextlib.suppress(OSError):
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        """Close its stdin (it exits, and its runs with it); kill it if it does not at once."""
+        _stop(self.proc)
 
 
 class WarmPool:
@@ -325,12 +319,19 @@ class GraderPool:
             self.ready = []
 
 
+STOP_GRACE_S = 0.5  # a waiting warm process or grader reads the end of its stdin and exits at once
+
+
 def _stop(proc: subprocess.Popen) -> None:
-    """Close a grader's stdin (it exits with no job, its sandbox with it); kill it if it does not."""
+    """Close a warm process's or grader's stdin (it exits with no job, its runs or its
+    sandbox with it); kill it if it has not exited within ``STOP_GRACE_S``: one still
+    importing PyTorch reads its stdin only once that is done, seconds later, and holds
+    nothing a kill could lose (what it started dies with it, ``PR_SET_PDEATHSIG`` and
+    bwrap's ``--die-with-parent``)."""
     with contextlib.suppress(OSError):
         proc.stdin.close()
     try:
-        proc.wait(timeout=5)
+        proc.wait(timeout=STOP_GRACE_S)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
