@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -154,9 +155,8 @@ def local_public_keys(secrets_dir: Path | None = None) -> Mapping[str, Ed25519Pu
     added, removed or rewritten is seen at the next call: the folder's and each
     known ``*.pub`` file's modification time, size and inode are compared with
     those of the last full read (a few ``stat`` calls), and the folder is read
-    again when one differs, or when the last read came less than
-    ``_SETTLE_NS`` after a change (a file system's clock may not tick between
-    two changes, so a recent time proves nothing).
+    again when one differs, or when the last read came too soon after a change
+    to tell it from the next one (``_settled``).
     """
     folder = os.path.join(secrets_dir or get_settings().secrets_dir, KEYS_SUBDIR)
     cached = _PUBLIC_CACHE.get(folder)
@@ -170,21 +170,37 @@ def local_public_keys(secrets_dir: Path | None = None) -> Mapping[str, Ed25519Pu
     found = {}
     for name in names:
         try:
-            public = serialization.load_pem_public_key(Path(folder, name).read_bytes())
+            parsed = _parse_public(Path(folder, name).read_bytes())
         except FileNotFoundError:  # removed since the listing: read again next time
             continue
-        if isinstance(public, Ed25519PublicKey):
-            found[key_id(public)] = public
+        if parsed is not None:
+            found[parsed[0]] = parsed[1]
     # Taken after the read: a change made during it differs at the next call.
     state = _stats(folder, names)
-    newest = max((s[0] for s in state or () if s is not None), default=0)
-    if state is not None and time.time_ns() - newest < _SETTLE_NS:
+    if state is not None and not _settled([s[0] for s in state if s is not None]):
         state = None  # too recent to vouch for: read the folder again next time
     _PUBLIC_CACHE[folder] = (state, names, MappingProxyType(found))
     return _PUBLIC_CACHE[folder][2]
 
 
-_SETTLE_NS = 2_000_000_000
+@functools.lru_cache(maxsize=64)
+def _parse_public(pem: bytes) -> tuple[str, Ed25519PublicKey] | None:
+    """(kid, key) of a ``*.pub`` file's bytes, None for another kind of key: parsed once
+    per content, so reading the folder again soon after a change costs only the reads."""
+    public = serialization.load_pem_public_key(pem)
+    return (key_id(public), public) if isinstance(public, Ed25519PublicKey) else None
+
+
+def _settled(mtimes: list[int]) -> bool:
+    """Whether the newest of ``mtimes`` is old enough that a later change would show
+    as another time: a file system's clock ticks every few milliseconds (give it
+    0.1 s), or every second or two where it keeps whole seconds (FAT, old ext3)."""
+    if not mtimes:
+        return True
+    tick = 2_000_000_000 if all(m % 1_000_000_000 == 0 for m in mtimes) else 100_000_000
+    return time.time_ns() - max(mtimes) >= tick
+
+
 _PUBLIC_CACHE: dict[str, tuple[tuple | None, tuple[str, ...], Mapping[str, Ed25519PublicKey]]] = {}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import stat
+import time
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -180,7 +181,14 @@ def test_the_public_keys_follow_the_folder_and_cannot_be_changed_by_a_caller():
 def test_a_settled_folder_is_not_read_again(monkeypatch):
     keys.active_key()
     keys.local_public_keys()
-    monkeypatch.setattr(keys, "_SETTLE_NS", 0)  # as if the last change were long ago
+    monkeypatch.setattr(keys, "_settled", lambda _mtimes: True)  # as if the last change were long ago
     settled = keys.local_public_keys()  # read once more, now trusted
     monkeypatch.setattr(keys.serialization, "load_pem_public_key", None)  # a read would fail
     assert keys.local_public_keys() is settled
+
+
+def test_a_change_is_settled_once_the_file_systems_clock_has_ticked():
+    now = time.time_ns()
+    assert not keys._settled([now - 1_000]) and keys._settled([now - 200_000_000])
+    whole = (now // 10**9 - 1) * 10**9  # whole seconds: a coarse clock (FAT, old ext3)
+    assert not keys._settled([whole]) and keys._settled([whole - 2 * 10**9])
