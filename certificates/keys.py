@@ -179,8 +179,9 @@ def local_public_keys(secrets_dir: Path | None = None) -> Mapping[str, Ed25519Pu
     state = _stats(folder, names)
     if state is not None and not _settled([s[0] for s in state if s is not None]):
         state = None  # too recent to vouch for: read the folder again next time
-    _PUBLIC_CACHE[folder] = (state, names, MappingProxyType(found))
-    return _PUBLIC_CACHE[folder][2]
+    shared = MappingProxyType(found)
+    _PUBLIC_CACHE[folder] = (state, names, shared)
+    return shared
 
 
 @functools.lru_cache(maxsize=64)
