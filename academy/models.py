@@ -257,6 +257,10 @@ class Certificate(SQLModel, table=True):
     key_id: str = Field(max_length=32)
     payload: str  # canonical JSON that was signed
     signature: str  # base64url Ed25519 signature over payload
+    # The server's HMAC-SHA256 of payload and signature (``signing.row_check``,
+    # migration 0011): a look-up that finds it right needs no Ed25519 verify
+    # (certificates/verify.py says why that is safe). None on rows issued before.
+    check_mac: str | None = Field(default=None, max_length=64)
     issued_at: datetime = Field(default_factory=utcnow)
     revoked_at: datetime | None = None
     revoked_reason: str | None = Field(default=None, max_length=500)

@@ -112,6 +112,18 @@ def parse_id(text: str) -> str:
     Raises ``MalformedId`` for the wrong shape or characters and ``IdTypo``
     when the check digits do not match; both are ``InvalidId``.
     """
+    # An ID already written as format_id writes it (a link, the API) is its own
+    # answer: ASCII (NFKC leaves it), nothing to strip or translate. Only its
+    # check digits need computing; anything else takes the whole way.
+    if type(text) is str and _CANONICAL.fullmatch(text) and check_digits(text[3:22].replace("-", "")) == text[23:]:
+        return text
+    return _parse(text)
+
+
+_CANONICAL = re.compile(rf"{PREFIX}(?:-[{ALPHABET}]{{4}}){{4}}-[{ALPHABET}]{{2}}", re.ASCII)
+
+
+def _parse(text: str) -> str:
     if not isinstance(text, str):
         raise MalformedId("not text")
     text = unicodedata.normalize("NFKC", text)

@@ -5,11 +5,19 @@ permissions, created on first use.
         <kid>.key   private key, PKCS#8 PEM  0600
         <kid>.pub   public key, PEM          0600
         active      the kid that signs new certificates
+        row-check   32 random bytes (hex): the key of each row's check  0600
 
 The key id (kid) is a short hash of the public key and is part of every
 signed payload, so rotating (``python -m certificates rotate-key``) only
 changes which key signs from now on: old public keys stay and keep old
 certificates verifiable.
+
+The row check (``check_key``) is an HMAC-SHA256 key that only this server
+uses: the database keeps each certificate's MAC under it beside the signature,
+so a look-up can trust a stored row without an Ed25519 verify
+(``certificates.verify.lookup`` says why that is safe). It signs nothing
+anyone else checks; a lost one only makes look-ups slower until
+``python -m certificates add-checks`` has run with the new one.
 """
 
 from __future__ import annotations
@@ -17,12 +25,16 @@ from __future__ import annotations
 import base64
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+import secrets
+import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -33,6 +45,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 from academy.settings import get_settings
 
 KEYS_SUBDIR = "certificate-keys"
+CHECK_KEY_FILE = "row-check"  # not *.key: those are the PEM private keys
 
 
 @dataclass(frozen=True)
@@ -132,34 +145,111 @@ def rotate_key(secrets_dir: Path | None = None) -> IssuerKey:
         return _create(folder)
 
 
-def local_public_keys(secrets_dir: Path | None = None) -> dict[str, Ed25519PublicKey]:
-    """Every public key in the key folder, by kid. Creates nothing: an offline
-    verifier with only an exported keys file has no folder at all.
+def local_public_keys(secrets_dir: Path | None = None) -> Mapping[str, Ed25519PublicKey]:
+    """Every public key in the key folder, by kid (read-only: shared by every
+    caller). Creates nothing: an offline verifier with only an exported keys
+    file has no folder at all.
 
     Parsed once per state of the folder: every lookup asks, and reading and
-    parsing the PEM files cost more than the signature check itself. The state
-    is each ``*.pub`` file's name, size and modification time, so a key added,
-    removed or rewritten is seen at the next call.
+    parsing the PEM files cost more than the signature check itself. A key
+    added, removed or rewritten is seen at the next call: the folder's and each
+    known ``*.pub`` file's modification time, size and inode are compared with
+    those of the last full read (a few ``stat`` calls), and the folder is read
+    again when one differs, or when the last read came too soon after a change
+    to tell it from the next one (``_settled``).
     """
     folder = os.path.join(secrets_dir or get_settings().secrets_dir, KEYS_SUBDIR)
+    cached = _PUBLIC_CACHE.get(folder)
+    if cached is not None and cached[0] is not None and cached[0] == _stats(folder, cached[1]):
+        return cached[2]
     try:
         with os.scandir(folder) as entries:
-            state = tuple(sorted((e.name, e.stat().st_mtime_ns, e.stat().st_size)
-                                 for e in entries if e.name.endswith(".pub")))
+            names = tuple(sorted(e.name for e in entries if e.name.endswith(".pub")))
     except FileNotFoundError:
-        state = ()
-    cached = _PUBLIC_CACHE.get(folder)
-    if cached is None or cached[0] != state:
-        found = {}
-        for name, _mtime, _size in state:
-            public = serialization.load_pem_public_key(Path(folder, name).read_bytes())
-            if isinstance(public, Ed25519PublicKey):
-                found[key_id(public)] = public
-        cached = _PUBLIC_CACHE[folder] = (state, found)
-    return dict(cached[1])
+        names = ()
+    found = {}
+    for name in names:
+        try:
+            parsed = _parse_public(Path(folder, name).read_bytes())
+        except FileNotFoundError:  # removed since the listing: read again next time
+            continue
+        if parsed is not None:
+            found[parsed[0]] = parsed[1]
+    # Taken after the read: a change made during it differs at the next call.
+    state = _stats(folder, names)
+    if state is not None and not _settled([s[0] for s in state if s is not None]):
+        state = None  # too recent to vouch for: read the folder again next time
+    shared = MappingProxyType(found)
+    _PUBLIC_CACHE[folder] = (state, names, shared)
+    return shared
 
 
-_PUBLIC_CACHE: dict[str, tuple[tuple, dict[str, Ed25519PublicKey]]] = {}
+@functools.lru_cache(maxsize=64)
+def _parse_public(pem: bytes) -> tuple[str, Ed25519PublicKey] | None:
+    """(kid, key) of a ``*.pub`` file's bytes, None for another kind of key: parsed once
+    per content, so reading the folder again soon after a change costs only the reads."""
+    public = serialization.load_pem_public_key(pem)
+    return (key_id(public), public) if isinstance(public, Ed25519PublicKey) else None
+
+
+def _settled(mtimes: list[int]) -> bool:
+    """Whether the newest of ``mtimes`` is old enough that a later change would show
+    as another time: a file system's clock ticks every few milliseconds (give it
+    0.1 s), or every second or two where it keeps whole seconds (FAT, old ext3)."""
+    if not mtimes:
+        return True
+    tick = 2_000_000_000 if all(m % 1_000_000_000 == 0 for m in mtimes) else 100_000_000
+    return time.time_ns() - max(mtimes) >= tick
+
+
+_PUBLIC_CACHE: dict[str, tuple[tuple | None, tuple[str, ...], Mapping[str, Ed25519PublicKey]]] = {}
+
+
+def _stats(folder: str, names: tuple[str, ...]) -> tuple | None:
+    """(mtime, size, inode) of the folder and of each of ``names`` in it; ``(None,)``
+    when there is no folder, None when one of ``names`` has gone."""
+    try:
+        st = os.stat(folder)
+    except FileNotFoundError:
+        return (None,)
+    found = [(st.st_mtime_ns, st.st_size, st.st_ino)]
+    for name in names:
+        try:
+            st = os.stat(os.path.join(folder, name))
+        except FileNotFoundError:
+            return None
+        found.append((st.st_mtime_ns, st.st_size, st.st_ino))
+    return tuple(found)
+
+
+def check_key(secrets_dir: Path | None = None, *, create: bool = True) -> bytes | None:
+    """The 32-byte key of the rows' checks, created on first use (``create``;
+    else None while there is none). Read once per process and folder: a key
+    replaced while the server runs is seen after a restart, and until then the
+    rows checked with the other key fall back to their signature."""
+    base = os.fspath(secrets_dir or get_settings().secrets_dir)
+    key = _CHECK_KEYS.get(base)
+    if key is not None:
+        return key
+    path = Path(base, KEYS_SUBDIR, CHECK_KEY_FILE)
+    if not path.exists():
+        if not create:
+            return None
+        folder = keys_dir(secrets_dir)
+        with _locked(folder):
+            if not path.exists():
+                tmp = folder / (CHECK_KEY_FILE + ".tmp")
+                tmp.unlink(missing_ok=True)
+                _write_private(tmp, secrets.token_hex(32).encode("ascii"))
+                os.replace(tmp, path)  # whole or absent: a reader never sees half a key
+    key = bytes.fromhex(path.read_text().strip())
+    if len(key) != 32:
+        raise ValueError(f"{path} does not hold a 32-byte key")
+    _CHECK_KEYS[base] = key
+    return key
+
+
+_CHECK_KEYS: dict[str, bytes] = {}
 
 
 def load_public_keys_file(path: Path) -> dict[str, Ed25519PublicKey]:
@@ -185,7 +275,7 @@ def public_keys(
     secrets_dir: Path | None = None, extra_file: Path | None = None
 ) -> dict[str, Ed25519PublicKey]:
     """The keys a verifier trusts: the local key folder plus an optional file."""
-    found = local_public_keys(secrets_dir)
+    found = dict(local_public_keys(secrets_dir))
     if extra_file is not None:
         found.update(load_public_keys_file(extra_file))
     return found

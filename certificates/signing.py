@@ -12,12 +12,16 @@ Version 2 (issue #16) adds ``exercises``: the hands-on coding exercises the
 learner passed, when the certificate required them. They are signed, since
 the PDF and the credential state them; a certificate without them stays
 version 1, byte for byte as before, and both versions verify.
+
+``row_check`` is not part of the certificate: it is the server's own MAC of a
+stored row (``certificates.verify.lookup``), which no one else can check.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hmac
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,6 +108,19 @@ def sign(payload: dict[str, Any], *, secrets_dir: Path | None = None) -> Signed:
     return Signed(
         payload=data.decode("utf-8"), signature=b64url(key.private.sign(data)), kid=key.kid
     )
+
+
+def framed(payload: str, signature: str) -> bytes:
+    """The payload's length (4 bytes), its UTF-8 bytes and the signature text: one
+    unambiguous byte string of a stored row's signed pair."""
+    data = payload.encode("utf-8")
+    return len(data).to_bytes(4, "big") + data + signature.encode("utf-8", "surrogatepass")
+
+
+def row_check(payload: str, signature: str, key: bytes) -> str:
+    """HMAC-SHA256 under ``key`` (``keys.check_key``) of ``framed(payload, signature)``,
+    base64url: what the database keeps beside a row's signature."""
+    return b64url(hmac.digest(key, framed(payload, signature), "sha256"))
 
 
 def verify(

@@ -21,6 +21,10 @@ refuses with ``ExercisesMissing`` otherwise, whatever page or script asks, and
 the passed exercises go into the signed payload, which the PDF and the Open
 Badges credential then state.
 
+Each row also carries the server's keyed check of its payload and signature
+(``signing.row_check``), which lets a look-up trust it without an Ed25519
+verify; ``add_checks`` gives one to rows issued before there was one.
+
 Neighbours: the refusals are ``certificates.errors``; which names may be
 printed is ``certificates.names`` (``clean_name``); whether a certificate is
 genuine and in force (the Verify page, the API, the CLI) is
@@ -32,7 +36,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import date, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, func, select, update
@@ -40,7 +44,7 @@ from sqlmodel import Session, col, func, select, update
 from academy import exercises as exercise_store
 from academy.models import Certificate, CertificateEvent, Learner, QuizAttempt, utcnow
 from academy.settings import get_settings
-from certificates import ids, openbadges, pdf, signing
+from certificates import ids, keys, openbadges, pdf, signing
 from certificates.eligibility import active_certificate, eligibility, eligible_attempt
 from certificates.errors import (
     AlreadyCertified,
@@ -126,6 +130,7 @@ def _build(
         key_id=signed.kid,
         payload=signed.payload,
         signature=signed.signature,
+        check_mac=signing.row_check(signed.payload, signed.signature, keys.check_key()),
     )
 
 
@@ -411,6 +416,47 @@ def reissue(
     new = _commit_with_fresh_id(session, make)
     session.refresh(old)
     return openbadges.ensure_credential(session=session, cert=new)
+
+
+class AddedChecks(NamedTuple):
+    rows: int  # rows read
+    added: int  # checks written
+    refused: list[str]  # IDs whose signature does not verify: left without a right check
+
+
+def add_checks(*, session: Session, batch: int = 1000) -> AddedChecks:
+    """Give every row whose keyed check (``Certificate.check_mac``) is missing or
+    not this check key's its check, once its Ed25519 signature verifies against
+    the local keys for its own ID: rows issued before migration 0011, or all of
+    them after the check key was replaced. A row that does not verify is left as
+    it is (a look-up answers "bad_signature" or "unknown_key" for it, as before).
+    Commits per ``batch`` rows, so it may run beside the server."""
+    key = keys.check_key()
+    public = keys.local_public_keys()
+    rows = added = 0
+    refused: list[str] = []
+    after = ""
+    while found := session.exec(
+        select(Certificate.id, Certificate.payload, Certificate.signature, Certificate.check_mac)
+        .where(col(Certificate.id) > after).order_by(col(Certificate.id)).limit(batch)
+    ).all():
+        for cert_id, payload, signature, check in found:
+            right = signing.row_check(payload, signature, key)
+            if check == right:
+                continue
+            try:
+                ok = signing.verify(payload.encode("utf-8"), signature, public)["id"] == cert_id
+            except signing.SignatureError:
+                ok = False
+            if not ok:
+                refused.append(cert_id)
+                continue
+            session.exec(update(Certificate).where(col(Certificate.id) == cert_id).values(check_mac=right))
+            added += 1
+        session.commit()
+        rows += len(found)
+        after = found[-1][0]
+    return AddedChecks(rows=rows, added=added, refused=refused)
 
 
 def certificates_of(*, session: Session, learner_id: int) -> list[Certificate]:

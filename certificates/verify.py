@@ -2,7 +2,8 @@
 the verification API and the CLI answer.
 
 The signed data is the authority. ``lookup`` checks a typed ID (or a pasted
-link) against the database and its signature. ``verify_pdf`` (offline, the
+link) against the database: the row's keyed check, or else its signature
+(``_checked_payload`` says why the check is enough). ``verify_pdf`` (offline, the
 CLI's) reads an uploaded PDF only through ``pdfscan`` (size cap, one page, a
 resource-limited child process) and checks the signature; ``check_pdf`` (the
 Verify page's) then looks the certificate up in the database, which knows
@@ -12,18 +13,23 @@ signed name and ID for a person to compare with the document.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import hmac
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import bindparam
+from sqlalchemy.engine import Dialect
 from sqlmodel import Session, col, select
 
+from academy import content
 from academy.models import Certificate
 from certificates import ids, keys, pdf, pdfscan, signing
 from certificates.i18n import texts
@@ -83,16 +89,12 @@ def _public(
 ) -> VerifyResult:
     """A result from the *signed* payload (what the PDF says), plus row state."""
     lang = payload.get("lang")
-    try:
-        course_title = texts(lang)["course_title"] if isinstance(lang, str) else None
-    except ValueError:  # not one of the course's languages
-        course_title = None
     return VerifyResult(
         status=status,
         id=payload.get("id"),
         name=payload.get("name"),
         course=payload.get("course"),
-        course_title=course_title,
+        course_title=_course_title(content.root(), lang) if isinstance(lang, str) else None,
         score=payload.get("score"),
         pass_date=payload.get("pass_date"),
         lang=lang,
@@ -103,6 +105,16 @@ def _public(
         revoked_reason=public_reason(cert.revoked_reason) if cert is not None else None,
         **extra,
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _course_title(_content: Path, lang: str) -> str | None:
+    """The course title in ``lang`` (None for a language the course does not have),
+    per content folder, which ``academy.content`` reads once as well."""
+    try:
+        return texts(lang)["course_title"]
+    except ValueError:  # not one of the course's languages
+        return None
 
 
 def public_reason(reason: str | None) -> str | None:
@@ -123,13 +135,27 @@ def row_status(cert: Certificate) -> str:
     return "replaced" if public_reason(cert.revoked_reason) in REPLACED_REASONS else "revoked"
 
 
-# What a lookup reads of the row: the signed bytes and the state that may change.
-_ROW = (Certificate.payload, Certificate.signature, Certificate.issued_at, Certificate.revoked_at,
-        Certificate.revoked_reason, Certificate.replaced_by, Certificate.show_replacement)
+# What a lookup reads of the row: the signed bytes, their check and the state that may change.
+_ROW = (Certificate.payload, Certificate.signature, Certificate.check_mac, Certificate.issued_at,
+        Certificate.revoked_at, Certificate.revoked_reason, Certificate.replaced_by,
+        Certificate.show_replacement)
 _LOOKUP = select(*(col(c) for c in _ROW)).where(col(Certificate.id) == bindparam("cert_id"))
 CHECKED_MAX = 65_536  # signature checks remembered (32-byte digests: a few MiB)
 _checked: OrderedDict[bytes, None] = OrderedDict()
 _checked_lock = threading.Lock()
+
+
+class _Row(NamedTuple):
+    """A row as ``_LOOKUP`` reads it (attribute names as on ``Certificate``)."""
+
+    payload: str
+    signature: str
+    check_mac: str | None
+    issued_at: datetime
+    revoked_at: datetime | None
+    revoked_reason: str | None
+    replaced_by: str | None
+    show_replacement: bool
 
 
 def _signed_payload(payload: str, signature: str) -> dict[str, Any]:
@@ -142,17 +168,16 @@ def _signed_payload(payload: str, signature: str) -> dict[str, Any]:
     bytes). Nothing that can change (revocation, replacement) is kept here.
     """
     public = keys.local_public_keys()
-    data = payload.encode("utf-8")
-    digest = hashlib.sha256(len(data).to_bytes(4, "big") + data + signature.encode("utf-8", "surrogatepass")).digest()
+    digest = hashlib.sha256(signing.framed(payload, signature)).digest()
     with _checked_lock:
         known = digest in _checked
         if known:
             _checked.move_to_end(digest)
     if known:
-        found = json.loads(data)
+        found = json.loads(payload)
         if found.get("kid") in public:
             return found
-    found = signing.verify(data, signature, public)
+    found = signing.verify(payload.encode("utf-8"), signature, public)
     with _checked_lock:
         _checked[digest] = None
         while len(_checked) > CHECKED_MAX:
@@ -160,22 +185,90 @@ def _signed_payload(payload: str, signature: str) -> dict[str, Any]:
     return found
 
 
-def _read_row(session: Session, cert_id: str) -> Any:
-    """The row's ``_ROW`` columns, or None. A session with no transaction open has
-    nothing of its own to show, so the row is read on a connection of its own,
-    without the session's bookkeeping (which doubled the cost of reading it)."""
-    if session.in_transaction():  # its own writes first (autoflush), as session.get saw them
-        return session.execute(_LOOKUP, {"cert_id": cert_id}).one_or_none()
-    with session.get_bind().connect() as conn:
-        return conn.execute(_LOOKUP, {"cert_id": cert_id}).one_or_none()
+def _checked_payload(row: _Row) -> dict[str, Any]:
+    """The row's signed payload, trusted by its check (``Certificate.check_mac``)
+    when that is right, else by its signature (``_signed_payload``).
+
+    Why a right check is enough: it is an HMAC-SHA256 of the payload and the
+    signature under ``keys.check_key``, written only where ``store`` signs a row
+    or where ``store.add_checks`` has verified its signature. So a row whose
+    check is right holds a payload and signature that this server signed or
+    verified; forging one needs the Ed25519 private key or the check key, both
+    only in the secrets folder, and someone who can write the database alone can
+    do neither. A row without a check (issued before migration 0011), or whose
+    check is wrong (altered, or made with another key), is checked by its
+    signature exactly as before: an altered row still ends as "bad_signature".
+    Either way the signing key must still be one of ours (a key removed from the
+    folder ends its certificates as "unknown_key"), and the payload's ID must be
+    the one asked for (``lookup``). The PDF, the Open Badges credential and the
+    offline check use the signature alone: the check is this server's own.
+    """
+    if row.check_mac is not None:
+        key = keys.check_key(create=False)
+        if key is not None and hmac.compare_digest(
+            row.check_mac.encode("utf-8", "surrogatepass"),
+            signing.row_check(row.payload, row.signature, key).encode("ascii"),
+        ):
+            found = json.loads(row.payload)
+            if found.get("kid") in keys.local_public_keys():
+                return found
+    return _signed_payload(row.payload, row.signature)
+
+
+@functools.lru_cache(maxsize=8)
+def _plan(dialect: Dialect) -> tuple[str, bool, tuple[Callable[[Any], Any] | None, ...]]:
+    """``_LOOKUP`` compiled for ``dialect`` once: its SQL, whether its parameters
+    are positional, and each column's conversion of what the driver returns (for
+    SQLite: text to an aware datetime, 0/1 to a bool), the ones SQLAlchemy applies."""
+    sql = str(_LOOKUP.compile(dialect=dialect))
+    convert = tuple(col(c).type.dialect_impl(dialect).result_processor(dialect, None) for c in _ROW)
+    return sql, dialect.positional, convert
+
+
+def _read_row(session: Session, cert_id: str) -> _Row | None:
+    """The row's ``_ROW`` columns, or None.
+
+    A session with a transaction open reads through it, its own writes first
+    (autoflush), as ``session.get`` saw them. Otherwise the session has nothing
+    of its own to show, and the row is read on a pooled connection of the
+    session's engine with the driver's cursor: the statement compiled once per
+    dialect and its columns converted as SQLAlchemy would (``_plan``), without a
+    ``Connection``, an execution context or a result object per look-up (they
+    were half the cost of a look-up). An error there is answered by the
+    ordinary path, so it is raised, wrapped and handled as before.
+    """
+    if session.in_transaction():
+        found = session.execute(_LOOKUP, {"cert_id": cert_id}).one_or_none()
+        return None if found is None else _Row(*found)
+    engine = session.get_bind()
+    sql, positional, convert = _plan(engine.dialect)
+    raw = engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        try:
+            cursor.execute(sql, (cert_id,) if positional else {"cert_id": cert_id})
+            found = cursor.fetchone()
+        finally:
+            cursor.close()
+    except engine.dialect.loaded_dbapi.Error:
+        raw.invalidate()  # a broken connection must not go back to the pool
+        with engine.connect() as conn:
+            found = conn.execute(_LOOKUP, {"cert_id": cert_id}).one_or_none()
+        return None if found is None else _Row(*found)
+    finally:
+        raw.close()  # back to the pool (a no-op after invalidate)
+    if found is None:
+        return None
+    return _Row(*(value if f is None or value is None else f(value) for f, value in zip(convert, found, strict=True)))
 
 
 def lookup(*, session: Session, text: str) -> VerifyResult:
     """Check typed text (an ID or a pasted link) against the database.
 
-    One primary-key SELECT of the columns it needs (no ORM object), and the
-    signature check remembered per signed bytes (:func:`_signed_payload`); the
-    status is read from the row on every call, so a revocation shows at once.
+    One primary-key SELECT of the columns it needs (``_read_row``: no ORM object,
+    no SQLAlchemy connection), and the row trusted by its keyed check, or else by
+    its signature, that check remembered per signed bytes (``_checked_payload``);
+    the status is read from the row on every call, so a revocation shows at once.
     """
     try:
         cert_id = ids.parse_id(text)
@@ -185,7 +278,7 @@ def lookup(*, session: Session, text: str) -> VerifyResult:
     if row is None:
         return VerifyResult(status="not_found", id=cert_id)
     try:
-        payload = _signed_payload(row.payload, row.signature)
+        payload = _checked_payload(row)
     except signing.SignatureError as e:
         # The stored row no longer matches what was signed: show nothing of it.
         return VerifyResult(status=e.kind, id=cert_id, detail=str(e))

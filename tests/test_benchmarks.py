@@ -39,8 +39,8 @@ SANDBOX = ("bwrap_p50_s", "bwrap_p95_s", "none_p50_s", "none_p95_s", "overhead_p
 EXERCISE_QUEUE = ("cases", "queue_p50_s", "queue_p95_s", "queue_wait_p50_s", "grading_p50_s")
 QUIZ = ("engine_ms", "store_sqlite_ms")
 CERTIFICATE = ("sign_ms", "qr_ms", "issue_ms", "render_ms", "total_ms")
-VERIFICATION = ("lookups_per_s", "repeat_lookups_per_s", "raw_select_per_s", "ed25519_verify_per_s",
-                "valid_fraction")
+VERIFICATION = ("lookups_per_s", "repeat_lookups_per_s", "old_row_lookups_per_s", "raw_select_per_s",
+                "ed25519_verify_per_s", "valid_fraction")
 ARRIVAL = ("p50_s", "p95_s", "max_s", "busy_notices")
 CLASSROOM = ("p50_s", "p95_s", "throughput_per_s", "server_cpu_ms_per_page")
 PAGES = ("home", "lessons", "labs", "quiz", "certificate", "verify", "account")
@@ -339,3 +339,21 @@ def test_a_class_arriving_at_once(tmp_path):
                                            "pages": "skipped", "load": "skipped"})]
     assert any(r.startswith("a class arrives: 30 sign-ups") for r in rows)
     assert any(r.startswith("a class arrives: 30 sign-ins") for r in rows)
+
+
+@pytest.mark.usefixtures("secrets")
+def test_verification_rows_with_and_without_the_keyed_check(tmp_path):
+    """Rows filled as the store issues them (with their keyed check), every look-up valid,
+    first, again and of old rows (issue #26); the report has a row for each. No timing asserted."""
+    from dataclasses import replace
+
+    from benchmarks import platform_costs, report
+
+    cfg = replace(Config.smoke_mode(), certificates=300, lookups=60)
+    v = platform_costs.verification_lookups(cfg, tmp_path)
+    part(v, VERIFICATION, "platform.verification")
+    assert (v["certificates"], v["lookups"], v["valid_fraction"]) == (300, 60, 1.0)
+    rows = [r[1] for r in report.platform({"quiz": "skipped", "certificate": "skipped", "verification": v,
+                                           "arrival": "skipped", "pages": "skipped", "load": "skipped"})]
+    assert "verification lookups/s, first look-ups of rows without the check (old rows)" in rows
+    assert "verification lookups/s, the same IDs again" in rows

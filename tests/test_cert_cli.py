@@ -225,3 +225,36 @@ def test_verify_refuses_a_multi_page_pdf(cli, env, tmp_path):
         writer.write(f)
     checked = cli(env, "verify", two)
     assert checked.returncode == 1 and "pages" in checked.stdout
+
+
+def test_add_checks_gives_old_rows_theirs_once_their_signature_verifies(cli, env, tmp_path):
+    """Rows issued before the keyed check (issue #26) get it from ``add-checks``, each
+    only after its Ed25519 signature verifies; an altered row is named and left alone."""
+    from sqlalchemy import text
+
+    from certificates import keys, signing
+
+    made = []
+    for name in ("Ann", "Ben", "Cai"):
+        issued = cli(env, "issue", "--name", name, "--score", "90", "--out", tmp_path / f"{name}.pdf")
+        assert issued.returncode == 0, issued.stderr
+        made.append(issued.stdout.split()[0])
+    engine = make_engine(env["DATABASE_URL"])
+    with engine.begin() as conn:  # as before migration 0011: no check; and one row altered since
+        conn.execute(text("UPDATE certificate SET check_mac = NULL"))
+        conn.execute(text("UPDATE certificate SET payload = replace(payload, 'Cai', 'Eve') WHERE id = :i"),
+                     {"i": made[2]})
+    done = cli(env, "add-checks")
+    assert done.returncode == 1 and done.stdout.startswith("3 certificates read; 2 given their check")
+    assert f"{made[2]}: its signature does not verify" in done.stdout and made[0] not in done.stdout
+    with engine.connect() as conn:
+        rows = dict(conn.execute(text("SELECT id, check_mac FROM certificate")).all())
+        stored = conn.execute(text("SELECT payload, signature FROM certificate WHERE id = :i"),
+                              {"i": made[0]}).one()
+    check = keys.check_key(Path(env["SECRETS_DIR"]))
+    assert rows[made[0]] == signing.row_check(*stored, check) and rows[made[2]] is None
+    assert "NOT VALID (bad_signature)" in cli(env, "verify", "--id", made[2]).stdout
+    assert cli(env, "verify", "--id", made[1]).returncode == 0
+    again = cli(env, "add-checks")  # nothing left to do but the altered row
+    assert again.stdout.startswith("3 certificates read; 0 given their check") and again.returncode == 1
+    engine.dispose()

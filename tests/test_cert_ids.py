@@ -142,3 +142,37 @@ def test_full_width_ids_are_read():
     assert full_width != cert_id
     assert parse_id(full_width) == cert_id
     assert parse_id(full_width.lower()) == cert_id
+
+
+def _outcome(read, text):
+    try:
+        return ("ok", read(text))
+    except Exception as e:  # noqa: BLE001 - the kind and message are compared
+        return (type(e).__name__, str(e))
+
+
+def test_the_canonical_shortcut_answers_exactly_as_the_whole_reading():
+    """``parse_id`` answers an ID written as ``format_id`` writes it without the whole
+    reading (issue #26): for any text, typo or junk, the answer is the same as
+    ``_parse``'s, the whole reading, whether a value or the same refusal."""
+    from certificates import ids
+
+    rng = random.Random(26)
+    full_width = str.maketrans({chr(c): chr(c + 0xFEE0) for c in range(0x21, 0x7F)})
+    texts: list[object] = [None, 5, b"DP-0123", "DP-0000-0000-0000-0000-00", "dp-0000-0000-0000-0000-00"]
+    for _ in range(3000):
+        cert_id = new_id()
+        pos = rng.choice([i for i, c in enumerate(cert_id[:-1]) if i > 2 and c != "-"])
+        texts += [
+            cert_id, cert_id.lower(), f" {cert_id}", f"{cert_id}\n", cert_id + "-", "-" + cert_id,
+            cert_id[:pos] + rng.choice(ALPHABET + "ILOUilou#ü٣") + cert_id[pos + 1:],  # a typo or junk
+            cert_id[:pos] + cert_id[pos + 1] + cert_id[pos] + cert_id[pos + 2:],  # a swap (maybe of a dash)
+            cert_id[:pos] + cert_id[pos + 1:], cert_id.replace("-", "", rng.randint(1, 5)),
+            cert_id.replace("-", rng.choice(" _.\u2010\u2212")), cert_id[3:], cert_id.translate(full_width),
+            cert_id.replace("1", "I").replace("0", "O"), f"https://academy.example/verify?id={cert_id}",
+            cert_id[:-2] + ALPHABET[rng.randrange(32)] + ALPHABET[rng.randrange(32)],  # other check digits
+            "DP-" + "-".join("".join(rng.choices(ALPHABET, k=4)) for _ in range(4)) + "-"
+            + "".join(rng.choices(ALPHABET, k=2)),  # random body and check: a typo 1020 times in 1021
+        ]
+    for text in texts:
+        assert _outcome(parse_id, text) == _outcome(ids._parse, text), text

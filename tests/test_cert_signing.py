@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import stat
+import time
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from certificates import keys, signing
 from certificates.ids import new_id
@@ -151,3 +153,42 @@ def test_first_use_from_many_threads_makes_one_key():
         kids = set(pool.map(lambda _: keys.active_key().kid, range(16)))
     assert len(kids) == 1
     assert len(keys.local_public_keys()) == 1
+
+
+@pytest.mark.usefixtures("secrets")
+def test_the_public_keys_follow_the_folder_and_cannot_be_changed_by_a_caller():
+    """Read once per state of the folder (issue #26: a few ``stat`` calls per look-up),
+    yet a key added, rewritten in place or removed is seen at the very next call."""
+    first = keys.active_key()
+    public = keys.local_public_keys()
+    assert set(public) == {first.kid}
+    with pytest.raises(TypeError):
+        public["x"] = first.public  # shared by every caller: read-only
+    second = keys.rotate_key()
+    assert set(keys.local_public_keys()) == {first.kid, second.kid}
+    # Rewritten in place (same name, same size): the second key's file now holds a third key.
+    third = Ed25519PrivateKey.generate().public_key()
+    path = keys.keys_dir() / f"{second.kid}.pub"
+    with open(path, "r+b") as f:
+        f.write(keys.public_pem(third).encode("ascii"))
+    assert set(keys.local_public_keys()) == {first.kid, keys.key_id(third)}
+    path.unlink()
+    assert set(keys.local_public_keys()) == {first.kid}
+    assert keys.public_keys() == dict(keys.local_public_keys())  # a copy a caller may extend
+
+
+@pytest.mark.usefixtures("secrets")
+def test_a_settled_folder_is_not_read_again(monkeypatch):
+    keys.active_key()
+    keys.local_public_keys()
+    monkeypatch.setattr(keys, "_settled", lambda _mtimes: True)  # as if the last change were long ago
+    settled = keys.local_public_keys()  # read once more, now trusted
+    monkeypatch.setattr(keys.serialization, "load_pem_public_key", None)  # a read would fail
+    assert keys.local_public_keys() is settled
+
+
+def test_a_change_is_settled_once_the_file_systems_clock_has_ticked():
+    now = time.time_ns()
+    assert not keys._settled([now - 1_000]) and keys._settled([now - 200_000_000])
+    whole = (now // 10**9 - 1) * 10**9  # whole seconds: a coarse clock (FAT, old ext3)
+    assert not keys._settled([whole]) and keys._settled([whole - 2 * 10**9])

@@ -19,6 +19,7 @@ from certificates import errors, ids, keys, names, pdf, signing, store, verify
 from certificates.eligibility import eligible_attempt
 from certificates.ids import ALPHABET
 from tests.exercisepass import pass_required_exercises
+from tests.test_cert_policy import BACKENDS, postgres_db, sqlite_file  # noqa: F401 - fixtures for BACKENDS
 
 
 @pytest.fixture(autouse=True)
@@ -481,4 +482,144 @@ def test_migration_0009_adds_and_removes_the_holders_choice():
     assert "show_replacement" not in columns(engine, "certificate")
     alembic(engine, "upgrade", "head")
     assert "show_replacement" in columns(engine, "certificate")
+    engine.dispose()
+
+
+# --- the keyed check of each row (issue #26) ------------------------------------------------------
+
+
+def _ed25519_calls(monkeypatch) -> list[str]:
+    """The IDs whose payload ``signing.verify`` checks from now on (the Ed25519 path)."""
+    calls: list[str] = []
+    real = signing.verify
+
+    def counted(payload_bytes, signature, public_keys):
+        found = real(payload_bytes, signature, public_keys)
+        calls.append(found["id"])
+        return found
+
+    monkeypatch.setattr(signing, "verify", counted)
+    return calls
+
+
+def _set_row(session, cert_id: str, **values) -> None:
+    row = session.get(Certificate, cert_id)
+    for name, value in values.items():
+        setattr(row, name, value)
+    session.commit()
+
+
+def test_every_issued_row_carries_its_check_and_a_first_lookup_needs_no_ed25519(session, monkeypatch):
+    learner = add_learner(session)
+    cert = issue(session, learner, add_attempt(session, learner))
+    new = store.reissue(session=session, cert_id=cert.id, learner_id=learner.id, new_name="Zoë Berg", lang="nl")
+    loose = issue(session, name="Nobody's")  # the admin CLI's kind, tied to no learner
+    for c in (cert, new, loose):
+        assert c.check_mac == signing.row_check(c.payload, c.signature, keys.check_key())
+    calls = _ed25519_calls(monkeypatch)
+    assert verify.lookup(session=session, text=new.id).status == "valid"
+    assert verify.lookup(session=session, text=cert.id).status == "replaced"  # the state is the row's
+    assert calls == []
+    store.revoke(session=session, cert_id=new.id, actor_id=None, reason="issued in error")
+    assert verify.lookup(session=session, text=new.id).status == "revoked"  # at once
+    assert calls == []
+
+
+def test_a_row_without_its_check_is_verified_by_its_signature(session, monkeypatch):
+    """Rows issued before migration 0011 have no check: Ed25519, as before."""
+    cert = issue(session)
+    _set_row(session, cert.id, check_mac=None)
+    calls = _ed25519_calls(monkeypatch)
+    result = verify.lookup(session=session, text=cert.id)
+    assert (result.status, result.name, calls) == ("valid", "Zoë Ødegård", [cert.id])
+    store.revoke(session=session, cert_id=cert.id, actor_id=None, reason="issued in error")
+    assert verify.lookup(session=session, text=cert.id).status == "revoked"
+
+
+@pytest.mark.parametrize("field", ["payload", "signature"])
+def test_a_tampered_row_with_its_old_check_is_a_bad_signature(session, field):
+    cert = issue(session)
+    check = cert.check_mac
+    altered = {"payload": cert.payload.replace("Zoë Ødegård", "Mallory"),
+               "signature": signing.b64url(bytes(64))}[field]
+    _set_row(session, cert.id, **{field: altered})
+    assert session.get(Certificate, cert.id).check_mac == check  # the check left as it was
+    result = verify.lookup(session=session, text=cert.id)
+    assert result.status == "bad_signature" and result.name is None
+
+
+def test_a_check_made_with_another_key_falls_back_to_the_signature(session):
+    """Someone who can write the database but not read the secrets folder makes the
+    check with a key of their own: it does not match ours, so Ed25519 decides."""
+    cert = issue(session)
+    good, signature = cert.payload, cert.signature
+    forged = good.replace("Zoë Ødegård", "Mallory")
+    _set_row(session, cert.id, payload=forged, check_mac=signing.row_check(forged, signature, bytes(32)))
+    result = verify.lookup(session=session, text=cert.id)
+    assert result.status == "bad_signature" and result.name is None
+    # The same with a good row: a wrong (or unreadable) check costs a verify, nothing more.
+    for wrong in (signing.row_check(good, signature, bytes(32)), "ünïcode", ""):
+        _set_row(session, cert.id, payload=good, check_mac=wrong)
+        assert verify.lookup(session=session, text=cert.id).status == "valid"
+
+
+def test_a_right_check_still_needs_the_signing_key_to_be_ours(session, monkeypatch):
+    cert = issue(session)
+    calls = _ed25519_calls(monkeypatch)
+    assert verify.lookup(session=session, text=cert.id).status == "valid" and calls == []
+    for public in keys.keys_dir().glob("*.pub"):
+        public.unlink()
+    assert verify.lookup(session=session, text=cert.id).status == "unknown_key"
+
+
+def test_the_check_key_is_made_once_owner_only_and_a_reader_makes_none(secrets):
+    import stat
+    from concurrent.futures import ThreadPoolExecutor
+
+    assert keys.check_key(create=False) is None and not secrets.exists()
+    with ThreadPoolExecutor(8) as pool:
+        made = set(pool.map(lambda _: keys.check_key(), range(16)))
+    assert len(made) == 1 and len(made.pop()) == 32
+    path = secrets / keys.KEYS_SUBDIR / keys.CHECK_KEY_FILE
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert keys.check_key(create=False) == keys.check_key()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_lean_read_gives_what_the_session_reads(backend, request):
+    """``verify._read_row`` without a transaction (the driver's cursor) and within one
+    (the session's) give the same values and types on SQLite and PostgreSQL."""
+    engine = request.getfixturevalue(backend)("lean")
+    migrate(engine)
+    with Session(engine, expire_on_commit=False) as s:
+        learner = add_learner(s)
+        cert = issue(s, learner, add_attempt(s, learner))
+        new = store.reissue(session=s, cert_id=cert.id, learner_id=learner.id, new_name="Zoë Berg", lang="en",
+                            show_new_id=True)
+    for cert_id in (cert.id, new.id, ids.new_id()):
+        with Session(engine) as s:
+            lean = verify._read_row(s, cert_id)
+            assert not s.in_transaction()
+        with Session(engine) as s, s.begin():
+            full = verify._read_row(s, cert_id)
+        assert lean == full
+        if lean is not None:
+            assert [type(v) for v in lean] == [type(v) for v in full]
+            assert lean.issued_at.tzinfo is not None and isinstance(lean.show_replacement, bool)
+    old = verify._read_row(Session(engine), cert.id)
+    assert (old.revoked_reason, old.replaced_by, old.show_replacement) == ("reissued", new.id, True)
+    assert verify.lookup(session=Session(engine), text=cert.id).replaced_by == new.id
+    engine.dispose()
+
+
+def test_migration_0011_adds_and_removes_the_check():
+    from tests.migrations import alembic, columns
+
+    engine = make_engine("sqlite://", poolclass=StaticPool)
+    migrate(engine)
+    assert "check_mac" in columns(engine, "certificate")
+    alembic(engine, "downgrade", "0010")
+    assert "check_mac" not in columns(engine, "certificate")
+    alembic(engine, "upgrade", "head")
+    assert "check_mac" in columns(engine, "certificate")
     engine.dispose()
