@@ -423,7 +423,7 @@ PEM_PRIVATE = [b"-----BEGIN " + kind + b"PRIVATE KEY-----" for kind in (b"", b"O
 
 
 def _key_material(secrets_dir: Path) -> list[bytes]:
-    """Every private key of a secrets folder in the forms it could leak in."""
+    """Every private key of a secrets folder (and the rows' check key) in the forms it could leak in."""
     from cryptography.hazmat.primitives import serialization
 
     found = []
@@ -436,6 +436,11 @@ def _key_material(secrets_dir: Path) -> list[bytes]:
         found += [body, raw, raw.hex().encode(), base64.b64encode(raw).rstrip(b"="),
                   base64.urlsafe_b64encode(raw).rstrip(b"=")]
     assert found, "no private key in " + str(secrets_dir)
+    check = secrets_dir / "certificate-keys" / "row-check"  # the rows' HMAC key (keys.check_key)
+    assert check.exists(), "no row-check key in " + str(secrets_dir)
+    raw = bytes.fromhex(check.read_text().strip())
+    found += [check.read_bytes().strip(), raw, base64.b64encode(raw).rstrip(b"="),
+              base64.urlsafe_b64encode(raw).rstrip(b"=")]
     return found
 
 
