@@ -219,6 +219,7 @@ class WarmPool:
 
 GRADER_MB = 400  # a warm grader and its sandbox (harness, PyTorch, nine forked ranks): about 210 MB PSS, rounded up
 GRADER_WAIT_S = 600  # a warm grader with no job this long exits; the next refill replaces it
+TAKE_MARGIN_S = 30.0  # a grader this close to its --max-wait gets no job
 IDLE_REFILL_S = 60.0  # an idle worker starts a grader at most this often (one that keeps dying costs little)
 
 
@@ -247,7 +248,7 @@ class GraderPool:
                  max_wait_s: float = GRADER_WAIT_S) -> None:
         self.size, self.env, self.cwd, self.preexec = size, dict(env), cwd, preexec
         self.exercise, self.max_wait_s = exercise, max_wait_s
-        self.ready: list[tuple[str, subprocess.Popen]] = []
+        self.ready: list[tuple[str, subprocess.Popen, float]] = []  # (exercise, grader, started)
         self.lock = threading.Lock()
         self.started_at = -IDLE_REFILL_S
 
@@ -268,9 +269,9 @@ class GraderPool:
             if idle and time.monotonic() - self.started_at < IDLE_REFILL_S:
                 return
             kept = []
-            for exercise, proc in self.ready:
+            for exercise, proc, started in self.ready:
                 if proc.poll() is None and exercise == self.exercise:
-                    kept.append((exercise, proc))
+                    kept.append((exercise, proc, started))
                 elif proc.poll() is None:
                     others.append(proc)
             self.ready = kept
@@ -280,7 +281,7 @@ class GraderPool:
                         [sys.executable, "-m", "labs.exercises", "warm", self.exercise,
                          "--max-wait", str(self.max_wait_s)],
                         cwd=self.cwd, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                        start_new_session=True, preexec_fn=self.preexec)))
+                        start_new_session=True, preexec_fn=self.preexec), time.monotonic()))
                 except OSError as err:
                     log.warning("no warm grader: %s", err)
                     return
@@ -298,8 +299,13 @@ class GraderPool:
                 if entry[0] != exercise:
                     continue
                 self.ready.remove(entry)
-                proc = entry[1]
+                proc, started = entry[1], entry[2]
                 if proc.poll() is not None:
+                    continue
+                if time.monotonic() - started > self.max_wait_s - TAKE_MARGIN_S:
+                    # Near its own --max-wait (counted from a moment after `started`), it
+                    # could end with no job just as this one arrives: the run starts fresh.
+                    _stop(proc)
                     continue
                 try:
                     proc.stdin.write(json.dumps({"argv": argv[3:], "output": str(out)}).encode() + b"\n")
@@ -314,7 +320,7 @@ class GraderPool:
     def close(self) -> None:
         """Stop the waiting graders (each takes its sandbox down)."""
         with self.lock:
-            for _exercise, proc in self.ready:
+            for _exercise, proc, _started in self.ready:
                 _stop(proc)
             self.ready = []
 

@@ -39,3 +39,31 @@ def test_a_run_in_another_environment_or_not_a_lab_is_not_taken(tmp_path):
     pool = labpool.WarmPool(1, {"A": "1"}, ROOT)
     assert pool.take(ARGV, {"A": "2"}, tmp_path / "o") is None
     assert pool.take([sys.executable, "-m", "labs.exercises", "grade"], {"A": "1"}, tmp_path / "o") is None
+
+
+def test_a_grader_near_its_own_max_wait_gets_no_job(tmp_path):
+    """A warm grader ends by itself after ``--max-wait`` with no job (exit 3): one that
+    close to it is stopped, not handed a run that it could drop; a younger one is taken."""
+    import subprocess
+    import time
+
+    env = {"PATH": "/usr/bin:/bin"}
+    pool = labpool.GraderPool(1, env, ROOT, max_wait_s=100.0)
+
+    def waiting(age_s: float):  # reads its job, as a grader does, then exits
+        proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+        return ("ring-allreduce", proc, time.monotonic() - age_s)
+
+    argv = [sys.executable, "-m", "labs.exercises", "grade", "ring-allreduce", "x.py"]
+    old, young = waiting(100.0 - labpool.TAKE_MARGIN_S + 1), waiting(1.0)
+    try:
+        pool.ready = [old]
+        assert pool.take(argv, env, tmp_path / "out.log") is None
+        assert old[1].poll() is not None, "the old one is stopped"
+        pool.ready = [young]
+        assert pool.take(argv, env, tmp_path / "out.log") is young[1]
+        assert young[1].wait(timeout=10) == 0, "it got its job and the end of its stdin"
+    finally:
+        for _exercise, proc, _started in (old, young):
+            if proc.poll() is None:
+                proc.kill()
