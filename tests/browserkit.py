@@ -75,13 +75,30 @@ def nav(page, key: str, lang: str, heading: str | re.Pattern[str] | None = None)
 
 
 def switch_language(page, code: str) -> None:
-    """Pick a language in the sidebar's language box."""
+    """Pick a language in the sidebar's language box (opening the sidebar if a narrow window collapsed it)."""
     from academy.i18n import languages
 
+    expand = page.get_by_test_id("stExpandSidebarButton")
+    if expand.is_visible():
+        expand.click()
     page.get_by_test_id("stSidebar").get_by_role("combobox").first.click()
     page.get_by_role("option", name=languages()[code], exact=True).click()
     page.wait_for_url(re.compile(rf"[?&]lang={code}\b"), timeout=WAIT)
     wait_app(page)
+
+
+# Plotly draws a chart at its container's width once it has relaid out after a resize.
+_CHARTS_FIT = """() => [...document.querySelectorAll('[data-testid="stPlotlyChart"]')].every(box => {
+    const svg = box.querySelector('.main-svg');
+    return svg && Math.abs(svg.getBoundingClientRect().width - box.getBoundingClientRect().width) < 2;
+})"""
+
+
+def charts_fitted(page, timeout: int = WAIT) -> None:
+    """Wait until every plotly chart on the page is drawn at its container's width
+    (after a new window size), and a little more for the last frame to be painted."""
+    page.wait_for_function(_CHARTS_FIT, timeout=timeout)
+    page.wait_for_timeout(150)
 
 
 def button(scope, key: str, lang: str, **values):

@@ -72,10 +72,10 @@ def test_each_ring_algorithm_runs_from_the_page_and_animates(server, page, artif
             assert chart.locator(".gtitle").text_content() == t("widgets.ring.start", LANG)
             chart.locator("g.updatemenu-button").filter(has_text=t("widgets.ring.play", LANG)).click()
             last = rf"^{re.escape(t('widgets.ring.step', LANG))} {steps}/{steps} "
+            # The last step shows, and its transition has ended before the picture.
             page.wait_for_function(
-                "([el, last]) => new RegExp(last).test(el.querySelector('.gtitle')?.textContent || '')",
-                arg=[chart.element_handle(), last], timeout=WAIT)
-            page.wait_for_timeout(600)  # let the last transition settle before the picture
+                "([el, last]) => new RegExp(last).test(el.querySelector('.gtitle')?.textContent || '')"
+                " && !el._transitioning", arg=[chart.element_handle(), last], timeout=WAIT)
             arrows = chart.locator("g.annotation").all_text_contents()
             assert len(arrows) == RANKS and all(t(travels, LANG) in a for a in arrows), arrows
             if algo == "naive":
