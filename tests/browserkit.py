@@ -35,6 +35,22 @@ def wait_app(page, timeout: int = WAIT) -> None:
     page.wait_for_timeout(200)
 
 
+def frames(page, n: int = 2) -> None:
+    """Wait for ``n`` animation frames: the page has laid itself out and painted again (after a
+    resize or a scroll), without a fixed sleep."""
+    page.evaluate("n => new Promise(done => { const next = k => k ? requestAnimationFrame(() => next(k - 1))"
+                  " : done(); next(n); })", n)
+
+
+def still(page, timeout: int = WAIT) -> None:
+    """Wait until no CSS transition or animation is running (a sidebar sliding away after a
+    resize, say); endless ones, such as a spinner, do not count. Then two frames."""
+    page.wait_for_function(
+        "() => document.getAnimations().every(a => a.playState !== 'running'"
+        " || a.effect?.getComputedTiming().iterations === Infinity)", timeout=timeout)
+    frames(page)
+
+
 def pattern(key: str, lang: str) -> re.Pattern[str]:
     """A catalog text as a regex; each ``{placeholder}`` matches any text."""
     parts = re.split(r"\{[^{}]*\}", t(key, lang))

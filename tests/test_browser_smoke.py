@@ -4,7 +4,12 @@ import re
 
 import pytest
 
+from tests import browserkit as kit
+
 pytestmark = pytest.mark.browser
+
+DRAWN = """() => [...document.querySelectorAll('.js-plotly-plot')].every(el => el.querySelector('svg.main-svg'))
+    && [...document.images].every(img => img.complete)"""
 
 
 def wait_app(page):
@@ -96,7 +101,13 @@ def test_every_page_opens_in_the_browser(server, browser, artifacts, lang):
             page.get_by_role("heading", name=title).first.wait_for(timeout=30000)
         else:
             page.locator("h1").first.wait_for(timeout=30000)
-        page.wait_for_timeout(1500)  # let the rest of the page arrive before the check and the picture
+        # The rest of the page arrives before the check and the picture: the script has run
+        # (browserkit.wait_app), its charts are drawn, its images and frames loaded, nothing moves.
+        kit.wait_app(page)
+        page.wait_for_function(DRAWN, timeout=30000)
+        for frame in page.frames:
+            frame.wait_for_load_state("load", timeout=30000)
+        kit.still(page)
         assert not page.get_by_test_id("stException").count(), f"{lang} /{path} shows an exception"
         page.screenshot(path=str(artifacts / f"page-{lang}-{path or 'home'}.png"))
     assert errors == []

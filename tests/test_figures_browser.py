@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app import charts
-from tests.browserkit import wait_app
+from tests.browserkit import still, wait_app
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
@@ -45,11 +45,14 @@ def test_captions_computed_colour_has_4_5_to_1(server, browser):
 
 @pytest.mark.parametrize("lang", ["en", "zh", "nl"])
 def test_screenshots_of_the_lessons_figures(server, browser, lang):
+    """One page per language; each section is loaded at each width (a resize is no phone:
+    the ring figure, drawn wide and then narrowed, keeps its wide scale and loses its title)."""
     ARTIFACTS.mkdir(exist_ok=True)
-    for width in (1400, 390):
-        ctx = browser.new_context(viewport={"width": width, "height": 900}, locale="en-US")
-        page = ctx.new_page()
-        try:
+    ctx = browser.new_context(viewport={"width": 1400, "height": 900}, locale="en-US")
+    page = ctx.new_page()
+    try:
+        for width in (1400, 390):
+            page.set_viewport_size({"width": width, "height": 900})
             for section in ("training-step", "ring-allreduce", "ddp"):
                 page.goto(f"{server.url}/lessons?lang={lang}&section={section}")
                 wait_app(page)
@@ -58,11 +61,11 @@ def test_screenshots_of_the_lessons_figures(server, browser, lang):
                 for i in range(charts_on_page.count()):
                     chart = charts_on_page.nth(i)
                     chart.scroll_into_view_if_needed()
-                    page.wait_for_timeout(300)
+                    still(page)
                     box = chart.bounding_box()
                     assert box and box["width"] <= width, (section, i, box)
                     chart.locator("xpath=../../..").screenshot(
                         path=str(ARTIFACTS / f"figure-{section}-{i}-{lang}-{width}.png"))
-        finally:
-            with contextlib.suppress(Exception):
-                ctx.close()
+    finally:
+        with contextlib.suppress(Exception):
+            ctx.close()

@@ -17,7 +17,7 @@ from academy.db import session_scope
 from academy.i18n import t
 from academy.models import LabRun
 from app.ui import cookie_name
-from tests.browserkit import main, wait_app
+from tests.browserkit import frames, main, still, switch_language, wait_app
 from tests.test_home import learner_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -29,14 +29,29 @@ CERT_TEXT = {"guest": "home.cert_guest_exercises", "nothing": "home.cert_needs_q
              "quiz_only": "home.cert_needs_exercises", "eligible": "home.cert_ready", "issued": "home.cert_issued",
              "disqualified": "home.cert_disqualified"}
 
+SIDEBAR_AWAY = """() => { const bar = document.querySelector('[data-testid="stSidebar"]');
+                         return !bar || bar.getBoundingClientRect().right <= 0; }"""
+
+
+def content_height(page) -> int:
+    """The height of the main area's content: Streamlit scrolls inside it, not the body."""
+    return int(page.evaluate("() => Math.max(...['stMain', 'stAppViewContainer', 'stMainBlockContainer']"
+                             ".map(id => document.querySelector(`[data-testid=${id}]`)?.scrollHeight || 0))"))
+
 
 def whole_page(page, path, width: int) -> None:
     """A screenshot of the whole page: Streamlit scrolls inside its main area, not the body,
-    so the window is made as tall as that area's content first (then set back)."""
-    tall = page.evaluate("() => Math.max(...['stMain', 'stAppViewContainer', 'stMainBlockContainer']"
-                         ".map(id => document.querySelector(`[data-testid=${id}]`)?.scrollHeight || 0))")
-    page.set_viewport_size({"width": width, "height": min(max(int(tall) + 80, 900), 12_000)})
-    wait_app(page)
+    so the window is made as tall as that area's content first (then set back). The
+    content's height is read once nothing moves and it holds still for two frames (after a
+    resize the page lays itself out again and the sidebar slides away)."""
+    tall = content_height(page)
+    for _ in range(20):
+        still(page)
+        tall, before = content_height(page), tall
+        if tall == before:
+            break
+    page.set_viewport_size({"width": width, "height": min(max(tall + 80, 900), 12_000)})
+    frames(page)
     page.screenshot(path=str(path), full_page=True)
     page.set_viewport_size({"width": width, "height": 900})
 
@@ -55,13 +70,22 @@ def test_home_in_every_state_language_and_width(server, browser, artifacts):
     learners = {state: None if state == "guest" else learner_in(state, f"shot-{state}@example.org")
                 for state in STATES}
     for state, learner_id in learners.items():
-        for width in WIDTHS:
-            context = signed_in(browser, server, learner_id, width)
-            page = context.new_page()
-            try:
-                for lang in LANGS:
-                    page.goto(f"{server.url}/?lang={lang}")
-                    wait_app(page)
+        # One page per state (the learner's cookie): opened once, then the language is switched
+        # in the sidebar and the window resized, as a learner would; each is checked and shot.
+        context = signed_in(browser, server, learner_id, WIDTHS[0])
+        page = context.new_page()
+        try:
+            page.goto(f"{server.url}/?lang={LANGS[0]}")
+            wait_app(page)
+            for lang in LANGS:
+                if lang != LANGS[0]:
+                    switch_language(page, lang)  # in the wide window: the phone hides the sidebar
+                    page.mouse.move(WIDTHS[0] - 10, 10)  # off the sidebar and its box, as after a load
+                    page.evaluate("() => document.activeElement?.blur()")
+                for width in WIDTHS:
+                    page.set_viewport_size({"width": width, "height": 900})
+                    if width < WIDTHS[0]:  # the phone's sidebar slides away, as after a load at that width
+                        page.wait_for_function(SIDEBAR_AWAY, timeout=30_000)
                     key = CERT_TEXT[state]
                     raw = i18n.catalog(lang)[key]
                     raw = raw["other"] if isinstance(raw, dict) else raw
@@ -72,8 +96,9 @@ def test_home_in_every_state_language_and_width(server, browser, artifacts):
                     numbers = [int(x.split(".", 1)[0]) for x in titles]
                     assert numbers == sorted(numbers) and numbers[0] == 1, numbers
                     whole_page(page, artifacts / f"home-{state}-{lang}-{width}.png", width)
-            finally:
-                context.close()
+                page.set_viewport_size({"width": WIDTHS[0], "height": 900})
+        finally:
+            context.close()
 
 
 @pytest.mark.usefixtures("on_server_db")
@@ -97,9 +122,14 @@ def test_a_deadlock_report_names_each_direction(server, browser, artifacts):
     context = signed_in(browser, server, learner_id, 1400)
     page = context.new_page()
     try:
+        page.goto(f"{server.url}/exercises?lang={LANGS[0]}&exercise=ring-allreduce")
+        wait_app(page)
         for lang in LANGS:
-            page.goto(f"{server.url}/exercises?lang={lang}&exercise=ring-allreduce")
-            wait_app(page)
+            if lang != LANGS[0]:
+                switch_language(page, lang)  # the exercise stays chosen (its query parameter)
+                page.mouse.move(1390, 10)
+                page.evaluate("() => document.activeElement?.blur()")
+                assert "exercise=ring-allreduce" in page.url, page.url
             headline = t("exercises.failed_not_run", lang, passed=1, failed=1, not_run=3, count=5)
             main(page).get_by_text(headline).wait_for(timeout=30_000)
             report = main(page).get_by_test_id("stExpander").filter(has_text="w3-n7-float32")

@@ -32,6 +32,7 @@ from tests.browserkit import (
     pdf_verify_url,
     see,
     sign_up,
+    still,
     switch_language,
     take_quiz,
     wait_app,
@@ -70,7 +71,7 @@ class Shots:
         """Screenshot the window (Streamlit scrolls inside it), ``focus`` scrolled into view."""
         if focus is not None:
             focus.scroll_into_view_if_needed()
-            self.page.wait_for_timeout(200)
+            still(self.page)
         self.n += 1
         path = self.artifacts / f"journey-{self.name}-{self.n:02d}-{step}.png"
         self.page.screenshot(path=str(path), full_page=True)
