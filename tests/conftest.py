@@ -16,6 +16,11 @@ os.environ["DATABASE_URL"] = f"sqlite:///{_TMP / 'session.db'}"
 os.environ["SECRETS_DIR"] = str(_TMP / "secrets")
 os.environ.setdefault("PUBLIC_URL", "http://localhost:8501")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# A lab run whose ranks all go this long without progress counts as hung. The
+# default (20 s) is the product's; on two cores shared with a second xdist
+# worker, a browser and other jobs, a 4-rank sharding run went 20 s without a
+# step and failed as hung. Tests that are about hangs name their own bound.
+os.environ.setdefault("LAB_HANG_TIMEOUT_S", "120")
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
