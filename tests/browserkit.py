@@ -94,10 +94,16 @@ def switch_language(page, code: str) -> None:
     """Pick a language in the sidebar's language box (opening the sidebar if a narrow window collapsed it)."""
     from academy.i18n import languages
 
+    still(page)  # a sidebar still sliding away after a resize is neither open nor shut
     expand = page.get_by_test_id("stExpandSidebarButton")
+    box = page.get_by_test_id("stSidebar").get_by_role("combobox").first
     if expand.is_visible():
-        expand.click()
-    page.get_by_test_id("stSidebar").get_by_role("combobox").first.click()
+        # The button moves while the header settles, and Playwright's click waits for it to
+        # hold still (it timed out after 30 s on a busy machine): the click event itself.
+        expand.dispatch_event("click")
+        box.wait_for(state="visible", timeout=WAIT)
+        still(page)
+    box.click()
     page.get_by_role("option", name=languages()[code], exact=True).click()
     page.wait_for_url(re.compile(rf"[?&]lang={code}\b"), timeout=WAIT)
     wait_app(page)
