@@ -6,6 +6,7 @@ follow the texts a learner sees in each language instead of hard-coding them.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import subprocess
@@ -94,15 +95,19 @@ def switch_language(page, code: str) -> None:
     """Pick a language in the sidebar's language box (opening the sidebar if a narrow window collapsed it)."""
     from academy.i18n import languages
 
-    still(page)  # a sidebar still sliding away after a resize is neither open nor shut
     expand = page.get_by_test_id("stExpandSidebarButton")
     box = page.get_by_test_id("stSidebar").get_by_role("combobox").first
-    if expand.is_visible():
-        # The button moves while the header settles, and Playwright's click waits for it to
-        # hold still (it timed out after 30 s on a busy machine): the click event itself.
-        expand.dispatch_event("click")
-        box.wait_for(state="visible", timeout=WAIT)
-        still(page)
+    for _ in range(5):
+        still(page)  # a sidebar still sliding after a resize is neither open nor shut
+        if box.is_visible():
+            break
+        # Collapsed (a narrow window): open it. Back in a wide window Streamlit may open it
+        # by itself meanwhile, and the button moves while the header settles (Playwright's
+        # click timed out waiting for it to hold still): the click event, briefly.
+        with contextlib.suppress(PlaywrightTimeout):
+            expand.dispatch_event("click", timeout=2_000)
+        with contextlib.suppress(PlaywrightTimeout):
+            box.wait_for(state="visible", timeout=5_000)
     box.click()
     page.get_by_role("option", name=languages()[code], exact=True).click()
     page.wait_for_url(re.compile(rf"[?&]lang={code}\b"), timeout=WAIT)

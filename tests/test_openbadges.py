@@ -102,7 +102,8 @@ def independent_di_verify(secured: dict) -> None:
         n = 0
         for ch in text.encode():
             n = n * 58 + alphabet.index(ch)
-        return n.to_bytes((n.bit_length() + 7) // 8, "big")
+        zeros = len(text) - len(text.lstrip("1"))  # each leading "1" is a leading zero byte
+        return b"\0" * zeros + n.to_bytes((n.bit_length() + 7) // 8, "big")
 
     proof = dict(secured["proof"])
     value = proof.pop("proofValue")
