@@ -289,9 +289,17 @@ def on_server_db(server, monkeypatch):
     yield from use_database(monkeypatch, **{k: server.env[k] for k in ("DATABASE_URL", "SECRETS_DIR", "PUBLIC_URL")})
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
-    """The system Chromium driven by Playwright (``playwright install`` is not needed)."""
+    """The system Chromium driven by Playwright (``playwright install`` is not needed).
+
+    One per module, not per session: Playwright's driver leaves a thread in
+    this process while it runs, and `labs.launch.run_lab` forks its ranks only
+    from a single-threaded process. Under a session-wide browser every lab run
+    a worker made after its first browser test spawned its ranks instead, each
+    importing PyTorch afresh (about 100 s of CPU over the suite). Starting
+    Chromium costs about 1.4 s of CPU per module.
+    """
     import shutil
 
     chromium = shutil.which("chromium")

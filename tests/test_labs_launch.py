@@ -31,6 +31,9 @@ def test_success_is_a_json_serialisable_result():
     assert isinstance(result, LabResult) and result.ok
     doc = json.loads(json.dumps(result.to_dict()))
     assert doc["ok"] is True and doc["lab"] == "ring" and doc["world_size"] == 2
+    # Forked from this single-threaded process: a thread a fixture left behind (a session-wide
+    # browser's driver did) makes every in-process run spawn and import PyTorch per rank.
+    assert doc["launcher"] == "fork", [t.name for t in threading.enumerate()]
     assert doc["wall_s"] >= doc["work_s"] >= 0 and doc["overhead_s"] >= 0
     assert {"cpu_count", "torch", "gpus", "default_backend"} <= doc["machine"].keys()
     _assert_no_orphans(result)
