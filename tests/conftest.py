@@ -59,20 +59,30 @@ def _module_fixture(item) -> bool:
     return any(d and d[-1].scope == "module" for name, d in defs.items() if name in item.fixturenames)
 
 
-_SCANNED_ONCE = False
+_APPTEST_PATCHED = False
 
 
 def pytest_runtest_setup():
-    """Streamlit's AppTest scans every installed distribution for component
-    manifests on each new AppTest (0.35-0.45 s of wall time, several hundred
-    times a run); the installed packages do not change during a session, so
-    the scan runs once per process and later AppTests reuse its answer."""
-    global _SCANNED_ONCE
-    if not _SCANNED_ONCE and "streamlit.testing.v1" in sys.modules:
-        from streamlit.components.v2 import manifest_scanner
+    """Two costs Streamlit's AppTest pays per test that its real server pays once.
 
-        manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
-        _SCANNED_ONCE = True
+    Each new AppTest scans every installed distribution for component manifests
+    (0.35-0.45 s), and each run of one builds a new script cache, so the main
+    script and the page are read, rewritten for "magic" and compiled again on
+    every run: a quarter of the page tests' CPU (py-spy). Neither the installed
+    packages nor the app's files change during a session, so the scan runs once
+    per process and every run shares one script cache, as the server's runs do.
+    """
+    global _APPTEST_PATCHED
+    if _APPTEST_PATCHED or "streamlit.testing.v1" not in sys.modules:
+        return
+    from streamlit.components.v2 import manifest_scanner
+    from streamlit.runtime.scriptrunner.script_cache import ScriptCache
+    from streamlit.testing.v1 import app_test, local_script_runner
+
+    manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
+    shared = ScriptCache()
+    app_test.ScriptCache = local_script_runner.ScriptCache = lambda: shared
+    _APPTEST_PATCHED = True
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
