@@ -1,13 +1,17 @@
 """Storage: migrations, SQLite pragmas, round trips, PostgreSQL when reachable."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 from sqlalchemy import inspect, text
 from sqlmodel import Session, select
 
-from academy.db import make_engine, migrate
+from academy.db import head_revision, make_engine, migrate
 from academy.models import LabRun, Learner, LessonProgress
+from academy.settings import ROOT
+from tests.conftest import copy_of
 
 
 def test_migrations_create_every_table(engine):
@@ -30,6 +34,7 @@ def test_an_existing_database_upgrades_through_the_moved_migrations(tmp_path):
     scripts = ScriptDirectory.from_config(cli)
     revisions = [r.revision for r in scripts.walk_revisions()]  # head first, one line of history
     assert revisions[-1] == "0001" and len(revisions) >= 2 and len(scripts.get_heads()) == 1
+    assert head_revision() == scripts.get_current_head(), "migrate()'s own reading of the files"
     eng = make_engine(f"sqlite:///{tmp_path / 'old.db'}")
     with eng.begin() as conn:
         cli.attributes["connection"] = conn
@@ -91,3 +96,23 @@ def test_postgres_migrations_and_round_trip(postgres_url):
         s.delete(found)
         s.commit()
     eng.dispose()
+
+
+def test_a_database_at_head_is_opened_without_alembic(tmp_path, migrated_template):
+    """Every process migrates on first use; at head that is one read, not Alembic's import
+    and walk of the scripts (a command, a worker and the app each start sooner)."""
+    url = copy_of(migrated_template, tmp_path / "at-head.db")
+    code = ("import sys; from academy.db import get_engine; get_engine(); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('alembic', 'mako')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "DATABASE_URL": url}, cwd=ROOT, check=True).stdout
+    assert out.strip() == "[]", out
+    eng = make_engine(url)
+    with eng.begin() as conn:  # one revision behind: Alembic upgrades it
+        conn.exec_driver_sql("UPDATE alembic_version SET version_num = '0010'")
+        conn.exec_driver_sql("ALTER TABLE certificate DROP COLUMN check_mac")
+    migrate(eng)
+    with eng.connect() as conn:
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == head_revision()
+        assert "check_mac" in {c["name"] for c in inspect(conn).get_columns("certificate")}
+
