@@ -34,11 +34,13 @@ WHOLE_BUFFER = (FIXTURES / "exercises" / "ring_whole_buffer.py").read_text()
 @pytest.fixture(scope="module", autouse=True)
 def sandbox_mode():
     """Before the module's worker starts (autouse fixtures come first): the mode it passes to
-    the grader, and its warm grader (the product's default; tests' workers start none)."""
+    the grader, and its warm grader (the product's default; tests' workers start none). No
+    warm lab process: no lab runs here, and it would import PyTorch for nothing."""
     from labs import sandbox
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("LAB_WARM_EXERCISES", "1")
+        patch.setenv("LAB_WARM_POOL", "0")
         try:
             sandbox.check_available("bwrap")
             patch.setenv("EXERCISE_SANDBOX", "bwrap")
