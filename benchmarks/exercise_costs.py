@@ -4,7 +4,8 @@
   button does (``academy.exercises.submit``: the draft saved, a lab run of
   lab ``exercise`` queued), taken by one real ``python -m academy.worker``
   with its default warm grader (``LAB_WARM_EXERCISES=1``,
-  ``academy.labpool.GraderPool``), graded in the bwrap sandbox, and its
+  ``academy.labpool.GraderPool``; no warm lab process, ``LAB_WARM_POOL=0``,
+  since no lab runs), graded in the bwrap sandbox, and its
   report stored with the learner's pass. Each submission waits until the
   worker's processes are idle (a learner reads the report before the next
   Run; the grader for the next one has started its sandbox by then): the
@@ -116,8 +117,11 @@ def costs(cfg: Config, base: Path) -> dict:
     check_available("none")  # both probes before the clock runs
     per: dict[str, dict] = {ex: {} for ex in EXERCISES}
     folder = base / "exercises"
-    # One learner submits every exercise, one run at a time, in the default sandbox.
-    with scratch_stack(folder, EXERCISE_SANDBOX="bwrap", CERTIFICATE_REQUIRES_EXERCISES="true"):
+    # One learner submits every exercise, one run at a time, in the default sandbox. No warm
+    # lab process (LAB_WARM_POOL=0): no lab runs here, and its import of PyTorch only delayed
+    # the first submission.
+    with scratch_stack(folder, EXERCISE_SANDBOX="bwrap", CERTIFICATE_REQUIRES_EXERCISES="true",
+                       LAB_WARM_POOL="0"):
         with session_scope() as s:
             learner_id = accounts.sign_up(session=s, email=LEARNER, password="bench exercises pw",
                                           display_name="Bench").id

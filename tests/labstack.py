@@ -69,13 +69,22 @@ def with_group(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, sig)
 
 
+# A worker's warm grader (academy.labpool.GraderPool) is a sandbox with PyTorch imported:
+# about 2.5 s of CPU, and the CPU a test's own labs wait for, at every worker's start. A
+# test worker starts none unless its test grades exercises through it and says so
+# (``LAB_WARM_EXERCISES`` in ``env`` or the test's environment).
+NO_WARM_GRADER = {"LAB_WARM_EXERCISES": "0"}
+
+
 class Worker:
-    """One ``python -m academy.worker`` process with the given settings; its log in ``base``."""
+    """One ``python -m academy.worker`` process with the given settings (`NO_WARM_GRADER`
+    unless they say otherwise); its log in ``base``."""
 
     def __init__(self, base: Path, env: dict[str, str], *args: str, name: str = "w"):
         self.log = base / f"worker-{name}.log"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "academy.worker", *args], cwd=ROOT, env={**os.environ, **env},
+            [sys.executable, "-m", "academy.worker", *args], cwd=ROOT,
+            env={**NO_WARM_GRADER, **os.environ, **env},
             stdout=open(self.log, "w"), stderr=subprocess.STDOUT, start_new_session=True,  # noqa: SIM115
         )
 

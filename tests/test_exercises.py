@@ -1,12 +1,15 @@
 """The coding exercises ring-allreduce and broadcast, graded for real (issue #16).
 
 Solutions written for these tests from scratch (tests/fixtures/exercises/,
-not the reference) must pass every case from the command line; known
-mistakes must fail with the right message: a whole-buffer ring (values
+not the reference) must pass every case (one from the command line, the
+others through ``grader.grade``, the function behind it); known mistakes
+must fail with the right message: a whole-buffer ring (values
 right, bytes wrong from 3 ranks on), a ring of blocking sends (a deadlock,
 with what each rank waited for), a crash (only the learner's frames), a new
 tensor returned instead of writing in place. The bytes rules themselves are
 checked without any process, on the sends a ring makes for every size.
+A grading two tests assert on (the command line's passing and whole-buffer
+runs) is made once, in a module-scoped fixture.
 
 The sandbox mode is ``EXERCISE_SANDBOX`` (bwrap, as CI runs as root; none on
 a machine without bubblewrap).
@@ -169,15 +172,38 @@ def test_cases_cover_what_the_issue_asks():
 # Graded on real ranks
 
 
-@pytest.mark.slow
-def test_solutions_from_scratch_pass_every_case_from_the_command_line(tmp_path):
+@pytest.fixture(scope="module")
+def broadcast_star_cli(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict, Path]:
+    """``grade broadcast broadcast_star.py --json --events E --out O`` from the command line,
+    once for the module: (the process, the report it wrote, its events file)."""
     _sandbox_or_skip()
-    for exercise_id, fixture in (("ring-allreduce", "ring_isend_irecv.py"),
-                                 ("broadcast", "broadcast_chain.py"), ("broadcast", "broadcast_star.py")):
-        out = tmp_path / f"{fixture}.json"
-        proc = cli("grade", exercise_id, str(FIXTURES / fixture), "--out", str(out))
-        report = json.loads(out.read_text())
-        assert proc.returncode == 0, (fixture, proc.stdout[-3000:], proc.stderr[-2000:])
+    folder = tmp_path_factory.mktemp("broadcast-star")
+    out, events = folder / "report.json", folder / "events.jsonl"
+    proc = cli("grade", "broadcast", str(FIXTURES / "broadcast_star.py"), "--json", "--events", str(events),
+               "--out", str(out))
+    return proc, json.loads(out.read_text()) if out.exists() else {}, events
+
+
+@pytest.fixture(scope="module")
+def whole_buffer_cli() -> subprocess.CompletedProcess:
+    """``grade ring-allreduce ring_whole_buffer.py --json`` from the command line, once for the module."""
+    _sandbox_or_skip()
+    return cli("grade", "ring-allreduce", str(FIXTURES / "ring_whole_buffer.py"), "--json")
+
+
+@pytest.mark.slow
+def test_solutions_from_scratch_pass_every_case_from_the_command_line(broadcast_star_cli):
+    """broadcast_star.py through ``python -m labs.exercises grade``; the other two through
+    ``grader.grade``, the function behind it, with the exit status the command would give."""
+    from labs.exercises.__main__ import EXIT
+
+    proc, report, _events = broadcast_star_cli
+    graded = [("broadcast", "broadcast_star.py", proc.returncode, report, proc.stdout[-3000:] + proc.stderr[-2000:])]
+    for exercise_id, fixture in (("ring-allreduce", "ring_isend_irecv.py"), ("broadcast", "broadcast_chain.py")):
+        report = grader.grade(exercise_id, (FIXTURES / fixture).read_text("utf-8"))
+        graded.append((exercise_id, fixture, EXIT[report["status"]], report, json.dumps(report)[:3000]))
+    for exercise_id, fixture, code, report, shown in graded:
+        assert code == 0, (fixture, shown)
         assert report["status"] == "passed" and report["ok"] is True
         assert len(report["cases"]) == len(exercises.load(exercise_id).cases(0))
         assert all(f["passed"] for c in report["cases"] for f in c["findings"])
@@ -220,9 +246,8 @@ def test_a_ring_with_its_own_chunk_split_still_draws_its_chunks():
 
 
 @pytest.mark.slow
-def test_a_whole_buffer_ring_passes_values_and_fails_bytes_with_an_explanation():
-    _sandbox_or_skip()
-    proc = cli("grade", "ring-allreduce", str(FIXTURES / "ring_whole_buffer.py"), "--json")
+def test_a_whole_buffer_ring_passes_values_and_fails_bytes_with_an_explanation(whole_buffer_cli):
+    proc = whole_buffer_cli
     assert proc.returncode == 1, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
     for case in report["cases"]:
@@ -313,7 +338,10 @@ def test_a_correct_ring_that_prints_a_lot_is_still_graded():
 
 
 @pytest.mark.slow
-def test_exit_codes_and_the_json_report(tmp_path):
+def test_exit_codes_and_the_json_report(tmp_path, broadcast_star_cli, whole_buffer_cli):
+    """Exit 2 (a syntax error, as JSON; a missing function, as text in Dutch), 0 with the
+    JSON report and its events (broadcast_star.py), 1 when a case failed (a whole-buffer
+    ring): the last two gradings are the module's, shared with the tests above."""
     _sandbox_or_skip()
     broken = tmp_path / "broken.py"
     broken.write_text("def ring_allreduce(tensor)\n    return tensor\n")
@@ -327,8 +355,7 @@ def test_exit_codes_and_the_json_report(tmp_path):
     assert proc.returncode == 2
     assert "ring_allreduce" in proc.stdout
 
-    events = tmp_path / "events.jsonl"
-    proc = cli("grade", "broadcast", str(FIXTURES / "broadcast_star.py"), "--json", "--events", str(events))
+    proc, _report, events = broadcast_star_cli
     assert proc.returncode == 0, proc.stdout[-2000:]
     report = json.loads(proc.stdout)
     assert set(report) == {"exercise", "status", "ok", "error", "cases", "trace", "duration_s", "sandbox"}
@@ -340,8 +367,7 @@ def test_exit_codes_and_the_json_report(tmp_path):
     assert [e["step"] for e in lines] == list(range(1, len(report["cases"]) + 1))
     assert lines[-1]["fraction"] == 1.0 and lines[-1]["kind"] == "progress"
 
-    proc = cli("grade", "ring-allreduce", str(FIXTURES / "ring_whole_buffer.py"))
-    assert proc.returncode == 1
+    assert whole_buffer_cli.returncode == 1
 
 
 @pytest.mark.slow

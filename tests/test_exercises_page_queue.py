@@ -4,7 +4,11 @@ for a passing report, in the same transaction as the result.
 
 The sandbox is bubblewrap where it can start (CI runs as root), else the
 explicit "none" mode: what is tested here is the queue's bookkeeping; the
-sandbox has tests of its own.
+sandbox has tests of its own. One worker serves the module (each test has
+learners of its own): a worker's start and its first warm grader once, not
+per test. The page test, which needs no worker, comes first, so that the
+worker stops right after the last grading instead of starting a warm grader
+no test uses.
 """
 
 from __future__ import annotations
@@ -27,16 +31,22 @@ MINE = (FIXTURES / "exercise_page" / "ring_mine.py").read_text()
 WHOLE_BUFFER = (FIXTURES / "exercises" / "ring_whole_buffer.py").read_text()
 
 
-@pytest.fixture(autouse=True)
-def sandbox_mode(monkeypatch):
-    """Before the worker starts (autouse fixtures come first): the mode it passes to the grader."""
+@pytest.fixture(scope="module", autouse=True)
+def sandbox_mode():
+    """Before the module's worker starts (autouse fixtures come first): the mode it passes to
+    the grader, and its warm grader (the product's default; tests' workers start none). No
+    warm lab process: no lab runs here, and it would import PyTorch for nothing."""
     from labs import sandbox
 
-    try:
-        sandbox.check_available("bwrap")
-        monkeypatch.setenv("EXERCISE_SANDBOX", "bwrap")
-    except sandbox.SandboxUnavailable:
-        monkeypatch.setenv("EXERCISE_SANDBOX", "none")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LAB_WARM_EXERCISES", "1")
+        patch.setenv("LAB_WARM_POOL", "0")
+        try:
+            sandbox.check_available("bwrap")
+            patch.setenv("EXERCISE_SANDBOX", "bwrap")
+        except sandbox.SandboxUnavailable:
+            patch.setenv("EXERCISE_SANDBOX", "none")
+        yield
 
 
 def learner() -> int:
@@ -63,7 +73,30 @@ def passes_of(learner_id: int) -> list[ExercisePass]:
         return list(session.exec(select(ExercisePass).where(ExercisePass.learner_id == learner_id)))
 
 
-@pytest.mark.usefixtures("lab_worker")
+@pytest.mark.parametrize("lang", ["zh", "nl"])
+def test_the_real_exercises_in_each_language_and_labs_keep_to_their_own_runs(app_db, lang):  # noqa: ARG001
+    """Without the stand-in: the page lists the exercises in place with their texts in ``lang``;
+    the Labs page neither lists an exercise submission nor takes it for its own running lab."""
+    from academy import i18n
+    from labs.exercises import messages
+    from tests.apptest import open_page
+
+    me = learner()
+    at = open_page("exercises", lang, me, exercise="broadcast")
+    assert not at.exception, at.exception
+    for ex in exercises.catalog():
+        assert any(m.value.startswith(f"**{messages.exercise(ex, lang)['title']}**") for m in at.markdown), ex
+    assert at.header[0].value == messages.exercise("broadcast", lang)["title"]
+    [editor] = at.get("component_instance")  # the code editor, with the starter in it
+    assert json.loads(editor.proto.json_args)["code"] == exercises.starter("broadcast")
+    exercises.submit(learner_id=me, exercise="broadcast", source="def broadcast(tensor, src):\n    pass\n", lang=lang)
+    labs = open_page("labs", lang, me)
+    assert not labs.exception, labs.exception
+    assert not [b for b in labs.button if b.label == i18n.t("labs.cancel", lang)]
+    assert not [b for b in labs.button if b.key and b.key.startswith("past_")]
+
+
+@pytest.mark.usefixtures("shared_lab_worker")
 def test_a_passing_submission_records_the_pass_and_a_failing_one_does_not():
     me = learner()
     failing = exercises.submit(learner_id=me, exercise="ring-allreduce", source=WHOLE_BUFFER, lang="nl")
@@ -91,33 +124,10 @@ def test_a_passing_submission_records_the_pass_and_a_failing_one_does_not():
     assert [p.run_id for p in passes_of(me)] == [passing]  # the first pass stays, one row
 
 
-@pytest.mark.usefixtures("lab_worker")
+@pytest.mark.usefixtures("shared_lab_worker")
 def test_code_that_cannot_be_graded_is_a_report_with_its_reason_not_a_pass():
     me = learner()
     run = finished(exercises.submit(learner_id=me, exercise="broadcast", source="def broadcast(:\n", lang="en"))
     assert run.status == "done", run.error
     assert run.result["status"] == "error" and run.result["error"]["key"] == "syntax_error"
     assert passes_of(me) == []
-
-
-@pytest.mark.parametrize("lang", ["zh", "nl"])
-def test_the_real_exercises_in_each_language_and_labs_keep_to_their_own_runs(app_db, lang):  # noqa: ARG001
-    """Without the stand-in: the page lists the exercises in place with their texts in ``lang``;
-    the Labs page neither lists an exercise submission nor takes it for its own running lab."""
-    from academy import i18n
-    from labs.exercises import messages
-    from tests.apptest import open_page
-
-    me = learner()
-    at = open_page("exercises", lang, me, exercise="broadcast")
-    assert not at.exception, at.exception
-    for ex in exercises.catalog():
-        assert any(m.value.startswith(f"**{messages.exercise(ex, lang)['title']}**") for m in at.markdown), ex
-    assert at.header[0].value == messages.exercise("broadcast", lang)["title"]
-    [editor] = at.get("component_instance")  # the code editor, with the starter in it
-    assert json.loads(editor.proto.json_args)["code"] == exercises.starter("broadcast")
-    exercises.submit(learner_id=me, exercise="broadcast", source="def broadcast(tensor, src):\n    pass\n", lang=lang)
-    labs = open_page("labs", lang, me)
-    assert not labs.exception, labs.exception
-    assert not [b for b in labs.button if b.label == i18n.t("labs.cancel", lang)]
-    assert not [b for b in labs.button if b.key and b.key.startswith("past_")]

@@ -2,9 +2,10 @@
 
 The router's new collectives are tested as the others are in
 ``test_exercises_router.py`` (pipes and frames, no sandbox); the checks on
-hand-made results; the grading on real ranks in the sandbox, kept to four
-gradings: the reference on every case, and three wrong solutions
-(``tests/fixtures/exercises/more/zero_*.py``) on a few cases each.
+hand-made results; the grading on real ranks in the sandbox, kept to five
+gradings: the reference on every case, three wrong solutions
+(``tests/fixtures/exercises/more/zero_*.py``) on a few cases each, and a
+walk of the driver's heap on one.
 """
 
 from __future__ import annotations
@@ -270,7 +271,7 @@ def test_starter_has_the_signature_and_is_not_an_answer():
 
 
 # --------------------------------------------------------------------------
-# Real grading on ranks in the sandbox: four gradings in all
+# Real grading on ranks in the sandbox: four gradings here, the heap walk's below
 
 
 def grade(source: str, case_ids=None) -> dict:

@@ -296,6 +296,7 @@ def test_an_exercise_is_graded_by_a_warm_grader_and_one_killed_while_waiting_is_
     ``kill -9`` of a waiting one takes its sandbox with it and the next run is graded fresh."""
     from labs.exercises import reference
 
+    stack.env["LAB_WARM_EXERCISES"] = "1"  # the product's default (tests' workers start none)
     w = stack.worker("--concurrency", "1")
     first_grader = warm_grader(w)
     first = wait(submit_exercise(reference("ring-allreduce")))
@@ -316,6 +317,7 @@ def test_a_kill_of_the_warm_grader_mid_grading_fails_the_run_and_leaves_no_proce
     """A deadlocking ring holds the grading (5 s a group) while its grader gets ``kill -9``."""
     from tests.test_exercises import FIXTURES
 
+    stack.env["LAB_WARM_EXERCISES"] = "1"
     w = stack.worker("--concurrency", "1")
     grader = warm_grader(w)
     run_id = submit_exercise((FIXTURES / "ring_blocking_send.py").read_text())
