@@ -183,13 +183,15 @@ def module_lab_worker(tmp_path_factory, migrated_template):
     """One ``python -m academy.worker`` for all the tests of a module, on a database of the
     module's own (a copy of the template): (worker, database URL). Started with the session's
     environment, so for tests that set none the worker must see, and that keep to their own
-    runs and learners."""
+    runs and learners. For labs, not exercises: no warm grader; ready once its warm lab
+    process is (the first run forks from it rather than importing PyTorch beside it)."""
     from tests.labstack import Worker
 
     base = tmp_path_factory.mktemp("lab-worker")
     url = copy_of(migrated_template, base / "app.db")
-    worker = Worker(base, {"DATABASE_URL": url}, "--concurrency", "1")
+    worker = Worker(base, {"DATABASE_URL": url, "LAB_WARM_EXERCISES": "0"}, "--concurrency", "1")
     worker.wait_ready()
+    worker.wait_warm()
     yield worker, url
     worker.stop()
 

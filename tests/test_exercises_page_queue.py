@@ -39,6 +39,13 @@ def sandbox_mode(monkeypatch):
         monkeypatch.setenv("EXERCISE_SANDBOX", "none")
 
 
+@pytest.fixture(autouse=True)
+def no_warm_lab_process(monkeypatch):
+    """These tests grade exercises only: the worker starts no warm lab process (PyTorch
+    imported for lab runs, academy.labpool.WarmPool), its warm grader as by default."""
+    monkeypatch.setenv("LAB_WARM_POOL", "0")
+
+
 def learner() -> int:
     with session_scope() as session:
         person = Learner(email=f"q-{uuid.uuid4().hex[:8]}@example.org", password_hash="x")
