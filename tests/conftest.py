@@ -211,13 +211,16 @@ def module_lab_worker(tmp_path_factory, migrated_template):
     """One ``python -m academy.worker`` for all the tests of a module, on a database of the
     module's own (a copy of the template): (worker, database URL). Started with the session's
     environment, so for tests that set none the worker must see, and that keep to their own
-    runs and learners."""
+    runs and learners. No warm grader unless that environment asks for one
+    (`tests.labstack.NO_WARM_GRADER`); ready once its warm lab process is, if it starts one
+    (the first run forks from it rather than importing PyTorch beside it)."""
     from tests.labstack import Worker
 
     base = tmp_path_factory.mktemp("lab-worker")
     url = copy_of(migrated_template, base / "app.db")
     worker = Worker(base, {"DATABASE_URL": url}, "--concurrency", "1")
     worker.wait_ready()
+    worker.wait_warm()
     yield worker, url
     worker.stop()
 
@@ -263,12 +266,16 @@ def _start_temp_postgres(base: Path) -> tuple[str, callable] | None:
         port = sock.getsockname()[1]
     subprocess.run([*run_as, str(bindir / "initdb"), "-D", str(data), "-U", "dpa", "-A", "trust"],
                    check=True, capture_output=True)
+    # A throw-away cluster: nothing in it has to outlive a crash, so no fsync, no waiting
+    # for the WAL at each commit (a worker's heartbeats commit twice a second per run),
+    # and no shutdown checkpoint (seconds at the end of a session on a busy disk).
+    durability = "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
     subprocess.run([*run_as, str(bindir / "pg_ctl"), "-D", str(data), "-w", "-l", str(base / "log"),
-                    "-o", f"-p {port} -k {base} -c listen_addresses=127.0.0.1", "start"],
+                    "-o", f"-p {port} -k {base} -c listen_addresses=127.0.0.1 {durability}", "start"],
                    check=True, capture_output=True)
 
     def stop() -> None:
-        subprocess.run([*run_as, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "stop"],
+        subprocess.run([*run_as, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
                        capture_output=True)
 
     return f"postgresql+psycopg://dpa@127.0.0.1:{port}/postgres", stop

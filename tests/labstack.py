@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -98,6 +99,19 @@ class Worker:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("the worker did not start: " + self.log.read_text()[-2000:])
             time.sleep(0.1)
+
+    def wait_warm(self, timeout: float = 60) -> None:
+        """Until its warm lab process (academy.labpool) has imported PyTorch: a run taken
+        after this forks from it. One taken before waits a moment, then starts fresh and
+        imports PyTorch a second time, beside the warm process's import. With none started
+        (memory short: the worker's runs all start fresh) there is nothing to wait for."""
+        deadline = time.monotonic() + timeout
+        while not re.search(r"warm lab process \d+ ready", self.log.read_text()):
+            if not any("labs.warm" in cmdline(p) for p in descendants(self.pid)):
+                return
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("no warm lab process got ready: " + self.log.read_text()[-2000:])
+            time.sleep(0.05)
 
     def stop(self) -> None:
         stop(self.proc)

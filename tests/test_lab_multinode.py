@@ -21,7 +21,7 @@ from academy.models import LabRunNode
 from academy.settings import get_settings
 from tests.labstack import descendants, free_port
 from tests.procs import gone
-from tests.test_lab_worker import DEAD_AFTER_S, redis_url, stack, wait  # noqa: F401  (fixtures)
+from tests.test_lab_worker import DEAD_AFTER_S, pg_template, redis_url, stack, wait  # noqa: F401  (fixtures)
 
 HANG = {"world_size": 1, "size": 1024, "fail_mode": "hang", "fail_rank": 1, "fail_at_step": 0}
 

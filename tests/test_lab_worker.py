@@ -22,7 +22,7 @@ from sqlmodel import select
 from academy import labqueue
 from academy.db import session_scope
 from academy.models import LabRun, LabWorker, utcnow
-from tests.conftest import use_database
+from tests.conftest import copy_of, use_database
 from tests.labstack import (
     TERMINAL,
     Worker,
@@ -50,27 +50,52 @@ def redis_url(tmp_path_factory):
     proc.wait()
 
 
-def fresh_pg_database(url: str) -> str:
-    """A new empty database on the test cluster, so that each test starts clean."""
+def fresh_pg_database(url: str, *, template: str | None = None) -> str:
+    """A new database on the test cluster (empty, or a copy of ``template``), so that each test starts clean."""
     import psycopg
 
     name = f"t_{uuid.uuid4().hex[:12]}"
+    copy = f' TEMPLATE "{template}"' if template else ""
     with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"{copy}')
     return url.rsplit("/", 1)[0] + f"/{name}"
 
 
+@pytest.fixture(scope="session")
+def pg_template(postgres_url) -> str:
+    """A database on the test cluster migrated to the newest revision once per session: each
+    test's database is a copy of it (CREATE DATABASE ... TEMPLATE), as SQLite's migrated_template."""
+    from academy.db import make_engine, migrate
+
+    url = fresh_pg_database(postgres_url)
+    eng = make_engine(url)
+    migrate(eng)
+    eng.dispose()  # a template must have no connection while it is copied
+    return url.rsplit("/", 1)[1]
+
+
 class Stack:
-    """The settings every process of one test shares, and where its workers keep files."""
+    """The settings every process of one test shares, and where its workers keep files.
+
+    A test that is not about the warm lab process gives its workers none
+    (``LAB_WARM_POOL="0"``): its ring runs start fresh, each importing PyTorch
+    (about 2.7 s of CPU), where a warm process imports every lab (about 5 s)."""
 
     def __init__(self, env: dict[str, str], base: Path):
         self.env, self.base = env, base
         self.workers: list[Worker] = []
 
-    def worker(self, *args: str, name: str = "w") -> Worker:
-        w = Worker(self.base, self.env, *args, name=name)
+    def worker(self, *args: str, name: str = "w", **settings: str) -> Worker:
+        """A worker with the stack's settings and ``settings`` (e.g. ``LAB_WARM_POOL="0"``),
+        once it serves and, when it has one, its warm lab process is ready: a run submitted
+        next forks from it, as on a worker that has been up a while (one taken sooner would
+        start fresh and import PyTorch beside the warm process's import)."""
+        env = {**self.env, **settings}
+        w = Worker(self.base, env, *args, name=name)
         self.workers.append(w)
         w.wait_ready()
+        if {**os.environ, **env}.get("LAB_WARM_POOL", "1") != "0":
+            w.wait_warm()
         return w
 
     @property
@@ -81,13 +106,18 @@ class Stack:
 @pytest.fixture(params=["sqlite", pytest.param("postgres+redis", marks=pytest.mark.postgres)])
 def stack(request, tmp_path, monkeypatch):
     (tmp_path / "tmp").mkdir()
-    env = {"DATABASE_URL": f"sqlite:///{tmp_path / 'app.db'}", "LAB_QUEUE_URL": "",
-           "SECRETS_DIR": str(tmp_path / "secrets"), "LAB_DEAD_AFTER_S": str(DEAD_AFTER_S),
+    # No warm grader (academy.labpool.GraderPool): only the tests about them grade an
+    # exercise, and they ask for one (a grader's sandbox start is seconds of CPU).
+    env = {"LAB_QUEUE_URL": "", "SECRETS_DIR": str(tmp_path / "secrets"),
+           "LAB_DEAD_AFTER_S": str(DEAD_AFTER_S), "LAB_WARM_EXERCISES": "0",
            "TMPDIR": str(tmp_path / "tmp"), "DPA_TEST_RUN": uuid.uuid4().hex}
-    if request.param == "postgres+redis":
+    if request.param == "sqlite":
+        env["DATABASE_URL"] = copy_of(request.getfixturevalue("migrated_template"), tmp_path / "app.db")
+    else:
         import redis
 
-        env["DATABASE_URL"] = fresh_pg_database(request.getfixturevalue("postgres_url"))
+        env["DATABASE_URL"] = fresh_pg_database(request.getfixturevalue("postgres_url"),
+                                                template=request.getfixturevalue("pg_template"))
         env["LAB_QUEUE_URL"] = request.getfixturevalue("redis_url")
         redis.Redis.from_url(env["LAB_QUEUE_URL"]).flushdb()
     database = use_database(monkeypatch, **{k: v for k, v in env.items() if k != "TMPDIR"})
@@ -147,7 +177,7 @@ def test_a_run_goes_through_the_worker_and_leaves_nothing(stack):
 
 
 def test_cancel_kills_the_labs_process_group_and_a_queued_run_is_dropped(stack):
-    w = stack.worker("--concurrency", "1")
+    w = stack.worker("--concurrency", "1", LAB_WARM_POOL="0")  # fresh (a forked run's cancel: test_labs_page)
     hang = submit(HANG)
     waiting = submit(HANG)
     wait(hang, until=("running",))
@@ -173,7 +203,7 @@ def test_cancel_kills_the_labs_process_group_and_a_queued_run_is_dropped(stack):
 
 
 def test_a_killed_worker_leaves_a_failed_run_with_a_reason_and_no_process(stack):
-    w = stack.worker("--concurrency", "1", name="doomed")
+    w = stack.worker("--concurrency", "1", name="doomed", LAB_WARM_POOL="0")  # forked runs: test_lab_scale
     hang = submit(HANG)
     wait(hang, until=("running",))
     pids = lab_processes(w, 3)
@@ -193,7 +223,7 @@ def test_a_killed_worker_leaves_a_failed_run_with_a_reason_and_no_process(stack)
     # The next worker on this host removes the dead one's working folder.
     left = list(stack.workroots.glob(f"*-{w.pid}"))
     assert left, "a SIGKILLed worker cannot tidy its own folder"
-    stack.worker("--concurrency", "1", name="next")
+    stack.worker("--concurrency", "1", name="next", LAB_WARM_POOL="0")  # it tidies before it serves
     assert not any(p.exists() for p in left)
 
 
@@ -212,8 +242,8 @@ def test_a_stopped_worker_records_its_running_lab_as_stopped(stack):
 
 
 def test_two_workers_never_run_one_job_twice(stack):
-    a = stack.worker("--concurrency", "2", name="a")
-    b = stack.worker("--concurrency", "2", name="b")
+    a = stack.worker("--concurrency", "2", name="a", LAB_WARM_POOL="0")
+    b = stack.worker("--concurrency", "2", name="b", LAB_WARM_POOL="0")
     ids = [submit(TINY, learner_id=None) for _ in range(2)]
     # Guests: each submission counts against the session's own ids, none here.
     for run_id in ids:
@@ -296,8 +326,7 @@ def test_an_exercise_is_graded_by_a_warm_grader_and_one_killed_while_waiting_is_
     ``kill -9`` of a waiting one takes its sandbox with it and the next run is graded fresh."""
     from labs.exercises import reference
 
-    stack.env["LAB_WARM_EXERCISES"] = "1"  # the product's default (tests' workers start none)
-    w = stack.worker("--concurrency", "1")
+    w = stack.worker("--concurrency", "1", LAB_WARM_EXERCISES="1", LAB_WARM_POOL="0")
     first_grader = warm_grader(w)
     first = wait(submit_exercise(reference("ring-allreduce")))
     assert first.status == "done" and first.result["status"] == "passed", first.error
@@ -317,8 +346,7 @@ def test_a_kill_of_the_warm_grader_mid_grading_fails_the_run_and_leaves_no_proce
     """A deadlocking ring holds the grading (5 s a group) while its grader gets ``kill -9``."""
     from tests.test_exercises import FIXTURES
 
-    stack.env["LAB_WARM_EXERCISES"] = "1"
-    w = stack.worker("--concurrency", "1")
+    w = stack.worker("--concurrency", "1", LAB_WARM_EXERCISES="1", LAB_WARM_POOL="0")
     grader = warm_grader(w)
     run_id = submit_exercise((FIXTURES / "ring_blocking_send.py").read_text())
     deadline = time.monotonic() + 60
