@@ -36,7 +36,9 @@ from tests.procs import gone
 
 HANG = {"world_size": 2, "size": 1024, "fail_mode": "hang", "fail_rank": 1, "fail_at_step": 0}
 TINY = {"world_size": 2, "size": 1024}
-DEAD_AFTER_S = 3
+# The reaper fails a run whose worker sent no heartbeat for this long (the product's default is
+# 10 s). 3 s was short enough that a live worker under a load of 8 missed it in a cancel test.
+DEAD_AFTER_S = 5
 
 
 @pytest.fixture(scope="session")
