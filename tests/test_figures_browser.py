@@ -5,17 +5,15 @@ every language go to ``test-artifacts/`` (looked at by a person, not compared)."
 from __future__ import annotations
 
 import contextlib
-import re
 from pathlib import Path
 
 import pytest
 
 from app import charts
-from tests.browserkit import WAIT, still, wait_app
+from tests.browserkit import still, wait_app
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
-SECTIONS = ("training-step", "ring-allreduce", "ddp")  # one after another in the course
 RGB = "(c) => { const m = c.match(/\\d+(\\.\\d+)?/g).map(Number); return m; }"
 
 
@@ -47,26 +45,16 @@ def test_captions_computed_colour_has_4_5_to_1(server, browser):
 
 @pytest.mark.parametrize("lang", ["en", "zh", "nl"])
 def test_screenshots_of_the_lessons_figures(server, browser, lang):
-    """One page per language; each section is drawn at each width (a resize is no phone:
-    the ring figure, drawn wide and then narrowed, keeps its wide scale and loses its title).
-    At each width the first section is loaded and the next ones follow by the page's "next"
-    button (a load costs Chromium about twice the CPU of a page change)."""
+    """One page per language; each section is loaded at each width (a resize is no phone:
+    the ring figure, drawn wide and then narrowed, keeps its wide scale and loses its title)."""
     ARTIFACTS.mkdir(exist_ok=True)
     ctx = browser.new_context(viewport={"width": 1400, "height": 900}, locale="en-US")
     page = ctx.new_page()
     try:
         for width in (1400, 390):
             page.set_viewport_size({"width": width, "height": 900})
-            for n, section in enumerate(SECTIONS):
-                if n == 0:
-                    page.goto(f"{server.url}/lessons?lang={lang}&section={section}")
-                else:  # the section after the last one
-                    page.locator(".st-key-next").get_by_role("button").click()
-                    page.wait_for_url(re.compile(rf"[?&]section={section}\b"), timeout=WAIT)
-                    wait_app(page)
-                    # Back to the top, as after a load: a chart scrolled into view from below
-                    # would sit under the app's header, which hides its title in the picture.
-                    page.get_by_test_id("stHeading").first.scroll_into_view_if_needed()
+            for section in ("training-step", "ring-allreduce", "ddp"):
+                page.goto(f"{server.url}/lessons?lang={lang}&section={section}")
                 wait_app(page)
                 charts_on_page = page.locator(".js-plotly-plot")
                 charts_on_page.first.wait_for(timeout=60_000)
