@@ -19,6 +19,9 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from academy.i18n import t
 
 WAIT = 30_000  # ms: one Streamlit rerun on a busy 2-core machine, with room to spare
+# ms between the checks of a wait_for_function. Playwright's default checks on every animation
+# frame, which keeps Chromium drawing frames at 60 Hz for the whole wait (a tenth of a core).
+POLL = 100
 
 
 def wait_app(page, timeout: int = WAIT) -> None:
@@ -31,7 +34,7 @@ def wait_app(page, timeout: int = WAIT) -> None:
         '[data-testid="stApp"][data-test-connection-state="CONNECTED"]'
         '[data-test-script-state="notRunning"]', timeout=timeout)
     page.wait_for_function(
-        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout, polling=POLL
     )
     page.wait_for_timeout(200)
 
@@ -48,7 +51,7 @@ def still(page, timeout: int = WAIT) -> None:
     resize, say); endless ones, such as a spinner, do not count. Then two frames."""
     page.wait_for_function(
         "() => document.getAnimations().every(a => a.playState !== 'running'"
-        " || a.effect?.getComputedTiming().iterations === Infinity)", timeout=timeout)
+        " || a.effect?.getComputedTiming().iterations === Infinity)", timeout=timeout, polling=POLL)
     frames(page)
 
 
@@ -124,7 +127,7 @@ _CHARTS_FIT = """() => [...document.querySelectorAll('[data-testid="stPlotlyChar
 def charts_fitted(page, timeout: int = WAIT) -> None:
     """Wait until every plotly chart on the page is drawn at its container's width
     (after a new window size), and a little more for the last frame to be painted."""
-    page.wait_for_function(_CHARTS_FIT, timeout=timeout)
+    page.wait_for_function(_CHARTS_FIT, timeout=timeout, polling=POLL)
     page.wait_for_timeout(150)
 
 
@@ -141,7 +144,7 @@ def sign_up(page, lang: str, *, name: str, email: str, password: str) -> None:
     form.get_by_role("textbox", name=t("account.password", lang), exact=True).fill(password)
     form.get_by_role("button", name=t("account.sign_up", lang)).click()
     alert(page, t("account.created", lang))
-    page.wait_for_function("() => document.cookie.includes('dpa_session=')", timeout=WAIT)
+    page.wait_for_function("() => document.cookie.includes('dpa_session=')", timeout=WAIT, polling=POLL)
     wait_app(page)
 
 
