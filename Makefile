@@ -68,7 +68,7 @@ system-deps: sandbox-deps
 lint: $(DEVSTAMP)
 	$(BIN)/ruff check .
 
-# pytest runs on two xdist workers (pyproject.toml); its wall time is printed either way.
+# pytest runs on three xdist workers (pyproject.toml); its wall time is printed either way.
 test: $(DEVSTAMP) system-deps lint
 	$(BIN)/python -m quizzes check
 	@start=$$(date +%s); status=0; $(BIN)/python -m pytest $(ARGS) || status=$$?; \

@@ -28,11 +28,11 @@ ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
 
 
-# Under ``pytest -n 2 --dist loadgroup`` (pyproject.toml) the tests of one
+# Under ``pytest -n 3 --dist loadgroup`` (pyproject.toml) the tests of one
 # group run on one worker, one after another: "server-<module>" holds a module's
-# tests on the Streamlit server and Chromium (each worker starts its own on
-# first use, so the browser tests, 12 of the suite's 23 minutes when they all
-# ran on one worker, spread over both); "procs" the tests that find processes by
+# tests on the Streamlit server and Chromium (each worker starts its own server
+# on first use, so the browser tests, 12 of the suite's 23 minutes when they all
+# ran on one worker, spread over the workers); "procs" the tests that find processes by
 # their command line, which another worker's processes could answer; and the
 # tests of a module that share a module-scoped fixture get the module's name,
 # so that one worker builds it (a recording, a module's lab worker).

@@ -3,8 +3,8 @@
 pytest-xdist reads a test's group from a suffix it writes into the test's id.
 A pytest that keeps the suffix out of the id (pytest 9.2 with pytest-xdist
 3.8: pytest-xdist issue #1386) voids every group without a word: a module's
-fixture is then built on both workers and a module's browser tests, or the
-process-scanning tests, spread over both. These fail instead.
+fixture is then built on several workers and a module's browser tests, or the
+process-scanning tests, spread over several. These fail instead.
 """
 
 from __future__ import annotations
