@@ -39,8 +39,7 @@ def test_forty_labs_two_web_processes_three_workers_one_killed(tmp_path, monkeyp
     marker = uuid.uuid4().hex
     env = {"DATABASE_URL": f"sqlite:///{tmp_path / 'app.db'}", "LAB_QUEUE_URL": "",
            "SECRETS_DIR": str(tmp_path / "secrets"), "LAB_MAX_PER_LEARNER": str(LABS_EACH),
-           "LAB_MAX_QUEUED": "40", "TMPDIR": str(tmp_path / "tmp"), "DPA_TEST_RUN": marker,
-           "LAB_WARM_EXERCISES": "0"}  # labs only: no worker starts a warm grader
+           "LAB_MAX_QUEUED": "40", "TMPDIR": str(tmp_path / "tmp"), "DPA_TEST_RUN": marker}
     database = use_database(monkeypatch, **{k: v for k, v in env.items() if k != "TMPDIR"})
     next(database)  # migrated here, before anyone else opens the database
     workers = [Worker(tmp_path, env, "--concurrency", "1", name=f"w{i}") for i in range(3)]

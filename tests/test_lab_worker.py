@@ -96,8 +96,7 @@ class Stack:
         w = Worker(self.base, env, *args, name=name)
         self.workers.append(w)
         w.wait_ready()
-        if {**os.environ, **env}.get("LAB_WARM_POOL", "1") != "0":
-            w.wait_warm()
+        w.wait_warm()  # returns at once when the worker started none
         return w
 
     @property
@@ -108,10 +107,10 @@ class Stack:
 @pytest.fixture(params=["sqlite", pytest.param("postgres+redis", marks=pytest.mark.postgres)])
 def stack(request, tmp_path, monkeypatch):
     (tmp_path / "tmp").mkdir()
-    # No warm grader (academy.labpool.GraderPool): only the tests about them grade an
-    # exercise, and they ask for one (a grader's sandbox start is seconds of CPU).
+    # No warm grader (tests.labstack.NO_WARM_GRADER): only the tests about them grade an
+    # exercise, and they ask for one.
     env = {"LAB_QUEUE_URL": "", "SECRETS_DIR": str(tmp_path / "secrets"),
-           "LAB_DEAD_AFTER_S": str(DEAD_AFTER_S), "LAB_WARM_EXERCISES": "0",
+           "LAB_DEAD_AFTER_S": str(DEAD_AFTER_S),
            "TMPDIR": str(tmp_path / "tmp"), "DPA_TEST_RUN": uuid.uuid4().hex}
     if request.param == "sqlite":
         env["DATABASE_URL"] = copy_of(request.getfixturevalue("migrated_template"), tmp_path / "app.db")
