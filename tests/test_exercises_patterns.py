@@ -164,6 +164,11 @@ def test_the_ring_exercise_passes_rings_and_fails_the_rest_with_their_message():
     for n in (3, 4):
         assert ring_ex.pattern_check(*_ranks(n, 10, ring(n, 10)))["passed"]
         assert ring_ex.pattern_check(*_ranks(n, 1027, ring(n, 1027, pieces=4)))["passed"]
+    # Floor-sized chunks keep the remainder in the last one (259 of 1027 on 4 ranks, above the
+    # ceil-sized 257): a pipelined ring that cuts only that one is still a ring.
+    floor = ring(4, 1027, split=lambda m, n: [m // n] * (n - 1) + [m - (n - 1) * (m // n)])
+    cut = [[(p, b) for p, whole in s for b in ([258 * 4, 4] if whole == 259 * 4 else [whole])] for s in floor]
+    assert max(len(s) for s in cut) > 6 and ring_ex.pattern_check(*_ranks(4, 1027, cut))["passed"]
     finding = ring_ex.pattern_check(*_ranks(4, 10, direct(4, 10)))
     assert not finding["passed"] and finding["key"] == "pattern_direct"
     # Rank 0 sends chunks of 12, 8 and 8 bytes out and its own 12 to three ranks: 64 bytes, each way.

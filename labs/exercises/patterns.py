@@ -17,7 +17,8 @@ checks and their unit tests are cheap. The all-reduce families:
   reduce-scatter, n-1 of all-gather; a ring that passes whole buffers
   sends n-1, and the bytes rule says what that costs);
 - **pipelined_ring**: the same ring, with more messages, each no larger than
-  a chunk (ceil(m/n) elements): each step's chunk in segments;
+  a chunk (the largest of the usual splits of m elements into n): each
+  step's chunk in segments;
 - **direct**: every rank sends to every other rank (a reduce-scatter and an
   all-gather straight to each owner, or whole buffers to everyone);
 - **halving**: every rank exchanges only with partners r XOR 2^k, all ranks
@@ -122,8 +123,8 @@ def _left(n: int, sends: Sends) -> dict:
 def allreduce(world: int, sends: Sends, *, chunk: int | None = None) -> dict:
     """The family of an all-reduce on ``world`` ranks from its sends.
 
-    ``chunk``: the largest chunk in bytes (ceil(m/n) elements), which no segment of a
-    pipelined ring exceeds; None: any. Returns ``{"family", "world_size", "messages"
+    ``chunk``: the largest chunk in bytes (of the usual ways to cut m elements into n),
+    which no segment of a pipelined ring exceeds; None: any. Returns ``{"family", "world_size", "messages"
     (the most any rank sent), "left" (None for a ring)}``."""
     n = world
     counts = [len(s) for s in sends]

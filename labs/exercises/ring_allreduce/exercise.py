@@ -24,8 +24,8 @@ exactly a ring's bytes, and so does recursive halving and doubling on four
 ranks. The certificate says "ring", so from three ranks on the router's log
 must show one (``labs.exercises.patterns``): every rank sends to one rank
 only and those sends go around all ranks, in at most 2(n-1) messages (a
-ring), or in more, each no larger than a chunk (a pipelined ring, its
-chunks in segments). Anything else fails with the family found (direct,
+ring), or in more, each no larger than the largest chunk of the usual
+splits (a pipelined ring, its chunks in segments). Anything else fails with the family found (direct,
 halving, tree, gather to a root, extra messages, other), the rank and the
 message where it first left the ring, what it costs in the alpha-beta
 model beside the ring, and how to make it one. The report names the family
@@ -126,8 +126,10 @@ def _found(case: dict, ranks: list[dict]) -> tuple[dict, list]:
     size = checks.size_bytes(case)
     numel = math.prod(case["shape"])
     sends = [patterns.sends_of(r["calls"]) for r in ranks]
-    chunk = -(-numel // n) * (size // max(1, numel))
-    return patterns.allreduce(n, sends, chunk=chunk), sends
+    # The largest chunk of the usual splits: ceil-sized (tensor_split, torch.chunk), or floor-sized
+    # with the remainder in the last one. A pipelined ring's segments are no larger.
+    largest = max(-(-numel // n), numel - (n - 1) * (numel // n))
+    return patterns.allreduce(n, sends, chunk=largest * (size // max(1, numel))), sends
 
 
 def pattern_check(case: dict, ranks: list[dict]) -> dict:

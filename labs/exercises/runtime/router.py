@@ -105,11 +105,9 @@ class ProtocolError(ValueError):
         self.key, self.values = key, values
 
 
-def _int(header: dict, key: str, *, low: int | None = None, high: int | None = None,
-         optional: bool = False) -> int | None:
+def _int(header: dict, key: str, *, low: int | None = None, high: int | None = None) -> int:
+    """The integer field ``key`` of a rank's frame, within [low, high]; else the frame is refused."""
     value = header.get(key)
-    if value is None and optional:
-        return None
     if not isinstance(value, int) or isinstance(value, bool):
         raise ProtocolError("protocol_frame")
     if (low is not None and value < low) or (high is not None and value > high):
