@@ -304,7 +304,8 @@ def ring_figure(
     measured) pace the animation; ``chunk_sizes`` (already formatted) go to
     the chunks' hover and the text alternative (``table``); ``labels`` needs
     the keys ``rank``, ``chunk``, ``holds``, ``start``, ``play``, ``pause``,
-    ``step``, ``reduce-scatter`` and ``all-gather``.
+    ``step``, ``reduce-scatter``, ``all-gather``, and ``phase`` and ``sends``
+    (the heads of the text alternative's columns).
     """
     n = world_size
     lay = ring_layout(n)
@@ -358,7 +359,7 @@ def _ring_table(steps: Sequence[Sequence[Send]], labels: dict[str, str],
                 step_durations: Sequence[float] | None, *, chunk_sizes: Sequence[str] | None = None,
                 carried: Sequence[Sequence[int]] | None = None) -> dict:
     """The animation as rows: each step's phase, time and every send with what it carried."""
-    columns = [labels["step"], labels.get("phase", ""), "ms", labels.get("sends", "→")]
+    columns = [labels["step"], labels["phase"], "ms", labels["sends"]]
     rows = []
     for k, sends in enumerate(steps, start=1):
         phase = sends[0][3] if sends else ""
@@ -420,7 +421,7 @@ def naive_ring_figure(
     (k >= 1) has a ``sends`` trace whose customdata lists the step's sends as
     (src, dst, whose data) and a ``buffers`` trace with (rank, count) per
     rank. ``labels`` needs ``rank``, ``holds``, ``start``, ``play``,
-    ``pause``, ``step``, ``pass-around``, ``buffer`` (hover text) and
+    ``pause``, ``step``, ``pass-around``, ``phase``, ``sends``, ``buffer`` (hover text) and
     ``carries`` (a template with ``{rank}``, e.g. "rank {rank}'s whole
     buffer", for the text alternative).
     """

@@ -40,13 +40,13 @@ def _tick(names: dict[str, str], strategy: str, rank: int) -> str:
     return f"{names[strategy]}<br>{names['rank']} {rank}"
 
 
-def _with_table(fig: go.Figure) -> go.Figure:
+def _with_table(fig: go.Figure, head: str) -> go.Figure:
     """The figure's text alternative (``charts.table`` reads ``layout.meta``): the traces'
-    numbers by bar, with each two-line tick label on one line."""
+    numbers by bar, with each two-line tick label on one line, under ``head``."""
     traces = [tr for tr in fig.data if tr.name]
     keys = list(traces[0].x) if traces else []
     rows = [[x.replace("<br>", " · "), *(float(tr.y[i]) for tr in traces)] for i, x in enumerate(keys)]
-    fig.update_layout(meta={"table": {"columns": ["", *(tr.name for tr in traces)], "rows": rows}})
+    fig.update_layout(meta={"table": {"columns": [head, *(tr.name for tr in traces)], "rows": rows}})
     return fig
 
 
@@ -75,7 +75,7 @@ def ledger_figure(ledger: dict[str, Strategy], *, names: dict[str, str], languag
     fig.update_layout(barmode="group", height=460, yaxis_title=names["mb"], margin={"t": 10},
                       legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
                       xaxis={"tickangle": 0})
-    return _marks(_with_table(fig), language)
+    return _marks(_with_table(fig, names["rank"]), language)
 
 
 def wire_figure(ledger: dict[str, Strategy], predicted: dict[str, float], *, names: dict[str, str],
@@ -96,7 +96,7 @@ def wire_figure(ledger: dict[str, Strategy], predicted: dict[str, float], *, nam
     fig.update_layout(height=320, yaxis_title=names["mb"], margin={"t": 10},
                       legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
                       xaxis={"tickangle": 0})
-    return _marks(_with_table(fig), language)
+    return _marks(_with_table(fig, names["rank"]), language)
 
 
 def calculator_figure(totals: dict[str, calc.Memory], devices: dict[str, float], *, names: dict[str, str],
