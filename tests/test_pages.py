@@ -109,3 +109,16 @@ def test_no_pages_folder_beside_the_entry_script():
     """A `pages/` folder would make Streamlit run a URL like /verify without main.py
     on a fresh server (its old multipage mode): the QR link would fail."""
     assert not (Path(MAIN).parent / "pages").exists()
+
+
+@pytest.mark.parametrize("lang", sorted(i18n.languages()))
+@pytest.mark.usefixtures("app_db")
+def test_the_page_says_its_language(lang):
+    """Streamlit's page says ``lang="en"`` whatever the language: every run sends the script
+    that sets ``<html lang dir>`` (app/static/page.js; the browser test reads the attribute)."""
+    import json
+
+    at = run_page("home", lang)
+    tag, direction = i18n.page_language(lang)
+    bodies = [h.proto.body for h in at.get("html")]
+    assert any(json.dumps({"lang": tag, "dir": direction}) in body for body in bodies), bodies
