@@ -79,8 +79,8 @@ def replay(world_size: int, steps: Sequence[Sequence[Send]]) -> list[RingState]:
 # screen shapes grow while text does not, so nothing that clears there
 # collides anywhere (tests/test_charts.py checks every world size 2-8).
 MOBILE_PLOT_WIDTH = 340
-RING_HEIGHT = 640
-RING_MARGIN = {"l": 10, "r": 10, "t": 50, "b": 190}
+RING_HEIGHT = 660
+RING_MARGIN = {"l": 10, "r": 10, "t": 50, "b": 220}
 SHORT_LABELS_FROM = 6  # ranks from which an arrow says "3", not "Chunk 3"
 
 
@@ -244,7 +244,9 @@ def _step_title(k: int, steps: Sequence[Sequence[Send]], labels: dict[str, str],
 
 def _animated(frames: list[go.Frame], lay: RingLayout, *, labels: dict[str, str],
               step_durations: Sequence[float] | None) -> go.Figure:
-    """Frame 0 shown first, Play/Pause buttons and a step slider; steps paced by their durations."""
+    """Frame 0 shown first, a step slider and under it Play/Pause buttons; steps paced by their
+    durations. The slider comes first on screen as it does in Plotly's SVG, so that Tab reaches
+    them in reading order (app/static/page.js makes them focusable)."""
     steps = len(frames) - 1
     durations = [400] + [
         int(200 + 1800 * (d / (max(step_durations) or 1.0))) if step_durations else 900
@@ -258,8 +260,9 @@ def _animated(frames: list[go.Frame], lay: RingLayout, *, labels: dict[str, str]
         height=RING_HEIGHT, showlegend=False, margin=RING_MARGIN,
         xaxis={"visible": False, "range": [-x, x]},
         yaxis={"visible": False, "range": [-y, y], "scaleanchor": "x"},
-        updatemenus=[{
+        updatemenus=[{  # from the slider's top, below its height (value, rail, ticks: about 75 px)
             "type": "buttons", "direction": "left", "x": 0.0, "y": -0.2, "xanchor": "left", "yanchor": "top",
+            "pad": {"t": 88},
             "bgcolor": PAPER, "bordercolor": INK, "font": {"color": INK},
             "buttons": [
                 {"label": labels["play"], "method": "animate",
@@ -270,7 +273,8 @@ def _animated(frames: list[go.Frame], lay: RingLayout, *, labels: dict[str, str]
             ],
         }],
         sliders=[{
-            "active": 0, "y": -0.3, "x": 0.0, "len": 1.0, "yanchor": "top",
+            "active": 0, "y": -0.2, "x": 0.0, "len": 1.0, "yanchor": "top", "name": labels["step"],
+            "pad": {"t": 0, "b": 0},
             "font": {"color": INK}, "bordercolor": INK, "tickcolor": INK,
             "currentvalue": {"prefix": labels["step"] + " ", "font": {"color": INK}},
             "steps": [{"label": str(k), "method": "animate",

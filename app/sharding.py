@@ -333,7 +333,8 @@ def shard_figure(strategy: str, n: int, *, parameter_bytes: float, names: dict[s
                "range": [-1, len(ANIMATED_PARTS) * (n + 1) - 1], "showgrid": False, "zeroline": False},
         yaxis={"tickvals": list(range(n)), "ticktext": [f"{names['rank']} {r}" for r in range(n)],
                "autorange": "reversed", "showgrid": False, "zeroline": False},
-        updatemenus=[{"type": "buttons", "direction": "left", "x": 0.0, "y": -0.15, "xanchor": "left",
+        # The slider left, the buttons right of it: the order of Plotly's SVG, which Tab follows.
+        updatemenus=[{"type": "buttons", "direction": "left", "x": 1.0, "y": -0.15, "xanchor": "right",
                       "yanchor": "top", "bgcolor": charts.PAPER, "bordercolor": charts.INK,
                       "font": {"color": charts.INK},
                       "buttons": [{"label": names["play"], "method": "animate",
@@ -342,7 +343,7 @@ def shard_figure(strategy: str, n: int, *, parameter_bytes: float, names: dict[s
                                   {"label": names["pause"], "method": "animate",
                                    "args": [[None], {"frame": {"duration": 0, "redraw": False},
                                                      "mode": "immediate"}]}]}],
-        sliders=[{"active": 0, "y": -0.15, "x": 0.25, "len": 0.75, "yanchor": "top",
+        sliders=[{"active": 0, "y": -0.15, "x": 0.0, "len": 0.72, "yanchor": "top", "name": names["step"],
                   "font": {"color": charts.INK}, "bordercolor": charts.INK, "tickcolor": charts.INK,
                   "currentvalue": {"visible": False},
                   "steps": [{"label": str(k + 1), "method": "animate",

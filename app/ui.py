@@ -59,23 +59,28 @@ CODE_COLOURS = {
 # focus (WCAG 2.4.7, and 3:1 against what it sits on, 1.4.11). Streamlit's own rings are a
 # 1.1:1 tint on links and a 2.5:1 halo on buttons (accessibility review). Outside the control,
 # so that a filled button keeps its ring visible; inside for what fills the window or sits in a
-# scrolled strip (the main area, tabs). Radio buttons and checkboxes hide their input: their label
-# carries the ring. tests/test_contrast.py checks FOCUS_COLOUR on every background it meets.
+# scrolled strip (the main area, tabs). Radio buttons, checkboxes and sliders hide their input:
+# the label, or the slider's thumb, carries the ring. tests/test_contrast.py checks FOCUS_COLOUR on every background it meets.
 FOCUS_COLOUR = "#1f4e79"
 _RING = f"outline:2px solid {FOCUS_COLOUR} !important;box-shadow:none !important"
 FOCUS_RULES = {
     ":focus-visible": f"{_RING};outline-offset:2px !important",
     '[data-testid="stMain"]:focus-visible, [role="tab"]:focus-visible':
         f"{_RING};outline-offset:-2px !important",
-    '[data-baseweb="radio"]:has(input:focus-visible), [data-baseweb="checkbox"]:has(input:focus-visible)':
-        f"{_RING};outline-offset:2px !important;border-radius:4px",
+    "label:has(input:focus-visible)": f"{_RING};outline-offset:2px !important;border-radius:4px",
+    '[data-testid="stSlider"] div:has(> div > input[type="range"]:focus-visible)':  # the thumb
+        f"{_RING};outline-offset:2px !important",
+    # Plotly's animation controls, made focusable by page.js: SVG takes the ring too.
+    ".js-plotly-plot g[tabindex]:focus-visible": f"{_RING};outline-offset:3px !important",
 }
 # Labels wrap instead of ending in "…": a course card's link, a popover's long label (journey review
 # Minor 13). Material icons are ligatures ("menu_book") and must stay on one line.
 WRAP = ('[data-testid="stPageLink-NavLink"] :not([data-testid="stIconMaterial"]), '
         'button :not([data-testid="stIconMaterial"])')
-# A block that holds nothing but a script (page_script's, the session cookie's) takes no room.
-HIDDEN = '[data-testid="stElementContainer"]:has(> [data-testid="stHtml"] > script:only-child){display:none}'
+# A block that holds nothing but a script (page_script's, the session cookie's) takes no room;
+# the live region page.js gives an animated chart is for screen readers only.
+HIDDEN = ('[data-testid="stElementContainer"]:has(> [data-testid="stHtml"] > script:only-child){display:none}'
+          ".dpa-live{position:absolute;width:1px;height:1px;overflow:hidden;clip-path:inset(50%);white-space:nowrap}")
 PAGE_SCRIPT = Path(__file__).resolve().parent / "static" / "page.js"
 
 
@@ -92,8 +97,9 @@ def style() -> None:
 
 def page_script(code: str) -> None:
     """Once per page run: ``<html lang dir>`` in the page's language (WCAG 3.1.1; Streamlit's
-    page says ``lang="en"`` whatever the language, streamlit/streamlit#15726), and focus for
-    listings and tables that scroll sideways (``app/static/page.js``)."""
+    page says ``lang="en"`` whatever the language, streamlit/streamlit#15726), keyboard use of
+    Plotly's animation controls with the step said in a live region, and focus for listings and
+    tables that scroll sideways (``app/static/page.js``)."""
     tag, direction = i18n.page_language(code)
     st.html(f"<script>({_page_js()})({json.dumps({'lang': tag, 'dir': direction})});</script>",
             unsafe_allow_javascript=True)
