@@ -8,6 +8,10 @@ BIN     := $(VENV)/bin
 PORT    ?= 8501
 STAMP   := $(VENV)/.installed
 DEVSTAMP := $(VENV)/.installed-dev
+# axe-core, the accessibility engine the browser tests run on every page (tests/browserkit.py),
+# from npm: the project's only npm package, one file, no dependencies.
+AXE_VERSION := 4.14.1
+AXESTAMP := $(VENV)/axe/.installed-$(AXE_VERSION)
 
 .PHONY: run test lint bench migrate system-deps sandbox-deps clean
 
@@ -21,6 +25,11 @@ $(STAMP): requirements.txt | $(BIN)/python
 $(DEVSTAMP): requirements.txt requirements-dev.txt | $(BIN)/python
 	$(BIN)/pip install -q -r requirements-dev.txt
 	touch $(STAMP) $@
+
+$(AXESTAMP): | $(BIN)/python system-deps
+	rm -rf $(VENV)/axe
+	npm install --prefix $(VENV)/axe --no-save --no-package-lock --no-audit --no-fund -q axe-core@$(AXE_VERSION)
+	touch $@
 
 migrate: $(STAMP)
 	$(BIN)/python -c "from academy.db import get_engine; get_engine()"
@@ -48,7 +57,8 @@ sandbox-deps:
 # Debian packages the tests use: Chromium for the browser tests, poppler for
 # rendering certificate PDFs, zbar to decode their QR codes, PostgreSQL for
 # the postgres-marked tests, Redis for the lab queue's multi-machine tests,
-# and bubblewrap for the sandbox (sandbox-deps).
+# npm for axe-core where the machine has no Node.js, and bubblewrap for the
+# sandbox (sandbox-deps).
 system-deps: sandbox-deps
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		missing=""; \
@@ -57,6 +67,7 @@ system-deps: sandbox-deps
 		command -v zbarimg >/dev/null || missing="$$missing zbar-tools"; \
 		ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 		command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+		command -v npm >/dev/null || missing="$$missing npm"; \
 		if [ -n "$$missing" ]; then \
 			echo "installing:$$missing"; \
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
@@ -69,7 +80,7 @@ lint: $(DEVSTAMP)
 	$(BIN)/ruff check .
 
 # pytest runs on three xdist workers (pyproject.toml); its wall time is printed either way.
-test: $(DEVSTAMP) system-deps lint
+test: $(DEVSTAMP) system-deps $(AXESTAMP) lint
 	$(BIN)/python -m quizzes check
 	@start=$$(date +%s); status=0; $(BIN)/python -m pytest $(ARGS) || status=$$?; \
 	took=$$(( $$(date +%s) - start )); \
