@@ -9,6 +9,7 @@ import copy
 import hashlib
 import io
 import json
+import re
 import threading
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -19,8 +20,6 @@ from urllib.parse import parse_qs, urlsplit
 import jsonschema
 import jwt as pyjwt
 import pytest
-import rfc8785
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pypdf import PdfReader
 from sqlmodel import Session
 from starlette.applications import Starlette
@@ -28,12 +27,25 @@ from starlette.testclient import TestClient
 
 from academy.models import Certificate, Learner, QuizAttempt
 from academy.settings import get_settings
-from certificates import ids, keys, openbadges, pdf, proofs, routes, statuslist, store, verify
+from certificates import (
+    ids,
+    keys,
+    linkeddata,
+    openbadges,
+    pdf,
+    proofs,
+    routes,
+    statuslist,
+    store,
+    verify,
+)
 from certificates.__main__ import did_web_url
 from certificates.__main__ import main as cli_main
+from tests import independentdi
 from tests.exercisepass import pass_required_exercises
 
 SCHEMAS = sorted((Path(__file__).resolve().parent.parent / "certificates" / "schema").glob("*.json"))
+OURS = next(p for p in SCHEMAS if p.name == "openbadgecredential.schema.json")
 EMAIL = "Zoe.Odegard@Example.org"
 PUBLIC_URL = "https://academy.example/"
 
@@ -82,7 +94,7 @@ def b64(obj: dict) -> str:
     return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
 
 
-def pyjwt_verify(token: str) -> dict:
+def pyjwt_verify(token: str, require: list[str] | None = None) -> dict:
     """Verify a VC-JWT the way a third party would: find the header's kid in
     our DID document and let PyJWT check signature and claims."""
     document = proofs.did_document(PUBLIC_URL, trusted())
@@ -90,29 +102,14 @@ def pyjwt_verify(token: str) -> dict:
     method = next(m for m in document["verificationMethod"] if m["id"] == kid)
     assert kid in document["assertionMethod"]
     key = pyjwt.PyJWK(method["publicKeyJwk"], algorithm="EdDSA")
-    return pyjwt.decode(token, key, algorithms=["EdDSA"], options={"require": ["iss", "jti", "nbf"]})
+    return pyjwt.decode(token, key, algorithms=["EdDSA"], options={"require": require or ["iss", "jti", "nbf"]})
 
 
-def independent_di_verify(secured: dict) -> None:
-    """eddsa-jcs-2022 verification written from the spec, sharing no code
-    with certificates.openbadges: raises if the proof does not hold."""
-    alphabet = b"123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
-
-    def unbase58(text: str) -> bytes:
-        n = 0
-        for ch in text.encode():
-            n = n * 58 + alphabet.index(ch)
-        zeros = len(text) - len(text.lstrip("1"))  # each leading "1" is a leading zero byte
-        return b"\0" * zeros + n.to_bytes((n.bit_length() + 7) // 8, "big")
-
-    proof = dict(secured["proof"])
-    value = proof.pop("proofValue")
-    document = {k: v for k, v in secured.items() if k != "proof"}
-    assert proof["cryptosuite"] == "eddsa-jcs-2022" and value[0] == "z"
-    raw = unbase58(proof["verificationMethod"].split("#z", 1)[1])
-    assert raw[:2] == b"\xed\x01"
-    data = hashlib.sha256(rfc8785.dumps(proof)).digest() + hashlib.sha256(rfc8785.dumps(document)).digest()
-    Ed25519PublicKey.from_public_bytes(raw[2:]).verify(unbase58(value[1:]), data)
+def independent_di_verify(secured: dict) -> list[str]:
+    """Data Integrity verification sharing no code with ``certificates``
+    (``tests/independentdi.py``: RFC 8785, and Oxigraph's JSON-LD and RDFC-1.0):
+    raises if any proof does not hold."""
+    return independentdi.verify(secured)
 
 
 # --- content ----------------------------------------------------------------
@@ -194,7 +191,7 @@ def test_every_credential_validates_against_the_schema(session, schema_path, lan
 
 def test_the_schema_rejects_what_the_standard_forbids(session):
     """The schema check can fail: a plain e-mail, VC 1.1 dates, a missing criteria."""
-    schema = json.loads(SCHEMAS[0].read_text(encoding="utf-8"))
+    schema = json.loads(OURS.read_text(encoding="utf-8"))
     good = json.loads(issue(session).credential_json)
     jsonschema.validate(good, schema)
     plain = copy.deepcopy(good)
@@ -244,18 +241,114 @@ def test_migration_0003_adds_and_removes_the_columns(engine):
 # --- proofs -----------------------------------------------------------------
 
 
+def ob30_strict_jwt(token: str) -> dict:
+    """Open Badges 3.0 section 8.2 applied to the letter, with PyJWT for the
+    signature: the JOSE header holds only the headers 8.2.3 allows and ``typ``
+    is "JWT"; ``iss``, ``jti``, ``nbf`` and ``sub`` are present and equal the
+    credential's issuer.id, id, validFrom and credentialSubject.id (8.2.6.1),
+    ``exp`` only with a validUntil; the embedded proofs are in the payload
+    (8.2.4) and hold. Returns the payload."""
+    header = pyjwt.get_unverified_header(token)
+    assert set(header) <= {"alg", "kid", "jwk", "typ"}, header  # "Additional JOSE Headers are NOT allowed"
+    assert header.get("typ", "JWT") == "JWT"
+    claims = pyjwt_verify(token, require=["iss", "jti", "nbf", "sub"])
+    assert claims["iss"] == claims["issuer"]["id"]
+    assert claims["jti"] == claims["id"]
+    assert claims["sub"] == claims["credentialSubject"]["id"]
+    assert datetime.fromtimestamp(claims["nbf"], UTC).strftime("%Y-%m-%dT%H:%M:%SZ") == claims["validFrom"]
+    assert ("exp" in claims) == ("validUntil" in claims)
+    assert independent_di_verify({k: v for k, v in claims.items() if k not in ("iss", "jti", "nbf", "sub", "exp")})
+    return claims
+
+
 def test_both_forms_verify_here_and_elsewhere(session):
     cert = issue(session)
     secured = json.loads(cert.credential_json)
     ours_json = proofs.verify_any(cert.credential_json, trusted())
     ours_jwt = proofs.verify_any(cert.credential_jwt, trusted())
     assert ours_json.form == "data-integrity" and ours_jwt.form == "jwt"
+    assert ours_json.suites == ours_jwt.suites == ("eddsa-rdfc-2022",)
     assert ours_json.credential == ours_jwt.credential == {k: v for k, v in secured.items() if k != "proof"}
-    independent_di_verify(secured)
-    claims = pyjwt_verify(cert.credential_jwt)
-    assert claims["iss"] == secured["issuer"]["id"] and claims["jti"] == secured["id"]
+    assert independent_di_verify(secured) == ["eddsa-rdfc-2022"]
+    claims = ob30_strict_jwt(cert.credential_jwt)
+    # The payload is the JSON form, proof and all, plus the registered claims.
+    assert {k: v for k, v in claims.items() if k not in ("iss", "jti", "nbf", "sub")} == secured
     header = pyjwt.get_unverified_header(cert.credential_jwt)
-    assert header == {"alg": "EdDSA", "typ": "vc+jwt", "kid": f"did:web:academy.example#{cert.key_id}"}
+    assert header == {"alg": "EdDSA", "typ": "JWT", "kid": f"did:web:academy.example#{cert.key_id}"}
+
+
+def test_the_subject_id_is_random_and_says_nothing_about_the_learner(session):
+    """The VC-JWT's sub (Open Badges 3.0 8.2.4.1) is the subject's id: a random
+    urn:uuid per credential, not the e-mail, the name or anything derived from them."""
+    cert = issue(session)
+    subject_id = json.loads(cert.credential_json)["credentialSubject"]["id"]
+    assert re.fullmatch(r"urn:uuid:[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", subject_id)
+    assert jwt_parts(cert.credential_jwt)[1]["sub"] == subject_id
+    other = issue(session, email="other@example.org", name="Zoë Ødegård")
+    assert json.loads(other.credential_json)["credentialSubject"]["id"] != subject_id
+
+
+def test_bundled_contexts_are_the_published_ones():
+    """The contexts the eddsa-rdfc-2022 proof is computed with are files in the
+    repository (certificates/contexts/README.md says where from): the VC 2.0 one
+    has the SHA-256 the VC 2.0 Recommendation publishes, the Open Badges one that
+    of 1EdTech's context-3.0.3.json. Nothing else is ever loaded."""
+    digests = {
+        linkeddata.VC_CONTEXT: "59955ced6697d61e03f2b2556febe5308ab16842846f5b586d7f1f7adec92734",
+        linkeddata.OB_CONTEXT: "ef2fa9c7846dce233cc166b43639027278be4ee44f00bb1d45c75de2dd0cd761",
+    }
+    for url, name in linkeddata.BUNDLED.items():
+        assert hashlib.sha256((linkeddata.CONTEXTS_DIR / name).read_bytes()).hexdigest() == digests[url], name
+    assert linkeddata.load_document(linkeddata.OB_CONTEXT)["document"]["@context"]["@protected"] is True
+    for url in ("https://www.w3.org/2018/credentials/v1", "https://evil.example/ctx.json", "file:///etc/passwd"):
+        with pytest.raises(linkeddata.LinkedDataError, match="not one of the bundled"):
+            linkeddata.load_document(url)
+
+
+@pytest.mark.parametrize("change,why", [
+    (lambda c: c.update(nickname="Zoë"), "not defined by the contexts"),
+    (lambda c: c["credentialSubject"].update({"@comment": "x"}), "keyword"),
+    (lambda c: c.update(description=None), "null"),
+    (lambda c: c["credentialSubject"]["achievement"].update(id="achievements/x"), "not an absolute IRI"),
+    (lambda c: c["credentialSubject"].update(type=["AchievementSubject", "Extra"]), "not defined by the contexts"),
+    (lambda c: c["credentialSubject"]["achievement"].update({"@context": {"x": "https://evil.example/x"}}),
+     "keyword"),
+    (lambda c: c.update(name="Zo\x07ë"), "control character"),
+])
+def test_what_json_ld_would_drop_is_refused_not_left_unsigned(session, change, why):
+    """An undefined term, a null or a relative IRI would vanish on the way to RDF:
+    an eddsa-rdfc-2022 proof would not cover it, yet a reader of the JSON sees it.
+    Such a file is refused when verified (as Digital Bazaar's safe mode does), and
+    such a document is never signed."""
+    secured = json.loads(issue(session).credential_json)
+    change(secured)
+    with pytest.raises(proofs.Malformed, match=why):
+        proofs.verify_any(json.dumps(secured), trusted())
+    with pytest.raises(proofs.Malformed, match=why):
+        proofs.add_proof({k: v for k, v in secured.items() if k != "proof"}, keys.active_key(),
+                         created=secured["validFrom"])
+
+
+def test_a_proof_set_must_hold_in_every_proof(session):
+    """The status list carries both cryptosuites; a file verifies only if every
+    proof in it holds, and a proof chain or a cryptosuite we do not know is refused."""
+    listed = openbadges.signed_status_list(session=session)
+    assert [p["cryptosuite"] for p in listed["proof"]] == ["eddsa-rdfc-2022", "eddsa-jcs-2022"]
+    assert proofs.verify_proof(listed, trusted()).suites == ("eddsa-rdfc-2022", "eddsa-jcs-2022")
+    assert independent_di_verify(listed) == ["eddsa-rdfc-2022", "eddsa-jcs-2022"]
+    for i in (0, 1):
+        broken = copy.deepcopy(listed)
+        value = broken["proof"][i]["proofValue"]
+        broken["proof"][i]["proofValue"] = value[:-1] + ("2" if value[-1] != "2" else "3")
+        with pytest.raises(proofs.CredentialError):
+            proofs.verify_proof(broken, trusted())
+    for change in ({"previousProof": "urn:uuid:x"}, {"cryptosuite": "ecdsa-rdfc-2019"}):
+        odd = copy.deepcopy(listed)
+        odd["proof"][1].update(change)
+        with pytest.raises(proofs.Malformed):
+            proofs.verify_proof(odd, trusted())
+    with pytest.raises(proofs.Malformed):
+        proofs.verify_proof({**listed, "proof": []}, trusted())
 
 
 def _edits():
@@ -313,13 +406,13 @@ def test_tampering_with_the_proof_or_the_key_id_fails_every_verifier(session):
         pyjwt_verify(unknown_kid)
 
     secured = json.loads(cert.credential_json)
-    value = secured["proof"]["proofValue"]
+    value = secured["proof"][0]["proofValue"]
     flipped = copy.deepcopy(secured)
-    flipped["proof"]["proofValue"] = value[:-1] + ("2" if value[-1] != "2" else "3")
+    flipped["proof"][0]["proofValue"] = value[:-1] + ("2" if value[-1] != "2" else "3")
     moved = copy.deepcopy(secured)
-    moved["proof"]["verificationMethod"] = f"did:web:academy.example#{proofs.multikey(new.public)}"
+    moved["proof"][0]["verificationMethod"] = f"did:web:academy.example#{proofs.multikey(new.public)}"
     created = copy.deepcopy(secured)
-    created["proof"]["created"] = "2030-01-01T00:00:00Z"
+    created["proof"][0]["created"] = "2030-01-01T00:00:00Z"
     no_context = copy.deepcopy(secured)
     del no_context["@context"]
     for forged in (flipped, moved, created, no_context):
@@ -647,9 +740,10 @@ def test_cli_verifies_a_credential_file_and_sees_revocation_online(session, tmp_
 
     assert cli_main(["verify", str(tmp_path / "c.json"), "--status-url", f"{url}/status.json"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"VALID {cert.id}") and "revocation checked" in out and "eddsa-jcs-2022" in out
+    assert out.startswith(f"VALID {cert.id}") and "revocation checked" in out
+    assert "proof:      Data Integrity eddsa-rdfc-2022\n" in out
     assert cli_main(["verify", str(tmp_path / "c.jwt"), "--status-url", f"{url}/status.json"]) == 0
-    assert "VC-JWT" in capsys.readouterr().out
+    assert "VC-JWT (EdDSA), with Data Integrity eddsa-rdfc-2022 inside" in capsys.readouterr().out
 
     store.revoke(session=session, cert_id=cert.id, actor_id=None, reason="test")
     (folder / "status.json").write_text(json.dumps(openbadges.signed_status_list(session=session)))
