@@ -1019,3 +1019,74 @@ def test_a_token_bucket_refills_with_time():
     buckets.take("b", now=2.0)
     buckets.take("c", now=2.0)  # a third client: the longest idle ("a") is forgotten
     assert list(buckets.tokens) == ["b", "c"]
+
+
+# --- certificates issued before eddsa-rdfc-2022 ---------------------------------
+
+LEGACY = Path(__file__).resolve().parent / "fixtures" / "credentials-2026-12"
+
+
+def legacy_keys() -> dict:
+    return keys.load_public_keys_file(LEGACY / "public-keys.json")
+
+
+def insert_legacy_row(session: Session) -> Certificate:
+    """The fixture's certificate row, as the database of a site that issued it holds it."""
+    row = json.loads((LEGACY / "row.json").read_text(encoding="utf-8"))
+    row.update(learner_id=None, attempt_id=None, issued_at=datetime.fromisoformat(row["issued_at"]),
+               credential_json=(LEGACY / "credential.json").read_text(encoding="utf-8"),
+               credential_jwt=(LEGACY / "credential.jwt").read_text(encoding="ascii"))
+    cert = Certificate(**row)
+    session.add(cert)
+    session.commit()
+    return cert
+
+
+def test_a_credential_issued_before_keeps_verifying_in_both_forms():
+    """Stored credentials are never re-signed: the eddsa-jcs-2022 JSON and the vc+jwt
+    VC-JWT (no sub, no proof inside) issued by commit 809ad52 verify as they are,
+    here and with the independent checks, and tampering still fails."""
+    text = (LEGACY / "credential.json").read_text(encoding="utf-8")
+    token = (LEGACY / "credential.jwt").read_text(encoding="ascii")
+    trusted_then = legacy_keys()
+    as_json = proofs.verify_any(text, trusted_then)
+    as_jwt = proofs.verify_any(token, trusted_then)
+    assert as_json.suites == ("eddsa-jcs-2022",) and as_jwt.form == "jwt" and as_jwt.suites == ()
+    assert as_json.credential == as_jwt.credential
+    assert openbadges.summary(as_json.credential)["name"] == "Zoë Ødegård"
+    assert independent_di_verify(json.loads(text)) == ["eddsa-jcs-2022"]
+    assert jwt_parts(token)[0]["typ"] == "vc+jwt"
+    with pytest.raises(proofs.CredentialError):
+        proofs.verify_any(text.replace("Zoë Ødegård", "Zoe Odegard"), trusted_then)
+    with pytest.raises(proofs.UnknownKey):
+        proofs.verify_any(text, trusted())  # a different issuer's keys
+
+
+def test_a_pdf_issued_before_keeps_verifying_and_carries_its_credentials():
+    data = (LEGACY / "certificate.pdf").read_bytes()
+    result = verify.verify_pdf(data, keys_file=LEGACY / "public-keys.json")
+    assert (result.status, result.id, result.name) == ("valid", "DP-WHPS-5CK8-AQ64-EMWM-V7", "Zoë Ødegård")
+    for name, blob in credentials_in_pdf(data).items():
+        assert proofs.verify_any(blob, legacy_keys()).credential["id"].endswith("DP-WHPS-5CK8-AQ64-EMWM-V7.json"), name
+
+
+def test_a_site_with_old_certificates_serves_and_revokes_them_unchanged(client, session, tmp_path, capsys):
+    """An old row (its key still in the key folder, here the fixture's public key
+    trusted beside the new one) is served as stored, looks up as valid, and its bit
+    in the new status list, signed by the new key in both suites, follows revocation."""
+    cert = insert_legacy_row(session)
+    stored = cert.credential_json
+    assert client.get(f"/credentials/{cert.id}.json").text == stored
+    assert client.get(f"/credentials/{cert.id}.jwt").text == cert.credential_jwt
+    listed = client.get("/status/1").json()
+    both = {**trusted(), **legacy_keys()}  # the new key (made by that request) and the old one
+    assert openbadges.is_revoked(json.loads(stored), listed, both) is False
+    store.revoke(session=session, cert_id=cert.id, actor_id=None, reason="test")
+    listed = client.get("/status/1").json()
+    assert openbadges.is_revoked(json.loads(stored), listed, both) is True
+    assert openbadges.is_revoked(json.loads(stored), openbadges.status_list_jwt(listed), both) is True
+    badge = tmp_path / "old-badge.json"
+    badge.write_text(stored, encoding="utf-8")
+    assert cli_main(["verify", str(badge), "--keys", str(LEGACY / "public-keys.json"), "--offline"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("VALID DP-WHPS-5CK8-AQ64-EMWM-V7") and "Data Integrity eddsa-jcs-2022" in out
