@@ -1,5 +1,6 @@
 # make run   — create .venv, install, migrate, start the app on http://localhost:8501 and a lab worker
-# make test  — install the app and test tools (Chromium too, as root), lint, run every test;
+# make test  — install the app and test tools (Chromium too, as root; the npm credential
+#              verifiers), lint, run every test;
 #              ARGS='-m "not slow"' for the fast lane
 # make bench — measure the platform and its labs (see benchmarks/)
 PY      ?= python3
@@ -9,7 +10,7 @@ PORT    ?= 8501
 STAMP   := $(VENV)/.installed
 DEVSTAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint bench migrate system-deps sandbox-deps clean
+.PHONY: run test lint bench migrate system-deps sandbox-deps verifiers clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -65,11 +66,21 @@ system-deps: sandbox-deps
 		command -v chromium >/dev/null || echo "note: no chromium; browser tests will be skipped (apt-get install chromium)"; \
 	fi
 
+# Third-party credential verifiers the tests run (tests/verifiers: Digital Bazaar's
+# vc with the eddsa-rdfc-2022 and eddsa-jcs-2022 suites, jose), from the npm
+# lock file; without Node.js those tests are skipped.
+verifiers:
+	@if command -v npm >/dev/null; then \
+		npm ci --prefix tests/verifiers --no-audit --no-fund --loglevel=error >/dev/null; \
+	else \
+		echo "note: no npm; the third-party credential verifier tests will be skipped"; \
+	fi
+
 lint: $(DEVSTAMP)
 	$(BIN)/ruff check .
 
 # pytest runs on three xdist workers (pyproject.toml); its wall time is printed either way.
-test: $(DEVSTAMP) system-deps lint
+test: $(DEVSTAMP) system-deps verifiers lint
 	$(BIN)/python -m quizzes check
 	@start=$$(date +%s); status=0; $(BIN)/python -m pytest $(ARGS) || status=$$?; \
 	took=$$(( $$(date +%s) - start )); \
@@ -80,4 +91,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks $(ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache test-artifacts
+	rm -rf $(VENV) .pytest_cache .ruff_cache test-artifacts tests/verifiers/node_modules

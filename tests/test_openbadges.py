@@ -10,6 +10,8 @@ import hashlib
 import io
 import json
 import re
+import shutil
+import subprocess
 import threading
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -1090,3 +1092,75 @@ def test_a_site_with_old_certificates_serves_and_revokes_them_unchanged(client, 
     assert cli_main(["verify", str(badge), "--keys", str(LEGACY / "public-keys.json"), "--offline"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("VALID DP-WHPS-5CK8-AQ64-EMWM-V7") and "Data Integrity eddsa-jcs-2022" in out
+
+
+# --- verifiers nobody here wrote (tests/verifiers: Digital Bazaar, jose) --------
+
+VERIFIERS = Path(__file__).resolve().parent / "verifiers"
+
+
+def third_party(cases: list[dict], *, status_lists: dict, public_keys) -> list[dict]:
+    """Run tests/verifiers/verify.mjs (Node) on ``cases``; skipped where Node or the
+    packages `make test` installs there (npm ci) are missing."""
+    node = shutil.which("node")
+    if node is None or not (VERIFIERS / "node_modules" / "@digitalbazaar" / "vc").is_dir():
+        pytest.skip("Node.js verifiers not installed (make test runs npm ci in tests/verifiers)")
+    did = proofs.did_web(PUBLIC_URL)
+    given = {"did": did, "didDocument": proofs.did_document(PUBLIC_URL, public_keys),
+             "statusLists": status_lists, "cases": cases}
+    done = subprocess.run([node, str(VERIFIERS / "verify.mjs")], input=json.dumps(given), capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+def test_digital_bazaar_and_jose_accept_both_forms_and_see_revocation(session):
+    """Issue #38's check: Digital Bazaar's verifier with the eddsa-rdfc-2022
+    cryptosuite alone (what a certified Open Badges displayer must support: jsonld.js
+    safe mode, contexts from npm) verifies the JSON form and its status; jose verifies
+    the VC-JWT under Open Badges 3.0's rules (typ JWT, sub = subject id); tampering
+    fails; a revocation flips the bit. The certificate issued before the change
+    verifies with the eddsa-jcs-2022 suite alone, its status checked against the same
+    list (whose proof set serves both)."""
+    cert = issue(session)
+    credential = json.loads(cert.credential_json)
+    renamed = copy.deepcopy(credential)
+    renamed["credentialSubject"]["identifier"][0]["identityHash"] = "Mallory"
+    extra = {**copy.deepcopy(credential), "nickname": "Mallory"}
+    legacy = insert_legacy_row(session)
+    old = json.loads(legacy.credential_json)
+    head, body, sig = cert.credential_jwt.split(".")
+    vc_jwt_typ = ".".join([b64({**jwt_parts(cert.credential_jwt)[0], "typ": "vc+jwt"}), body, sig])
+    cases = [
+        {"credential": credential, "suites": ["eddsa-rdfc-2022"]},
+        {"credential": renamed, "suites": ["eddsa-rdfc-2022"]},
+        {"credential": extra, "suites": ["eddsa-rdfc-2022"]},
+        {"credential": old, "suites": ["eddsa-jcs-2022"]},
+        {"jwt": cert.credential_jwt},
+        {"jwt": vc_jwt_typ},
+        {"jwt": legacy.credential_jwt},
+    ]
+    list_url = credential["credentialStatus"]["statusListCredential"]
+
+    def run():
+        listed = openbadges.signed_status_list(session=session)
+        return third_party(cases, status_lists={list_url: listed}, public_keys={**trusted(), **legacy_keys()})
+
+    new, renamed_r, extra_r, old_r, jwt_r, typ_r, old_jwt_r = run()
+    assert new == {"verified": True, "error": None, "statusVerified": True, "revoked": False}
+    assert renamed_r["verified"] is False and "Invalid signature" in renamed_r["error"]
+    assert extra_r["verified"] is False and "Safe mode" in extra_r["error"]  # jsonld.js: an undefined term
+    assert old_r == {"verified": True, "error": None, "statusVerified": True, "revoked": False}
+    assert jwt_r["verified"] is True and jwt_r["header"] == {"alg": "EdDSA", "typ": "JWT",
+                                                             "kid": f"did:web:academy.example#{cert.key_id}"}
+    assert jwt_r["payload"]["sub"] == credential["credentialSubject"]["id"]
+    assert jwt_r["payload"]["proof"] == credential["proof"]
+    assert typ_r["verified"] is False  # the header is signed too
+    assert old_jwt_r["verified"] is False and "typ" in old_jwt_r["error"]  # vc+jwt: why issue #38 changed it
+
+    store.revoke(session=session, cert_id=cert.id, actor_id=None, reason="test")
+    store.revoke(session=session, cert_id=legacy.id, actor_id=None, reason="test")
+    new, *_rest = run()
+    old_r = _rest[2]
+    assert (new["verified"], new["revoked"]) == (True, True)  # the library reports it in the status
+    assert (old_r["verified"], old_r["revoked"]) == (True, True)
