@@ -96,10 +96,10 @@ def b64(obj: dict) -> str:
     return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
 
 
-def pyjwt_verify(token: str, require: list[str] | None = None) -> dict:
+def pyjwt_verify(token: str, require: list[str] | None = None, public_keys=None) -> dict:
     """Verify a VC-JWT the way a third party would: find the header's kid in
     our DID document and let PyJWT check signature and claims."""
-    document = proofs.did_document(PUBLIC_URL, trusted())
+    document = proofs.did_document(PUBLIC_URL, trusted() if public_keys is None else public_keys)
     kid = pyjwt.get_unverified_header(token)["kid"]
     method = next(m for m in document["verificationMethod"] if m["id"] == kid)
     assert kid in document["assertionMethod"]
@@ -1071,6 +1071,11 @@ def test_a_credential_issued_before_keeps_verifying_in_both_forms():
     assert openbadges.summary(as_json.credential)["name"] == "Zoë Ødegård"
     assert independent_di_verify(json.loads(text)) == ["eddsa-jcs-2022"]
     assert jwt_parts(token)[0]["typ"] == "vc+jwt"
+    assert pyjwt_verify(token, public_keys=trusted_then)["jti"] == as_json.credential["id"]
+    official = json.loads((SCHEMAS[0].parent / "ob_v3p0_achievementcredential_schema.json").read_text())
+    validator = jsonschema.validators.validator_for(official)(official)
+    assert [e.path[0] for e in validator.iter_errors(json.loads(text))] == ["proof"]  # an object, not a list
+    validator.validate(jwt_parts(token)[1])
     with pytest.raises(proofs.CredentialError):
         proofs.verify_any(text.replace("Zoë Ødegård", "Zoe Odegard"), trusted_then)
     with pytest.raises(proofs.UnknownKey):
