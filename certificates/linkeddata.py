@@ -8,7 +8,8 @@ depend on a third party's server being up. ``load_document`` serves a bundled
 context and refuses every other URL (``Malformed``).
 
 Canonicalisation is PyLD's (JSON-LD 1.1 expansion, deserialisation to RDF,
-URDNA2015, which RDFC-1.0 standardised). Where JSON-LD would quietly drop part
+URDNA2015, which RDFC-1.0 standardised), with a work budget (``_Bounded``)
+against crafted files. Where JSON-LD would quietly drop part
 of a document, so that it is in the file but not signed, ``canonical_nquads``
 refuses it instead, as Digital Bazaar's ``safe`` mode does: a term the contexts
 do not define, a keyword we do not use, a ``null``, an identifier or type that is
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pyld import jsonld
+from pyld.canon import URDNA2015
 
 CONTEXTS_DIR = Path(__file__).resolve().parent / "contexts"
 VC_CONTEXT = "https://www.w3.org/ns/credentials/v2"
@@ -105,6 +107,40 @@ def _check_expanded(value: Any) -> None:
                 _check_expanded(item)
 
 
+class _Bounded(URDNA2015):
+    """URDNA2015 (RDFC-1.0) with a work budget, as RDFC-1.0 section 4.4 asks of
+    an implementation that reads untrusted data (Digital Bazaar's rdf-canonize
+    has one, PyLD none): blank nodes that only their place in the graph tells
+    apart make the "Hash N-Degree Quads" step factorial, so a crafted file of a
+    few hundred bytes could keep a verifier busy for hours. Our documents never
+    need that step (every blank node has its own first-degree hash); a small
+    budget of it is allowed, and more is refused."""
+
+    MAX_CALLS_PER_NODE = 4  # N-degree hashes per blank node
+    MAX_GROUP = 5  # blank nodes sharing one related hash (their permutations: 5! = 120)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def hash_n_degree_quads(self, id_, issuer):
+        self.calls += 1
+        if self.calls > self.MAX_CALLS_PER_NODE * max(1, len(self.blank_node_info)):
+            raise LinkedDataError("the document's blank nodes need too much work to canonicalise")
+        return super().hash_n_degree_quads(id_, issuer)
+
+    def create_hash_to_related(self, id_, issuer):
+        related = super().create_hash_to_related(id_, issuer)
+        if any(len(nodes) > self.MAX_GROUP for nodes in related.values()):
+            raise LinkedDataError("the document's blank nodes need too much work to canonicalise")
+        return related
+
+
+def canonicalize_dataset(dataset: dict[str, Any]) -> str:
+    """RDFC-1.0 canonical N-Quads of a PyLD RDF dataset, within ``_Bounded``'s budget."""
+    return _Bounded().main(dataset, {"format": "application/n-quads"})
+
+
 def _dropped(term: str | None) -> None:
     raise LinkedDataError(f"term {str(term)[:80]!r} is not defined by the contexts, so it would not be signed")
 
@@ -120,13 +156,12 @@ def canonical_nquads(document: dict[str, Any]) -> str:
     processor = jsonld.JsonLdProcessor(on_property_dropped=_dropped)
     try:
         _check_expanded(processor.expand(document, options))
-        return processor.normalize(
-            document, {**options, "algorithm": "URDNA2015", "format": "application/n-quads"}
-        )
+        dataset = processor.to_rdf(document, {**options, "produceGeneralizedRdf": False})
     except LinkedDataError:
         raise
     except jsonld.JsonLdError as e:
         raise LinkedDataError(f"not valid JSON-LD: {_cause(e)}") from e
+    return canonicalize_dataset(dataset)
 
 
 def _cause(error: BaseException) -> str:
