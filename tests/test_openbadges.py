@@ -1208,3 +1208,31 @@ def test_digital_bazaar_and_jose_accept_both_forms_and_see_revocation(session):
     old_r = _rest[2]
     assert (new["verified"], new["revoked"]) == (True, True)  # the library reports it in the status
     assert (old_r["verified"], old_r["revoked"]) == (True, True)
+
+
+def install_legacy_public_key() -> None:
+    """The fixture's issuer key as the site that issued it keeps it: a ``<kid>.pub``
+    in the key folder (the private key, gone here, does not matter to verifying)."""
+    folder = keys.keys_dir()
+    for kid, public in legacy_keys().items():
+        (folder / f"{kid}.pub").write_text(keys.public_pem(public))
+
+
+def test_the_verify_page_and_the_api_answer_for_old_and_new_certificates(client):
+    """The public Verify page (AppTest) and /api/verify check an old certificate and a
+    new one alike: both rest on the row's signed payload, which this change left as it was."""
+    from academy.db import session_scope
+    from certificates.i18n import texts
+    from tests.apptest import open_page
+
+    install_legacy_public_key()  # the client fixture points the app at this test's database
+    with session_scope() as s:
+        old = insert_legacy_row(s)
+        new = issue(s, email=None)
+        ids_ = (old.id, new.id)
+    for cert_id in ids_:
+        page = open_page("verify", "en", None, id=cert_id)
+        assert texts("en")["status"]["valid"] in [m.value for m in page.success], cert_id
+        assert any("Zoë Ødegård" in t.value for t in page.text), cert_id
+        body = client.get(f"/api/verify/{cert_id}").json()
+        assert (body["status"], body["name"]) == ("valid", "Zoë Ødegård"), cert_id
