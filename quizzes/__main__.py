@@ -14,7 +14,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from quizzes.bank import TYPES, Bank, Question, answer_is_longest, load_bank
+from quizzes.bank import TYPES, Bank, Question, load_bank
+from quizzes.lengths import answer_is_longest
 
 # What the course asks of the bank as a whole (issue 5, COURSE_BRIEF.md).
 MIN_QUESTIONS = 40

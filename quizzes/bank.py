@@ -25,7 +25,7 @@ section can never leave a stale title behind.
 
 A choice question must not give its answer away by length: the answer (or,
 for multiple choice, every correct option) may not be far wider than every
-wrong option in any language (``length_cue_problems``).
+wrong option in any language (``quizzes.lengths``).
 
 A numeric question states the precision it wants (``precision``: {sig: 3}
 or {decimals: 0}; the engine words it in every language) and lists its
@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import math
 import re
-import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -80,14 +79,10 @@ from quizzes.formula import (
     parse_expression,
     round_to,
 )
+from quizzes.lengths import length_cue_problems
 from quizzes.numbers import format_number, parse_number, within_tolerance
 
 MAX_SEE = 2  # sections one explanation may cite (the wording has one and two)
-# An answer a reader can pick by its length alone (journey review, Minor 8): the
-# correct option(s) more than LENGTH_CUE_RATIO times as wide as the widest wrong
-# one and at least LENGTH_CUE_GAP columns wider, in any language.
-LENGTH_CUE_RATIO = 1.25
-LENGTH_CUE_GAP = 16
 MAX_KEYS = 26  # options and ordering items are keyed a, b, c, ...
 
 _ID = re.compile(SECTION_ID)
@@ -502,53 +497,6 @@ def see_problems(question: Question, where: str, topics: tuple[str, ...]) -> lis
         unknown = [sid for sid in see if sid not in topics]
         if unknown:
             problems.append(f"{where}: {prefix}see: unknown section(s) {', '.join(unknown)}")
-    return problems
-
-
-def display_width(text: str) -> int:
-    """Columns a text takes on screen: East Asian wide and full-width characters
-    count two, so that one threshold serves every language."""
-    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
-
-
-def option_widths(question: Question, lang: str) -> tuple[list[int], list[int]]:
-    """The display widths of a choice question's correct and wrong options in `lang`."""
-    right = [display_width(localized(o.text, lang)) for o in question.options if o.correct]
-    wrong = [display_width(localized(o.text, lang)) for o in question.options if not o.correct]
-    return right, wrong
-
-
-def answer_is_longest(question: Question, lang: str) -> bool:
-    """Whether a single-choice question's answer is strictly the widest option in `lang`."""
-    right, wrong = option_widths(question, lang)
-    return question.type == "single" and bool(right and wrong) and right[0] > max(wrong)
-
-
-def length_cue_problems(question: Question, where: str, languages: tuple[str, ...]) -> list[str]:
-    """A choice question whose correct option(s) are by far the longest.
-
-    Single choice: the answer is more than LENGTH_CUE_RATIO times as wide as the
-    widest other option and LENGTH_CUE_GAP columns wider. Multiple choice: the
-    narrowest correct option is that much wider than the widest wrong one.
-    Checked in every language, since a translation can tip the balance. The fix
-    is in the writing: a shorter answer with the detail moved to its
-    explanation, or wrong options as long and as specific as the right one."""
-    if question.type not in ("single", "multiple"):
-        return []
-    problems = []
-    for lang in languages:
-        right, wrong = option_widths(question, lang)
-        if not right or not wrong:
-            continue
-        narrowest, widest = min(right), max(wrong)
-        if narrowest > LENGTH_CUE_RATIO * widest and narrowest - widest >= LENGTH_CUE_GAP:
-            if question.type == "single":
-                answer = next(j for j, o in enumerate(question.options) if o.correct)
-                field, what = f"option {answer + 1} text.{lang}", "the answer is"
-            else:
-                field, what = f"options.{lang}", "every correct option is"
-            problems.append(f"{where}: {field}: {what} {narrowest / widest:.1f} times as long as the longest "
-                            "wrong option, so length gives it away; shorten it or make the others as specific")
     return problems
 
 
