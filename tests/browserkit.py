@@ -315,9 +315,10 @@ def pdf_verify_url(pdf: Path, public_url: str, render_to: Path | None = None) ->
 
 # --- accessibility: axe-core and the keyboard -----------------------------------------------
 
-# axe-core, the engine of the accessibility audit, from npm: `make test` installs the version the
-# Makefile pins (AXE_VERSION) here. The rules: WCAG 2.0 and 2.1, A and AA, and Deque's best practices.
-AXE_JS = Path(__file__).resolve().parent.parent / ".venv" / "axe" / "node_modules" / "axe-core" / "axe.min.js"
+# axe-core, the engine of the accessibility audit, from npm: `make test` installs the version
+# tests/axe/package-lock.json pins (`make axe`). The rules: WCAG 2.0 and 2.1, A and AA, and
+# Deque's best practices.
+AXE_JS = Path(__file__).resolve().parent / "axe" / "node_modules" / "axe-core" / "axe.min.js"
 AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "best-practice"]
 
 
