@@ -333,8 +333,11 @@ def shard_figure(strategy: str, n: int, *, parameter_bytes: float, names: dict[s
                "range": [-1, len(ANIMATED_PARTS) * (n + 1) - 1], "showgrid": False, "zeroline": False},
         yaxis={"tickvals": list(range(n)), "ticktext": [f"{names['rank']} {r}" for r in range(n)],
                "autorange": "reversed", "showgrid": False, "zeroline": False},
-        # The slider left, the buttons right of it: the order of Plotly's SVG, which Tab follows.
-        updatemenus=[{"type": "buttons", "direction": "left", "x": 1.0, "y": -0.15, "xanchor": "right",
+        # The slider, and under it the buttons: the order of Plotly's SVG, which Tab follows (side
+        # by side, a phone's narrow plot had them overlap). Both hang from the plot's bottom edge,
+        # in px, so that they keep their places for any number of ranks.
+        updatemenus=[{"type": "buttons", "direction": "left", "x": 0.0, "y": 0.0, "xanchor": "left",
+                      "pad": {"t": 62},
                       "yanchor": "top", "bgcolor": charts.PAPER, "bordercolor": charts.INK,
                       "font": {"color": charts.INK},
                       "buttons": [{"label": names["play"], "method": "animate",
@@ -343,7 +346,8 @@ def shard_figure(strategy: str, n: int, *, parameter_bytes: float, names: dict[s
                                   {"label": names["pause"], "method": "animate",
                                    "args": [[None], {"frame": {"duration": 0, "redraw": False},
                                                      "mode": "immediate"}]}]}],
-        sliders=[{"active": 0, "y": -0.15, "x": 0.0, "len": 0.72, "yanchor": "top", "name": names["step"],
+        sliders=[{"active": 0, "y": 0.0, "x": 0.0, "len": 1.0, "yanchor": "top", "name": names["step"],
+                  "pad": {"t": 12, "b": 0},
                   "font": {"color": charts.INK}, "bordercolor": charts.INK, "tickcolor": charts.INK,
                   "currentvalue": {"visible": False},
                   "steps": [{"label": str(k + 1), "method": "animate",
