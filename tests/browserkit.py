@@ -355,6 +355,17 @@ def axe(page) -> list[dict]:
 
 
 
+_CUT_SHORT = """() => [...document.querySelectorAll('a *, button *')].filter(el =>
+    el.scrollWidth > el.clientWidth + 1 && getComputedStyle(el).textOverflow === 'ellipsis'
+    && el.getBoundingClientRect().width > 0).map(el => el.closest('a, button').innerText.trim())"""
+
+
+def cut_short(page) -> list[str]:
+    """The labels of links and buttons that end in "…" because they do not fit (journey review
+    Minor 13: a course card's link, the quiz's "Finish now" popover)."""
+    return page.evaluate(_CUT_SHORT)
+
+
 # What has focus, and the box its indicator is drawn around: the input of a radio button, a
 # checkbox or a slider is hidden (1 px), the nearest box around it carries the ring (app.ui.FOCUS_RULES).
 _FOCUSED = """() => {

@@ -97,7 +97,8 @@ def test_every_page_opens_in_the_browser(server, browser, artifacts, lang):
     page and go on through the sidebar, as a learner does (a load costs Chromium twice the CPU
     of a page change). Each page says its language in ``<html lang>``; in English and Chinese,
     axe-core checks it at 1400 px and again narrowed to 390 px (issue #38): any finding that
-    ``browserkit.STREAMLITS`` does not accept by name fails, whatever its impact."""
+    ``browserkit.STREAMLITS`` does not accept by name fails, whatever its impact; and no link or
+    button label is cut short with "…" at either width."""
     from academy import i18n
 
     ctx = browser.new_context(viewport={"width": WIDTHS[0], "height": 900})
@@ -146,6 +147,7 @@ def test_every_page_opens_in_the_browser(server, browser, artifacts, lang):
             found = kit.axe(page)
             axe_s += time.monotonic() - started
             findings += [{**f, "page": f"{lang}-{width}/{path or 'home'}"} for f in found]
+            assert kit.cut_short(page) == [], (lang, width, path)  # labels wrap, never "…"
         page.set_viewport_size({"width": WIDTHS[0], "height": 900})
     assert errors == []
     if checked:
