@@ -115,7 +115,7 @@ def build_credential(
 ) -> dict[str, Any]:
     """The unsigned OpenBadgeCredential of a certificate. Pure: the caller
     chooses the salt and the status index (``ensure_credential`` does)."""
-    base = base_url(settings.public_url)
+    base = base_url()
     did = did_web(base)
     lang = cert.language
     ob = credential_texts(lang)
@@ -255,8 +255,7 @@ def ensure_credential(*, session: Session, cert: Certificate) -> Certificate:
 def signed_status_list(*, session: Session, now: datetime | None = None) -> dict[str, Any]:
     """The status list credential as it stands, signed with the active key;
     ``validUntil`` is ``statuslist.VALID_FOR`` after ``now``."""
-    settings = get_settings()
-    base = base_url(settings.public_url)
+    base = base_url()
     now = now or datetime.now(UTC)
     document = statuslist.unsigned_list_credential(
         session=session, public_url=base, issuer=did_web(base), now=now
@@ -331,7 +330,7 @@ def linkedin_url(cert: Certificate, settings: Settings) -> str:
         "organizationName": settings.issuer,
         "issueYear": str(passed.year),
         "issueMonth": str(passed.month),
-        "certUrl": ids.verify_url(settings.public_url, cert.id),
+        "certUrl": ids.verify_url(base_url(), cert.id),
         "certId": cert.id,
     }
     return "https://www.linkedin.com/profile/add?" + urlencode(query)
