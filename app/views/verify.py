@@ -72,6 +72,8 @@ if submitted:
 if asked.strip():
     with session_scope() as session:
         show(certs.lookup(session=session, text=asked[:200]))
+elif submitted:  # Verify pressed with nothing (or only spaces) typed: say what to type
+    st.warning(t("verify.empty"))
 
 st.divider()
 upload = st.file_uploader(t("verify.pdf_check_label"), type=["pdf"],
