@@ -40,6 +40,8 @@ def open_page(page: str, lang: str, learner_id: int | None = None, **params) -> 
 def test_claim_then_verify_then_revoke(lang):
     learner_id = learner_who_passed(f"cert-{lang}@example.org", "张伟" if lang == "zh" else "Zoë Ødegård")
     at = open_page("certificate", lang, learner_id)
+    # Journey Minor 12: the certificate's languages are named as the sidebar names them (简体中文).
+    assert at.selectbox[-1].options == at.sidebar.selectbox[0].options == list(i18n.languages().values())
     at.selectbox[-1].set_value(lang)
     [b for b in at.button if b.label == i18n.t("certificate.create", lang)][0].click()
     at.run()

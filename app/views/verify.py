@@ -11,6 +11,7 @@ document, as no printed text is read."""
 import streamlit as st
 
 import certificates as certs
+from academy import i18n
 from academy.db import session_scope
 from app import ui
 from certificates import pdfscan
@@ -50,7 +51,7 @@ def show(result: certs.VerifyResult, *, upload: bool = False) -> None:
         labels["course"]: result.course_title or result.course,
         labels["score"]: certs.format_score(result.score, code) + " %" if result.score is not None else "",
         labels["date"]: certs.format_date(result.pass_date, code) if result.pass_date else "",
-        labels["language"]: ctext["languages"].get(result.lang, result.lang),
+        labels["language"]: i18n.languages().get(result.lang, result.lang),
     }
     if result.issued_at:
         rows[labels["issued"]] = ui.date_text(result.issued_at)
