@@ -7,7 +7,7 @@
     python -m academy.worker --queues cpu,gpu --devices 0
 
 The worker reads the same settings as the app (DATABASE_URL, LAB_QUEUE_URL;
-see the README's multi-machine layout): it must reach the database and the
+see docs/operators/several-machines.md): it must reach the database and the
 queue, nothing else. Each run is ``python -m labs ...`` in its own process
 group under this process, so the web servers never start a rank. SIGTERM or
 Ctrl-C stops the worker: labs still going are stopped and recorded as failed

@@ -137,7 +137,7 @@ class CookieWrite:
 def _set_cookie(value: str, max_age: int) -> None:
     # Streamlit cannot set cookies from Python; a tiny script does it in the
     # page. The value is a signed token naming a revocable server session.
-    # It cannot be HttpOnly (script-set); see README "Security".
+    # It cannot be HttpOnly (script-set); see docs/contributors/security-model.md.
     secure = "; Secure" if get_settings().https else ""
     st.html(
         "<script>document.cookie = "

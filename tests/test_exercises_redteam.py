@@ -570,7 +570,7 @@ def test_a_reader_that_stops_early_gets_no_traceback(args, tmp_path):
 
 
 # --------------------------------------------------------------------------
-# The trust design (README, "How grading works"): nothing in a rank to find, no group to use
+# The trust design (docs/contributors/grading.md): nothing in a rank to find, no group to use
 
 
 @pytest.mark.slow

@@ -3,7 +3,7 @@ on loopback, each starting its own torchrun, gathered by a c10d rendezvous.
 
 This is as close to two machines as one machine gets: the workers share only
 the database, the queue and the rendezvous endpoint, as separate hosts would.
-What it cannot show (real network between hosts, GPUs) the README says.
+What it cannot show (real network between hosts, GPUs) docs/operators/multi-node.md says.
 """
 
 from __future__ import annotations

@@ -250,7 +250,7 @@ def test_textbook_schedule_owner_after_reduce_scatter():
 
 
 def test_typical_links_match_the_lessons():
-    # gloo over loopback: the README bench fits B = 1.41-1.46 GB/s on 2 vCPUs and the lessons say
+    # gloo over loopback: an earlier `make bench` fit B = 1.41-1.46 GB/s on 2 vCPUs and the lessons say
     # 0.1-1.5 GB/s busbw; the old 0.5 GB/s made a learner's ~1 GB/s look impossible.
     assert 1e9 <= calc.LINKS["loopback-gloo"][1] <= 1.5e9
     # "PCIe 4.0 x16": 31.5 GB/s per direction on the wire, about 25 achievable; 16 GB/s is PCIe 3.0.

@@ -769,9 +769,9 @@ def test_only_internet_unix_and_netlink_sockets_and_no_reading_a_neighbour(harne
 
 
 @needs_bwrap
-def test_the_covert_channel_primitives_the_readme_lists_are_there_also_through_proc(harness):
-    """Not a wish, a record (review N-17): what the README says stays open
-    inside one run, and why refusing the calls would not close it."""
+def test_the_covert_channel_primitives_the_docs_list_are_there_also_through_proc(harness):
+    """Not a wish, a record (review N-17): what docs/contributors/sandbox.md says
+    stays open inside one run, and why refusing the calls would not close it."""
     found = report(run(harness, "channel"))
     pid, cpu = found["pid"], found["mine"]
     assert found == {"affinity": [cpu], "mine": cpu, "pgid": pid, "pid": pid, "stat_pgrp": pid,
@@ -780,7 +780,7 @@ def test_the_covert_channel_primitives_the_readme_lists_are_there_also_through_p
 
 @needs_bwrap
 def test_a_non_dumpable_parent_keeps_its_memory_from_its_children(harness):
-    """What the README tells a harness to do: /proc/PID/mem of a same-uid
+    """What docs/contributors/sandbox.md tells a harness to do: /proc/PID/mem of a same-uid
     process is readable (no filter sees it) until that process says no."""
     assert report(run(harness, "nodump")) == {"dumpable_1": "expected",
                                                "dumpable_0": "PermissionError"}

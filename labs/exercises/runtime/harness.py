@@ -7,7 +7,7 @@
 
 Trusted code; the learner's code runs only in the ranks it forks, and the
 grade rests on nothing a rank's process holds or says about itself. The
-design (README, "How grading works"):
+design (docs/contributors/grading.md):
 
 - **Ranks hold only their own inputs.** Every rank of every group is forked
   (torch already imported, so it is fast) BEFORE this process reads the
