@@ -201,3 +201,18 @@ def test_the_admin_page_warns_of_a_local_address_and_says_it_does_not_answer(env
     at = open_page("admin", "nl", admin_id)
     assert i18n.t("admin.address_local", "nl", url=dead) in [w.value for w in at.warning]
     assert i18n.t("admin.address_refused.unreachable", "nl", url=dead) in [e.value for e in at.error]
+
+
+@pytest.mark.parametrize(("public", "said"), [
+    ("", "WARNING: certificates issued by this app will carry http://localhost:8631"),
+    ("http://127.0.0.1:8631", "WARNING: certificates issued by this app will carry http://127.0.0.1:8631"),
+    ("https://academy.example.org", None),
+])
+def test_start_up_says_where_certificates_will_point(env, capsys, public, said):
+    from app import web
+
+    env(PUBLIC_URL=public)
+    with patch_config_options({"server.port": 8631}):
+        web.warn_public_address()
+    err = capsys.readouterr().err
+    assert err.startswith(said) if said else err == ""
