@@ -210,7 +210,7 @@ def test_the_check_catches_an_upward_edge_an_import_of_app_and_cycles(tmp_path):
 
 @pytest.mark.slow
 def test_the_plain_modules_load_without_the_app():
-    code = ("import quizzes.store, certificates.store, labs.launch, labs.ring; import sys; "
+    code = ("import quizzes.store, certificates.store, labs.launch, labs.ring.lab; import sys; "
             "print(sorted(m for m in sys.modules if m == 'app' or m.startswith('app.')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -220,7 +220,7 @@ def test_the_plain_modules_load_without_the_app():
 def test_the_platform_path_imports_no_torch():
     """Issue #23: certificates, quizzes, the queue, the worker and the admin commands start
     without PyTorch (seconds of CPU each); only the processes that run a lab load it."""
-    code = ("import certificates.store, certificates.__main__, quizzes.store, academy.labqueue, "
+    code = ("import certificates.store, certificates.__main__, quizzes.store, academy.labruns.queue, "
             "academy.worker, academy.admin, academy.exercises, sys; "
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -233,7 +233,7 @@ def test_the_labs_page_path_imports_no_torch(tmp_path):
     PyTorch: each lab's module is torch-free, its rank code (``RANK_MODULE``) is not."""
     code = """
 import sys
-from academy import labruns
+from academy.labruns import pages as labruns
 from app import labviews  # the page's helpers, imported as the page imports them
 from labs.context import LABS, load_lab, world_size_default
 from labs.params import Run, offered

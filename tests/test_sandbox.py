@@ -30,8 +30,11 @@ from pathlib import Path
 
 import pytest
 
-from labs import sandbox, sandbox_layout, sandbox_limits, seccomp
-from labs.sandbox import Limits, SandboxUnavailable, run_python
+from labs.sandbox import layout as sandbox_layout
+from labs.sandbox import limits as sandbox_limits
+from labs.sandbox import run as sandbox
+from labs.sandbox import seccomp
+from labs.sandbox.run import Limits, SandboxUnavailable, run_python
 from tests.labstack import free_port
 from tests.procs import command_lines
 
@@ -813,7 +816,7 @@ def test_no_privileges_and_nothing_the_host_shares_by_name(harness):
 
 def run_filter(program: bytes, arch: int, nr: int, arg0: int = 0) -> tuple[str, int]:
     """What the kernel would do with one call under our classic BPF program: a
-    small interpreter for the four instructions `labs.seccomp`'s programs use."""
+    small interpreter for the four instructions `labs.sandbox.seccomp`'s programs use."""
     import struct
     data = struct.pack("=iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
     insns = [struct.unpack("=HBBI", program[i:i + 8]) for i in range(0, len(program), 8)]

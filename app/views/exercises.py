@@ -14,12 +14,14 @@ try:  # a Streamlit component (Ace); without it the page falls back to a plain t
 except ImportError:
     code_editor = None
 
-from academy import exercises, labqueue, labruns
+from academy import exercises
 from academy.db import session_scope
+from academy.labruns import pages as labruns
+from academy.labruns import queue as labqueue
 from academy.models import ACTIVE
 from app import charts_ring, labviews, ui
 from app.widgets import chart, lang, ring_labels
-from labs.ringtrace import trace_steps
+from labs.ring.ringtrace import trace_steps
 
 t = ui.t
 state = st.session_state
