@@ -15,6 +15,8 @@ platform reads it freely, and has these names:
   is a `RankContext`; that module imports torch;
 - ``summarize(params, ranks, *, world_size, backend) -> dict`` and
   ``format_text(summary) -> str``: combine the ranks' results and print them;
+- ``SUMMARY``: the type of that summary as the pages read it, a model of
+  ``labs.reports`` (`labs.reports.read` finds it here);
 - optionally ``DEFAULT_WORLD_SIZE`` (`world_size_default`).
 
 Beside it, the folder holds the rank code (torch and all), a ``__main__``

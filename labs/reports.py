@@ -321,8 +321,9 @@ class ShardingSummary(_Model):
 # --------------------------------------------------------------------------
 # The report and its one reader
 
+# What the pages draw (a type for their signatures; each lab names its own as ``SUMMARY``).
 Summary = RingSummary | BenchSummary | DdpSummary | ShardingSummary
-S = TypeVar("S", RingSummary, BenchSummary, DdpSummary, ShardingSummary)
+S = TypeVar("S", bound=_Model)
 
 
 class Report(_Model, Generic[S]):
@@ -333,20 +334,21 @@ class Report(_Model, Generic[S]):
     overhead_s: float = 0.0
 
 
-SUMMARIES: dict[str, type] = {"ring": RingSummary, "bench": BenchSummary, "ddp": DdpSummary,
-                              "sharding": ShardingSummary}
-
-
 def read(lab: str, result: Any) -> Report:
     """``result`` (``LabRun.result`` of a finished run of ``lab``) as a typed `Report`.
 
-    Raises `ReportError`, naming the lab and the first fields that do not fit,
-    for a lab without a summary type or a result that is not its report.
+    The summary's type is the one the lab names (its ``SUMMARY``). Raises
+    `ReportError`, naming the lab and the first fields that do not fit, for an
+    unknown lab or a result that is not its report.
     """
-    if lab not in SUMMARIES:
-        raise ReportError(f"no report type for the lab {lab!r}")
+    from labs.context import load_lab
+
     try:
-        return Report[SUMMARIES[lab]].model_validate(result)
+        summary = load_lab(lab).SUMMARY
+    except (ValueError, ImportError, AttributeError):
+        raise ReportError(f"no report type for the lab {lab!r}") from None
+    try:
+        return Report[summary].model_validate(result)
     except ValidationError as err:
         wrong = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'result'}: {e['msg']}" for e in err.errors()[:3])
         raise ReportError(f"the {lab} lab's stored result cannot be read ({wrong})") from None

@@ -30,6 +30,7 @@ T = 2(n-1) alpha + 2(n-1)/n * S/B to each implementation's rows
 
 from __future__ import annotations
 
+from labs import reports
 from labs.model import fit_alpha_beta
 from labs.params import Page, ParamError, dataclass, limit, option
 from labs.params import check as check_values
@@ -47,6 +48,8 @@ COLLECTIVE = {"ring": "all_reduce", "ring_pipelined": "all_reduce", "naive": "al
 GB = 1e9  # rows give algbw and busbw in GB/s, as nccl-tests prints them
 # What a rank runs (``run_rank``), with torch: imported by the ranks only (``labs.context.rank_code``).
 RANK_MODULE = "labs.bench.rank"
+# What the pages read of this lab's summary (``labs.reports.read``).
+SUMMARY = reports.BenchSummary
 
 
 # --------------------------------------------------------------------------

@@ -50,6 +50,7 @@ in ``labs.ddp.setup``; the ``sampler`` section in ``labs.ddp.sampler``; the
 
 from __future__ import annotations
 
+from labs import reports
 from labs.ddp.text import format_text as format_text  # what `python -m labs ddp` prints
 from labs.params import Page, dataclass, option
 from labs.params import check as check_values
@@ -57,6 +58,8 @@ from labs.params import check as check_values
 SECTIONS = ("equivalence", "sampler", "breakdown", "buckets", "no_sync", "fp16", "scaling", "timeline")
 # What a rank runs (``run_rank``), with torch: imported by the ranks only (``labs.context.rank_code``).
 RANK_MODULE = "labs.ddp.rank"
+# What the pages read of this lab's summary (``labs.reports.read``).
+SUMMARY = reports.DdpSummary
 
 
 # --------------------------------------------------------------------------

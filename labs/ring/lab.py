@@ -42,7 +42,7 @@ from __future__ import annotations
 import statistics
 from typing import NamedTuple
 
-from labs import model
+from labs import model, reports
 from labs.params import Page, ParamError, dataclass, limit, option
 from labs.params import check as check_values
 
@@ -67,6 +67,8 @@ ALGOS = ("ring", "pipelined", "naive")
 OPS = ("sum", "avg")
 # What a rank runs (``run_rank``), with torch: imported by the ranks only (``labs.context.rank_code``).
 RANK_MODULE = "labs.ring.allreduce"
+# What the pages read of this lab's summary (``labs.reports.read``).
+SUMMARY = reports.RingSummary
 
 
 @dataclass

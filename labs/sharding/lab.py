@@ -42,6 +42,7 @@ strategy to ``{"ranks": [...], "max_abs_diff_vs_ddp": x,
 
 from __future__ import annotations
 
+from labs import reports
 from labs.model import PRECISIONS, STRATEGIES, wire_factor
 from labs.params import Page, dataclass, option
 from labs.params import check as check_values
@@ -60,6 +61,8 @@ BF16_TOLERANCE = 0.10
 WEIGHT_TOLERANCE = {"fp32": 1e-5, "bf16-mixed": BF16_TOLERANCE}
 # What a rank runs (``run_rank``), with torch: imported by the ranks only (``labs.context.rank_code``).
 RANK_MODULE = "labs.sharding.zero"
+# What the pages read of this lab's summary (``labs.reports.read``).
+SUMMARY = reports.ShardingSummary
 
 
 @dataclass
