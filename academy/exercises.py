@@ -318,16 +318,6 @@ def own_run(*, learner_id: int, run_id: int) -> LabRun | None:
     return labqueue.reap_if_stale(run)
 
 
-def element_size(dtype: str) -> int:
-    """Bytes per element of a report's dtype name ("float32"); ValueError for a name torch lacks."""
-    import torch
-
-    kind = getattr(torch, str(dtype), None)
-    if not isinstance(kind, torch.dtype):
-        raise ValueError(f"not a torch dtype: {dtype!r}")
-    return torch.empty(0, dtype=kind).element_size()
-
-
 def case_progress(event: dict[str, Any] | None) -> tuple[int, int] | None:
     """(case k, of n) from the grader's newest progress event (``--events``: ``step`` of
     ``total_steps``, counted from 1), as the worker stored it; None before the first."""

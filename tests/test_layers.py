@@ -228,11 +228,15 @@ def test_the_platform_path_imports_no_torch():
     assert out.stdout.strip() == "[]"
 
 
-def test_the_labs_page_path_imports_no_torch(tmp_path):
-    """Issue #23: the Labs page names a lab, builds its form and checks a request without
-    PyTorch: each lab's module is torch-free, its rank code (``RANK_MODULE``) is not."""
+def test_no_page_imports_torch(tmp_path):
+    """Issue #23, #37: the web process loads no PyTorch, on any page. The Labs page names
+    each lab, builds its form and checks a request without it (each lab's ``lab`` module
+    is torch-free, its rank code is not); then every page under ``app/views`` is drawn for
+    a signed-in administrator, the Labs page with a finished ring run (its animation) and
+    the Exercises page with a graded ring submission (its ring, sized from the report)."""
     code = """
 import sys
+from pathlib import Path
 from academy.labruns import pages as labruns
 from app import labviews  # the page's helpers, imported as the page imports them
 from labs.context import LABS, load_lab, world_size_default
@@ -244,13 +248,39 @@ for lab in LABS:
     assert labruns.validate(lab, {})["world_size"] >= 1
     assert labruns.validate(lab, {"world_size": 2, "backend": "gloo"})["world_size"] == 2
     assert labruns.validate(lab, {"world_size": 2, "backend": "auto"})["backend"] == "auto"
-from tests.apptest import open_page  # the page itself, each lab's form drawn
+from tests.apptest import open_page  # the pages themselves
 for lab in LABS:
     at = open_page("labs", lab=lab)
     assert not at.exception and at.get("form"), lab
+
+from academy.db import session_scope
+from academy.exercises import LAB
+from academy.models import LabRun, Learner
+from tests.exercisefakes import report
+from tests.test_lab_reports import OLD_RING
+
+with session_scope() as s:
+    me = Learner(email="torchless@example.org", password_hash="x", display_name="Admin", is_admin=True)
+    s.add(me)
+    s.flush()
+    ring = LabRun(lab="ring", params={"world_size": 2}, status="done", result=OLD_RING, learner_id=me.id,
+                  machine={"cpu_count": 2})
+    graded = LabRun(lab=LAB, params={"exercise": "ring-allreduce", "lang": "en"}, status="done",
+                    result=report(), learner_id=me.id, source="def ring_allreduce(tensor): ...")
+    s.add_all([ring, graded])
+    s.flush()
+    me, ring = me.id, ring.id
+pages = sorted(p.stem for p in Path("app/views").glob("*.py"))
+assert {"home", "labs", "exercises", "admin"} <= set(pages), pages
+for page in pages:
+    params = {"labs": {"lab": "ring"}, "exercises": {"exercise": "ring-allreduce"}}.get(page, {})
+    state = {"lab_run_id": ring} if page == "labs" else None
+    at = open_page(page, "en", me, state=state, **params)
+    assert not at.exception, (page, at.exception)
+    assert [m for m in sys.modules if m == "torch" or m.startswith("torch.")] == [], page
 print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))
 """
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=180,
                          env={**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'app.db'}"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"
