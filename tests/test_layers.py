@@ -147,10 +147,11 @@ def test_the_source_is_layered_without_cycles():
     assert problems(edges, LAYERS) == []
 
 
-def drawn_edges() -> set[tuple[str, str]]:
-    """The arrows of the layer drawing in docs/contributors/architecture.md (a mermaid flowchart)."""
+def drawn_edges(drawing: int = 0) -> set[tuple[str, str]]:
+    """The arrows of a drawing in docs/contributors/architecture.md (a mermaid flowchart):
+    the first draws the packages, the second the parts of ``labs``."""
     page = (ROOT / "docs" / "contributors" / "architecture.md").read_text(encoding="utf-8")
-    block = page.split("```mermaid", 1)[1].split("```", 1)[0]
+    block = page.split("```mermaid")[1 + drawing].split("```", 1)[0]
     return {(a, b) for a, b in re.findall(r"^\s*(\w+)\s*-->\s*(\w+)\s*$", block, re.MULTILINE)}
 
 
@@ -160,6 +161,25 @@ def test_the_docs_draw_every_package_edge():
     edges = import_edges(ROOT, tuple(p for p in LAYERS if p != "tests"))
     real = {(a.split(".")[0], b.split(".")[0]) for a, b in edges} - {(p, p) for p in LAYERS}
     assert drawn == real, f"missing in the drawing: {sorted(real - drawn)}; not real: {sorted(drawn - real)}"
+
+
+def labs_part(module: str) -> str:
+    """A ``labs`` module's part: a lab's folder, ``exercises``, ``sandbox``, or the machinery at its root."""
+    from labs.context import LABS
+
+    part = module.split(".")[1] if module.count(".") else ""
+    return part if part in (*LABS, "exercises", "sandbox") else "machinery"
+
+
+def test_the_docs_draw_every_edge_inside_labs():
+    """One folder per lab, the sandbox apart, the run machinery at the root: the second drawing
+    shows exactly the imports between those parts, so a lab that reaches into another, or
+    machinery that imports a lab, shows up here."""
+    edges = {(labs_part(a), labs_part(b)) for a, b in import_edges(ROOT, ("labs",))}
+    real = {(a, b) for a, b in edges if a != b}
+    drawn = drawn_edges(1)
+    assert drawn == real, f"missing in the drawing: {sorted(real - drawn)}; not real: {sorted(drawn - real)}"
+    assert not {b for a, b in real if a == "machinery"}, "the machinery finds labs through LABS only"
 
 
 def test_no_module_is_over_600_lines():
