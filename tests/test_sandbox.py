@@ -715,7 +715,7 @@ def test_of_usr_only_the_libraries_and_of_the_interpreter_only_its_own_files(har
 def test_a_system_python_whose_prefix_is_usr_shows_no_more(harness):
     """Debian's python3 has /usr as its prefix: binding the prefix (as the
     sandbox did for any interpreter) showed all of /usr again at /opt/python."""
-    code = ("import sys; from pathlib import Path; from labs import sandbox; "
+    code = ("import sys; from pathlib import Path; from labs.sandbox import run as sandbox; "
             "out = sandbox.run_python('view', sys.argv[2:], files={}, mode='bwrap', "
             "harness=Path(sys.argv[1]), limits=sandbox.Limits(wall_s=30)); "
             "sys.stdout.buffer.write(out.stdout); sys.stderr.buffer.write(out.stderr)")

@@ -324,8 +324,9 @@ def _setup(name: str, ctx, p):
     mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
     for layer in model:
         if isinstance(layer, nn.Linear):
-            # reshard_after_forward=True (the default): free the gathered layer after
-            # forward and gather it again in backward, ZeRO-3's memory for 1.5x DDP's traffic.
+            # reshard_after_forward=True (what the default, None, means for every module but
+            # the root): free the gathered layer after forward and gather it again in
+            # backward, ZeRO-3's memory for 1.5x DDP's traffic.
             fully_shard(layer, mesh=mesh, reshard_after_forward=True)
     fully_shard(model, mesh=mesh)
     opt = make_optimizer(model.parameters(), lr=p.lr, precision=p.precision)
