@@ -35,7 +35,7 @@ run: migrate sandbox-deps
 	$(BIN)/streamlit run app/main.py --server.port $(PORT) --server.headless true \
 		--browser.gatherUsageStats false
 
-# bubblewrap runs learners' exercise code in a sandbox (labs/sandbox.py; setpriv
+# bubblewrap runs learners' exercise code in a sandbox (labs/sandbox/run.py; setpriv
 # comes with util-linux). Installed as root; otherwise say how, and go on: the
 # exercises are then refused with a clear message, everything else works.
 sandbox-deps:

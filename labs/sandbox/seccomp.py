@@ -1,6 +1,6 @@
 """Seccomp filters as classic BPF: the sandbox's own, and the two a rank of the harness adds.
 
-    from labs import seccomp                         # the host (labs.sandbox)
+    from labs.sandbox import seccomp                         # the host (labs.sandbox)
     import seccomp                                   # the harness, in the sandbox
     seccomp.install(seccomp.rank_program())          # a rank, before the learner's code
 

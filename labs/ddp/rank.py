@@ -1,9 +1,9 @@
-"""What one rank of the DDP lab runs (``labs.ddp`` is the lab): the lessons' two functions and the sections.
+"""What one rank of the DDP lab runs (``labs.ddp.lab`` is the lab): the lessons' two functions and the sections.
 
-Launch it through the lab: ``python -m labs ddp --world-size 2`` (see ``labs.ddp``).
-The ``sampler`` and ``timeline`` sections are in ``labs.ddp_sampler`` and
-``labs.ddp_timeline``; the data, the model and the measuring tools in
-``labs.ddp_setup``.
+Launch it through the lab: ``python -m labs ddp --world-size 2`` (see ``labs.ddp.lab``).
+The ``sampler`` and ``timeline`` sections are in ``labs.ddp.sampler`` and
+``labs.ddp.timeline``; the data, the model and the measuring tools in
+``labs.ddp.setup``.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import (
     fp16_compress_hook,
 )
 
-from labs import ddp_sampler, ddp_timeline
-from labs.ddp import Params
-from labs.ddp_setup import (
+from labs.ddp import sampler as ddp_sampler
+from labs.ddp import timeline as ddp_timeline
+from labs.ddp.lab import Params
+from labs.ddp.setup import (
     clock,
     counting_hook,
     flat_weights,

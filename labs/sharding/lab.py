@@ -10,9 +10,9 @@ Launch:
 One MLP (``depth`` square layers of ``width``: about 4.7 MB of fp32
 parameters by default), Adam, in ``precision`` (fp32, or bf16-mixed: bf16
 weights, gradients and traffic, fp32 master weights and Adam), trained ``steps`` steps from the same
-seed on the same batches under four strategies (``labs.zero``): ``ddp``,
+seed on the same batches under four strategies (``labs.sharding.zero``): ``ddp``,
 ``zero1`` (torch's ZeroRedundancyOptimizer), ``zero2`` (written in
-``labs.zero``: reduce-scatter of the gradients) and ``zero3`` (FSDP2's
+``labs.sharding.zero``: reduce-scatter of the gradients) and ``zero3`` (FSDP2's
 ``fully_shard``). For each strategy and rank, after the last optimizer step
 and before ``zero_grad``:
 
@@ -26,7 +26,7 @@ and before ``zero_grad``:
 - ``peak``: the device allocator's peak during the last step on a GPU;
   null on CPU, where no allocator counts every byte;
 - ``wire_bytes_per_step``: what this rank handed to the collectives in the
-  last step, spread as a ring spreads it (`labs.zero.WireCounter`);
+  last step, spread as a ring spreads it (`labs.sharding.zero.WireCounter`);
 
 and per strategy ``max_abs_diff_vs_ddp`` and ``mean_abs_diff_vs_ddp``, the
 largest and the mean difference of a weight from DDP's after the last step
@@ -42,6 +42,7 @@ strategy to ``{"ranks": [...], "max_abs_diff_vs_ddp": x,
 
 from __future__ import annotations
 
+from labs import reports
 from labs.model import PRECISIONS, STRATEGIES, wire_factor
 from labs.params import Page, dataclass, option
 from labs.params import check as check_values
@@ -59,7 +60,9 @@ LEDGER_TOLERANCE = 0.10
 BF16_TOLERANCE = 0.10
 WEIGHT_TOLERANCE = {"fp32": 1e-5, "bf16-mixed": BF16_TOLERANCE}
 # What a rank runs (``run_rank``), with torch: imported by the ranks only (``labs.context.rank_code``).
-RANK_MODULE = "labs.zero"
+RANK_MODULE = "labs.sharding.zero"
+# What the pages read of this lab's summary (``labs.reports.read``).
+SUMMARY = reports.ShardingSummary
 
 
 @dataclass
@@ -111,7 +114,7 @@ def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: st
                  ("rank", "measured", "predicted", "peak", "wire_bytes_per_step")} for r in ranks]
         strategies[name] = {"ranks": rows, "max_abs_diff_vs_ddp": ranks[0]["max_abs_diff_vs_ddp"][name],
                             "mean_abs_diff_vs_ddp": ranks[0]["mean_abs_diff_vs_ddp"][name],
-                            # the collectives of the last step, as rank 0 called them (labs.zero.WireCounter)
+                            # the collectives of the last step, as rank 0 called them (labs.sharding.zero.WireCounter)
                             "step_collectives": ranks[0]["strategies"][name]["step_collectives"]}
     total = ranks[0]["parameters"]
     weight_bytes = total * PRECISIONS[params.precision]["weights"]
@@ -177,10 +180,3 @@ def format_text(summary: dict) -> str:
                     f"({s['mean_abs_update_ddp']:.1e}): {s['equal_weights']}"))
     return "\n".join(lines)
 
-
-if __name__ == "__main__":
-    import sys
-
-    from labs.__main__ import main
-
-    sys.exit(main(["sharding", *sys.argv[1:]]))

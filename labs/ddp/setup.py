@@ -1,8 +1,8 @@
 """The DDP lab's data, model and measuring tools, shared by its sections.
 
-``labs.ddp_rank`` (the lesson functions and most sections) and
-``labs.ddp_timeline`` (the timeline section) both build on these; ``p`` is
-a ``labs.ddp.Params``.
+``labs.ddp.rank`` (the lesson functions and most sections) and
+``labs.ddp.timeline`` (the timeline section) both build on these; ``p`` is
+a ``labs.ddp.lab.Params``.
 """
 
 from __future__ import annotations

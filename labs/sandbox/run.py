@@ -1,6 +1,6 @@
 """Run a Python program we did not write, with nothing of ours in reach (issue #16).
 
-    from labs.sandbox import Limits, run_python
+    from labs.sandbox.run import Limits, run_python
     outcome = run_python("harness", [], files={"submission.py": source}, stdin=plan,
                          limits=Limits(wall_s=30), on_line=print)
     outcome.returncode, outcome.stopped, outcome.stdout
@@ -52,9 +52,9 @@ clock and the output cap are enforced here: the whole sandbox is killed and
 The parts, by job: this module runs the program and reads what it did
 (`run_python`, the wall clock, the output cap, `Outcome`; `start_python`
 starts it ahead of its input, for the warm grader);
-``labs.sandbox_layout`` builds the command lines, what the program sees;
-``labs.sandbox_limits`` holds `Limits`, the rlimits, the per-run uid slots and
-the cgroup; ``labs.seccomp`` the filters.
+``labs.sandbox.layout`` builds the command lines, what the program sees;
+``labs.sandbox.limits`` holds `Limits`, the rlimits, the per-run uid slots and
+the cgroup; ``labs.sandbox.seccomp`` the filters.
 """
 
 from __future__ import annotations
@@ -73,14 +73,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labs import sandbox_layout, seccomp
+from labs.sandbox import layout as sandbox_layout
+from labs.sandbox import seccomp
 
-# Limits and SandboxUnavailable are this module's API too (``from labs.sandbox import Limits``).
-from labs.sandbox_limits import Cgroup, Limits, SandboxUnavailable, slot
+# Limits and SandboxUnavailable are this module's API too (``from labs.sandbox.run import Limits``).
+from labs.sandbox.limits import Cgroup, Limits, SandboxUnavailable, slot
 from labs.settings import SettingError
 
 MODES = typing.get_args(Limits.model_fields["sandbox"].annotation)  # ("bwrap", "none")
-HARNESS = sandbox_layout.ROOT / "labs" / "exercises" / "runtime"  # bound read-only at /opt/harness
+HARNESS = sandbox_layout.PACKAGE / "exercises" / "runtime"  # bound read-only at /opt/harness
 # What the program may run after its own exit before we stop waiting for its
 # output pipes to close (mode none: a grandchild that kept them open).
 _DRAIN_S = 1.0

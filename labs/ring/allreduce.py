@@ -7,7 +7,7 @@ PyTorch tutorial does. `ring_allreduce_pipelined` sends what `ring_allreduce`
 sends, in segments, several in flight, as gloo and NCCL do. `run_rank` times
 them beside ``dist.all_reduce`` and checks that they agree.
 
-The lab itself (launch commands, parameters, summary, report) is ``labs.ring``,
+The lab itself (launch commands, parameters, summary, report) is ``labs.ring.lab``,
 which imports no torch; this module is imported by the ranks only.
 """
 
@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from labs.context import shared_clock_origin
-from labs.ring import DTYPES, Params
+from labs.ring.lab import DTYPES, Params
 
 
 def ring_allreduce(tensor, *, op="sum", group=None, trace=None):
@@ -245,9 +245,9 @@ def ring_allreduce_pipelined(tensor, *, op="sum", group=None, trace=None,
 # --------------------------------------------------------------------------
 # One rank of the lab
 
-# torch's dtype for each of the lab's element types (``labs.ring.DTYPES``)
+# torch's dtype for each of the lab's element types (``labs.ring.lab.DTYPES``)
 TORCH_DTYPES = {name: getattr(torch, name) for name in DTYPES}
-# The functions behind ``labs.ring.ALGOS``, in its order.
+# The functions behind ``labs.ring.lab.ALGOS``, in its order.
 ALGOS = {"ring": ring_allreduce, "pipelined": ring_allreduce_pipelined, "naive": naive_allreduce}
 
 

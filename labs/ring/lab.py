@@ -32,7 +32,7 @@ after a barrier, so a send on one rank and the matching receive on the next
 line up exactly; see `labs.context.shared_clock_origin`. In the summary they
 count from the start of the replayed run.
 
-The three all-reduces and the work of one rank are in ``labs.allreduce``,
+The three all-reduces and the work of one rank are in ``labs.ring.allreduce``,
 which the ranks import. This module (the lab's parameters, summary and report)
 imports no torch: the platform reads it to build the form and check a request.
 """
@@ -42,7 +42,7 @@ from __future__ import annotations
 import statistics
 from typing import NamedTuple
 
-from labs import model
+from labs import model, reports
 from labs.params import Page, ParamError, dataclass, limit, option
 from labs.params import check as check_values
 
@@ -54,7 +54,7 @@ class DType(NamedTuple):
     is_floating_point: bool
 
 
-# The element types a learner may choose, by torch's names (``labs.allreduce`` maps
+# The element types a learner may choose, by torch's names (``labs.ring.allreduce`` maps
 # each to torch's dtype; a test checks that these figures are torch's).
 DTYPES = {"float32": DType(4, True), "float64": DType(8, True),
           "bfloat16": DType(2, True), "int64": DType(8, False)}
@@ -62,11 +62,13 @@ DTYPES = {"float32": DType(4, True), "float64": DType(8, True),
 # the chunked ring both send S bytes per rank, (n-1)*S = 2(n-1)/n*S = S, so
 # only 3 or more show the difference. See labs.context.world_size_default.
 DEFAULT_WORLD_SIZE = 3
-# In the order the page offers them; ``labs.allreduce.ALGOS`` holds the functions.
+# In the order the page offers them; ``labs.ring.allreduce.ALGOS`` holds the functions.
 ALGOS = ("ring", "pipelined", "naive")
 OPS = ("sum", "avg")
 # What a rank runs (``run_rank``), with torch: imported by the ranks only (``labs.context.rank_code``).
-RANK_MODULE = "labs.allreduce"
+RANK_MODULE = "labs.ring.allreduce"
+# What the pages read of this lab's summary (``labs.reports.read``).
+SUMMARY = reports.RingSummary
 
 
 @dataclass
@@ -198,11 +200,3 @@ def format_text(summary: dict) -> str:
     ]
     return "\n".join(lines)
 
-
-if __name__ == "__main__":
-    # `torchrun ... -m labs.ring` and `python -m labs.ring`: the CLI does the rest.
-    import sys
-
-    from labs.__main__ import main
-
-    sys.exit(main(["ring", *sys.argv[1:]]))

@@ -42,21 +42,24 @@ Sections (each returns numbers; run a subset with ``--sections``):
 This module (parameters, summary, report) imports no torch: the platform
 reads it to build the form and check a request. What a rank runs is in the
 modules the ranks import: the two functions the lessons show and most
-sections in ``labs.ddp_rank``; the data, the model and the measuring tools
-in ``labs.ddp_setup``; the ``sampler`` section in ``labs.ddp_sampler``; the
-``timeline`` section in ``labs.ddp_timeline`` (its arithmetic in
-``labs.timeline``). The text report is ``labs.ddp_text``.
+sections in ``labs.ddp.rank``; the data, the model and the measuring tools
+in ``labs.ddp.setup``; the ``sampler`` section in ``labs.ddp.sampler``; the
+``timeline`` section in ``labs.ddp.timeline`` (its arithmetic in
+``labs.timeline``). The text report is ``labs.ddp.text``.
 """
 
 from __future__ import annotations
 
-from labs.ddp_text import format_text as format_text  # what `python -m labs ddp` prints
+from labs import reports
+from labs.ddp.text import format_text as format_text  # what `python -m labs ddp` prints
 from labs.params import Page, dataclass, option
 from labs.params import check as check_values
 
 SECTIONS = ("equivalence", "sampler", "breakdown", "buckets", "no_sync", "fp16", "scaling", "timeline")
 # What a rank runs (``run_rank``), with torch: imported by the ranks only (``labs.context.rank_code``).
-RANK_MODULE = "labs.ddp_rank"
+RANK_MODULE = "labs.ddp.rank"
+# What the pages read of this lab's summary (``labs.reports.read``).
+SUMMARY = reports.DdpSummary
 
 
 # --------------------------------------------------------------------------
@@ -118,10 +121,3 @@ def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: st
                         "seed": params.seed},
             "sections": ranks[0]["sections"]}
 
-
-if __name__ == "__main__":
-    import sys
-
-    from labs.__main__ import main
-
-    sys.exit(main(["ddp", *sys.argv[1:]]))

@@ -22,7 +22,7 @@ definitions, which `labs.model` holds for the lessons' calculators too:
 
 For reduce-scatter S is the whole input (n chunks); for all-gather the whole
 output. ``#wrong`` counts elements that differ from the exact answer in a
-separate checked call (``labs.bench_rank``, the ranks' side, which imports
+separate checked call (``labs.bench.rank``, the ranks' side, which imports
 torch; this module does not). The summary fits the alpha-beta model
 T = 2(n-1) alpha + 2(n-1)/n * S/B to each implementation's rows
 (`labs.model.fit_alpha_beta`), so a learner reads their machine's alpha and B.
@@ -30,10 +30,11 @@ T = 2(n-1) alpha + 2(n-1)/n * S/B to each implementation's rows
 
 from __future__ import annotations
 
+from labs import reports
 from labs.model import fit_alpha_beta
 from labs.params import Page, ParamError, dataclass, limit, option
 from labs.params import check as check_values
-from labs.ring import DTYPES, OPS
+from labs.ring.lab import DTYPES, OPS
 
 # The default number of ranks (page and CLI): on 2 ranks the naive ring and
 # the chunked ring both send S bytes per rank, (n-1)*S = 2(n-1)/n*S = S, so
@@ -46,7 +47,9 @@ COLLECTIVE = {"ring": "all_reduce", "ring_pipelined": "all_reduce", "naive": "al
               "all_gather": "all_gather"}
 GB = 1e9  # rows give algbw and busbw in GB/s, as nccl-tests prints them
 # What a rank runs (``run_rank``), with torch: imported by the ranks only (``labs.context.rank_code``).
-RANK_MODULE = "labs.bench_rank"
+RANK_MODULE = "labs.bench.rank"
+# What the pages read of this lab's summary (``labs.reports.read``).
+SUMMARY = reports.BenchSummary
 
 
 # --------------------------------------------------------------------------
@@ -154,10 +157,3 @@ def format_text(summary: dict) -> str:
                 f"{c['size']}: {c['ratio']:.2f}" for c in s[key] if c["ratio"]))
     return "\n".join(lines)
 
-
-if __name__ == "__main__":
-    import sys
-
-    from labs.__main__ import main
-
-    sys.exit(main(["bench", *sys.argv[1:]]))

@@ -1,4 +1,4 @@
-"""The bench lab's ranks: every row of the sweep timed and checked (``labs.bench`` is the lab).
+"""The bench lab's ranks: every row of the sweep timed and checked (``labs.bench.lab`` is the lab).
 
 Each row fills its buffers with small integers that every dtype adds exactly,
 times ``iters`` calls (each call's time is its slowest rank's), then checks a
@@ -13,9 +13,14 @@ import time
 import torch
 import torch.distributed as dist
 
-from labs.allreduce import TORCH_DTYPES, naive_allreduce, ring_allreduce, ring_allreduce_pipelined
-from labs.bench import COLLECTIVE, GB, Params, sweep_sizes
+from labs.bench.lab import COLLECTIVE, GB, Params, sweep_sizes
 from labs.model import algbw, busbw
+from labs.ring.allreduce import (
+    TORCH_DTYPES,
+    naive_allreduce,
+    ring_allreduce,
+    ring_allreduce_pipelined,
+)
 
 # Our hand-written all-reduces, each compared with dist.all_reduce in the summary.
 OURS = {"ring": ring_allreduce, "ring_pipelined": ring_allreduce_pipelined,

@@ -1,6 +1,6 @@
 """The sharding lab's rank code: four ways to train one MLP, and what each rank holds.
 
-Imported only by the ranks (``labs.sharding.RANK_MODULE``), so that the lab's
+Imported only by the ranks (``labs.sharding.lab.RANK_MODULE``), so that the lab's
 parameters, summary and text stay free of torch. The four strategies, each a
 small diff of the last:
 

@@ -1,6 +1,6 @@
 """The DDP lab's report as text: what ``python -m labs ddp`` prints without ``--json``.
 
-No torch here: the text is built from the summary `labs.ddp.summarize` returns.
+No torch here: the text is built from the summary `labs.ddp.lab.summarize` returns.
 """
 
 from __future__ import annotations

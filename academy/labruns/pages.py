@@ -2,15 +2,15 @@
 
 The web process never starts a lab. :func:`submit` checks the request against
 the lab's schema (``labs.params``) and Settings' limits, then hands it to the
-job queue (:func:`academy.labqueue.submit`), which writes a
+job queue (:func:`academy.labruns.queue.submit`), which writes a
 :class:`~academy.models.LabRun` row; a ``python -m academy.worker`` process,
-here or on another machine, runs it (``academy.labjob``) and writes progress
+here or on another machine, runs it (``academy.labruns.job``) and writes progress
 and the outcome back to the row. The page polls the row, so any app replica
-can show any run. Cancel (``academy.labqueue.request_cancel``) sets a flag
+can show any run. Cancel (``academy.labruns.queue.request_cancel``) sets a flag
 the worker acts on within a second (a queued run is dropped at once).
 
 So that one visitor cannot fill the queue and make everyone else wait, a
-learner (or a guest's client: its address, see :func:`academy.labqueue.submit`)
+learner (or a guest's client: its address, see :func:`academy.labruns.queue.submit`)
 may have ``Settings.lab_max_per_learner`` labs queued or running, all guests
 together ``Settings.lab_max_guests`` and all visitors ``Settings.lab_max_queued``;
 each is counted in the database when a run is submitted.
@@ -29,9 +29,9 @@ from typing import Any
 
 from sqlmodel import Session, func, select
 
-from academy import labqueue
 from academy.db import session_scope
-from academy.labqueue import EXERCISE
+from academy.labruns import queue as labqueue
+from academy.labruns.queue import EXERCISE
 from academy.models import ACTIVE, LabRun
 from academy.settings import get_settings
 from labs import params as lab_params
@@ -120,7 +120,7 @@ def submit(*, lab: str, params: dict[str, Any], learner_id: int | None, machine:
     form does not offer it; callers of this function may). Refused with a
     :class:`LabRequestError` when the parameters are not allowed, when more
     nodes are asked for than ``Settings.lab_max_nodes`` allows (or no
-    rendezvous endpoint is set), by fair use (:func:`academy.labqueue.submit`:
+    rendezvous endpoint is set), by fair use (:func:`academy.labruns.queue.submit`:
     the learner's or guest client's own limit, the guests' share, or the
     queue's), or when the queue cannot be reached.
     """
@@ -214,7 +214,7 @@ def machine_fit(*, session: Session, worker: str | None, impl: str, world_size: 
     Why here: a benchmark run already stores its fits (``result.summary.fit``),
     and alpha and B describe the machine, not the learner, so any learner's
     benchmark on the same host counts; a worker is named ``host:pid``
-    (``academy.labjob.worker_name``), so a restarted worker keeps its host's
+    (``academy.labruns.job.worker_name``), so a restarted worker keeps its host's
     fits. Only the ``recent`` newest benchmark runs are looked at.
     """
     if not worker:

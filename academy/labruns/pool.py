@@ -38,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger("academy.labpool")
+log = logging.getLogger("academy.labruns.pool")
 PROCESS_MB = 400  # a warm process's resident memory with PyTorch imported, rounded up
 REPLY_S = 1.0  # a fork takes milliseconds: a warm process silent this long (past the wait) is taken for stuck
 IMPORT_S = 120.0  # a warm process not ready this long after its start is taken for stuck and replaced

@@ -1,6 +1,6 @@
 """What one sandbox run may use, and what holds it there (``labs.sandbox``'s limits).
 
-    from labs.sandbox_limits import Cgroup, Limits, rlimits, slot
+    from labs.sandbox.limits import Cgroup, Limits, rlimits, slot
     with Cgroup.make(limits) as group, slot() as uid:   # uid: as root only
         cmd = group.wrap([prlimit, *rlimits(limits, nproc=True, memory=group.kind == "none"), ...])
 
@@ -57,7 +57,7 @@ class Limits(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="EXERCISE_", env_file=".env", extra="ignore", frozen=True,
                                       env_ignore_empty=True)
 
-    # How learners' code runs (``labs.sandbox.mode``): "bwrap" refuses to grade where
+    # How learners' code runs (``labs.sandbox.run.mode``): "bwrap" refuses to grade where
     # bubblewrap cannot start; "none" runs the code unconfined, only for a single-user
     # machine whose owner is the only learner. Never chosen by itself.
     sandbox: Literal["bwrap", "none"] = "bwrap"

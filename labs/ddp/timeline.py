@@ -39,7 +39,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from labs import timeline
 from labs.context import shared_clock_origin
-from labs.ddp_setup import make_model, shard_batches, wrap
+from labs.ddp.setup import make_model, shard_batches, wrap
 
 
 def variants(p) -> dict[str, float | None]:

@@ -1,6 +1,6 @@
 """What the sandboxed program sees and how it starts: the command lines of ``labs.sandbox``.
 
-    from labs import sandbox_layout
+    from labs.sandbox import layout as sandbox_layout
     program = sandbox_layout.program_folder(harness, work)       # its folder on the path
     prefix, options, env = sandbox_layout.bwrap_command(["-m", "harness"], work=work,
                                                         program=program, limits=limits, uid=uid,
@@ -32,11 +32,13 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from labs.sandbox_limits import Limits, MiB, SandboxUnavailable, rlimits
+from labs.sandbox.limits import Limits, MiB, SandboxUnavailable, rlimits
 
-ROOT = Path(__file__).resolve().parent.parent
-# Put beside the program (both are standard library only, and import nothing of ours).
-OWN_MODULES = (ROOT / "labs" / "seccomp.py", ROOT / "labs" / "processes.py")
+PACKAGE = Path(__file__).resolve().parent.parent  # labs/
+ROOT = PACKAGE.parent  # the project
+# Put beside the program (both are standard library only, and import nothing of ours): this
+# package's filters and the run machinery's process toolkit, bound by path.
+OWN_MODULES = (PACKAGE / "sandbox" / "seccomp.py", PACKAGE / "processes.py")
 
 
 def _base_env(*, path: str, home: str, inputs: str, pythonpath: str) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """The worker side of a lab run: claim it, run its lab, write its heartbeat, record how it ended.
 
-``python -m academy.worker`` consumes the huey queues of :mod:`academy.labqueue`;
+``python -m academy.worker`` consumes the huey queues of :mod:`academy.labruns.queue`;
 :func:`set_worker` names :func:`execute` as the queue's task, which runs once
 per job, in a worker thread (the queue imports nothing of this module, so the
 web side never loads it). The job starts ``python -m labs LAB ... --events F
@@ -9,7 +9,7 @@ line) in its own process group, and writes back to the
 :class:`~academy.models.LabRun` row: the claim, a heartbeat and the newest
 progress event about once a second, and the result or the error at the end.
 The promises this keeps (exactly once, cancel, a dead worker, several nodes)
-are listed in :mod:`academy.labqueue`.
+are listed in :mod:`academy.labruns.queue`.
 
 One node model: every run has :class:`~academy.models.LabRunNode` rows, one
 for an ordinary run (taken with the claim), N for a run over N nodes. Each
@@ -48,8 +48,8 @@ from sqlmodel import func, select
 
 from academy import exercises
 from academy.db import session_scope
-from academy.labpool import GraderPool, WarmPool, lab_env
-from academy.labqueue import (
+from academy.labruns.pool import GraderPool, WarmPool, lab_env
+from academy.labruns.queue import (
     EXERCISE,
     REPORT_TOO_LARGE,
     enqueue,
@@ -121,8 +121,8 @@ class WorkerState:
     stopping: threading.Event = field(default_factory=threading.Event)
     # run id -> process-group id of the lab going, for tests and the shutdown path
     running: dict[int, int] = field(default_factory=dict)
-    pool: WarmPool | None = None  # warm processes for single-node CPU labs (academy.labpool)
-    graders: GraderPool | None = None  # warm graders for exercise runs (academy.labpool)
+    pool: WarmPool | None = None  # warm processes for single-node CPU labs (academy.labruns.pool)
+    graders: GraderPool | None = None  # warm graders for exercise runs (academy.labruns.pool)
 
 
 _worker: WorkerState | None = None
@@ -166,7 +166,7 @@ def command(lab: str, params: dict[str, Any], workdir: Path) -> list[str]:
 
 
 def exercise_env() -> dict[str, str]:
-    """What a grading command (and a warm grader, academy.labpool) gets beside `lab_env`."""
+    """What a grading command (and a warm grader, academy.labruns.pool) gets beside `lab_env`."""
     return get_settings().exercises.environ()
 
 
@@ -441,7 +441,7 @@ def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str
     env = lab_env(env_extra)
     if run.lab == EXERCISE:
         # The learner's code goes to the grader as a file; the grader runs it only
-        # inside the sandbox the settings name (labs/sandbox.py), within their limits.
+        # inside the sandbox the settings name (labs/sandbox/run.py), within their limits.
         (workdir / "submission.py").write_text(run.source or "", encoding="utf-8")
         env.update(exercise_env())
     started = time.monotonic()

@@ -5,7 +5,7 @@ on a huey queue; a ``python -m academy.worker`` process (on this machine or
 another) takes it, starts ``python -m labs LAB ... --events F --out G`` in its
 own process group, and writes everything back to the row: the claim, a
 heartbeat and the newest progress event about once a second, and the result
-or the error at the end (that side, the job, is :mod:`academy.labjob`, which
+or the error at the end (that side, the job, is :mod:`academy.labruns.job`, which
 the worker names as the queue's task with :func:`serve`). The
 page reads only the database, so any app replica can show any run, and the
 web process never forks a rank. This module holds the queues, what the web
@@ -41,7 +41,7 @@ The promises and where they are kept:
   ordinary run's one node is node 0 too); one taking node k > 0 joins it by
   inserting the row (run, k) of :class:`~academy.models.LabRunNode` (the
   primary key settles a race). Every node starts
-  ``academy.labjob.torchrun_command``'s line, whose c10d rendezvous
+  ``academy.labruns.job.torchrun_command``'s line, whose c10d rendezvous
   gathers them; the node hosting global rank 0 gets result.json. The run is
   done when every node ended well, failed as soon as one failed (the others
   read that with their heartbeat and stop, as for a cancel), and failed with
@@ -128,7 +128,7 @@ def _huey(name: str, url: str, filename: str):
     return huey, task
 
 
-# The job a worker process runs for each message: ``academy.labjob.execute``, which
+# The job a worker process runs for each message: ``academy.labruns.job.execute``, which
 # names itself here when the worker starts (``labjob.set_worker``). So the web side
 # imports no worker code, and the worker side imports the queue, not the other way.
 _job: Callable[[int, int], None] | None = None
