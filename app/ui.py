@@ -60,7 +60,8 @@ CODE_COLOURS = {
 # 1.1:1 tint on links and a 2.5:1 halo on buttons (accessibility review). Outside the control,
 # so that a filled button keeps its ring visible; inside for what fills the window or sits in a
 # scrolled strip (the main area, tabs). Radio buttons, checkboxes and sliders hide their input:
-# the label, or the slider's thumb, carries the ring. tests/test_contrast.py checks FOCUS_COLOUR on every background it meets.
+# the label, or the slider's thumb, carries the ring. tests/test_contrast.py checks FOCUS_COLOUR
+# on every background it meets; tests/test_browser_smoke.py measures the ring as drawn.
 FOCUS_COLOUR = "#1f4e79"
 _RING = f"outline:2px solid {FOCUS_COLOUR} !important;box-shadow:none !important"
 FOCUS_RULES = {
