@@ -18,7 +18,8 @@ from typing import Any
 
 import streamlit as st
 
-from academy import labqueue, labruns
+from academy.labruns import pages as labruns
+from academy.labruns import queue as labqueue
 from academy.models import LabRun
 from app import calculators as calc
 from app import charts, charts_ring, sharding
@@ -29,7 +30,7 @@ from labs import model as ring_model
 from labs import params as lab_params
 from labs import reports
 from labs import timeline as spans
-from labs.ringtrace import trace_steps
+from labs.ring.ringtrace import trace_steps
 from labs.settings import Limits
 
 NVLINK_REFERENCE = (360.0, 480.0)  # GB/s busbw, NCCL all-reduce on 8 x H100/H200
@@ -262,7 +263,7 @@ def breakdown(run: LabRun, bd: reports.Breakdown) -> None:
     bucketing saves (fewer calls) and what overlap hides (behind backward)."""
     st.markdown(f"**{t('labs.ddp.breakdown', count=bd.steps)}**")
     names = {k: t(f"labs.ddp.{k}") for k in ("naive", "bucketed", "ddp", "forward", "backward",
-                                             "exposed_comm", "optimizer")}
+                                             "exposed_comm", "optimizer", "sync")}
     chart(charts.breakdown_figure({"naive": bd.naive, "bucketed": bd.bucketed, "ddp": bd.ddp}, names, lang=lang()),
           key=f"bd_{run.id}")
     saving, hidden = bd.bucketing_saving, bd.overlap_hidden

@@ -2,7 +2,7 @@
 
 Plain functions, data in, figure out, like ``app.charts`` (whose palette and
 template they use: blues for compute by part, vermillion for communication).
-The spans are the ones the ranks recorded (``labs.ddp_timeline``), typed by
+The spans are the ones the ranks recorded (``labs.ddp.timeline``), typed by
 ``labs.reports``; the figures beside them come from ``labs.timeline``. Labels come in already in
 the learner's language.
 """
@@ -80,7 +80,7 @@ def timeline_figure(variants: Sequence[tuple[str, Variant]], labels: dict[str, s
         yaxis={"categoryorder": "array", "categoryarray": [lane for lane, *_ in order],
                "autorange": "reversed", "fixedrange": True},
         legend={"traceorder": "normal"},
-        meta={"table": {"columns": ["", labels["span"], labels["start"], labels["end"]],
+        meta={"table": {"columns": [labels["rank"], labels["span"], labels["start"], labels["end"]],
                         "rows": sorted(rows, key=lambda row: (row[2], row[0]))}},
     )
     return fig

@@ -2,7 +2,8 @@
 
 import streamlit as st
 
-from academy import labqueue, labruns
+from academy.labruns import pages as labruns
+from academy.labruns import queue as labqueue
 from academy.models import ACTIVE
 from academy.settings import get_settings
 from app import labviews, ui
@@ -15,7 +16,7 @@ st.title(t("nav.labs"))
 st.write(t("labs.intro"))
 who = ui.learner()
 settings = get_settings()
-machine = st.cache_resource(host_summary)()  # the worker records where the lab ran (academy.labjob)
+machine = st.cache_resource(host_summary)()  # the worker records where the lab ran (academy.labruns.job)
 labruns.recover_after_restart_once()
 
 LABS = labruns.lab_names()
@@ -93,7 +94,7 @@ if run_id is not None:
 
 st.divider()
 mine = labruns.history(learner_id=who.id) if who else labruns.runs(state.get("lab_runs", []))
-st.markdown(f"#### {t('labs.history') if who else t('labs.history_guest')}")
+st.header(t("labs.history") if who else t("labs.history_guest"))
 for past in mine:
     label = t("labs.history_row", id=past.id, lab=t(f"labs_names.{past.lab}"),
               count=past.params.get("world_size", "?"), status=t(f"labs.status.{past.status}"),
