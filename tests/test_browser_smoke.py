@@ -96,7 +96,7 @@ def test_every_page_opens_in_the_browser(server, browser, artifacts, lang):
     page = ctx.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    for path in ("", "lessons", "labs", "quiz", "certificate", "verify", "account"):
+    for path in ("", "lessons", "labs", "quiz", "review", "certificate", "verify", "account"):
         if lang == "en" or not path:
             page.goto(f"{server.url}/{path}?lang={lang}")
             wait_app(page)
