@@ -23,6 +23,7 @@ import string
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import defer
 from sqlmodel import Session, col, func, select
 
 from academy.models import LabRun, RunQuestion
@@ -36,6 +37,10 @@ from quizzes.templates import Template, Templates, build, load_templates, option
 KEYS = string.ascii_lowercase
 DONE = "done"
 FULL_WIDTH_END = ("。", "！", "？", "）", "：", "；")
+# (run, template) pairs known to build no question: a finished run's figures never change
+# (a pruned report keeps its summary), so its report is not read again for them. Per process.
+_UNASKABLE: set[tuple[int, str]] = set()
+UNASKABLE_MAX = 100_000
 
 
 def _templates(templates: Templates | None) -> Templates:
@@ -59,13 +64,17 @@ def add_for_run(*, session: Session, run: LabRun, templates: Templates | None = 
     if run.id is None or run.learner_id is None or run.status != DONE or not templates.of(run.lab):
         return []
     have = set(session.exec(select(RunQuestion.template).where(RunQuestion.run_id == run.id)))
+    missing = [t for t in templates.of(run.lab) if t.id not in have and (run.id, t.id) not in _UNASKABLE]
+    if not missing:
+        return []  # the run's report is not even read
     found = figures(run.lab, run.result)
     added = []
-    for template in templates.of(run.lab):
-        if template.id in have:
-            continue
+    for template in missing:
         values = build(template, found, seed=seed_of(run.id, template.id), languages=templates.languages)
         if values is None:
+            if len(_UNASKABLE) >= UNASKABLE_MAX:
+                _UNASKABLE.clear()
+            _UNASKABLE.add((run.id, template.id))
             continue
         item = RunQuestion(learner_id=run.learner_id, run_id=run.id, lab=run.lab, template=template.id,
                            params=values)
@@ -85,7 +94,9 @@ def newest_runs(*, session: Session, learner_id: int, labs: list[str]) -> list[L
     replace an older run's in the queue, so only the newest is asked)."""
     newest = (select(func.max(LabRun.id)).where(LabRun.learner_id == learner_id, col(LabRun.lab).in_(labs),
                                                 LabRun.status == DONE).group_by(LabRun.lab))
-    return list(session.exec(select(LabRun).where(col(LabRun.id).in_(newest))))
+    # The reports are read only where a question is still to be built (add_for_run).
+    return list(session.exec(select(LabRun).where(col(LabRun.id).in_(newest))
+                             .options(defer(LabRun.result), defer(LabRun.source))))
 
 
 def count_for_run(*, session: Session, run_id: int) -> int:

@@ -242,16 +242,33 @@ def _load(directory: Path, languages: tuple[str, ...], topics: tuple[str, ...]) 
             if isinstance(tid, str) and tid in found:
                 problems.append(f"{where}: duplicate id")
                 continue
-            try:
-                template = Template.model_validate(raw, context={"languages": languages, "topics": topics})
-            except ValidationError as exc:
-                problems.extend(error_lines(where, schema_errors(exc)))
+            template, found_schema = validate_template(raw, where, languages, topics)
+            problems.extend(found_schema)
+            if template is None:
                 continue
             found_here = template_problems(template, where, path.stem, languages, topics)
             problems.extend(found_here)
             if not any(": examples:" in p for p in found_here):
                 found[template.id] = template
     return Templates(templates=found, languages=languages, problems=tuple(problems))
+
+
+def validate_template(raw: object, where: str, languages: tuple[str, ...],
+                      topics: tuple[str, ...]) -> tuple[Template | None, list[str]]:
+    """The model of one raw template, or None, with a line per schema error. As in the bank,
+    a template whose only errors are missing translations is kept (the English stands in)."""
+    context: dict[str, object] = {"languages": languages, "topics": topics}
+    try:
+        return Template.model_validate(raw, context=context), []
+    except ValidationError as exc:
+        errors = schema_errors(exc)
+    problems = error_lines(where, errors)
+    if all(err["type"] == "missing_language" for err in errors):
+        try:
+            return Template.model_validate(raw, context={**context, "partial": True}), problems
+        except ValidationError:
+            pass
+    return None, problems
 
 
 def template_problems(template: Template, where: str, file_lab: str, languages: tuple[str, ...],

@@ -1,8 +1,11 @@
 """Home in a real browser: every status state in en, zh and nl at 1400 px and 390 px, with the
-course map in reading order on the phone; and a deadlock report on the Exercises page.
+course map in reading order on the phone; a deadlock report on the Exercises page; and the
+Review page's questions built from a learner's own runs, answered in every language and width.
 
 Screenshots: ``test-artifacts/home-<state>-<lang>-<width>.png`` (guest, nothing, quiz_only,
-eligible, issued, disqualified) and ``exercise-deadlock-<lang>.png``.
+eligible, issued, disqualified), ``exercise-deadlock-<lang>.png``,
+``review-<lang>-<width>.png`` and ``review-feedback-<lang>-<width>.png`` (a question and its
+feedback) and ``home-review-nl-1400.png`` (Home's count of what is due).
 """
 
 from __future__ import annotations

@@ -63,6 +63,9 @@ def _templates_with(tmp_path: Path, old: str, new: str):
     ("  see: ring-allreduce\n", "  see: ring-all-reduce\n", "see: unknown section(s) ring-all-reduce", True),
     ('    nl: "Jouw ring all-reduce van {S} MB over {n} ranks duurde', '    xx: "Jouw ring all-reduce van {S} MB over {n} ranks duurde',
      "unknown language(s) xx", False),
+    # A missing translation: named, and the template stays (the English stands in), as in the bank.
+    ('\n    nl: "Jouw ring all-reduce van {S} MB over {n} ranks duurde', '\n    # nl: "Jouw ring all-reduce',
+     "ring-allreduce-your-busbw: text: lacks nl", True),
     ("lab: ring\n  figures: [n, S, t]", "lab: bench\n  figures: [n, a, B]", "example 1 must give exactly the figures n, a, B", False),
 ])
 def test_a_broken_template_is_found_and_named(tmp_path, old, new, expected, kept):
