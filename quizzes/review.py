@@ -137,7 +137,6 @@ def sync(*, session: Session, learner_id: int, now: datetime | None = None, bank
          templates: Templates | None = None) -> Synced:
     """Bring the learner's queue up to date (see the module docstring); commits what it adds."""
     now = now or clock()
-    bank = bank if bank is not None else load_bank()
     templates = templates if templates is not None else load_templates()
     made = 0
     labs = sorted({t.lab for t in templates.templates.values()})
@@ -168,13 +167,17 @@ def _cards_for_run_questions(session: Session, learner_id: int, now: datetime, *
         session.commit()
 
 
-def _apply_quiz_answers(session: Session, learner_id: int, bank: Bank) -> int:
-    """Apply every quiz answer of the learner that no log row records yet, oldest first."""
+def _apply_quiz_answers(session: Session, learner_id: int, bank: Bank | None) -> int:
+    """Apply every quiz answer of the learner that no log row records yet, oldest first
+    (the bank is read only when there is one: Home, which syncs, need not load it)."""
     pending = session.exec(
         select(QuizAnswer).join(QuizAttempt, col(QuizAttempt.id) == QuizAnswer.attempt_id)
         .where(QuizAttempt.learner_id == learner_id,
                ~exists().where(ReviewLog.answer_id == QuizAnswer.id))
         .order_by(col(QuizAnswer.answered_at), col(QuizAnswer.id))).all()
+    if not pending:
+        return 0
+    bank = bank if bank is not None else load_bank()
     return sum(_apply_quiz_answer(session, learner_id, answer, bank) for answer in pending)
 
 
@@ -228,15 +231,17 @@ def queue(*, session: Session, learner_id: int, now: datetime | None = None, upc
     """(due now, earliest due first; the next ``upcoming`` not due yet). Cards whose question
     the bank or the templates no longer have are left out."""
     now = now or clock()
-    bank = bank if bank is not None else load_bank()
     templates = templates if templates is not None else load_templates()
     rows = session.exec(
         select(ReviewCard, RunQuestion).outerjoin(RunQuestion, col(RunQuestion.id) == ReviewCard.run_question_id)
         .where(ReviewCard.learner_id == learner_id, col(ReviewCard.retired).is_(False))
         .order_by(col(ReviewCard.due), col(ReviewCard.id))).all()
     items = []
+    if bank is None and any(asked is None for _, asked in rows):
+        bank = load_bank()  # only for a queue with bank questions
     for card, asked in rows:
         if asked is None:
+            assert bank is not None
             question = bank.questions.get(card.question_id or "")
             if question is not None:
                 items.append(Item(card.id, card.reps, _utc(card.due), card.question_id, None, question.topic))

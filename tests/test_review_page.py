@@ -8,11 +8,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from fsrs import Card, Rating, Scheduler
 from sqlmodel import select
 
 from academy import i18n, lessons
 from academy.db import session_scope
-from academy.models import ReviewCard
+from academy.models import QuizAnswer, ReviewCard
 from quizzes import review, store
 from quizzes.bank import load_bank
 from quizzes.figures import figures
@@ -176,3 +177,39 @@ def test_the_admin_page_shows_how_each_question_performs(clock):
     assert table[i18n.t("admin.col_discrimination", "nl")].notna().sum() >= 4
     templates = at.dataframe[1].value
     assert list(templates[i18n.t("admin.col_answered", "nl")]) == [1]
+
+
+@pytest.mark.usefixtures("app_db")
+def test_a_quiz_answer_comes_back_for_review_rated_by_the_time_it_took(clock):
+    """The Quiz page measures how long an answer took; the Review page then schedules the
+    question by it, and asks it again when it is due, with fresh values and order."""
+    from benchmarks.quizkey import right_answer
+    from tests.test_quiz_page import answer, seeded_attempt
+
+    with session_scope() as session:
+        learner_id, _ = learner_with_runs(session, ())
+    attempt, pos = seeded_attempt(learner_id, "single")
+    at = open_page("quiz", "en", learner_id, state={f"quiz_pos_{attempt.id}": pos})
+    clock.now += timedelta(seconds=70)  # a choice question answered right after 70 s: Hard
+    answer(at, attempt, pos, right_answer(attempt.plan[pos], load_bank(), "en"), "en")
+    assert not at.exception, at.exception
+    with session_scope() as session:
+        [stored] = session.exec(select(QuizAnswer).where(QuizAnswer.attempt_id == attempt.id)).all()
+    assert stored.seconds == 70 and stored.correct
+
+    at = open_page("review", "en", learner_id)
+    with session_scope() as session:
+        [card] = session.exec(select(ReviewCard).where(ReviewCard.learner_id == learner_id)).all()
+    assert card.question_id == attempt.plan[pos]["question_id"] and card.reps == 1
+    # An independent FSRS: a new card rated Hard when the answer was given.
+    fresh = Card(card_id=1, due=card.last_review)
+    assert card.due == Scheduler(enable_fuzzing=False).review_card(fresh, Rating.Hard,
+                                                                   review_datetime=card.last_review)[0].due
+    clock.now = card.due - timedelta(seconds=1)  # (the quiz stamps its answers with the real time)
+    at.run()
+    assert i18n.t("review.none_due", "en", when=i18n.format_datetime(card.due, "en")) in [i.value for i in at.info]
+    clock.now = card.due
+    at.run()
+    assert at.session_state["review_current"]["item"].question_id == card.question_id
+    assert i18n.t("review.from_quiz", "en", section={s.id: s.title for s in lessons.sections("en")}[
+        at.session_state["review_current"]["item"].topic]) in texts(at)
