@@ -23,7 +23,7 @@ from academy.accounts import (
 )
 from academy.db import session_scope
 from academy.errors import UserError
-from academy.labruns import scaling_points
+from academy.labruns.pages import scaling_points
 from academy.lessons import completed, mark_done, mark_undone
 from academy.models import Learner
 from academy.settings import get_settings

@@ -60,7 +60,7 @@ def test_each_language_uses_the_same_widgets_and_code():
 
 
 def test_links_to_labs_and_quiz_topics_resolve():
-    from academy.labruns import lab_names
+    from academy.labruns.pages import lab_names
 
     topics = {q.topic for q in load_bank().questions.values()}
     for section in lessons.sections("en"):
@@ -182,7 +182,7 @@ def test_code_source_refuses_paths_outside_the_project():
     with pytest.raises(ValueError):
         lessons.function_source("../../etc/passwd::x")
     with pytest.raises(LookupError):
-        lessons.function_source("labs/ring.py::no_such_function")
+        lessons.function_source("labs/ring/lab.py::no_such_function")
 
 
 # --- calculators, hand-checked ---------------------------------------------------------------

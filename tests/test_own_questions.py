@@ -13,7 +13,7 @@ import pytest
 from sqlmodel import select
 
 from academy import lessons
-from academy.labqueue import slim_result
+from academy.labruns.queue import slim_result
 from academy.models import LabRun, RunQuestion
 from quizzes import own
 from quizzes.figures import FIGURES, figures

@@ -30,8 +30,11 @@ from pathlib import Path
 
 import pytest
 
-from labs import sandbox, sandbox_layout, sandbox_limits, seccomp
-from labs.sandbox import Limits, SandboxUnavailable, run_python
+from labs.sandbox import layout as sandbox_layout
+from labs.sandbox import limits as sandbox_limits
+from labs.sandbox import run as sandbox
+from labs.sandbox import seccomp
+from labs.sandbox.run import Limits, SandboxUnavailable, run_python
 from tests.labstack import free_port
 from tests.procs import command_lines
 
@@ -712,7 +715,7 @@ def test_of_usr_only_the_libraries_and_of_the_interpreter_only_its_own_files(har
 def test_a_system_python_whose_prefix_is_usr_shows_no_more(harness):
     """Debian's python3 has /usr as its prefix: binding the prefix (as the
     sandbox did for any interpreter) showed all of /usr again at /opt/python."""
-    code = ("import sys; from pathlib import Path; from labs import sandbox; "
+    code = ("import sys; from pathlib import Path; from labs.sandbox import run as sandbox; "
             "out = sandbox.run_python('view', sys.argv[2:], files={}, mode='bwrap', "
             "harness=Path(sys.argv[1]), limits=sandbox.Limits(wall_s=30)); "
             "sys.stdout.buffer.write(out.stdout); sys.stderr.buffer.write(out.stderr)")
@@ -813,7 +816,7 @@ def test_no_privileges_and_nothing_the_host_shares_by_name(harness):
 
 def run_filter(program: bytes, arch: int, nr: int, arg0: int = 0) -> tuple[str, int]:
     """What the kernel would do with one call under our classic BPF program: a
-    small interpreter for the four instructions `labs.seccomp`'s programs use."""
+    small interpreter for the four instructions `labs.sandbox.seccomp`'s programs use."""
     import struct
     data = struct.pack("=iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
     insns = [struct.unpack("=HBBI", program[i:i + 8]) for i in range(0, len(program), 8)]

@@ -2,8 +2,9 @@
 
 import streamlit as st
 
-from academy import labqueue, labruns
 from academy.db import session_scope
+from academy.labruns import pages as labruns
+from academy.labruns import queue as labqueue
 from academy.models import ACTIVE
 from academy.settings import get_settings
 from app import labviews, ui
@@ -17,7 +18,7 @@ st.title(t("nav.labs"))
 st.write(t("labs.intro"))
 who = ui.learner()
 settings = get_settings()
-machine = st.cache_resource(host_summary)()  # the worker records where the lab ran (academy.labjob)
+machine = st.cache_resource(host_summary)()  # the worker records where the lab ran (academy.labruns.job)
 labruns.recover_after_restart_once()
 
 LABS = labruns.lab_names()

@@ -27,9 +27,9 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from labs import sandbox
 from labs.exercises import load
 from labs.exercises.encoding import foreign_encoding
+from labs.sandbox import run as sandbox
 
 CASE_TIMEOUT_S = 5.0  # a case that takes longer is a deadlock (the cases are tiny)
 OUTPUT_BYTES_PER_RANK = 2048  # of the learner's prints, per rank and case
