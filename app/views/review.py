@@ -133,6 +133,6 @@ else:
 if upcoming:
     # Grouped: the questions of one run or section that come back at one moment are one line.
     st.header(t("review.upcoming"))
-    groups = Counter((i.due, source(i)) for i in upcoming)
-    st.markdown("\n".join(f"- {t('review.upcoming_row', when=when(due), count=count, source=where)}"
-                          for (due, where), count in groups.items()))
+    groups = Counter((when(i.due), source(i)) for i in upcoming)  # to the minute, as shown
+    st.markdown("\n".join(f"- {t('review.upcoming_row', when=moment, count=count, source=where)}"
+                          for (moment, where), count in groups.items()))
