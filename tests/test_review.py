@@ -4,7 +4,6 @@ a restart; two sessions answering at once, on SQLite and PostgreSQL, make one sc
 
 from __future__ import annotations
 
-import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -15,6 +14,7 @@ from academy.db import make_engine, migrate
 from academy.models import LabRun, QuizAnswer, ReviewCard, ReviewLog, RunQuestion
 from quizzes import review, store
 from quizzes.bank import load_bank
+from tests.conftest import race
 from tests.runquestions import answer_for, learner_with_runs, result
 
 T0 = datetime(2026, 12, 7, 9, 0, tzinfo=UTC)  # a Monday morning
@@ -138,38 +138,6 @@ def test_quiz_answers_join_the_queue_once_rated_by_time(session):
 # --------------------------------------------------------- restart, two sessions
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def file_engine(request, tmp_path):
-    """A database that real concurrent connections share: a SQLite file in WAL mode, and
-    PostgreSQL where conftest.py can reach or start one."""
-    url = f"sqlite:///{tmp_path / 'review.db'}" if request.param == "sqlite" else request.getfixturevalue(
-        "postgres_url")
-    engine = make_engine(url)
-    migrate(engine)
-    yield engine
-    engine.dispose()
-
-
-def _race(*jobs):
-    """Run the jobs in threads released at the same moment; results or errors."""
-    barrier = threading.Barrier(len(jobs))
-    results: list = [None] * len(jobs)
-
-    def run(i, job):
-        barrier.wait()
-        try:
-            results[i] = job()
-        except Exception as exc:  # noqa: BLE001 (the test inspects it)
-            results[i] = exc
-
-    threads = [threading.Thread(target=run, args=(i, job)) for i, job in enumerate(jobs)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    return results
-
-
 def test_the_schedule_survives_a_restart(tmp_path):
     url = f"sqlite:///{tmp_path / 'restart.db'}"
     engine = make_engine(url)
@@ -206,7 +174,7 @@ def test_two_devices_answering_one_card_make_one_schedule(file_engine):
                                          now=T0)
             return job
 
-        first, second = _race(device(True), device(False))
+        first, second = race(device(True), device(False))
         assert not isinstance(first, Exception), first
         assert not isinstance(second, Exception), second
         assert sorted([first.applied, second.applied]) == [False, True]
@@ -234,7 +202,7 @@ def test_two_sessions_bringing_the_queue_up_to_date_add_and_apply_once(file_engi
         with _session(file_engine) as session:
             return review.sync(session=session, learner_id=learner_id, now=T0, bank=bank)
 
-    first, second = _race(device, device)
+    first, second = race(device, device)
     assert not isinstance(first, Exception), first
     assert not isinstance(second, Exception), second
     assert first.questions + second.questions == 7 and first.answers + second.answers == 6
