@@ -95,7 +95,7 @@ else:
         st.stop()
     with st.container(border=True):
         st.caption(source(item))
-        st.markdown(question.text)
+        st.markdown(f"## {question.text}")  # a heading, as on the Quiz page (headings in order: h1, h2)
         if result is not None:
             # Graded again in today's language (a switch after answering); nothing is scheduled twice.
             with session_scope() as session:
