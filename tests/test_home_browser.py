@@ -171,6 +171,15 @@ def test_an_ordering_question_is_answered_position_by_position(server, browser, 
         context.close()
 
 
+def checked(page, lang: str) -> None:
+    """axe-core finds nothing of ours (in its languages, en and zh) and no label is cut short."""
+    from tests.browserkit import axe_ours, cut_short
+
+    if lang in ("en", "zh"):
+        assert axe_ours(page) == "", lang
+    assert cut_short(page) == [], lang
+
+
 def _shown_question(page, learner_id: int, lang: str):
     """The run question on screen (its text, in ``lang``, is visible) and its right option's text."""
     from sqlmodel import select
@@ -230,6 +239,7 @@ def test_review_in_every_language_and_width(server, browser, artifacts):
                 shown = main(page).inner_text()
                 assert any(format_number(v, lang) in shown for v in mine.values()), shown  # own figures
                 whole_page(page, artifacts / f"review-{lang}-{width}.png", width)
+                checked(page, lang)
                 main(page).get_by_test_id("stRadioOption").filter(has_text=right).first.click()
                 button(main(page), "review.submit", lang).click()
                 alert(page, t("quiz.right", lang))
@@ -237,6 +247,7 @@ def test_review_in_every_language_and_width(server, browser, artifacts):
                     main(page).get_by_text(pattern("review.rated_easy", lang))).or_(
                     main(page).get_by_text(pattern("review.rated_hard", lang))).first.wait_for(timeout=30_000)
                 whole_page(page, artifacts / f"review-feedback-{lang}-{width}.png", width)
+                checked(page, lang)
                 button(main(page), "review.next", lang).click()
                 wait_app(page)
                 answered += 1
