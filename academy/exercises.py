@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, col, select
 
@@ -35,6 +36,7 @@ from academy.settings import get_settings
 from labs import exercises as defs
 from labs.exercises import messages
 from labs.exercises.encoding import foreign_encoding
+from labs.exercises.report import GradeReport
 
 LAB = labqueue.EXERCISE  # LabRun.lab of a submission
 
@@ -97,15 +99,6 @@ def waiting(row: dict[str, Any], lang: str, exercise: str | None = None) -> str:
     """One rank of a deadlock report in the learner's language, with its direction
     ("waiting in send to rank 1", "waiting in recv from rank 0"; ``labs.exercises.messages``)."""
     return messages.waiting(row, lang, exercise)
-
-
-def case_counts(cases: list[dict[str, Any]]) -> dict[str, int]:
-    """How many of a report's cases passed, failed and were not run (stopped after a failure)."""
-    counts = {"passed": 0, "failed": 0, "not_run": 0}
-    for case in cases:
-        status = case.get("status")
-        counts[status if status in counts else "not_run"] += 1
-    return counts
 
 
 # --------------------------------------------------------------------------
@@ -222,7 +215,7 @@ def record_pass(*, session: Session, learner_id: int, exercise: str, run_id: int
     ).on_conflict_do_nothing(index_elements=["learner_id", "exercise"]))
 
 
-def outcome(run: LabRun, report: dict[str, Any] | None, returncode: int | None) -> dict[str, Any] | None:
+def outcome(run: LabRun, stored: dict[str, Any] | None, returncode: int | None) -> dict[str, Any] | None:
     """What a grading run that ended by itself means, for the worker to record; None when it
     left no report (the run then failed as any lab's would).
 
@@ -231,11 +224,21 @@ def outcome(run: LabRun, report: dict[str, Any] | None, returncode: int | None) 
     Only a passing one (exit 0, status "passed") of a signed-in learner earns
     the pass: ``passed`` is then (learner id, exercise).
     """
+    report = read_report(stored)
     if report is None or returncode not in (0, 1, 2):
         return None
-    passed = returncode == 0 and report.get("status") == "passed" and run.learner_id is not None
-    return {"status": "done", "result": report,
+    passed = returncode == 0 and report.status == "passed" and run.learner_id is not None
+    return {"status": "done", "result": report.dump(),
             "passed": (run.learner_id, run.params["exercise"]) if passed else None}
+
+
+def read_report(stored: Any) -> GradeReport | None:
+    """A grading run's stored result as its report; None when it is none (no result, or
+    not a grading report: the page then says the grader failed)."""
+    try:
+        return GradeReport.model_validate(stored) if stored is not None else None
+    except ValidationError:
+        return None
 
 
 def passes(*, session: Session, learner_id: int) -> dict[str, ExercisePass]:

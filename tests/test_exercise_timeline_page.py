@@ -26,13 +26,14 @@ EXERCISE = "bucketed-overlap"
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> dict:
-    """The reference graded on its traced case only, torch DDP's lanes made afresh (seconds)."""
+    """The reference graded on its traced case only, torch DDP's lanes made afresh (seconds):
+    the report as a run's result keeps it."""
     source = reference(EXERCISE)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("EXERCISE_DDP_CACHE", str(tmp_path_factory.mktemp("ddp-lanes")))
         out = grader.grade(EXERCISE, source, seed=7, mode=sandbox_mode(), case_ids=["w2-cap400"])
-    assert out["status"] == "passed", json.dumps(out)[:2000]
-    return out
+    assert out.status == "passed", out.model_dump_json()[:2000]
+    return out.dump()
 
 
 def learner() -> int:

@@ -433,5 +433,5 @@ def test_old_reports_are_slimmed_on_sqlite_and_postgresql(db):
     assert [bool(r.get("pruned")) for r in reports] == [True, True] + [False] * 5
     assert reports[0]["status"] == "passed" and reports[0]["trace"] is None
     assert reports[0]["cases"] == [{"id": "w3-n7-float32", "status": "passed", "world_size": 3, "size": 7,
-                                    "dtype": "float32"}]
+                                    "dtype": "float32", "findings": [], "output": {}}]
     assert not db.get(LabRun, other).result.get("pruned")

@@ -516,7 +516,8 @@ def _exercise_report(status: str = "passed", message_bytes: int = 10) -> dict:
                           "values": {"rank": 0, "exception": "E", "message": "x" * message_bytes}}],
             "waiting": [], "output": {"0": "printed"}}
     return {"exercise": "broadcast", "status": status, "ok": status == "passed", "error": None,
-            "cases": [case], "trace": {"world_size": 2, "traces": [[], []]}, "duration_s": 1.0, "sandbox": "none"}
+            "cases": [case], "trace": {"world_size": 2, "traces": [[], []]}, "pattern": None, "duration_s": 1.0,
+            "sandbox": "none"}
 
 
 def test_a_report_over_the_limit_is_stored_as_too_large_and_never_as_a_pass(fake_worker):
@@ -576,9 +577,9 @@ def test_only_the_newest_five_runs_keep_their_full_report(fake_worker):
         assert stored[2] == _exercise_report("failed")
         for old in stored[:2]:
             assert old == {"exercise": "broadcast", "status": "failed", "ok": False, "duration_s": 1.0,
-                           "sandbox": "none", "error": None, "trace": None, "pruned": True,
+                           "sandbox": "none", "error": None, "trace": None, "pattern": None, "pruned": True,
                            "cases": [{"id": "w2-n1-float32", "status": "failed", "world_size": 2, "size": 1,
-                                      "dtype": "float32"}]}
+                                      "dtype": "float32", "findings": [], "output": {}}]}
         # Other learners, other exercises and labs count on their own.
         for kept in (theirs, elsewhere, lab):
             assert not s.get(LabRun, kept.id).result.get("pruned")

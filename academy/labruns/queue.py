@@ -60,6 +60,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import update
 from sqlmodel import func, select
 
@@ -68,6 +69,8 @@ from academy.db import owner_only, session_scope
 from academy.errors import UserError
 from academy.models import ACTIVE, TERMINAL, LabRun, LabRunNode, LabWorker, utcnow
 from academy.settings import ROOT, get_settings
+from labs.exercises.report import GradeReport
+from labs.reports import TOO_LARGE
 
 QUEUES = ("cpu", "gpu")
 EXERCISE = "exercise"  # the lab name of an exercise submission (academy.exercises.LAB)
@@ -475,11 +478,9 @@ def forget_workers() -> None:
 # --------------------------------------------------------------------------
 # What is kept of a report (review N-6): a cap on each, the full one for the newest runs only
 
-REPORT_TOO_LARGE = "report_too_large"  # a lab's error kind; an exercise report's error key
+REPORT_TOO_LARGE = TOO_LARGE  # a lab's error kind; a grading report's error key (labs.exercises.report)
 # What an old lab run keeps of its result: everything the page shows, not each rank's own return.
 LAB_KEPT = ("ok", "lab", "world_size", "backend", "params", "summary", "wall_s", "work_s", "overhead_s")
-EXERCISE_KEPT = ("exercise", "status", "ok", "duration_s", "sandbox")
-CASE_KEPT = ("id", "status", "world_size", "size", "dtype")
 PRUNE_BATCH = 50  # old reports slimmed per finished run: a long backlog is worked off bit by bit
 
 
@@ -494,21 +495,28 @@ def fit_result(run: LabRun, result: dict[str, Any] | None) -> dict[str, Any] | N
     call records): one submission stored 2.7 MB (review N-6). Over the limit a
     lab first drops each rank's own return value (the page shows the summary);
     what still does not fit becomes a small report that says so: for an
-    exercise ``status`` "error" with the key ``report_too_large`` (never a
-    pass), for a lab an error of that kind (the run fails).
+    exercise the grading report's own (`GradeReport.capped`: status "error",
+    never a pass), for a lab an error of that kind (the run fails). A grading's
+    result that is no report is not kept (None: the run fails as a lab would).
     """
     limit = get_settings().lab_result_max_bytes
+    if run.lab == EXERCISE and result is not None:
+        try:
+            report = GradeReport.model_validate(result)
+        except ValidationError:
+            log.warning("run %s: the grader's result is no grading report; not kept", run.id)
+            return None
+        kept = report.capped(limit)
+        if kept is not report:
+            log.warning("run %s: report over the limit of %s bytes; stored as too large", run.id, limit)
+        return kept.dump()
     if result is None or (size := _size(result)) <= limit:
         return result
-    if run.lab != EXERCISE and "ranks" in result:
+    if "ranks" in result:
         slim = {k: v for k, v in result.items() if k != "ranks"}
         if _size(slim) <= limit:
             return slim
     log.warning("run %s: report of %s bytes is over the limit of %s; stored as too large", run.id, size, limit)
-    if run.lab == EXERCISE:
-        return {"exercise": str((run.params or {}).get("exercise", "")), "status": "error", "ok": False,
-                "error": {"key": REPORT_TOO_LARGE, "values": {"size": size, "limit": limit}},
-                "cases": [], "trace": None, "duration_s": None, "sandbox": ""}
     return {"ok": False, "error": {"kind": REPORT_TOO_LARGE, "size": size, "limit": limit,
                                    "message": f"the lab's report has {size} bytes, more than {limit}"}}
 
@@ -516,19 +524,16 @@ def fit_result(run: LabRun, result: dict[str, Any] | None) -> dict[str, Any] | N
 def slim_result(lab: str, result: dict[str, Any]) -> dict[str, Any]:
     """What an old run keeps of its report: its status and summary, marked ``pruned``.
 
-    A lab keeps what its page shows (:data:`LAB_KEPT`); an exercise report its
-    verdict, its error's key (and values, when small) and each case's id and
-    status, without findings, output, waits or the ring trace.
+    A lab keeps what its page shows (:data:`LAB_KEPT`); an exercise report what
+    `GradeReport.slim` keeps (its verdict, its error's key and each case's id
+    and status).
     """
     if lab != EXERCISE:
         return {**{k: result[k] for k in LAB_KEPT if k in result}, "pruned": True}
-    error = result.get("error")
-    if isinstance(error, dict):
-        values = error.get("values")
-        error = {"key": error.get("key"), **({"values": values} if _size(values) <= 1024 else {})}
-    cases = [{k: case.get(k) for k in CASE_KEPT} for case in result.get("cases") or [] if isinstance(case, dict)]
-    return {**{k: result.get(k) for k in EXERCISE_KEPT}, "error": error, "cases": cases, "trace": None,
-            "pruned": True}
+    try:
+        return GradeReport.model_validate(result).slim().dump()
+    except ValidationError:
+        return {"pruned": True}
 
 
 def prune_results(*, session, run_id: int) -> int:
