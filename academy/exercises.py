@@ -6,11 +6,12 @@ live in ``labs.exercises``; this module keeps what belongs to a learner:
 - a draft per exercise (the code as last saved, and how many hints they
   opened), so that a refresh or another device brings the same code back;
 - a submission, which is a lab run (lab ``exercise``) on the same queue, with
-  the same fair-use limits, as the labs: a worker runs the grading command on
-  it (``academy.labruns.job``) and stores the report as the run's result
-  (capped, and slimmed once newer runs follow: ``labqueue.fit_result``,
-  ``labqueue.prune_results``); what a grading run's end means is
-  :func:`outcome`;
+  the same fair-use limits, as the labs: a job of the kind *grading*
+  (``academy.labruns.kinds``), whose parts are here: the command a worker runs
+  on it (:func:`command`), the report it stores as the run's result
+  (:func:`fit`: a ``labs.exercises.report.GradeReport``, capped), what a
+  grading run's end means (:func:`outcome`), and what an older run keeps once
+  newer ones of the same exercise follow (:func:`slim`, :func:`series`);
 - a pass per exercise (:func:`record_pass`), written by the worker in the
   same transaction as a passing report, one row at most (the database
   refuses a second).
@@ -21,6 +22,9 @@ page (``app/views/exercises.py``) only lays them out.
 
 from __future__ import annotations
 
+import logging
+import sys
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -38,7 +42,8 @@ from labs.exercises import messages
 from labs.exercises.encoding import foreign_encoding
 from labs.exercises.report import GradeReport
 
-LAB = labqueue.EXERCISE  # LabRun.lab of a submission
+LAB = "exercise"  # LabRun.lab of a submission: a job of the kind grading (academy.labruns.kinds)
+log = logging.getLogger("academy.worker")
 
 
 class SourceRefused(labqueue.LabRequestError):
@@ -215,21 +220,24 @@ def record_pass(*, session: Session, learner_id: int, exercise: str, run_id: int
     ).on_conflict_do_nothing(index_elements=["learner_id", "exercise"]))
 
 
-def outcome(run: LabRun, stored: dict[str, Any] | None, returncode: int | None) -> dict[str, Any] | None:
-    """What a grading run that ended by itself means, for the worker to record; None when it
-    left no report (the run then failed as any lab's would).
+# --------------------------------------------------------------------------
+# A submission as a job: the grading kind of academy.labruns.kinds
 
-    A report, whatever it says (passed, a case failed, cannot be graded: the
-    grader exits 0, 1 or 2), is the run's result; the page reads its status.
-    Only a passing one (exit 0, status "passed") of a signed-in learner earns
-    the pass: ``passed`` is then (learner id, exercise).
-    """
-    report = read_report(stored)
-    if report is None or returncode not in (0, 1, 2):
-        return None
-    passed = returncode == 0 and report.status == "passed" and run.learner_id is not None
-    return {"status": "done", "result": report.dump(),
-            "passed": (run.learner_id, run.params["exercise"]) if passed else None}
+
+def grading_env() -> dict[str, str]:
+    """What a grading command (and a warm grader, ``academy.labruns.pool``) adds to the lab
+    processes' environment: the sandbox's settings, ``EXERCISE_*``."""
+    return get_settings().exercises.environ()
+
+
+def command(run: LabRun, workdir: Path) -> tuple[list[str], dict[str, str]]:
+    """The command that grades a submission, and what its environment adds: the learner's code
+    goes to the grader as ``workdir/submission.py``, and the grader runs it only inside the
+    sandbox the settings name (``labs/sandbox/run.py``), within their limits."""
+    (workdir / "submission.py").write_text(run.source or "", encoding="utf-8")
+    return [sys.executable, "-m", "labs.exercises", "grade", str(run.params["exercise"]),
+            str(workdir / "submission.py"), "--json", "--lang", str(run.params.get("lang", DEFAULT_LANG)),
+            "--events", str(workdir / "events.jsonl"), "--out", str(workdir / "result.json")], grading_env()
 
 
 def read_report(stored: Any) -> GradeReport | None:
@@ -239,6 +247,48 @@ def read_report(stored: Any) -> GradeReport | None:
         return GradeReport.model_validate(stored) if stored is not None else None
     except ValidationError:
         return None
+
+
+def fit(run: LabRun, result: dict[str, Any] | None, limit: int) -> GradeReport | None:
+    """The grader's ``result.json`` as the report to keep: whole if its JSON fits in ``limit``
+    bytes, else the small error report that says so (``GradeReport.capped``: never a pass).
+    None when the grader wrote none, or something that is no report."""
+    report = read_report(result)
+    if report is None:
+        if result is not None:
+            log.warning("run %s: the grader's result is no grading report; not kept", run.id)
+        return None
+    kept = report.capped(limit)
+    if kept is not report:
+        log.warning("run %s: report over the limit of %s bytes; stored as too large", run.id, limit)
+    return kept
+
+
+def outcome(run: LabRun, report: GradeReport | None, returncode: int | None) -> dict[str, Any] | None:
+    """What a grading run that ended by itself means, for the worker to record; None when it
+    left no report (the run then failed as any lab's would).
+
+    A report, whatever it says (passed, a case failed, cannot be graded: the
+    grader exits 0, 1 or 2), is the run's result; the page reads its status.
+    Only a passing one (exit 0, status "passed") of a signed-in learner earns
+    the pass: ``passed`` is then (learner id, exercise).
+    """
+    if report is None or returncode not in (0, 1, 2):
+        return None
+    passed = returncode == 0 and report.status == "passed" and run.learner_id is not None
+    return {"status": "done", "result": report.dump(),
+            "passed": (run.learner_id, run.params["exercise"]) if passed else None}
+
+
+def slim(stored: dict[str, Any]) -> dict[str, Any]:
+    """What an older submission keeps of its report (``GradeReport.slim``)."""
+    report = read_report(stored)
+    return report.slim().dump() if report is not None else {"pruned": True}
+
+
+def series(run: LabRun) -> list[Any]:
+    """Reports are slimmed per exercise: a learner's newest runs of each keep theirs whole."""
+    return [LabRun.params["exercise"].as_string() == str((run.params or {}).get("exercise", ""))]
 
 
 def passes(*, session: Session, learner_id: int) -> dict[str, ExercisePass]:

@@ -14,6 +14,7 @@ import pytest
 from academy import i18n
 from academy.db import session_scope
 from academy.labruns import job as labjob
+from academy.labruns import kinds
 from academy.labruns import queue as labqueue
 from academy.models import LabRun, LabWorker, utcnow
 from tests.apptest import open_page, press
@@ -84,7 +85,7 @@ def test_a_device_set_is_held_by_one_lab_at_a_time_even_across_workers(tmp_path)
 
 
 def test_each_stored_parameter_becomes_the_flag_of_its_name(tmp_path):
-    args = labjob.command("ring", {"world_size": 2, "fail_at_step": 3, "size": 1024}, tmp_path)
+    args = kinds.command("ring", {"world_size": 2, "fail_at_step": 3, "size": 1024}, tmp_path)
     assert args[1:4] == ["-m", "labs", "ring"]
     assert args[args.index("--world-size") + 1] == "2"
     assert args[args.index("--fail-at-step") + 1] == "3"
@@ -95,11 +96,11 @@ def test_a_multi_node_run_is_one_torchrun_line_per_node(tmp_path, monkeypatch):
     from academy.settings import get_settings
 
     with pytest.raises(ValueError, match="LAB_RENDEZVOUS_ENDPOINT"):
-        labjob.torchrun_command("ring", {"world_size": 4, "nodes": 2}, tmp_path, run_id=7)
+        kinds.torchrun_command("ring", {"world_size": 4, "nodes": 2}, tmp_path, run_id=7)
     monkeypatch.setenv("LAB_RENDEZVOUS_ENDPOINT", "head:29500")
     get_settings.cache_clear()
     try:
-        args = labjob.torchrun_command("ring", {"world_size": 4, "nodes": 2, "size": 64}, tmp_path,
+        args = kinds.torchrun_command("ring", {"world_size": 4, "nodes": 2, "size": 64}, tmp_path,
                                          run_id=7)
     finally:
         monkeypatch.undo()
@@ -107,12 +108,12 @@ def test_a_multi_node_run_is_one_torchrun_line_per_node(tmp_path, monkeypatch):
     line = " ".join(args)
     assert "-m torch.distributed.run --nnodes 2 --nproc-per-node 4" in line
     assert "--rdzv-backend c10d --rdzv-endpoint head:29500 --rdzv-id dpa-run-7" in line
-    assert f"--rdzv-conf join_timeout={get_settings().lab_node_wait_s + labjob.JOIN_GRACE_S}" in line
+    assert f"--rdzv-conf join_timeout={get_settings().lab_node_wait_s + kinds.JOIN_GRACE_S}" in line
     # Each rank: python -c PRELUDE ring ... (the prelude runs `python -m labs` once it
     # has asked to die with its torchrun).
-    prelude = args.index(labjob.RANK_PRELUDE)
+    prelude = args.index(kinds.RANK_PRELUDE)
     assert args[prelude - 3:prelude] == ["--no-python", args[0], "-c"] and args[prelude + 1] == "ring"
-    assert "runpy.run_module('labs'" in labjob.RANK_PRELUDE
+    assert "runpy.run_module('labs'" in kinds.RANK_PRELUDE
     assert "--world-size" not in args and "--nodes" not in args and "--size" in args
 
 
@@ -469,20 +470,22 @@ def test_migration_0010_goes_down_and_up_again(engine):
 
 @pytest.fixture
 def fake_worker(request, tmp_path, monkeypatch):
-    """``labjob.execute`` in this process, its "lab" a one-liner that writes ``reports[run_id]``
-    as result.json and exits 0: the worker's own path from the report to the stored row."""
+    """``labjob.execute`` in this process, the command of either kind of job (a lab, a grading)
+    a one-liner that writes ``reports[run_id]`` as result.json and exits 0: the worker's own
+    path from the report to the stored row."""
+    import dataclasses
     import sys
 
     request.getfixturevalue("app_db")
     reports: dict[int, dict] = {}
 
-    def command(_lab, _params, workdir):
-        run_id = int(Path(workdir).name.split("-")[1])
-        (Path(workdir) / "want.json").write_text(json.dumps(reports[run_id]))
+    def command(run, workdir):
+        (Path(workdir) / "want.json").write_text(json.dumps(reports[run.id]))
         return [sys.executable, "-c", "import shutil, sys; shutil.copy(sys.argv[1], sys.argv[2])",
-                str(Path(workdir) / "want.json"), str(Path(workdir) / "result.json")]
+                str(Path(workdir) / "want.json"), str(Path(workdir) / "result.json")], {}
 
-    monkeypatch.setattr(labjob, "command", command)
+    for name, kind in kinds.KINDS.items():
+        monkeypatch.setitem(kinds.KINDS, name, dataclasses.replace(kind, command=command))
     labjob.set_worker(labjob.WorkerState(name="test-worker", workroot=tmp_path))
 
     def run(report: dict, *, learner_id: int | None, lab: str = "exercise", exercise: str = "broadcast",

@@ -31,7 +31,6 @@ from sqlmodel import Session, func, select
 
 from academy.db import session_scope
 from academy.labruns import queue as labqueue
-from academy.labruns.queue import EXERCISE
 from academy.models import ACTIVE, LabRun
 from academy.settings import get_settings
 from labs import params as lab_params
@@ -184,7 +183,7 @@ def active_run_id(*, learner_id: int, labs: tuple[str, ...] | None = None) -> in
 def lab_run_count(*, session: Session, learner_id: int) -> int:
     """How many lab runs the learner started; exercise submissions, which share the queue, not counted."""
     return session.exec(
-        select(func.count()).where(LabRun.learner_id == learner_id, LabRun.lab != EXERCISE)
+        select(func.count()).where(LabRun.learner_id == learner_id, LabRun.lab.in_(lab_names()))
     ).one()
 
 
