@@ -241,6 +241,23 @@ def run_machine_fit(run: LabRun, impl: str) -> dict | None:
                            world_size=summary.get("world_size", 0), backend=summary.get("backend", ""))
 
 
+def step_model_fit(run: LabRun) -> dict | None:
+    """The alpha-beta fit for a DDP run's step model ("predict, then measure"), with its ``source``.
+
+    The run's own (``source`` "run"): its timeline section timed ``dist.all_reduce``
+    alone at its world size and backend, on the machine as loaded then
+    (``labs.ddp_timeline.calibrate``); else, for runs made before it did, the
+    machine's newest benchmark at that world size (`run_machine_fit`, ``source``
+    "bench", with its ``run_id``); None when neither exists.
+    """
+    summary = (run.result or {}).get("summary") or {}
+    own = ((summary.get("sections") or {}).get("timeline") or {}).get("fit")
+    if isinstance(own, dict) and _usable(own.get("alpha_s")) and _usable(own.get("bandwidth_Bps")):
+        return {**own, "source": "run", "world_size": summary.get("world_size", 0)}
+    fit = run_machine_fit(run, "all_reduce")
+    return None if fit is None else {**fit, "source": "bench"}
+
+
 def _usable(value) -> bool:
     """A fitted alpha or B that a model line can use: a positive, finite number
     (a least-squares fit over noisy rows can give alpha < 0 or B = inf)."""

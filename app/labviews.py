@@ -257,9 +257,19 @@ def bench(run: LabRun, s: reports.BenchSummary) -> None:
         st.info(t("labs.bench.gap", mine=mine, times=sum(NVLINK_REFERENCE) / 2 / mine))
 
 
-def breakdown(run: LabRun, bd: reports.Breakdown) -> None:
+# Overlap "hides little" below this share of the communication it could hide (the bucketed
+# sync's): then the page says in one line why a CPU hides so little.
+LITTLE_HIDDEN = 0.25
+
+
+def breakdown(run: LabRun, bd: reports.Breakdown, gpu: dict | None = None) -> None:
     """Per-step time of three ways to sync, and the two effects apart: what
-    bucketing saves (fewer calls) and what overlap hides (behind backward)."""
+    bucketing saves (fewer calls) and what overlap hides (behind backward).
+
+    Where overlap hid little, one line says why (gloo computes on the cores backward
+    needs); ``gpu``, the step model of the timeline's DDP at the breakdown's bucket size
+    (`labs.timeline.step_model` with a fit), says what it would hide where communication
+    takes no compute from backward, as on a GPU."""
     st.markdown(f"**{t('labs.ddp.breakdown', count=bd.steps)}**")
     names = {k: t(f"labs.ddp.{k}") for k in ("naive", "bucketed", "ddp", "forward", "backward",
                                              "exposed_comm", "optimizer")}
@@ -272,7 +282,11 @@ def breakdown(run: LabRun, bd: reports.Breakdown) -> None:
     st.caption(t("labs.ddp.bucketing_why"))
     st.markdown(t("labs.ddp.overlap", ms=hidden.ms.median, q1=hidden.ms.q1, q3=hidden.ms.q3,
                   backward=hidden.backward_ms.median, count=hidden.buckets, cap=bd.bucket_cap_mb))
-    st.caption(t("labs.ddp.overlap_why", cpus=_cpus(run)))
+    if hidden.ms.median < LITTLE_HIDDEN * bd.bucketed.get("exposed_comm", 0.0):
+        st.caption(t("labs.ddp.overlap_why", cpus=_cpus(run)))
+    if gpu is not None and gpu["hidden_ms"] is not None and bd.hidden is not None:  # one model in both
+        st.markdown(t("labs.ddp.overlap_gpu", hidden=gpu["hidden_ms"], comm=gpu["comm_ms"],
+                      cap=num(bd.bucket_cap_mb, "g")))
 
 
 def lane_names() -> dict[str, str]:
@@ -282,9 +296,10 @@ def lane_names() -> dict[str, str]:
     return names
 
 
-def timeline(run: LabRun, s: reports.DdpSummary, tl: reports.Timeline) -> None:
+def timeline(run: LabRun, s: reports.DdpSummary, tl: reports.Timeline, fit: dict | None) -> None:
     """Every rank's compute and communication on one clock: the naive sync above, DDP
-    at the bucket cap the slider picks below, with the overlap and exposed figures."""
+    at the bucket cap the slider picks below, with the overlap and exposed figures, then
+    "predict, then measure" with ``fit`` (`academy.labruns.step_model_fit`)."""
     st.markdown(f"**{t('labs.timeline.title', count=tl.steps)}**")
     st.markdown(":material/visibility: " + t("labs.timeline.look"))
     variants, caps = tl.variants, sorted(tl.caps, key=lambda c: c.bucket_cap_mb)
@@ -302,14 +317,18 @@ def timeline(run: LabRun, s: reports.DdpSummary, tl: reports.Timeline) -> None:
                      help=t("labs.timeline.overlap_help"))
         right.metric(t("labs.timeline.exposed", name=title), f"{num(var.exposed_comm_ms, '.2f')} ms",
                      help=t("labs.timeline.exposed_help"))
+    if chosen.overlap_steps:
+        st.caption(t("labs.timeline.per_step", name=shown[1][0],
+                     steps=", ".join(num(x, ".0%") for x in chosen.overlap_steps)))
     idle = ", ".join(f"{r.rank}: {num(r.idle_ms, '.2f')}" for r in chosen.ranks)
-    st.caption(t("labs.timeline.idle", idle=idle, count=chosen.allreduce_calls,
-                 hidden=tl.hidden, batch=tl.batch_per_rank, cpus=_cpus(run)))
+    st.caption(t("labs.timeline.idle", idle=idle, count=chosen.allreduce_calls, hidden=tl.hidden,
+                 depth=tl.depth or (run.params or {}).get("depth") or 3, batch=tl.batch_per_rank,
+                 cpus=_cpus(run)))
     trace = spans.chrome_trace({name: var.plain() for name, var in variants.items()})
     st.download_button(t("labs.timeline.download"), json.dumps(trace),
                        file_name=f"lab-{run.id}-timeline.json", mime="application/json",
                        key=f"trace_{run.id}", on_click="ignore")
-    predict(run, s, tl, cap, chosen)
+    predict(run, s, tl, cap, chosen, fit)
 
 
 def _cell(value: float | None) -> str:
@@ -322,13 +341,13 @@ def _ms(value: float | None) -> str:
 
 
 def predict(run: LabRun, s: reports.DdpSummary, tl: reports.Timeline, cap: float,
-            chosen: reports.Variant) -> None:
+            chosen: reports.Variant, fit: dict | None) -> None:
     """Predict, then measure: the step model (compute measured + exposed communication
-    from this machine's benchmark fit) beside the measured step and the learner's
-    prediction, with the residuals; without a benchmark, how to get one."""
+    from ``fit``: the run's own timing of dist.all_reduce, or for an older run this
+    machine's benchmark) beside the measured step and the learner's prediction, with
+    the residuals; without a fit (an older run, no benchmark), how to get one."""
     n, backend = s.world_size, s.backend
     st.markdown(f"**{t('labs.predict.title', cap=num(cap, 'g'), count=n)}**")
-    fit = labruns.run_machine_fit(run, "all_reduce")
     step = spans.step_model(chosen.plain(), world_size=n, fit=fit, gradient_bytes=tl.gradient_bytes)
     guess = (run.params or {}).get("predicted_step_ms")
     at_guess = chosen is tl.variants["ddp"]  # the prediction was for the breakdown's DDP cap
@@ -337,9 +356,11 @@ def predict(run: LabRun, s: reports.DdpSummary, tl: reports.Timeline, cap: float
     c2.metric(t("labs.predict.model"), _ms(step["model_ms"]), help=t("labs.predict.model_help"))
     c3.metric(t("labs.predict.measured"), _ms(step["measured_ms"]), help=t("labs.predict.measured_help"))
     st.dataframe([{t("labs.predict.term"): t(f"labs.predict.row_{key}"), t("labs.timeline.ms"): _cell(step[f"{key}_ms"])}
-                  for key in ("compute", "comm", "exposed", "model", "measured")], hide_index=True)
+                  for key in ("compute", "comm", "exposed", "hidden", "model", "measured")], hide_index=True)
     if fit is None:
         st.info(t("labs.predict.no_fit", count=n, backend=backend), icon=":material/speed:")
+    elif fit["source"] == "run":
+        st.caption(t("labs.predict.fit_run", alpha=fit["alpha_s"] * 1e6, bw=fit["bandwidth_Bps"] / 1e9, count=n))
     else:
         st.caption(t("labs.predict.fit", run=fit["run_id"], alpha=fit["alpha_s"] * 1e6,
                      bw=fit["bandwidth_Bps"] / 1e9, count=n))
@@ -368,10 +389,16 @@ def ddp(run: LabRun, s: reports.DdpSummary) -> None:
         chart(charts.lines_figure(
             {t("labs.ddp.loss_ranks", count=n): eq.losses, t("labs.ddp.loss_single"): eq.single_process_losses},
             x_title=t("widgets.ring.step"), y_title=t("labs.ddp.loss"), lang=lang()), key=f"loss_{run.id}")
+    tl = sec.timeline
+    fit = labruns.step_model_fit(run) if tl else None
+    gpu = None
+    if tl and fit is not None and "ddp" in tl.variants:  # the breakdown's DDP: its bucket size, its model
+        gpu = spans.step_model(tl.variants["ddp"].plain(), world_size=s.world_size, fit=fit,
+                               gradient_bytes=tl.gradient_bytes)
     if sec.breakdown:  # None for older runs, which mixed the two effects up (labs.reports.Sections)
-        breakdown(run, sec.breakdown)
-    if sec.timeline:
-        timeline(run, s, sec.timeline)
+        breakdown(run, sec.breakdown, gpu)
+    if tl:
+        timeline(run, s, tl, fit)
     buckets = sec.buckets
     if buckets:
         st.markdown(f"**{t('labs.ddp.buckets')}**")

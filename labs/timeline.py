@@ -10,7 +10,11 @@ imports neither torch nor the app, so the page and the tests use it freely.
 - overlap: of the time some all-reduce is in flight, the share during which
   backward computes (the union of the comm spans intersected with the union
   of the backward spans, over the union of the comm spans). All-reduces in
-  flight together count once.
+  flight together count once. A variant's overlap is its median step's,
+  every rank's time of that step pooled: one step in which the scheduler
+  held a rank back (its peers then wait, their all-reduces in flight long
+  after their backward) moves the median little where it would drag a
+  pooled figure down by as much as it lasted.
 - exposed communication: time some all-reduce is in flight and no compute
   runs: what the step waits for.
 - idle: time inside a step (from its first span's start to its last span's
@@ -27,7 +31,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from statistics import fmean
+from statistics import fmean, median
 
 from labs.model import ring_time, serial_exposed
 
@@ -110,22 +114,35 @@ def rebase(ranks: Sequence[dict]) -> list[dict]:
                              "end_ms": round(s["end_ms"] - origin, 4)} for s in r["spans"]]} for r in ranks]
 
 
+def step_overlaps(ranks: Sequence[dict]) -> list[float]:
+    """Each step's overlap (every rank's time of the step pooled), in step order; a step
+    with no communication is left out."""
+    out = []
+    for step in sorted({s.get("step", 0) for r in ranks for s in r["spans"]}):
+        mine = [[s for s in r["spans"] if s.get("step", 0) == step] for r in ranks]
+        comm = sum(comm_ms(spans) for spans in mine)
+        if comm > 0:
+            out.append(sum(overlap_ms(spans) for spans in mine) / comm)
+    return out
+
+
 def variant(ranks: Sequence[dict], **extra) -> dict:
     """One variant's figures from each rank's spans (``[{"rank", "spans"}]``).
 
-    The overlap pools every rank's time; exposed communication and idle time
-    are per step, exposed on the slowest rank (a step lasts as long as the
-    slowest rank's)."""
+    The overlap is the median of `step_overlaps` (``overlap_steps``: each
+    step's, every rank pooled; 0 without communication); exposed
+    communication and idle time are per step, exposed on the slowest rank (a
+    step lasts as long as the slowest rank's)."""
     steps = max(1, len({s.get("step", 0) for r in ranks for s in r["spans"]}))
     comm = sum(comm_ms(r["spans"]) for r in ranks)
-    hidden = sum(overlap_ms(r["spans"]) for r in ranks)
+    per_step = step_overlaps(ranks)
     out = []
     for r in ranks:
         out.append({"rank": r["rank"], "spans": r["spans"],
                     "exposed_comm_ms": exposed_ms(r["spans"]) / steps,
                     "idle_ms": idle_ms(r["spans"]) / steps,
                     "comm_ms": comm_ms(r["spans"]) / steps})
-    return {"overlap": hidden / comm if comm > 0 else 0.0,
+    return {"overlap": median(per_step) if per_step else 0.0, "overlap_steps": per_step,
             "exposed_comm_ms": max((r["exposed_comm_ms"] for r in out), default=0.0),
             "comm_ms": comm / steps / max(1, len(ranks)), "steps": steps, **extra, "ranks": out}
 
@@ -138,11 +155,16 @@ def step_model(var: dict, *, world_size: int, fit: dict | None, gradient_bytes: 
     the variant takes the alpha-beta time of its bytes (`labs.model.ring_time`
     with the ``fit``'s ``alpha_s`` and ``bandwidth_Bps``), starts when the rank
     launched it (its gradients were ready) and the one before has finished
-    (`labs.model.serial_exposed`); what runs past backward's end is exposed.
+    (`labs.model.serial_exposed`); what runs past backward's end is exposed,
+    the rest (``hidden_ms``) hidden behind backward. The model lets the
+    all-reduces run beside compute without slowing it, as NCCL's own stream
+    does beside a GPU's kernels: on a CPU, gloo's copies and additions take
+    the cores from backward instead, so ``hidden_ms`` is what overlap would
+    hide where communication costs compute nothing.
     A comm span without ``bytes`` (older runs) counts an equal share of
     ``gradient_bytes``. measured: from the step's first span's start to its
     last span's end. Each step counts on its slowest rank. Without a ``fit``
-    the predicted figures (comm, exposed, model, residual) are None.
+    the predicted figures (comm, exposed, hidden, model, residual) are None.
     """
     rows = []
     for step in sorted({s.get("step", 0) for r in var["ranks"] for s in r["spans"]}):
@@ -170,7 +192,8 @@ def step_model(var: dict, *, world_size: int, fit: dict | None, gradient_bytes: 
     if not fit:
         model = exposed = comm_total = None
     return {"steps": count, "compute_ms": busy, "measured_ms": measured, "comm_ms": comm_total,
-            "exposed_ms": exposed, "model_ms": model, "residual_ms": None if model is None else measured - model}
+            "exposed_ms": exposed, "hidden_ms": None if model is None else max(0.0, comm_total - exposed),
+            "model_ms": model, "residual_ms": None if model is None else measured - model}
 
 
 # --------------------------------------------------------------------------

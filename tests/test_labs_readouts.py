@@ -44,7 +44,8 @@ def _record() -> None:
                                 "impls": ["ring", "naive", "all_reduce"]}, 3),
             "bench2": ("bench", {"min_bytes": 1024, "max_bytes": 4096, "iters": 2}, 2),
             "ddp": ("ddp", {"steps": 3, "warmup": 1, "sections": ["breakdown", "buckets"],
-                            "bucket_caps_mb": [0.01, 25.0]}, 2)}
+                            "bucket_caps_mb": [0.01, 25.0], "overlap_depth": 3, "overlap_hidden": 128,
+                            "overlap_batch": 64}, 2)}
     print(json.dumps({name: run_lab(lab, p, world_size=n).to_dict() for name, (lab, p, n) in runs.items()}))
 
 
