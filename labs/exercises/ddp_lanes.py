@@ -1,7 +1,7 @@
 """torch DDP's timeline on bucketed-overlap's own model and cap, for the report beside the learner's.
 
-    python -m labs.exercises.ddp_lanes '{"world_size": 2, "cap": 400, "features": 6, "hidden": 16,
-                                         "classes": 3, "batch": 3, "steps": 3, "lr": 0.5, "seed": 1}'
+    python -m labs.exercises.ddp_lanes '{"world_size": 2, "cap": 400, "features": 32, "hidden": 128,
+                                         "classes": 4, "batch": 1024, "steps": 3, "lr": 0.5, "seed": 1}'
 
 Trusted, and run only by the grading side: never in the sandbox, never in a
 rank the learner's code runs in. After a grading the grader asks `lanes` for

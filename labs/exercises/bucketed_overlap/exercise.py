@@ -44,15 +44,28 @@ TOLERANCE = 1e-5  # float32, summed in another order than one process sums
 CAPS = (1, 100, 400, 1 << 20)
 TRACE_CASE = "w2-cap400"  # the case whose timeline the report draws: 2 ranks, a few buckets
 TRACE_CALLS_PER_STEP = 32  # all-reduces drawn per rank and step, at most (the cap gives a handful)
+# The traced case's model and batch: every other case trains a 6-16-16-3 MLP on 3 samples
+# per rank, whose backward lasts microseconds, a pixel in the report's lanes beside
+# all-reduces of a millisecond (journey review M3). This one's middle layer computes two
+# 1024 x 128 x 128 matrix products in backward, milliseconds on a CPU core, and its 21 252
+# parameters make five buckets at 400 bytes: the first starts as the middle layer's backward
+# begins, so the lanes show it in flight beside a backward wider than the all-reduces.
+TRACE_MODEL = {"features": 32, "hidden": 128, "classes": 4, "batch": 1024}
 
 
 def cases(seed: int) -> list[dict]:
     batch, features = 3, 6
-    # shape and dtype: the global batch's inputs (what the report shows as the case's size)
-    return [{"id": f"w{world}-cap{cap}", "world_size": world, "seed": seed + 10 * world + i,
-             "cap": cap, "shape": [batch * world, features], "dtype": "float32",
-             "features": features, "hidden": 16, "classes": 3, "batch": batch, "steps": 3, "lr": 0.5}
-            for world in (2, 3, 4) for i, cap in enumerate(CAPS)]
+    out = []
+    for world in (2, 3, 4):
+        for i, cap in enumerate(CAPS):
+            case = {"id": f"w{world}-cap{cap}", "world_size": world, "seed": seed + 10 * world + i, "cap": cap,
+                    "dtype": "float32", "features": features, "hidden": 16, "classes": 3, "batch": batch,
+                    "steps": 3, "lr": 0.5}
+            if case["id"] == TRACE_CASE:
+                case.update(TRACE_MODEL)
+            # shape and dtype: the global batch's inputs (what the report shows as the case's size)
+            out.append(dict(case, shape=[case["batch"] * world, case["features"]]))
+    return out
 
 
 def buckets(sizes: list[int], cap: int) -> int:
