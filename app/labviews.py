@@ -127,12 +127,14 @@ def _cpus(run: LabRun) -> int:
 def look_for(run: LabRun, s: reports.Summary) -> None:
     """The one line that opens every lab result: what to look for in it."""
     n = s.world_size
-    if isinstance(s, reports.RingSummary):
+    if isinstance(s, reports.RingSummary) and n < 2:  # no ring: no steps to compare (journey review m5)
+        text = t("labs.look.ring_one")
+    elif isinstance(s, reports.RingSummary):
         naive = s.algo == "naive"
         text = t("labs.look.ring_naive" if naive else "labs.look.ring", count=n,
                  steps=(n - 1) if naive else 2 * (n - 1))
     elif run.lab == "bench":
-        text = t("labs.look.bench_two" if n == 2 else "labs.look.bench", count=n)
+        text = t({1: "labs.look.bench_one", 2: "labs.look.bench_two"}.get(n, "labs.look.bench"), count=n)
     else:
         text = t(f"labs.look.{run.lab}")
     st.info(text, icon=":material/visibility:")
@@ -233,10 +235,12 @@ def bench(run: LabRun, s: reports.BenchSummary) -> None:
     same_bytes_on_two(s.world_size)
     st.markdown(f"**{t('labs.bench.table')}**")
     st.caption(t("labs.bench.noise", count=s.iters))
+    # Bandwidths to 3 significant figures, in the learner's marks: a 1 KiB row's 0.00012 GB/s
+    # read "0" at 4 decimals (journey review m6).
     st.dataframe([{"size": r.size, "count": r.count, "type": r.dtype, "impl": r.impl,
                    "collective": r.collective or "", "time (us)": round(r.time_us, 1),
                    "min..max (us)": f"{num(_or(r.min_us, r.time_us), '.1f')}..{num(_or(r.max_us, r.time_us), '.1f')}",
-                   "algbw (GB/s)": round(r.algbw, 4), "busbw (GB/s)": round(r.busbw, 4),
+                   "algbw (GB/s)": num(r.algbw, ".3g"), "busbw (GB/s)": num(r.busbw, ".3g"),
                    "#wrong": r.wrong} for r in rows], hide_index=True)
     labels = {"ring": t("labs.bench.ring"), "naive": t("labs.bench.naive"),
               "ring_pipelined": t("labs.bench.ring_pipelined"),
@@ -249,6 +253,10 @@ def bench(run: LabRun, s: reports.BenchSummary) -> None:
                               reference=NVLINK_REFERENCE, lang=lang()), key=f"busbw_{run.id}")
     if fit and fit.alpha_s is not None and fit.bandwidth_GBps:
         st.caption(t("labs.bench.fit", alpha=fit.alpha_s * 1e6, bw=fit.bandwidth_GBps))
+    rising = still_rising(rows)
+    if rising is not None:
+        st.info(t("labs.bench.still_rising", size=_fmt_bytes(rising[0]), before=num(rising[1], ".3g"),
+                  last=num(rising[2], ".3g")), icon=":material/trending_up:")
     ratios = s.ring_vs_all_reduce
     if ratios and ratios[-1].ratio is not None:
         st.write(t("labs.bench.ratio", ratio=ratios[-1].ratio, size=_fmt_bytes(ratios[-1].size)))
@@ -260,6 +268,20 @@ def bench(run: LabRun, s: reports.BenchSummary) -> None:
 # Overlap "hides little" below this share of the communication it could hide (the bucketed
 # sync's): then the page says in one line why a CPU hides so little.
 LITTLE_HIDDEN = 0.25
+
+
+# busbw "still rising" at the sweep's largest size: more than this much above the size before.
+STILL_RISING = 1.1
+
+
+def still_rising(rows: list) -> tuple[int, float, float] | None:
+    """(largest size, busbw at the size before, busbw at it) of the built-in all-reduce when the
+    sweep ended while its busbw still rose by more than `STILL_RISING`, else None: then
+    "levels off" is not what this run shows (journey review m6)."""
+    mine = sorted((r.size, r.busbw) for r in rows if r.impl == "all_reduce" and r.size > 0)
+    if len(mine) < 2 or mine[-2][1] <= 0 or mine[-1][1] <= STILL_RISING * mine[-2][1]:
+        return None
+    return mine[-1][0], mine[-2][1], mine[-1][1]
 
 
 def breakdown(run: LabRun, bd: reports.Breakdown, gpu: dict | None = None) -> None:
