@@ -99,6 +99,9 @@ def test_the_report_draws_your_bucketer_above_torch_ddp_on_the_same_model_and_ca
         assert metrics[i18n.t("labs.timeline.overlap", lang, name=name)] == i18n.format_number(var["overlap"], lang,
                                                                                                 ".0%")
     shown = texts(at)
+    # The case is the global batch it trains on, not "65536 elements of float32" (journey m9).
+    batch = i18n.t("exercises.case_batch", lang, id="w2-cap400", world=2, count=2048, features=32, per_rank=1024)
+    assert [e for e in at.expander if e.label.startswith(batch)], [e.label for e in at.expander]
     assert i18n.t("exercises.timeline.source", lang, count=2, cap=400, hidden=128) in shown
     assert i18n.t("exercises.timeline.ddp_source", lang, count=2, cap=400, hidden=128, steps=3,
                   torch=ddp["key"]["torch"], calls=ddp["allreduce_calls"], yours=mine["allreduce_calls"]) in shown

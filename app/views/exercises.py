@@ -246,10 +246,7 @@ def report(run) -> None:  # a LabRun
     first_failure = failed[0]["id"] if failed else None
     for case in cases:
         status = case.get("status", "not_run")
-        values = {"id": case.get("id", "?"), "world": case.get("world_size", "?"),
-                  "count": case.get("size", "?"), "dtype": case.get("dtype", "?")}
-        # Broadcast's cases name the rank the tensor comes from (review m11).
-        label = t("exercises.case_src", src=case["src"], **values) if "src" in case else t("exercises.case", **values)
+        label = exercises.case_label(exercise, case, code)  # a tensor, a data set or a batch, as sized
         icon = {"passed": ":material/check_circle:", "failed": ":material/cancel:"}.get(status, ":material/block:")
         with st.expander(f"{label} · {t(f'exercises.case_status.{status}')}", icon=icon,
                          expanded=case.get("id") == first_failure):

@@ -37,6 +37,7 @@ FUNCTION = "Bucketer"
 DRIVER = "bucketed_overlap"
 FORBID_COLLECTIVES = False  # the buckets go through all_reduce
 ALLOWED = ("all_reduce", "get_rank", "get_world_size", "barrier")
+CASE_SIZE = "batch"  # a case's shape is the global batch's inputs, samples x features (its label)
 
 TOLERANCE = 1e-5  # float32, summed in another order than one process sums
 # 1: smaller than any parameter (one bucket each); 100 and 400: a few
@@ -121,10 +122,11 @@ def _calls_finding(case: dict, ranks: list[dict]) -> dict:
             if sent != sum(sizes):
                 return checks.failed("calls", "bucket_bytes_wrong", **where, sent=sent, total=sum(sizes))
             if calls != buckets(sizes, cap):
-                return checks.failed("calls", "bucket_calls_wrong", **where, calls=calls,
+                return checks.failed("calls", "bucket_calls_wrong", **where, calls=calls, count=calls,
                                      expected=buckets(sizes, cap), sizes=", ".join(map(str, sizes)))
     calls = len(ranks[0]["result"]["steps"][0]["calls"])
-    return {"check": "calls", "passed": True, "key": "bucket_calls_ok", "values": {"calls": calls, "cap": cap}}
+    return {"check": "calls", "passed": True, "key": "bucket_calls_ok",
+            "values": {"calls": calls, "count": calls, "cap": cap}}
 
 
 def _overlap_finding(ranks: list[dict]) -> dict:
