@@ -149,13 +149,18 @@ WAITING = {"send": "waiting_send", "isend": "waiting_send", "recv": "waiting_rec
 
 
 def waiting(row: dict, lang: str = DEFAULT_LANG, exercise: str | None = None) -> str:
-    """One rank of a deadlock report (``{"rank", "op", "peer", "bytes"}``) in ``lang``: a send
+    """One rank of a deadlock report (``{"rank", "op", "peer", "bytes"}``, and ``line`` where
+    the rank said which line of the learner's file made the blocking call) in ``lang``: a send
     waits *to* its peer, a receive *from* it (or from any rank, with no peer); a collective,
     a barrier, a rank busy in the learner's code, finished or raised each have their own words."""
     key = WAITING.get(row.get("op"), "waiting_other")
     if key == "waiting_recv" and row.get("peer") is None:
         key = "waiting_recv_any"
-    return text(key, lang, exercise, **row)
+    said = text(key, lang, exercise, **{k: v for k, v in row.items() if k != "line"})
+    line = row.get("line")
+    if isinstance(line, int) and not isinstance(line, bool):
+        return text("waiting_line", lang, exercise, waiting=said, line=line)
+    return said
 
 
 def placeholders(message: str) -> set[str]:
