@@ -27,6 +27,7 @@ import math
 import threading
 from typing import Any
 
+from itsdangerous import BadSignature, URLSafeTimedSerializer
 from sqlmodel import Session, func, select
 
 from academy import labqueue
@@ -159,12 +160,43 @@ def history(*, learner_id: int, limit: int = 20) -> list[LabRun]:
         return list(session.exec(stmt))
 
 
+# A guest's runs are listed from a cookie (they have no account to keep them by): the ids of
+# their newest GUEST_RUNS_KEPT runs, signed so that a browser cannot list others' runs by
+# writing ids in, and kept for GUEST_RUNS_DAYS days (journey review m14: "Runs in this
+# visit" emptied on every reload).
+GUEST_RUNS_KEPT = 20
+GUEST_RUNS_DAYS = 7
+
+
+def _guest_serializer() -> URLSafeTimedSerializer:
+    from academy.keystore import session_secret
+
+    return URLSafeTimedSerializer(session_secret(), salt="dpa-guest-lab-runs")
+
+
+def guest_token(run_ids: list[int]) -> str:
+    """The guest's newest run ids (at most `GUEST_RUNS_KEPT`), signed for their cookie."""
+    return _guest_serializer().dumps([int(i) for i in run_ids][-GUEST_RUNS_KEPT:])
+
+
+def guest_run_ids(token: str | None) -> list[int]:
+    """The run ids a guest's cookie holds, oldest first; none if it is absent, forged or older
+    than `GUEST_RUNS_DAYS` days."""
+    try:
+        found = _guest_serializer().loads(token or "", max_age=GUEST_RUNS_DAYS * 86400)
+    except BadSignature:
+        return []
+    return [i for i in found if isinstance(i, int) and not isinstance(i, bool)] if isinstance(found, list) else []
+
+
 def runs(run_ids: list[int]) -> list[LabRun]:
-    """A guest's runs of this visit, newest first."""
+    """A guest's runs (this visit's and those their cookie brought back), newest first; only
+    guests' runs, never a learner's."""
     if not run_ids:
         return []
     with session_scope() as session:
-        return list(session.exec(select(LabRun).where(LabRun.id.in_(run_ids), LabRun.lab.in_(lab_names()))
+        return list(session.exec(select(LabRun).where(LabRun.id.in_(run_ids), LabRun.lab.in_(lab_names()),
+                                                      LabRun.learner_id.is_(None))
                                  .order_by(LabRun.id.desc())))
 
 

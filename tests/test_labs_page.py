@@ -239,3 +239,50 @@ def test_a_live_run_shows_its_honest_phases_at_the_fast_cadence(monkeypatch, lan
     assert seen == [(0, t("labs.starting"))] * 3 + [(25, t("labs.running", phase="ring", step=2, steps=8)),
                                                      (100, t("labs.collecting"))]
     labjob._end_node(run_id, 0, "test-worker", "cancelled", error={"kind": "cancelled", "message": ""})
+
+
+def _cookie_written(at: AppTest) -> str | None:
+    """The guest-runs cookie a page run wrote (its script), or None."""
+    from app import ui
+
+    for block in at.get("html"):
+        body = getattr(block, "body", "") or getattr(block.proto, "body", "")
+        if f"{ui.guest_runs_cookie_name()}=" in body:
+            return body.split(f"{ui.guest_runs_cookie_name()}=", 1)[1].split(";", 1)[0]
+    return None
+
+
+@pytest.mark.usefixtures("app_db")
+@pytest.mark.parametrize("lang", ["en", "zh", "nl"])
+def test_a_guest_s_runs_are_back_after_a_reload_and_their_status_follows_them(monkeypatch, lang):
+    """"Runs in this visit" emptied on reload, and a tab kept saying "running" after its run had
+    ended (journey review m14): the list comes back from a signed cookie, and is looked at every
+    second while one of its runs is queued or running."""
+    from app import ui
+
+    at = open_page("labs", lang)
+    [b for b in at.button if b.label == i18n.t("labs.run", lang)][0].click()
+    at.run()
+    assert not at.exception, at.exception
+    run_id = at.session_state["lab_run_id"]
+    token = _cookie_written(at)
+    assert token is not None and labruns.guest_run_ids(token) == [run_id]
+    # A reload: a new session, whose browser sends the cookie back.
+    cookies = {ui.guest_runs_cookie_name(): token}
+    monkeypatch.setattr(ui, "cookie", lambda name: cookies.get(name))
+    cadences = record_cadence(monkeypatch, of="history")
+    again = open_page("labs", lang)
+    assert not again.exception, again.exception
+    queued = i18n.t("labs.status.queued", lang)
+    rows = [b.label for b in again.button if b.label.startswith(f"#{run_id} ")]
+    assert len(rows) == 1 and queued in rows[0]
+    assert cadences[-1] == labviews.IDLE_EVERY  # a run in the list is active: looked at every second
+    labjob._claim(run_id, "test-worker")
+    labjob._end_node(run_id, 0, "test-worker", "cancelled", error={"kind": "cancelled", "message": ""})
+    again.run()
+    rows = [b.label for b in again.button if b.label.startswith(f"#{run_id} ")]
+    assert i18n.t("labs.status.cancelled", lang) in rows[0]
+    assert cadences[-1] is None  # nothing active: no more looking
+    # A cookie the browser wrote itself (its signature broken) lists nothing.
+    cookies[ui.guest_runs_cookie_name()] = token[:-2] + ("AA" if not token.endswith("AA") else "BB")
+    assert not [b for b in open_page("labs", lang).button if b.label.startswith(f"#{run_id} ")]
