@@ -24,6 +24,7 @@ imports this module.
 from __future__ import annotations
 
 import math
+import statistics
 import threading
 from typing import Any
 
@@ -271,6 +272,50 @@ def run_machine_fit(run: LabRun, impl: str) -> dict | None:
     with session_scope() as session:
         return machine_fit(session=session, worker=run.worker, impl=impl,
                            world_size=summary.get("world_size", 0), backend=summary.get("backend", ""))
+
+
+ESTIMATE_FROM = 20  # the newest finished runs of a lab an estimate learns from
+ESTIMATE_SHOWN_S = 10.0  # the page announces runs expected to take this long or longer
+
+
+def estimate_s(lab: str, params: dict[str, Any]) -> float | None:
+    """How long a run of ``lab`` with ``params`` should take once started, judging by the
+    newest finished runs of that lab (any machine's: one queue, one kind of machine): their
+    work per unit of the lab's ``cost`` (``labs.ring.cost``: bytes a rank sends over the run),
+    times this run's, plus their median start and stop. None for a lab without a cost or
+    without a finished run to judge by (journey review m2: 65 s of "Starting the processes"
+    that nothing announced)."""
+    from labs import context
+
+    module = context.load_lab(lab)
+    if not hasattr(module, "cost"):
+        return None
+    mine = _cost(module, params)
+    if not mine:
+        return None
+    with session_scope() as session:
+        found = session.exec(select(LabRun).where(LabRun.lab == lab, LabRun.status == "done")
+                             .order_by(LabRun.id.desc()).limit(ESTIMATE_FROM)).all()
+    rates, overheads = [], []
+    for run in found:
+        result = run.result or {}
+        units = _cost(module, run.params or {})
+        wall, overhead = result.get("wall_s"), result.get("overhead_s")
+        if units and isinstance(wall, int | float) and isinstance(overhead, int | float):
+            rates.append(max(wall - overhead, 0.0) / units)
+            overheads.append(overhead)
+    if not rates:
+        return None
+    return statistics.median(overheads) + statistics.median(rates) * mine
+
+
+def _cost(module, params: dict[str, Any]) -> float | None:
+    """The lab's cost of ``params`` (a run's stored parameters), or None if they do not build."""
+    values = {k: v for k, v in params.items() if k in lab_params.specs(module.Params)}
+    try:
+        return module.cost(module.Params(**values), int(params.get("world_size", 1)))
+    except (TypeError, ValueError):
+        return None
 
 
 def step_model_fit(run: LabRun) -> dict | None:

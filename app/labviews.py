@@ -14,12 +14,13 @@ import csv
 import io
 import json
 import os
+from datetime import UTC
 from typing import Any
 
 import streamlit as st
 
 from academy import labqueue, labruns
-from academy.models import LabRun
+from academy.models import LabRun, utcnow
 from app import calculators as calc
 from app import charts, charts_ring, sharding
 from app import timeline as lanes
@@ -50,7 +51,8 @@ def lab_progress(event: dict[str, Any] | None) -> tuple[float, str]:
 
     "Starting the processes" until a rank reports a step (the launcher's "launch" and
     each rank's "ready" are still the start), then the phase and step of the total with
-    the bar at that step; the launcher's "done" or "error": the ranks have ended and
+    the bar at that step, and what the rank is doing where it said (the ring lab's
+    "warm-up: untimed run 1/1"); the launcher's "done" or "error": the ranks have ended and
     the worker is collecting what they left.
     """
     event = event or {}
@@ -60,9 +62,34 @@ def lab_progress(event: dict[str, Any] | None) -> tuple[float, str]:
     if event.get("kind") == "status" or not event:
         return 0.0, t("labs.starting")
     if isinstance(step, int) and isinstance(steps, int) and steps > 0:
-        return min(max(step / steps, 0.0), 1.0), t("labs.running", phase=event.get("phase", ""), step=step,
-                                                    steps=steps)
+        said = event.get("message")
+        return min(max(step / steps, 0.0), 1.0), t("labs.running_detail" if said else "labs.running",
+                                                    phase=event.get("phase", ""), step=step, steps=steps,
+                                                    message=said)
     return 0.0, t("labs.running_plain", message=event.get("message") or event.get("phase", ""))
+
+
+ETA_FROM = 0.05  # the share of a run done before its pace says how long the rest takes
+ETA_AFTER_S = 2.0  # ...and the seconds it has run
+
+
+def how_long(run: LabRun, fraction: float) -> str | None:
+    """How long a queued or running lab should still take, in words, or None: from its own
+    pace once it is `ETA_FROM` done, else, for a run expected to take
+    ``labruns.ESTIMATE_SHOWN_S`` or longer, from this machine's recent runs of the lab
+    (``labruns.estimate_s``, looked up once per run and session)."""
+    if run.status == "running" and run.started_at is not None and fraction >= ETA_FROM:
+        started = run.started_at if run.started_at.tzinfo else run.started_at.replace(tzinfo=UTC)  # SQLite: naive
+        elapsed = (utcnow() - started).total_seconds()
+        if elapsed >= ETA_AFTER_S:
+            return t("labs.eta", seconds=round(elapsed * (1 - fraction) / fraction))
+    key = f"lab_estimate_{run.id}"
+    if key not in st.session_state:
+        st.session_state[key] = labruns.estimate_s(run.lab, {**(run.params or {})})
+    estimate = st.session_state[key]
+    if estimate is not None and estimate >= labruns.ESTIMATE_SHOWN_S:
+        return t("labs.estimate", seconds=round(estimate), cpus=_cpus(run))
+    return None
 
 
 def waiting(run_id: int, section: str) -> float | None:

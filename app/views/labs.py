@@ -81,9 +81,13 @@ def live(run_id: int, every: float) -> None:
         wait = labviews.waiting(run_id, "labs")
         if wait is not None:
             st.caption(t("labs.expected_wait", seconds=round(wait)))
-    else:
+    fraction = 0.0
+    if run.status != "queued":
         fraction, text = labviews.lab_progress(run.progress)
         st.progress(fraction, text=text)
+    duration = labviews.how_long(run, fraction)  # an estimate before a large run, then its pace
+    if duration:
+        st.caption(duration)
     if st.button(t("labs.cancel"), icon=":material/stop:", key=f"cancel_{run_id}"):
         labqueue.request_cancel(run_id)
         st.rerun(scope="app")
@@ -99,6 +103,7 @@ if run_id is not None:
         st.fragment(live, run_every=every)(run_id, every)
     elif run is not None:
         labviews.show_run(run)
+
 
 def past_runs() -> list:
     return labruns.history(learner_id=who.id) if who else labruns.runs(state.get("lab_runs", []))
