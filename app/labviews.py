@@ -408,11 +408,13 @@ def predict(run: LabRun, s: reports.DdpSummary, tl: reports.Timeline, cap: float
                   for key in ("compute", "comm", "exposed", "hidden", "model", "measured")], hide_index=True)
     if fit is None:
         st.info(t("labs.predict.no_fit", count=n, backend=backend), icon=":material/speed:")
-    elif fit["source"] == "run":
-        st.caption(t("labs.predict.fit_run", alpha=fit["alpha_s"] * 1e6, bw=fit["bandwidth_Bps"] / 1e9, count=n))
     else:
-        st.caption(t("labs.predict.fit", run=fit["run_id"], alpha=fit["alpha_s"] * 1e6,
-                     bw=fit["bandwidth_Bps"] / 1e9, count=n))
+        if fit["source"] == "run":
+            st.caption(t("labs.predict.fit_run", alpha=fit["alpha_s"] * 1e6, bw=fit["bandwidth_Bps"] / 1e9,
+                         count=n))
+        else:
+            st.caption(t("labs.predict.fit", run=fit["run_id"], alpha=fit["alpha_s"] * 1e6,
+                         bw=fit["bandwidth_Bps"] / 1e9, count=n))
         st.markdown(t("labs.predict.residual_model", ms=step["residual_ms"],
                       share=step["residual_ms"] / step["model_ms"] if step["model_ms"] else 0.0))
     if guess is None:
@@ -451,8 +453,8 @@ def ddp(run: LabRun, s: reports.DdpSummary) -> None:
     buckets = sec.buckets
     if buckets:
         st.markdown(f"**{t('labs.ddp.buckets')}**")
-        st.dataframe([{"bucket_cap_mb": r.bucket_cap_mb, t("labs.ddp.bucket_calls"): r.allreduce_calls_per_step,
-                       t("labs.ddp.bucket_ms"): round(r.step_ms, 3)} for r in buckets.rows], hide_index=True)
+        st.dataframe([{"bucket_cap_mb": num(r.bucket_cap_mb, "g"), t("labs.ddp.bucket_calls"): r.allreduce_calls_per_step,
+                       t("labs.ddp.bucket_ms"): num(r.step_ms, ".2f")} for r in buckets.rows], hide_index=True)
         st.caption(t("labs.ddp.bucket_noise", count=run.params.get("steps") or 0))
     ns = sec.no_sync
     if ns:

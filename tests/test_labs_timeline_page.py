@@ -145,6 +145,9 @@ def test_the_prediction_sits_beside_the_step_model_from_the_run_s_own_fit(result
     shown_texts = texts(at)
     assert i18n.t("labs.predict.fit_run", lang, alpha=fit["alpha_s"] * 1e6, bw=fit["bandwidth_Bps"] / 1e9,
                   count=2) in shown_texts
+    residual = step["measured_ms"] - step["model_ms"]
+    assert i18n.t("labs.predict.residual_model", lang, ms=residual, share=residual / step["model_ms"]) \
+        in shown_texts
     table = next(d.value for d in at.dataframe if i18n.t("labs.predict.term", lang) in d.value.columns)
     assert list(table[i18n.t("labs.predict.term", lang)]) == [i18n.t(f"labs.predict.row_{k}", lang) for k in ROWS]
     # Above, in the breakdown: what the same step model says overlap would hide where
