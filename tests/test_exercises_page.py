@@ -20,6 +20,7 @@ from academy import exercises, i18n, labjob
 from academy.db import session_scope
 from academy.models import ExercisePass, LabRun, Learner
 from app import labviews
+from labs.exercises import messages
 from tests import exercisefakes
 from tests.apptest import open_page, press, record_cadence
 
@@ -397,7 +398,7 @@ def test_a_deadlock_names_each_direction_and_the_headline_counts_not_run_apart(l
         run = session.exec(select(LabRun).where(LabRun.learner_id == me)).one()
     report = exercisefakes.report(passed=False)
     stuck = {**report["cases"][1], "id": "w2-n5-float32", "size": 5, "findings": [], "waiting": [
-        {"rank": 0, "op": "send", "peer": 1, "bytes": 4194304},
+        {"rank": 0, "op": "send", "peer": 1, "bytes": 4194304, "line": 12},
         {"rank": 1, "op": "recv", "peer": 0, "bytes": 0}]}
     not_run = [{**stuck, "id": f"w2-n{k}-float32", "status": "not_run", "waiting": []} for k in (6, 7)]
     grade(run.id, {**report, "cases": [*report["cases"], stuck, *not_run]})
@@ -408,6 +409,9 @@ def test_a_deadlock_names_each_direction_and_the_headline_counts_not_run_apart(l
     to, came_from = DEADLOCK_WORDS[lang]
     assert len(waits) == 2 and to in waits[0] and came_from in waits[1], waits
     assert {"en": "4,194,304", "zh": "4,194,304", "nl": "4.194.304"}[lang] in waits[0]  # the reader's marks
+    # Where the rank said it blocked, the learner's line (journey m10); the other said nothing.
+    line = messages.text("waiting_line", lang, waiting="", line=12)
+    assert waits[0].endswith(line) and line not in waits[1]
 
 
 @pytest.mark.parametrize("lang", ["en", "zh", "nl"])
