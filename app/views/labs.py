@@ -7,7 +7,8 @@ queued or running, so that no tab keeps saying "running" after a run ended (jour
 
 import streamlit as st
 
-from academy import labqueue, labruns
+from academy.labruns import pages as labruns
+from academy.labruns import queue as labqueue
 from academy.models import ACTIVE
 from academy.settings import get_settings
 from app import labviews, ui
@@ -22,7 +23,7 @@ who = ui.learner()
 if who is None and "lab_runs" not in state:  # a guest's first run of this session: their cookie's runs
     state["lab_runs"] = labruns.guest_run_ids(ui.cookie(ui.guest_runs_cookie_name()))
 settings = get_settings()
-machine = st.cache_resource(host_summary)()  # the worker records where the lab ran (academy.labjob)
+machine = st.cache_resource(host_summary)()  # the worker records where the lab ran (academy.labruns.job)
 labruns.recover_after_restart_once()
 
 LABS = labruns.lab_names()
