@@ -303,7 +303,7 @@ def test_a_large_run_is_announced_with_an_estimate_then_its_pace_and_the_bar_say
 
     from academy.db import session_scope
     from academy.models import LabRun, utcnow
-    from labs import ring
+    from labs.ring import lab as ring
 
     small = {"size": 1 << 20, "repeats": 5, "warmup": 1, "world_size": 3}
     with session_scope() as s:  # two finished runs: 1 s of work each for 2 x 1 MiB x 11
