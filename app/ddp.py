@@ -66,7 +66,8 @@ def breakdown(run: LabRun, bd: reports.Breakdown, gpu: dict | None = None) -> No
 def lane_names() -> dict[str, str]:
     """The swim lanes' words (``app.timeline.timeline_figure``'s ``labels``) in the learner's language."""
     names = {k: t(f"labs.timeline.{k}") for k in ("rank", "compute", "comm", "ms", "span", "start", "end")}
-    names.update({k: t(f"labs.ddp.{k}") for k in ("forward", "backward", "optimizer")}, comm=t("labs.timeline.comm"))
+    names.update({k: t(f"labs.ddp.{k}") for k in ("forward", "backward", "optimizer")}, comm=t("labs.timeline.comm"),
+                 wait=t("labs.timeline.wait"))
     return names
 
 

@@ -160,6 +160,7 @@ class Span(_Model):
     end_ms: float
     step: int = 0
     bytes: float | None = None  # older runs: an equal share of the gradients
+    ready_ms: float | None = None  # a comm span: when every rank had started it (older runs: none)
 
 
 class LaneRank(_Model):

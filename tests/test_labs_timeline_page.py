@@ -56,8 +56,12 @@ def test_the_page_draws_each_rank_s_lanes_and_the_figures_beside_them(result, la
                                                               else "0.05")
     assert lanes_drawn[0].startswith(naive) and lanes_drawn[-1].startswith(ddp)
     drawn = sum(len(tr["x"]) for tr in spec["data"])
-    spans = sum(len(r["spans"]) for name in ("naive", "ddp") for r in tl["variants"][name]["ranks"])
-    assert drawn == spans
+    every = [s for name in ("naive", "ddp") for r in tl["variants"][name]["ranks"] for s in r["spans"]]
+    waited = [s for s in every if s["kind"] == "comm" and s["start_ms"] < s["ready_ms"] < s["end_ms"]]
+    assert drawn == len(every) + len(waited)  # a span that waited for a late rank: a grey piece, then its own
+    grey = [tr for tr in spec["data"] if tr["name"] == i18n.t("labs.timeline.wait", lang)]
+    assert sum(len(tr["x"]) for tr in grey) == len(waited)
+    assert all(s["kind"] != "comm" or "ready_ms" in s for s in every)
     metrics = {m.label: m.value for m in at.metric}
     for title in (naive, ddp):
         assert i18n.t("labs.timeline.overlap", lang, name=title) in metrics
@@ -86,7 +90,7 @@ def lanes_format(cap: float, lang: str) -> str:
 def test_the_lanes_use_the_palette_and_carry_their_numbers_as_a_table(result):
     variants = result["summary"]["sections"]["timeline"]["variants"]
     labels = {k: k for k in ("rank", "compute", "comm", "ms", "span", "start", "end", "forward", "backward",
-                             "optimizer")}
+                             "optimizer", "wait")}
     typed = reports.read("ddp", result).summary.sections.timeline.variants
     fig = lanes.timeline_figure([("naive", typed["naive"]), ("ddp", typed["ddp"])], labels)
     text = json.dumps(fig.to_plotly_json())

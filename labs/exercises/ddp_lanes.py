@@ -48,6 +48,9 @@ from labs.processes import die_with_parent
 from labs.sandbox.limits import Limits
 
 WARMUP = 1  # steps run before measuring (see the module's docstring)
+# The lanes' arithmetic (``labs.timeline.variant``) in the cache's key: lanes cached by an
+# older one (all-reduces counted from each rank's own launch) are made again.
+ARITHMETIC = 2
 KEY = ("world_size", "cap", "features", "hidden", "classes", "batch", "steps", "lr")
 TIMEOUT_S = 60.0  # fork, gloo and a few tiny steps take seconds; a child past this is stuck
 LOCK_WAIT_S = 20.0  # the longest a grading waits for another that is making the same lanes
@@ -64,7 +67,8 @@ def _torch_version() -> str:
 
 def key(case: dict) -> dict:
     """What DDP's lanes depend on: the model's shape, the batch, the steps, the cap, the ranks."""
-    return {name: case[name] for name in KEY} | {"torch": _torch_version(), "warmup": WARMUP}
+    return {name: case[name] for name in KEY} | {"torch": _torch_version(), "warmup": WARMUP,
+                                                 "arithmetic": ARITHMETIC}
 
 
 def cache_dir() -> Path:

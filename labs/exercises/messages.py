@@ -163,6 +163,8 @@ def waiting(row: dict, lang: str = DEFAULT_LANG, exercise: str | None = None) ->
     return said
 
 
-def placeholders(message: str) -> set[str]:
-    """The {names} a message uses (the tests check every one is a value the grader gives)."""
-    return {name for _, name, _, _ in string.Formatter().parse(message) if name}
+def placeholders(message: str | dict) -> set[str]:
+    """The {names} a message uses, in any of its plural forms (the tests check every one is a
+    value the grader gives)."""
+    forms = message.values() if isinstance(message, dict) else [message]
+    return {name for form in forms for _, name, _, _ in string.Formatter().parse(str(form)) if name}
