@@ -71,14 +71,16 @@ def timeline_figure(variants: Sequence[tuple[str, Variant]], labels: dict[str, s
                         y.append(lane_of[(title, r.rank, thread)])
                         base.append(start)
                         width.append(max(end - start, 1e-4))
-                        text.append(s.name)
+                        text.append([s.name, end])
                         if piece != "wait":  # the table: one row per span, launch to completion
                             rows.append([y[-1], s.name, s.start_ms, s.end_ms])
         if not y:
             continue
         fig.add_bar(y=y, x=width, base=base, orientation="h", name=labels[part], customdata=text,
                     marker={"color": COLOURS[part], "line": {"color": PAPER, "width": 0.5}},
-                    hovertemplate="%{customdata}: %{base:.3f} – %{x:.3f} " + labels["ms"] + "<extra></extra>")
+                    # start – end (x is the bar's length, which read as its end before)
+                    hovertemplate="%{customdata[0]}: %{base:.3f} – %{customdata[1]:.3f} " + labels["ms"]
+                    + "<extra></extra>")
     # A rule between variants: naive above, DDP below, the same clock.
     per_variant = [sum(1 for lane in order if lane[3] == title) for title, _v in variants]
     edge = 0

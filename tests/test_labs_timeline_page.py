@@ -97,6 +97,9 @@ def test_the_lanes_use_the_palette_and_carry_their_numbers_as_a_table(result):
     for colour in {c.lower() for c in re.findall(r"#[0-9a-fA-F]{6}", text)}:
         assert colour in charts.palette(), colour
     bars = {tr.name: tr.marker.color for tr in fig.data}
+    for tr in fig.data:  # a bar's hover names its span, its start and its end (not its length)
+        assert "%{customdata[1]" in tr.hovertemplate
+        assert all(abs(b + w - c[1]) < 1e-3 for b, w, c in zip(tr.base, tr.x, tr.customdata, strict=True) if w > 1e-3)
     assert bars["comm"] == charts.COMMUNICATION and bars["backward"] == charts.COMPUTE
     table = charts.table(fig)
     assert table["columns"][1:] == ["span", "start", "end"]
