@@ -31,6 +31,7 @@ from pydantic import ValidationError
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, col, select
 
+from academy import i18n
 from academy.content import DEFAULT_LANG
 from academy.db import session_scope
 from academy.errors import UserError
@@ -40,7 +41,7 @@ from academy.settings import get_settings
 from labs import exercises as defs
 from labs.exercises import messages
 from labs.exercises.encoding import foreign_encoding
-from labs.exercises.report import GradeReport
+from labs.exercises.report import CaseReport, GradeReport
 
 LAB = "exercise"  # LabRun.lab of a submission: a job of the kind grading (academy.labruns.kinds)
 log = logging.getLogger("academy.worker")
@@ -98,6 +99,24 @@ def message(key: str, lang: str, values: dict[str, Any] | None = None, exercise:
     """A grader's finding or error in the learner's language (``labs.exercises.messages``):
     the exercise's own wording first, then the shared one."""
     return messages.text(key, lang, exercise, **(values or {}))
+
+
+def case_label(exercise: str, case: CaseReport, lang: str) -> str:
+    """A report's case in words, as its exercise's cases are sized (the exercise's
+    ``CASE_SIZE``): a tensor's elements (the default), a data set's samples
+    (shard-indices), or a global batch of samples and features (the training
+    exercises); broadcast's cases also name the rank the tensor comes from."""
+    values = {"id": case.id, "world": case.world_size, "count": case.size, "dtype": case.dtype}
+    kind = getattr(defs.load(exercise), "CASE_SIZE", "tensor") if exercise in defs.EXERCISES else "tensor"
+    if kind == "batch" and case.shape is not None and len(case.shape) == 2:
+        samples, features = case.shape
+        return i18n.t("exercises.case_batch", lang, id=case.id, world=case.world_size, count=samples,
+                      features=features, per_rank=samples // max(1, case.world_size))
+    if kind == "dataset":
+        return i18n.t("exercises.case_dataset", lang, **values)
+    if case.src is not None:  # broadcast's cases name the rank the tensor comes from (review m11)
+        return i18n.t("exercises.case_src", lang, src=case.src, **values)
+    return i18n.t("exercises.case", lang, **values)
 
 
 def waiting(row: dict[str, Any], lang: str, exercise: str | None = None) -> str:
