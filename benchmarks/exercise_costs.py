@@ -50,8 +50,7 @@ def _through_queue(exercise: str, learner_id: int, repeats: int, parents: list[i
 
     from academy import exercises
     from academy.db import session_scope
-    from academy.labruns import queue as labqueue
-    from academy.models import LabRun
+    from academy.models import TERMINAL, LabRun
 
     source = exercises.reference(exercise)
     wall, waits, gradings, cases = [], [], [], set()
@@ -63,7 +62,7 @@ def _through_queue(exercise: str, learner_id: int, repeats: int, parents: list[i
         while True:
             with session_scope() as s:
                 run = s.exec(select(LabRun).where(LabRun.id == run_id)).one()
-            if run.status in labqueue.TERMINAL:
+            if run.status in TERMINAL:
                 break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{exercise}: run {run_id} still {run.status} after 300 s")

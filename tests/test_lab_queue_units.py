@@ -84,24 +84,38 @@ def test_a_device_set_is_held_by_one_lab_at_a_time_even_across_workers(tmp_path)
     assert overlaps == [], "two labs held GPU 1 at once"
 
 
-def test_each_stored_parameter_becomes_the_flag_of_its_name(tmp_path):
-    args = kinds.command("ring", {"world_size": 2, "fail_at_step": 3, "size": 1024}, tmp_path)
+def test_the_stored_request_is_the_command_and_the_command_the_request(tmp_path):
+    """The worker makes the stored request again and runs its argv; ``python -m labs`` reads
+    the same request back from it: a model on each side of the argv boundary."""
+    import dataclasses
+
+    from labs.request import Request
+    from labs.settings import Limits
+
+    stored = Request.checked("ring", {"world_size": 2, "fail_at_step": 3, "size": 1024}).stored()
+    assert stored.items() >= {"world_size": 2, "fail_at_step": 3, "size": 1024}.items()
+    request = Request.checked("ring", stored, Limits())
+    args = kinds.command(request, tmp_path)
     assert args[1:4] == ["-m", "labs", "ring"]
     assert args[args.index("--world-size") + 1] == "2"
     assert args[args.index("--fail-at-step") + 1] == "3"
     assert args[args.index("--events") + 1] == str(tmp_path / "events.jsonl")
+    back = Request.from_argv(args[3:], Limits())  # the timeouts left to the command are its limits
+    assert (back.run.timeout, back.run.hang_timeout) == (Limits().timeout_s, Limits().hang_timeout_s)
+    assert dataclasses.replace(back, run=dataclasses.replace(back.run, timeout=None, hang_timeout=None)) == request
 
 
 def test_a_multi_node_run_is_one_torchrun_line_per_node(tmp_path, monkeypatch):
     from academy.settings import get_settings
+    from labs.request import Request
 
     with pytest.raises(ValueError, match="LAB_RENDEZVOUS_ENDPOINT"):
-        kinds.torchrun_command("ring", {"world_size": 4, "nodes": 2}, tmp_path, run_id=7)
+        kinds.torchrun_command(Request.checked("ring", {"world_size": 4, "nodes": 2}), tmp_path, run_id=7)
     monkeypatch.setenv("LAB_RENDEZVOUS_ENDPOINT", "head:29500")
     get_settings.cache_clear()
     try:
-        args = kinds.torchrun_command("ring", {"world_size": 4, "nodes": 2, "size": 64}, tmp_path,
-                                         run_id=7)
+        args = kinds.torchrun_command(Request.checked("ring", {"world_size": 4, "nodes": 2, "size": 64}),
+                                      tmp_path, run_id=7)
     finally:
         monkeypatch.undo()
         get_settings.cache_clear()
@@ -114,7 +128,7 @@ def test_a_multi_node_run_is_one_torchrun_line_per_node(tmp_path, monkeypatch):
     prelude = args.index(kinds.RANK_PRELUDE)
     assert args[prelude - 3:prelude] == ["--no-python", args[0], "-c"] and args[prelude + 1] == "ring"
     assert "runpy.run_module('labs'" in kinds.RANK_PRELUDE
-    assert "--world-size" not in args and "--nodes" not in args and "--size" in args
+    assert "--world-size" not in args and "--nodes" not in args and "--start" not in args and "--size" in args
 
 
 # --------------------------------------------------------------------------

@@ -349,7 +349,11 @@ def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str
     """Run the run's command (``node``: this worker's node of the run) and record how it ended."""
     settings = get_settings()
     kind = kind_of(run.lab)
-    argv, env_kind = kind.command(run, workdir)
+    try:
+        argv, env_kind = kind.command(run, workdir)
+    except (ValueError, TypeError) as exc:  # stored as this worker cannot run it (its limits refuse it)
+        _end_node(run.id, node, state.name, "failed", error={"kind": "invalid", "message": str(exc)})
+        return
     env = {**lab_env(env_extra), **env_kind}
     started = time.monotonic()
     stopped_by: str | None = None

@@ -8,7 +8,8 @@ LAB ...``, ``LabRun.lab`` the lab's name) or the grading of a learner's code
 nodes, reaping. Where the kinds differ they ask the run's :class:`Kind`
 (:func:`kind_of`), one entry of :data:`KINDS`:
 
-- ``command``: the process that does the run, and what its environment adds;
+- ``command``: the process that does the run, and what its environment adds
+  (a ValueError: the run cannot be run as stored, and fails as invalid);
 - ``fit``: its ``result.json`` as the report to keep, within
   ``Settings.lab_result_max_bytes`` (review N-6: a grading report of 2.7 MB
   was stored whole). Too large is a small report that says so: a lab's run
@@ -41,8 +42,8 @@ from academy import exercises
 from academy.labruns.queue import nodes_of
 from academy.models import TERMINAL, LabRun
 from academy.settings import get_settings
-from labs.params import Run, flag, specs
 from labs.reports import TOO_LARGE
+from labs.request import Request
 
 log = logging.getLogger("academy.worker")
 
@@ -75,26 +76,16 @@ class Kind:
 # A lab: python -m labs LAB ... (or torchrun for a run over several nodes)
 
 
-def command(lab: str, params: dict[str, Any], workdir: Path) -> list[str]:
-    """The lab's CLI for this run, each stored parameter as its flag in the lab's schema."""
-    settings = get_settings()
-    args = [sys.executable, "-m", "labs", lab, "--json", "--timeout", str(settings.labs.timeout_s),
-            "--hang-timeout", str(settings.labs.hang_timeout_s),
+def command(request: Request, workdir: Path) -> list[str]:
+    """``python -m labs`` for ``request`` (its `Request.argv`), writing its events and result
+    in ``workdir``. The command reads its limits from the environment the worker gives
+    it (``academy.labruns.pool.lab_env``), so its default timeouts are the worker's."""
+    return [sys.executable, "-m", "labs", *request.argv(), "--json",
             "--events", str(workdir / "events.jsonl"), "--out", str(workdir / "result.json")]
-    # Here, not at the top: the lab modules load where a lab is named (a worker loads
-    # them once at its start: load_labs).
-    from labs import context
-
-    flags = {name: flag(name, spec) for cls in (Run, context.load_lab(lab).Params)
-             for name, (_field, spec) in specs(cls).items()}
-    for key, value in params.items():
-        if key != "nodes":
-            args += [flags[key], str(value)]
-    return args
 
 
 def load_labs() -> None:
-    """Import every lab's module (their parameter models, which `command` reads)."""
+    """Import every lab's module (their parameter models, which a run's `Request` is made of)."""
     from labs import context
 
     for lab in context.LABS:
@@ -112,36 +103,41 @@ RANK_PRELUDE = ("import ctypes, runpy, signal; "
                 "runpy.run_module('labs', run_name='__main__', alter_sys=True)")
 
 
-def torchrun_command(lab: str, params: dict[str, Any], workdir: Path, *, run_id: int) -> list[str]:
-    """One node of a multi-node run (``params["nodes"] > 1``), as its worker starts it.
+def torchrun_command(request: Request, workdir: Path, *, run_id: int) -> list[str]:
+    """One node of a multi-node run (``request.nodes > 1``), as its worker starts it.
 
     Every node runs this same line (only the workdir differs); torchrun's
     c10d rendezvous at ``Settings.lab_rendezvous_endpoint`` gathers them
     under the run's id. torchrun gives up a little after ``lab_node_wait_s``,
     so that the worker's own check (a node never taken: ``nodes_missing``)
     comes first and names the cause; torchrun's timeout is for nodes that
-    were all taken yet cannot meet (an unreachable endpoint). ``world_size``
-    is ranks per node. The ranks are ``python -m labs LAB ...`` behind
-    :data:`RANK_PRELUDE`; the one that gets global rank 0 writes the events
-    and result.json in its node's workdir.
+    were all taken yet cannot meet (an unreachable endpoint). The request's
+    ``world_size`` is ranks per node, torchrun's to give, as is how they start. The ranks are
+    ``python -m labs LAB ...`` behind :data:`RANK_PRELUDE`; the one that gets
+    global rank 0 writes the events and result.json in its node's workdir.
     """
     settings = get_settings()
     endpoint = settings.lab_rendezvous_endpoint
     if not endpoint:
         raise ValueError("a multi-node lab needs LAB_RENDEZVOUS_ENDPOINT (host:port)")
-    per_node = int(params.get("world_size", 2))
-    lab_args = command(lab, {k: v for k, v in params.items() if k != "world_size"}, workdir)[3:]
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(int(params["nodes"])),
-            "--nproc-per-node", str(per_node), "--rdzv-backend", "c10d",
+    # Without what torchrun does itself: the ranks per node and how they start (its own
+    # parser would also take ``--start`` for a prefix of its ``--start-method``).
+    lab_args = [*request.argv(without=("world_size", "start")), "--json",
+                "--events", str(workdir / "events.jsonl"), "--out", str(workdir / "result.json")]
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(request.nodes),
+            "--nproc-per-node", str(request.run.world_size), "--rdzv-backend", "c10d",
             "--rdzv-endpoint", endpoint, "--rdzv-id", f"dpa-run-{run_id}",
             "--rdzv-conf", f"join_timeout={settings.lab_node_wait_s + JOIN_GRACE_S}",
             "--no-python", sys.executable, "-c", RANK_PRELUDE, *lab_args]
 
 
 def _lab_command(run: LabRun, workdir: Path) -> tuple[list[str], dict[str, str]]:
-    if nodes_of(run.params) == 1:
-        return command(run.lab, run.params, workdir), {}
-    return torchrun_command(run.lab, run.params, workdir, run_id=run.id), {}
+    """The stored request made again (checked once here, against this worker's limits: a
+    ValueError if they refuse it), as ``python -m labs`` or, over nodes, torchrun's line."""
+    request = Request.checked(run.lab, run.params or {}, get_settings().labs)
+    if request.nodes == 1:
+        return command(request, workdir), {}
+    return torchrun_command(request, workdir, run_id=run.id), {}
 
 
 # What an old lab run keeps of its result: everything the page shows, not each rank's own return.
