@@ -37,6 +37,7 @@ How the launcher keeps its promises:
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import selectors
@@ -69,6 +70,7 @@ from labs.context import (
     params_dict,
     rank_code,
     resolve_backend,
+    stored_summary,
 )
 from labs.params import Limits, Run, check
 from labs.verdict import HEARTBEAT_S, RankSnapshot, exit_text, judge
@@ -258,6 +260,10 @@ def run_lab(lab: str, params=None, *, world_size: int = 2, backend: str = "auto"
         module.check(p, world_size)
     except (ValueError, TypeError, ImportError) as exc:
         return invalid(str(exc))
+    if hasattr(module, "LAUNCHER"):  # a lab that starts its ranks itself (labs.context: LAUNCHER)
+        return importlib.import_module(module.LAUNCHER).launch(
+            p, world_size=world_size, backend=resolved, timeout=timeout, hang_timeout=hang_timeout,
+            fail=fail, on_event=on_event, cancel=cancel)
     if start == "auto":
         single_threaded = threading.active_count() == 1
         start = "fork" if (resolved == "gloo" and single_threaded and hasattr(os, "fork")
@@ -288,7 +294,7 @@ def run_lab(lab: str, params=None, *, world_size: int = 2, backend: str = "auto"
     if fail is not None and fail.step >= max(s.total_steps for s in snaps):
         warnings.append(f"nothing injected: the lab has {max(s.total_steps for s in snaps)} "
                         f"steps, fail step {fail.step} was never reached")
-    summary = module.summarize(p, ranks, world_size=world_size, backend=resolved)
+    summary = stored_summary(module.summarize(p, ranks, world_size=world_size, backend=resolved))
     result = LabResult(lab=name, world_size=world_size, backend=resolved, params=params_dict(p),
                        summary=summary, ranks=ranks, wall_s=wall, work_s=work,
                        overhead_s=max(0.0, wall - work), pids=sup.pids, launcher=start,
