@@ -319,10 +319,108 @@ class ShardingSummary(_Model):
 
 
 # --------------------------------------------------------------------------
+# straggler (labs.straggler.lab.summarize builds it)
+
+
+class StragglerVariant(_Model):
+    """One way to train with one rank slowed, as the ranks measured it (``labs.straggler.rank``)."""
+
+    name: str  # "even" (nobody slowed), "slow" (synchronous DDP), "local_sgd" (post-local SGD)
+    factor: float  # how many times slower the slow rank was asked to compute
+    step_ms: Quartiles  # time per step over every measured step (or period / H) of every seed
+    model_ms: Spread  # the model's step over the seeds: slowest rank's own time + all-reduce (/ H)
+    compute_ms: list[float]  # per rank: median compute per step (forward, backward, optimizer)
+    own_ms: list[float]  # per rank: median time per step outside all-reduces (compute and overhead)
+    wait_ms: list[float]  # per rank: median time per step inside the all-reduce beyond its own cost
+    throughput: Spread  # samples per second over the seeds
+    loss: Spread  # the final model's loss on the whole data set, over the seeds
+    timeline: Variant  # the first seed's last steps (or last period), every rank on one clock
+
+
+class StragglerSummary(_Model):
+    world_size: int
+    backend: str = "gloo"
+    factor: int
+    slow_rank: int
+    mechanism: str  # what slowed the rank: "cgroup" (a CPU quota) or "stop" (SIGSTOP/SIGCONT)
+    period: int  # local SGD: the models are averaged every ``period`` steps
+    steps: int  # measured steps per variant and seed (whole periods)
+    seeds: int
+    batch_per_rank: int
+    allreduce_ms: Spread  # one all-reduce of the gradients when nobody waits, over the seeds
+    achieved: Spread  # the slow rank's compute, slowed over even, over the seeds
+    variants: dict[str, StragglerVariant]
+    lost: Spread  # throughput of the slowed synchronous run as a share of the even one
+    recovered: Spread  # throughput of local SGD over the slowed synchronous run's, minus 1
+    loss_paid: Spread  # local SGD's final loss minus the synchronous run's, seed by seed
+    same_weights: bool  # the slowed synchronous run ended with the even run's weights, bit for bit
+    model_error: float  # measured / model - 1 of the slowed synchronous step (median over seeds)
+
+
+# --------------------------------------------------------------------------
+# failure (labs.failure.lab.summarize builds it)
+
+
+class Segment(_Model):
+    """A stretch of one rank's time (seconds from the job's first rank start)."""
+
+    kind: str  # "kept" | "lost" | "redone" (a step), "checkpoint", "start" (process start to ready), "resume"
+    attempt: int  # torchrun's restart count when it happened
+    step: int  # the step (a checkpoint: the steps it holds)
+    start_s: float
+    end_s: float
+
+
+class WorkLane(_Model):
+    rank: int
+    segments: list[Segment]
+
+
+class Restart(_Model):
+    """From a kill to the next attempt's first step."""
+
+    attempt: int  # the attempt that was killed
+    step: int  # at this step
+    killed_s: float
+    detect_s: float  # kill -> the new processes started (torchrun noticed, stopped the others, restarted)
+    start_s: float  # process start -> ready (PyTorch imported, rendezvous, process group)
+    resume_s: float  # ready -> first step (the checkpoint loaded)
+
+
+class FailureSummary(_Model):
+    world_size: int
+    backend: str = "gloo"
+    steps: int
+    checkpoint_every: int
+    kill_rank: int
+    kill_steps: list[int]
+    restarts: int  # how many times torchrun restarted the job
+    max_restarts: int
+    checkpoint_bytes: int
+    save_s: Spread | None  # one save on rank 0 (None: none taken)
+    step_s: Spread  # one training step
+    lanes: list[WorkLane]
+    restart: list[Restart]
+    wall_s: float  # first rank start to last step's end
+    checkpoint_s: float  # every save, summed
+    lost_s: float  # steps done, then thrown away by a kill (rank 0's clock)
+    lost_steps: int
+    restart_s: float  # every restart, summed
+    mtbf_s: float  # the mean time between failures chosen for Young/Daly
+    delta_s: float  # the measured cost of a save (median)
+    restart_cost_s: float  # the measured cost of a restart (median)
+    tau_s: float  # this run's interval between checkpoints, seconds
+    tau_opt_s: float | None  # Young/Daly's sqrt(2 delta M); None without a save
+    same_weights: bool  # the resumed run ended with the weights of one never killed, bit for bit
+    max_abs_diff: float
+    digest: str
+
+
+# --------------------------------------------------------------------------
 # The report and its one reader
 
 # What the pages draw (a type for their signatures; each lab names its own as ``SUMMARY``).
-Summary = RingSummary | BenchSummary | DdpSummary | ShardingSummary
+Summary = RingSummary | BenchSummary | DdpSummary | ShardingSummary | StragglerSummary | FailureSummary
 S = TypeVar("S", bound=_Model)
 
 
