@@ -22,7 +22,7 @@ from academy.labruns import pages as labruns
 from academy.labruns import queue as labqueue
 from academy.models import LabRun
 from app import calculators as calc
-from app import charts, charts_ring, sharding
+from app import charts, charts_ring, resilience, sharding
 from app import timeline as lanes
 from app.ui import labeler, t
 from app.widgets import chart, lang, num, ring_labels
@@ -429,6 +429,12 @@ def _csv_rows(run: LabRun) -> list[dict]:
         return list(((s.get("sections") or {}).get("scaling") or {}).get("rows", []))
     if run.lab == "sharding":
         return sharding.rows(s)
+    if run.lab == "straggler":  # each variant's step, model, throughput and loss (medians)
+        return [{"variant": name, "step_ms": v["step_ms"]["median"], "model_ms": v["model_ms"]["median"],
+                 "samples_per_s": v["throughput"]["median"], "loss": v["loss"]["median"]}
+                for name, v in (s.get("variants") or {}).items()]
+    if run.lab == "failure":  # every rank's segments of work
+        return [{"rank": lane["rank"], **seg} for lane in s.get("lanes", []) for seg in lane["segments"]]
     return []
 
 
@@ -478,7 +484,8 @@ def show_run(run: LabRun) -> None:
         failure(run)
         return
     st.success(t("labs.done", seconds=report.wall_s, overhead=report.overhead_s))
-    {"ring": ring, "bench": bench, "ddp": ddp, "sharding": sharding.show}[run.lab](run, report.summary)
+    {"ring": ring, "bench": bench, "ddp": ddp, "sharding": sharding.show, "straggler": resilience.straggler,
+     "failure": resilience.failure}[run.lab](run, report.summary)
     downloads(run)
 
 

@@ -25,7 +25,10 @@ platform reads it freely, and has these names:
   elastic restarts); its ``launch(params, *, world_size, backend, timeout,
   hang_timeout, fail, on_event, cancel)`` returns a `LabResult` or a
   `LabError`, and ``labs.launch.run_lab`` hands the run to it once the request
-  is checked.
+  is checked;
+- optionally ``FAILURE_INJECTION = False``: the lab fails on purpose by itself,
+  so the Labs page does not offer the injected crash or hang every other lab
+  takes (``--fail-rank``).
 
 Beside it, the folder holds the rank code (torch and all), a ``__main__``
 (``torchrun -m labs.<name>``) and whatever else only that lab uses.

@@ -60,6 +60,7 @@ RANK_MODULE = "labs.failure.rank"  # what the ranks import, torch and all
 LAUNCHER = "labs.failure.supervise"  # starts torchrun (labs.context: LAUNCHER)
 SUMMARY = reports.FailureSummary  # what the pages read of the summary
 DEFAULT_WORLD_SIZE = 2
+FAILURE_INJECTION = False  # it kills its rank itself: the Labs page offers no --fail-* (labs.context)
 
 
 @dataclass
