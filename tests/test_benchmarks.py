@@ -131,7 +131,7 @@ def test_collectives_have_every_figure():
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_lab_runs_have_every_figure():
-    labs = smoke("labs.launch,labs.first_event,labs.ddp,labs.timeline,labs.sharding")[1]["labs"]
+    labs = smoke("labs.launch,labs.first_event,labs.ddp,labs.timeline,labs.sharding,labs.straggler")[1]["labs"]
     part(labs["launch"], LAUNCH, "labs.launch")
     part(labs["first_event"], FIRST_EVENT, "labs.first_event")
     if part(labs["ddp"], DDP, "labs.ddp"):
@@ -145,6 +145,11 @@ def test_lab_runs_have_every_figure():
                 part(v[key], ("median", "min", "max"), f"labs.timeline.{name}.{key}")
     if part(labs["sharding"], SHARDING, "labs.sharding"):
         part(labs["sharding"]["ledger_error"], ("ddp", "zero1", "zero2", "zero3"), "labs.sharding.ledger_error")
+    if part(labs["straggler"], ("target", "factor", "runs"), "labs.straggler"):  # the error: a figure, not asserted
+        assert "stop" in labs["straggler"]["methods"]
+        for method, m in labs["straggler"]["methods"].items():
+            for key in ("model_error", "achieved", "step_ms", "model_ms", "recovered", "loss_paid"):
+                part(m[key], ("median", "min", "max"), f"labs.straggler.{method}.{key}")
 
 
 @pytest.mark.slow
