@@ -325,8 +325,9 @@ def work_figure(lanes: Sequence[tuple[str, Sequence[dict]]], labels: dict[str, s
                 lang: str = DEFAULT_LANG) -> go.Figure:
     """One lane per rank on one time axis (s): each step kept, lost or redone, each checkpoint,
     each process start and resume, as a bar from its start to its end. ``lanes``: (lane label,
-    segments ``{"kind", "start_s", "end_s", "step", "attempt"}``); ``labels``: the kinds'
-    names, s, rank, step, attempt, start, end."""
+    segments ``{"kind", "start_s", "end_s", "step", "attempt"}``, a run of steps with its
+    ``last_step``); ``labels``: the kinds'
+    names, and s, rank, step, attempt, from, to and kind for the axis and the table's columns."""
     fig = go.Figure()
     rows = []
     for kind, colour in WORK.items():
@@ -338,8 +339,9 @@ def work_figure(lanes: Sequence[tuple[str, Sequence[dict]]], labels: dict[str, s
                 y.append(lane)
                 base.append(seg["start_s"])
                 width.append(max(seg["end_s"] - seg["start_s"], 1e-4))
-                text.append(f"{labels['attempt']} {seg['attempt']} · {labels['step']} {seg['step']}")
-                rows.append([lane, labels[kind], seg["attempt"], seg["step"], round(seg["start_s"], 4),
+                steps = seg["step"] if seg.get("last_step") is None else f"{seg['step']}–{seg['last_step']}"
+                text.append(f"{labels['attempt']} {seg['attempt']} · {labels['step']} {steps}")
+                rows.append([lane, labels[kind], seg["attempt"], steps, round(seg["start_s"], 4),
                              round(seg["end_s"], 4)])
         if not y:
             continue
@@ -355,7 +357,7 @@ def work_figure(lanes: Sequence[tuple[str, Sequence[dict]]], labels: dict[str, s
                              "fixedrange": True},
                       legend={"traceorder": "normal"},
                       meta={"table": {"columns": [labels["rank"], labels["kind"], labels["attempt"], labels["step"],
-                                                  labels["start"], labels["end"]],
+                                                  labels["from"], labels["to"]],
                                       "rows": sorted(rows, key=lambda row: (row[4], str(row[0])))}})
     return with_marks(fig, lang)
 

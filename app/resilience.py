@@ -79,7 +79,8 @@ def straggler(run: LabRun, s: reports.StragglerSummary) -> None:
 
 def _work_labels() -> dict[str, str]:
     names = {k: t(f"failure.work.{k}") for k in charts.WORK}
-    names.update({k: t(f"failure.{k}") for k in ("s", "rank", "step", "attempt", "start", "end", "kind")})
+    names.update({k: t(f"failure.{k}") for k in ("s", "rank", "step", "attempt", "kind")})
+    names.update({"from": t("failure.start"), "to": t("failure.end")})  # the table's columns, not the kind "start"
     return names
 
 
@@ -97,6 +98,7 @@ def failure(run: LabRun, s: reports.FailureSummary) -> None:
     labels = _work_labels()
     shown = [(f"{labels['rank']} {lane.rank}", [seg.model_dump() for seg in lane.segments]) for lane in s.lanes]
     chart(charts.work_figure(shown, labels, lang=lang()), key=f"fl_work_{run.id}", caption=t("failure.timeline_alt"))
+    by_step(run, s, labels)
     rows = [{t("failure.part"): t("failure.part_checkpoints"), t("failure.s"): num(s.checkpoint_s, ".3f")},
             {t("failure.part"): t("failure.part_lost", count=s.lost_steps), t("failure.s"): num(s.lost_s, ".3f")}]
     for r in s.restart:
@@ -106,6 +108,24 @@ def failure(run: LabRun, s: reports.FailureSummary) -> None:
     st.dataframe(rows, hide_index=True)
     st.caption(t("failure.parts_caption"))
     young_daly(run, s)
+
+
+def by_step(run: LabRun, s: reports.FailureSummary, labels: dict[str, str]) -> None:
+    """Rank 0's work on the axis of steps, an attempt a lane: on the clock the restart dwarfs the
+    steps, here the steps lost at the kill and done again stand side by side."""
+    st.markdown(f"**{t('failure.steps_title')}**")
+    lanes_by_attempt: dict[int, list[dict]] = {}
+    for seg in s.lanes[0].segments:
+        if seg.kind in ("kept", "lost", "redone"):
+            at = {"start_s": seg.step, "end_s": (seg.step if seg.last_step is None else seg.last_step) + 1}
+        elif seg.kind == "checkpoint":
+            at = {"start_s": seg.step - 0.08, "end_s": seg.step + 0.08}
+        else:
+            continue
+        lanes_by_attempt.setdefault(seg.attempt, []).append({**seg.model_dump(), **at})
+    shown = [(t("failure.attempt_lane", attempt=a), segs) for a, segs in sorted(lanes_by_attempt.items())]
+    chart(charts.work_figure(shown, {**labels, "s": t("failure.step_axis")}, lang=lang()), key=f"fl_steps_{run.id}",
+          caption=t("failure.steps_alt"))
 
 
 def young_daly(run: LabRun, s: reports.FailureSummary) -> None:

@@ -368,6 +368,7 @@ class Segment(_Model):
     kind: str  # "kept" | "lost" | "redone" (a step), "checkpoint", "start" (process start to ready), "resume"
     attempt: int  # torchrun's restart count when it happened
     step: int  # the step (a checkpoint: the steps it holds)
+    last_step: int | None = None  # a run of steps of one fate: its last (labs.failure.lab.merged)
     start_s: float
     end_s: float
 

@@ -71,7 +71,7 @@ def every_figure():
             [(f"rank {r}", [{"kind": kind, "start_s": float(i), "end_s": i + 0.5, "step": i, "attempt": 0}
                             for i, kind in enumerate(charts.WORK)]) for r in range(2)],
             {**{k: k for k in charts.WORK}, "s": "s", "rank": "rank", "step": "step", "attempt": "attempt",
-             "start": "start", "end": "end", "kind": "kind"}),
+             "from": "from", "to": "to", "kind": "kind"}),
         "young_daly": charts.young_daly_figure([1, 2, 4, 8, 16], [0.5, 0.3, 0.2, 0.25, 0.4], optimum=5.0, run=10,
                                                run_waste=0.3, labels={"curve": "c", "optimum": "o", "run": "r",
                                                                       "interval": "i", "waste": "w"}),

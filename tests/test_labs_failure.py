@@ -53,6 +53,15 @@ def test_a_kill_loses_the_steps_after_the_last_checkpoint_and_they_are_redone():
     assert {s.kind for s in lane.segments} == {"start", "kept", "lost", "checkpoint", "resume", "redone"}
 
 
+def test_a_lane_keeps_its_picture_in_a_few_segments():
+    log = [rec("start", 0, 0.0, 1.0)] + [rec("step", 0, 1.0 + i, 1.5 + i, step=i) for i in range(6)]
+    log += [rec("checkpoint", 0, 3.6, 3.7, step=3), rec("kill", 0, 8.0, step=6)]
+    lane = failure.merged(failure.lanes([log], origin=0.0)[0])
+    assert [(s.kind, s.step, s.last_step) for s in lane.segments] == [
+        ("start", 0, None), ("kept", 0, 2), ("checkpoint", 3, None), ("lost", 3, 5)]
+    assert lane.segments[1].end_s == 3.5  # the run ends where its last step did
+
+
 def test_kill_steps_are_the_chosen_one_then_drawn_later_ones():
     p = failure.Params(steps=60, kill_step=20, kills=3)
     steps = failure.kill_steps(p)
@@ -112,10 +121,10 @@ def test_the_resumed_run_ends_with_the_weights_of_one_never_killed(result):
     assert s.same_weights and s.max_abs_diff == 0.0
     assert s.lost_steps == 3, "steps 4, 5 and 6: done after the checkpoint at 4, before the kill at 7"
     assert [r.step for r in s.restart] == [7] and min(s.restart[0].detect_s, s.restart[0].start_s) >= 0
-    for lane in s.lanes:
-        redone = sorted(seg.step for seg in lane.segments if seg.kind == "redone")
-        kept = sorted(seg.step for seg in lane.segments if seg.kind == "kept")
-        assert redone == [4, 5, 6] and kept == [0, 1, 2, 3, *range(7, 12)], lane.rank
+    for lane in s.lanes:  # runs of steps: (first, last)
+        redone = [(seg.step, seg.last_step) for seg in lane.segments if seg.kind == "redone"]
+        kept = [(seg.step, seg.last_step) for seg in lane.segments if seg.kind == "kept"]
+        assert redone == [(4, 6)] and kept == [(0, 3), (7, 11)], lane.rank
     assert s.save_s is not None and s.checkpoint_bytes > 0 and s.tau_opt_s > 0
     assert not list(Path(tempfile.gettempdir()).glob(f"{PREFIX}*")), "the run's folder is removed"
 
@@ -149,8 +158,11 @@ def test_the_page_shows_the_work_lost_and_young_daly(result, lang):
     assert not at.exception, at.exception
     assert [e for e in at.info if e.value == i18n.t("labs.look.failure", lang)]
     charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    assert len(charts) == 2  # the work timeline, Young/Daly
+    assert len(charts) == 3  # the work on the clock, the same by step, Young/Daly
     rows = charts[0]["layout"]["meta"]["table"]["rows"]
-    lost = i18n.t("failure.work.lost", lang)
-    assert sorted(row[3] for row in rows if row[1] == lost and row[0].endswith(" 0")) == [4, 5, 6]
+    lost, redone = i18n.t("failure.work.lost", lang), i18n.t("failure.work.redone", lang)
+    assert [row[3] for row in rows if row[1] == lost and row[0].endswith(" 0")] == ["4–6"]
+    by_step = charts[1]["layout"]["meta"]["table"]["rows"]
+    assert sorted((row[2], row[3]) for row in by_step if row[1] in (lost, redone)) == [(0, "4–6"), (1, "4–6")], \
+        "steps 4 to 6 lost by attempt 0, redone by attempt 1"
     assert any(e.value.startswith(i18n.t("failure.same", lang, digest="")[:12]) for e in at.success)

@@ -1,7 +1,8 @@
 """Every lab's result, run from the Labs page in a real browser, read in en, zh and nl (issue #22).
 
-A guest runs the ring lab (chunked and naive), the benchmark and DDP with
-the form's defaults, each once, and reads each result in every language
+A guest runs the ring lab (chunked and naive), the benchmark, DDP, the
+straggler lab and the failure lab (torchrun) with the form's defaults, each
+once, and reads each result in two or three languages
 through the sidebar's language box (the run stays in the session). Each
 reading is photographed at 1400 px and at 390 px wide:
 ``test-artifacts/lab-result-<lab>-<lang>-<width>.png``. The checks are the
@@ -41,7 +42,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 RUNS = {"ring": ("ring", None, "labs.ring.noise", "labs.look.ring"),
         "naive": ("ring", "naive", "labs.ring.noise", "labs.look.ring_naive"),
         "bench": ("bench", None, "labs.bench.noise", "labs.look.bench"),
-        "ddp": ("ddp", None, "labs.ddp.bucketing_why", "labs.look.ddp")}
+        "ddp": ("ddp", None, "labs.ddp.bucketing_why", "labs.look.ddp"),
+        "straggler": ("straggler", None, "straggler.model_title", "labs.look.straggler"),
+        "failure": ("failure", None, "failure.timeline_title", "labs.look.failure")}
 WIDTHS = (1400, 390)
 HEIGHT = """() => Math.max(...['stMain', 'stAppViewContainer', 'stMainBlockContainer']
     .map(id => document.querySelector(`[data-testid="${id}"]`)?.scrollHeight || 0))"""
@@ -126,7 +129,10 @@ def test_every_lab_result_reads_true_in_each_language(server, page, artifacts):
              # after the benchmark: the ring runs' model lines come from its fit
              ("reopen", "ring", "nl"), ("read", "ring", "nl"), ("reopen", "naive", "nl"), ("read", "naive", "nl"),
              ("reopen", "naive", "zh"), ("read", "naive", "zh"), ("reopen", "ring", "zh"), ("read", "ring", "zh"),
-             ("run", "ddp", "zh"), ("read", "ddp", "zh"), ("read", "ddp", "nl"), ("read", "ddp", "en")]
+             ("run", "ddp", "zh"), ("read", "ddp", "zh"), ("read", "ddp", "nl"), ("read", "ddp", "en"),
+             # issue #41: one rank slowed, and a rank killed under torchrun, with the form's defaults
+             ("run", "straggler", "en"), ("read", "straggler", "en"), ("read", "straggler", "nl"),
+             ("run", "failure", "nl"), ("read", "failure", "nl"), ("read", "failure", "zh")]
     page.goto(f"{server.url}/labs?lang=en&lab=ring")
     wait_app(page)
     current = "en"

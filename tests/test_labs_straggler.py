@@ -59,10 +59,25 @@ def test_local_sgd_pays_the_all_reduce_once_a_period():
 def test_params_round_the_measured_steps_up_to_whole_periods():
     assert straggler.Params(steps=10, period=4).measured == 12
     assert straggler.Params(steps=12, period=4).measured == 12
-    with pytest.raises(ValueError, match="2 ranks or more"):
+    with pytest.raises(ValueError, match="2 to 4 ranks"):
         straggler.check(straggler.Params(), 1)
     with pytest.raises(ValueError, match="slow rank 2"):
         straggler.check(straggler.Params(slow_rank=2), 2)
+
+
+@pytest.mark.parametrize("lab, params, key, values", [
+    ("straggler", {"world_size": 1}, "labs.err_world_between", {"low": 2, "high": 4}),
+    ("straggler", {"world_size": 2, "slow_rank": 3}, "labs.err_rank", {"max": 1, "count": 2}),
+    ("failure", {"world_size": 3, "kill_rank": 5}, "labs.err_rank", {"max": 2, "count": 3}),
+])
+def test_the_page_refuses_what_the_lab_would_refuse_in_the_learners_words(lab, params, key, values):
+    from academy import i18n
+    from academy.labruns import pages
+
+    with pytest.raises(pages.LabRequestError) as err:
+        pages.validate(lab, params)
+    assert (err.value.key, err.value.values) == (key, values)
+    assert "{" not in i18n.t(key, "zh", **values) and "{" not in i18n.t(key, "nl", **values)
 
 
 # --------------------------------------------------------------------------

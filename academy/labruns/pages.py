@@ -79,6 +79,7 @@ def validate(lab: str, params: dict[str, Any]) -> dict[str, Any]:
         for cls in (Run, context.load_lab(lab).Params):
             model = lab_params.validate(cls, {k: v for k, v in clean.items() if offer[k][0] is cls}, limits, page=True)
             clean.update({k: getattr(model, k) for k in clean if offer[k][0] is cls})
+        context.load_lab(lab).check(model, clean["world_size"])  # the lab's own rules across fields
     except ParamError as err:
         raise _refusal(err, offer) from None
     except (TypeError, ValueError):  # a value of the wrong type, or a lab's own rule across fields
@@ -101,10 +102,14 @@ def _refusal(err: ParamError, offer: dict[str, tuple[type, Spec]]) -> LabRequest
     high = err.values.get("high")
     if err.rule == "avg_int":
         return LabRequestError("labs_refused.avg_int")
+    if err.rule == "world_between":  # a lab that runs on fewer ranks than the limits allow
+        return LabRequestError("labs.err_world_between", low=err.values["low"], high=high)
     if err.name == "world_size" and high is not None:
         return LabRequestError("labs.err_world_size", max=high)
     if err.name == "fail_rank" and high is not None:
         return LabRequestError("labs.err_fail_rank", max=high)
+    if err.rule == "rank":  # a lab's rank field beyond the run's ranks (the straggler's, the failure lab's)
+        return LabRequestError("labs.err_rank", max=high, count=high + 1)
     if err.name in offer and offer[err.name][1].unit == "bytes" and high is not None:
         return LabRequestError("labs.err_size", low=err.values["low"], high=high)
     return LabRequestError("labs.err_value")

@@ -53,7 +53,7 @@ import statistics
 from collections.abc import Sequence
 
 from labs import reports
-from labs.params import Page, dataclass, option
+from labs.params import Page, ParamError, dataclass, option
 from labs.params import check as check_values
 
 RANK_MODULE = "labs.failure.rank"  # what the ranks import, torch and all
@@ -103,7 +103,8 @@ class Params:
 
 def check(params: Params, world_size: int) -> None:
     if params.kill_rank >= world_size:
-        raise ValueError(f"kill rank {params.kill_rank} is not a rank of {world_size}")
+        raise ParamError("kill_rank", "rank", f"kill rank {params.kill_rank} is not a rank of {world_size}",
+                         high=world_size - 1)
     if params.samples < world_size * params.batch:
         raise ValueError(f"{params.samples} samples cannot fill a batch of {params.batch} on each of "
                          f"{world_size} ranks")
@@ -145,6 +146,9 @@ def spread(values: Sequence[float]) -> reports.Spread:
     return reports.Spread(median=statistics.median(values), min=min(values), max=max(values))
 
 
+STEP_KINDS = ("kept", "lost", "redone")
+
+
 def lanes(logs: Sequence[Sequence[dict]], *, origin: float) -> list[reports.WorkLane]:
     """Each rank's timeline from its log (every attempt): its steps kept, lost or redone, its
     checkpoints, and the restarts. A step is lost when its attempt was killed before the next
@@ -170,6 +174,23 @@ def lanes(logs: Sequence[Sequence[dict]], *, origin: float) -> list[reports.Work
                                                 start_s=rec["t0"] - origin, end_s=rec["t1"] - origin))
         out.append(reports.WorkLane(rank=rank, segments=segments))
     return out
+
+
+def merged(lane: reports.WorkLane) -> reports.WorkLane:
+    """``lane`` with each run of consecutive steps of one fate and attempt as one segment (its
+    ``last_step`` the run's last): the same picture, a few segments a rank instead of one a step,
+    so that a report of many steps and ranks stays small. A checkpoint between two steps stays
+    its own segment, drawn over the run."""
+    out: list[reports.Segment] = []
+    for seg in lane.segments:
+        prev = next((p for p in reversed(out) if p.kind in STEP_KINDS), None) if seg.kind in STEP_KINDS else None
+        if prev is not None and prev.kind == seg.kind and prev.attempt == seg.attempt \
+                and (prev.last_step if prev.last_step is not None else prev.step) + 1 == seg.step \
+                and all(o.kind in STEP_KINDS or o.kind == "checkpoint" for o in out[out.index(prev):]):
+            out[out.index(prev)] = prev.model_copy(update={"last_step": seg.step, "end_s": seg.end_s})
+        else:
+            out.append(seg)
+    return reports.WorkLane(rank=lane.rank, segments=out)
 
 
 def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: str) -> reports.FailureSummary:
@@ -201,7 +222,8 @@ def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: st
         world_size=world_size, backend=backend, steps=params.steps, checkpoint_every=params.checkpoint_every,
         kill_rank=params.kill_rank, kill_steps=[k[2] for k in kills], restarts=max(r["attempt"] for r in ranks),
         max_restarts=params.max_restarts, checkpoint_bytes=ranks[0]["checkpoint_bytes"],
-        save_s=spread(saves) if saves else None, step_s=spread(steps), lanes=lanes_, restart=restarts,
+        save_s=spread(saves) if saves else None, step_s=spread(steps), lanes=[merged(lane) for lane in lanes_],
+        restart=restarts,
         wall_s=end, checkpoint_s=sum(saves), lost_s=sum(s.end_s - s.start_s for s in lost), lost_steps=len(lost),
         restart_s=sum(r.detect_s + r.start_s + r.resume_s for r in restarts),
         mtbf_s=params.mtbf_s, delta_s=delta, restart_cost_s=restart, tau_s=params.checkpoint_every * step,

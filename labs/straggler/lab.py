@@ -43,7 +43,7 @@ from collections.abc import Sequence
 
 from labs import reports
 from labs import timeline as spans_math
-from labs.params import Page, dataclass, option
+from labs.params import Page, ParamError, dataclass, option
 from labs.params import check as check_values
 from labs.straggler.throttle import METHODS
 
@@ -51,6 +51,7 @@ VARIANTS = ("even", "slow", "local_sgd")
 RANK_MODULE = "labs.straggler.rank"  # what the ranks import, torch and all
 SUMMARY = reports.StragglerSummary  # what the pages read of the summary
 DEFAULT_WORLD_SIZE = 2  # a core per rank on a 2-core machine: the quota then binds as asked
+MAX_WORLD_SIZE = 4  # its timelines draw every rank: 2 to 4 keep them readable (and the report small)
 
 
 @dataclass
@@ -90,10 +91,12 @@ class Params:
 
 
 def check(params: Params, world_size: int) -> None:
-    if world_size < 2:
-        raise ValueError("a straggler needs others to wait for it: use 2 ranks or more")
+    if not 2 <= world_size <= MAX_WORLD_SIZE:
+        raise ParamError("world_size", "world_between", f"the straggler lab runs on 2 to {MAX_WORLD_SIZE} ranks "
+                         f"(a straggler needs others to wait for it), not {world_size}", low=2, high=MAX_WORLD_SIZE)
     if params.slow_rank >= world_size:
-        raise ValueError(f"slow rank {params.slow_rank} is not a rank of {world_size}")
+        raise ParamError("slow_rank", "rank", f"slow rank {params.slow_rank} is not a rank of {world_size}",
+                         high=world_size - 1)
     if params.samples < world_size * params.batch:
         raise ValueError(f"{params.samples} samples cannot fill a batch of {params.batch} on each of "
                          f"{world_size} ranks")
