@@ -101,6 +101,8 @@ def _refusal(err: ParamError, offer: dict[str, tuple[type, Spec]]) -> LabRequest
     high = err.values.get("high")
     if err.rule == "avg_int":
         return LabRequestError("labs_refused.avg_int")
+    if err.rule == "empty":  # a list the learner emptied (a multiselect)
+        return LabRequestError("labs_refused.empty")
     if err.name == "world_size" and high is not None:
         return LabRequestError("labs.err_world_size", max=high)
     if err.name == "fail_rank" and high is not None:
