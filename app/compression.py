@@ -10,6 +10,8 @@ from what the processes measured); `rows` is its CSV.
 
 from __future__ import annotations
 
+import math
+
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -53,10 +55,22 @@ def pareto_figure(s: CompressionSummary, *, names: dict[str, str], language: str
         fig.add_scatter(x=[p.sent_per_step / KB for p in front], y=[p.final.median for p in front], mode="lines",
                         name=names["front"], line={"color": charts.INK, "dash": "dash", "width": 1},
                         hoverinfo="skip")
-    fig.update_layout(height=420, xaxis={"type": "log", "title": names["x"]}, yaxis_title=names["y"],
-                      margin={"t": 10}, legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0})
+    fig.update_layout(height=480, xaxis={"type": "log", "title": names["x"], "tickvals": log_ticks(
+        [st_.sent_per_step / KB for st_ in s.strategies.values()]), "tickformat": "~g"}, yaxis_title=names["y"],
+                      margin={"t": 10}, legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0,
+                                                "entrywidth": 200, "font": {"size": 12}})
     fig.update_layout(meta={"table": {"columns": ["", names["x"], names["y"], "min", "max"], "rows": rows}})
     return charts.with_marks(fig, language)
+
+
+def log_ticks(values: list[float]) -> list[float]:
+    """1, 2 and 5 times each power of ten from below the smallest value to above the largest:
+    a log axis labelled with round numbers only."""
+    positive = [v for v in values if v > 0] or [1.0]
+    low, high = math.floor(math.log10(min(positive))), math.ceil(math.log10(max(positive)))
+    ticks = [m * 10.0 ** e for e in range(low, high + 1) for m in (1, 2, 5)]
+    inside = [x for x in ticks if min(positive) / 2 <= x <= max(positive) * 2]
+    return inside or ticks
 
 
 def curves_figure(s: CompressionSummary, chosen: list[str], *, names: dict[str, str],
@@ -77,7 +91,8 @@ def curves_figure(s: CompressionSummary, chosen: list[str], *, names: dict[str, 
                         line={"color": colour, "dash": dash, "width": 2.5},
                         hovertemplate=names[name] + ": %{y:.4f}<extra>%{x}</extra>")
     fig.update_layout(height=380, xaxis_title=names["step"], yaxis_title=names["loss"], margin={"t": 10},
-                      legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0})
+                      legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0,
+                              "traceorder": "normal"})  # plotly reverses it when traces fill
     rows = [[x, *(s.strategies[n].curve[i].median for n in shown)] for i, x in enumerate(xs)]
     fig.update_layout(meta={"table": {"columns": [names["step"], *(names[n] for n in shown)], "rows": rows}})
     return charts.with_marks(fig, language)
@@ -87,8 +102,18 @@ def _kb(value: float) -> str:
     return f"{num(value / KB, '.3g')} KB"
 
 
+def compact(s: CompressionSummary, names: dict[str, str]) -> list[dict[str, str]]:
+    """The table beside the plot, narrow enough for half the page: what each strategy sent per
+    step, its final loss (median of the seeds) and its mean gap to fp32; `table` has the rest."""
+    col = {k: t(f"compression.short.{k}") for k in ("strategy", "sent", "loss", "gap")}
+    return [{col["strategy"]: names[name], col["sent"]: _kb(v.sent_per_step),
+             col["loss"]: num(v.final.median, ".3f"),
+             col["gap"]: t("compression.reference") if v.gap is None else num(v.gap.mean, "+.3f")}
+            for name, v in s.strategies.items()]
+
+
 def table(s: CompressionSummary, names: dict[str, str]) -> list[dict[str, str]]:
-    """The table beside the plot: a row per strategy, in the learner's words and number marks."""
+    """Every figure of each strategy, a row each, in the learner's words and number marks."""
     col = {k: t(f"compression.col.{k}") for k in ("strategy", "measured", "formula", "ratio", "sent", "loss",
                                                    "gap", "time")}
     out = []
@@ -119,12 +144,17 @@ def show(run, s: CompressionSummary) -> None:
     equal = all(v.replicas_equal for v in s.strategies.values())
     (st.success if equal else st.error)(t("compression.check_replicas" if equal else "compression.check_replicas_bad"))
     st.markdown(f"**{t('compression.pareto_title', count=n, seeds=seeds)}**")
-    left, right = st.columns([3, 2])
+    left, right = st.columns(2)
     labels = {**names, "front": t("compression.front"), "x": t("compression.x_axis"), "y": t("compression.y_axis")}
     chart(pareto_figure(s, names=labels, language=lang()), key=f"pareto_{run.id}",
           caption=t("compression.pareto_caption"), where=left)
     right.markdown(f"**{t('compression.table_title')}**")
-    right.dataframe(table(s, names), hide_index=True)
+    rows = compact(s, names)
+    right.dataframe(rows, hide_index=True, column_config={  # narrow: the strategy's name gets the room
+        c: st.column_config.TextColumn(width="medium" if i == 0 else "small") for i, c in enumerate(rows[0])})
+    right.caption(t("compression.short.caption"))
+    st.markdown(f"**{t('compression.table_full')}**")
+    st.dataframe(table(s, names), hide_index=True)
     st.caption(t("compression.table_caption", seeds=seeds))
     powersgd = [v for k, v in s.strategies.items() if k.startswith("powersgd")]
     if powersgd:
@@ -136,7 +166,8 @@ def show(run, s: CompressionSummary) -> None:
     st.markdown(f"**{t('compression.curves_title')}**")
     chosen = st.multiselect(t("compression.curves_choice"), list(s.strategies),
                             default=[k for k in DEFAULT_CURVES if k in s.strategies] or [REFERENCE],
-                            format_func=labeler("compression.strategy."), key=f"curves_{run.id}",
+                            # the language in the key: a multiselect keeps its choices by their labels
+                            format_func=labeler("compression.strategy."), key=f"curves_{run.id}_{lang()}",
                             placeholder=t("labs.choose_options"))
     chart(curves_figure(s, chosen, names={**names, "step": t("compression.step_axis"),
                                           "loss": t("compression.loss_axis")}, language=lang()),

@@ -80,9 +80,10 @@ def test_the_labs_page_draws_a_finished_run(result, lang):
     assert t("compression.check_formula", worst=worst * 100, tol=1) in successes
     assert t("compression.check_replicas") in successes
     assert len(at.get("plotly_chart")) == 2  # loss against bytes, the curves
-    table = at.dataframe[0].value
-    assert list(table.iloc[:, 0]) == [t(f"compression.strategy.{k}") for k in compression.STRATEGIES]
-    assert t("compression.col.gap") in table.columns and t("compression.reference") in set(table.iloc[:, 6])
+    beside, full = at.dataframe[0].value, at.dataframe[1].value  # beside the plot, then every figure
+    assert list(beside.columns) == [t(f"compression.short.{c}") for c in ("strategy", "sent", "loss", "gap")]
+    assert list(full.iloc[:, 0]) == [t(f"compression.strategy.{k}") for k in compression.STRATEGIES]
+    assert t("compression.col.gap") in full.columns and t("compression.reference") in set(full.iloc[:, 6])
     captions = [c.value for c in at.caption]
     assert t("compression.table_caption", seeds=2) in captions
     assert t("compression.dense_steps", count=2, kb=i18n.format_number(s.gradient_bytes / 1e3, lang, ".3g")) \
