@@ -76,7 +76,7 @@ class Params:
     seeds: int = option(3, key="compression.seeds", low=1, high=10, page=Page(widget="slider", high=5),
                         help="seeds per strategy: each fixes the initial weights and the batches")
     steps: int = option(200, key="labs.steps", low=10, high=2000,
-                        page=Page(widget="slider", low=50, high=400),
+                        page=Page(widget="slider", low=50, high=400, default=150),
                         help="SGD steps per run")
     density: float = option(0.01, help="top-k: the share of each bucket's entries a rank sends (0 < d <= 1)")
     features: int = option(32, help="input features", low=1, high=1024)
