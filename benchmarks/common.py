@@ -44,7 +44,7 @@ class Config:
     timeline_runs: int = 5  # runs of labs.ddp's timeline section: the overlap's median and spread
     sharding_world_size: int = 4
     sharding_steps: int = 3
-    compression_steps: int | None = None  # None: labs.compression's own default (200 steps, 3 seeds)
+    compression_steps: int | None = None  # None: labs.compression's own default (150 steps, 3 seeds)
     compression_seeds: int | None = None
     sandbox_repeats: int = 10  # runs per mode of the sandbox overhead (p50, p95)
     # Exercises: submissions of each reference solution through the queue, and
