@@ -29,6 +29,8 @@ state = st.session_state
 code = lang()
 st.title(t("nav.exercises"))
 st.write(t("exercises.intro"))
+with st.expander(t("exercises.how_title")):  # how the grader works, as the statements refer to it
+    st.markdown(t("exercises.how"))
 who = ui.learner()
 labruns.recover_after_restart_once()
 
@@ -38,7 +40,7 @@ with session_scope() as session:
 asked = st.query_params.get("exercise")
 current = asked if asked in ids else ids[0]
 
-st.markdown(f"#### {t('exercises.list')}")
+st.header(t("exercises.list"))
 for ex in ids:
     info = exercises.text(ex, code)
     with st.container(border=True):
