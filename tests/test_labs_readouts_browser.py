@@ -27,6 +27,7 @@ from academy.i18n import t
 from tests.browserkit import (
     WAIT,
     alert,
+    axe_ours,
     button,
     charts_fitted,
     main,
@@ -165,6 +166,8 @@ def test_the_compression_lab_reads_in_each_language(server, page, artifacts):
                 switch_language(page, lang)
                 current = lang
             (run if what == "run" else lambda p, n, lg: read(p, artifacts, n, lg))(page, "compression", lang)
+            if what == "read":  # the plot, both tables, the curves and their chooser (#38)
+                assert not axe_ours(page), axe_ours(page)
         except BaseException:
             with contextlib.suppress(Exception):
                 page.screenshot(path=str(artifacts / f"lab-result-compression-{lang}-FAILED.png"), full_page=True)
