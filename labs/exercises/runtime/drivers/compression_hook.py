@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from drivers._training import bounds as _bounds
 from drivers._training import params, sgd_step
 
 STARTS = {"teacher": 7, "eval": 3}  # offsets of the seeds drawn from the case's seed
@@ -135,6 +136,12 @@ def expected(case: dict, world: int, inputs: list[dict]) -> list[dict]:
               "k": [top_k_count(n, case["density"]) for n in sizes]}
     return [dict(common, eval={"x": x.tolist(), "y": y.tolist()}) if rank == 0 else common
             for rank in range(world)]
+
+
+def bounds(case: dict, world: int) -> dict:
+    """A collective tensor of at most every parameter in float64 (a dense bucket, even cast up),
+    no messages of zero bytes."""
+    return _bounds(arch(case), world)
 
 
 class Bucket:
