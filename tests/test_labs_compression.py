@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,10 @@ import pytest
 import labs.compression.rank  # noqa: F401 - imported here so that forked ranks inherit it (DDP, the hooks)
 from labs import reports
 from labs.compression import lab as compression
+from labs.context import FailSpec
 from labs.launch import run_lab
 from labs.model import mean_ci95, powersgd_elements, ring_sent, topk_bytes
+from tests.procs import gone
 
 pytestmark = pytest.mark.slow  # lab ranks in nearly every test
 
@@ -141,3 +144,20 @@ def test_torchrun_runs_the_same_lab(tmp_path):
     for name in ("fp32", "fp16", "topk_ef"):  # the same seeds, batches and hooks: the same bytes and losses
         assert via.strategies[name].bytes_per_step == ours.strategies[name].bytes_per_step
         assert via.strategies[name].finals == pytest.approx(ours.strategies[name].finals, abs=1e-6)
+
+
+def test_a_crashed_rank_is_named_and_a_cancelled_run_leaves_no_process():
+    crashed = run_lab("compression", compression.Params(steps=40, seeds=1, strategies=["topk_ef"]), world_size=2,
+                      fail=FailSpec(rank=1, step=3, mode="crash"), timeout=240, hang_timeout=120)
+    assert not crashed.ok and crashed.kind == "crash" and crashed.rank == 1, crashed
+    assert all(gone(pid) for pid in crashed.pids)
+    cancel = threading.Event()
+
+    def on_event(event: dict) -> None:
+        if event.get("kind") == "progress" and (event.get("step") or 0) >= 2:
+            cancel.set()  # as the worker does when a learner presses Cancel
+
+    stopped = run_lab("compression", compression.Params(steps=2000, seeds=3), world_size=2, cancel=cancel,
+                      on_event=on_event, timeout=240, hang_timeout=120)
+    assert not stopped.ok and stopped.kind == "cancelled", stopped
+    assert stopped.pids and all(gone(pid) for pid in stopped.pids)  # the lab writes no file of its own
