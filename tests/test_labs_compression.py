@@ -63,7 +63,10 @@ def test_every_measured_byte_count_is_its_formula_within_one_percent(which, requ
 
 
 def test_the_formulas_are_the_lessons(two):
+    import labs.compression.rank as rank
+
     st, shapes, total = two.strategies, TWO.shapes, two.parameters
+    assert shapes == [list(q.shape) for q in rank.make_model(TWO, 0).parameters()]  # the formula's model is the real one
     assert st["fp32"].bytes_per_step == 4 * total and two.gradient_bytes == 4 * total
     assert st["fp16"].bytes_per_step == st["bf16"].bytes_per_step == 2 * total  # half
     for r in (1, 2, 4):  # (m + n) r per matrix, the biases as they are, 4 bytes each
