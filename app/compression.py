@@ -98,6 +98,13 @@ def curves_figure(s: CompressionSummary, chosen: list[str], *, names: dict[str, 
     return charts.with_marks(fig, language)
 
 
+def _signed(value: float, digits: int) -> str:
+    """A gap with its sign, in the learner's marks: "+0.012"; one that rounds to zero is "+0.000",
+    never "-0.000"."""
+    shown = round(value, digits) or 0.0  # -0.0 is falsy: plain zero
+    return num(shown, f"+.{digits}f")
+
+
 def _kb(value: float) -> str:
     return f"{num(value / KB, '.3g')} KB"
 
@@ -108,7 +115,7 @@ def compact(s: CompressionSummary, names: dict[str, str]) -> list[dict[str, str]
     col = {k: t(f"compression.short.{k}") for k in ("strategy", "sent", "loss", "gap")}
     return [{col["strategy"]: names[name], col["sent"]: _kb(v.sent_per_step),
              col["loss"]: num(v.final.median, ".3f"),
-             col["gap"]: t("compression.reference") if v.gap is None else num(v.gap.mean, "+.3f")}
+             col["gap"]: t("compression.reference") if v.gap is None else _signed(v.gap.mean, 3)}
             for name, v in s.strategies.items()]
 
 
@@ -118,7 +125,7 @@ def table(s: CompressionSummary, names: dict[str, str]) -> list[dict[str, str]]:
                                                    "gap", "time")}
     out = []
     for name, st_ in s.strategies.items():
-        gap = t("compression.reference") if st_.gap is None else num(st_.gap.mean, "+.4f") + (
+        gap = t("compression.reference") if st_.gap is None else _signed(st_.gap.mean, 4) + (
             "" if st_.gap.half_width is None else f" ± {num(st_.gap.half_width, '.4f')}")
         time_ = st_.step_time
         out.append({col["strategy"]: names[name], col["measured"]: _kb(st_.bytes_per_step),
