@@ -41,6 +41,7 @@ FUNCTION = "topk_hook"
 DRIVER = "compression_hook"
 FORBID_COLLECTIVES = False  # top-k goes through all_gather; a dense all_reduce runs, and is named
 ALLOWED = ("all_gather", "all_reduce", "get_rank", "get_world_size", "barrier")
+CASE_SIZE = "batch"  # a case's shape is one step's global batch of inputs, samples x features (its label)
 
 DENSITY = 0.02  # k = ceil(2% of each bucket)
 GAP = 0.1  # the final loss may be this far above fp32's (the statement says so)
