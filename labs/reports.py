@@ -340,6 +340,9 @@ class TopologyRow(_Model):
     size: int
     time: Spread  # seconds per all-reduce: the slowest rank's, over the repeats
     link_bytes: list[float] | None = None  # per all-reduce, node 0 -> 1 and 1 -> 0, from the veth's counters
+    link_frames: list[float] | None = None  # frames the same counters counted
+    payload_bytes: list[float] | None = None  # link_bytes less the frames' Ethernet/IP/TCP headers
+    retransmitted: int | None = None  # TCP segments the two nodes sent again during these repeats
     model_bytes: list[float]  # the same two, summed from the ranks' message log
     bytes_error: float | None = None  # the larger relative gap of the two
     formula_bytes: float  # 2(N-1)/N S or 2(m-1)/m S (labs.simclock.inter_node_bytes)
@@ -385,7 +388,9 @@ class MeshRow(_Model):
     shard_size: int
     replicas: int
     parameters: int
-    link_bytes: list[float] | None = None  # per step, each way, counted
+    link_bytes: list[float] | None = None  # per step, each way, counted (whole frames)
+    link_frames: list[float] | None = None
+    payload_bytes: list[float] | None = None  # link_bytes less the frames' headers
     predicted_link_bytes: float  # per step, node 0 -> 1
     collectives: list[MeshCollective]
     memory: list[MeshMemory]

@@ -169,11 +169,13 @@ class Fabric:
             self.made = None
 
 
-def crossed(before: list[dict] | None, after: list[dict] | None, times: int = 1) -> list[float] | None:
-    """Bytes each node's end of the link sent between two readings, per ``times``."""
+def crossed(before: list[dict] | None, after: list[dict] | None, times: int = 1,
+            what: str = "tx_bytes") -> list[float] | None:
+    """What each node's end of the link sent between two readings (bytes, or with ``what``
+    "tx_packets" frames), per ``times``."""
     if before is None or after is None:
         return None
-    return [(a["tx_bytes"] - b["tx_bytes"]) / times for a, b in zip(after, before, strict=True)]
+    return [(a[what] - b[what]) / times for a, b in zip(after, before, strict=True)]
 
 
 # --------------------------------------------------------------------------
@@ -224,7 +226,7 @@ def _values(size: int, rank: int, seed: int) -> torch.Tensor:
 def allreduces(fab: Fabric, tick) -> dict:
     """Both algorithms at every size, ``repeats`` times each: times, link bytes, logs, checks."""
     p, ctx = fab.p, fab.ctx
-    runs, timings, traces, link_bytes, correct, errors = [], [], [], [], [], []
+    runs, timings, traces, link_bytes, link_frames, resent, correct, errors = [], [], [], [], [], [], [], []
     for size in p.sizes:
         expected = sum(_values(size, r, p.seed) for r in range(ctx.world_size))
         mine = _values(size, ctx.rank, p.seed)
@@ -247,7 +249,10 @@ def allreduces(fab: Fabric, tick) -> dict:
                 tick()
             dist.barrier()
             if ctx.rank == 0:
-                link_bytes.append(crossed(before, fab.counters(), p.repeats))
+                after = fab.counters()
+                link_bytes.append(crossed(before, after, p.repeats))
+                link_frames.append(crossed(before, after, p.repeats, "tx_packets"))
+                resent.append(int(sum(crossed(before, after, 1, "retransmitted") or [0])))
             err = float((buf - expected).abs().max())
             runs.append((algo, size))
             timings.append(times)
@@ -255,7 +260,9 @@ def allreduces(fab: Fabric, tick) -> dict:
             correct.append(err == 0.0)
             errors.append(err)
     return {"runs": runs, "timings": timings, "traces": traces, "correct": correct, "max_abs_err": errors,
-            "link_bytes": link_bytes if ctx.rank == 0 and all(b is not None for b in link_bytes) else None}
+            "link_bytes": link_bytes if ctx.rank == 0 and all(b is not None for b in link_bytes) else None,
+            "link_frames": link_frames if ctx.rank == 0 and all(b is not None for b in link_frames) else None,
+            "retransmitted": resent if ctx.rank == 0 and link_bytes and all(b is not None for b in link_bytes) else None}
 
 
 # --------------------------------------------------------------------------
@@ -376,7 +383,7 @@ def train(fab: Fabric, name: str, tick) -> tuple[dict, torch.Tensor]:
         weights = torch.cat([q.full_tensor().detach().reshape(-1) for q in model.parameters()])
     row = {"measured": measured, "owned": owned, "parameters": total, "step_s": step_s,
            "collectives": collectives, "predicted_link_bytes": sum(c["predicted_link_bytes"] for c in collectives),
-           "link_bytes": crossed(before, after, p.steps)}
+           "link_bytes": crossed(before, after, p.steps), "link_frames": crossed(before, after, p.steps, "tx_packets")}
     return row, weights
 
 
