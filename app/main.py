@@ -44,6 +44,7 @@ else:
 
     ui.style()
     code = ui.lang()
+    ui.page_script(code)
     who = ui.learner()
     t = ui.t
 

@@ -19,7 +19,7 @@ from tests.apptest import MAIN, login_token, open_page, record_cadence
 from tests.procs import gone, lab_pids
 
 LABELS = {k: k for k in ["rank", "chunk", "holds", "start", "play", "pause", "step", "reduce-scatter",
-                         "all-gather"]}
+                         "all-gather", "phase", "sends"]}
 
 
 def wait(run_id: int, timeout: float = 90) -> str:

@@ -40,7 +40,7 @@ with session_scope() as session:
 asked = st.query_params.get("exercise")
 current = asked if asked in ids else ids[0]
 
-st.markdown(f"#### {t('exercises.list')}")
+st.header(t("exercises.list"))
 for ex in ids:
     info = exercises.text(ex, code)
     with st.container(border=True):

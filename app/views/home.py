@@ -23,14 +23,16 @@ code = st.session_state["lang"]
 who = ui.learner()
 settings = get_settings()
 
+# One h1, then h2s. The course's name is the h1's subtitle, not a second heading (journey
+# review Minor 13: "Data Parallelism Academy" over "Data Parallelism" read as two titles).
 st.title(t("app.title"))
-st.markdown(f"### {lessons.course_title(code)}")
+st.caption(lessons.course_title(code))
 st.write(t("home.intro"))
 
 all_sections = lessons.sections(code)
 done = ui.done_sections(who)
 count = sum(1 for s in all_sections if s.id in done)
-st.subheader(t("home.course_map"))
+st.header(t("home.course_map"))
 st.progress(count / len(all_sections), text=t("home.progress", done=count, total=len(all_sections)))
 if who is None:
     st.caption(t("home.guest_progress"))
@@ -45,13 +47,13 @@ for row_start in range(0, len(all_sections), PER_ROW):
     for number, sec, col in zip(range(row_start + 1, row_start + 1 + len(row)), row, st.columns(PER_ROW),
                                 strict=False):
         with col.container(border=True):
+            # The card's title is its link (once, and wrapped rather than cut short: Minor 13).
             mark = f" ✓ *{t('home.done_mark')}*" if sec.id in done else ""
-            st.markdown(f"**{number}. {sec.title}**{mark}")
+            ui.link("lessons", f"**{number}. {sec.title}**{mark}", ":material/menu_book:", section=sec.id)
             st.caption(sec.summary)
-            ui.link("lessons", sec.title, ":material/menu_book:", section=sec.id)
 
 # --- the learner's status: quiz, exercises, certificate, labs -------------------------
-st.subheader(t("home.status"))
+st.header(t("home.status"))
 best = verdict = None
 passed_exercises: dict = {}
 runs = 0

@@ -94,7 +94,7 @@ if run_id is not None:
 
 st.divider()
 mine = labruns.history(learner_id=who.id) if who else labruns.runs(state.get("lab_runs", []))
-st.markdown(f"#### {t('labs.history') if who else t('labs.history_guest')}")
+st.header(t("labs.history") if who else t("labs.history_guest"))
 for past in mine:
     label = t("labs.history_row", id=past.id, lab=t(f"labs_names.{past.lab}"),
               count=past.params.get("world_size", "?"), status=t(f"labs.status.{past.status}"),

@@ -109,7 +109,7 @@ def certificate_link() -> None:
 
 
 def show_summary(summary) -> None:
-    st.subheader(t("quiz.score", score=round(summary.score), correct=summary.correct, total=summary.total))
+    st.header(t("quiz.score", score=round(summary.score), correct=summary.correct, total=summary.total))
     if summary.practice:
         st.info(t("quiz.practice_done", correct=summary.correct, total=summary.total))
     elif summary.passed:
@@ -139,7 +139,7 @@ if finished_id is not None:
         summary = store.attempt_summary(session=session, attempt_id=finished_id, learner_id=who.id)
         missed = store.missed_questions(session=session, attempt_id=finished_id, learner_id=who.id)
     show_summary(summary)
-    st.markdown(f"#### {t('quiz.review')}")
+    st.header(t("quiz.review"))
     show_review(finished_id)
     c1, c2 = st.columns(2)
     if missed and c1.button(t("quiz.practice_start", count=len(missed)), icon=":material/replay:"):
@@ -209,7 +209,7 @@ else:
     question = public_question(attempt.plan[pos], bank, code)
     with st.container(border=True):
         st.caption(t("quiz.question_of", n=pos + 1, total=total) + f" · {titles.get(question.topic, '')}")
-        st.markdown(f"#### {question.text}")
+        st.markdown(f"## {question.text}")
         if pos in answered:
             # The feedback record_answer returned, kept per language; graded
             # again (this one question only) after a refresh or a language switch.
@@ -276,7 +276,7 @@ else:
         st.rerun()
 
 st.divider()
-st.markdown(f"#### {t('quiz.history')}")
+st.header(t("quiz.history"))
 if not any(h.status == store.FINISHED for h in history):
     st.caption(t("quiz.no_history"))
 for h in history:
