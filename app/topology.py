@@ -257,3 +257,65 @@ def rows(summary: dict) -> list[dict]:
         "logged_0_to_1": r["model_bytes"][0] if r.get("model_bytes") else None,
         **{f"projected_{k}_s": v for k, v in r["projected"].items()}}
         for r in summary.get("rows", [])]
+
+
+# --------------------------------------------------------------------------
+# The exercise's report: the learner's messages on the simulated clock
+
+CLOCK_STYLE = {"yours": (charts.COMMUNICATION, ""), "flat": ("#E69F00", "/"), "hierarchical": ("#882255", ".")}
+
+
+def clock_figure(at: dict, names: dict[str, str], language: str = DEFAULT_LANG) -> go.Figure:
+    """Projected µs per target (log scale): the learner's all-reduce beside a flat ring and the reference.
+    ``at``: one entry of the trace's ``at`` (``{"size_bytes", "targets": {key: {name: seconds}}}``)."""
+    fig = go.Figure()
+    keys = [key for key in TARGETS if key in at["targets"]]
+    for name, (colour, pattern) in CLOCK_STYLE.items():
+        ys = [at["targets"][key].get(name) for key in keys]
+        fig.add_bar(name=names[name], x=[names[key] for key in keys], y=[None if y is None else y * 1e6 for y in ys],
+                    marker={"color": colour, "pattern": {"shape": pattern}, "line": {"color": charts.PAPER, "width": 1}})
+    fig.update_layout(barmode="group", height=340, yaxis={"type": "log", "title": names["us"], "tickformat": "~g"},
+                      xaxis_title="", margin={"t": 10})
+    return charts.with_marks(fig, language)
+
+
+def _seconds(value) -> float | None:
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value < 1e6:
+        raise ValueError("not a time")
+    return float(value)
+
+
+def exercise_clock(trace: dict, run_id: int) -> None:
+    """The hierarchical-allreduce report's simulated clock (``labs.exercises.hierarchical_allreduce.exercise.trace``):
+    the learner's messages of one case replayed on both targets, as run and scaled up, beside a
+    flat ring and the reference, and the time the router saw the case take here."""
+    if trace.get("kind") != "clock":
+        return
+    try:
+        sizes = []
+        for at in trace["at"][:2]:
+            targets = {key: {name: _seconds(at["targets"][key].get(name)) for name in CLOCK_STYLE}
+                       for key in TARGETS if key in at["targets"]}
+            sizes.append({"size_bytes": int(at["size_bytes"]), "targets": targets})
+        cpu = _seconds(trace.get("cpu_s"))
+        nodes = [[int(r) for r in ranks] for ranks in trace["nodes"]][:16]
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        st.caption(t("topology.ex_unavailable"))
+        return
+    names = {**{key: t(f"topology.target.{key}") for key in TARGETS},
+             **{name: t(f"topology.ex_{name}") for name in CLOCK_STYLE}, "us": t("topology.ex_us")}
+    st.markdown(f"**{t('topology.ex_title')}**")
+    st.markdown(":material/visibility: " + t("topology.ex_look"))
+    st.caption(t("topology.ex_map", nodes=" ".join(str(r) for r in nodes)))
+    for i, at in enumerate(sizes):
+        st.markdown(t("topology.ex_size_run" if i == 0 else "topology.ex_size_scaled", size=size_text(at["size_bytes"])))
+        chart(clock_figure(at, names, lang()), key=f"ex_clock_{run_id}_{i}", caption=t("topology.ex_alt"))
+        for key, row in at["targets"].items():
+            yours, flat = row.get("yours"), row.get("flat")
+            if yours and flat:
+                st.markdown("- " + t("topology.ex_verdict", target=names[key], yours=num(yours * 1e6, ".1f"),
+                                      flat=num(flat * 1e6, ".1f"), times=num(flat / yours, ".2f")))
+    if cpu is not None:
+        st.caption(t("topology.ex_cpu", ms=num(cpu * 1e3, ".2f")))

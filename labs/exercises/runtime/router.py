@@ -24,7 +24,10 @@ cases, does what the call asks:
 Everything the grade rests on is recorded here, outside the learner's
 processes: per rank the bytes it sent and received, and a record per call
 (``op``, ``peer``, ``bytes``, the order, ``t_start`` when the router got it
-and ``t_end`` when it completed). A rank's word is taken only for what the
+and ``t_end`` when it completed). Given a node map for the case (the
+harness's, from the case: hierarchical-allreduce), each send also says which
+class of link it took (``link``: "intra" inside a node, "inter" between
+nodes), and the bytes each rank sent are also counted per class. A rank's word is taken only for what the
 report shows and the grade does not depend on: which call it is blocked in
 (``wait``), the chunk a sent tensor is (the animation's label), whether a
 call was made inside backward, when it made an all-reduce (``t_rank``, its own
@@ -96,10 +99,17 @@ class Router:
 
     # -- per case
 
-    def reset(self) -> None:
-        """Forget the last case's calls: counts, records, and whatever was left waiting."""
+    def reset(self, node_of: list[int] | None = None) -> None:
+        """Forget the last case's calls: counts, records, and whatever was left waiting.
+
+        ``node_of`` (from the harness, for an exercise with a node map): the node of
+        each rank, so that each send is counted as crossing between nodes or not."""
         w = self.world
+        if node_of is not None and (len(node_of) != w or not all(isinstance(n, int) for n in node_of)):
+            raise ValueError(f"a node map must name the node of each of the {w} ranks")
+        self.node_of = node_of
         self.sent, self.received = [0] * w, [0] * w
+        self.sent_by: list[dict[str, int]] = [{"intra": 0, "inter": 0} for _ in range(w)]
         self.calls: list[list[dict]] = [[] for _ in range(w)]
         self.ops: list[dict[int, dict]] = [{} for _ in range(w)]  # id -> record, per rank
         self.in_flight = [0] * w
@@ -109,8 +119,12 @@ class Router:
         self.waiting: list[dict | None] = [None] * w
 
     def traffic(self, rank: int) -> dict:
-        """What the router saw of ``rank`` in this case: the grade's only source of counts."""
-        return {"sent": self.sent[rank], "received": self.received[rank], "calls": self.calls[rank]}
+        """What the router saw of ``rank`` in this case: the grade's only source of counts. With a
+        node map, also the bytes its sends carried inside its node and to other nodes."""
+        seen = {"sent": self.sent[rank], "received": self.received[rank], "calls": self.calls[rank]}
+        if self.node_of is not None:
+            seen["sent_by_link"] = dict(self.sent_by[rank])
+        return seen
 
     # -- pipes
 
@@ -217,6 +231,9 @@ class Router:
             rec = self._record(rank, {"op": kind, "peer": peer, "bytes": len(payload), "chunk": chunk,
                                       "tag": _int(header, "tag"), "in_backward": hint_bw})
             self.sent[rank] += len(payload)
+            if self.node_of is not None:
+                rec["link"] = "intra" if self.node_of[rank] == self.node_of[peer] else "inter"
+                self.sent_by[rank][rec["link"]] += len(payload)
             self.in_flight[rank] += len(payload)
             if self.in_flight[rank] > MAX_IN_FLIGHT:
                 raise ProtocolError(f"more than {MAX_IN_FLIGHT} bytes sent that no rank received")
