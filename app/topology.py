@@ -36,6 +36,11 @@ def size_text(n: float) -> str:
     return f"{num(n)} B"
 
 
+def rate_text(bps: float) -> str:
+    """Bytes per second in MB/s, or GB/s from a thousand MB/s on."""
+    return f"{num(bps / 1e9, '.3g')} GB/s" if bps >= 1e9 else f"{num(bps / 1e6, '.3g')} MB/s"
+
+
 def time_figure(rows: list[TopologyRow], names: dict[str, str], language: str = DEFAULT_LANG) -> go.Figure:
     """Time per all-reduce (ms) against size (log-log): each algorithm measured (median, bars
     from the fastest to the slowest repeat) and the replay of its messages on this box."""
@@ -54,9 +59,14 @@ def time_figure(rows: list[TopologyRow], names: dict[str, str], language: str = 
             fig.add_scatter(x=[r.size for r in mine], y=[r.predicted_s * 1e3 for r in mine], mode="lines+markers",
                             name=names[f"predicted_{algo}"], line={"color": charts.MODEL, "dash": "dot", "width": 2},
                             marker={"color": charts.MODEL, "symbol": f"{symbol}-open", "size": 9})
-    fig.update_layout(height=380, xaxis={"type": "log", "title": names["size"]},
-                      yaxis={"type": "log", "title": names["ms"], "tickformat": "~g"}, margin={"t": 10})
+    fig.update_layout(height=380, xaxis=_size_axis(sorted({r.size for r in rows}), names),
+                      yaxis={"type": "log", "title": names["ms"], "tickformat": "~g", "dtick": "D2"}, margin={"t": 10})
     return charts.with_marks(fig, language)
+
+
+def _size_axis(sizes: list[int], names: dict[str, str]) -> dict:
+    """A log axis of message sizes with a tick at each size the run measured, named in KiB/MiB."""
+    return {"type": "log", "title": names["size"], "tickvals": list(sizes), "ticktext": [size_text(z) for z in sizes]}
 
 
 def ratio_figure(sizes: list[int], series: dict[str, list[float | None]], names: dict[str, str],
@@ -71,7 +81,7 @@ def ratio_figure(sizes: list[int], series: dict[str, list[float | None]], names:
                         line={"color": colour, "dash": dash, "width": 2},
                         marker={"color": colour, "symbol": symbol, "size": 9})
     fig.add_shape(type="line", xref="paper", x0=0, x1=1, y0=1, y1=1, line={"color": charts.INK, "width": 1})
-    fig.update_layout(height=360, xaxis={"type": "log", "title": names["size"]},
+    fig.update_layout(height=360, xaxis=_size_axis(list(sizes), names),
                       yaxis={"title": names["ratio"], "rangemode": "tozero"}, margin={"t": 10})
     return charts.with_marks(fig, language)
 
@@ -95,14 +105,15 @@ def link_figure(meshes: list[MeshRow], names: dict[str, str], language: str = DE
 def memory_figure(meshes: list[MeshRow], names: dict[str, str], language: str = DEFAULT_LANG) -> go.Figure:
     """MB each rank holds (parameters, gradients, optimizer state) under FSDP and HSDP:
     measured (solid) beside predicted (hatched)."""
-    xs = [f"{names[m.name]} · {names['rank']} {row.rank}" for m in meshes for row in m.memory]
+    xs = [f"{names['short_' + m.name]} · {names['rank']} {row.rank}" for m in meshes for row in m.memory]
     rows = [row for m in meshes for row in m.memory]
     fig = go.Figure()
     for kind, pattern in (("measured", ""), ("predicted", "/")):
         base = [0.0] * len(rows)
         for part, colour in PARTS.items():
             ys = [getattr(r, kind)[part] / MB for r in rows]
-            fig.add_bar(name=f"{names[part]} ({names[kind]})", x=xs, y=ys, base=list(base), offsetgroup=kind,
+            fig.add_bar(name=f"{names[part]} ({names['held_measured' if kind == 'measured' else 'predicted']})", x=xs, y=ys,
+                        base=list(base), offsetgroup=kind,
                         marker={"color": charts.MEMORY[colour], "pattern": {"shape": pattern},
                                 "line": {"color": charts.PAPER, "width": 1}})
             base = [b + y for b, y in zip(base, ys, strict=True)]
@@ -116,8 +127,8 @@ def memory_figure(meshes: list[MeshRow], names: dict[str, str], language: str = 
 
 def _names() -> dict[str, str]:
     keys = ("measured_flat", "measured_hierarchical", "predicted_flat", "predicted_hierarchical", "size", "ms",
-            "ratio", "measured", "box", "way_0", "way_1", "predicted", "mb_step", "mb_rank", "rank", "fsdp", "hsdp",
-            "params", "grads", "optimizer")
+            "ratio", "measured", "box", "way_0", "way_1", "predicted", "held_measured", "mb_step", "mb_rank", "rank", "fsdp",
+            "hsdp", "short_fsdp", "short_hsdp", "params", "grads", "optimizer")
     return {k: t(f"topology.{k}") for k in keys} | {key: t(f"topology.target.{key}") for key in TARGETS}
 
 
@@ -145,8 +156,8 @@ def links(s: TopologySummary) -> None:
         rows.append({t("topology.link_class"): t(f"topology.class.{key}" if s.fabric == "namespaces"
                                                  else "topology.class.loopback"),
                      "alpha (µs)": num(link.alpha_s * 1e6, ".1f"),
-                     t("topology.link_measured"): f"{num(link.bandwidth_Bps / 1e6, '.4g')} MB/s",
-                     t("topology.link_rate"): f"{num(link.rate_Bps / 1e6, '.4g')} MB/s" if link.rate_Bps else "—"})
+                     t("topology.link_measured"): rate_text(link.bandwidth_Bps),
+                     t("topology.link_rate"): rate_text(link.rate_Bps) if link.rate_Bps else "—"})
     st.dataframe(rows, hide_index=True)
     st.caption(t("topology.links_caption", repeats=max(5, s.repeats)))
 

@@ -229,7 +229,8 @@ def test_the_figures_draw_in_the_palette(result):
     s = reports.read("topology", result).summary
     names = {k: k for k in ("measured_flat", "measured_hierarchical", "predicted_flat", "predicted_hierarchical",
                             "size", "ms", "ratio", "measured", "box", "way_0", "way_1", "predicted", "mb_step",
-                            "mb_rank", "rank", "fsdp", "hsdp", "params", "grads", "optimizer", "h100_node", "h100_ib")}
+                            "mb_rank", "rank", "fsdp", "hsdp", "params", "grads", "optimizer", "h100_node", "h100_ib",
+                            "held_measured", "short_fsdp", "short_hsdp")}
     flat = [r for r in s.rows if r.algo == "flat"]
     figures = [page.time_figure(s.rows, names), page.link_figure(s.sharding, names),
                page.memory_figure(s.sharding, names),
@@ -242,7 +243,7 @@ def test_the_figures_draw_in_the_palette(result):
 
 def test_ranks_that_do_not_split_evenly_are_refused_in_the_learners_words():
     with pytest.raises(ParamError):
-        topology.check(topology.Params(nodes=2), 3)
+        topology.check(topology.Params(namespaces=2), 3)
     with pytest.raises(labruns.LabRequestError) as refused:
-        labruns.validate("topology", {"world_size": 3, "nodes": 2})
+        labruns.validate("topology", {"world_size": 3, "namespaces": 2})
     assert refused.value.key == "labs_refused.topology_nodes"

@@ -5,11 +5,13 @@ Launch (the namespaces need root, or CAP_SYS_ADMIN and CAP_NET_ADMIN; see
 
     python -m labs topology                                # 2 nodes x 2 ranks, 200 Mbit/s, ~15 s
     python -m labs topology --world-size 2                 # 2 nodes x 1 rank
-    python -m labs topology --nodes 1                      # 1 node x 4 ranks: no link to cross
+    python -m labs topology --namespaces 1                 # 1 node x 4 ranks: no link to cross
     python -m labs topology --rate-mbit 100 --sizes 1048576 4194304 --json
     torchrun --standalone --nproc-per-node 4 -m labs.topology
 
-Rank r lives on node r // k (k = world size / nodes). Each node is a network
+Rank r lives on node r // k (k = world size / ``namespaces``, the number of
+nodes; not ``nodes``, which a run's parameters keep for the workers a
+multi-node run spans, ``academy.labruns.queue.nodes_of``). Each node is a network
 namespace; with two, a veth pair shaped by ``tc tbf`` to ``rate_mbit`` each
 way joins them. Ranks of one node meet on the node's own address (the
 kernel's loopback); ranks of different nodes cross the veth. The default
@@ -71,8 +73,9 @@ DEFAULT_WORLD_SIZE = 4
 
 @dataclass
 class Params:
-    nodes: int = option(2, key="topology.nodes", help="nodes (network namespaces); ranks are split evenly",
-                        choices=(1, 2), labels="topology.nodes_", page=Page())
+    namespaces: int = option(2, key="topology.nodes", help="nodes in the box, each a network namespace; the "
+                             "ranks are split evenly over them", choices=(1, 2), labels="topology.nodes_",
+                             page=Page())
     rate_mbit: int = option(200, key="topology.rate", help="rate of the link between the nodes, Mbit/s each way",
                             choices=RATES, labels="topology.rate_", page=Page())
     sizes: list[int] = option([262144, 1048576, 4194304], help="all-reduce sizes in bytes (float32)", low=64,
@@ -94,9 +97,9 @@ class Params:
 
 
 def check(params: Params, world_size: int) -> None:
-    if world_size % params.nodes:
+    if world_size % params.namespaces:
         raise ParamError("world_size", "nodes", f"{world_size} ranks do not split evenly over "
-                         f"{params.nodes} nodes", value=world_size, nodes=params.nodes)
+                         f"{params.namespaces} nodes", value=world_size, nodes=params.namespaces)
     if world_size > 2 * 8:
         raise ParamError("world_size", "range", "the topology lab runs at most 16 ranks", value=world_size,
                          low=1, high=16)
@@ -113,7 +116,7 @@ def payload_bytes(counted: list[float] | None, frames: list[float] | None) -> li
 
 def layout(params: Params, world_size: int) -> tuple[int, int]:
     """(nodes, ranks per node)."""
-    return params.nodes, world_size // params.nodes
+    return params.namespaces, world_size // params.namespaces
 
 
 def spread(values: list[float]) -> dict:
