@@ -98,7 +98,8 @@ def link_figure(meshes: list[MeshRow], names: dict[str, str], language: str = DE
     fig.add_scatter(name=names["predicted"], x=xs, y=[m.predicted_link_bytes / MB for m in meshes], mode="markers",
                     marker={"color": charts.MODEL, "symbol": "line-ew", "size": 28,
                             "line": {"width": 3, "color": charts.MODEL}})
-    fig.update_layout(barmode="group", height=320, yaxis_title=names["mb_step"], xaxis_title="", margin={"t": 10})
+    fig.update_layout(barmode="group", height=320, yaxis_title=names["mb_step"], xaxis_title=names["mesh_axis"],
+                      margin={"t": 10})
     return charts.with_marks(fig, language)
 
 
@@ -117,7 +118,8 @@ def memory_figure(meshes: list[MeshRow], names: dict[str, str], language: str = 
                         marker={"color": charts.MEMORY[colour], "pattern": {"shape": pattern},
                                 "line": {"color": charts.PAPER, "width": 1}})
             base = [b + y for b, y in zip(base, ys, strict=True)]
-    fig.update_layout(barmode="group", height=400, yaxis_title=names["mb_rank"], margin={"t": 10})
+    fig.update_layout(barmode="group", height=400, yaxis_title=names["mb_rank"], xaxis_title=names["rank"],
+                      margin={"t": 10})
     return charts.with_marks(fig, language)
 
 
@@ -128,7 +130,7 @@ def memory_figure(meshes: list[MeshRow], names: dict[str, str], language: str = 
 def _names() -> dict[str, str]:
     keys = ("measured_flat", "measured_hierarchical", "predicted_flat", "predicted_hierarchical", "size", "ms",
             "ratio", "measured", "box", "way_0", "way_1", "predicted", "held_measured", "mb_step", "mb_rank", "rank", "fsdp",
-            "hsdp", "short_fsdp", "short_hsdp", "params", "grads", "optimizer")
+            "hsdp", "short_fsdp", "short_hsdp", "mesh_axis", "params", "grads", "optimizer")
     return {k: t(f"topology.{k}") for k in keys} | {key: t(f"topology.target.{key}") for key in TARGETS}
 
 
@@ -286,7 +288,7 @@ def clock_figure(at: dict, names: dict[str, str], language: str = DEFAULT_LANG) 
         fig.add_bar(name=names[name], x=[names[key] for key in keys], y=[None if y is None else y * 1e6 for y in ys],
                     marker={"color": colour, "pattern": {"shape": pattern}, "line": {"color": charts.PAPER, "width": 1}})
     fig.update_layout(barmode="group", height=340, yaxis={"type": "log", "title": names["us"], "tickformat": "~g"},
-                      xaxis_title="", margin={"t": 10})
+                      xaxis_title=names["hardware"], margin={"t": 10})
     return charts.with_marks(fig, language)
 
 
@@ -316,7 +318,8 @@ def exercise_clock(trace: dict, run_id: int) -> None:
         st.caption(t("topology.ex_unavailable"))
         return
     names = {**{key: t(f"topology.target.{key}") for key in TARGETS},
-             **{name: t(f"topology.ex_{name}") for name in CLOCK_STYLE}, "us": t("topology.ex_us")}
+             **{name: t(f"topology.ex_{name}") for name in CLOCK_STYLE}, "us": t("topology.ex_us"),
+             "hardware": t("topology.ex_hardware")}
     st.markdown(f"**{t('topology.ex_title')}**")
     st.markdown(":material/visibility: " + t("topology.ex_look"))
     st.caption(t("topology.ex_map", nodes=" ".join(str(r) for r in nodes)))

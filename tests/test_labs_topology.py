@@ -230,7 +230,7 @@ def test_the_figures_draw_in_the_palette(result):
     names = {k: k for k in ("measured_flat", "measured_hierarchical", "predicted_flat", "predicted_hierarchical",
                             "size", "ms", "ratio", "measured", "box", "way_0", "way_1", "predicted", "mb_step",
                             "mb_rank", "rank", "fsdp", "hsdp", "params", "grads", "optimizer", "h100_node", "h100_ib",
-                            "held_measured", "short_fsdp", "short_hsdp")}
+                            "held_measured", "short_fsdp", "short_hsdp", "mesh_axis")}
     flat = [r for r in s.rows if r.algo == "flat"]
     figures = [page.time_figure(s.rows, names), page.link_figure(s.sharding, names),
                page.memory_figure(s.sharding, names),
