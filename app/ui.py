@@ -297,6 +297,7 @@ PAGE_PATHS = {
     "labs": "views/labs.py",
     "exercises": "views/exercises.py",
     "quiz": "views/quiz.py",
+    "review": "views/review.py",
     "certificate": "views/certificate.py",
     "verify": "views/verify.py",
     "account": "views/account.py",

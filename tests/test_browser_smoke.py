@@ -87,7 +87,7 @@ def test_account_survives_refresh(server, browser, artifacts):
 
 
 WIDTHS = (1400, 390)
-PAGES = ("", "lessons", "labs", "exercises", "quiz", "certificate", "verify", "account")
+PAGES = ("", "lessons", "labs", "exercises", "quiz", "review", "certificate", "verify", "account")
 SECTION = "ring-allreduce"  # the lesson walked: the ring animation, code listings, tables, calculators
 
 

@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 from academy import i18n
 from tests.apptest import MAIN, assert_headings_in_order, open_page
 
-PAGES = ["home", "lessons", "labs", "exercises", "quiz", "certificate", "verify", "account"]
+PAGES = ["home", "lessons", "labs", "exercises", "quiz", "review", "certificate", "verify", "account"]
 
 
 def run_page(page: str, lang: str, **params) -> AppTest:

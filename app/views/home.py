@@ -1,4 +1,5 @@
-"""Home: what the course is, the course map and the learner's progress.
+"""Home: what the course is, the course map and the learner's progress, with how many
+questions are due for review.
 
 The course map is laid out row by row (one ``st.columns`` per row), so the
 page's order, which a keyboard, a screen reader and a phone's stacked
@@ -14,6 +15,7 @@ from academy.db import session_scope
 from academy.labruns.pages import lab_run_count
 from academy.settings import get_settings
 from app import ui
+from quizzes import review
 from quizzes import store as quiz_store
 
 PER_ROW = 3
@@ -54,7 +56,7 @@ for row_start in range(0, len(all_sections), PER_ROW):
 
 # --- the learner's status: quiz, exercises, certificate, labs -------------------------
 st.header(t("home.status"))
-best = verdict = None
+best = verdict = due = None
 passed_exercises: dict = {}
 runs = 0
 if who is not None:
@@ -63,6 +65,10 @@ if who is not None:
         passed_exercises = exercises.passes(session=session, learner_id=who.id)
         verdict = certs.eligibility(session=session, learner_id=who.id)
         runs = lab_run_count(session=session, learner_id=who.id)
+        # The review queue brought up to date (a finished lab run adds its questions), then counted.
+        now = review.clock()
+        review.sync(session=session, learner_id=who.id, now=now)
+        due = review.due_count(session=session, learner_id=who.id, now=now)
 required = exercises.required() if settings.certificate_requires_exercises else ()
 c_quiz, c_ex, c_cert, c_labs = st.columns(4)
 
@@ -75,6 +81,9 @@ with c_quiz.container(border=True):
     else:
         st.write(t("home.quiz_best", score=round(best.score), pass_mark=settings.quiz_pass_percent))
     ui.link("quiz", t("nav.quiz"), ":material/quiz:")
+    if due is not None:
+        st.write(t("home.review_due", count=due) if due else t("home.review_none"))
+        ui.link("review", t("nav.review"), ":material/event_repeat:")
 
 with c_ex.container(border=True):
     st.markdown(f"**{t('home.exercises_status')}**")
