@@ -214,8 +214,13 @@ def create(nodes: int, rate_mbit: float, *, token: str | None = None) -> Fabric:
             _ip("ip", "netns", "add", name)
             _ip("ip", "-n", name, "link", "set", "lo", "up")
             # No tail loss probes: when tbf's queue delays a message's last segment, TCP
-            # would send it again, and the counters would count bytes no rank sent.
-            _ip("ip", "netns", "exec", name, "sysctl", "-q", "-w", "net.ipv4.tcp_early_retrans=0")
+            # would send it again, and the counters would count bytes no rank sent. And no
+            # slow start after a pause: a connection that waited for another phase would
+            # otherwise begin each message at a small window and leave the link half idle
+            # (the hierarchical all-reduce's rails pause between its phases; the flat ring's
+            # crossing never does).
+            _ip("ip", "netns", "exec", name, "sysctl", "-q", "-w", "net.ipv4.tcp_early_retrans=0",
+                "net.ipv4.tcp_slow_start_after_idle=0")
         if made.linked:
             a, b = made.names
             _ip("ip", "link", "add", IFACE, "netns", a, "type", "veth", "peer", "name", IFACE, "netns", b)
