@@ -140,6 +140,30 @@ def test_a_killed_or_cancelled_run_leaves_no_namespace_and_no_process(sig):
     assert held == []
 
 
+@needs_namespaces
+def test_a_crashed_maker_is_reported_and_leaves_no_namespace():
+    """Rank 0, which made the namespaces, dies at once (an injected crash): the run ends as a
+    named crash, and its keeper deletes what rank 0 made."""
+    done = subprocess.run([sys.executable, "-m", "labs", "topology", "--world-size", "2", "--parts", "allreduce",
+                           "--sizes", "65536", "--repeats", "2", "--fail-rank", "0", "--fail-at-step", "2",
+                           "--fail-mode", "crash"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "crash on rank 0" in done.stderr, done.stderr[-1500:]
+    deadline = time.monotonic() + 15  # runs of other tests may hold theirs: only a dead maker's must go
+    while time.monotonic() < deadline and orphans():
+        time.sleep(0.1)
+    assert orphans() == []
+
+
+def orphans() -> list[str]:
+    """The lab's namespaces whose maker is no longer running."""
+    out = []
+    for name in netns.ours():
+        pid, ticks = name[len(netns.PREFIX) + 1:].split("-")[:2]
+        if not pid.isdigit() or str(netns._start_ticks(int(pid))) != ticks:
+            out.append(name)
+    return out
+
+
 def children(pid: int) -> list[int]:
     out = []
     for entry in Path("/proc").iterdir():
