@@ -252,7 +252,7 @@ def format_text(summary: dict) -> str:
     for mesh in s.sharding:
         held = max(sum(x.measured.values()) for x in mesh.memory)
         lines.append(f"[{mesh.name}] shards over {mesh.shard_size}, {mesh.replicas} replica(s): "
-                     f"held {held / 1e6:.3f} MB per rank; over the link per step "
-                     + ("/".join(_mb(b) for b in mesh.link_bytes) if mesh.link_bytes else "-")
+                     f"held {held / 1e6:.3f} MB per rank; over the link per step (payload) "
+                     + ("/".join(_mb(b) for b in mesh.payload_bytes) if mesh.payload_bytes else "-")
                      + f" MB (predicted {_mb(mesh.predicted_link_bytes)}); step {mesh.step_time.median * 1e3:.1f} ms")
     return "\n".join(lines)
