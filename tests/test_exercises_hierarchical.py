@@ -61,7 +61,7 @@ def routed():
 
 def test_the_router_counts_bytes_per_link_class_from_the_harness_map_alone(routed):
     r, ranks = routed(4)
-    r.reset([0, 1, 0, 1])  # interleaved: ranks 0 and 2 on node 0
+    r.reset(routing.Bounds(message_bytes=64, tags=8, node_of=(0, 1, 0, 1)))  # interleaved: 0 and 2 on node 0
     payload = tensor_bytes(torch.arange(4, dtype=torch.float32))
     # Rank 0 claims its send to rank 1 stays inside the node: the router does not read that.
     ranks[0].write({"t": "isend", "id": 1, "dst": 1, "tag": 0, "link": "intra"}, payload)
@@ -74,14 +74,14 @@ def test_the_router_counts_bytes_per_link_class_from_the_harness_map_alone(route
     assert [c["link"] for c in seen["calls"]] == ["inter", "intra"]
     # Replies depend on the rank's own frames only: both sends complete, nothing else arrives.
     assert sorted(h["id"] for h, _ in ranks[0].read()) == [1, 2]
-    r.reset()  # the next case of another exercise: no map, no classes
+    r.reset(routing.Bounds(message_bytes=64, tags=8))  # a case of another exercise: no map, no classes
     assert "sent_by_link" not in r.traffic(0)
 
 
 def test_a_map_that_does_not_name_every_rank_is_refused(routed):
     r, _ranks = routed(4)
     with pytest.raises(ValueError, match="node of each"):
-        r.reset([0, 1])
+        r.reset(routing.Bounds(message_bytes=64, tags=8, node_of=(0, 1)))
 
 
 # --------------------------------------------------------------------------
