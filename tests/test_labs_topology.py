@@ -1,5 +1,6 @@
 """The topology lab (issue #40): two network namespaces, a shaped veth, and nothing left behind.
 
+Every test that starts ranks is marked slow (the fast lane keeps the reaping and the refusal).
 The runs that build namespaces need CAP_SYS_ADMIN and CAP_NET_ADMIN (CI runs as root); where they
 are missing those tests skip and say why, and the lab's own answer to their absence is tested
 instead (it runs on the loopback and says so in the learner's language). No timing is asserted:
@@ -56,6 +57,7 @@ def result() -> dict:
     return json.loads(json.dumps(outcome.to_dict()))
 
 
+@pytest.mark.slow
 @needs_namespaces
 def test_the_link_carries_what_the_ranks_sent_across(result):
     s = reports.read("topology", result).summary
@@ -76,6 +78,7 @@ def test_the_link_carries_what_the_ranks_sent_across(result):
     assert made_by(result["pids"][0]) == []
 
 
+@pytest.mark.slow
 @needs_namespaces
 def test_the_ranks_logs_are_the_schedule_and_replay_the_same_every_time(result):
     ranks, params = result["ranks"], topology.Params(**result["params"])
@@ -90,6 +93,7 @@ def test_the_ranks_logs_are_the_schedule_and_replay_the_same_every_time(result):
     assert big["hierarchical"] < big["flat"]
 
 
+@pytest.mark.slow
 @needs_namespaces
 def test_hsdp_holds_more_and_sends_less_across_the_link(result):
     s = reports.read("topology", result).summary
@@ -107,6 +111,7 @@ def test_hsdp_holds_more_and_sends_less_across_the_link(result):
     assert hsdp.max_abs_diff < 1e-5  # the same training, sharded another way
 
 
+@pytest.mark.slow
 @needs_namespaces
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "cancel"])
 def test_a_killed_or_cancelled_run_leaves_no_namespace_and_no_process(sig):
@@ -140,6 +145,7 @@ def test_a_killed_or_cancelled_run_leaves_no_namespace_and_no_process(sig):
     assert held == []
 
 
+@pytest.mark.slow
 @needs_namespaces
 def test_a_crashed_maker_is_reported_and_leaves_no_namespace():
     """Rank 0, which made the namespaces, dies at once (an injected crash): the run ends as a
@@ -199,6 +205,7 @@ def test_stale_namespaces_of_dead_makers_are_reaped(monkeypatch):
     assert netns.reap_stale() == [f"{netns.PREFIX}-999999999-1-0"] == deleted
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("app_db")
 def test_without_namespaces_the_lab_runs_on_the_loopback_and_says_why(tmp_path):
     """Run as a worker without CAP_NET_ADMIN runs it (setpriv drops the capabilities where we have
@@ -231,6 +238,7 @@ def _draw(stored: dict, lang: str):
     return at
 
 
+@pytest.mark.slow
 @needs_namespaces
 @pytest.mark.parametrize("lang", LANGS)
 @pytest.mark.usefixtures("app_db")
@@ -248,6 +256,7 @@ def test_the_labs_page_draws_both_targets_in_every_language(result, lang):
     assert {t("topology.nodes"), t("topology.rate")} <= {s.label for s in at.selectbox}
 
 
+@pytest.mark.slow
 @needs_namespaces
 def test_the_figures_draw_in_the_palette(result):
     s = reports.read("topology", result).summary
