@@ -23,7 +23,7 @@ from academy.labruns import pages as labruns
 from academy.labruns import queue as labqueue
 from academy.models import LabRun, utcnow
 from app import calculators as calc
-from app import charts, charts_ring, compression, sharding
+from app import charts, charts_ring, compression, sharding, topology
 from app import ddp as ddp_views
 from app import timeline as lanes
 from app.ui import labeler, t
@@ -341,6 +341,8 @@ def _csv_rows(run: LabRun) -> list[dict]:
         return sharding.rows(s)
     if run.lab == "compression":
         return compression.rows(s)
+    if run.lab == "topology":
+        return topology.rows(s)
     return []
 
 
@@ -391,7 +393,7 @@ def show_run(run: LabRun) -> None:
         return
     st.success(t("labs.done", seconds=report.wall_s, overhead=report.overhead_s))
     {"ring": ring, "bench": bench, "ddp": ddp_views.ddp, "sharding": sharding.show,
-     "compression": compression.show}[run.lab](run, report.summary)
+     "compression": compression.show, "topology": topology.show}[run.lab](run, report.summary)
     downloads(run)
 
 

@@ -13,9 +13,10 @@ platform reads it freely, and has these names:
   (`rank_code`), whose ``run_rank(ctx, params) -> dict`` does the work of one
   rank (JSON-serialisable, with ``work_s``, the seconds of timed work); ``ctx``
   is a `RankContext`; that module imports torch;
-- ``summarize(params, ranks, *, world_size, backend)`` (a dict, or the model
-  ``SUMMARY`` names, which `stored_summary` dumps for the result) and
+- ``summarize(params, ranks, *, world_size, backend)`` and
   ``format_text(summary) -> str``: combine the ranks' results and print them;
+  ``summarize`` returns a dict, or the lab's typed report (its ``SUMMARY``),
+  which `stored_summary` turns into the dict a result keeps;
 - ``SUMMARY``: the type of that summary as the pages read it, a model of
   ``labs.reports`` (`labs.reports.read` finds it here);
 - optionally ``DEFAULT_WORLD_SIZE`` (`world_size_default`).
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
 
 # The labs, in the course's order: each is a folder labs/<name>/ whose ``lab`` module
 # has the names above. Adding a lab is adding its folder and its name here.
-LABS = ("ring", "bench", "ddp", "sharding", "compression")
+LABS = ("ring", "bench", "ddp", "sharding", "compression", "topology")
 INJECTED_CRASH_EXIT = 13
 
 
@@ -202,9 +203,9 @@ def world_size_default(lab: str) -> int:
     return getattr(load_lab(lab), "DEFAULT_WORLD_SIZE", Run.__pydantic_fields__["world_size"].default)
 
 
-def stored_summary(summary):
-    """A lab's summary as its result keeps it (JSON's types): a lab whose ``summarize``
-    builds its model (``SUMMARY``, a pydantic model) has it dumped; a plain dict passes as it is."""
+def stored_summary(summary) -> dict:
+    """What a result keeps of a lab's summary: a typed report (a pydantic model) as plain
+    JSON values, which ``labs.reports.read`` turns back into the same model; a dict as it is."""
     return summary.model_dump(mode="json") if hasattr(summary, "model_dump") else summary
 
 

@@ -17,7 +17,7 @@ KNOWN_WIDGETS = {"memory_calculator", "scaling_explorer", "ring_traffic", "ring_
 def test_the_sections_in_english_in_order():
     assert lessons.section_ids() == [
         "overview", "training-step", "ring-allreduce", "ddp", "sharding", "compression", "practice", "strategy",
-        "case-studies", "future", "risks", "roadmap", "faq",
+        "case-studies", "future", "topology", "risks", "roadmap", "faq",
     ]
 
 
