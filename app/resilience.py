@@ -1,7 +1,7 @@
 """The straggler and failure labs on the Labs page: when a rank is slow, and when one dies.
 
-Numbers come from the run's typed report (``labs.reports.StragglerSummary``,
-``labs.reports.FailureSummary``), figures from ``app.charts`` and
+Numbers come from the run's typed report (``labs.StragglerSummary``,
+``labs.FailureSummary``), figures from ``app.charts`` and
 ``app.timeline`` (the DDP lab's swim lanes), drawn through
 ``app.widgets.chart`` with their tables; the Young/Daly curve is
 ``labs.failure.lab.waste_fraction`` over the run's own measured costs.
@@ -16,10 +16,13 @@ import streamlit as st
 from academy.models import LabRun
 from app import charts
 from app import timeline as lanes
+from app.ddp import lane_names  # the DDP lab's lane words, shared
 from app.ui import t
 from app.widgets import chart, lang, num
 from labs import reports
 from labs.failure.lab import waste_fraction
+from labs.failure.report import FailureSummary
+from labs.straggler.report import StragglerSummary
 
 VARIANTS = ("even", "slow", "local_sgd")
 ACHIEVED_SHORT = 0.8  # a slowdown under 80% of the asked factor: say why a quota can bind less
@@ -29,7 +32,7 @@ def _spread(x: reports.Spread, spec: str = ".2f") -> str:
     return f"{num(x.median, spec)} ({num(x.min, spec)}–{num(x.max, spec)})"
 
 
-def straggler(run: LabRun, s: reports.StragglerSummary) -> None:
+def straggler(run: LabRun, s: StragglerSummary) -> None:
     """The slowed rank, the steps beside the model, every rank's timeline, what local SGD won and paid."""
     v = s.variants
     st.markdown(t(f"straggler.how_{s.mechanism}", rank=s.slow_rank, factor=s.factor, achieved=s.achieved.median,
@@ -54,8 +57,6 @@ def straggler(run: LabRun, s: reports.StragglerSummary) -> None:
     st.markdown(t("straggler.model_error", error=s.model_error))
     st.markdown(f"**{t('straggler.timeline_title', rank=s.slow_rank)}**")
     st.markdown(":material/visibility: " + t("straggler.timeline_look", rank=s.slow_rank))
-    from app.labviews import lane_names  # the DDP lab's lane words, shared
-
     shown = [(names[name], v[name].timeline) for name in VARIANTS]
     chart(lanes.timeline_figure(shown, lane_names(), lang=lang()), key=f"st_tl_{run.id}",
           caption=t("straggler.timeline_alt", period=s.period))
@@ -84,7 +85,7 @@ def _work_labels() -> dict[str, str]:
     return names
 
 
-def failure(run: LabRun, s: reports.FailureSummary) -> None:
+def failure(run: LabRun, s: FailureSummary) -> None:
     """What the kill cost: every rank's work kept, lost and redone; the restart's parts; Young/Daly."""
     if s.restarts:
         st.success(t("failure.restarted", rank=s.kill_rank, steps=", ".join(map(str, s.kill_steps)),
@@ -110,7 +111,7 @@ def failure(run: LabRun, s: reports.FailureSummary) -> None:
     young_daly(run, s)
 
 
-def by_step(run: LabRun, s: reports.FailureSummary, labels: dict[str, str]) -> None:
+def by_step(run: LabRun, s: FailureSummary, labels: dict[str, str]) -> None:
     """Rank 0's work on the axis of steps, an attempt a lane: on the clock the restart dwarfs the
     steps, here the steps lost at the kill and done again stand side by side."""
     st.markdown(f"**{t('failure.steps_title')}**")
@@ -128,7 +129,7 @@ def by_step(run: LabRun, s: reports.FailureSummary, labels: dict[str, str]) -> N
           caption=t("failure.steps_alt"))
 
 
-def young_daly(run: LabRun, s: reports.FailureSummary) -> None:
+def young_daly(run: LabRun, s: FailureSummary) -> None:
     """The expected waste against the checkpoint interval for the chosen M, from this run's costs."""
     st.markdown(f"**{t('failure.yd_title', mtbf=s.mtbf_s)}**")
     step = s.step_s.median

@@ -140,6 +140,9 @@ class Hidden(_Model):
 
 class Breakdown(_Model):
     steps: int
+    hidden: int | None = None  # the overlap model's (older runs: the lab's small MLP, not said)
+    depth: int | None = None
+    batch_per_rank: int | None = None
     bucket_cap_mb: float
     naive: dict[str, float]  # ms per part, for app.charts.breakdown_figure
     bucketed: dict[str, float]
@@ -157,6 +160,7 @@ class Span(_Model):
     end_ms: float
     step: int = 0
     bytes: float | None = None  # older runs: an equal share of the gradients
+    ready_ms: float | None = None  # a comm span: when every rank had started it (older runs: none)
 
 
 class LaneRank(_Model):
@@ -168,7 +172,8 @@ class LaneRank(_Model):
 class Variant(_Model):
     """One way to sync as ``labs.timeline.variant`` returns it: each rank's spans and the figures."""
 
-    overlap: float
+    overlap: float  # the median step's (older runs: every step pooled)
+    overlap_steps: list[float] = []  # each step's, in order (older runs: none)
     exposed_comm_ms: float
     comm_ms: float | None = None  # an all-reduce in flight, per step and rank (read by quizzes.figures)
     allreduce_calls: int | None = None
@@ -188,10 +193,12 @@ class Cap(_Model):
 class Timeline(_Model):
     steps: int
     hidden: int
+    depth: int | None = None  # older runs: the lab's depth, not said
     batch_per_rank: int
     gradient_bytes: float = 0.0
     variants: dict[str, Variant]
     caps: list[Cap]
+    fit: Fit | None = None  # dist.all_reduce alone, timed by this run (older runs: none)
 
 
 class BucketRow(_Model):
@@ -320,109 +327,174 @@ class ShardingSummary(_Model):
 
 
 # --------------------------------------------------------------------------
-# straggler (labs.straggler.lab.summarize builds it)
+# compression (labs.compression.lab.summarize builds these)
 
 
-class StragglerVariant(_Model):
-    """One way to train with one rank slowed, as the ranks measured it (``labs.straggler.rank``)."""
+class Band(_Model):
+    """A figure over the seeds: its median, and the lowest and highest seed's."""
 
-    name: str  # "even" (nobody slowed), "slow" (synchronous DDP), "local_sgd" (post-local SGD)
-    factor: float  # how many times slower the slow rank was asked to compute
-    step_ms: Quartiles  # time per step over every measured step (or period / H) of every seed
-    model_ms: Spread  # the model's step over the seeds: slowest rank's own time + all-reduce (/ H)
-    compute_ms: list[float]  # per rank: median compute per step (forward, backward, optimizer)
-    own_ms: list[float]  # per rank: median time per step outside all-reduces (compute and overhead)
-    wait_ms: list[float]  # per rank: median time per step inside the all-reduce beyond its own cost
-    throughput: Spread  # samples per second over the seeds
-    loss: Spread  # the final model's loss on the whole data set, over the seeds
-    timeline: Variant  # the first seed's last steps (or last period), every rank on one clock
+    median: float
+    min: float
+    max: float
 
 
-class StragglerSummary(_Model):
+class Gap(_Model):
+    """A strategy's final loss minus fp32's, seed by seed (same weights and batches at the start)."""
+
+    mean: float
+    half_width: float | None  # of the 95 % confidence interval (Student's t); None with one seed
+    seeds: list[float]
+
+
+class StepTime(_Model):
+    """Time per step in ms over every measured step of every seed (``samples`` of them)."""
+
+    median_ms: float
+    q1_ms: float
+    q3_ms: float
+    samples: int
+
+
+class CompressionStrategy(_Model):
+    bytes_per_step: int  # measured: what each rank handed to the collectives in a compressed step
+    formula_bytes: int  # the family's formula (labs.model)
+    formula_error: float  # |measured - formula| / formula
+    dense_steps: int  # steps sent uncompressed before compression began (PowerSGD's first two)
+    by_kind: dict[str, int]  # the measured bytes by collective: all_reduce, all_gather
+    sent_per_step: float  # what that sends per rank on a ring (labs.model.ring_sent)
+    dtypes: list[str]
+    ratio: float | None  # fp32's bytes over these (None: nothing was sent)
+    curve: list[Band]  # the evaluation loss at CompressionSummary.curve_steps
+    final: Band
+    finals: list[float]  # per seed, in CompressionSummary.seeds' order
+    gap: Gap | None  # None for fp32, the reference
+    step_time: StepTime
+    replicas_equal: bool  # every rank ended every seed with the same weights
+    ranks_sent_alike: bool  # every rank handed over the same bytes at every step
+
+
+class CompressionSummary(_Model):
     world_size: int
     backend: str = "gloo"
-    factor: int
-    slow_rank: int
-    mechanism: str  # what slowed the rank: "cgroup" (a CPU quota) or "stop" (SIGSTOP/SIGCONT)
-    period: int  # local SGD: the models are averaged every ``period`` steps
-    steps: int  # measured steps per variant and seed (whole periods)
-    seeds: int
-    batch_per_rank: int
-    allreduce_ms: Spread  # one all-reduce of the gradients when nobody waits, over the seeds
-    achieved: Spread  # the slow rank's compute, slowed over even, over the seeds
-    variants: dict[str, StragglerVariant]
-    lost: Spread  # throughput of the slowed synchronous run as a share of the even one
-    recovered: Spread  # throughput of local SGD over the slowed synchronous run's, minus 1
-    loss_paid: Spread  # local SGD's final loss minus the synchronous run's, seed by seed
-    same_weights: bool  # the slowed synchronous run ended with the even run's weights, bit for bit
-    model_error: float  # measured / model - 1 of the slowed synchronous step (median over seeds)
+    parameters: int
+    gradient_bytes: int
+    shapes: list[list[int]]
+    seeds: list[int]
+    steps: int
+    curve_steps: list[int]
+    density: float
+    buckets: int  # DDP buckets per step, as the hook was handed them
+    powersgd_chain: str  # "serial" (each bucket's all-reduces done before the next) or "overlapped"
+    strategies: dict[str, CompressionStrategy]
+    formula_tolerance: float
+    within_formula: bool
+    pareto: list[str]  # the strategies no other beats on both bytes sent and final loss
 
 
 # --------------------------------------------------------------------------
-# failure (labs.failure.lab.summarize builds it)
+# topology (labs.topology.lab.summarize)
 
 
-class Segment(_Model):
-    """A stretch of one rank's time (seconds from the job's first rank start)."""
+class LinkClass(_Model):
+    """One class of link as the ping-pong measured it (``labs.topology.rank.probe``)."""
 
-    kind: str  # "kept" | "lost" | "redone" (a step), "checkpoint", "start" (process start to ready), "resume"
-    attempt: int  # torchrun's restart count when it happened
-    step: int  # the step (a checkpoint: the steps it holds)
-    last_step: int | None = None  # a run of steps of one fate: its last (labs.failure.lab.merged)
-    start_s: float
-    end_s: float
+    alpha_s: float
+    bandwidth_Bps: float
+    probe_bytes: int
+    rate_Bps: float | None = None  # the rate tbf shapes the link to; None: not shaped
+    small: Spread  # one-way seconds of a small message, over the repeats
+    large: Spread  # one-way seconds of ``probe_bytes``
 
 
-class WorkLane(_Model):
+class TopologyRow(_Model):
+    """One all-reduce algorithm at one size: measured, counted, logged and projected."""
+
+    algo: str  # "flat" | "hierarchical"
+    size: int
+    time: Spread  # seconds per all-reduce: the slowest rank's, over the repeats
+    link_bytes: list[float] | None = None  # per all-reduce, node 0 -> 1 and 1 -> 0, from the veth's counters
+    link_frames: list[float] | None = None  # frames the same counters counted
+    payload_bytes: list[float] | None = None  # link_bytes less the frames' Ethernet/IP/TCP headers
+    retransmitted: int | None = None  # TCP segments the two nodes sent again during these repeats
+    model_bytes: list[float]  # the same two, summed from the ranks' message log
+    bytes_error: float | None = None  # the larger relative gap of the two
+    formula_bytes: float  # 2(N-1)/N S or 2(m-1)/m S (labs.simclock.inter_node_bytes)
+    predicted_s: float | None = None  # the log replayed on this box's measured link classes
+    projected: dict[str, float]  # labs.simclock target key -> seconds
+    messages: int
+    correct: bool
+    max_abs_err: float
+
+
+class ScaleRow(_Model):
+    """An algorithm's projection at a scale no lab ran (labs.simclock.schedule)."""
+
+    nodes: int
+    per_node: int
+    size: int
+    algo: str
+    projected: dict[str, float]
+    inter_bytes: float
+
+
+class MeshCollective(_Model):
+    """One kind of collective on one kind of group in a training step, as rank 0 called it."""
+
+    kind: str
+    group_size: int
+    spans_nodes: bool
+    bytes: float  # payload handed to the collective, per step
+    calls: int
+    predicted_link_bytes: float  # what it sends from node 0 to node 1 (gloo's algorithm, see the lab)
+
+
+class MeshMemory(_Model):
     rank: int
-    segments: list[Segment]
+    measured: dict[str, float]  # params, grads, optimizer
+    predicted: dict[str, float]
 
 
-class Restart(_Model):
-    """From a kill to the next attempt's first step."""
+class MeshRow(_Model):
+    """FSDP over every rank, or HSDP (shard inside a node, replicate across)."""
 
-    attempt: int  # the attempt that was killed
-    step: int  # at this step
-    killed_s: float
-    detect_s: float  # kill -> the new processes started (torchrun noticed, stopped the others, restarted)
-    start_s: float  # process start -> ready (PyTorch imported, rendezvous, process group)
-    resume_s: float  # ready -> first step (the checkpoint loaded)
+    name: str  # "fsdp" | "hsdp"
+    shard_size: int
+    replicas: int
+    parameters: int
+    link_bytes: list[float] | None = None  # per step, each way, counted (whole frames)
+    link_frames: list[float] | None = None
+    payload_bytes: list[float] | None = None  # link_bytes less the frames' headers
+    predicted_link_bytes: float  # per step, node 0 -> 1
+    collectives: list[MeshCollective]
+    memory: list[MeshMemory]
+    step_time: Spread
+    max_abs_diff: float  # weights against FSDP's after the same steps (0 for FSDP itself)
 
 
-class FailureSummary(_Model):
+class TopologySummary(_Model):
     world_size: int
     backend: str = "gloo"
-    steps: int
-    checkpoint_every: int
-    kill_rank: int
-    kill_steps: list[int]
-    restarts: int  # how many times torchrun restarted the job
-    max_restarts: int
-    checkpoint_bytes: int
-    save_s: Spread | None  # one save on rank 0 (None: none taken)
-    step_s: Spread  # one training step
-    lanes: list[WorkLane]
-    restart: list[Restart]
-    wall_s: float  # first rank start to last step's end
-    checkpoint_s: float  # every save, summed
-    lost_s: float  # steps done, then thrown away by a kill (rank 0's clock)
-    lost_steps: int
-    restart_s: float  # every restart, summed
-    mtbf_s: float  # the mean time between failures chosen for Young/Daly
-    delta_s: float  # the measured cost of a save (median)
-    restart_cost_s: float  # the measured cost of a restart (median)
-    tau_s: float  # this run's interval between checkpoints, seconds
-    tau_opt_s: float | None  # Young/Daly's sqrt(2 delta M); None without a save
-    same_weights: bool  # the resumed run ended with the weights of one never killed, bit for bit
-    max_abs_diff: float
-    digest: str
+    nodes: int
+    per_node: int
+    rate_mbit: float | None = None
+    fabric: str  # "namespaces" | "loopback"
+    unavailable: str | None = None  # why not namespaces: labs.topology.netns.Unavailable.reason
+    unavailable_detail: str = ""
+    links: dict[str, LinkClass] = {}  # "intra", "inter"
+    repeats: int
+    rows: list[TopologyRow]
+    scale: list[ScaleRow] = []
+    within_tolerance: bool | None = None  # None: nothing crossed a counted link
+    tolerance: float
+    sharding: list[MeshRow] = []
 
 
 # --------------------------------------------------------------------------
 # The report and its one reader
 
 # What the pages draw (a type for their signatures; each lab names its own as ``SUMMARY``).
-Summary = RingSummary | BenchSummary | DdpSummary | ShardingSummary | StragglerSummary | FailureSummary
+# The straggler and failure labs keep theirs beside them (labs/straggler/report.py, labs/failure/report.py).
+Summary = RingSummary | BenchSummary | DdpSummary | ShardingSummary | CompressionSummary | TopologySummary
 S = TypeVar("S", bound=_Model)
 
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from labs import reports
 from labs.failure import lab as failure
+from labs.failure.report import FailureSummary
 from labs.failure.supervise import PREFIX
 from tests.apptest import open_page
 
@@ -115,7 +115,7 @@ def result() -> dict:
 
 @pytest.mark.slow  # lab ranks
 def test_the_resumed_run_ends_with_the_weights_of_one_never_killed(result):
-    s = reports.FailureSummary.model_validate(result["summary"])
+    s = FailureSummary.model_validate(result["summary"])
     assert result["launcher"] == "torchrun" and s.world_size == 3
     assert s.restarts == 1 and s.kill_steps == [7] and s.kill_rank == 1
     assert s.same_weights and s.max_abs_diff == 0.0

@@ -1,8 +1,10 @@
 """Every lab's result, run from the Labs page in a real browser, read in en, zh and nl (issue #22).
 
 A guest runs the ring lab (chunked and naive), the benchmark, DDP, the
-straggler lab and the failure lab (torchrun) with the form's defaults, each
-once, and reads each result in two or three languages
+straggler lab and the failure lab (torchrun) with the form's defaults,
+each once (and, in tests of their own, the compression lab at its fewest
+steps, and the topology lab with its fastest link, whose simulated clock
+draws both hardware targets), and reads each result in two or three languages
 through the sidebar's language box (the run stays in the session). Each
 reading is photographed at 1400 px and at 390 px wide:
 ``test-artifacts/lab-result-<lab>-<lang>-<width>.png``. The checks are the
@@ -28,6 +30,7 @@ from academy.i18n import t
 from tests.browserkit import (
     WAIT,
     alert,
+    axe_ours,
     button,
     charts_fitted,
     main,
@@ -43,6 +46,8 @@ RUNS = {"ring": ("ring", None, "labs.ring.noise", "labs.look.ring"),
         "naive": ("ring", "naive", "labs.ring.noise", "labs.look.ring_naive"),
         "bench": ("bench", None, "labs.bench.noise", "labs.look.bench"),
         "ddp": ("ddp", None, "labs.ddp.bucketing_why", "labs.look.ddp"),
+        "compression": ("compression", None, "compression.curves_caption", "labs.look.compression"),
+        "topology": ("topology", None, "topology.clock_title", "labs.look.topology"),
         "straggler": ("straggler", None, "straggler.model_title", "labs.look.straggler"),
         "failure": ("failure", None, "failure.timeline_title", "labs.look.failure")}
 WIDTHS = (1400, 390)
@@ -82,6 +87,8 @@ def run(page, name: str, lang: str) -> None:
         wait_app(page)
     if algo:
         choose(page, lang, "labs.algo", t(f"labs.algo_{algo}", lang))
+    if lab == "topology":  # the fastest link the form offers: the run stays short on 2 cores
+        choose(page, lang, "topology.rate", t("topology.rate_1000", lang))
     button(m.get_by_test_id("stForm"), "labs.run", lang).click()
     # The run's own live view, then its result (not the previous run's).
     button(m, "labs.cancel", lang).wait_for(timeout=WAIT)
@@ -111,6 +118,10 @@ def read(page, artifacts, name: str, lang: str) -> None:
     if name in ("ring", "naive"):  # the step chart's model line: the default's or a benchmark's fit
         line = re.compile(f"{re.escape(t('labs.ring.model_default', lang))}|{pattern('labs.ring.model_fit', lang).pattern}")
         m.locator(".js-plotly-plot g.legend").get_by_text(line).first.wait_for(timeout=WAIT)
+    if name == "compression":  # the Pareto plot and its table beside it, the curves below, in this language
+        m.get_by_text(t("compression.table_title", lang), exact=True).first.wait_for(timeout=WAIT)
+        m.locator(".js-plotly-plot g.legend").get_by_text(t("compression.front", lang), exact=True).first.wait_for(
+            timeout=WAIT)
     for width in WIDTHS:
         page.set_viewport_size({"width": width, "height": 1000})
         charts_fitted(page)
@@ -151,4 +162,54 @@ def test_every_lab_result_reads_true_in_each_language(server, page, artifacts):
         except BaseException:
             with contextlib.suppress(Exception):
                 page.screenshot(path=str(artifacts / f"lab-result-{name}-{lang}-FAILED.png"), full_page=True)
+            raise
+
+
+def test_the_compression_lab_reads_in_each_language(server, page, artifacts):
+    """The compression lab with the form's defaults (every strategy, 3 seeds) but its fewest steps
+    (50, the slider's Home key: a third of the default run's time), read in nl, zh and en."""
+    page.goto(f"{server.url}/labs?lang=nl&lab=compression")
+    wait_app(page)
+    steps = main(page).get_by_test_id("stSlider").filter(has_text=t("labs.steps", "nl")).get_by_role("slider")
+    steps.focus()
+    steps.press("Home")  # an <input type="range">: Home is its minimum, as for a keyboard user
+    page.wait_for_function("el => el.value === '50'", arg=steps.element_handle(), timeout=WAIT)
+    current = "nl"
+    for what, lang in (("run", "nl"), ("read", "nl"), ("read", "zh"), ("read", "en")):
+        try:
+            if lang != current:
+                page.set_viewport_size({"width": 1400, "height": 1000})
+                switch_language(page, lang)
+                current = lang
+            (run if what == "run" else lambda p, n, lg: read(p, artifacts, n, lg))(page, "compression", lang)
+            if what == "read":  # the plot, both tables, the curves and their chooser (#38)
+                assert not axe_ours(page), axe_ours(page)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                page.screenshot(path=str(artifacts / f"lab-result-compression-{lang}-FAILED.png"), full_page=True)
+            raise
+
+
+def test_the_topology_labs_two_targets_read_in_each_language(server, page, artifacts):
+    """The topology lab from the page (two namespaces where the worker may make them, else the
+    loopback, which the result then says): the clock's ratio chart names both targets in each language."""
+    page.goto(f"{server.url}/labs?lang=en&lab=topology")
+    wait_app(page)
+    current = "en"
+    for what, lang in (("run", "en"), ("read", "en"), ("read", "zh"), ("read", "nl")):
+        try:
+            if lang != current:
+                page.set_viewport_size({"width": 1400, "height": 1000})
+                switch_language(page, lang)
+                current = lang
+            if what == "run":
+                run(page, "topology", lang)
+                continue
+            read(page, artifacts, "topology", lang)
+            legend = main(page).locator(".js-plotly-plot g.legend")
+            for key in ("topology.target.h100_node", "topology.target.h100_ib"):
+                legend.get_by_text(t(key, lang), exact=True).first.wait_for(timeout=WAIT)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                page.screenshot(path=str(artifacts / f"lab-result-topology-{lang}-FAILED.png"), full_page=True)
             raise

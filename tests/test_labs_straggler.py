@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from labs import reports
 from labs.straggler import lab as straggler
+from labs.straggler.report import StragglerSummary
 from labs.straggler.throttle import PREFIX, Throttle, Unavailable, _cpu_dir
 from tests.apptest import open_page
 
@@ -103,7 +103,7 @@ def result() -> dict:
 
 @pytest.mark.slow  # lab ranks
 def test_the_run_times_every_rank_and_keeps_the_weights(result):
-    s = reports.StragglerSummary.model_validate(result["summary"])
+    s = StragglerSummary.model_validate(result["summary"])
     assert s.world_size == 2 and s.slow_rank == 1 and s.factor == 3 and s.mechanism in ("cgroup", "stop")
     assert set(s.variants) == set(straggler.VARIANTS)
     assert s.same_weights, "slowing a rank changes the time, not the sums"

@@ -174,6 +174,8 @@ def _case_entry(exercise, event: dict) -> tuple[dict, list[dict] | None]:
              "status": "not_run", "findings": [], "output": {}}
     if "src" in case:
         entry["src"] = case["src"]
+    if "nodes" in case:  # hierarchical-allreduce: the node map the case ran on
+        entry["nodes"] = case["nodes"]
     if event["status"] == "not_run":
         return entry, None
     entry["output"] = {str(r["rank"]): r["output"] for r in event["ranks"] if r.get("output")}
@@ -187,6 +189,7 @@ def _case_entry(exercise, event: dict) -> tuple[dict, list[dict] | None]:
             # (save-and-resume), before it restarted them; None where it killed none.
             ranks = [{"rank": r["rank"], "expected": r["expected"], "result": r["reply"]["result"],
                       "sent": r["traffic"]["sent"], "received": r["traffic"]["received"],
+                      "sent_by_link": r["traffic"].get("sent_by_link"),  # with a node map only
                       "calls": r["traffic"]["calls"],
                       "calls_before": (r["traffic"].get("before") or {}).get("calls")} for r in event["ranks"]]
             entry["findings"] = exercise.check(case, ranks)

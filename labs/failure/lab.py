@@ -53,12 +53,13 @@ import statistics
 from collections.abc import Sequence
 
 from labs import reports
+from labs.failure import report
 from labs.params import Page, ParamError, dataclass, option
 from labs.params import check as check_values
 
 RANK_MODULE = "labs.failure.rank"  # what the ranks import, torch and all
 LAUNCHER = "labs.failure.supervise"  # starts torchrun (labs.context: LAUNCHER)
-SUMMARY = reports.FailureSummary  # what the pages read of the summary
+SUMMARY = report.FailureSummary  # what the pages read of the summary
 DEFAULT_WORLD_SIZE = 2
 FAILURE_INJECTION = False  # it kills its rank itself: the Labs page offers no --fail-* (labs.context)
 
@@ -149,7 +150,7 @@ def spread(values: Sequence[float]) -> reports.Spread:
 STEP_KINDS = ("kept", "lost", "redone")
 
 
-def lanes(logs: Sequence[Sequence[dict]], *, origin: float) -> list[reports.WorkLane]:
+def lanes(logs: Sequence[Sequence[dict]], *, origin: float) -> list[report.WorkLane]:
     """Each rank's timeline from its log (every attempt): its steps kept, lost or redone, its
     checkpoints, and the restarts. A step is lost when its attempt was killed before the next
     checkpoint saved it; redone when an earlier attempt had done it; kept otherwise."""
@@ -167,21 +168,21 @@ def lanes(logs: Sequence[Sequence[dict]], *, origin: float) -> list[reports.Work
                 redone = rec["step"] in done
                 fate = "lost" if lost else "redone" if redone else "kept"
                 done.add(rec["step"])
-                segments.append(reports.Segment(kind=fate, attempt=a, step=rec["step"], start_s=rec["t0"] - origin,
+                segments.append(report.Segment(kind=fate, attempt=a, step=rec["step"], start_s=rec["t0"] - origin,
                                                 end_s=rec["t1"] - origin))
             elif rec["kind"] in ("checkpoint", "start", "resume"):
-                segments.append(reports.Segment(kind=rec["kind"], attempt=a, step=rec.get("step", 0),
+                segments.append(report.Segment(kind=rec["kind"], attempt=a, step=rec.get("step", 0),
                                                 start_s=rec["t0"] - origin, end_s=rec["t1"] - origin))
-        out.append(reports.WorkLane(rank=rank, segments=segments))
+        out.append(report.WorkLane(rank=rank, segments=segments))
     return out
 
 
-def merged(lane: reports.WorkLane) -> reports.WorkLane:
+def merged(lane: report.WorkLane) -> report.WorkLane:
     """``lane`` with each run of consecutive steps of one fate and attempt as one segment (its
     ``last_step`` the run's last): the same picture, a few segments a rank instead of one a step,
     so that a report of many steps and ranks stays small. A checkpoint between two steps stays
     its own segment, drawn over the run."""
-    out: list[reports.Segment] = []
+    out: list[report.Segment] = []
     for seg in lane.segments:
         prev = next((p for p in reversed(out) if p.kind in STEP_KINDS), None) if seg.kind in STEP_KINDS else None
         if prev is not None and prev.kind == seg.kind and prev.attempt == seg.attempt \
@@ -190,10 +191,10 @@ def merged(lane: reports.WorkLane) -> reports.WorkLane:
             out[out.index(prev)] = prev.model_copy(update={"last_step": seg.step, "end_s": seg.end_s})
         else:
             out.append(seg)
-    return reports.WorkLane(rank=lane.rank, segments=out)
+    return report.WorkLane(rank=lane.rank, segments=out)
 
 
-def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: str) -> reports.FailureSummary:
+def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: str) -> report.FailureSummary:
     ranks = sorted(ranks, key=lambda r: r["rank"])
     logs = [r["log"] for r in ranks]
     origin = min(rec["t0"] for log in logs for rec in log)
@@ -211,14 +212,14 @@ def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: st
         first = min((s.start_s for s in nxt if s.kind in ("kept", "redone", "lost")), default=None)
         if started is None or first is None:
             continue
-        restarts.append(reports.Restart(attempt=attempt, step=step, killed_s=at, detect_s=started - at,
+        restarts.append(report.Restart(attempt=attempt, step=step, killed_s=at, detect_s=started - at,
                                         start_s=ready - started, resume_s=first - ready))
     lost = [s for s in zero if s.kind == "lost"]
     end = max(s.end_s for lane in lanes_ for s in lane.segments)
     delta = statistics.median(saves) if saves else 0.0
     step = statistics.median(steps)
     restart = statistics.median([r.detect_s + r.start_s + r.resume_s for r in restarts]) if restarts else 0.0
-    return reports.FailureSummary(
+    return report.FailureSummary(
         world_size=world_size, backend=backend, steps=params.steps, checkpoint_every=params.checkpoint_every,
         kill_rank=params.kill_rank, kill_steps=[k[2] for k in kills], restarts=max(r["attempt"] for r in ranks),
         max_restarts=params.max_restarts, checkpoint_bytes=ranks[0]["checkpoint_bytes"],
@@ -233,7 +234,7 @@ def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: st
 
 
 def format_text(summary: dict) -> str:
-    s = reports.FailureSummary.model_validate(summary)
+    s = report.FailureSummary.model_validate(summary)
     lines = [f"failure lab: {s.world_size} ranks ({s.backend}) under torchrun, {s.steps} steps, a checkpoint "
              f"every {s.checkpoint_every} steps (rank 0 saves {s.checkpoint_bytes} bytes)",
              f"rank {s.kill_rank} killed at step(s) {s.kill_steps}; torchrun restarted the job {s.restarts} "

@@ -45,11 +45,12 @@ from labs import reports
 from labs import timeline as spans_math
 from labs.params import Page, ParamError, dataclass, option
 from labs.params import check as check_values
+from labs.straggler import report
 from labs.straggler.throttle import METHODS
 
 VARIANTS = ("even", "slow", "local_sgd")
 RANK_MODULE = "labs.straggler.rank"  # what the ranks import, torch and all
-SUMMARY = reports.StragglerSummary  # what the pages read of the summary
+SUMMARY = report.StragglerSummary  # what the pages read of the summary
 DEFAULT_WORLD_SIZE = 2  # a core per rank on a 2-core machine: the quota then binds as asked
 MAX_WORLD_SIZE = 4  # its timelines draw every rank: 2 to 4 keep them readable (and the report small)
 
@@ -168,7 +169,7 @@ def figures(steps: Sequence[Sequence[Sequence[float]]], *, every: int, allreduce
             "throughput": world_size * batch * n / (wall_ms / 1e3)}
 
 
-def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: str) -> reports.StragglerSummary:
+def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: str) -> report.StragglerSummary:
     ranks = sorted(ranks, key=lambda r: r["rank"])
     every = {"even": 1, "slow": 1, "local_sgd": params.period}
     per_seed = []  # per seed: {variant: figures}
@@ -184,7 +185,7 @@ def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: st
     for v in VARIANTS:
         shown = spans_math.rebase([{"rank": r["rank"], "spans": r["seeds"][0][v]["spans"]} for r in ranks])
         timeline = spans_math.variant(shown, allreduce_calls=1, bucket_cap_mb=None)
-        variants[v] = reports.StragglerVariant(
+        variants[v] = report.StragglerVariant(
             name=v, factor=1 if v == "even" else params.factor,
             step_ms=quartiles([t for seed in per_seed for t in seed[v]["times"]]),
             model_ms=spread([seed[v]["model"] for seed in per_seed]),
@@ -196,7 +197,7 @@ def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: st
             timeline=reports.Variant.model_validate(timeline))
     slow = params.slow_rank
     median = statistics.median
-    return reports.StragglerSummary(
+    return report.StragglerSummary(
         world_size=world_size, backend=backend, factor=params.factor, slow_rank=slow,
         mechanism=ranks[slow]["mechanism"], period=params.period, steps=params.measured,
         seeds=params.seeds, batch_per_rank=params.batch, allreduce_ms=spread(allreduce),
@@ -210,7 +211,7 @@ def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: st
 
 
 def format_text(summary: dict) -> str:
-    s = reports.StragglerSummary.model_validate(summary)
+    s = report.StragglerSummary.model_validate(summary)
     v = s.variants
     how = {"cgroup": "a cgroup CPU quota", "stop": "SIGSTOP/SIGCONT"}.get(s.mechanism, s.mechanism)
     lines = [f"straggler lab: {s.world_size} ranks ({s.backend}), rank {s.slow_rank} given 1/{s.factor} of a "
