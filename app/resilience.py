@@ -52,7 +52,8 @@ def straggler(run: LabRun, s: StragglerSummary) -> None:
              "q3": v[name].step_ms.q3, "model": v[name].model_ms.median} for name in VARIANTS]
     fig = charts.variant_steps_figure(rows, {"measured": t("straggler.measured"), "model": t("straggler.model"),
                                              "variant": t("straggler.variant_axis"), "ms": "ms"}, lang=lang())
-    chart(fig, key=f"st_steps_{run.id}", caption=t("straggler.model_caption", ms=s.allreduce_ms.median,
+    slowed = v["slow"].allreduce_ms or s.allreduce_ms
+    chart(fig, key=f"st_steps_{run.id}", caption=t("straggler.model_caption", ms=slowed.median, even=s.allreduce_ms.median,
                                                     period=s.period, steps=s.steps, seeds=s.seeds))
     st.markdown(t("straggler.model_error", error=s.model_error))
     st.markdown(f"**{t('straggler.timeline_title', rank=s.slow_rank)}**")

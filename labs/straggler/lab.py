@@ -20,7 +20,9 @@ same batches three ways, ``steps`` measured steps each after ``warmup``:
   25 MiB cap), which completes only when the slow rank joins it, so the
   others wait inside it. The model: step = the slowest rank's own time (its
   compute and the loop's overhead: everything but its waiting) + the
-  all-reduce (``labs.ddp.timeline.record`` times each rank's forward,
+  all-reduce as the last rank to arrive sees it, waiting for nobody (on a
+  throttled rank longer than in ``even``: its share of the reduction is
+  slowed too) (``labs.ddp.timeline.record`` times each rank's forward,
   backward, all-reduce and optimizer on one clock);
 - ``local_sgd``: torch's post-local SGD: DDP's gradient all-reduce switched
   off after the warm-up (``post_localSGD_hook`` with
@@ -139,10 +141,13 @@ def sync_points(steps: Sequence[Sequence[Sequence[float]]], every: int) -> list[
     return [(end - start) / every for start, end in zip(starts, ends, strict=True)]
 
 
-def allreduce_ms(even: Sequence[Sequence[Sequence[float]]]) -> float:
-    """The all-reduce's own time: step by step the shortest all-reduce of any rank (the last
-    to arrive waits least), the median over the steps."""
-    return statistics.median(min(rank[i][3] for rank in even) for i in range(len(even[0])))
+def allreduce_ms(steps: Sequence[Sequence[Sequence[float]]], every: int = 1) -> float:
+    """The all-reduce's own time as the rank that arrives last sees it (it waits for nobody):
+    at each sync (every ``every``-th step) the shortest all-reduce of any rank, the median
+    over the syncs. On a throttled rank that is longer than when nobody is slowed: its part
+    of the reduction (copies, sums, the socket) runs at its speed too."""
+    n = len(steps[0])
+    return statistics.median(min(rank[i][3] for rank in steps) for i in range(every - 1, n, every))
 
 
 def own_ms(rows: Sequence[Sequence[float]]) -> float:
@@ -165,7 +170,7 @@ def figures(steps: Sequence[Sequence[Sequence[float]]], *, every: int, allreduce
     wait = [max(0.0, (sum(row[3] for row in rank) - syncs * allreduce) / n) for rank in steps]
     wall_ms = max(rank[-1][1] for rank in steps) - min(rank[0][0] for rank in steps)
     return {"times": sync_points(steps, every), "compute": compute, "own": own, "wait": wait,
-            "model": max(own) + allreduce / every,
+            "allreduce": allreduce, "model": max(own) + allreduce / every,
             "throughput": world_size * batch * n / (wall_ms / 1e3)}
 
 
@@ -176,10 +181,9 @@ def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: st
     allreduce = []
     for s in range(params.seeds):
         rows = {v: [r["seeds"][s][v]["steps"] for r in ranks] for v in VARIANTS}
-        a = allreduce_ms(rows["even"])
-        allreduce.append(a)
-        per_seed.append({v: figures(rows[v], every=every[v], allreduce=a, world_size=world_size,
-                                    batch=params.batch) for v in VARIANTS})
+        allreduce.append(allreduce_ms(rows["even"]))
+        per_seed.append({v: figures(rows[v], every=every[v], allreduce=allreduce_ms(rows[v], every[v]),
+                                    world_size=world_size, batch=params.batch) for v in VARIANTS})
     rank0 = ranks[0]["seeds"]  # rank 0 reports the loss and the weights' digest
     variants = {}
     for v in VARIANTS:
@@ -191,6 +195,7 @@ def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: st
             model_ms=spread([seed[v]["model"] for seed in per_seed]),
             compute_ms=[statistics.median(seed[v]["compute"][r] for seed in per_seed) for r in range(world_size)],
             own_ms=[statistics.median(seed[v]["own"][r] for seed in per_seed) for r in range(world_size)],
+            allreduce_ms=spread([seed[v]["allreduce"] for seed in per_seed]),
             wait_ms=[statistics.median(seed[v]["wait"][r] for seed in per_seed) for r in range(world_size)],
             throughput=spread([seed[v]["throughput"] for seed in per_seed]),
             loss=spread([rank0[s][v]["loss"] for s in range(params.seeds)]),

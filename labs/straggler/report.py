@@ -16,6 +16,7 @@ class StragglerVariant(_Model):
     factor: float  # how many times slower the slow rank was asked to compute
     step_ms: Quartiles  # time per step over every measured step (or period / H) of every seed
     model_ms: Spread  # the model's step over the seeds: slowest rank's own time + all-reduce (/ H)
+    allreduce_ms: Spread | None = None  # the all-reduce as the last rank to arrive saw it, over the seeds
     compute_ms: list[float]  # per rank: median compute per step (forward, backward, optimizer)
     own_ms: list[float]  # per rank: median time per step outside all-reduces (compute and overhead)
     wait_ms: list[float]  # per rank: median time per step inside the all-reduce beyond its own cost
@@ -34,7 +35,7 @@ class StragglerSummary(_Model):
     steps: int  # measured steps per variant and seed (whole periods)
     seeds: int
     batch_per_rank: int
-    allreduce_ms: Spread  # one all-reduce of the gradients when nobody waits, over the seeds
+    allreduce_ms: Spread  # one all-reduce of the gradients when nobody is slowed and nobody waits, over the seeds
     achieved: Spread  # the slow rank's compute, slowed over even, over the seeds
     variants: dict[str, StragglerVariant]
     lost: Spread  # throughput of the slowed synchronous run as a share of the even one
