@@ -39,7 +39,7 @@ ARTIFACTS = ROOT / "test-artifacts"
 SERVER_FIXTURES = {"server", "browser"}
 
 # "slow" (the fast lane is ``pytest -m "not slow"``): a test that starts a server,
-# a browser, a lab worker, PostgreSQL or Redis, and every test of the modules
+# a browser, a lab worker, PostgreSQL, Redis or the sandbox (``needs_sandbox``), and every test of the modules
 # below, which start lab ranks, workers or CLIs in nearly every test. Modules
 # that mix both mark their own (a real grading, a sandbox start).
 SLOW_FIXTURES = SERVER_FIXTURES | {"lab_worker", "shared_lab_worker", "stack", "postgres_url", "redis_url"}
@@ -59,10 +59,32 @@ def _module_fixture(item) -> bool:
     return any(d and d[-1].scope == "module" for name, d in defs.items() if name in item.fixturenames)
 
 
+@functools.cache
+def sandbox_unavailable() -> str | None:
+    """Why the exercise sandbox (bubblewrap) cannot start here, or None (asked once per process)."""
+    from labs.sandbox import run as sandbox
+
+    try:
+        sandbox.check_available("bwrap")
+    except sandbox.SandboxUnavailable as exc:
+        return exc.reason
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before the test's fixtures start anything in the sandbox
+def pytest_runtest_setup(item):
+    """``@pytest.mark.needs_sandbox``: a test that starts the exercise sandbox (a grading, a
+    red-team probe). Skipped with the reason where bubblewrap cannot start, except as root:
+    there ``make test`` installs it first, so a sandbox that does not start is a failure."""
+    if item.get_closest_marker("needs_sandbox") and os.geteuid() != 0 and (why := sandbox_unavailable()):
+        pytest.skip(f"no sandbox here: {why}")
+    _patch_apptest()
+
+
 _APPTEST_PATCHED = False
 
 
-def pytest_runtest_setup():
+def _patch_apptest():
     """Two costs Streamlit's AppTest pays per test that its real server pays once.
 
     Each new AppTest scans every installed distribution for component manifests
@@ -98,7 +120,7 @@ def pytest_collection_modifyitems(items):
         elif not grouped and _module_fixture(item):  # one worker builds it, not each
             item.add_marker(pytest.mark.xdist_group(module))
         if (SLOW_FIXTURES & fixtures or item.get_closest_marker("browser") or item.get_closest_marker("postgres")
-                or module in SLOW_MODULES):
+                or item.get_closest_marker("needs_sandbox") or module in SLOW_MODULES):
             item.add_marker(pytest.mark.slow)
 
 
