@@ -1,5 +1,6 @@
 # make run       — create .venv, install, migrate, start the app on http://localhost:$(PORT) and a lab worker
-# make test      — install the app and test tools (Debian packages too, as root), lint, run every test
+# make test      — install the app and test tools (Debian packages too, as root; the npm
+#                  credential verifiers), lint, run every test
 # make test-fast — lint and the fast lane (-m "not slow": no browser, server, ranks or sandbox)
 # make docs      — serve the documentation site (docs/, mkdocs.yml) on http://127.0.0.1:8000
 # make bench     — measure the platform and its labs (docs/benchmarks.md)
@@ -10,7 +11,7 @@ PORT    ?= 8501
 STAMP   := $(VENV)/.installed
 DEVSTAMP := $(VENV)/.installed-dev
 
-.PHONY: run test test-fast lint docs bench migrate system-deps sandbox-deps clean
+.PHONY: run test test-fast lint docs bench migrate system-deps sandbox-deps verifiers clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -66,6 +67,16 @@ system-deps: sandbox-deps
 		command -v chromium >/dev/null || echo "note: no chromium; browser tests will be skipped (apt-get install chromium)"; \
 	fi
 
+# Third-party credential verifiers the tests run (tests/verifiers: Digital Bazaar's
+# vc with the eddsa-rdfc-2022 and eddsa-jcs-2022 suites, jose), from the npm
+# lock file; without Node.js those tests are skipped.
+verifiers:
+	@if command -v npm >/dev/null; then \
+		npm ci --prefix tests/verifiers --no-audit --no-fund --loglevel=error >/dev/null; \
+	else \
+		echo "note: no npm; the third-party credential verifier tests will be skipped"; \
+	fi
+
 lint: $(DEVSTAMP)
 	$(BIN)/ruff check .
 
@@ -76,13 +87,13 @@ PYTEST = start=$$(date +%s); status=0; $(BIN)/python -m pytest $(1) $(ARGS) || s
 	echo "make $@: pytest took $$((took / 60)) min $$((took % 60)) s (exit $$status)"; \
 	exit $$status
 
-test: $(DEVSTAMP) system-deps lint
+test: $(DEVSTAMP) system-deps verifiers lint
 	$(BIN)/python -m quizzes check
 	@$(call PYTEST,)
 
 # The fast lane: what starts no browser, server, lab ranks, worker or sandbox
 # (docs/contributors/tests.md). Installs no Debian package.
-test-fast: $(DEVSTAMP) lint
+test-fast: $(DEVSTAMP) verifiers lint
 	$(BIN)/python -m quizzes check
 	@$(call PYTEST,-m "not slow and not gpu")
 
@@ -93,4 +104,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks $(ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache test-artifacts
+	rm -rf $(VENV) .pytest_cache .ruff_cache test-artifacts tests/verifiers/node_modules

@@ -31,8 +31,14 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", extra="ignore")
 
     database_url: str = f"sqlite:///{ROOT / 'data' / 'academy.db'}"
-    # Base of the public verification links printed on certificates and QR codes.
-    public_url: str = "http://localhost:8501"
+    # The public address of the academy, e.g. https://academy.example.org: the base of every
+    # link a certificate signs (verification link, QR code, Open Badge ids, issuer did:web,
+    # status list). Empty: the address the app serves on, from Streamlit's settings
+    # (certificates.address; with a warning, as such an address is usually local).
+    public_url: str = ""
+    # Before a certificate is issued, ask the public address whether it answers as this academy
+    # (certificates.addresscheck). Off only for a server that cannot reach its own public name.
+    public_url_check: bool = True
     # Where secrets live (session-signing key, certificate issuer keys).
     # Outside the repository in production; created with owner-only permissions.
     secrets_dir: Path = ROOT / "data" / "secrets"

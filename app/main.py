@@ -31,6 +31,7 @@ if __name__ != "__main__":
     from certificates.routes import routes
 
     web.refuse_global_cache_clear()
+    web.warn_public_address()  # before anything is signed with it (certificates.address)
     # Beside the pages: the issuer's DID document, the revocation status list, each
     # credential as JSON / VC-JWT and the JSON verification API (certificates/routes.py).
     app = st.App(Path(__file__), routes=routes(), middleware=web.middleware())

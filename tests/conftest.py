@@ -17,6 +17,10 @@ _TMP = Path(tempfile.mkdtemp(prefix="dpa-tests-"))
 os.environ["DATABASE_URL"] = f"sqlite:///{_TMP / 'session.db'}"
 os.environ["SECRETS_DIR"] = str(_TMP / "secrets")
 os.environ.setdefault("PUBLIC_URL", "http://localhost:8501")
+# Issuing a certificate asks PUBLIC_URL whether it answers as this academy
+# (certificates.addresscheck); in-process tests issue with no app there. The
+# session's `server` turns the check on again, and tests of the check set it.
+os.environ.setdefault("PUBLIC_URL_CHECK", "false")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # A lab run whose ranks all go this long without progress counts as hung. The
 # default (20 s) is the product's; on two cores shared with a second xdist
@@ -324,14 +328,19 @@ def postgres_url():
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
-    """The real app under ``streamlit run`` on a free port with a temporary database."""
+    """The real app under ``streamlit run`` on a free port with a temporary database.
+
+    As ``make run PORT=<port>`` runs it: without PUBLIC_URL, so that every link its
+    certificates sign comes from the port it serves on (``server.public_url``), and with
+    the check that this address answers before a certificate is issued.
+    """
     import shutil
 
     from benchmarks.appserver import AppServer
 
     if shutil.which("chromium") is None:
         pytest.skip("no system Chromium (Debian package 'chromium')")
-    srv = AppServer(tmp_path_factory.mktemp("server"))
+    srv = AppServer(tmp_path_factory.mktemp("server"), env={"PUBLIC_URL": "", "PUBLIC_URL_CHECK": "true"})
     try:
         srv.start()
     except RuntimeError as exc:
@@ -342,8 +351,10 @@ def server(tmp_path_factory):
 
 @pytest.fixture
 def on_server_db(server, monkeypatch):
-    """This process uses the real server's database and secrets (issuer keys shared)."""
-    yield from use_database(monkeypatch, **{k: server.env[k] for k in ("DATABASE_URL", "SECRETS_DIR", "PUBLIC_URL")})
+    """This process uses the real server's database and secrets (issuer keys shared), and
+    names the server's public address (which this process cannot derive: it serves nothing)."""
+    yield from use_database(monkeypatch, PUBLIC_URL=server.public_url,
+                            **{k: server.env[k] for k in ("DATABASE_URL", "SECRETS_DIR")})
 
 
 @pytest.fixture(scope="module")

@@ -114,6 +114,18 @@ def test_signed_out_the_page_lists_the_exercises_and_shows_statements_but_not_an
     assert "REFERENCE-SOLUTION" not in page
 
 
+@pytest.mark.parametrize("lang", ["en", "zh", "nl"])
+def test_the_page_says_how_code_is_run_and_graded(lang):
+    """Issue #36: the intro and its "how" panel describe the grader as it is (the router,
+    the harness's own results, what differs from gloo); tests/test_grading_text.py keeps
+    every text free of the mechanisms it does not use."""
+    at = open_page("exercises", lang)
+    assert not at.exception, at.exception
+    assert t("exercises.intro", lang) in [m.value for m in at.markdown]
+    (how,) = [e for e in at.expander if e.label == t("exercises.how_title", lang)]
+    assert t("exercises.how", lang) in [m.value for m in how.markdown]
+
+
 def test_hints_open_one_at_a_time_and_stay_open_after_a_reload():
     me = learner()
     at = open_page("exercises", "nl", me, exercise="broadcast")

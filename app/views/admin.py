@@ -1,4 +1,5 @@
-"""Admin: learners, administrators and content checks. Admins only."""
+"""Admin: the public address certificates carry, learners, administrators, content checks and
+certificates. Admins only."""
 
 import streamlit as st
 from sqlmodel import func, select
@@ -8,7 +9,9 @@ from academy import i18n
 from academy.accounts import AccountError, make_admin
 from academy.db import session_scope
 from academy.models import CertificateEvent, Learner
+from academy.settings import get_settings
 from app import ui
+from certificates import address, addresscheck
 
 t = ui.t
 who = ui.learner()
@@ -18,6 +21,22 @@ if who is None or not who.is_admin:
     st.stop()
 
 st.title(t("nav.admin"))
+
+# Where every link a certificate signs points (issue #36): said first, as nothing signed can change.
+st.header(t("admin.address"))
+url = address.public_url()
+kind = address.notice()
+if kind is not None:
+    st.warning(t(f"admin.address_{kind}", url=url))
+if not get_settings().public_url_check:
+    st.info(t("admin.address_check_off"))
+else:
+    answer = addresscheck.ask(url)
+    if answer.ok:
+        st.success(t("admin.address_ok", url=url))
+    else:
+        st.error(t(f"admin.address_refused.{answer.reason}", url=url))
+        st.text(answer.detail)  # what the address answered, as text
 
 st.header(t("admin.learners"))
 with session_scope() as session:

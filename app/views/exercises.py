@@ -29,6 +29,8 @@ state = st.session_state
 code = lang()
 st.title(t("nav.exercises"))
 st.write(t("exercises.intro"))
+with st.expander(t("exercises.how_title")):  # how the grader works, as the statements refer to it
+    st.markdown(t("exercises.how"))
 who = ui.learner()
 labruns.recover_after_restart_once()
 
