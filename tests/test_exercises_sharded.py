@@ -330,7 +330,8 @@ def test_owners_that_disagree_between_ranks_are_named():
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_the_exercises_page_lists_it_and_opens_its_statement_and_starter(app_db, lang):  # noqa: ARG001
-    from tests.test_exercises_page import in_editor, learner
+    from tests.factories import learner
+    from tests.test_exercises_page import in_editor
     from tests.test_exercises_page import texts as page_texts
 
     at = open_page("exercises", lang, learner(), exercise=ID)
