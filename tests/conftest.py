@@ -50,6 +50,10 @@ SLOW_FIXTURES = SERVER_FIXTURES | {"lab_worker", "shared_lab_worker", "stack", "
 SLOW_MODULES = {"test_lab_worker", "test_lab_multinode", "test_lab_scale", "test_labs_launch",
                 "test_labs_cli", "test_labs_combos", "test_labs_ddp", "test_labs_bench", "test_faults",
                 "test_exercises_page_queue", "test_cert_cli"}
+# Modules whose module-scoped fixture runs a lab on real ranks or grades in the sandbox once
+# for the module (a recording the page tests then draw): the tests that use it are slow too.
+RECORDING_MODULES = {"test_labs_readouts", "test_labs_params", "test_labs_sharding", "test_sharding_page",
+                     "test_labs_timeline_page", "test_exercise_timeline_page"}
 
 
 # These modules read the command lines of the processes under their workers
@@ -124,7 +128,8 @@ def pytest_collection_modifyitems(items):
         elif not grouped and _module_fixture(item):  # one worker builds it, not each
             item.add_marker(pytest.mark.xdist_group(module))
         if (SLOW_FIXTURES & fixtures or item.get_closest_marker("browser") or item.get_closest_marker("postgres")
-                or item.get_closest_marker("needs_sandbox") or module in SLOW_MODULES):
+                or item.get_closest_marker("needs_sandbox") or module in SLOW_MODULES
+                or (module in RECORDING_MODULES and _module_fixture(item))):
             item.add_marker(pytest.mark.slow)
 
 
