@@ -181,14 +181,14 @@ def busbw_figure(rows: Sequence[dict], *, world_size: int, fit: dict | None, lab
 def breakdown_figure(parts: dict[str, dict[str, float]], labels: dict[str, str],
                      lang: str = DEFAULT_LANG) -> go.Figure:
     """Stacked per-step time (ms): forward, backward, optimizer (compute, blues) and
-    exposed communication (vermillion)."""
+    exposed communication (vermillion), one bar per way to sync (``labels["sync"]`` names them)."""
     fig = go.Figure()
     names = list(parts)
     colours = {**COMPUTE_PARTS, "exposed_comm": COMMUNICATION}
     for part in ("forward", "backward", "exposed_comm", "optimizer"):
         fig.add_bar(x=[labels[n] for n in names], y=[parts[n].get(part, 0.0) for n in names], name=labels[part],
                     marker={"color": colours[part], "line": {"color": PAPER, "width": 1}})
-    fig.update_layout(barmode="stack", height=340, yaxis_title="ms", margin={"t": 10},
+    fig.update_layout(barmode="stack", height=340, xaxis_title=labels["sync"], yaxis_title="ms", margin={"t": 10},
                       legend={"traceorder": "normal"})
     return with_marks(fig, lang)
 
@@ -215,10 +215,11 @@ def lines_figure(series: dict[str, Sequence[float]], *, x_title: str, y_title: s
 
 
 def memory_figure(parts: dict[str, float], devices: dict[str, float], *, names: dict[str, str], gb: str,
-                  lang: str = DEFAULT_LANG) -> go.Figure:
+                  parts_title: str, lang: str = DEFAULT_LANG) -> go.Figure:
     """One stacked bar of model state (GB: weights, gradients, optimizer state) and a dashed
     line per device's memory, each device labelled on its own row above the bar, so that
-    no two labels share a line however close the devices are on the axis."""
+    no two labels share a line however close the devices are on the axis. ``parts_title`` names
+    what the parts are, the head of their column in the text alternative (``table``)."""
     fig = go.Figure()
     for part, value in parts.items():
         fig.add_bar(name=names[part], x=[value], y=[0], orientation="h", width=0.6,
@@ -236,7 +237,8 @@ def memory_figure(parts: dict[str, float], devices: dict[str, float], *, names: 
                            xanchor="right" if right else "left", xshift=-4 if right else 4,
                            font={"size": 12, "color": INK}, bgcolor=PAPER)
     fig.update_layout(barmode="stack", height=200 + 28 * rows, xaxis={"title": gb, "range": [0, top]},
-                      yaxis={"visible": False, "range": [-0.5, 0.7 + 0.5 * rows]}, margin={"t": 10, "l": 10},
+                      yaxis={"visible": False, "title": parts_title, "range": [-0.5, 0.7 + 0.5 * rows]},
+                      margin={"t": 10, "l": 10},
                       legend={"traceorder": "normal"})
     return with_marks(fig, lang)
 
@@ -284,7 +286,7 @@ def table(fig: go.Figure) -> dict:
     traces = [tr for tr in fig.data if tr.name and tr.x is not None and tr.y is not None
               and getattr(tr, "fill", None) is None]
     if all(getattr(tr, "orientation", None) == "h" for tr in traces):  # one stacked bar: a row per part
-        return {"columns": ["", fig.layout.xaxis.title.text or ""],
+        return {"columns": [fig.layout.yaxis.title.text or "", fig.layout.xaxis.title.text or ""],
                 "rows": [[tr.name, float(tr.x[0])] for tr in traces]}
     keys: list = []
     for tr in traces:

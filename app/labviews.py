@@ -263,7 +263,7 @@ def breakdown(run: LabRun, bd: reports.Breakdown) -> None:
     bucketing saves (fewer calls) and what overlap hides (behind backward)."""
     st.markdown(f"**{t('labs.ddp.breakdown', count=bd.steps)}**")
     names = {k: t(f"labs.ddp.{k}") for k in ("naive", "bucketed", "ddp", "forward", "backward",
-                                             "exposed_comm", "optimizer")}
+                                             "exposed_comm", "optimizer", "sync")}
     chart(charts.breakdown_figure({"naive": bd.naive, "bucketed": bd.bucketed, "ddp": bd.ddp}, names, lang=lang()),
           key=f"bd_{run.id}")
     saving, hidden = bd.bucketing_saving, bd.overlap_hidden

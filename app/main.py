@@ -44,6 +44,7 @@ else:
 
     ui.style()
     code = ui.lang()
+    ui.page_script(code)
     who = ui.learner()
     t = ui.t
 
@@ -53,6 +54,7 @@ else:
         st.Page("views/labs.py", title=t("nav.labs"), icon=":material/science:", url_path="labs"),
         st.Page("views/exercises.py", title=t("nav.exercises"), icon=":material/code:", url_path="exercises"),
         st.Page("views/quiz.py", title=t("nav.quiz"), icon=":material/quiz:", url_path="quiz"),
+        st.Page("views/review.py", title=t("nav.review"), icon=":material/event_repeat:", url_path="review"),
         st.Page(
             "views/certificate.py", title=t("nav.certificate"), icon=":material/workspace_premium:",
             url_path="certificate",

@@ -80,7 +80,7 @@ def timeline_figure(variants: Sequence[tuple[str, Variant]], labels: dict[str, s
         yaxis={"categoryorder": "array", "categoryarray": [lane for lane, *_ in order],
                "autorange": "reversed", "fixedrange": True},
         legend={"traceorder": "normal"},
-        meta={"table": {"columns": ["", labels["span"], labels["start"], labels["end"]],
+        meta={"table": {"columns": [labels["rank"], labels["span"], labels["start"], labels["end"]],
                         "rows": sorted(rows, key=lambda row: (row[2], row[0]))}},
     )
     return fig

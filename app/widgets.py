@@ -50,7 +50,7 @@ def chart(fig, *, key: str, caption: str | None = None, where=None) -> None:
         where.caption(caption)
     data = charts.table(fig)
     with where.expander(t("widgets.chart.table")):
-        columns = [c or " " * (i + 1) for i, c in enumerate(data["columns"])]  # unique, even when unnamed
+        columns = data["columns"]  # every one named: a header a screen reader can read (axe empty-table-header)
         st.table(pd.DataFrame([[_cell(v) for v in row] for row in data["rows"]], columns=columns))
 
 
@@ -65,7 +65,7 @@ def memory_calculator() -> None:
     mem = calc.memory_per_device(billions * 1e9, precision, optimizer)
     parts = {"weights": mem.weights / calc.GB, "grads": mem.grads / calc.GB, "optimizer_state": mem.optimizer / calc.GB}
     fig = charts.memory_figure(parts, calc.DEVICES, names={p: t(f"widgets.memory.{p}") for p in parts},
-                               gb=t("widgets.memory.gb"), lang=lang())
+                               gb=t("widgets.memory.gb"), parts_title=t("widgets.memory.part"), lang=lang())
     chart(fig, key="mem_chart")
     st.write(t("widgets.memory.total", total=mem.total / calc.GB))
     fitting = [name for name, gb in calc.DEVICES.items() if calc.fits(mem, gb)]

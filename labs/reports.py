@@ -170,6 +170,7 @@ class Variant(_Model):
 
     overlap: float
     exposed_comm_ms: float
+    comm_ms: float | None = None  # an all-reduce in flight, per step and rank (read by quizzes.figures)
     allreduce_calls: int | None = None
     bucket_cap_mb: float | None = None  # None: the naive sync
     ranks: list[LaneRank]

@@ -131,7 +131,10 @@ def _question(plan_item: dict[str, Any], bank: Bank) -> Question:
     return question
 
 
-def _fill(text: str, values: dict[str, Any], lang: str) -> str:
+def fill(text: str, values: dict[str, Any], lang: str) -> str:
+    """``{name}`` in ``text`` replaced by ``values[name]``, a number as ``format_number``
+    writes it in ``lang``; a name without a value stays as it is."""
+
     def sub(m: re.Match[str]) -> str:
         name = m.group(1)
         if name not in values:
@@ -177,7 +180,7 @@ def _text(question: Question, texts: dict[str, str] | None, plan_item: dict[str,
     values: dict[str, Any] = dict(plan_item.get("params", {}))
     if answer is not None:
         values["answer"] = answer
-    return _fill(text, values, lang)
+    return fill(text, values, lang)
 
 
 def public_question(plan_item: dict[str, Any], bank: Bank, lang: str) -> PublicQuestion:

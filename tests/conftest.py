@@ -331,6 +331,47 @@ def postgres_url():
     stop()
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def file_engine(request, tmp_path):
+    """A migrated database that real concurrent connections share: a SQLite file in WAL
+    mode, and PostgreSQL where ``postgres_url`` can reach or start one (the races of the
+    quiz store and of the review queue run on both)."""
+    from academy.db import make_engine, migrate
+
+    if request.param == "sqlite":
+        engine = make_engine(f"sqlite:///{tmp_path / 'racing.db'}")
+    else:
+        engine = make_engine(request.getfixturevalue("postgres_url"))
+    migrate(engine)  # the production schema, its unique constraints included
+    if request.param == "sqlite":
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    yield engine
+    engine.dispose()
+
+
+def race(*jobs):
+    """Run the jobs in threads released at the same moment; their results or errors."""
+    import threading
+
+    barrier = threading.Barrier(len(jobs))
+    results: list = [None] * len(jobs)
+
+    def run(i, job):
+        barrier.wait()
+        try:
+            results[i] = job()
+        except Exception as exc:  # noqa: BLE001 (the test inspects it)
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i, job)) for i, job in enumerate(jobs)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    return results
+
+
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
     """The real app under ``streamlit run`` on a free port with a temporary database.

@@ -183,22 +183,31 @@ def whole_buffer_cli() -> subprocess.CompletedProcess:
     return cli("grade", "ring-allreduce", str(FIXTURES / "ring_whole_buffer.py"), "--json")
 
 
+# Each solution from scratch, and the message pattern its report names (labs.exercises.patterns).
+FROM_SCRATCH = (("ring-allreduce", "ring_isend_irecv.py", "ring"), ("ring-allreduce", "ring_pipelined.py", "pipelined_ring"),
+                ("broadcast", "broadcast_chain.py", "chain"))
+
+
 @pytest.mark.needs_sandbox
 def test_solutions_from_scratch_pass_every_case_from_the_command_line(broadcast_star_cli):
-    """broadcast_star.py through ``python -m labs.exercises grade``; the other two through
-    ``grader.grade``, the function behind it, with the exit status the command would give."""
+    """broadcast_star.py through ``python -m labs.exercises grade``; the others through
+    ``grader.grade``, the function behind it, with the exit status the command would give.
+    The ring with ceil-sized chunks sends empty chunks where a case's tensor leaves some
+    empty, and the pipelined ring sends each chunk in up to three segments: both are rings."""
     from labs.exercises.__main__ import EXIT
 
     proc, report, _events = broadcast_star_cli
-    graded = [("broadcast", "broadcast_star.py", proc.returncode, report, proc.stdout[-3000:] + proc.stderr[-2000:])]
-    for exercise_id, fixture in (("ring-allreduce", "ring_isend_irecv.py"), ("broadcast", "broadcast_chain.py")):
+    graded = [("broadcast", "broadcast_star.py", "star", proc.returncode, report,
+               proc.stdout[-3000:] + proc.stderr[-2000:])]
+    for exercise_id, fixture, family in FROM_SCRATCH:
         report = grader.grade(exercise_id, (FIXTURES / fixture).read_text("utf-8"))
-        graded.append((exercise_id, fixture, EXIT[report["status"]], report, json.dumps(report)[:3000]))
-    for exercise_id, fixture, code, report, shown in graded:
+        graded.append((exercise_id, fixture, family, EXIT[report["status"]], report, json.dumps(report)[:3000]))
+    for exercise_id, fixture, family, code, report, shown in graded:
         assert code == 0, (fixture, shown)
         assert report["status"] == "passed" and report["ok"] is True
         assert len(report["cases"]) == len(exercises.load(exercise_id).cases(0))
         assert all(f["passed"] for c in report["cases"] for f in c["findings"])
+        assert report["pattern"]["family"] == family and report["pattern"]["world_size"] == 4, (fixture, report["pattern"])
 
 
 @pytest.mark.needs_sandbox
@@ -215,7 +224,9 @@ def test_the_reference_passes_and_the_ring_report_has_the_learners_trace():
     # Step 0 of reduce-scatter: rank r sends its own chunk r to rank r+1 (as labs.ring does).
     assert sorted(steps[0]) == [(r, (r + 1) % 4, r, "reduce-scatter") for r in range(4)]
     assert steps[-1][0][3] == "all-gather"
-    assert passing_report("broadcast")["status"] == "passed"
+    assert report["pattern"] == {"case": "w4-n10-float32", "family": "ring", "world_size": 4, "messages": 6}
+    broadcast = passing_report("broadcast")  # asserts that it passed
+    assert broadcast["status"] == "passed" and broadcast["pattern"]["family"] == "tree"  # binomial
 
 
 @pytest.mark.needs_sandbox
@@ -339,7 +350,7 @@ def test_exit_codes_and_the_json_report(tmp_path, broadcast_star_cli, whole_buff
     proc, _report, events = broadcast_star_cli
     assert proc.returncode == 0, proc.stdout[-2000:]
     report = json.loads(proc.stdout)
-    assert set(report) == {"exercise", "status", "ok", "error", "cases", "trace", "duration_s", "sandbox"}
+    assert set(report) == {"exercise", "status", "ok", "error", "cases", "trace", "pattern", "duration_s", "sandbox"}
     assert report["sandbox"] in sandbox.MODES and report["error"] is None
     case = report["cases"][0]
     assert {"id", "world_size", "size", "dtype", "status", "findings", "output"} <= set(case)

@@ -2,9 +2,11 @@
 
 The keys are read from the code itself (``ast``): every ``"key": "..."`` in a
 finding or error, every ``failed(check, KEY)`` and ``passed(CHECK)`` (whose
-message is ``CHECK_ok``), every ``messages.text(KEY)``, and the families the
-code builds from a prefix (``status_*``, ``sandbox_stopped_*``,
-``waiting_*``). A key used in an exercise's ``exercise.py`` may live in that
+message is ``CHECK_ok``), every ``messages.text(KEY)`` and the router's
+``ProtocolError(KEY)``, and the families the code builds from a prefix
+(``status_*``, ``sandbox_stopped_*``, ``waiting_*``, ``pattern_*``; the
+pattern families' own ``family_*`` names are checked in
+``test_exercises_patterns.py``). A key used in an exercise's ``exercise.py`` may live in that
 exercise's own ``feedback:``; any other key must be shared
 (``feedback.yaml``). Translations keep the English placeholders, the
 statements follow each language's glossary, and every exercise has a title,
@@ -43,8 +45,9 @@ def keys_in(path: Path) -> set[str]:
     """The message keys one module can put in a report or print."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("waiting_"):
-            found.add(node.value)  # the CLI's table from a rank's state to its message
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and node.value.startswith(("waiting_", "pattern_")):
+            found.add(node.value)  # the CLI's table from a rank's state, the ring's from a family, to a message
         elif isinstance(node, ast.Dict):
             for k, v in zip(node.keys, node.values, strict=True):
                 if isinstance(k, ast.Constant) and k.value == "key":
@@ -57,7 +60,7 @@ def keys_in(path: Path) -> set[str]:
                 found.update(_const(node.args[1]))
             elif name == "passed" and node.args:
                 found.update(f"{c}_ok" for c in _const(node.args[0]))
-            elif name == "text" and node.args:
+            elif name in ("text", "ProtocolError") and node.args:
                 found.update(_const(node.args[0]))
     return found
 
@@ -84,7 +87,10 @@ def test_the_key_walk_finds_what_the_grader_uses():
             "sandbox_unavailable", "harness_failed", "values_wrong", "returned_new_tensor", "values_ok",
             "waiting_recv", "waiting_running", "waiting_raised", "waiting_other", "frame", "summary",
             "shape_changed", "dtype_ok"} <= keys[None]
-    assert {"bytes_whole_buffer", "bytes_total", "bytes_ok", "bytes_none"} <= keys["ring-allreduce"]
+    assert {"protocol_size_mismatch", "protocol_any_source", "protocol_unmatched_send", "protocol_device",
+            "broadcast_sources_differ", "pattern_shown"} <= keys[None]
+    assert {"bytes_whole_buffer", "bytes_total", "bytes_ok", "bytes_none", "pattern_direct",
+            "pattern_ok"} <= keys["ring-allreduce"]
     assert {"bytes_src_sent", "bytes_received"} <= keys["broadcast"]
 
 

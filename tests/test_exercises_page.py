@@ -236,6 +236,9 @@ def test_run_queues_the_code_then_shows_the_report_and_only_after_a_pass_the_ref
     at.run()
     assert exercisefakes.message("passed", "en", {"count": 1}) in [s.value for s in at.success]
     assert len(at.get("plotly_chart")) == 1  # the learner's ring
+    # Beside it, the family the grader found in the same case (from the router's log).
+    assert "[en] pattern_shown case=w3-n7-float32 family=[en] family_ring  world_size=3" in \
+        [c.value for c in at.caption]
     assert shown_as_code(at, exercisefakes.REFERENCE["ring-allreduce"]) and shown_as_code(at, right)
     with session_scope() as session:
         [row] = session.exec(select(ExercisePass)).all()
@@ -347,6 +350,25 @@ def test_sends_of_the_whole_buffer_draw_the_naive_ring_and_unnamed_chunks_draw_n
         assert len(charts) == 1 and f"**{t(drawn)}**" in [m.value for m in at.markdown]
     else:
         assert len(charts) == 0 and t(drawn) in [c.value for c in at.caption]
+
+
+@pytest.mark.parametrize("exercise, family, trace", [("ring-allreduce", "direct", True),
+                                                     ("broadcast", "tree", False)])
+def test_a_pattern_that_is_no_ring_is_named_and_not_drawn_as_one(exercise, family, trace):
+    """A direct exchange's sends are chunks too: drawn as a ring they would show a ring that
+    never ran. The page names the family instead; a broadcast's report has the family alone."""
+    me = learner()
+    run_id = exercises.submit(learner_id=me, exercise=exercise, source="x = 1\n", lang="en")
+    report = exercisefakes.report(exercise, passed=False)
+    report["pattern"] = {"case": "w4-n10-float32", "family": family, "world_size": 4}
+    if not trace:
+        report["trace"] = None
+    grade(run_id, report)
+    at = open_page("exercises", "en", me, exercise=exercise)
+    assert not at.exception, at.exception
+    assert len(at.get("plotly_chart")) == 0
+    assert f"[en] pattern_shown case=w4-n10-float32 family=[en] family_{family}  world_size=4" in \
+        [c.value for c in at.caption]
 
 
 def test_a_stored_trace_longer_than_a_ring_is_never_drawn():

@@ -33,6 +33,7 @@ from academy.models import Certificate, LabRun, LessonProgress, QuizAttempt
 from tests.browserkit import (
     WAIT,
     alert,
+    axe_ours,
     button,
     learner_row,
     main,
@@ -173,6 +174,7 @@ def test_chinese_journey_to_a_verified_certificate(server, new_context, artifact
         after = chart_state(page, chart)
         assert after[1] != before[1], (before, after)  # the slider's value label moved on too
         shot("lab-animation", focus=chart)
+        assert not axe_ours(page), axe_ours(page)  # a lab's results: charts, tables, expanders (#38)
         runs = learner_row(server.env["DATABASE_URL"], email, LabRun)
         assert [(r.lab, r.params["world_size"], r.status) for r in runs] == [("ring", 3, "done")]
 
@@ -183,6 +185,7 @@ def test_chinese_journey_to_a_verified_certificate(server, new_context, artifact
         see(page, re.compile(re.escape(t("quiz.score", lang, score=100, correct=total, total=total))))
         wait_app(page)
         shot("quiz-passed", focus=passed)
+        assert not axe_ours(page), axe_ours(page)  # score, review, next steps
         attempts = learner_row(server.env["DATABASE_URL"], email, QuizAttempt)
         assert [(a.status, a.passed) for a in attempts] == [("finished", True)]
 
@@ -271,12 +274,18 @@ def test_failed_quiz_gives_no_certificate(server, new_context, artifacts):
         shot("signed-up")
 
         nav(page, "nav.quiz", lang)
-        take_quiz(page, server, email, lang, right=False, shoot=shot)
+
+        def shot_and_axe(name: str, **kwargs) -> None:  # a question with its feedback (#38)
+            shot(name, **kwargs)
+            assert not axe_ours(page), axe_ours(page)
+
+        take_quiz(page, server, email, lang, right=False, shoot=shot_and_axe)
         failed = alert(page, pattern("quiz.failed", lang))
         wait_app(page)
         m = main(page)
         assert m.get_by_role("link", name=re.compile(re.escape(t("quiz.claim", lang)))).count() == 0
         shot("quiz-failed", focus=failed)
+        assert not axe_ours(page), axe_ours(page)
         attempts = learner_row(server.env["DATABASE_URL"], email, QuizAttempt)
         assert [(a.status, a.passed) for a in attempts] == [("finished", False)]
 

@@ -20,7 +20,7 @@ from tests.factories import wait_for_run
 from tests.procs import gone, lab_pids
 
 LABELS = {k: k for k in ["rank", "chunk", "holds", "start", "play", "pause", "step", "reduce-scatter",
-                         "all-gather"]}
+                         "all-gather", "phase", "sends"]}
 
 
 

@@ -16,7 +16,7 @@ from quizzes import store
 from quizzes.bank import load_bank
 from quizzes.engine import draw_attempt, message
 from tests import apptest
-from tests.apptest import MAIN, open_page, press
+from tests.apptest import MAIN, assert_headings_in_order, open_page, press
 
 
 def open_quiz(learner_id: int, lang: str) -> AppTest:
@@ -76,6 +76,7 @@ def play(at, learner_id, lang, plan_answers):
         good = plan_answers(pos)
         response = (right_answer if good else wrong_answer)(item, bank, lang)
         answer(at, attempt, pos, response, lang)
+        assert_headings_in_order(at)  # the question is an h2 under the page's h1, feedback and all
         feedback = [s.value for s in at.success] if good else [e.value for e in at.error]
         expected = i18n.t("quiz.right" if good else "quiz.wrong", lang)
         assert expected in feedback, (pos, item["question_id"], response)
@@ -94,6 +95,7 @@ def test_right_and_wrong_feedback_fail_practise_then_pass(lang):
     first = play(at, learner.id, lang, lambda pos: pos % 2 == 0)  # half wrong: fails
     click(at, i18n.t("quiz.finish", lang))
     assert any(i18n.t("quiz.failed", lang, pass_mark=80) == e.value for e in at.error)
+    assert_headings_in_order(at)  # the results: score and review, h2s
     # Review lists every question; practise the missed ones (ungraded).
     assert len(at.expander) >= len(first.plan)
     missed = len(first.plan) // 2

@@ -21,6 +21,7 @@ from academy.labruns import queue as labqueue
 from academy.models import ACTIVE
 from app import charts_ring, labviews, ui
 from app.widgets import chart, lang, ring_labels
+from labs.exercises import patterns
 from labs.ring.lab import DTYPES
 from labs.ring.ringtrace import trace_steps
 
@@ -40,7 +41,7 @@ with session_scope() as session:
 asked = st.query_params.get("exercise")
 current = asked if asked in ids else ids[0]
 
-st.markdown(f"#### {t('exercises.list')}")
+st.header(t("exercises.list"))
 for ex in ids:
     info = exercises.text(ex, code)
     with st.container(border=True):
@@ -176,20 +177,47 @@ def live(run_id: int, every: float) -> None:
         st.rerun(scope="app")
 
 
-def ring(trace: dict, run_id: int) -> None:
-    """The learner's own ring, animated from the sends their ranks made (as the ring lab's).
+FAMILIES = {*patterns.ALLREDUCE_FAMILIES, *patterns.BROADCAST_FAMILIES}
+
+
+def pattern_line(found, exercise: str | None) -> str | None:
+    """The message pattern the grader named (the report's ``pattern``, from the router's log:
+    ``labs.exercises.patterns``) as one line in the learner's language; None without one."""
+    family = found.get("family") if isinstance(found, dict) else None
+    if family not in FAMILIES:
+        return None
+    case = str(found.get("case", ""))
+    world = found.get("world_size")
+    return exercises.message("pattern_shown", code, {
+        "case": case if case.replace("-", "").isalnum() else "?",
+        "world_size": world if isinstance(world, int) else "?",
+        "family": exercises.message(f"family_{family}", code, None, exercise)}, exercise)
+
+
+def ring(trace: dict, found, run_id: int, exercise: str | None) -> None:
+    """The learner's own ring, animated from the sends their ranks made (as the ring lab's),
+    with the family of their message pattern beside it (broadcast: the family alone).
 
     Chunked sends draw as the ring; sends of the whole buffer as the naive
-    ring; sends the grader could not name as a chunk (another split) are not
-    drawn rather than drawn as something they were not.
+    ring; sends the grader could not name as a chunk (another split), or that
+    the grader found to be no ring (a direct exchange, a tree...), are not
+    drawn rather than drawn as something they were not: the family says what
+    they were.
     """
+    line = pattern_line(found, exercise)
     n = int(trace.get("world_size") or 0)
     traces = trace.get("traces") or []
-    if n < 2 or not any(traces):
+    no_ring = line is not None and found["family"] not in patterns.RINGS \
+        and found["family"] in patterns.ALLREDUCE_FAMILIES
+    if n < 2 or not any(traces) or no_ring:  # nothing to animate (a broadcast), or no ring
+        if line:
+            st.caption(line)
         return
     if len(traces) != n or any(len(records) > 2 * (n - 1) + 2 for records in traces):
         # More steps than a ring makes (the grader clips a trace to that): never drawn, so a
         # stored report cannot make this page build thousands of frames (review N-4).
+        if line:
+            st.caption(line)
         st.caption(t("exercises.ring_unavailable"))
         return
     try:
@@ -209,9 +237,13 @@ def ring(trace: dict, run_id: int) -> None:
         else:
             fig = charts_ring.ring_figure(n, steps, labels=ring_labels(), step_durations=durations, lang=code)
     except (KeyError, IndexError, TypeError, ValueError, AttributeError):  # sends that are no ring
+        if line:
+            st.caption(line)
         st.caption(t("exercises.ring_unavailable"))
         return
     st.markdown(f"**{t('exercises.ring_whole') if whole else t('exercises.ring')}**")
+    if line:
+        st.caption(line)  # beside the animation: the family the grader found in the same case
     chart(fig, key=f"ex_ring_{run_id}", caption=t("labs_naive.alt") if whole else t("widgets.ring.alt"))
 
 
@@ -268,7 +300,7 @@ def report(run) -> None:  # a LabRun
                 if output:
                     st.caption(t("exercises.output", rank=rank))
                     st.code(output, language=None)
-    ring(res.get("trace") or {}, run.id)
+    ring(res.get("trace") or {}, res.get("pattern"), run.id, exercise)
     labviews.bucket_timeline(res.get("trace") or {}, run.id)
 
 

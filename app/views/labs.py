@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from academy.db import session_scope
 from academy.labruns import pages as labruns
 from academy.labruns import queue as labqueue
 from academy.models import ACTIVE
@@ -9,6 +10,7 @@ from academy.settings import get_settings
 from app import labviews, ui
 from labs.context import host_summary, load_lab, world_size_default
 from labs.params import Run, offered
+from quizzes import own, review
 
 t = ui.t
 state = st.session_state
@@ -91,10 +93,19 @@ if run_id is not None:
         st.fragment(live, run_every=every)(run_id, every)
     elif run is not None:
         labviews.show_run(run)
+        if who is not None and run.learner_id == who.id and run.status == "done":
+            # The review queue's questions built from this run's figures (made here at once,
+            # or by the next page that brings the queue up to date).
+            with session_scope() as session:
+                review.sync(session=session, learner_id=who.id)
+                made = own.count_for_run(session=session, run_id=run.id)
+            if made:
+                st.info(t("labs.own_questions", count=made))
+                ui.link("review", t("nav.review"), ":material/event_repeat:")
 
 st.divider()
 mine = labruns.history(learner_id=who.id) if who else labruns.runs(state.get("lab_runs", []))
-st.markdown(f"#### {t('labs.history') if who else t('labs.history_guest')}")
+st.header(t("labs.history") if who else t("labs.history_guest"))
 for past in mine:
     label = t("labs.history_row", id=past.id, lab=t(f"labs_names.{past.lab}"),
               count=past.params.get("world_size", "?"), status=t(f"labs.status.{past.status}"),

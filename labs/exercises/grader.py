@@ -14,7 +14,13 @@ get only their own inputs and hold no process group, routes every message
 between them and prints, per case, the expected values, each rank's answer
 and the router's record of what it sent (docs/contributors/grading.md). The report's format is in the design of issue
 #16; every text in it is a message key plus values, rendered per language
-by ``labs.exercises.messages``.
+by ``labs.exercises.messages``. A case the router ended as a protocol
+failure (``runtime/router.py``: a frame beyond what the case can need, a
+size mismatch, something left unmatched) fails with a ``protocol`` finding
+that names it. An exercise with a ``PATTERN_CASE`` also gets the message
+pattern of that case in the report (``pattern``: ``{"case", "family",
+"world_size", ...}``, from ``exercise.pattern`` over the router's log,
+``labs.exercises.patterns``).
 """
 
 from __future__ import annotations
@@ -140,7 +146,7 @@ def static_error(source: str, function: str) -> dict | None:
     return {"key": "missing_function", "values": {"function": function}}
 
 
-def _report(exercise_id: str, *, error=None, cases=(), trace=None, duration=0.0, mode="") -> dict:
+def _report(exercise_id: str, *, error=None, cases=(), trace=None, pattern=None, duration=0.0, mode="") -> dict:
     cases = list(cases)
     if error is not None:
         status = "error"
@@ -149,7 +155,7 @@ def _report(exercise_id: str, *, error=None, cases=(), trace=None, duration=0.0,
     else:
         status = "failed"
     return {"exercise": exercise_id, "status": status, "ok": status == "passed", "error": error,
-            "cases": cases, "trace": trace, "duration_s": round(duration, 3), "sandbox": mode}
+            "cases": cases, "trace": trace, "pattern": pattern, "duration_s": round(duration, 3), "sandbox": mode}
 
 
 def _frames(frames: list[dict]) -> list[dict]:
@@ -185,6 +191,12 @@ def _case_entry(exercise, event: dict) -> tuple[dict, list[dict] | None]:
         entry["status"] = "passed" if all(f["passed"] for f in entry["findings"]) else "failed"
         return entry, ranks
     entry["status"] = "failed"
+    if event["status"] == "protocol":
+        # The router ended the case: what a rank asked for is more than the case can need.
+        failure = event.get("protocol") or {}
+        entry["findings"] = [{"check": "protocol", "passed": False, "key": str(failure.get("key", "protocol_frame")),
+                              "values": dict(failure.get("values") or {})}]
+        return entry, None
     entry["waiting"] = event.get("waiting", [])
     if event["status"] == "timeout":
         entry["findings"] = [{"check": "deadlock", "passed": False, "key": "deadlock",
@@ -197,12 +209,6 @@ def _case_entry(exercise, event: dict) -> tuple[dict, list[dict] | None]:
             entry["findings"] = [{"check": "forbidden", "passed": False, "key": key,
                                   "values": {"call": reply["call"], "rank": r["rank"]},
                                   "frames": _frames(reply.get("frames", []))}]
-            return entry, None
-    for r in event["ranks"]:  # the router saw the ranks name different sources for one broadcast
-        sources = next((c["sources"] for c in (r.get("traffic") or {}).get("calls", []) if c.get("sources")), None)
-        if sources is not None:
-            entry["findings"] = [{"check": "crash", "passed": False, "key": "broadcast_sources_differ",
-                                  "values": {"sources": ", ".join(map(str, sources)), "world_size": len(sources)}}]
             return entry, None
     for r in event["ranks"]:
         reply = r["reply"] or {}
@@ -246,6 +252,8 @@ def _error_from_event(event: dict) -> dict:
         return {"key": key, "values": {"returncode": _code(event)}, "detail": event.get("detail", "")}
     if key == "import_timeout":
         return {"key": key, "values": {"seconds": event.get("seconds")}, "output": event.get("output", "")}
+    if key.startswith("protocol_"):  # a call while the file was loading, before any case
+        return {"key": key, "values": dict(event.get("values") or {})}
     return {"key": key, "values": {}}
 
 
@@ -277,6 +285,7 @@ def grade(exercise_id: str, source: str, *, seed: int | None = None, mode: str |
                        duration=time.perf_counter() - t0, mode=chosen)
     the_plan = plan(exercise, secrets.randbelow(1 << 30) if seed is None else seed, case_timeout_s, case_ids)
     cases, traced_ranks = [], {}
+    kept = {getattr(exercise, "TRACE_CASE", None), getattr(exercise, "PATTERN_CASE", None)} - {None}
     error = None
     done = False
 
@@ -292,7 +301,7 @@ def grade(exercise_id: str, source: str, *, seed: int | None = None, mode: str |
         if kind == "case":
             entry, ranks = _case_entry(exercise, dict(event, timeout_s=case_timeout_s))
             cases.append(entry)
-            if ranks is not None and entry["id"] == getattr(exercise, "TRACE_CASE", None):
+            if ranks is not None and entry["id"] in kept:
                 traced_ranks[entry["id"]] = (event["case"], ranks)
             if on_event is not None:
                 on_event({"kind": "progress", "step": event["index"], "total_steps": event["total"],
@@ -339,11 +348,14 @@ def grade(exercise_id: str, source: str, *, seed: int | None = None, mode: str |
         # a group skipped) is our failure to grade, never the learner's pass.
         error = {"key": "harness_failed", "values": {"returncode": outcome.returncode},
                  "detail": f"{len(cases)} of {planned} cases reported"}
-    trace = None
-    if traced_ranks:
-        case, ranks = next(iter(traced_ranks.values()))
+    trace = pattern = None
+    if getattr(exercise, "TRACE_CASE", None) in traced_ranks:
+        case, ranks = traced_ranks[exercise.TRACE_CASE]
         trace = exercise.trace(case, ranks)
         if hasattr(exercise, "beside"):  # made here, outside the sandbox, from no rank's word
             trace.update(exercise.beside(case))
-    return _report(exercise_id, error=error, cases=cases, trace=trace,
+    if getattr(exercise, "PATTERN_CASE", None) in traced_ranks:  # from the router's log alone
+        case, ranks = traced_ranks[exercise.PATTERN_CASE]
+        pattern = {"case": case["id"], **exercise.pattern(case, ranks)}
+    return _report(exercise_id, error=error, cases=cases, trace=trace, pattern=pattern,
                    duration=time.perf_counter() - t0, mode=outcome.mode)
