@@ -238,6 +238,7 @@ def test_script_fonts_are_embedded_as_subsets(session):
     assert len(data) < 150 * 1024
 
 
+@pytest.mark.slow  # a benchmark section: every script issued and rendered
 def test_bench_has_a_row_per_script(tmp_path):
     """``make bench`` measures each script (numbers only: timings are never
     asserted) and the report shows one row per script."""
