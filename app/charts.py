@@ -257,10 +257,16 @@ def ring_traffic_figure(xs: Sequence[int], sent: Sequence[float], *, buffer: flo
 
 def scaling_figure(sizes: Sequence[int], values: Sequence[float], *, labels: dict[str, str],
                    measured: Sequence[tuple[int, float]] | None = None, y_range: Sequence[float] | None = None,
+                   ideal: Sequence[float] | None = None, log_y: bool = False,
                    lang: str = DEFAULT_LANG) -> go.Figure:
     """The alpha-beta model's throughput or efficiency against the device count (log x),
-    with the learner's own measurements as points."""
+    with the learner's own measurements as points; ``ideal``, linear scaling, as a thin line
+    (``labels["ideal"]``). ``log_y``: a logarithmic y axis, on which linear scaling is a
+    straight line (on a linear one, against a log x, it looks exponential)."""
     fig = go.Figure()
+    if ideal is not None:
+        fig.add_scatter(x=list(sizes), y=list(ideal), mode="lines", name=labels["ideal"],
+                        line={"color": INK, "width": 1})
     fig.add_scatter(x=list(sizes), y=list(values), mode="lines+markers", name=labels["model"],
                     line={"color": MODEL, "dash": "dot", "width": 2}, marker={"color": MODEL, "size": 6})
     if measured:
@@ -268,7 +274,8 @@ def scaling_figure(sizes: Sequence[int], values: Sequence[float], *, labels: dic
                         marker={"size": 12, "symbol": "diamond", "color": MEASURED, "line": {"color": INK, "width": 1}},
                         name=labels["yours"])
     fig.update_layout(height=320, xaxis={"type": "log", "title": labels["devices"], "tickvals": list(sizes)},
-                      yaxis={"title": labels["y"], "range": list(y_range) if y_range else None}, margin={"t": 10})
+                      yaxis={"title": labels["y"], "range": list(y_range) if y_range else None,
+                             "type": "log" if log_y else "linear"}, margin={"t": 10})
     return with_marks(fig, lang)
 
 

@@ -26,6 +26,8 @@ def show_feedback(fb, titles: dict[str, str], code: str) -> None:
     if not fb.correct:
         st.markdown(t("quiz.correct_answer", answer=" → ".join(fb.correct_answer)
                       if fb.type == "ordering" else ", ".join(fb.correct_answer)))
+    if fb.mistake:  # the bank's words for the slip the learner's number is (ours: Markdown)
+        st.warning(fb.mistake, icon=":material/troubleshoot:")
     # Every option explains itself: a right answer still needs the caveat a
     # distractor's explanation may carry. Explanations end in a linked
     # "See <section>." rendered from the section ids in the bank.

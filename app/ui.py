@@ -25,7 +25,7 @@ from academy.accounts import (
 )
 from academy.db import session_scope
 from academy.errors import UserError
-from academy.labruns.pages import scaling_points
+from academy.labruns.pages import GUEST_RUNS_DAYS, scaling_points
 from academy.lessons import completed, mark_done, mark_undone
 from academy.models import Learner
 from academy.settings import get_settings
@@ -243,6 +243,25 @@ def flush_cookie() -> None:
         _set_cookie("", 0)
     else:
         _set_cookie(write.token, get_settings().session_days * 86400)
+
+
+def cookie(name: str) -> str | None:
+    """A cookie the browser sent when this session began (Streamlit reads them then only)."""
+    return (st.context.cookies or {}).get(name)
+
+
+def guest_runs_cookie_name() -> str:
+    """The cookie of a guest's lab runs (``academy.labruns.guest_token``), named as the session's is."""
+    return "__Host-dpa_guest_labs" if get_settings().https else "dpa_guest_labs"
+
+
+def remember_guest_runs(token: str) -> None:
+    """Write the guest's signed run list to their cookie (a script, as for the session cookie)."""
+    secure = "; Secure" if get_settings().https else ""
+    age = GUEST_RUNS_DAYS * 86400
+    st.html("<script>document.cookie = " + json.dumps(
+        f"{guest_runs_cookie_name()}={token}; path=/; max-age={age}; SameSite=Strict{secure}") + ";</script>",
+        unsafe_allow_javascript=True)
 
 
 def sidebar(code: str, who: Learner | None):

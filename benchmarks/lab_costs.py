@@ -1,8 +1,9 @@
 """What running a lab costs beyond its collectives, and how DDP scales.
 
 - launch: ``labs.launch.run_lab("ring")`` on 4 ranks; wall time beside the
-  ring all-reduce's own time (``LabResult.work_s``), the rest is overhead
-  (start-up, rendezvous, the check, shutdown);
+  timed all-reduces' own time (each rank's ``ring_s``) and the launcher's
+  overhead beyond the ranks' whole work (``LabResult.overhead_s``: start-up,
+  rendezvous, shutdown);
 - first event: from the request to the first progress event, in-process
   (``run_lab(on_event=...)``) and the way the web app runs a lab
   (``python -m labs ring --events FILE`` in a new process), beside the bare
@@ -10,9 +11,13 @@
 - ddp: ``labs.ddp``'s ``scaling`` section (weak scaling on 1, 2, 4 ranks)
   and its ``breakdown`` (naive all-reduce after backward vs DDP's
   overlapped buckets: the step time ratio);
-- timeline: ``labs.ddp``'s ``timeline`` section (2 ranks), run
-  ``timeline_runs`` times: each variant's overlap with backward and exposed
-  communication per step, median and range over the runs;
+- timeline: ``labs.ddp``'s ``timeline`` section (2 ranks, the page's
+  defaults), run ``timeline_runs`` times: each variant's overlap with
+  backward and exposed communication per step, median and range over the
+  runs, with the load average as each run began; and the bucketed-overlap
+  exercise's traced case graded as many times (the reference, in the
+  default sandbox, torch DDP's lanes made afresh each time): the overlap of
+  the learner's lanes and of torch DDP's, median and range;
 - queue: a tiny ring lab through the job queue (``academy.labruns.queue``) at 1, 2
   and 3 workers: alone (end to end, beside the bare ``python -m labs`` run:
   the queue's overhead) and in a burst (median queue wait and end to end);
@@ -36,7 +41,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from benchmarks.common import Config, median_time, scratch_stack
+from benchmarks.common import Config, median_time, scratch_stack, unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCH_WORLD = 4
@@ -63,7 +68,8 @@ def launch_overhead(cfg: Config) -> dict:
         first_progress.extend(seen)
     mid = sorted(runs, key=lambda r: r.wall_s)[len(runs) // 2]
     return {"lab": "ring", "world_size": LAUNCH_WORLD, "size_bytes": 1 << 20,
-            "launcher": mid.launcher, "wall_s": mid.wall_s, "collective_s": mid.work_s,
+            "launcher": mid.launcher, "wall_s": mid.wall_s,
+            "collective_s": max(r.get("ring_s", 0.0) for r in mid.ranks),  # the timed all-reduces alone
             "overhead_s": mid.overhead_s, "overhead_fraction": mid.overhead_s / mid.wall_s,
             "first_progress_in_process_s": statistics.median(first_progress)}
 
@@ -131,26 +137,70 @@ def ddp(cfg: Config) -> dict:
             "overlap_hidden_ms": b["overlap_hidden"]["ms"]["median"], "wall_s": outcome.wall_s}
 
 
+def _spread(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
 def timeline(cfg: Config) -> dict:
     from labs.launch import run_lab
 
-    runs = []
+    runs, loads, walls = [], [], []
     for _ in range(cfg.timeline_runs):
+        loads.append(os.getloadavg()[0])
         outcome = run_lab("ddp", {"sections": ["timeline"]}, world_size=2, backend="gloo", timeout=600,
                           hang_timeout=300)
         if not outcome.ok:
             raise RuntimeError(f"labs ddp timeline: {outcome.kind}: {outcome.message}")
         runs.append(outcome.summary["sections"]["timeline"])
-
-    def spread(values: list[float]) -> dict:
-        return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+        walls.append(outcome.wall_s)
 
     variants = {name: {"bucket_cap_mb": v["bucket_cap_mb"], "allreduce_calls": v["allreduce_calls"],
-                       "overlap": spread([r["variants"][name]["overlap"] for r in runs]),
-                       "exposed_comm_ms": spread([r["variants"][name]["exposed_comm_ms"] for r in runs])}
+                       "overlap": _spread([r["variants"][name]["overlap"] for r in runs]),
+                       "overlaps": [r["variants"][name]["overlap"] for r in runs],
+                       "exposed_comm_ms": _spread([r["variants"][name]["exposed_comm_ms"] for r in runs])}
                 for name, v in runs[0]["variants"].items()}
-    return {"world_size": 2, "runs": len(runs), "steps": runs[0]["steps"], "hidden": runs[0]["hidden"],
-            "batch_per_rank": runs[0]["batch_per_rank"], "variants": variants}
+    out = {"world_size": 2, "runs": len(runs), "steps": runs[0]["steps"], "hidden": runs[0]["hidden"],
+           "depth": runs[0].get("depth"), "batch_per_rank": runs[0]["batch_per_rank"], "variants": variants,
+           "fitted": sum(1 for r in runs if r.get("fit")), "load_1min": _spread(loads), "wall_s": _spread(walls)}
+    if cfg.smoke:  # a grading and torch DDP's lanes made afresh: seconds the smoke test does not need
+        out["exercise"] = "skipped: smoke mode"
+        return out
+    try:
+        out["exercise"] = exercise_overlap(cfg.timeline_runs)
+    except Exception as exc:  # noqa: BLE001 - no sandbox here: the lab's figures still stand
+        out["exercise"] = unavailable(exc)
+    return out
+
+
+def exercise_overlap(runs: int) -> dict:
+    """The bucketed-overlap report's two overlaps over ``runs`` gradings of the reference on
+    its traced case alone (the lanes the page draws): the learner's, from the router's
+    records, and torch DDP's, made afresh each time (a cache folder per grading)."""
+    from labs.exercises import load, reference
+    from labs.exercises.grader import grade
+
+    exercise = load("bucketed-overlap")
+    mine, ddp, loads = [], [], []
+    for _ in range(runs):
+        loads.append(os.getloadavg()[0])
+        with tempfile.TemporaryDirectory() as cache:
+            before = os.environ.get("EXERCISE_DDP_CACHE")
+            os.environ["EXERCISE_DDP_CACHE"] = cache
+            try:
+                report = grade(exercise.ID, reference(exercise.ID), case_ids=[exercise.TRACE_CASE])
+            finally:
+                if before is None:
+                    os.environ.pop("EXERCISE_DDP_CACHE", None)
+                else:
+                    os.environ["EXERCISE_DDP_CACHE"] = before
+        trace = report.get("trace") or {}
+        if report["status"] != "passed" or not trace.get("ddp"):
+            raise RuntimeError(f"bucketed-overlap: {report['status']}, {report.get('error')}, "
+                               f"torch DDP's lanes {'made' if trace.get('ddp') else 'missing'}")
+        mine.append(trace["learner"]["overlap"])
+        ddp.append(trace["ddp"]["overlap"])
+    return {"runs": runs, "case": exercise.TRACE_CASE, **exercise.TRACE_MODEL, "learner": _spread(mine),
+            "learner_overlaps": mine, "ddp": _spread(ddp), "ddp_overlaps": ddp, "load_1min": _spread(loads)}
 
 
 def sharding(cfg: Config) -> dict:

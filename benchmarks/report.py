@@ -130,6 +130,22 @@ def labs(lab: dict) -> list[Row]:
                          f"{_pct(o['median'])}", f"naive {_pct(naive['overlap']['median'])}",
                          f"{_pct(o['min'])}..{_pct(o['max'])}; exposed {_num(e['median'])} ms "
                          f"({_num(e['min'])}..{_num(e['max'])}), naive {_num(naive['exposed_comm_ms']['median'])} ms"))
+        if "load_1min" in tl:
+            rows.append((s, f"DDP timeline runs with their own step model fit, of {tl['runs']}",
+                         str(tl.get("fitted", 0)), "every run",
+                         f"load average {_num(tl['load_1min']['min'], 1)}..{_num(tl['load_1min']['max'], 1)}; "
+                         f"wall {_num(tl['wall_s']['min'])}..{_num(tl['wall_s']['max'])} s"))
+        ex = tl.get("exercise")
+        if isinstance(ex, str):
+            rows.append(_missing(s, "bucketed-overlap traced case: overlap", ex))
+        elif ex:
+            for who in ("learner", "ddp"):
+                o = ex[who]
+                rows.append((s, f"bucketed-overlap {ex['case']} ({ex['hidden']} wide, {ex['batch']} samples per "
+                                f"rank): {'the reference Bucketer' if who == 'learner' else 'torch DDP'}'s overlap, "
+                                f"median of {ex['runs']} gradings (min..max)",
+                             _pct(o["median"]), "", f"{_pct(o['min'])}..{_pct(o['max'])}; load average "
+                             f"{_num(ex['load_1min']['min'], 1)}..{_num(ex['load_1min']['max'], 1)}"))
     sh = lab.get("sharding")
     if isinstance(sh, str):
         rows.append(_missing(s, "sharding lab", sh))

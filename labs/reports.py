@@ -140,6 +140,9 @@ class Hidden(_Model):
 
 class Breakdown(_Model):
     steps: int
+    hidden: int | None = None  # the overlap model's (older runs: the lab's small MLP, not said)
+    depth: int | None = None
+    batch_per_rank: int | None = None
     bucket_cap_mb: float
     naive: dict[str, float]  # ms per part, for app.charts.breakdown_figure
     bucketed: dict[str, float]
@@ -157,6 +160,7 @@ class Span(_Model):
     end_ms: float
     step: int = 0
     bytes: float | None = None  # older runs: an equal share of the gradients
+    ready_ms: float | None = None  # a comm span: when every rank had started it (older runs: none)
 
 
 class LaneRank(_Model):
@@ -168,7 +172,8 @@ class LaneRank(_Model):
 class Variant(_Model):
     """One way to sync as ``labs.timeline.variant`` returns it: each rank's spans and the figures."""
 
-    overlap: float
+    overlap: float  # the median step's (older runs: every step pooled)
+    overlap_steps: list[float] = []  # each step's, in order (older runs: none)
     exposed_comm_ms: float
     comm_ms: float | None = None  # an all-reduce in flight, per step and rank (read by quizzes.figures)
     allreduce_calls: int | None = None
@@ -188,10 +193,12 @@ class Cap(_Model):
 class Timeline(_Model):
     steps: int
     hidden: int
+    depth: int | None = None  # older runs: the lab's depth, not said
     batch_per_rank: int
     gradient_bytes: float = 0.0
     variants: dict[str, Variant]
     caps: list[Cap]
+    fit: Fit | None = None  # dist.all_reduce alone, timed by this run (older runs: none)
 
 
 class BucketRow(_Model):

@@ -239,10 +239,13 @@ class _Model(BaseModel):
 
 
 class Mistake(_Model):
-    """A wrong way to compute a numeric answer that must never be graded right."""
+    """A wrong way to compute a numeric answer that must never be graded right; with
+    ``explain``, the feedback names it to a learner whose number is this mistake's
+    (placeholders: the parameters, ``{answer}`` and ``{mistake}``, the mistake's value)."""
 
     formula: Formula
     label: Annotated[str, Field(min_length=1)]  # for the check's report; never shown to learners
+    explain: Text | None = None
 
 
 class Option(_Model):
@@ -522,6 +525,8 @@ def numeric_problems(question: NumericQuestion, where: str, languages: tuple[str
         ("text", question.text, names),
         ("explain", question.explain or {}, names | {"answer"}),
         ("unit", question.unit or {}, set()),
+        *((f"mistake {m.label!r}", m.explain, names | {"answer", "mistake"}) for m in question.mistakes
+          if m.explain),
     ):
         for lang, text in texts.items():
             bad = sorted(set(PLACEHOLDER.findall(text)) - allowed)

@@ -44,16 +44,18 @@ def press(at: AppTest, label: str) -> None:
     at.run()
 
 
-def record_cadence(monkeypatch) -> list[float | None]:
-    """The ``run_every`` of each fragment the pages start, newest last (AppTest
-    runs fragments inline and has no timer, so this is how a test sees the cadence)."""
+def record_cadence(monkeypatch, of: str = "live") -> list[float | None]:
+    """The ``run_every`` of each fragment ``of`` (its function's name: the run a page watches
+    is ``live``, the labs page's list of runs ``history``) the pages start, newest last
+    (AppTest runs fragments inline and has no timer, so this is how a test sees the cadence)."""
     import streamlit as st
 
     chosen: list[float | None] = []
     original = st.fragment
 
     def fragment(func=None, *, run_every=None, **kwargs):
-        chosen.append(run_every)
+        if getattr(func, "__name__", None) == of:
+            chosen.append(run_every)
         return original(func, run_every=run_every, **kwargs)
 
     monkeypatch.setattr(st, "fragment", fragment)

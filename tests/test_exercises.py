@@ -269,13 +269,16 @@ def test_a_ring_of_blocking_sends_deadlocks_and_says_what_each_rank_waited_for()
                           case_ids={"w3-n7-float32", "w3-n9-float32"})
     first, second = report["cases"]
     assert first["status"] == "failed" and first["findings"][0]["key"] == "deadlock"
-    assert first["waiting"] == [{"rank": r, "op": "send", "peer": (r + 1) % 3, "bytes": 28} for r in range(3)]
+    # Each rank says where in the learner's file it blocked: line 10, its dist.send (journey m10).
+    line = 1 + source.splitlines().index("        dist.send(tensor, (me + 1) % n)")
+    assert first["waiting"] == [{"rank": r, "op": "send", "peer": (r + 1) % 3, "bytes": 28, "line": line}
+                                for r in range(3)]
     assert second["status"] == "not_run"
     assert report["status"] == "failed"
     from labs.exercises.__main__ import render
 
     text = render(report, "en")
-    assert "rank 0: waiting in send to rank 1 (28 bytes)" in text
+    assert f"rank 0: waiting in send to rank 1 (28 bytes), at line {line} of your code" in text
 
 
 @pytest.mark.needs_sandbox

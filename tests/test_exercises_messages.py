@@ -229,3 +229,45 @@ def test_the_exercise_texts_are_read_by_the_one_loader(tmp_path, monkeypatch):
     finally:
         monkeypatch.delenv("CONTENT_DIR")
         get_settings.cache_clear()
+
+
+@pytest.mark.parametrize(("lang", "one", "six"), [
+    ("en", "1 all-reduce call per step", "6 all-reduce calls per step"),
+    ("nl", "1 all-reduce-aanroep per stap", "6 all-reduce-aanroepen per stap"),
+    ("zh", "每步 1 次全归约调用", "每步 6 次全归约调用")])
+def test_a_message_in_plural_forms_agrees_with_its_count(lang, one, six):
+    """"1 all-reduce calls" no more (journey review m9): the form follows ``count`` in the reader's language."""
+    for calls, start in ((1, one), (6, six)):
+        text = messages.text("bucket_calls_ok", lang, "bucketed-overlap", calls=calls, count=calls, cap=1)
+        assert text.startswith(start), text
+    check = exercises.load("bucketed-overlap")._calls_finding  # the check passes its count along
+    case = {"cap": 1 << 20}
+    ranks = [{"result": {"steps": [{"ready": [["w", 12]], "calls": [{"bytes": 12}]}]}}]
+    assert check(case, ranks)["values"]["count"] == 1
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_a_case_is_labelled_as_its_exercise_sizes_it(lang):
+    """A data set's length, a global batch, a tensor: never "37 elements of int64" for a data set
+    of 37 samples (journey review m9)."""
+    from academy import exercises as catalog
+    from academy import i18n
+
+    for exercise_id in exercises.EXERCISES:
+        case = exercises.load(exercise_id).cases(0)[0]
+        entry = {"id": case["id"], "world_size": case["world_size"], "shape": case["shape"],
+                 "size": 1 if len(case["shape"]) == 1 and case["shape"][0] == 1 else case["shape"][0],
+                 "dtype": case["dtype"], **({"src": case["src"]} if "src" in case else {})}
+        label = catalog.case_label(exercise_id, entry, lang)
+        kind = getattr(exercises.load(exercise_id), "CASE_SIZE", "tensor")
+        if kind == "batch":
+            samples, features = case["shape"]
+            assert label == i18n.t("exercises.case_batch", lang, id=case["id"], world=case["world_size"],
+                                   count=samples, features=features, per_rank=samples // case["world_size"])
+        elif kind == "dataset":
+            assert label == i18n.t("exercises.case_dataset", lang, id=case["id"], world=case["world_size"],
+                                   count=case["shape"][0])
+        else:
+            assert label.startswith(f"{case['id']}")
+            assert kind == "tensor" and exercise_id in ("ring-allreduce", "broadcast")
+    assert exercises.load("shard-indices").CASE_SIZE == "dataset"

@@ -21,6 +21,7 @@ from academy.db import session_scope
 from academy.labruns import job as labjob
 from academy.models import ExercisePass, LabRun
 from app import labviews
+from labs.exercises import messages
 from tests import exercisefakes
 from tests.apptest import open_page, press, record_cadence
 from tests.factories import learner
@@ -259,6 +260,30 @@ def test_a_source_over_64_kib_is_refused_on_the_page_before_queueing(widget):  #
         assert exercises.get_draft(session=session, learner_id=me, exercise="ring-allreduce") is None
 
 
+@pytest.mark.parametrize("lang", ["en", "zh", "nl"])
+def test_refused_code_hides_the_last_report_which_graded_other_code(lang):
+    """Run with code over 64 KiB after a graded run: the refusal, and not the last run's findings
+    or verdict below it as if they were this code's (journey review m1)."""
+    me = learner()
+    at = open_page("exercises", lang, me)
+    write(at, "def ring_allreduce(tensor):\n    pass  # whole buffer\n")
+    press(at, t("exercises.run", lang))
+    with session_scope() as session:
+        run = session.exec(select(LabRun).where(LabRun.learner_id == me)).one()
+    grade(run.id, exercisefakes.report(passed=False))
+    at.run()
+    failed = t("exercises.failed", lang, passed=1, failed=1, count=2)
+    assert failed in [e.value for e in at.error]
+    write(at, "x" * 70_000)
+    press(at, t("exercises.run", lang))
+    assert not at.exception, at.exception
+    errors = [e.value for e in at.error]
+    assert errors == [t("exercises.err_too_large", lang, size=70_000, limit=65_536)]
+    assert failed not in errors and not [x for x in at.text if "bytes_whole_buffer" in x.value]
+    assert t("exercises.previous_hidden", lang) in [c.value for c in at.caption]
+    assert not [c for c in at.caption if c.value.startswith(t("exercises.duration", lang, seconds=0, sandbox="")[:6])]
+
+
 def test_a_report_that_could_not_be_graded_shows_the_reason_as_text():
     me = learner()
     run_id = exercises.submit(learner_id=me, exercise="broadcast", source="def broadcast(:\n", lang="nl")
@@ -402,7 +427,7 @@ def test_a_deadlock_names_each_direction_and_the_headline_counts_not_run_apart(l
         run = session.exec(select(LabRun).where(LabRun.learner_id == me)).one()
     report = exercisefakes.report(passed=False)
     stuck = {**report["cases"][1], "id": "w2-n5-float32", "size": 5, "findings": [], "waiting": [
-        {"rank": 0, "op": "send", "peer": 1, "bytes": 4194304},
+        {"rank": 0, "op": "send", "peer": 1, "bytes": 4194304, "line": 12},
         {"rank": 1, "op": "recv", "peer": 0, "bytes": 0}]}
     not_run = [{**stuck, "id": f"w2-n{k}-float32", "status": "not_run", "waiting": []} for k in (6, 7)]
     grade(run.id, {**report, "cases": [*report["cases"], stuck, *not_run]})
@@ -413,6 +438,9 @@ def test_a_deadlock_names_each_direction_and_the_headline_counts_not_run_apart(l
     to, came_from = DEADLOCK_WORDS[lang]
     assert len(waits) == 2 and to in waits[0] and came_from in waits[1], waits
     assert {"en": "4,194,304", "zh": "4,194,304", "nl": "4.194.304"}[lang] in waits[0]  # the reader's marks
+    # Where the rank said it blocked, the learner's line (journey m10); the other said nothing.
+    line = messages.text("waiting_line", lang, waiting="", line=12)
+    assert waits[0].endswith(line) and line not in waits[1]
 
 
 @pytest.mark.parametrize("lang", ["en", "zh", "nl"])

@@ -1082,15 +1082,11 @@ def ring_allreduce(tensor):
 """
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_a_direct_reduce_scatter_and_all_gather_does_not_pass_as_a_ring():
     """Review I-1: it moves exactly a ring's bytes and passed 23/23. Its values and bytes still
     pass; its message pattern fails, naming the family, where it left the ring and its cost,
     and the report names the family beside the animation (none is drawn)."""
-    try:
-        sandbox.check_available()
-    except sandbox.SandboxUnavailable as exc:
-        pytest.skip(f"no sandbox here: {exc.reason}")
     report = grade("ring-allreduce", DIRECT, case_ids={"w3-n7-float32", "w4-n10-float32"})
     assert report["status"] == "failed" and report["error"] is None
     for case in report["cases"]:

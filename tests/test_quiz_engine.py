@@ -209,10 +209,13 @@ def test_numeric_non_text_response_is_invalid(bank):
         grade(_numeric_item(bank), bank, ["384"], "en")
 
 
-def test_numeric_answer_in_explanation_is_localised(bank):
-    item = _numeric_item(bank, S=100, n=3)  # 133.333...
-    assert "133,33 MiB" in grade(item, bank, "133,3", "nl").explanation
-    assert grade(item, bank, "133.3", "en").correct_answer == ["133.33 MiB"]
+def test_numeric_answer_in_explanation_is_localised_at_the_asked_precision(bank):
+    """The question asks for 3 significant figures: the answer shown is 13.3, not 13.333
+    (journey review m7), written the reader's way."""
+    item = _numeric_item(bank, S=10, n=3)  # 13.333...
+    assert "13,3 MiB" in grade(item, bank, "13,3", "nl").explanation
+    assert grade(item, bank, "13.3", "en").correct_answer == ["13.3 MiB"]
+    assert grade(_numeric_item(bank, S=100, n=3), bank, "133", "en").correct_answer == ["133 MiB"]
 
 
 # ------------------------------------------------------------------ choices

@@ -250,3 +250,40 @@ def test_attempt_history_is_read_once_per_run(monkeypatch):
         at.run()
         assert not at.exception, at.exception
         assert calls == [learner.id]
+
+
+@pytest.mark.parametrize("lang", ["en", "zh", "nl"])
+@pytest.mark.usefixtures("app_db")
+def test_algbw_given_for_busbw_is_named_and_the_answer_has_the_asked_precision(lang):
+    """Giving algbw for a busbw question gets the bank's words for that slip, and the right answer
+    is shown to the 3 significant figures the question asks for, not 37.333 (journey review m7)."""
+    from quizzes.engine import format_number
+    from quizzes.formula import compute_answer
+
+    wanted = "ring-allreduce-busbw"
+    bank, k = load_bank(), get_settings().quiz_questions
+    seed = next(s for s in range(5000)
+                if wanted in [i["question_id"] for i in draw_attempt(bank, seed=s, k=k)])
+    with session_scope() as s:
+        learner = sign_up(session=s, email=f"busbw-{lang}@example.org", password="long enough pw")
+        store.start_attempt(session=s, learner_id=learner.id, lang=lang, seed=seed, k=k, bank=bank)
+    attempt = current(learner.id)
+    pos = [i["question_id"] for i in attempt.plan].index(wanted)
+    params = attempt.plan[pos]["params"]
+    at = open_quiz(learner.id, lang)
+    for _ in range(pos):
+        click(at, i18n.t("quiz.next", lang))
+    algbw = params["S"] / params["t"]
+    answer(at, attempt, pos, format_number(round(algbw, 2), lang), lang)
+    assert i18n.t("quiz.wrong", lang) in [e.value for e in at.error]
+    question = bank.questions[wanted]
+    slip = next(m for m in question.mistakes if m.label == "algbw for busbw")
+    said = slip.explain[lang].replace("{mistake}", format_number(float(f"{algbw:.3g}"), lang))
+    for name, value in params.items():
+        said = said.replace("{" + name + "}", format_number(value, lang))
+    assert [w.value for w in at.warning] == [said]
+    busbw = compute_answer(question, params)
+    shown = format_number(float(f"{busbw:.3g}"), lang)
+    assert any(i18n.t("quiz.correct_answer", lang, answer=f"{shown} GB/s") == m.value for m in at.markdown)
+    exact = format_number(busbw, lang)
+    assert exact == shown or not [m for m in at.markdown if exact in m.value]  # never the 5-digit value

@@ -124,12 +124,16 @@ if state.get(f"ex_confirm_{current}"):
         state[f"ex_confirm_{current}"] = False
         st.rerun()
 
+# Code refused as it is (too large, not text): the last run's report graded other code, so it is
+# not shown under the refusal as if it were this code's (journey review m1).
+refused = False
 if unsaved and not (save_clicked or run_clicked):  # those two save it themselves, just below
     try:
         with session_scope() as session:
             exercises.save_draft(session=session, learner_id=who.id, exercise=current, source=typed)
     except exercises.SourceRefused as err:
         st.error(ui.error_text(err))
+        refused = True
 
 if save_clicked:
     try:
@@ -138,12 +142,14 @@ if save_clicked:
         st.success(t("exercises.saved"))
     except exercises.SourceRefused as err:
         st.error(ui.error_text(err))
+        refused = True
 
 if run_clicked:
     try:
         state[f"ex_run_{current}"] = exercises.submit(learner_id=who.id, exercise=current, source=typed, lang=code)
     except labqueue.LabRequestError as err:
         st.error(ui.error_text(err))
+        refused = refused or isinstance(err, exercises.SourceRefused)
 
 flash = state.pop("_ex_flash", None)
 if flash:
@@ -280,10 +286,7 @@ def report(run) -> None:  # a LabRun
     first_failure = failed[0]["id"] if failed else None
     for case in cases:
         status = case.get("status", "not_run")
-        values = {"id": case.get("id", "?"), "world": case.get("world_size", "?"),
-                  "count": case.get("size", "?"), "dtype": case.get("dtype", "?")}
-        # Broadcast's cases name the rank the tensor comes from (review m11).
-        label = t("exercises.case_src", src=case["src"], **values) if "src" in case else t("exercises.case", **values)
+        label = exercises.case_label(exercise, case, code)  # a tensor, a data set or a batch, as sized
         icon = {"passed": ":material/check_circle:", "failed": ":material/cancel:"}.get(status, ":material/block:")
         with st.expander(f"{label} · {t(f'exercises.case_status.{status}')}", icon=icon,
                          expanded=case.get("id") == first_failure):
@@ -313,6 +316,8 @@ if run is not None:
         # A live run is looked at ten times a second, one waiting its turn once a second.
         every = labviews.cadence(run.status, labqueue.expected_wait_s(run.id) if run.status == "queued" else None)
         st.fragment(live, run_every=every)(run.id, every)
+    elif refused:
+        st.caption(t("exercises.previous_hidden"))
     else:
         report(run)
 

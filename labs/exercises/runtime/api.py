@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 
 import frames
 import torch
@@ -91,6 +92,9 @@ class Channel:
         return self.commands.pop(0)
 
 
+MAX_DEPTH = 64  # stack levels `Api.learner_line` looks through for the learner's file
+
+
 class Work:
     """What isend/irecv/all_reduce(async_op=True) return: ``wait`` blocks until the router answers."""
 
@@ -117,7 +121,7 @@ class Work:
     def wait(self, timeout=None) -> bool:  # noqa: ARG002 - torch's signature; the harness times cases
         if self._result is None:
             channel = self._api.channel
-            channel.send({"t": "wait", "id": self._id})
+            channel.send({"t": "wait", "id": self._id, "line": self._api.learner_line()})
             try:
                 self._finish(channel.completion(self._id))
             finally:
@@ -155,10 +159,11 @@ class Api:
     tensor is, for the animation.
     """
 
-    def __init__(self, channel: Channel, rank: int, world: int):
+    def __init__(self, channel: Channel, rank: int, world: int, source: str | None = None):
         self.channel, self.rank, self.world = channel, rank, world
         self._next = 0
         self.locate = None
+        self.source = source  # the learner's file (its path as the harness loaded it)
 
     def reset(self, locate=None) -> None:
         self.locate = locate
@@ -167,6 +172,27 @@ class Api:
     def in_backward() -> bool:
         """True while autograd's engine runs a backward (so: inside a gradient hook)."""
         return torch._C._current_autograd_node() is not None
+
+    def learner_line(self) -> int | None:
+        """The line of the learner's file innermost on this rank's stack: where the call that is
+        about to block was made (a deadlock report names it). Only shown, never graded: the
+        learner's code runs in this process and could put anything on its stack.
+
+        No frame object is touched: the guard refuses frames while the learner's code is on
+        the stack, and rightly. ``warnings.warn`` names the file and line ``stacklevel``
+        frames up from C, with no audit event; each level is asked in turn (a warning
+        recorded, never shown) until one is in the learner's file or the stack ends."""
+        if self.source is None:
+            return None
+        for level in range(2, MAX_DEPTH):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                warnings.warn("where", stacklevel=level)
+            if not caught or caught[0].filename == "sys":  # past the outermost frame
+                return None
+            if caught[0].filename == self.source:
+                return caught[0].lineno
+        return None
 
     def mark(self, step: int) -> None:
         """Tell the router a training step begins (how the report groups calls into steps)."""

@@ -150,8 +150,8 @@ def _rank_main(rank: int, world: int, channel) -> None:
     driver = importlib.import_module(f"drivers.{header['driver']}")
     if hasattr(driver, "setup"):
         driver.setup(rank, world)
-    api = Api(channel, rank, world)
     path = os.path.join(INPUT, "submission.py")
+    api = Api(channel, rank, world, source=path)
     guard.arm(api, allowed=header["allowed"], submission_path=path, input_dir=INPUT)
     channel.send({"t": "loading"})  # from here on, time spent is the learner's file loading
     try:
@@ -236,7 +236,10 @@ def _waiting_list(router, replies: dict[int, dict]) -> list[dict]:
         elif w is None:
             rows.append({"rank": rank, "op": "running", "peer": None, "bytes": None})
         else:
-            rows.append({"rank": rank, "op": w["op"], "peer": w["peer"], "bytes": w["bytes"]})
+            row = {"rank": rank, "op": w["op"], "peer": w["peer"], "bytes": w["bytes"]}
+            if w.get("line") is not None:  # the learner's line of the blocking call, as the rank said
+                row["line"] = w["line"]
+            rows.append(row)
     return rows
 
 

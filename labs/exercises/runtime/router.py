@@ -276,6 +276,9 @@ class Router:
             self.waiting[rank] = self.ops[rank].get(op) if isinstance(op, int) else None
             if self.waiting[rank] is not None:
                 self.waiting[rank].setdefault("t_wait", time.perf_counter())
+                line = header.get("line")  # the rank's word, for the deadlock report only
+                if isinstance(line, int) and not isinstance(line, bool) and 0 < line < 1 << 20:
+                    self.waiting[rank]["line"] = line
         elif kind == "unwait":
             self.waiting[rank] = None
         elif kind == "mark":
