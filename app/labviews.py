@@ -23,7 +23,7 @@ from academy.labruns import pages as labruns
 from academy.labruns import queue as labqueue
 from academy.models import LabRun, utcnow
 from app import calculators as calc
-from app import charts, charts_ring, sharding
+from app import charts, charts_ring, sharding, topology
 from app import ddp as ddp_views
 from app import timeline as lanes
 from app.ui import labeler, t
@@ -335,6 +335,8 @@ def _csv_rows(run: LabRun) -> list[dict]:
         return list(((s.get("sections") or {}).get("scaling") or {}).get("rows", []))
     if run.lab == "sharding":
         return sharding.rows(s)
+    if run.lab == "topology":
+        return topology.rows(s)
     return []
 
 
@@ -384,7 +386,8 @@ def show_run(run: LabRun) -> None:
         failure(run)
         return
     st.success(t("labs.done", seconds=report.wall_s, overhead=report.overhead_s))
-    {"ring": ring, "bench": bench, "ddp": ddp_views.ddp, "sharding": sharding.show}[run.lab](run, report.summary)
+    {"ring": ring, "bench": bench, "ddp": ddp_views.ddp, "sharding": sharding.show,
+     "topology": topology.show}[run.lab](run, report.summary)
     downloads(run)
 
 

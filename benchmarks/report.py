@@ -157,6 +157,26 @@ def labs(lab: dict) -> list[Row]:
         rows.append((s, "sharding ledger, measured vs formula (largest gap): " + " · ".join(err),
                      " · ".join(f"{v:.2%}" for v in err.values()), "within 10%",
                      f"max |w - w_ddp| {sh['max_abs_diff_vs_ddp']:.1e}"))
+    tp = lab.get("topology")
+    if isinstance(tp, str):
+        rows.append(_missing(s, "topology lab", tp))
+    elif tp:
+        where = (f"2 namespaces x 2 ranks, {_num(tp['rate_mbit'])} Mbit/s link" if tp["fabric"] == "namespaces"
+                 else f"loopback only ({tp['unavailable']})")
+        for z in tp["sizes"]:
+            predicted = "" if z["ratio_predicted"] is None else f"; predicted here {_num(z['ratio_predicted'])}x"
+            rows.append((s, f"topology lab, {where}, {_size(z['size'])}: flat ring · hierarchical, median of "
+                            f"{tp['repeats']} (min..max)",
+                         f"{_num(z['flat_ms'])} · {_num(z['hierarchical_ms'])} ms",
+                         f"bytes ratio {_num(z['ratio_bytes'] or 0)}x{predicted}",
+                         f"measured {_num(z['ratio_measured'])}x ({_num(z['flat_ms_range'][0])}..{_num(z['flat_ms_range'][1])}"
+                         f" · {_num(z['hierarchical_ms_range'][0])}..{_num(z['hierarchical_ms_range'][1])} ms); "
+                         f"H100 x IB {_num(z['ratio_h100_ib'])}x"))
+        if tp["bytes_error"] is not None:
+            link = tp["link_mb_per_step"]
+            rows.append((s, "topology lab: link payload vs the ranks' messages (largest gap); FSDP · HSDP MB per step "
+                            "over the link", f"{tp['bytes_error']:.2%}", "within 2%",
+                         f"{_num(link.get('fsdp') or 0)} · {_num(link.get('hsdp') or 0)} MB"))
     q = lab.get("queue")
     if isinstance(q, str):
         rows.append(_missing(s, "lab through the job queue", q))

@@ -327,10 +327,108 @@ class ShardingSummary(_Model):
 
 
 # --------------------------------------------------------------------------
+# topology (labs.topology.lab.summarize)
+
+
+class LinkClass(_Model):
+    """One class of link as the ping-pong measured it (``labs.topology.rank.probe``)."""
+
+    alpha_s: float
+    bandwidth_Bps: float
+    probe_bytes: int
+    rate_Bps: float | None = None  # the rate tbf shapes the link to; None: not shaped
+    small: Spread  # one-way seconds of a small message, over the repeats
+    large: Spread  # one-way seconds of ``probe_bytes``
+
+
+class TopologyRow(_Model):
+    """One all-reduce algorithm at one size: measured, counted, logged and projected."""
+
+    algo: str  # "flat" | "hierarchical"
+    size: int
+    time: Spread  # seconds per all-reduce: the slowest rank's, over the repeats
+    link_bytes: list[float] | None = None  # per all-reduce, node 0 -> 1 and 1 -> 0, from the veth's counters
+    link_frames: list[float] | None = None  # frames the same counters counted
+    payload_bytes: list[float] | None = None  # link_bytes less the frames' Ethernet/IP/TCP headers
+    retransmitted: int | None = None  # TCP segments the two nodes sent again during these repeats
+    model_bytes: list[float]  # the same two, summed from the ranks' message log
+    bytes_error: float | None = None  # the larger relative gap of the two
+    formula_bytes: float  # 2(N-1)/N S or 2(m-1)/m S (labs.simclock.inter_node_bytes)
+    predicted_s: float | None = None  # the log replayed on this box's measured link classes
+    projected: dict[str, float]  # labs.simclock target key -> seconds
+    messages: int
+    correct: bool
+    max_abs_err: float
+
+
+class ScaleRow(_Model):
+    """An algorithm's projection at a scale no lab ran (labs.simclock.schedule)."""
+
+    nodes: int
+    per_node: int
+    size: int
+    algo: str
+    projected: dict[str, float]
+    inter_bytes: float
+
+
+class MeshCollective(_Model):
+    """One kind of collective on one kind of group in a training step, as rank 0 called it."""
+
+    kind: str
+    group_size: int
+    spans_nodes: bool
+    bytes: float  # payload handed to the collective, per step
+    calls: int
+    predicted_link_bytes: float  # what it sends from node 0 to node 1 (gloo's algorithm, see the lab)
+
+
+class MeshMemory(_Model):
+    rank: int
+    measured: dict[str, float]  # params, grads, optimizer
+    predicted: dict[str, float]
+
+
+class MeshRow(_Model):
+    """FSDP over every rank, or HSDP (shard inside a node, replicate across)."""
+
+    name: str  # "fsdp" | "hsdp"
+    shard_size: int
+    replicas: int
+    parameters: int
+    link_bytes: list[float] | None = None  # per step, each way, counted (whole frames)
+    link_frames: list[float] | None = None
+    payload_bytes: list[float] | None = None  # link_bytes less the frames' headers
+    predicted_link_bytes: float  # per step, node 0 -> 1
+    collectives: list[MeshCollective]
+    memory: list[MeshMemory]
+    step_time: Spread
+    max_abs_diff: float  # weights against FSDP's after the same steps (0 for FSDP itself)
+
+
+class TopologySummary(_Model):
+    world_size: int
+    backend: str = "gloo"
+    nodes: int
+    per_node: int
+    rate_mbit: float | None = None
+    fabric: str  # "namespaces" | "loopback"
+    unavailable: str | None = None  # why not namespaces: labs.topology.netns.Unavailable.reason
+    unavailable_detail: str = ""
+    links: dict[str, LinkClass] = {}  # "intra", "inter"
+    repeats: int
+    rows: list[TopologyRow]
+    scale: list[ScaleRow] = []
+    within_tolerance: bool | None = None  # None: nothing crossed a counted link
+    tolerance: float
+    sharding: list[MeshRow] = []
+
+
+# --------------------------------------------------------------------------
 # The report and its one reader
 
 # What the pages draw (a type for their signatures; each lab names its own as ``SUMMARY``).
-Summary = RingSummary | BenchSummary | DdpSummary | ShardingSummary
+Summary = RingSummary | BenchSummary | DdpSummary | ShardingSummary | TopologySummary
 S = TypeVar("S", bound=_Model)
 
 

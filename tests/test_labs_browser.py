@@ -18,7 +18,10 @@ each result in en, zh and nl through the sidebar's language box:
   measure" beside the step model, whose fit the run made itself, and the
   breakdown's line of what overlap would hide where communication takes no
   compute (issue #36), in each language;
-- sharding: the checks, the ledger, the wire bytes and the shard map played.
+- sharding: the checks, the ledger, the wire bytes and the shard map played;
+- topology, with its fastest link (two namespaces where the worker may make
+  them, else the loopback, which the result then says): its readouts, and
+  the clock's ratio chart naming both hardware targets, in each language.
 
 Readouts are photographed at 1400 px and 390 px:
 ``test-artifacts/lab-result-<run>-<lang>-<width>.png``; the timeline as
@@ -61,7 +64,8 @@ ALGOS = {"ring": (4, "widgets.ring.chunk"), "pipelined": (4, "widgets.ring.chunk
 READOUTS = {"ring": ("ring", "labs.ring.noise", "labs.look.ring"),
             "naive": ("ring", "labs.ring.noise", "labs.look.ring_naive"),
             "bench": ("bench", "labs.bench.noise", "labs.look.bench"),
-            "ddp": ("ddp", "labs.ddp.bucketing_why", "labs.look.ddp")}
+            "ddp": ("ddp", "labs.ddp.bucketing_why", "labs.look.ddp"),
+            "topology": ("topology", "topology.clock_title", "labs.look.topology")}
 WIDTHS = (1400, 390)
 HEIGHT = """() => Math.max(...['stMain', 'stAppViewContainer', 'stMainBlockContainer']
     .map(id => document.querySelector(`[data-testid="${id}"]`)?.scrollHeight || 0))"""
@@ -110,6 +114,8 @@ def run(page, lab: str, lang: str, *, algo: str | None = None, guess: str | None
     m = main(page)
     if algo:
         choose(page, lang, "labs.algo", t(f"labs.algo_{algo}", lang))
+    if lab == "topology":  # the fastest link the form offers: the run stays short on 2 cores
+        choose(page, lang, "topology.rate", t("topology.rate_1000", lang))
     if guess:  # predict, then measure: a guess written before the run comes back beside the model
         m.get_by_role("spinbutton", name=t("labs.predict.field", lang)).fill(guess)
     for attempt in range(2):
@@ -330,3 +336,16 @@ def test_the_sharding_lab_runs_and_reads_true_in_each_language(page, artifacts):
             sharding(page, artifacts, lang)
     for lang in order:
         assert (artifacts / f"lab-sharding-{lang}.png").exists()
+
+
+def test_the_topology_labs_two_targets_read_in_each_language(page, artifacts):
+    speak(page, "en")
+    with photographed_on_failure(page, artifacts, "lab-result-topology-en"):
+        run(page, "topology", "en")
+    for lang in ("en", "zh", "nl"):
+        with photographed_on_failure(page, artifacts, f"lab-result-topology-{lang}"):
+            speak(page, lang)
+            read(page, artifacts, "topology", lang)
+            legend = main(page).locator(".js-plotly-plot g.legend")
+            for key in ("topology.target.h100_node", "topology.target.h100_ib"):
+                legend.get_by_text(t(key, lang), exact=True).first.wait_for(timeout=WAIT)

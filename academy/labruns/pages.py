@@ -78,9 +78,11 @@ def validate(lab: str, params: dict[str, Any]) -> dict[str, Any]:
     try:
         # Requests the lab itself would refuse are refused here, in the
         # learner's language, instead of after starting processes.
-        for cls in (Run, context.load_lab(lab).Params):
+        module = context.load_lab(lab)
+        for cls in (Run, module.Params):
             model = lab_params.validate(cls, {k: v for k, v in clean.items() if offer[k][0] is cls}, limits, page=True)
             clean.update({k: getattr(model, k) for k in clean if offer[k][0] is cls})
+        module.check(model, clean["world_size"])  # the lab's own rule across fields (model: its Params)
     except ParamError as err:
         raise _refusal(err, offer) from None
     except (TypeError, ValueError):  # a value of the wrong type, or a lab's own rule across fields
@@ -103,6 +105,8 @@ def _refusal(err: ParamError, offer: dict[str, tuple[type, Spec]]) -> LabRequest
     high = err.values.get("high")
     if err.rule == "avg_int":
         return LabRequestError("labs_refused.avg_int")
+    if err.rule == "nodes":  # the topology lab: ranks split evenly over its nodes
+        return LabRequestError("labs_refused.topology_nodes")
     if err.name == "world_size" and high is not None:
         return LabRequestError("labs.err_world_size", max=high)
     if err.name == "fail_rank" and high is not None:

@@ -170,6 +170,8 @@ def _case_entry(exercise, event: dict) -> tuple[dict, list[dict] | None]:
              "status": "not_run", "findings": [], "output": {}}
     if "src" in case:
         entry["src"] = case["src"]
+    if "nodes" in case:  # hierarchical-allreduce: the node map the case ran on
+        entry["nodes"] = case["nodes"]
     if event["status"] == "not_run":
         return entry, None
     entry["output"] = {str(r["rank"]): r["output"] for r in event["ranks"] if r.get("output")}
@@ -181,6 +183,7 @@ def _case_entry(exercise, event: dict) -> tuple[dict, list[dict] | None]:
         try:
             ranks = [{"rank": r["rank"], "expected": r["expected"], "result": r["reply"]["result"],
                       "sent": r["traffic"]["sent"], "received": r["traffic"]["received"],
+                      "sent_by_link": r["traffic"].get("sent_by_link"),  # with a node map only
                       "calls": r["traffic"]["calls"]} for r in event["ranks"]]
             entry["findings"] = exercise.check(case, ranks)
         except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError) as exc:

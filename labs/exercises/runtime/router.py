@@ -50,7 +50,10 @@ calls complete (timing): a few bits per case, never a pass.
 Everything the grade rests on is recorded here, outside the learner's
 processes: per rank the bytes it sent and received, and a record per call
 (``op``, ``peer``, ``bytes``, ``tag``, the order, ``t_start`` when the router
-got it and ``t_end`` when it completed). A rank's word is taken only for
+got it and ``t_end`` when it completed); with a node map for the case
+(``Bounds.node_of``, the harness's), each send's class of link (``link``:
+"intra" inside a node, "inter" between nodes) and each rank's bytes per
+class. A rank's word is taken only for
 what the report shows and the grade does not depend on: which call it is
 blocked in (``wait``), the chunk a sent tensor is (the animation's label),
 whether a call was made inside backward, when it made an all-reduce
@@ -87,11 +90,15 @@ class Bounds:
     ``message_bytes``: the most one message, receive or collective tensor may carry;
     ``tags``: the tags allowed are ``0 .. tags - 1``; ``empty_messages``: whether a
     point-to-point message of zero bytes is allowed (a ring over a tensor that splits
-    into an empty chunk needs one)."""
+    into an empty chunk needs one); ``node_of``: the node of each rank, where the case
+    has a node map (the harness's, from the case; never a rank's)."""
 
     message_bytes: int
     tags: int
     empty_messages: bool = False
+    # The node of each rank, for an exercise with a node map (hierarchical-allreduce): each
+    # send is then recorded as staying inside a node or crossing ("link"), and counted per class.
+    node_of: tuple[int, ...] | None = None
 
 
 class ProtocolError(ValueError):
@@ -157,6 +164,10 @@ class Router:
         self.bounds = bounds
         self.failure: dict | None = None  # {"key", "values"}: the case's protocol failure
         self.sent, self.received = [0] * w, [0] * w
+        self.node_of = bounds.node_of if bounds is not None else None
+        if self.node_of is not None and len(self.node_of) != w:
+            raise ValueError(f"a node map must name the node of each of the {w} ranks")
+        self.sent_by: list[dict[str, int]] = [{"intra": 0, "inter": 0} for _ in range(w)]
         self.calls: list[list[dict]] = [[] for _ in range(w)]
         self.ops: list[dict[int, dict]] = [{} for _ in range(w)]  # id -> record, per rank
         self.in_flight = [0] * w
@@ -166,8 +177,12 @@ class Router:
         self.waiting: list[dict | None] = [None] * w
 
     def traffic(self, rank: int) -> dict:
-        """What the router saw of ``rank`` in this case: the grade's only source of counts."""
-        return {"sent": self.sent[rank], "received": self.received[rank], "calls": self.calls[rank]}
+        """What the router saw of ``rank`` in this case: the grade's only source of counts. With a
+        node map, also the bytes its sends carried inside its node and to other nodes."""
+        seen = {"sent": self.sent[rank], "received": self.received[rank], "calls": self.calls[rank]}
+        if self.node_of is not None:
+            seen["sent_by_link"] = dict(self.sent_by[rank])
+        return seen
 
     def finish(self) -> dict | None:
         """The end of a case every rank returned from: a receive, send or collective that
@@ -349,6 +364,9 @@ class Router:
         rec = self._record(rank, {"op": kind, "peer": peer, "bytes": len(payload), "chunk": chunk,
                                   "tag": tag, "in_backward": hint_bw})
         self.sent[rank] += len(payload)
+        if self.node_of is not None:  # the class of link this send took, from the harness's map
+            rec["link"] = "intra" if self.node_of[rank] == self.node_of[peer] else "inter"
+            self.sent_by[rank][rec["link"]] += len(payload)
         self.in_flight[rank] += len(payload)
         if self.in_flight[rank] > MAX_IN_FLIGHT:
             raise ProtocolError("protocol_in_flight", limit=MAX_IN_FLIGHT)
