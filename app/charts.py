@@ -49,6 +49,28 @@ IMPLEMENTATIONS = {
     "all_reduce": ("#882255", "x", "longdash"),
 }
 MEMORY = {"weights": "#332288", "grads": "#88CCEE", "optimizer_state": "#AA4499"}
+# The compression lab's strategies: a colour, a marker and a dash each (colour alone never
+# carries a series), every colour at least 3:1 on white; a family shares a marker's shape
+# (circles and squares: quantisation; triangles: PowerSGD; crosses: top-k). The spread
+# of the seeds is a pale band of the strategy's colour.
+STRATEGY_STYLES = {
+    "fp32": ("#332288", "circle", "solid"),
+    "fp16": ("#117733", "square", "dash"),
+    "bf16": ("#009988", "diamond", "dot"),
+    "powersgd_r1": ("#882255", "triangle-up", "solid"),
+    "powersgd_r2": ("#AA4499", "triangle-down", "dash"),
+    "powersgd_r4": ("#CC6677", "triangle-left", "dot"),
+    "topk": ("#999933", "x", "dashdot"),
+    "topk_ef": ("#CC3311", "cross", "solid"),
+}
+
+
+def band(colour: str, alpha: float = 0.15) -> str:
+    """``colour`` (``#rrggbb``) as a pale fill: what a band of spread is drawn in."""
+    value = colour.lstrip("#")
+    return f"rgba({int(value[0:2], 16)},{int(value[2:4], 16)},{int(value[4:6], 16)},{alpha})"
+
+
 # One colour per rank (Tol "muted"), cycled past nine ranks.
 RANKS = ("#332288", "#88CCEE", "#44AA99", "#117733", "#999933", "#DDCC77", "#CC6677", "#882255", "#AA4499")
 # How many ranks' data a chunk holds: Viridis, dark (1) to light (n).
@@ -61,7 +83,8 @@ def palette() -> frozenset[str]:
     """Every colour a chart may use, lower case."""
     colours = {INK, PAPER, GRID, WHITE_INK, COMPUTE, COMMUNICATION, IDLE, MODEL, REFERENCE, REFERENCE_FILL,
                *COMPUTE_PARTS.values(), *MEMORY.values(), *RANKS, *CONTRIBUTIONS,
-               *(colour for colour, _symbol, _dash in IMPLEMENTATIONS.values())}
+               *(colour for colour, _symbol, _dash in IMPLEMENTATIONS.values()),
+               *(c for colour, _symbol, _dash in STRATEGY_STYLES.values() for c in (colour, band(colour)))}
     return frozenset(c.lower() for c in colours)
 
 

@@ -23,7 +23,7 @@ from academy.labruns import pages as labruns
 from academy.labruns import queue as labqueue
 from academy.models import LabRun, utcnow
 from app import calculators as calc
-from app import charts, charts_ring, sharding, topology
+from app import charts, charts_ring, compression, sharding, topology
 from app import ddp as ddp_views
 from app import timeline as lanes
 from app.ui import labeler, t
@@ -123,6 +123,10 @@ def param_widget(where, cls, name: str, limits: Limits, *, none: bool = False,
     low, high = lab_params.bounds(spec, limits, page=True)
     helptext = t(page.help) if page.help else None
     widget = page.widget or ("select" if spec.choices else "sizes" if spec.unit == "bytes" else "slider")
+    if widget == "multiselect":  # a list of choices: the learner trims it (empty: the lab says what it runs)
+        return where.multiselect(t(spec.key), list(spec.choices), default=list(value), help=helptext,
+                                 format_func=labeler(spec.labels) if spec.labels else str,
+                                 placeholder=t("labs.choose_options"))
     if widget == "prediction":  # optional: empty unless the learner writes a number
         return where.number_input(t(spec.key), min_value=0.0, value=None, step=1.0, format="%.1f",
                                   placeholder=t("labs.predict.placeholder"), help=helptext)
@@ -335,6 +339,8 @@ def _csv_rows(run: LabRun) -> list[dict]:
         return list(((s.get("sections") or {}).get("scaling") or {}).get("rows", []))
     if run.lab == "sharding":
         return sharding.rows(s)
+    if run.lab == "compression":
+        return compression.rows(s)
     if run.lab == "topology":
         return topology.rows(s)
     return []
@@ -387,7 +393,7 @@ def show_run(run: LabRun) -> None:
         return
     st.success(t("labs.done", seconds=report.wall_s, overhead=report.overhead_s))
     {"ring": ring, "bench": bench, "ddp": ddp_views.ddp, "sharding": sharding.show,
-     "topology": topology.show}[run.lab](run, report.summary)
+     "compression": compression.show, "topology": topology.show}[run.lab](run, report.summary)
     downloads(run)
 
 

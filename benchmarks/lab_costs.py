@@ -11,6 +11,9 @@
 - ddp: ``labs.ddp``'s ``scaling`` section (weak scaling on 1, 2, 4 ranks)
   and its ``breakdown`` (naive all-reduce after backward vs DDP's
   overlapped buckets: the step time ratio);
+- compression: ``labs.compression`` on 2 ranks, every strategy: wall time, and
+  the bytes each strategy saves per step against fp32 (measured, and how far from
+  its formula), with its loss gap and median step;
 - timeline: ``labs.ddp``'s ``timeline`` section (2 ranks, the page's
   defaults), run ``timeline_runs`` times: each variant's overlap with
   backward and exposed communication per step, median and range over the
@@ -229,6 +232,30 @@ def sharding(cfg: Config) -> dict:
             "max_abs_diff_vs_ddp": max(st["max_abs_diff_vs_ddp"] for st in s["strategies"].values()),
             "zero3_vs_ddp_wire": (s["strategies"]["zero3"]["ranks"][0]["wire_bytes_per_step"]
                                   / s["strategies"]["ddp"]["ranks"][0]["wire_bytes_per_step"])}
+
+
+def compression(cfg: Config) -> dict:
+    """The compression lab (2 ranks, every strategy) at its command line's defaults, or
+    fewer steps and seeds in quick and smoke mode: wall time, and per strategy the bytes
+    each rank handed over per step, what that saves against fp32, the largest gap between
+    a measured byte count and its formula, the final loss's gap to fp32 and the median step."""
+    from labs.launch import run_lab
+
+    params = {k: v for k, v in (("steps", cfg.compression_steps), ("seeds", cfg.compression_seeds)) if v}
+    outcome = run_lab("compression", params, world_size=2, backend="gloo", timeout=1800, hang_timeout=300)
+    if not outcome.ok:
+        raise RuntimeError(f"labs compression: {outcome.kind}: {outcome.message}")
+    s = outcome.summary
+    st = s["strategies"]
+    dense = st["fp32"]["bytes_per_step"]
+    return {"world_size": s["world_size"], "steps": s["steps"], "seeds": len(s["seeds"]),
+            "wall_s": outcome.wall_s, "work_s": outcome.work_s,
+            "bytes_per_step": {n: v["bytes_per_step"] for n, v in st.items()},
+            "saved": {n: 1 - v["bytes_per_step"] / dense for n, v in st.items() if n != "fp32"},
+            "max_formula_error": max(v["formula_error"] for v in st.values()),
+            "gap": {n: v["gap"]["mean"] for n, v in st.items() if v["gap"]},
+            "step_ms": {n: v["step_time"]["median_ms"] for n, v in st.items()}}
+
 
 def topology(cfg: Config) -> dict:
     """The topology lab (``labs.topology``): flat ring against hierarchical on a shaped link."""

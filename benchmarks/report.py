@@ -157,6 +157,17 @@ def labs(lab: dict) -> list[Row]:
         rows.append((s, "sharding ledger, measured vs formula (largest gap): " + " · ".join(err),
                      " · ".join(f"{v:.2%}" for v in err.values()), "within 10%",
                      f"max |w - w_ddp| {sh['max_abs_diff_vs_ddp']:.1e}"))
+    c = lab.get("compression")
+    if isinstance(c, str):
+        rows.append(_missing(s, "compression lab", c))
+    elif c:
+        rows.append((s, f"compression lab, {c['world_size']} ranks, every strategy x {c['seeds']} seeds x "
+                        f"{c['steps']} steps: wall time", f"{_num(c['wall_s'])} s", f"timed work {_num(c['work_s'])} s",
+                     f"bytes within {c['max_formula_error']:.2%} of the formulas"))
+        rows.append((s, "compression: bytes saved per step against fp32 (final-loss gap to fp32)",
+                     " · ".join(f"{n} {v:.1%}" for n, v in c["saved"].items()),
+                     " · ".join(f"{n} {g:+.3f}" for n, g in c["gap"].items()),
+                     "median step " + " · ".join(f"{n} {_num(ms)} ms" for n, ms in c["step_ms"].items())))
     tp = lab.get("topology")
     if isinstance(tp, str):
         rows.append(_missing(s, "topology lab", tp))

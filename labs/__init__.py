@@ -13,6 +13,10 @@ One folder per lab, each named in ``labs.context.LABS``; its ``lab`` module
 - ``labs.sharding``: the memory each rank holds under DDP, ZeRO-1, ZeRO-2
   and ZeRO-3 (FSDP2), measured beside the lessons' formula; its rank code,
   ZeRO-2 written by hand included, is ``labs.sharding.zero``.
+- ``labs.compression``: DDP under fp16/bf16, PowerSGD and top-k communication
+  hooks, the bytes each rank hands over counted beside their formulas and the
+  loss over several seeds; its rank code is ``labs.compression.rank``, its
+  hooks and byte counter ``labs.compression.hooks``.
 - ``labs.topology``: two "nodes" in one box (network namespaces joined by a
   shaped veth), the flat ring against the hierarchical all-reduce with the
   link's own byte counters, FSDP against HSDP; its rank code is
@@ -43,8 +47,8 @@ The run machinery, shared by every lab, sits here at the root:
 Beside them: ``labs.exercises`` (the coding exercises and their grader) and
 ``labs.sandbox`` (the boundary around code we did not write).
 
-Run a lab with ``python -m labs ring|bench|ddp|sharding|topology --world-size N`` or under
-``torchrun -m labs.<name>``; see each lab's docstring. Importing this package, or
-a lab's ``lab`` module, is cheap: only a lab's rank code (and ``labs.launch``)
+Run a lab with ``python -m labs ring|bench|ddp|sharding|compression|topology --world-size N``
+or under ``torchrun -m labs.<name>``; see each lab's docstring. Importing this package,
+or a lab's ``lab`` module, is cheap: only a lab's rank code (and ``labs.launch``)
 imports torch.
 """

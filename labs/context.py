@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
 # The labs, in the course's order: each is a folder labs/<name>/ whose ``lab`` module
 # has the names above. Adding a lab is adding its folder and its name here.
-LABS = ("ring", "bench", "ddp", "sharding", "topology")
+LABS = ("ring", "bench", "ddp", "sharding", "compression", "topology")
 INJECTED_CRASH_EXIT = 13
 
 

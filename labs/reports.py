@@ -327,6 +327,71 @@ class ShardingSummary(_Model):
 
 
 # --------------------------------------------------------------------------
+# compression (labs.compression.lab.summarize builds these)
+
+
+class Band(_Model):
+    """A figure over the seeds: its median, and the lowest and highest seed's."""
+
+    median: float
+    min: float
+    max: float
+
+
+class Gap(_Model):
+    """A strategy's final loss minus fp32's, seed by seed (same weights and batches at the start)."""
+
+    mean: float
+    half_width: float | None  # of the 95 % confidence interval (Student's t); None with one seed
+    seeds: list[float]
+
+
+class StepTime(_Model):
+    """Time per step in ms over every measured step of every seed (``samples`` of them)."""
+
+    median_ms: float
+    q1_ms: float
+    q3_ms: float
+    samples: int
+
+
+class CompressionStrategy(_Model):
+    bytes_per_step: int  # measured: what each rank handed to the collectives in a compressed step
+    formula_bytes: int  # the family's formula (labs.model)
+    formula_error: float  # |measured - formula| / formula
+    dense_steps: int  # steps sent uncompressed before compression began (PowerSGD's first two)
+    by_kind: dict[str, int]  # the measured bytes by collective: all_reduce, all_gather
+    sent_per_step: float  # what that sends per rank on a ring (labs.model.ring_sent)
+    dtypes: list[str]
+    ratio: float | None  # fp32's bytes over these (None: nothing was sent)
+    curve: list[Band]  # the evaluation loss at CompressionSummary.curve_steps
+    final: Band
+    finals: list[float]  # per seed, in CompressionSummary.seeds' order
+    gap: Gap | None  # None for fp32, the reference
+    step_time: StepTime
+    replicas_equal: bool  # every rank ended every seed with the same weights
+    ranks_sent_alike: bool  # every rank handed over the same bytes at every step
+
+
+class CompressionSummary(_Model):
+    world_size: int
+    backend: str = "gloo"
+    parameters: int
+    gradient_bytes: int
+    shapes: list[list[int]]
+    seeds: list[int]
+    steps: int
+    curve_steps: list[int]
+    density: float
+    buckets: int  # DDP buckets per step, as the hook was handed them
+    powersgd_chain: str  # "serial" (each bucket's all-reduces done before the next) or "overlapped"
+    strategies: dict[str, CompressionStrategy]
+    formula_tolerance: float
+    within_formula: bool
+    pareto: list[str]  # the strategies no other beats on both bytes sent and final loss
+
+
+# --------------------------------------------------------------------------
 # topology (labs.topology.lab.summarize)
 
 
@@ -428,7 +493,7 @@ class TopologySummary(_Model):
 # The report and its one reader
 
 # What the pages draw (a type for their signatures; each lab names its own as ``SUMMARY``).
-Summary = RingSummary | BenchSummary | DdpSummary | ShardingSummary | TopologySummary
+Summary = RingSummary | BenchSummary | DdpSummary | ShardingSummary | CompressionSummary | TopologySummary
 S = TypeVar("S", bound=_Model)
 
 

@@ -1,4 +1,4 @@
-"""Exercise 7, hierarchical-allreduce (issue #40): the router's link classes, the checks, texts, grading.
+"""Exercise 8, hierarchical-allreduce (issue #40): the router's link classes, the checks, texts, grading.
 
 Cheapest first: the router counting bytes per link class from the harness's
 node map (pipes and frames, no sandbox); the checks on rank records written

@@ -19,6 +19,9 @@ each result in en, zh and nl through the sidebar's language box:
   breakdown's line of what overlap would hide where communication takes no
   compute (issue #36), in each language;
 - sharding: the checks, the ledger, the wire bytes and the shard map played;
+- compression at its fewest steps (the slider's Home key): its readouts, the
+  Pareto plot and its table, and axe-core finding nothing of ours, in nl, zh
+  and en;
 - topology, with its fastest link (two namespaces where the worker may make
   them, else the loopback, which the result then says): its readouts, and
   the clock's ratio chart naming both hardware targets, in each language.
@@ -44,6 +47,7 @@ from academy.i18n import languages, t
 from tests.browserkit import (
     WAIT,
     alert,
+    axe_ours,
     button,
     charts_fitted,
     choose,
@@ -65,6 +69,7 @@ READOUTS = {"ring": ("ring", "labs.ring.noise", "labs.look.ring"),
             "naive": ("ring", "labs.ring.noise", "labs.look.ring_naive"),
             "bench": ("bench", "labs.bench.noise", "labs.look.bench"),
             "ddp": ("ddp", "labs.ddp.bucketing_why", "labs.look.ddp"),
+            "compression": ("compression", "compression.curves_caption", "labs.look.compression"),
             "topology": ("topology", "topology.clock_title", "labs.look.topology")}
 WIDTHS = (1400, 390)
 HEIGHT = """() => Math.max(...['stMain', 'stAppViewContainer', 'stMainBlockContainer']
@@ -191,6 +196,10 @@ def read(page, artifacts, name: str, lang: str) -> None:
     if name in ("ring", "naive"):  # the step chart's model line: the default's or a benchmark's fit
         line = re.compile(f"{re.escape(t('labs.ring.model_default', lang))}|{pattern('labs.ring.model_fit', lang).pattern}")
         m.locator(".js-plotly-plot g.legend").get_by_text(line).first.wait_for(timeout=WAIT)
+    if name == "compression":  # the Pareto plot and its table beside it, the curves below, in this language
+        m.get_by_text(t("compression.table_title", lang), exact=True).first.wait_for(timeout=WAIT)
+        m.locator(".js-plotly-plot g.legend").get_by_text(t("compression.front", lang), exact=True).first.wait_for(
+            timeout=WAIT)
     for width in WIDTHS:
         page.set_viewport_size({"width": width, "height": 1000})
         charts_fitted(page)
@@ -336,6 +345,24 @@ def test_the_sharding_lab_runs_and_reads_true_in_each_language(page, artifacts):
             sharding(page, artifacts, lang)
     for lang in order:
         assert (artifacts / f"lab-sharding-{lang}.png").exists()
+
+
+def test_the_compression_lab_reads_in_each_language(page, artifacts):
+    """The compression lab with the form's defaults (every strategy, 3 seeds) but its fewest steps
+    (50, the slider's Home key: a third of the default run's time), read in nl, zh and en."""
+    speak(page, "nl")
+    with photographed_on_failure(page, artifacts, "lab-result-compression-nl"):
+        pick_lab(page, "compression", "nl")
+        steps = main(page).get_by_test_id("stSlider").filter(has_text=t("labs.steps", "nl")).get_by_role("slider")
+        steps.focus()
+        steps.press("Home")  # an <input type="range">: Home is its minimum, as for a keyboard user
+        page.wait_for_function("el => el.value === '50'", arg=steps.element_handle(), timeout=WAIT)
+        run(page, "compression", "nl")
+    for lang in ("nl", "zh", "en"):
+        with photographed_on_failure(page, artifacts, f"lab-result-compression-{lang}"):
+            speak(page, lang)
+            read(page, artifacts, "compression", lang)
+            assert not axe_ours(page), axe_ours(page)  # the plot, both tables, the curves and their chooser (#38)
 
 
 def test_the_topology_labs_two_targets_read_in_each_language(page, artifacts):

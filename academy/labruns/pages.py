@@ -105,6 +105,8 @@ def _refusal(err: ParamError, offer: dict[str, tuple[type, Spec]]) -> LabRequest
     high = err.values.get("high")
     if err.rule == "avg_int":
         return LabRequestError("labs_refused.avg_int")
+    if err.rule == "empty":  # a list the learner emptied (a multiselect)
+        return LabRequestError("labs_refused.empty")
     if err.rule == "nodes":  # the topology lab: ranks split evenly over its nodes
         return LabRequestError("labs_refused.topology_nodes")
     if err.name == "world_size" and high is not None:
