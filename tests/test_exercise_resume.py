@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from labs.exercises import grader, load, messages
-from tests.test_exercises_more import sandbox_mode
+from tests.exercisepass import sandbox_mode
 from tests.test_exercises_router import Rank, frames, pump, routing
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -257,7 +257,7 @@ def failed_keys(report: dict) -> dict[str, list[str]]:
     return {c["id"]: [f["key"] for f in c["findings"] if not f["passed"]] for c in report["cases"]}
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_the_reference_resumes_bit_for_bit_in_every_case():
     from labs.exercises import folder
 
@@ -268,7 +268,7 @@ def test_the_reference_resumes_bit_for_bit_in_every_case():
         assert [f["key"] for f in case["findings"]] == ["resume_samples_ok", "resume_weights_ok"]
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 @pytest.mark.parametrize("fixture, key", [("forgets_optimizer", "resume_optimizer_lost"),
                                           ("forgets_position", "resume_position_lost"),
                                           ("forgets_rng", "resume_rng_lost")])
@@ -278,7 +278,7 @@ def test_what_was_not_restored_is_named(fixture, key):
     assert key in failed_keys(report)["w3-epoch1"], report["cases"]
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_state_kept_in_the_process_does_not_survive_the_kill():
     report = graded(FIXTURES / "keeps_in_memory.py", case_ids={"w3-epoch1"})
     (case,) = report["cases"]
@@ -286,7 +286,7 @@ def test_state_kept_in_the_process_does_not_survive_the_kill():
     assert case["findings"][0]["values"]["exception"] == "KeyError"
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_a_restart_from_scratch_has_the_right_weights_and_fails_on_the_samples_used_twice():
     report = graded(FIXTURES / "saves_nothing.py", case_ids={"w3-epoch1"})
     (case,) = report["cases"]

@@ -9,17 +9,15 @@ asserted, and the grade does not depend on it.
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
 
 from academy import exercises, i18n
-from academy.db import session_scope
 from academy.labruns import job as labjob
-from academy.models import Learner
-from labs.exercises import ddp_lanes, grader, load, reference
+from labs.exercises import ddp_lanes, load, reference
 from tests.apptest import open_page
-from tests.test_exercises_more import sandbox_mode
+from tests.exercisepass import passing_report
+from tests.factories import learner
 
 EXERCISE = "bucketed-overlap"
 
@@ -27,20 +25,10 @@ EXERCISE = "bucketed-overlap"
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> dict:
     """The reference graded on its traced case only, torch DDP's lanes made afresh (seconds)."""
-    source = reference(EXERCISE)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("EXERCISE_DDP_CACHE", str(tmp_path_factory.mktemp("ddp-lanes")))
-        out = grader.grade(EXERCISE, source, seed=7, mode=sandbox_mode(), case_ids=["w2-cap400"])
-    assert out["status"] == "passed", json.dumps(out)[:2000]
-    return out
+    return passing_report(EXERCISE, seed=7, case_ids=("w2-cap400",),
+                          EXERCISE_DDP_CACHE=str(tmp_path_factory.mktemp("ddp-lanes")))
 
 
-def learner() -> int:
-    with session_scope() as session:
-        person = Learner(email=f"tl-{uuid.uuid4().hex[:8]}@example.org", password_hash="x", display_name="TL")
-        session.add(person)
-        session.flush()
-        return person.id
 
 
 def graded(me: int, report: dict) -> int:
