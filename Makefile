@@ -1,7 +1,7 @@
 # make run       — create .venv, install, migrate, start the app on http://localhost:$(PORT) and a lab worker
 # make test      — install the app and test tools (Debian packages too, as root; the npm
 #                  credential verifiers and axe-core), lint, run every test
-# make test-fast — lint and the fast lane (-m "not slow": no browser, server, ranks or sandbox)
+# make test-fast — lint and the fast lane (-m "not slow": no browser, server, ranks or sandbox); run it first
 # make docs      — serve the documentation site (docs/, mkdocs.yml) on http://127.0.0.1:8000
 # make bench     — measure the platform and its labs (docs/benchmarks.md)
 PY      ?= python3
@@ -71,12 +71,14 @@ system-deps: sandbox-deps
 
 # Third-party credential verifiers the tests run (tests/verifiers: Digital Bazaar's
 # vc with the eddsa-rdfc-2022 and eddsa-jcs-2022 suites, jose), from the npm
-# lock file; without Node.js those tests are skipped.
+# lock file; without Node.js those tests are skipped. Installed again only when the
+# lock file is newer than the install (npm writes node_modules/.package-lock.json):
+# npm ci takes about 9 s here, on every run of the fast lane otherwise.
 verifiers:
-	@if command -v npm >/dev/null; then \
-		npm ci --prefix tests/verifiers --no-audit --no-fund --loglevel=error >/dev/null; \
-	else \
+	@if ! command -v npm >/dev/null; then \
 		echo "note: no npm; the third-party credential verifier tests will be skipped"; \
+	elif [ ! tests/verifiers/node_modules/.package-lock.json -nt tests/verifiers/package-lock.json ]; then \
+		npm ci --prefix tests/verifiers --no-audit --no-fund --loglevel=error >/dev/null; \
 	fi
 
 # axe-core, the accessibility engine the browser tests run on every page (tests/browserkit.py;

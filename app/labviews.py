@@ -23,7 +23,7 @@ from academy.labruns import pages as labruns
 from academy.labruns import queue as labqueue
 from academy.models import LabRun, utcnow
 from app import calculators as calc
-from app import charts, charts_ring, sharding
+from app import charts, charts_ring, compression, resilience, sharding, topology
 from app import ddp as ddp_views
 from app import timeline as lanes
 from app.ui import labeler, t
@@ -123,6 +123,10 @@ def param_widget(where, cls, name: str, limits: Limits, *, none: bool = False,
     low, high = lab_params.bounds(cls, name, limits, page=True)
     helptext = t(page.help) if page.help else None
     widget = page.widget or ("select" if spec.choices else "sizes" if spec.unit == "bytes" else "slider")
+    if widget == "multiselect":  # a list of choices: the learner trims it (empty: the lab says what it runs)
+        return where.multiselect(t(spec.key), list(spec.choices), default=list(value), help=helptext,
+                                 format_func=labeler(spec.labels) if spec.labels else str,
+                                 placeholder=t("labs.choose_options"))
     if widget == "prediction":  # optional: empty unless the learner writes a number
         return where.number_input(t(spec.key), min_value=0.0, value=None, step=1.0, format="%.1f",
                                   placeholder=t("labs.predict.placeholder"), help=helptext)
@@ -335,6 +339,16 @@ def _csv_rows(run: LabRun) -> list[dict]:
         return list(((s.get("sections") or {}).get("scaling") or {}).get("rows", []))
     if run.lab == "sharding":
         return sharding.rows(s)
+    if run.lab == "compression":
+        return compression.rows(s)
+    if run.lab == "topology":
+        return topology.rows(s)
+    if run.lab == "straggler":  # each variant's step, model, throughput and loss (medians)
+        return [{"variant": name, "step_ms": v["step_ms"]["median"], "model_ms": v["model_ms"]["median"],
+                 "samples_per_s": v["throughput"]["median"], "loss": v["loss"]["median"]}
+                for name, v in (s.get("variants") or {}).items()]
+    if run.lab == "failure":  # every rank's segments of work
+        return [{"rank": lane["rank"], **seg} for lane in s.get("lanes", []) for seg in lane["segments"]]
     return []
 
 
@@ -384,7 +398,9 @@ def show_run(run: LabRun) -> None:
         failure(run)
         return
     st.success(t("labs.done", seconds=report.wall_s, overhead=report.overhead_s))
-    {"ring": ring, "bench": bench, "ddp": ddp_views.ddp, "sharding": sharding.show}[run.lab](run, report.summary)
+    {"ring": ring, "bench": bench, "ddp": ddp_views.ddp, "sharding": sharding.show,
+     "compression": compression.show, "straggler": resilience.straggler, "failure": resilience.failure,
+     "topology": topology.show}[run.lab](run, report.summary)
     downloads(run)
 
 

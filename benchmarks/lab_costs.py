@@ -11,6 +11,9 @@
 - ddp: ``labs.ddp``'s ``scaling`` section (weak scaling on 1, 2, 4 ranks)
   and its ``breakdown`` (naive all-reduce after backward vs DDP's
   overlapped buckets: the step time ratio);
+- compression: ``labs.compression`` on 2 ranks, every strategy: wall time, and
+  the bytes each strategy saves per step against fp32 (measured, and how far from
+  its formula), with its loss gap and median step;
 - timeline: ``labs.ddp``'s ``timeline`` section (2 ranks, the page's
   defaults), run ``timeline_runs`` times: each variant's overlap with
   backward and exposed communication per step, median and range over the
@@ -18,6 +21,13 @@
   exercise's traced case graded as many times (the reference, in the
   default sandbox, torch DDP's lanes made afresh each time): the overlap of
   the learner's lanes and of torch DDP's, median and range;
+- topology: ``labs.topology`` on 2 network namespaces x 2 ranks joined by a
+  200 Mbit/s shaped link: per size, the flat ring's and the hierarchical
+  all-reduce's time (median over the repeats), their ratio measured, as this
+  box's link classes predict it, and as the simulated clock projects it on
+  H100 nodes over InfiniBand; the largest gap between the link's counted
+  payload and the ranks' messages; FSDP's and HSDP's bytes over the link per
+  step. Where the namespaces cannot be made it says so (``fabric``);
 - queue: a tiny ring lab through the job queue (``academy.labruns.queue``) at 1, 2
   and 3 workers: alone (end to end, beside the bare ``python -m labs`` run:
   the queue's overhead) and in a burst (median queue wait and end to end);
@@ -230,6 +240,65 @@ def sharding(cfg: Config) -> dict:
             "max_abs_diff_vs_ddp": max(st["max_abs_diff_vs_ddp"] for st in s["strategies"].values()),
             "zero3_vs_ddp_wire": (s["strategies"]["zero3"]["ranks"][0]["wire_bytes_per_step"]
                                   / s["strategies"]["ddp"]["ranks"][0]["wire_bytes_per_step"])}
+
+
+def compression(cfg: Config) -> dict:
+    """The compression lab (2 ranks, every strategy) at its command line's defaults, or
+    fewer steps and seeds in quick and smoke mode: wall time, and per strategy the bytes
+    each rank handed over per step, what that saves against fp32, the largest gap between
+    a measured byte count and its formula, the final loss's gap to fp32 and the median step."""
+    from labs.launch import run_lab
+    from labs.request import Request
+
+    params = {k: v for k, v in (("steps", cfg.compression_steps), ("seeds", cfg.compression_seeds)) if v}
+    request = Request.checked("compression", {**params, "world_size": 2, "backend": "gloo", "timeout": 1800,
+                                              "hang_timeout": 300})
+    outcome = run_lab(request.run, request.params)
+    if not outcome.ok:
+        raise RuntimeError(f"labs compression: {outcome.kind}: {outcome.message}")
+    s = outcome.summary
+    st = s["strategies"]
+    dense = st["fp32"]["bytes_per_step"]
+    return {"world_size": s["world_size"], "steps": s["steps"], "seeds": len(s["seeds"]),
+            "wall_s": outcome.wall_s, "work_s": outcome.work_s,
+            "bytes_per_step": {n: v["bytes_per_step"] for n, v in st.items()},
+            "saved": {n: 1 - v["bytes_per_step"] / dense for n, v in st.items() if n != "fp32"},
+            "max_formula_error": max(v["formula_error"] for v in st.values()),
+            "gap": {n: v["gap"]["mean"] for n, v in st.items() if v["gap"]},
+            "step_ms": {n: v["step_time"]["median_ms"] for n, v in st.items()}}
+
+
+def topology(cfg: Config) -> dict:
+    """The topology lab (``labs.topology``): flat ring against hierarchical on a shaped link."""
+    from labs.launch import run_lab
+    from labs.request import Request
+
+    request = Request.checked("topology", {"sizes": list(cfg.topology_sizes), "repeats": cfg.topology_repeats,
+                                           "world_size": 4, "backend": "gloo", "timeout": 1800, "hang_timeout": 300})
+    outcome = run_lab(request.run, request.params)
+    if not outcome.ok:
+        raise RuntimeError(f"labs topology: {outcome.kind}: {outcome.message}")
+    s = outcome.summary
+    rows = {(r["algo"], r["size"]): r for r in s["rows"]}
+    sizes = []
+    for size in cfg.topology_sizes:
+        flat, hier = rows[("flat", size)], rows[("hierarchical", size)]
+        sizes.append({"size": size, "flat_ms": flat["time"]["median"] * 1e3,
+                      "flat_ms_range": [flat["time"]["min"] * 1e3, flat["time"]["max"] * 1e3],
+                      "hierarchical_ms": hier["time"]["median"] * 1e3,
+                      "hierarchical_ms_range": [hier["time"]["min"] * 1e3, hier["time"]["max"] * 1e3],
+                      "ratio_measured": flat["time"]["median"] / hier["time"]["median"],
+                      "ratio_predicted": (flat["predicted_s"] / hier["predicted_s"]
+                                          if flat["predicted_s"] and hier["predicted_s"] else None),
+                      "ratio_bytes": flat["formula_bytes"] / hier["formula_bytes"] if hier["formula_bytes"] else None,
+                      "ratio_h100_ib": flat["projected"]["h100_ib"] / hier["projected"]["h100_ib"]})
+    meshes = {m["name"]: m for m in s["sharding"]}
+    return {"fabric": s["fabric"], "unavailable": s["unavailable"], "rate_mbit": s["rate_mbit"],
+            "repeats": s["repeats"], "wall_s": outcome.wall_s, "sizes": sizes,
+            "bytes_error": max((r["bytes_error"] for r in s["rows"] if r["bytes_error"] is not None), default=None),
+            "link_mb_per_step": {name: (max(m["payload_bytes"]) / 1e6 if m["payload_bytes"] else None)
+                                 for name, m in meshes.items()}}
+
 
 QUEUE_LAB = {"world_size": 2, "size": 1024}
 

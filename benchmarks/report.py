@@ -157,6 +157,38 @@ def labs(lab: dict) -> list[Row]:
         rows.append((s, "sharding ledger, measured vs formula (largest gap): " + " · ".join(err),
                      " · ".join(f"{v:.2%}" for v in err.values()), "within 10%",
                      f"max |w - w_ddp| {sh['max_abs_diff_vs_ddp']:.1e}"))
+    c = lab.get("compression")
+    if isinstance(c, str):
+        rows.append(_missing(s, "compression lab", c))
+    elif c:
+        rows.append((s, f"compression lab, {c['world_size']} ranks, every strategy x {c['seeds']} seeds x "
+                        f"{c['steps']} steps: wall time", f"{_num(c['wall_s'])} s", f"timed work {_num(c['work_s'])} s",
+                     f"bytes within {c['max_formula_error']:.2%} of the formulas"))
+        rows.append((s, "compression: bytes saved per step against fp32 (final-loss gap to fp32)",
+                     " · ".join(f"{n} {v:.1%}" for n, v in c["saved"].items()),
+                     " · ".join(f"{n} {g:+.3f}" for n, g in c["gap"].items()),
+                     "median step " + " · ".join(f"{n} {_num(ms)} ms" for n, ms in c["step_ms"].items())))
+    tp = lab.get("topology")
+    if isinstance(tp, str):
+        rows.append(_missing(s, "topology lab", tp))
+    elif tp:
+        where = (f"2 namespaces x 2 ranks, {_num(tp['rate_mbit'])} Mbit/s link" if tp["fabric"] == "namespaces"
+                 else f"loopback only ({tp['unavailable']})")
+        for z in tp["sizes"]:
+            predicted = "" if z["ratio_predicted"] is None else f"; predicted here {_num(z['ratio_predicted'])}x"
+            rows.append((s, f"topology lab, {where}, {_size(z['size'])}: flat ring · hierarchical, median of "
+                            f"{tp['repeats']} (min..max)",
+                         f"{_num(z['flat_ms'])} · {_num(z['hierarchical_ms'])} ms",
+                         f"bytes ratio {_num(z['ratio_bytes'] or 0)}x{predicted}",
+                         f"measured {_num(z['ratio_measured'])}x ({_num(z['flat_ms_range'][0])}..{_num(z['flat_ms_range'][1])}"
+                         f" · {_num(z['hierarchical_ms_range'][0])}..{_num(z['hierarchical_ms_range'][1])} ms); "
+                         f"H100 x IB {_num(z['ratio_h100_ib'])}x"))
+        if tp["bytes_error"] is not None:
+            link = tp["link_mb_per_step"]
+            rows.append((s, "topology lab: link payload vs the ranks' messages (largest gap); FSDP · HSDP MB per step "
+                            "over the link", f"{tp['bytes_error']:.2%}", "within 2%",
+                         f"{_num(link.get('fsdp') or 0)} · {_num(link.get('hsdp') or 0)} MB"))
+    rows += _straggler_rows(s, lab.get("straggler"))
     q = lab.get("queue")
     if isinstance(q, str):
         rows.append(_missing(s, "lab through the job queue", q))
@@ -188,6 +220,25 @@ def labs(lab: dict) -> list[Row]:
                      f"{_num(sb['bwrap_p50_s'])} s · {_num(sb['bwrap_p95_s'])} s",
                      f"no sandbox {_num(sb['none_p50_s'])} s · {_num(sb['none_p95_s'])} s",
                      f"{sb['overhead_p50_s']:+.2f} s (p50)"))
+    return rows
+
+
+def _straggler_rows(s: str, st: dict | str | None) -> list[Row]:
+    """The straggler lab's slowed step against its model, per mechanism (benchmarks.resilience_costs)."""
+    if isinstance(st, str):
+        return [_missing(s, "straggler lab: slowed step vs model", st)]
+    rows: list[Row] = []
+    for method, m in (st or {}).get("methods", {}).items():
+        e, a = m["model_error"], m["achieved"]
+        rows.append((s, f"straggler lab ({method}, {st['world_size']} ranks, rank 1 at 1/{st['factor']} core): "
+                        f"slowed step vs model, median of {st['runs']} runs (min..max)",
+                     f"{e['median']:+.1%}", f"within {st['target']:.0%}: {'yes' if m['within_target'] else 'no'}",
+                     f"{e['min']:+.1%}..{e['max']:+.1%}; step {_num(m['step_ms']['median'])} ms, model "
+                     f"{_num(m['model_ms']['median'])} ms; slowdown {_num(a['median'])}x"))
+        rows.append((s, f"straggler lab ({method}): throughput kept slowed · local SGD won back · loss paid",
+                     f"{_pct(m['kept']['median'])} · {m['recovered']['median']:+.0%} · {m['loss_paid']['median']:+.4f}",
+                     "", f"won back {m['recovered']['min']:+.0%}..{m['recovered']['max']:+.0%}; same weights "
+                         f"slowed or not: {'yes' if m['same_weights'] else 'NO'}"))
     return rows
 
 

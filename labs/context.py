@@ -13,11 +13,22 @@ platform reads it freely, and has these names:
   (`rank_code`), whose ``run_rank(ctx, params) -> dict`` does the work of one
   rank (JSON-serialisable, with ``work_s``, the seconds of timed work); ``ctx``
   is a `RankContext`; that module imports torch;
-- ``summarize(params, ranks, *, world_size, backend) -> dict`` and
+- ``summarize(params, ranks, *, world_size, backend)`` and
   ``format_text(summary) -> str``: combine the ranks' results and print them;
+  ``summarize`` returns a dict, or the lab's typed report (its ``SUMMARY``),
+  which `stored_summary` turns into the dict a result keeps;
 - ``SUMMARY``: the type of that summary as the pages read it, a model of
   ``labs.reports`` (`labs.reports.read` finds it here);
-- optionally ``DEFAULT_WORLD_SIZE`` (`world_size_default`).
+- optionally ``DEFAULT_WORLD_SIZE`` (`world_size_default`);
+- optionally ``LAUNCHER``: the module that starts the lab's ranks itself, for a
+  lab whose subject is the launcher (the failure lab runs ``torchrun`` with
+  elastic restarts); its ``launch(params, *, world_size, backend, timeout,
+  hang_timeout, fail, on_event, cancel)`` returns a `LabResult` or a
+  `LabError`, and ``labs.launch.run_lab`` hands the run to it once the request
+  is checked;
+- optionally ``FAILURE_INJECTION = False``: the lab fails on purpose by itself,
+  so the Labs page does not offer the injected crash or hang every other lab
+  takes (``--fail-rank``).
 
 Beside it, the folder holds the rank code (torch and all), a ``__main__``
 (``torchrun -m labs.<name>``) and whatever else only that lab uses.
@@ -58,7 +69,7 @@ if TYPE_CHECKING:
 
 # The labs, in the course's order: each is a folder labs/<name>/ whose ``lab`` module
 # has the names above. Adding a lab is adding its folder and its name here.
-LABS = ("ring", "bench", "ddp", "sharding")
+LABS = ("ring", "bench", "ddp", "sharding", "compression", "straggler", "failure", "topology")
 INJECTED_CRASH_EXIT = 13
 
 
@@ -206,6 +217,12 @@ def world_size_default(lab: str) -> int:
     return getattr(load_lab(lab), "DEFAULT_WORLD_SIZE", Run.__pydantic_fields__["world_size"].default)
 
 
+def stored_summary(summary) -> dict:
+    """What a result keeps of a lab's summary: a typed report (a pydantic model) as plain
+    JSON values, which ``labs.reports.read`` turns back into the same model; a dict as it is."""
+    return summary.model_dump(mode="json") if hasattr(summary, "model_dump") else summary
+
+
 def params_dict(params) -> dict:
     """A lab's Params as a plain dict (JSON values)."""
     return asdict(params)
@@ -327,6 +344,38 @@ def launched_externally() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
+def launcher_world() -> tuple[int, int] | None:
+    """(ranks per node, nodes) of the job torchrun (or similar) started this process in, from
+    its environment: what its command line leaves out (``labs.request.Request.from_argv``).
+    None when no launcher did."""
+    if not launched_externally():
+        return None
+    world = int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    return local, max(1, world // local)
+
+
+def _attempt_store(world_size: int, timeout: float) -> dict:
+    """The store for ``init_process_group`` under torchrun: a prefix of this attempt's own.
+
+    torch 2.13's torchrun shares its rendezvous' TCPStore with the ranks
+    (``TORCHELASTIC_USE_AGENT_STORE``) and keeps that store across restarts
+    (``--max-restarts``), so after a restart a rank may read the address a
+    killed rank of the last attempt published and fail to connect to it
+    (pytorch/pytorch#135712, #167288). Every rank of one machine's attempt
+    has the same ``TORCHELASTIC_RESTART_COUNT``: its keys go under that.
+    Elsewhere: nothing (``init_process_group`` reads MASTER_ADDR/PORT)."""
+    import torch.distributed as dist
+
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return {}
+    shared = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
+                           is_master=False, timeout=timedelta(seconds=timeout))
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return {"store": dist.PrefixStore(f"labs/attempt-{attempt}", shared),
+            "rank": int(os.environ["RANK"]), "world_size": world_size}
+
+
 def run_in_env(run: Run, params, *, on_event: Callable[[dict], None] | None = None) -> LabResult | None:
     """Run the lab of ``params`` as one rank of a job whose launcher set RANK/WORLD_SIZE/MASTER_*.
 
@@ -348,11 +397,10 @@ def run_in_env(run: Run, params, *, on_event: Callable[[dict], None] | None = No
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     resolved = resolve_backend(run.backend, local_world)
-    module.check(params, world_size)  # the launcher's world size, not the request's ranks per node
     if resolved == "nccl":
         torch.cuda.set_device(local_rank)
     if not dist.is_initialized():
-        dist.init_process_group(resolved, timeout=timedelta(seconds=timeout))
+        dist.init_process_group(resolved, timeout=timedelta(seconds=timeout), **_attempt_store(world_size, timeout))
     ctx = RankContext(rank=rank, world_size=world_size, local_rank=local_rank, backend=resolved,
                       fail=FailSpec.of(run), emit=on_event if rank == 0 else None)
     out = rank_code(lab).run_rank(ctx, params)
@@ -365,7 +413,7 @@ def run_in_env(run: Run, params, *, on_event: Callable[[dict], None] | None = No
     wall = time.perf_counter() - t0
     work = max(float(r.get("work_s", 0.0)) for r in gathered)
     return LabResult(lab=lab, world_size=world_size, backend=resolved, params=params_dict(params),
-                     summary=module.summarize(params, gathered, world_size=world_size,
-                                              backend=resolved),
+                     summary=stored_summary(module.summarize(params, gathered, world_size=world_size,
+                                                             backend=resolved)),
                      ranks=gathered, wall_s=wall, work_s=work, overhead_s=max(0.0, wall - work),
                      pids=[], launcher="torchrun", machine=machine_summary())

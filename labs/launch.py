@@ -38,6 +38,7 @@ How the launcher keeps its promises:
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import selectors
@@ -71,6 +72,7 @@ from labs.context import (
     params_dict,
     rank_code,
     resolve_backend,
+    stored_summary,
 )
 from labs.params import Run
 from labs.settings import Limits
@@ -256,6 +258,10 @@ def run_lab(run: Run, params, *, on_event: Callable[[dict], None] | None = None,
     limits = Limits.from_env() if run.timeout is None or run.hang_timeout is None else None
     timeout = run.timeout if run.timeout is not None else limits.timeout_s
     hang_timeout = run.hang_timeout if run.hang_timeout is not None else limits.hang_timeout_s
+    if hasattr(module, "LAUNCHER"):  # a lab that starts its ranks itself (labs.context: LAUNCHER)
+        return importlib.import_module(module.LAUNCHER).launch(
+            run, params, backend=backend, timeout=timeout, hang_timeout=hang_timeout, on_event=on_event,
+            cancel=cancel)
     if start == "auto":
         single_threaded = threading.active_count() == 1
         start = "fork" if (backend == "gloo" and single_threaded and hasattr(os, "fork")
@@ -287,7 +293,7 @@ def run_lab(run: Run, params, *, on_event: Callable[[dict], None] | None = None,
     if fail is not None and fail.step >= max(s.total_steps for s in snaps):
         warnings.append(f"nothing injected: the lab has {max(s.total_steps for s in snaps)} "
                         f"steps, fail step {fail.step} was never reached")
-    summary = module.summarize(params, ranks, world_size=world_size, backend=backend)
+    summary = stored_summary(module.summarize(params, ranks, world_size=world_size, backend=backend))
     result = LabResult(lab=lab, world_size=world_size, backend=backend, params=plain,
                        summary=summary, ranks=ranks, wall_s=wall, work_s=work,
                        overhead_s=max(0.0, wall - work), pids=sup.pids, launcher=start,

@@ -62,11 +62,11 @@ class Request:
             raise TypeError(f"the {lab} lab has no parameter {unknown[0]!r}")
         run = checked(Run, {k: v for k, v in values.items() if k in shared}, limits, page=page)
         params = checked(module.Params, {k: v for k, v in values.items() if k in own}, limits, page=page)
-        module.check(params, run.world_size)
         nodes = values.get(NODES, 1)
         if not isinstance(nodes, int) or (max_nodes is not None and not 1 <= nodes <= max_nodes):
             raise ParamError(NODES, "range", f"nodes must be 1 to {max_nodes}, not {nodes}",
                              value=nodes, low=1, high=max_nodes)
+        module.check(params, run.world_size * nodes)  # the lab's rule, over the whole run's ranks
         last = run.world_size * nodes - 1  # the failing rank is one of the whole run's
         if run.fail_rank is not None and run.fail_rank > last:
             raise ParamError("fail_rank", "range", f"fail rank must be 0 to {last}, not {run.fail_rank}",
@@ -95,14 +95,19 @@ class Request:
     @classmethod
     def from_argv(cls, argv: list[str], limits: Limits) -> Request:
         """The request ``python -m labs`` was given: its arguments as `parser` reads them
-        (the command line's own, such as ``--json``, left to it), `checked` against ``limits``."""
+        (the command line's own, such as ``--json``, left to it), `checked` against ``limits``.
+        Under torchrun (``labs.context.launcher_world``) the ranks per node and the nodes are
+        the launcher's, which its command line leaves out (`argv` ``without``)."""
         try:
             args, _own = parser(limits, exit_on_error=False).parse_known_args(argv)
         except argparse.ArgumentError as err:
             raise ValueError(str(err)) from None
         module = context.load_lab(args.lab)
-        return cls.checked(args.lab, {name: getattr(args, name) for cls_ in (Run, module.Params)
-                                      for name in specs(cls_)}, limits)
+        values = {name: getattr(args, name) for cls_ in (Run, module.Params) for name in specs(cls_)}
+        launched = context.launcher_world()
+        if launched is not None:
+            values["world_size"], values[NODES] = launched
+        return cls.checked(args.lab, values, limits)
 
 
 def _values(model: Any) -> dict[str, Any]:

@@ -131,6 +131,20 @@ def charts_fitted(page, timeout: int = WAIT) -> None:
     page.wait_for_timeout(150)
 
 
+def choose(page, lang: str, label_key: str, option: str) -> None:
+    """Pick ``option`` in the Labs form's select box labelled ``label_key``."""
+    box = main(page).get_by_test_id("stForm").get_by_test_id("stSelectbox").filter(has_text=t(label_key, lang))
+    box.scroll_into_view_if_needed()
+    page.wait_for_timeout(300)  # a list opened while the page still scrolls closes again
+    wanted = page.get_by_role("option", name=option, exact=True)
+    for _ in range(3):
+        box.get_by_role("combobox").click()
+        with contextlib.suppress(Exception):
+            wanted.wait_for(timeout=5_000)
+            break
+    wanted.click()
+
+
 def button(scope, key: str, lang: str, **values):
     return scope.get_by_role("button", name=t(key, lang, **values))
 

@@ -43,13 +43,17 @@ ARTIFACTS = ROOT / "test-artifacts"
 SERVER_FIXTURES = {"server", "browser"}
 
 # "slow" (the fast lane is ``pytest -m "not slow"``): a test that starts a server,
-# a browser, a lab worker, PostgreSQL or Redis, and every test of the modules
+# a browser, a lab worker, PostgreSQL, Redis or the sandbox (``needs_sandbox``), and every test of the modules
 # below, which start lab ranks, workers or CLIs in nearly every test. Modules
 # that mix both mark their own (a real grading, a sandbox start).
 SLOW_FIXTURES = SERVER_FIXTURES | {"lab_worker", "shared_lab_worker", "stack", "postgres_url", "redis_url"}
 SLOW_MODULES = {"test_lab_worker", "test_lab_multinode", "test_lab_scale", "test_labs_launch",
                 "test_labs_cli", "test_labs_combos", "test_labs_ddp", "test_labs_bench", "test_faults",
                 "test_exercises_page_queue", "test_cert_cli"}
+# Modules whose module-scoped fixture runs a lab on real ranks or grades in the sandbox once
+# for the module (a recording the page tests then draw): the tests that use it are slow too.
+RECORDING_MODULES = {"test_labs_readouts", "test_labs_params", "test_labs_sharding", "test_sharding_page",
+                     "test_labs_timeline_page", "test_exercise_timeline_page"}
 
 
 # These modules read the command lines of the processes under their workers
@@ -63,10 +67,32 @@ def _module_fixture(item) -> bool:
     return any(d and d[-1].scope == "module" for name, d in defs.items() if name in item.fixturenames)
 
 
+@functools.cache
+def sandbox_unavailable() -> str | None:
+    """Why the exercise sandbox (bubblewrap) cannot start here, or None (asked once per process)."""
+    from labs.sandbox import run as sandbox
+
+    try:
+        sandbox.check_available("bwrap")
+    except sandbox.SandboxUnavailable as exc:
+        return exc.reason
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before the test's fixtures start anything in the sandbox
+def pytest_runtest_setup(item):
+    """``@pytest.mark.needs_sandbox``: a test that starts the exercise sandbox (a grading, a
+    red-team probe). Skipped with the reason where bubblewrap cannot start, except as root:
+    there ``make test`` installs it first, so a sandbox that does not start is a failure."""
+    if item.get_closest_marker("needs_sandbox") and os.geteuid() != 0 and (why := sandbox_unavailable()):
+        pytest.skip(f"no sandbox here: {why}")
+    _patch_apptest()
+
+
 _APPTEST_PATCHED = False
 
 
-def pytest_runtest_setup():
+def _patch_apptest():
     """Two costs Streamlit's AppTest pays per test that its real server pays once.
 
     Each new AppTest scans every installed distribution for component manifests
@@ -102,7 +128,8 @@ def pytest_collection_modifyitems(items):
         elif not grouped and _module_fixture(item):  # one worker builds it, not each
             item.add_marker(pytest.mark.xdist_group(module))
         if (SLOW_FIXTURES & fixtures or item.get_closest_marker("browser") or item.get_closest_marker("postgres")
-                or module in SLOW_MODULES):
+                or item.get_closest_marker("needs_sandbox") or module in SLOW_MODULES
+                or (module in RECORDING_MODULES and _module_fixture(item))):
             item.add_marker(pytest.mark.slow)
 
 

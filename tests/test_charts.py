@@ -63,7 +63,51 @@ def every_figure():
                                               labels={"sent": "sent", "devices": "n", "per_device": "MB"}),
         "scaling": charts.scaling_figure(sizes, [0.9, 0.8, 0.7, 0.6], measured=[(2, 0.5)], y_range=[0, 1.05],
                                          labels={"model": "model", "yours": "yours", "devices": "n", "y": "eff"}),
+        "variants": charts.variant_steps_figure(
+            [{"name": n, "median": 10.0 * k, "q1": 9.0 * k, "q3": 11.0 * k, "model": 9.5 * k}
+             for k, n in enumerate(("even", "slow", "local"), start=1)],
+            {"measured": "measured", "model": "model", "variant": "variant", "ms": "ms"}),
+        "work": charts.work_figure(
+            [(f"rank {r}", [{"kind": kind, "start_s": float(i), "end_s": i + 0.5, "step": i, "attempt": 0}
+                            for i, kind in enumerate(charts.WORK)]) for r in range(2)],
+            {**{k: k for k in charts.WORK}, "s": "s", "rank": "rank", "step": "step", "attempt": "attempt",
+             "from": "from", "to": "to", "kind": "kind"}),
+        "young_daly": charts.young_daly_figure([1, 2, 4, 8, 16], [0.5, 0.3, 0.2, 0.25, 0.4], optimum=5.0, run=10,
+                                               run_waste=0.3, labels={"curve": "c", "optimum": "o", "run": "r",
+                                                                      "interval": "i", "waste": "w"}),
+        **topology_figures(),
     }
+
+
+def topology_figures() -> dict:
+    """The topology lab's and the hierarchical exercise's figures (``app.topology``), made-up numbers."""
+    from app import topology
+    from labs.reports import MeshCollective, MeshMemory, MeshRow, Spread, TopologyRow
+
+    names = {k: k for k in ("measured_flat", "measured_hierarchical", "predicted_flat", "predicted_hierarchical",
+                            "size", "ms", "ratio", "measured", "box", "way_0", "way_1", "predicted", "held_measured",
+                            "mb_step", "mb_rank", "rank", "fsdp", "hsdp", "short_fsdp", "short_hsdp", "mesh_axis", "params",
+                            "grads", "optimizer", "h100_node", "h100_ib", "yours", "flat", "hierarchical", "us", "hardware")}
+    rows = [TopologyRow(algo=a, size=z, time=Spread(median=t, min=t * 0.9, max=t * 1.2), model_bytes=[1.0, 1.0],
+                        formula_bytes=1.0, predicted_s=t * 0.8, projected={"h100_node": 1e-5, "h100_ib": 3e-5},
+                        messages=6, correct=True, max_abs_err=0.0)
+            for a in ("flat", "hierarchical") for z, t in ((1 << 18, 0.02), (1 << 20, 0.06))]
+    memory = [MeshMemory(rank=r, measured={"params": 1e5, "grads": 1e5, "optimizer": 2e5},
+                         predicted={"params": 1e5, "grads": 1e5, "optimizer": 2e5}) for r in range(2)]
+    meshes = [MeshRow(name=n, shard_size=2, replicas=1, parameters=1000, payload_bytes=[3e6, 3e6],
+                      predicted_link_bytes=3e6, memory=memory, step_time=Spread(median=0.1, min=0.1, max=0.1),
+                      max_abs_diff=0.0, collectives=[MeshCollective(kind="all_gather", group_size=2, spans_nodes=True,
+                                                                    bytes=1e6, calls=2, predicted_link_bytes=1e6)])
+              for n in ("fsdp", "hsdp")]
+    at = {"size_bytes": 4096, "targets": {"h100_node": {"yours": 1.4e-5, "flat": 2e-5, "hierarchical": 1.4e-5},
+                                          "h100_ib": {"yours": 3.5e-5, "flat": 8.4e-5, "hierarchical": 3.5e-5}}}
+    return {"topology_time": topology.time_figure(rows, names),
+            "topology_ratio": topology.ratio_figure([1 << 18, 1 << 20], {"measured": [1.4, 1.3], "box": [1.3, 1.4],
+                                                                         "h100_node": [1.4, 1.2], "h100_ib": [2.4, 2.4]},
+                                                    names),
+            "topology_link": topology.link_figure(meshes, names),
+            "topology_memory": topology.memory_figure(meshes, names),
+            "topology_clock": topology.clock_figure(at, names)}
 
 
 def colours(node, path=""):

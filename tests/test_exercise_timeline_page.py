@@ -9,17 +9,15 @@ asserted, and the grade does not depend on it.
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
 
 from academy import exercises, i18n
-from academy.db import session_scope
 from academy.labruns import job as labjob
-from academy.models import Learner
-from labs.exercises import ddp_lanes, grader, load, reference
+from labs.exercises import ddp_lanes, load, reference
 from tests.apptest import open_page
-from tests.test_exercises_more import sandbox_mode
+from tests.exercisepass import passing_report
+from tests.factories import learner
 
 EXERCISE = "bucketed-overlap"
 
@@ -28,20 +26,8 @@ EXERCISE = "bucketed-overlap"
 def report(tmp_path_factory) -> dict:
     """The reference graded on its traced case only, torch DDP's lanes made afresh (seconds):
     the report as a run's result keeps it."""
-    source = reference(EXERCISE)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("EXERCISE_DDP_CACHE", str(tmp_path_factory.mktemp("ddp-lanes")))
-        out = grader.grade(EXERCISE, source, seed=7, mode=sandbox_mode(), case_ids=["w2-cap400"])
-    assert out.status == "passed", out.model_dump_json()[:2000]
-    return out.dump()
-
-
-def learner() -> int:
-    with session_scope() as session:
-        person = Learner(email=f"tl-{uuid.uuid4().hex[:8]}@example.org", password_hash="x", display_name="TL")
-        session.add(person)
-        session.flush()
-        return person.id
+    return passing_report(EXERCISE, seed=7, case_ids=("w2-cap400",),
+                          EXERCISE_DDP_CACHE=str(tmp_path_factory.mktemp("ddp-lanes"))).dump()
 
 
 def graded(me: int, report: dict) -> int:

@@ -274,5 +274,5 @@ def test_a_case_is_labelled_as_its_exercise_sizes_it(lang):
                                    count=case["shape"][0])
         else:
             assert label.startswith(f"{case['id']}")
-            assert kind == "tensor" and exercise_id in ("ring-allreduce", "broadcast")
+            assert kind == "tensor" and exercise_id in ("ring-allreduce", "broadcast", "hierarchical-allreduce")
     assert exercises.load("shard-indices").CASE_SIZE == "dataset"

@@ -19,11 +19,12 @@ from sqlmodel import select
 from academy import exercises, i18n
 from academy.db import session_scope
 from academy.labruns import job as labjob
-from academy.models import ExercisePass, LabRun, Learner
+from academy.models import ExercisePass, LabRun
 from app import labviews
 from labs.exercises import messages
 from tests import exercisefakes
 from tests.apptest import open_page, press, record_cadence
+from tests.factories import learner
 
 
 @pytest.fixture(autouse=True)
@@ -31,13 +32,6 @@ def fake_catalog(monkeypatch, app_db):  # noqa: ARG001  (app_db: each test on a 
     exercisefakes.install(monkeypatch)
 
 
-def learner() -> int:
-    with session_scope() as session:
-        person = Learner(email=f"page-{uuid.uuid4().hex[:8]}@example.org", password_hash="x",
-                         display_name="Ex Learner")
-        session.add(person)
-        session.flush()
-        return person.id
 
 
 def texts(at) -> str:

@@ -46,10 +46,6 @@ HEADER = "import torch\nimport torch.distributed as dist\n\n\ndef ring_allreduce
 
 
 def _grade(body: str, exercise_id: str = "ring-allreduce", header: str = HEADER) -> GradeReport:
-    try:
-        sandbox.check_available()
-    except sandbox.SandboxUnavailable as exc:
-        pytest.skip(f"no sandbox here: {exc.reason}")
     lines = "".join(f"    {line}\n" for line in body.strip().splitlines())
     return grade(exercise_id, header + lines + "    return tensor\n", case_ids=CASES[exercise_id])
 
@@ -92,7 +88,7 @@ ROUTES = {
 }
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 @pytest.mark.parametrize("route", ROUTES)
 def test_every_route_to_a_collective_is_a_forbidden_call(route):
     body, call = ROUTES[route]
@@ -103,7 +99,7 @@ def test_every_route_to_a_collective_is_a_forbidden_call(route):
     assert "which this exercise does not allow" in render(report, "en")
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_importing_a_collective_by_name_or_the_functional_collectives_is_refused_too():
     for header, call in (("from torch.distributed import all_reduce\n", "dist.all_reduce"),
                          ("import torch.distributed._functional_collectives\n", "_functional_collectives")):
@@ -113,14 +109,14 @@ def test_importing_a_collective_by_name_or_the_functional_collectives_is_refused
         assert call in finding.values["call"]
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_broadcast_by_the_built_in_is_forbidden():
     header = "import torch.distributed as dist\n\n\ndef broadcast(tensor, src):\n"
     finding = _finding(_grade("dist.broadcast(tensor, src)", "broadcast", header=header))
     assert finding.key == "forbidden_call" and finding.values["call"] == "dist.broadcast"
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 @pytest.mark.parametrize("body, what", [
     ("import gc\ngc.get_objects()", "gc.get_objects"),
     ("try:\n    1 / 0\nexcept ZeroDivisionError as exc:\n    exc.__traceback__.tb_frame.f_back", "tb_frame"),
@@ -134,7 +130,7 @@ def test_reaching_into_the_harness_is_refused(body, what):
     assert finding.values["call"] == what
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_the_reference_and_the_hidden_cases_cannot_be_read():
     ring = exercises.folder("ring-allreduce")
     # In bwrap the whole file system is small enough to search; without a
@@ -173,7 +169,7 @@ print("\\n".join(seen))
     assert '"groups"' not in printed and "_CASES" not in printed  # the plan, the case list
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_the_learner_cannot_send_its_own_expected_values():
     """The rank's pipe to the harness is reachable from the learner's code (the api's
     channel); an ``expected`` frame sent through it must not become the answer, and setting
@@ -192,7 +188,7 @@ api.sent = api.received = tensor.numel() * tensor.element_size()
     assert report.status == "failed"
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_a_pidfd_signal_to_the_harness_is_refused_by_the_kernel():
     """``os.kill`` is refused by the guard, but a pidfd signal raises no audit event: it
     killed the harness. The rank's second seccomp filter refuses ``pidfd_open`` (and
@@ -224,7 +220,7 @@ def test_a_harness_killed_by_a_signal_says_it_was_the_code(monkeypatch):
     assert "not your fault" not in text and "killed" in text
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_a_reply_the_learner_forged_is_a_finding_not_a_crash_of_the_grader():
     """A "result" the learner's code wrote to the harness's pipe, without the fields a real one
     has, crashed the grader (KeyError, exit 1, no report). It is the case's finding now."""
@@ -236,15 +232,11 @@ def test_a_reply_the_learner_forged_is_a_finding_not_a_crash_of_the_grader():
     assert "could not be read" in render(report, "en")
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_a_whole_buffer_ring_that_sets_its_own_byte_counter_does_not_pass():
     """The sum is right (whole tensors passed around the ring, n-1 times), and it sets the
     counter a rank-side api once kept to a ring's amount. The router counts outside the rank:
     every case of 3 and 4 ranks fails on its bytes, the large ones included."""
-    try:
-        sandbox.check_available()
-    except sandbox.SandboxUnavailable as exc:
-        pytest.skip(f"no sandbox here: {exc.reason}")
     source = """
 import torch
 import torch.distributed as dist
@@ -356,7 +348,7 @@ def collect(other, state, flat):
 }
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 @pytest.mark.parametrize("channel", CHANNELS)
 def test_a_side_channel_between_ranks_is_refused_by_the_kernel(channel):
     """The ranks share the tmp folder and the loopback, so a ring could send a ring's amount
@@ -364,10 +356,6 @@ def test_a_side_channel_between_ranks_is_refused_by_the_kernel(channel):
     exactly that (without the rank's second seccomp filter each passes: the router's counts
     are a ring's). The filter refuses the file, the socket and the folder with EPERM, so the
     case crashes."""
-    try:
-        sandbox.check_available()
-    except sandbox.SandboxUnavailable as exc:
-        pytest.skip(f"no sandbox here: {exc.reason}")
     source = SIDE_CHANNEL.replace("{channel}", CHANNELS[channel])
     report = grade("ring-allreduce", source, case_ids={"w3-n1001-float32"})
     finding = _finding(report)
@@ -380,7 +368,7 @@ def test_a_side_channel_between_ranks_is_refused_by_the_kernel(channel):
 # Past the audit hook: processes, links, the plan as a file, the harness's /proc
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_a_process_started_past_the_audit_hook_is_refused_by_the_kernel():
     """``_posixsubprocess.fork_exec`` raises no audit event: a /bin/cat it started read the
     plan (this run's hidden cases) and the harness's environment. Each rank's own seccomp
@@ -413,7 +401,7 @@ print("FOUND", found)
     assert "FOUND {'input': ['submission.py'], 'spawn': 1, 'symlink': 1, 'link': 1}" in printed, printed
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_threads_still_work_under_the_ranks_filter():
     """The filter refuses clone without CLONE_THREAD only: a learner's thread (as gloo's own)
     still starts, and the reference passes beside it."""
@@ -430,7 +418,7 @@ print("THREAD", seen)
     assert "THREAD [0]" in case.output["0"], case
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_the_harness_memory_and_environment_are_not_readable_from_a_rank():
     """torch opens files in C++, past the guard's audit hook (``torch.from_file``); the
     harness process makes itself non-dumpable before forking the ranks, so its /proc files
@@ -591,7 +579,7 @@ def test_a_reader_that_stops_early_gets_no_traceback(args, tmp_path):
 # The trust design (docs/contributors/grading.md): nothing in a rank to find, no group to use
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_no_frame_of_any_thread_in_a_rank_holds_a_seed_the_plan_or_an_expected_value():
     """The second probe's thread trick: a worker thread runs ``sys._current_frames`` with no
     frame of the learner's file on its own stack, so the guard allows it, and every frame of
@@ -630,7 +618,7 @@ print("FOUND", sorted(found), len(seen))
     assert "FOUND [] " in printed, printed
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 @pytest.mark.parametrize("body", [
     # A gloo group of its own over TCP: the sealed filter refuses the socket.
     'dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29511", rank=dist.get_rank(),\n'
@@ -653,7 +641,7 @@ def test_a_collective_by_any_route_is_a_failure_never_a_pass(body):
     assert "passed" not in text.splitlines()[0].lower() or "0 of" in text
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_a_frame_forged_to_the_router_breaks_the_protocol_and_says_so():
     body = 'dist.send.__self__.channel.send({"t": "all_reduce", "id": 5, "dtype": "float32", "op": "sum"}, b"1234")'
     report = _grade(body + "\nimport time\ntime.sleep(1)")
@@ -664,7 +652,7 @@ def test_a_frame_forged_to_the_router_breaks_the_protocol_and_says_so():
     assert "asked the grader for dist.all_reduce" in render(report, "en")
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_a_rank_holds_no_process_group_at_all():
     """Review N-2: gloo's own all-reduce was reachable from a rank through dispatcher entry
     points the guard did not wrap, because the rank held a working process group. Now none
@@ -1056,17 +1044,13 @@ def ring_allreduce(tensor):
 """
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 @pytest.mark.parametrize("source, key", [(SIZE_ECHO_RAW, "protocol_message_size"),
                                          (SIZE_ECHO_META, "protocol_device")])
 def test_the_size_mismatch_cheat_fails_by_raw_frames_and_by_the_public_api(source, key):
     """H-1 as the probe ran it, on two ranks: every rank reads the other's input out of the
     router's size-mismatch answer and sums locally; a dummy message meets the bytes rule.
     Both passed before (the raw frames at 1,700 bytes a call, the meta tensors at 7)."""
-    try:
-        sandbox.check_available()
-    except sandbox.SandboxUnavailable as exc:
-        pytest.skip(f"no sandbox here: {exc.reason}")
     report = grade("ring-allreduce", source, case_ids={"w2-n5-float32"})
     finding = _finding(report)
     assert finding.check == "protocol" and finding.key == key, finding
@@ -1099,15 +1083,11 @@ def ring_allreduce(tensor):
 """
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_a_direct_reduce_scatter_and_all_gather_does_not_pass_as_a_ring():
     """Review I-1: it moves exactly a ring's bytes and passed 23/23. Its values and bytes still
     pass; its message pattern fails, naming the family, where it left the ring and its cost,
     and the report names the family beside the animation (none is drawn)."""
-    try:
-        sandbox.check_available()
-    except sandbox.SandboxUnavailable as exc:
-        pytest.skip(f"no sandbox here: {exc.reason}")
     report = grade("ring-allreduce", DIRECT, case_ids={"w3-n7-float32", "w4-n10-float32"})
     assert report.status == "failed" and report.error is None
     for case in report.cases:

@@ -19,11 +19,12 @@ import re
 import pytest
 import torch
 
-from labs.exercises import EXERCISES, REQUIRED_FOR_CERTIFICATE, grader, load, messages, reference
+from labs.exercises import EXERCISES, REQUIRED_FOR_CERTIFICATE, grader, load, messages
 from labs.exercises.report import GradeReport
 from labs.exercises.sharded_optimizer.exercise import fair_limit
 from tests.apptest import open_page
-from tests.test_exercises_more import FIXTURES, LANGS, ROOT, folder, keys, sandbox_mode, texts
+from tests.exercisepass import passing_report, sandbox_mode
+from tests.test_exercises_more import FIXTURES, LANGS, ROOT, folder, keys, texts
 from tests.test_exercises_router import ROOMY, Rank, frames, from_bytes, pump, routing, tensor_bytes
 from tests.test_terminology import LESSONS, findings, fixture_rules, report, rules_from, yaml_texts
 
@@ -290,8 +291,7 @@ def failing(report_: GradeReport) -> dict[str, list[str]]:
 
 @pytest.mark.slow
 def test_the_reference_passes_every_case_and_the_report_gives_the_bytes():
-    report_ = grade(reference(ID))
-    assert report_.status == "passed", report_.model_dump_json(indent=1)[:3000]
+    report_ = passing_report(ID, seed=SEED)  # asserts that it passed
     assert sorted(c.id for c in report_.cases) == sorted(c["id"] for c in load(ID).cases(SEED))
     for case in report_.cases:
         wire = next(f for f in case.findings if f.key == "zero_wire").values
@@ -335,7 +335,8 @@ def test_owners_that_disagree_between_ranks_are_named():
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_the_exercises_page_lists_it_and_opens_its_statement_and_starter(app_db, lang):  # noqa: ARG001
-    from tests.test_exercises_page import in_editor, learner
+    from tests.factories import learner
+    from tests.test_exercises_page import in_editor
     from tests.test_exercises_page import texts as page_texts
 
     at = open_page("exercises", lang, learner(), exercise=ID)

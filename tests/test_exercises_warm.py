@@ -17,9 +17,9 @@ import pytest
 
 from labs import exercises
 from labs.exercises import grader
-from tests.test_exercises import FIXTURES, ROOT, _sandbox_or_skip, failing
+from tests.test_exercises import FIXTURES, ROOT, failing
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.needs_sandbox  # slow, too
 
 
 def _same(value):
@@ -36,7 +36,6 @@ def _same(value):
 def test_warm_and_fresh_grade_one_submission_the_same(source):
     """The reference passes and a whole-buffer ring fails its bytes rule, warm as fresh:
     the same report, checks and findings, for the same seed."""
-    _sandbox_or_skip()
     text = exercises.reference("ring-allreduce") if source == "reference" else (FIXTURES / source).read_text()
     with grader.prestart("ring-allreduce") as warm:
         assert warm.started.alive() and list(warm.started.inputs.iterdir()) == [], \
@@ -53,7 +52,6 @@ def test_warm_and_fresh_grade_one_submission_the_same(source):
 def test_a_warm_grader_grades_one_job_from_stdin_and_exits(tmp_path):
     """``python -m labs.exercises warm``: one job line, the ``grade`` command's files and exit
     code; a second grader whose stdin closes with no job exits 3, its sandbox with it."""
-    _sandbox_or_skip()
     (tmp_path / "sub.py").write_text(exercises.reference("ring-allreduce"))
     out, events, log = tmp_path / "report.json", tmp_path / "events.jsonl", tmp_path / "run.log"
     job = {"argv": ["grade", "ring-allreduce", str(tmp_path / "sub.py"), "--json", "--events", str(events),

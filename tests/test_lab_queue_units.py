@@ -103,6 +103,11 @@ def test_the_stored_request_is_the_command_and_the_command_the_request(tmp_path)
     back = Request.from_argv(args[3:], Limits())  # the timeouts left to the command are its limits
     assert (back.run.timeout, back.run.hang_timeout) == (Limits().timeout_s, Limits().hang_timeout_s)
     assert dataclasses.replace(back, run=dataclasses.replace(back.run, timeout=None, hang_timeout=None)) == request
+    # a list the form offers (a multiselect) is one flag followed by its values, as argparse reads them
+    compression = Request.checked("compression", {"world_size": 2, "strategies": ["topk", "topk_ef"]}, Limits())
+    args = kinds.command(compression, tmp_path)
+    assert args[args.index("--strategies"):][:3] == ["--strategies", "topk", "topk_ef"]
+    assert Request.from_argv(args[3:], Limits()).params.strategies == ["topk", "topk_ef"]
 
 
 def test_a_multi_node_run_is_one_torchrun_line_per_node(tmp_path, monkeypatch):
@@ -129,6 +134,15 @@ def test_a_multi_node_run_is_one_torchrun_line_per_node(tmp_path, monkeypatch):
     assert args[prelude - 3:prelude] == ["--no-python", args[0], "-c"] and args[prelude + 1] == "ring"
     assert "runpy.run_module('labs'" in kinds.RANK_PRELUDE
     assert "--world-size" not in args and "--nodes" not in args and "--start" not in args and "--size" in args
+    # A rank of that line makes the same request again, its ranks per node and nodes torchrun's:
+    # a failing rank on the second node is one the run has.
+    from labs.settings import Limits
+
+    rank_argv = [*args[prelude + 1:], "--fail-rank", "5"]
+    for name, value in {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"}.items():
+        monkeypatch.setenv(name, value)
+    back = Request.from_argv(rank_argv, Limits())
+    assert (back.run.world_size, back.nodes, back.run.fail_rank, back.params.size) == (4, 2, 5, 64)
 
 
 # --------------------------------------------------------------------------

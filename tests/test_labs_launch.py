@@ -20,10 +20,6 @@ from labs.settings import Limits
 from tests.procs import gone
 
 
-def _gone(pid: int, wait: float = 5.0) -> bool:
-    return gone(pid, wait)
-
-
 def launch(lab: str, values: dict, **options):
     """``run_lab`` of the request ``values`` make for ``lab`` (its fields and `Run`'s, flat)."""
     request = Request.checked(lab, values)
@@ -32,7 +28,7 @@ def launch(lab: str, values: dict, **options):
 
 def _assert_no_orphans(outcome) -> None:
     assert outcome.pids, "the launcher should record its children"
-    assert all(_gone(pid) for pid in outcome.pids), outcome.pids
+    assert all(gone(pid) for pid in outcome.pids), outcome.pids
 
 
 def test_success_is_a_json_serialisable_result():

@@ -16,20 +16,13 @@ from app import charts, charts_ring, labviews
 from labs import context
 from labs.ring import ringtrace
 from tests.apptest import MAIN, login_token, open_page, record_cadence
+from tests.factories import wait_for_run
 from tests.procs import gone, lab_pids
 
 LABELS = {k: k for k in ["rank", "chunk", "holds", "start", "play", "pause", "step", "reduce-scatter",
                          "all-gather", "phase", "sends"]}
 
 
-def wait(run_id: int, timeout: float = 90) -> str:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        status = labruns.get_run(run_id).status
-        if status not in ("queued", "running"):
-            return status
-        time.sleep(0.2)
-    raise AssertionError(f"run {run_id} did not finish")
 
 
 def open_labs(lang: str = "en") -> AppTest:
@@ -68,7 +61,7 @@ def test_page_runs_the_default_three_rank_ring_and_shows_the_animation():
 def test_animation_replays_a_real_four_rank_trace(algo):
     run_id = labruns.submit(lab="ring", params={"world_size": 4, "size": 4 * 1001, "algo": algo},
                             learner_id=None, machine={})
-    assert wait(run_id) == "done"
+    assert wait_for_run(run_id, poll=0.2, reap=True).status == "done"
     summary = labruns.get_run(run_id).result["summary"]
     assert summary["correct"]
     steps, durations = ringtrace.trace_steps(summary["traces"])
@@ -95,7 +88,7 @@ def test_animation_replays_a_real_four_rank_trace(algo):
 def test_naive_animation_moves_whole_buffers_as_the_real_trace_says():
     run_id = labruns.submit(lab="ring", params={"world_size": 4, "size": 4 * 1001, "algo": "naive"},
                             learner_id=None, machine={})
-    assert wait(run_id) == "done"
+    assert wait_for_run(run_id, poll=0.2, reap=True).status == "done"
     summary = labruns.get_run(run_id).result["summary"]
     assert summary["correct"]
     steps, durations = ringtrace.trace_steps(summary["traces"])
@@ -147,9 +140,9 @@ def test_second_lab_waits_its_turn_and_cancel_leaves_no_process(shared_lab_worke
     assert labqueue.queue_position(second) == 1
     assert pids, "the hanging lab has live processes"
     labqueue.request_cancel(hang)
-    assert wait(hang) == "cancelled"
+    assert wait_for_run(hang, poll=0.2, reap=True).status == "cancelled"
     assert all(gone(pid) for pid in pids), "every process of the cancelled lab has exited"
-    assert wait(second) == "done"
+    assert wait_for_run(second, poll=0.2, reap=True).status == "done"
 
 
 @pytest.mark.usefixtures("shared_lab_worker")
@@ -157,7 +150,7 @@ def test_injected_crash_shows_a_message_naming_the_rank():
     at = open_labs("en")
     run_id = labruns.submit(lab="ring", params={"world_size": 2, "fail_mode": "crash", "fail_rank": 1,
                                                 "fail_at_step": 1}, learner_id=None, machine={})
-    assert wait(run_id) == "failed"
+    assert wait_for_run(run_id, poll=0.2, reap=True).status == "failed"
     at.session_state["lab_run_id"] = run_id
     at.run()
     errors = [e.value for e in at.error]
@@ -199,7 +192,7 @@ def test_a_running_lab_comes_back_after_a_refresh():
         assert [b for b in at.button if b.label == i18n.t("labs.cancel", "en")]
     finally:
         labqueue.request_cancel(run_id)
-        assert wait(run_id) == "cancelled"
+        assert wait_for_run(run_id, poll=0.2, reap=True).status == "cancelled"
 
 
 def test_a_run_is_looked_at_fast_while_live_and_slowly_while_it_waits():

@@ -26,6 +26,7 @@ from labs.launch import run_lab
 from labs.params import Run
 from labs.ring import allreduce
 from labs.ring import lab as ring
+from tests.procs import gone
 
 CASE_TIMEOUT_S = 60
 
@@ -334,13 +335,6 @@ def test_ring_on_nccl_single_gpu():
     assert result.backend == "nccl" and result.summary["correct"]
 
 
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return True
-    return state in ("Z", "X")  # dead, waiting to be reaped
 
 
 def test_pool_helper_cleans_up():
@@ -349,7 +343,7 @@ def test_pool_helper_cleans_up():
     assert p.run({"numel": 5, "dtype": "int64", "op": "sum", "algo": "ring", "layout": "flat",
                   "seed": 1})[0]["ok"]
     p.close()
-    assert all(_gone(pid) for pid in pids)
+    assert all(gone(pid, wait=0) for pid in pids)
 
 
 def test_a_ring_run_says_what_it_does_before_and_after_its_steps_and_its_work_is_all_of_it():

@@ -123,6 +123,7 @@ def test_chrome_trace_has_a_process_per_variant_and_rank_and_a_thread_per_kind(t
     assert {e["args"]["name"] for e in one if e["name"] == "process_name"} == {"naive rank 1", "ddp rank 1"}
 
 
+@pytest.mark.slow  # a lab on two ranks
 def test_the_cli_writes_a_trace_per_rank_and_ddp_overlaps_where_naive_cannot(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "labs", "ddp", "--world-size", "2", "--sections", "timeline",
                            "--trace", str(tmp_path), "--json"], cwd=ROOT, capture_output=True, text=True,

@@ -42,6 +42,7 @@ from academy import exercises
 from academy.labruns.queue import nodes_of
 from academy.models import TERMINAL, LabRun
 from academy.settings import get_settings
+from labs.processes import RANK_PRELUDE
 from labs.reports import TOO_LARGE
 from labs.request import Request
 
@@ -94,13 +95,8 @@ def load_labs() -> None:
 
 JOIN_GRACE_S = 15  # torchrun's rendezvous timeout, beyond the worker's own wait for nodes
 
-# Each rank of a multi-node run is ``python -m labs`` run by this line, which first
-# asks the kernel to SIGKILL it when its torchrun dies: torchrun starts ranks in
-# sessions of their own, so without this a worker killed with ``kill -9`` (its
-# torchrun dies with it) would leave ranks running against the other nodes.
-RANK_PRELUDE = ("import ctypes, runpy, signal; "
-                "ctypes.CDLL('libc.so.6').prctl(1, signal.SIGKILL); "  # PR_SET_PDEATHSIG
-                "runpy.run_module('labs', run_name='__main__', alter_sys=True)")
+# Each rank of a multi-node run is ``python -m labs`` run by labs.processes.RANK_PRELUDE,
+# which dies with its torchrun (a worker killed with ``kill -9`` takes its torchrun along).
 
 
 def torchrun_command(request: Request, workdir: Path, *, run_id: int) -> list[str]:
@@ -113,7 +109,7 @@ def torchrun_command(request: Request, workdir: Path, *, run_id: int) -> list[st
     comes first and names the cause; torchrun's timeout is for nodes that
     were all taken yet cannot meet (an unreachable endpoint). The request's
     ``world_size`` is ranks per node, torchrun's to give, as is how they start. The ranks are
-    ``python -m labs LAB ...`` behind :data:`RANK_PRELUDE`; the one that gets
+    ``python -m labs LAB ...`` behind ``labs.processes.RANK_PRELUDE``; the one that gets
     global rank 0 writes the events and result.json in its node's workdir.
     """
     settings = get_settings()

@@ -19,7 +19,7 @@ from academy.db import session_scope
 from academy.labruns import pages as labruns
 from academy.labruns import queue as labqueue
 from academy.models import ACTIVE
-from app import charts_ring, labviews, ui
+from app import charts_ring, labviews, topology, ui
 from app.widgets import chart, lang, ring_labels
 from labs.exercises import patterns
 from labs.ring.lab import DTYPES
@@ -303,6 +303,7 @@ def report(run) -> None:  # a LabRun
                     st.code(output, language=None)
     ring(res.trace or {}, res.pattern, run.id, exercise)
     labviews.bucket_timeline(res.trace or {}, run.id)
+    topology.exercise_clock(res.trace or {}, run.id)
 
 
 run_id = state.get(f"ex_run_{current}")

@@ -60,10 +60,14 @@ def plan(exercise, seed: int, case_timeout_s: float, case_ids=None) -> dict:
             "groups": [{"world_size": w, "cases": cs} for w, cs in sorted(groups.items())]}
 
 
-def harness_args(exercise, sizes: list[int]) -> list[str]:
-    """The harness's arguments: one world size per group (it forks their ranks before it
-    reads the plan), then the modules to import before forking."""
-    return [str(w) for w in sizes] + [f"--preload={module}" for module in getattr(exercise, "PRELOAD", ())]
+def harness_args(exercise, groups: list[dict]) -> list[str]:
+    """The harness's arguments: one world size per group of the plan (it forks their ranks
+    before it reads the plan), then the modules to import before forking. An exercise whose
+    cases kill their ranks and restart them (``RESTARTS``) has the harness fork a fresh set
+    of ranks per case beside the first: ``WxL``, L sets of W ranks."""
+    restarts = getattr(exercise, "RESTARTS", False)
+    sizes = [f"{g['world_size']}x{len(g['cases']) + 1}" if restarts else str(g["world_size"]) for g in groups]
+    return sizes + [f"--preload={module}" for module in getattr(exercise, "PRELOAD", ())]
 
 
 @dataclass
@@ -95,10 +99,10 @@ def prestart(exercise_id: str, *, case_timeout_s: float = CASE_TIMEOUT_S) -> Ite
     a plan of other sizes is graded without the warm sandbox.
     """
     exercise = load(exercise_id)
-    sizes = sorted({case["world_size"] for case in exercise.cases(0)})
+    groups = plan(exercise, 0, case_timeout_s)["groups"]
     chosen = sandbox.mode()
-    args = harness_args(exercise, sizes)
-    with sandbox.start_python("harness", args, limits=run_limits(len(sizes), case_timeout_s),
+    args = harness_args(exercise, groups)
+    with sandbox.start_python("harness", args, limits=run_limits(len(groups), case_timeout_s),
                               mode=chosen) as started:
         yield Warm(exercise_id, args, case_timeout_s, chosen, started)
 
@@ -167,8 +171,8 @@ def _case_entry(exercise, event: dict) -> tuple[CaseReport, list[dict] | None]:
         output = {str(r["rank"]): r["output"] for r in event["ranks"] if r.get("output")} \
             if event["status"] != "not_run" else {}
         return CaseReport(id=case["id"], status=status, world_size=case["world_size"], size=_numel(case),
-                          shape=case["shape"], dtype=case["dtype"], src=case.get("src"), findings=findings,
-                          output=output, **more)
+                          shape=case["shape"], dtype=case["dtype"], src=case.get("src"), nodes=case.get("nodes"),
+                          findings=findings, output=output, **more)
 
     def stopped(check: str, key: str, values: dict, **more) -> Finding:
         return Finding(check=check, passed=False, key=key, values=values, **more)
@@ -181,9 +185,13 @@ def _case_entry(exercise, event: dict) -> tuple[CaseReport, list[dict] | None]:
         # ``result`` is what the learner's process returned; ``sent``, ``received`` and
         # ``calls`` are the router's record, made outside it (runtime/router.py).
         try:
+            # ``calls_before``: the router's record of the ranks the harness killed in this case
+            # (save-and-resume), before it restarted them; None where it killed none.
             ranks = [{"rank": r["rank"], "expected": r["expected"], "result": r["reply"]["result"],
                       "sent": r["traffic"]["sent"], "received": r["traffic"]["received"],
-                      "calls": r["traffic"]["calls"]} for r in event["ranks"]]
+                      "sent_by_link": r["traffic"].get("sent_by_link"),  # with a node map only
+                      "calls": r["traffic"]["calls"],
+                      "calls_before": (r["traffic"].get("before") or {}).get("calls")} for r in event["ranks"]]
             findings = [Finding.model_validate(f) for f in exercise.check(case, ranks)]
         except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError) as exc:
             return entry("failed", [stopped("reply", "reply_unreadable",
@@ -267,7 +275,9 @@ def grade(exercise_id: str, source: str, *, seed: int | None = None, mode: str |
     t0 = time.perf_counter()
     exercise = load(exercise_id)
     chosen = mode or sandbox.mode()
-    error = static_error(source, exercise.FUNCTION)
+    error = None
+    for function in (exercise.FUNCTION, *getattr(exercise, "ALSO_FUNCTIONS", ())):
+        error = error or static_error(source, function)
     if error is not None:
         return _report(exercise_id, error=error, duration=time.perf_counter() - t0, mode=chosen)
     try:
@@ -303,7 +313,7 @@ def grade(exercise_id: str, source: str, *, seed: int | None = None, mode: str |
         elif kind == "done":
             done = True
 
-    args = harness_args(exercise, [group["world_size"] for group in the_plan["groups"]])
+    args = harness_args(exercise, the_plan["groups"])
     if warm is not None and limits is None and warm.started.alive() \
             and (warm.exercise, warm.args, warm.case_timeout_s, warm.mode) == (exercise_id, args, case_timeout_s, chosen):
         # The warm harness has waited on its stdin since its ranks were forked: the

@@ -76,6 +76,7 @@ class CaseReport(_Model):
     shape: list[int] | None = Field(None, exclude_if=_absent)  # a slimmed report drops it
     dtype: str
     src: int | None = Field(None, exclude_if=_absent)  # broadcast: the rank the tensor comes from
+    nodes: list[list[int]] | None = Field(None, exclude_if=_absent)  # hierarchical-allreduce: its node map
     findings: list[Finding] = []
     output: dict[str, str] = {}  # each rank's prints (by rank, as text), capped by the harness
     waiting: list[dict[str, Any]] | None = Field(None, exclude_if=_absent)  # a deadlock's blocked calls

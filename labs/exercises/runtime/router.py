@@ -47,10 +47,29 @@ The bounds come per case from the exercise's driver (``driver.bounds``, in
 the harness, from the case alone). What is left to a rank is when its
 calls complete (timing): a few bits per case, never a pass.
 
+Three more calls serve the save-and-resume exercise, whose driver (not the
+learner's code) makes them, and keep the property:
+
+- ``checkpoint_put`` stores the rank's checkpoint (bytes) here, at most
+  ``Bounds.checkpoint_bytes`` (more ends the case: the checkpoint folder is
+  bounded); ``checkpoint_get`` answers the rank with what *its own rank*
+  stored last in this case, which the harness carries over when it kills a
+  case's ranks and restarts them (`carry`): a rank's own frames, nothing else.
+- ``fetch`` answers the rows of the case's data set (``reset``'s ``data``,
+  made by the harness) at the indices the rank named, at most
+  ``Bounds.fetch_rows`` of them: the data feeder, so the record of which
+  samples each rank drew is the router's, not the rank's word.
+- with ``Bounds.hold_step`` set, a rank that marks that step (``mark``) is
+  held: nothing it writes afterwards is done or answered, so it blocks at
+  its next call, and the harness kills it there (``harness._restart``).
+
 Everything the grade rests on is recorded here, outside the learner's
 processes: per rank the bytes it sent and received, and a record per call
 (``op``, ``peer``, ``bytes``, ``tag``, the order, ``t_start`` when the router
-got it and ``t_end`` when it completed). A rank's word is taken only for
+got it and ``t_end`` when it completed); with a node map for the case
+(``Bounds.node_of``, the harness's), each send's class of link (``link``:
+"intra" inside a node, "inter" between nodes) and each rank's bytes per
+class. A rank's word is taken only for
 what the report shows and the grade does not depend on: which call it is
 blocked in (``wait``), the chunk a sent tensor is (the animation's label),
 whether a call was made inside backward, when it made an all-reduce
@@ -78,6 +97,7 @@ DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "
 REDUCE_OPS = ("sum", "avg", "max", "min", "product")
 P2P = ("send", "isend", "recv", "irecv")
 COLLECTIVE = ("all_reduce", "broadcast", "all_gather", "barrier")
+STORE = ("fetch", "checkpoint_put", "checkpoint_get")  # the save-and-resume driver's (see above)
 
 
 @dataclass(frozen=True)
@@ -87,11 +107,18 @@ class Bounds:
     ``message_bytes``: the most one message, receive or collective tensor may carry;
     ``tags``: the tags allowed are ``0 .. tags - 1``; ``empty_messages``: whether a
     point-to-point message of zero bytes is allowed (a ring over a tensor that splits
-    into an empty chunk needs one)."""
+    into an empty chunk needs one); ``node_of``: the node of each rank, where the case
+    has a node map (the harness's, from the case; never a rank's)."""
 
     message_bytes: int
     tags: int
     empty_messages: bool = False
+    # The node of each rank, for an exercise with a node map (hierarchical-allreduce): each
+    # send is then recorded as staying inside a node or crossing ("link"), and counted per class.
+    node_of: tuple[int, ...] | None = None
+    checkpoint_bytes: int = 0  # the most one rank's checkpoint may hold (0: no checkpoint store)
+    fetch_rows: int = 0  # the most rows one fetch may name (0: no data feeder)
+    hold_step: int | None = None  # a rank that marks this step is held (killed by the harness)
 
 
 class ProtocolError(ValueError):
@@ -150,13 +177,21 @@ class Router:
 
     # -- per case
 
-    def reset(self, bounds: Bounds | None) -> None:
+    def reset(self, bounds: Bounds | None, data: tuple[list[bytes], list[bytes]] | None = None) -> None:
         """Forget the last case's calls (counts, records, whatever was left waiting) and
-        start the next one under ``bounds``; None: no case runs, and any call ends it."""
+        start the next one under ``bounds``; None: no case runs, and any call ends it.
+        ``data``: the rows a ``fetch`` answers with, each row's bytes (inputs, labels)."""
         w = self.world
         self.bounds = bounds
+        self.data = data
+        self.store: list[bytes | None] = [None] * w  # each rank's last checkpoint in this case
+        self.held = [False] * w
         self.failure: dict | None = None  # {"key", "values"}: the case's protocol failure
         self.sent, self.received = [0] * w, [0] * w
+        self.node_of = bounds.node_of if bounds is not None else None
+        if self.node_of is not None and len(self.node_of) != w:
+            raise ValueError(f"a node map must name the node of each of the {w} ranks")
+        self.sent_by: list[dict[str, int]] = [{"intra": 0, "inter": 0} for _ in range(w)]
         self.calls: list[list[dict]] = [[] for _ in range(w)]
         self.ops: list[dict[int, dict]] = [{} for _ in range(w)]  # id -> record, per rank
         self.in_flight = [0] * w
@@ -165,9 +200,17 @@ class Router:
         self.collective: list[list[dict]] = [[] for _ in range(w)]  # collectives, in call order
         self.waiting: list[dict | None] = [None] * w
 
+    def carry(self, other: Router) -> None:
+        """Take ``other``'s checkpoints of this case: the ranks that restart a killed case's ranks."""
+        self.store = list(other.store)
+
     def traffic(self, rank: int) -> dict:
-        """What the router saw of ``rank`` in this case: the grade's only source of counts."""
-        return {"sent": self.sent[rank], "received": self.received[rank], "calls": self.calls[rank]}
+        """What the router saw of ``rank`` in this case: the grade's only source of counts. With a
+        node map, also the bytes its sends carried inside its node and to other nodes."""
+        seen = {"sent": self.sent[rank], "received": self.received[rank], "calls": self.calls[rank]}
+        if self.node_of is not None:
+            seen["sent_by_link"] = dict(self.sent_by[rank])
+        return seen
 
     def finish(self) -> dict | None:
         """The end of a case every rank returned from: a receive, send or collective that
@@ -268,7 +311,9 @@ class Router:
 
     def _handle(self, rank: int, header: dict, payload: bytes) -> None:
         kind = header.get("t")
-        if kind in P2P or kind in COLLECTIVE:
+        if self.held[rank]:
+            return  # held for the kill: nothing it writes is done or answered
+        if kind in P2P or kind in COLLECTIVE or kind in STORE:
             if self.failure is None:  # after a failure the case is over: nothing more is done
                 self._call(rank, kind, header, payload)
         elif kind == "wait":
@@ -282,7 +327,11 @@ class Router:
         elif kind == "unwait":
             self.waiting[rank] = None
         elif kind == "mark":
-            self._record(rank, {"op": "step", "step": _int(header, "step", low=0, high=1 << 20)})
+            step = _int(header, "step", low=0, high=1 << 20)
+            self._record(rank, {"op": "step", "step": step})
+            hold = self.bounds.hold_step if self.bounds is not None else None
+            if hold is not None and step >= hold:
+                self.held[rank] = True
         elif isinstance(kind, str) and payload == b"":
             self.inbox[rank].append(header)  # the harness's business: ready, result, crash...
         else:
@@ -332,8 +381,37 @@ class Router:
             self._send(rank, kind, op_id, header, payload, hint_bw)
         elif kind in ("recv", "irecv"):
             self._recv(rank, kind, op_id, header, hint_bw)
+        elif kind in STORE:
+            self._store(rank, kind, op_id, header, payload)
         else:
             self._collective(rank, kind, op_id, header, payload, hint_bw)
+
+    def _store(self, rank: int, kind: str, op_id: int, header: dict, payload: bytes) -> None:
+        """A checkpoint kept or given back (this rank's own), or rows of the case's data."""
+        rec = {"op": kind, "peer": None, "bytes": len(payload), "chunk": None, "in_backward": False}
+        if kind == "checkpoint_put":
+            if len(payload) > self.bounds.checkpoint_bytes:
+                raise ProtocolError("protocol_checkpoint_size", rank=rank, bytes=len(payload),
+                                    limit=self.bounds.checkpoint_bytes)
+            self.store[rank] = payload
+            answer = b""
+        elif payload:
+            raise ProtocolError("protocol_frame")
+        elif kind == "checkpoint_get":
+            answer = self.store[rank] or b""
+            rec["bytes"] = len(answer)
+        else:  # fetch
+            rows = header.get("idx")
+            if self.data is None or not isinstance(rows, list) or not 0 < len(rows) <= self.bounds.fetch_rows:
+                raise ProtocolError("protocol_frame")
+            inputs, labels = self.data
+            if any(not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < len(inputs) for i in rows):
+                raise ProtocolError("protocol_frame")
+            answer = b"".join(inputs[i] for i in rows) + b"".join(labels[i] for i in rows)
+            rec.update(indices=list(rows), bytes=len(answer))
+        self.ops[rank][op_id] = self._record(rank, rec)
+        rec["t_end"] = time.perf_counter()
+        self.send_to(rank, {"t": "done", "id": op_id}, answer)
 
     def _send(self, rank: int, kind: str, op_id: int, header: dict, payload: bytes, hint_bw: bool) -> None:
         peer = _int(header, "dst", low=0, high=self.world - 1)
@@ -349,6 +427,9 @@ class Router:
         rec = self._record(rank, {"op": kind, "peer": peer, "bytes": len(payload), "chunk": chunk,
                                   "tag": tag, "in_backward": hint_bw})
         self.sent[rank] += len(payload)
+        if self.node_of is not None:  # the class of link this send took, from the harness's map
+            rec["link"] = "intra" if self.node_of[rank] == self.node_of[peer] else "inter"
+            self.sent_by[rank][rec["link"]] += len(payload)
         self.in_flight[rank] += len(payload)
         if self.in_flight[rank] > MAX_IN_FLIGHT:
             raise ProtocolError("protocol_in_flight", limit=MAX_IN_FLIGHT)
