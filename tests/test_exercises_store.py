@@ -118,6 +118,9 @@ HIDDEN = "# -*- coding: utf-7 -*-\ndef broadcast(tensor, src):\n    return tenso
     ("\ufeff# coding: cp1252\n", "cp1252"),  # a UTF-8 BOM is fine, a cookie against it is not
     ("# coding: no-such-codec\n", "no-such-codec"),  # Python would refuse it too
     (HIDDEN.encode("utf-8"), "utf-7"),  # an upload
+    # A lone CR ends a line for Python (review 2026-12-04 L-1): these cookies are on line 2.
+    ("\r# coding: utf-7\ndef broadcast(tensor, src):\n    return tensor\n", "utf-7"),
+    (b"#!/usr/bin/env python\r# coding: latin-1\rx = 1\r", "latin-1"),
     (codecs.BOM_UTF16_LE + "x = 1\n".encode("utf-16-le"), "UTF-16"),
     (codecs.BOM_UTF16_BE + "x = 1\n".encode("utf-16-be"), "UTF-16"),
     (codecs.BOM_UTF32_LE + "x = 1\n".encode("utf-32-le"), "UTF-32"),
@@ -140,6 +143,7 @@ def test_a_declared_encoding_other_than_utf8_is_refused_before_anything_is_store
     "\ufeffx = 1\n",  # a UTF-8 BOM
     b"\xef\xbb\xbf# coding: utf-8\nx = 1\n",
     "x = 1\n# coding: latin-1\n",  # after a line of code it is a comment, for Python too
+    "x = 1\r# coding: latin-1\r",  # the same with the lines ended by CRs
 ])
 def test_utf8_declared_or_not_is_accepted(db, source):
     me = learner(db)

@@ -158,7 +158,10 @@ def cmd_grade(args, warm=None) -> int:
     from labs.exercises.grader import grade
 
     try:
-        source = args.file.read_text(encoding="utf-8")
+        # Bytes, as the sandbox gets them: read as text, the file's lone CRs became LFs, so the
+        # checks saw other lines than Python runs (review 2026-12-04 L-1). UTF-8 or refused.
+        source = args.file.read_bytes()
+        source.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         print(messages.text("file_unreadable", args.lang, path=str(args.file), reason=str(exc)), file=sys.stderr)
         return 2

@@ -114,8 +114,11 @@ def run_limits(groups: int, case_timeout_s: float) -> sandbox.Limits:
     return operator.model_copy(update=fitted)
 
 
-def static_error(source: str, function: str) -> dict | None:
+def static_error(source: str | bytes, function: str) -> dict | None:
     """``source_encoding``, ``syntax_error`` or ``missing_function``, found without running anything; None when fine.
+
+    ``source`` is best given as the bytes the sandbox will run: ``ast.parse`` then reads
+    them as Python does (byte order mark, coding cookie, every kind of line end).
 
     ``function`` is what the exercise asks for: a function, or a class (bucketed-overlap's
     ``Bucketer``), defined, assigned or imported at the top level."""
@@ -249,10 +252,13 @@ def _error_from_event(event: dict) -> dict:
     return {"key": key, "values": {}}
 
 
-def grade(exercise_id: str, source: str, *, seed: int | None = None, mode: str | None = None,
+def grade(exercise_id: str, source: str | bytes, *, seed: int | None = None, mode: str | None = None,
           case_timeout_s: float = CASE_TIMEOUT_S, limits: sandbox.Limits | None = None,
           case_ids=None, on_event: Callable[[dict], None] | None = None, warm: Warm | None = None) -> dict:
     """Grade ``source`` for ``exercise_id``; the report (see the module docstring).
+
+    ``source``: the file's bytes (a ``str`` is taken as its UTF-8), checked here and
+    run in the sandbox byte for byte, with no newline translation between the two.
 
     ``on_event`` gets ``{"kind": "progress", "step": k, "total_steps": n,
     "case": id, "status": ...}`` as each case finishes (the CLI's --events).
@@ -267,6 +273,7 @@ def grade(exercise_id: str, source: str, *, seed: int | None = None, mode: str |
     t0 = time.perf_counter()
     exercise = load(exercise_id)
     chosen = mode or sandbox.mode()
+    source = source.encode("utf-8", "surrogatepass") if isinstance(source, str) else bytes(source)
     error = static_error(source, exercise.FUNCTION)
     if error is not None:
         return _report(exercise_id, error=error, duration=time.perf_counter() - t0, mode=chosen)
@@ -307,7 +314,7 @@ def grade(exercise_id: str, source: str, *, seed: int | None = None, mode: str |
             and (warm.exercise, warm.args, warm.case_timeout_s, warm.mode) == (exercise_id, args, case_timeout_s, chosen):
         # The warm harness has waited on its stdin since its ranks were forked: the
         # submission goes in first, then the plan (the ranks open the file once told to).
-        warm.started.put("submission.py", source.encode())
+        warm.started.put("submission.py", source)
         outcome = warm.started.run(stdin=json.dumps(the_plan).encode(), on_line=on_line)
     else:
         limits = limits or run_limits(len(the_plan["groups"]), case_timeout_s)
@@ -316,7 +323,7 @@ def grade(exercise_id: str, source: str, *, seed: int | None = None, mode: str |
             # opened by a route the guard misses; the harness reads the pipe before
             # any learner code exists.
             # The world sizes go as arguments: the harness forks every rank before it reads the plan.
-            outcome = sandbox.run_python("harness", args, files={"submission.py": source.encode()},
+            outcome = sandbox.run_python("harness", args, files={"submission.py": source},
                                          stdin=json.dumps(the_plan).encode(),
                                          limits=limits, mode=chosen, on_line=on_line)
         except sandbox.SandboxUnavailable as exc:
