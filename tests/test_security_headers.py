@@ -56,6 +56,18 @@ async def _plain_app(_scope, _receive, send) -> None:
     ("null", [], False),
     ("https://academy.example.org", ["https://academy.example.org"], True),  # a proxy that rewrites Host
     ("https://academy.example.org:8443", ["https://academy.example.org"], False),
+    ("https://academy.example.org:443", ["https://academy.example.org"], True),  # the same origin, spelt out
+    ("http://academy.example.org", ["https://academy.example.org"], False),  # another scheme, another origin
+    # Review 2026-12-04 I-4: the scheme counts, and an Origin is scheme://host[:port] and nothing more.
+    ("https://127.0.0.1:8611", [], False),  # https against an http page
+    ("ws://127.0.0.1:8611", [], False),
+    ("http://127.0.0.1:8611/", [], False),
+    ("http://127.0.0.1:8611/path", [], False),
+    ("http://127.0.0.1:8611 ", [], False),
+    (" http://127.0.0.1:8611", [], False),
+    ("http://me@127.0.0.1:8611", [], False),
+    ("http://127.0.0.1:8611?x", [], False),
+    ("http://127.0.0.1:86111", [], False),
 ])
 def test_a_websocket_from_another_origin_is_refused_before_streamlit_sees_it(origin, allowed, passes):
     """N-12: Streamlit let any port of localhost/127.0.0.1 open the websocket and looked up its
@@ -86,6 +98,24 @@ def test_a_websocket_from_another_origin_is_refused_before_streamlit_sees_it(ori
         config.set_option("server.corsAllowedOrigins", before)
     assert reached == (["websocket"] if passes else [])
     assert sent == ([] if passes else [{"type": "websocket.close", "code": 1008}])
+
+
+def test_the_pages_scheme_is_https_behind_tls_or_with_an_https_public_url(monkeypatch):
+    """Behind a proxy that ends TLS the socket is plain ws, yet the page was https: with
+    PUBLIC_URL https only an https Origin is the page's own (an http page of the same host is not)."""
+    from academy.settings import get_settings
+
+    assert web.page_scheme({"scheme": "ws"}) == "http" and web.page_scheme({"scheme": "wss"}) == "https"
+    monkeypatch.setenv("PUBLIC_URL", "https://academy.example.org")
+    get_settings.cache_clear()
+    try:
+        assert web.page_scheme({"scheme": "ws"}) == "https"
+        assert web.origin_allowed("https://academy.example.org", "academy.example.org", scheme="https")
+        assert not web.origin_allowed("http://academy.example.org", "academy.example.org", scheme="https")
+        assert not web.origin_allowed("http://academy.example.org:443", "academy.example.org", scheme="https")
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
 
 
 def test_allowed_origins_are_set_explicitly():
