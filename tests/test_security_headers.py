@@ -271,6 +271,44 @@ def test_metrics_endpoint_is_not_public(server):
         assert resp.status == 200 and resp.headers["X-Content-Type-Options"] == "nosniff"
 
 
+def test_websocket_messages_are_capped_at_a_few_megabytes(server):
+    """Review 2026-12-04 L-2: one 150 MB message cost the server 300 MB before it was refused.
+    ``server.maxMessageSize`` (megabytes) bounds it: room for the largest message a learner
+    sends (a 64 KiB exercise source), and a larger one is refused by its frame's header alone:
+    the server answers 1009 before a byte of the rest has come (at 200 MB it waited for it)."""
+    import base64
+    import os
+    import socket
+    import struct
+    from urllib.parse import urlsplit
+
+    from streamlit import config
+
+    from academy.models import EXERCISE_SOURCE_MAX
+
+    limit = config.get_option("server.maxMessageSize") * 10**6
+    assert 8 * EXERCISE_SOURCE_MAX < limit <= 8 * 10**6
+    where = urlsplit(server.url)
+    with socket.create_connection((where.hostname, where.port), timeout=30) as sock:
+        key = base64.b64encode(os.urandom(16)).decode()
+        sock.sendall((f"GET /_stcore/stream HTTP/1.1\r\nHost: {where.netloc}\r\nUpgrade: websocket\r\n"
+                      f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                      f"Sec-WebSocket-Protocol: streamlit\r\nOrigin: {server.url}\r\n\r\n").encode())
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            answer += sock.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 101"), answer[:200]
+        # A binary frame that declares a length one byte over the limit, and 1 KiB of it.
+        sock.sendall(struct.pack("!BBQ", 0x82, 0x80 | 127, limit + 1) + os.urandom(4) + b"\0" * 1024)
+        frame = answer.split(b"\r\n\r\n", 1)[1]
+        while len(frame) < 4:
+            chunk = sock.recv(4096)
+            assert chunk, "closed without a close frame"
+            frame += chunk
+    assert frame[0] == 0x88, frame[:20]  # a close frame...
+    assert struct.unpack("!H", frame[2:4])[0] == 1009  # ...saying "message too big"
+
+
 EDITOR_FONT = "https://fonts.googleapis.com/css2?family=Source+Code+Pro"
 
 
