@@ -261,6 +261,10 @@ class Certificate(SQLModel, table=True):
     # migration 0011): a look-up that finds it right needs no Ed25519 verify
     # (certificates/verify.py says why that is safe). None on rows issued before.
     check_mac: str | None = Field(default=None, max_length=64)
+    # The same key's HMAC of the revocation state (revoked_at, revoked_reason, replaced_by,
+    # show_replacement: ``signing.status_check``, migration 0012), written with every change of
+    # it: a look-up that finds it wrong does not trust the row's status (review 2026-12-04 I-3).
+    status_mac: str | None = Field(default=None, max_length=64)
     issued_at: datetime = Field(default_factory=utcnow)
     revoked_at: datetime | None = None
     revoked_reason: str | None = Field(default=None, max_length=500)

@@ -39,6 +39,7 @@ from typing import Any
 from sqlmodel import Session, col, select
 
 from academy.models import Certificate
+from certificates.verify import status_trusted
 
 LIST_SIZE = 131_072  # bits: the Bitstring Status List minimum (16 KiB)
 LIST_PATH = "/status/1"
@@ -93,14 +94,14 @@ def draw_index(session: Session) -> int:
 
 
 def revoked_indexes(session: Session) -> list[int]:
-    return list(
-        session.exec(
-            select(Certificate.status_index).where(
-                col(Certificate.status_index).is_not(None),
-                col(Certificate.revoked_at).is_not(None),
-            )
-        ).all()
-    )
+    """The bits to set: revoked certificates, and those whose revocation state is not the one
+    this server wrote (``verify.status_trusted``: a database writer cleared ``revoked_at``)."""
+    rows = session.exec(
+        select(Certificate.status_index, Certificate.id, Certificate.revoked_at, Certificate.revoked_reason,
+               Certificate.replaced_by, Certificate.show_replacement, Certificate.status_mac)
+        .where(col(Certificate.status_index).is_not(None))
+    ).all()
+    return [row.status_index for row in rows if row.revoked_at is not None or not status_trusted(row.id, row)]
 
 
 def encode(indexes: list[int], size: int = LIST_SIZE) -> str:
