@@ -109,8 +109,9 @@ class Settings(BaseSettings):
     # Warm lab processes per worker (PyTorch imported, academy.labpool): a single-node
     # CPU lab starts in one without a fresh import; 0 turns them off. Fewer when memory is short.
     lab_warm_pool: int = Field(default=1, ge=0, le=8)
-    # Warm graders per worker (academy.labpool.GraderPool): an exercise's sandbox started
-    # ahead, each graded one submission and then discarded; 0 turns them off. Fewer when memory is short.
+    # Warm graders per worker (academy.labpool.GraderPool): a sandbox started ahead up to the
+    # point where the exercise is chosen, so it grades any exercise; each grades one
+    # submission and is then discarded; 0 turns them off. Fewer when memory is short.
     lab_warm_exercises: int = Field(default=1, ge=0, le=8)
     # Coding exercises (issue #16): how the worker runs learners' code (EXERCISE_SANDBOX:
     # "bwrap", or "none" for a single-user machine only) and the sandbox's limits

@@ -5,6 +5,10 @@
                                           # submission.py (both from labs.exercises.grader)
     python -m harness 2 3 4 --preload=torch._dynamo < plan.json   # modules to import before forking
 
+The plan's groups are some of the forked ones (each size once): a warm harness
+(``grader.prestart``) forks a group for every world size of every exercise
+before it knows which exercise comes, and kills the groups the plan leaves out.
+
 Trusted code; the learner's code runs only in the ranks it forks, and the
 grade rests on nothing a rank's process holds or says about itself. The
 design (README, "How grading works"):
@@ -405,14 +409,19 @@ def main() -> int:
     total = sum(len(g["cases"]) for g in plan["groups"])
     emit({"event": "start", "total": total})
     try:
-        if [g["world_size"] for g in plan["groups"]] != sizes:
+        forked = {ranks.world: ranks for ranks in groups}
+        wanted = [g["world_size"] for g in plan["groups"]]
+        if len(set(wanted)) != len(wanted) or not set(wanted) <= set(forked):
             emit({"event": "error", "key": "harness_failed", "returncode": None,
-                  "detail": f"ranks forked for {sizes}, the plan's groups are of other sizes"})
+                  "detail": f"ranks forked for {sizes}, the plan's groups are of sizes {wanted}"})
         else:
+            for world, ranks in forked.items():  # a warm harness forks for every exercise's sizes
+                if world not in wanted:
+                    ranks.procs.kill()
             driver = importlib.import_module(f"drivers.{plan['driver']}")
             index = 0
-            for ranks, group in zip(groups, plan["groups"], strict=True):
-                index, go_on = _run_group(plan, driver, ranks, group, index, total)
+            for group in plan["groups"]:
+                index, go_on = _run_group(plan, driver, forked[group["world_size"]], group, index, total)
                 if not go_on:
                     break
     finally:
