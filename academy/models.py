@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from sqlalchemy import JSON, Column, Index, UniqueConstraint, false, text
+from sqlalchemy import JSON, CheckConstraint, Column, Index, UniqueConstraint, false, text
 from sqlmodel import Field, SQLModel
 
 # An exercise's source in bytes of UTF-8 at most (drafts and submissions alike):
@@ -152,15 +152,50 @@ class ExercisePass(SQLModel, table=True):
 
     Unique per learner and exercise in the database: two passing runs that
     finish at once record one pass. The certificate reads these.
+
+    A pass that a newer grader no longer grants (``academy.regrade``, issue #35)
+    is withdrawn, not deleted: ``withdrawn_at`` and the re-grading that withdrew
+    it (``regrade_id``, which holds the reason). A withdrawn pass counts for
+    nothing; the learner's next passing run makes it a pass again. The database
+    keeps the two columns together (both set or neither).
     """
 
-    __table_args__ = (UniqueConstraint("learner_id", "exercise"),)
+    __table_args__ = (
+        UniqueConstraint("learner_id", "exercise"),
+        CheckConstraint("(withdrawn_at IS NULL) = (regrade_id IS NULL)", name="ck_exercisepass_withdrawn"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     learner_id: int = Field(foreign_key="learner.id", index=True)
     exercise: str = Field(max_length=64)
     run_id: int = Field(foreign_key="labrun.id")
     passed_at: datetime = Field(default_factory=utcnow)
+    withdrawn_at: datetime | None = None
+    regrade_id: int | None = Field(default=None, foreign_key="exerciseregrade.id")
+
+
+class ExerciseRegrade(SQLModel, table=True):
+    """A stored passing submission graded again by a newer grader (``academy.regrade``).
+
+    One row per run and grader (``labs.exercises.grader.fingerprint``: a hash of
+    every file that decides a verdict): a re-grading done is never done again
+    under the same grader, and one cut short (killed) left no row and is done
+    on the next start. ``status`` is the new outcome beside the run's own (a
+    passed report, ``LabRun.result``); ``reason`` the first thing that failed
+    (a message key, its values and the case), which the learner's Exercises
+    page and the admin's list render in their language.
+    """
+
+    __table_args__ = (UniqueConstraint("run_id", "grader"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="labrun.id", index=True)
+    learner_id: int = Field(foreign_key="learner.id", index=True)
+    exercise: str = Field(max_length=64)
+    grader: str = Field(max_length=64)
+    status: str = Field(max_length=16)  # the new report's: "passed" | "failed" | "error"
+    reason: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    regraded_at: datetime = Field(default_factory=utcnow)
 
 
 class LabWorker(SQLModel, table=True):

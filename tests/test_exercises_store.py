@@ -17,7 +17,7 @@ from sqlmodel import Session, select
 
 from academy import exercises, labqueue
 from academy.db import make_engine, migrate, session_scope
-from academy.models import EXERCISE_SOURCE_MAX, ExerciseDraft, ExercisePass, LabRun, Learner
+from academy.models import EXERCISE_SOURCE_MAX, ExerciseDraft, ExercisePass, LabRun, Learner, utcnow
 from tests import exercisefakes
 from tests.conftest import copy_of
 
@@ -199,6 +199,40 @@ def test_a_pass_is_recorded_once_and_the_database_refuses_a_second_row(db):
     with pytest.raises(IntegrityError):
         db.commit()
     db.rollback()
+
+
+def test_a_withdrawn_pass_counts_for_nothing_until_the_next_passing_run(db):
+    """Issue #35: a pass a re-grading withdrew (``academy.regrade``) is no pass; the worker's
+    ``record_pass`` for the learner's next passing run makes it one again, and the database keeps
+    ``withdrawn_at`` and its re-grading together."""
+    from sqlalchemy import update
+
+    from academy.models import ExerciseRegrade
+
+    me = learner(db)
+    first, second = finished_run(db, me), finished_run(db, me)
+    exercises.record_pass(session=db, learner_id=me, exercise="ring-allreduce", run_id=first)
+    regraded = ExerciseRegrade(run_id=first, learner_id=me, exercise="ring-allreduce", grader="g1", status="failed",
+                               reason={"key": "bytes_total", "values": {}, "case": "w2"})
+    db.add(regraded)
+    db.commit()
+    db.exec(update(ExercisePass).where(ExercisePass.learner_id == me).values(withdrawn_at=utcnow(),
+                                                                            regrade_id=regraded.id))
+    db.commit()
+    assert not exercises.has_passed(session=db, learner_id=me, exercise="ring-allreduce")
+    assert exercises.passes(session=db, learner_id=me) == {}
+    assert list(exercises.withdrawn(session=db, learner_id=me)) == ["ring-allreduce"]
+    with pytest.raises(IntegrityError):  # withdrawn without the re-grading that says why
+        db.exec(update(ExercisePass).where(ExercisePass.learner_id == me).values(regrade_id=None))
+        db.commit()
+    db.rollback()
+    exercises.record_pass(session=db, learner_id=me, exercise="ring-allreduce", run_id=second)
+    db.commit()
+    db.expire_all()
+    [row] = db.exec(select(ExercisePass).where(ExercisePass.learner_id == me)).all()
+    assert (row.run_id, row.withdrawn_at, row.regrade_id) == (second, None, None)
+    assert exercises.has_passed(session=db, learner_id=me, exercise="ring-allreduce")
+    assert exercises.withdrawn(session=db, learner_id=me) == {}
 
 
 def test_missing_for_certificate_follows_passes_and_the_setting(db, monkeypatch):

@@ -4,11 +4,12 @@ import streamlit as st
 from sqlmodel import func, select
 
 import certificates as certs
-from academy import i18n
+from academy import exercises, i18n, regrade
 from academy.accounts import AccountError, make_admin
 from academy.db import session_scope
 from academy.models import CertificateEvent, Learner
 from app import ui
+from app.widgets import lang
 
 t = ui.t
 who = ui.learner()
@@ -89,6 +90,20 @@ for cert in blocked:
                 st.success(t("admin_certs.lifted", id=cert.id))
             except certs.NotDisqualified as err:
                 st.warning(ui.error_text(err))
+
+st.subheader(t("admin_regrade.title"))
+st.caption(t("admin_regrade.help"))
+with session_scope() as session:
+    flagged = regrade.flagged_certificates(session=session)
+if not flagged:
+    st.caption(t("admin_regrade.none"))
+for f in flagged:
+    with st.container(border=True):
+        # Names are typed by people and reasons carry values from learners' runs: plain text.
+        st.text(t("admin_regrade.row", id=f.certificate_id, name=f.name, email=f.email))
+        for w in f.passes:
+            st.text(t("admin_regrade.pass", exercise=exercises.text(w.exercise, lang())["title"],
+                      date=ui.date_text(w.withdrawn_at), reason=regrade.reason_text(w.reason, lang(), w.exercise)))
 
 st.subheader(t("admin_certs.events"))
 with session_scope() as session:
