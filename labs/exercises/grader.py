@@ -74,8 +74,14 @@ def warm_shape() -> tuple[list[int], list[str]]:
     for exercise_id in available():
         exercise = load(exercise_id)
         sizes.update(world_sizes(exercise))
-        preload.update(getattr(exercise, "PRELOAD", ()))
+        preload.update(preloads(exercise))
     return sorted(sizes), sorted(preload)
+
+
+def preloads(exercise) -> list[str]:
+    """What the harness imports before forking a grading's ranks: the exercise's ``PRELOAD``
+    and its driver (trusted code every rank would import in its first case's time)."""
+    return [*getattr(exercise, "PRELOAD", ()), f"drivers.{exercise.DRIVER}"]
 
 
 @dataclass
@@ -93,7 +99,7 @@ class Warm:
         forked group for each of the plan's world sizes, the exercise's preloads done, and the
         same case timeout and sandbox mode."""
         return (self.started.alive() and set(sizes) <= set(self.sizes) and (self.case_timeout_s, self.mode)
-                == (case_timeout_s, mode) and set(getattr(exercise, "PRELOAD", ())) <= set(self.preload))
+                == (case_timeout_s, mode) and set(preloads(exercise)) <= set(self.preload))
 
 
 @contextlib.contextmanager
@@ -407,7 +413,7 @@ def grade(exercise_id: str, source: str | bytes, *, seed: int | None = None, mod
         warm.started.put("submission.py", source)
         outcome = warm.started.run(stdin=json.dumps(the_plan).encode(), on_line=on_line)
     else:
-        args = harness_args(sizes, getattr(exercise, "PRELOAD", ()))
+        args = harness_args(sizes, preloads(exercise))
         limits = limits or run_limits(len(the_plan["groups"]), case_timeout_s)
         try:
             # The plan goes on stdin, not into the input folder: a file there could be
