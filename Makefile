@@ -1,7 +1,9 @@
-# make run   — create .venv, install, migrate, start the app on http://localhost:8501 and a lab worker
-# make test  — install the app and test tools (Chromium too, as root), lint, run every test;
-#              ARGS='-m "not slow"' for the fast lane
-# make bench — measure the platform and its labs (see benchmarks/)
+# make run       — create .venv, install, migrate, start the app on http://localhost:$(PORT) and a lab worker
+# make test      — install the app and test tools (Debian packages too, as root; the npm
+#                  credential verifiers), lint, run every test
+# make test-fast — lint and the fast lane (-m "not slow": no browser, server, ranks or sandbox)
+# make docs      — serve the documentation site (docs/, mkdocs.yml) on http://127.0.0.1:8000
+# make bench     — measure the platform and its labs (docs/benchmarks.md)
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
@@ -9,7 +11,7 @@ PORT    ?= 8501
 STAMP   := $(VENV)/.installed
 DEVSTAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint bench migrate system-deps sandbox-deps clean
+.PHONY: run test test-fast lint docs bench migrate system-deps sandbox-deps verifiers clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -26,14 +28,14 @@ migrate: $(STAMP)
 	$(BIN)/python -c "from academy.db import get_engine; get_engine()"
 
 # The app and one lab worker together; the worker stops when the app does.
-# On several machines, run each on its own (see the README's multi-machine layout).
+# On several machines, run each on its own (docs/operators/several-machines.md).
 run: migrate sandbox-deps
 	@$(BIN)/python -m academy.worker & worker=$$!; \
 	trap 'kill $$worker 2>/dev/null; wait $$worker 2>/dev/null' EXIT INT TERM; \
 	$(BIN)/streamlit run app/main.py --server.port $(PORT) --server.headless true \
 		--browser.gatherUsageStats false
 
-# bubblewrap runs learners' exercise code in a sandbox (labs/sandbox.py; setpriv
+# bubblewrap runs learners' exercise code in a sandbox (labs/sandbox/run.py; setpriv
 # comes with util-linux). Installed as root; otherwise say how, and go on: the
 # exercises are then refused with a clear message, everything else works.
 sandbox-deps:
@@ -65,19 +67,41 @@ system-deps: sandbox-deps
 		command -v chromium >/dev/null || echo "note: no chromium; browser tests will be skipped (apt-get install chromium)"; \
 	fi
 
+# Third-party credential verifiers the tests run (tests/verifiers: Digital Bazaar's
+# vc with the eddsa-rdfc-2022 and eddsa-jcs-2022 suites, jose), from the npm
+# lock file; without Node.js those tests are skipped.
+verifiers:
+	@if command -v npm >/dev/null; then \
+		npm ci --prefix tests/verifiers --no-audit --no-fund --loglevel=error >/dev/null; \
+	else \
+		echo "note: no npm; the third-party credential verifier tests will be skipped"; \
+	fi
+
 lint: $(DEVSTAMP)
 	$(BIN)/ruff check .
 
-# pytest runs on three xdist workers (pyproject.toml); its wall time is printed either way.
-test: $(DEVSTAMP) system-deps lint
-	$(BIN)/python -m quizzes check
-	@start=$$(date +%s); status=0; $(BIN)/python -m pytest $(ARGS) || status=$$?; \
+# pytest runs on three xdist workers (pyproject.toml); its wall time is printed either way,
+# after pytest's 30 slowest tests (--durations=30 in pyproject.toml).
+PYTEST = start=$$(date +%s); status=0; $(BIN)/python -m pytest $(1) $(ARGS) || status=$$?; \
 	took=$$(( $$(date +%s) - start )); \
-	echo "make test: pytest took $$((took / 60)) min $$((took % 60)) s (exit $$status)"; \
+	echo "make $@: pytest took $$((took / 60)) min $$((took % 60)) s (exit $$status)"; \
 	exit $$status
+
+test: $(DEVSTAMP) system-deps verifiers lint
+	$(BIN)/python -m quizzes check
+	@$(call PYTEST,)
+
+# The fast lane: what starts no browser, server, lab ranks, worker or sandbox
+# (docs/contributors/tests.md). Installs no Debian package.
+test-fast: $(DEVSTAMP) verifiers lint
+	$(BIN)/python -m quizzes check
+	@$(call PYTEST,-m "not slow and not gpu")
+
+docs: $(DEVSTAMP)
+	$(BIN)/mkdocs serve $(ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks $(ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache test-artifacts
+	rm -rf $(VENV) .pytest_cache .ruff_cache test-artifacts tests/verifiers/node_modules

@@ -2,8 +2,8 @@
 the database and its migrations (``db``, ``migrations/``), accounts, secrets
 (``keystore``), course content (``content``, the one reader of ``content/``),
 lessons, UI strings (``i18n``), exercise drafts and passes (``exercises``), and
-lab runs: the queue's web side (``labqueue``), the worker's job (``labjob``,
-run by ``python -m academy.worker``) and what pages read of runs (``labruns``).
+lab runs as jobs, one package (``labruns``: the pages' side, the queue, the
+worker's job and its warm processes), and the worker (``python -m academy.worker``).
 
 Imports without Streamlit and never imports ``app``, ``quizzes``,
 ``certificates`` or ``benchmarks`` (tests/test_layers.py checks it).

@@ -313,7 +313,7 @@ def client_key(peer: str | None, *, forwarded: str | None = None, hops: int = 0,
             _log.error("a request from a proxy on this machine carries X-Forwarded-For, but "
                        "TRUSTED_PROXY_HOPS is 0: every visitor is one client, so the per-client "
                        "limits are off. Set TRUSTED_PROXY_HOPS to the number of proxies that append "
-                       "to X-Forwarded-For (README: Clients behind a proxy).")
+                       "to X-Forwarded-For (docs/operators/security.md: Clients behind a proxy).")
         return UNKNOWN_CLIENT
     if ip is None:
         return peer.strip()[:CLIENT_MAX]
@@ -343,7 +343,7 @@ def sign_up(
     client: str = UNKNOWN_CLIENT, on_wait: Callable[[], None] | None = None,
 ) -> Learner:
     """A new account (never an administrator). Throttled per client; a taken address gets
-    the neutral ``err_sign_up_neutral``, not "already exists" (see README "Security").
+    the neutral ``err_sign_up_neutral``, not "already exists" (docs/contributors/security-model.md).
     ``on_wait``: called once if the hash has to wait its turn (:class:`FairGate`)."""
     email = check_email(email)
     _check_new_password(password)

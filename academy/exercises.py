@@ -7,7 +7,7 @@ live in ``labs.exercises``; this module keeps what belongs to a learner:
   opened), so that a refresh or another device brings the same code back;
 - a submission, which is a lab run (lab ``exercise``) on the same queue, with
   the same fair-use limits, as the labs: a worker runs the grading command on
-  it (``academy.labjob``) and stores the report as the run's result
+  it (``academy.labruns.job``) and stores the report as the run's result
   (capped, and slimmed once newer runs follow: ``labqueue.fit_result``,
   ``labqueue.prune_results``); what a grading run's end means is
   :func:`outcome`;
@@ -28,10 +28,10 @@ from typing import Any
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, col, select
 
-from academy import labqueue
 from academy.content import DEFAULT_LANG
 from academy.db import session_scope
 from academy.errors import UserError
+from academy.labruns import queue as labqueue
 from academy.models import (
     EXERCISE_SOURCE_MAX,
     ExerciseDraft,
@@ -221,7 +221,7 @@ def record_pass(*, session: Session, learner_id: int, exercise: str, run_id: int
     """Record that ``run_id`` passed ``exercise`` for the learner, unless a pass is there already;
     a withdrawn pass (``academy.regrade``) becomes this run's pass.
 
-    Does not commit: the worker (``academy.labjob._end_node``) calls it in the
+    Does not commit: the worker (``academy.labruns.job._end_node``) calls it in the
     transaction that stores the run's report, so a pass never exists without
     its passing report. One statement that the unique constraint settles (ON
     CONFLICT: nothing for a standing pass, the new run for a withdrawn one), so
@@ -343,16 +343,6 @@ def own_run(*, learner_id: int, run_id: int) -> LabRun | None:
     if run is None or run.learner_id != learner_id or run.lab != LAB:
         return None
     return labqueue.reap_if_stale(run)
-
-
-def element_size(dtype: str) -> int:
-    """Bytes per element of a report's dtype name ("float32"); ValueError for a name torch lacks."""
-    import torch
-
-    kind = getattr(torch, str(dtype), None)
-    if not isinstance(kind, torch.dtype):
-        raise ValueError(f"not a torch dtype: {dtype!r}")
-    return torch.empty(0, dtype=kind).element_size()
 
 
 def case_progress(event: dict[str, Any] | None) -> tuple[int, int] | None:

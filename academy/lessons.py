@@ -125,7 +125,7 @@ class TocSection(BaseModel):
     id: Annotated[str, Field(pattern=SECTION_ID)]
     title: NonEmpty
     summary: NonEmpty
-    lab: str | None = None  # a lab of academy.labruns.lab_names(); none when left out or null
+    lab: str | None = None  # a lab of academy.labruns.pages.lab_names(); none when left out or null
     quiz_topic: str  # the quiz bank topic; written out although it equals id
 
     @model_validator(mode="before")
@@ -174,10 +174,10 @@ _OUTLINES = TypeAdapter(dict[str, NonEmpty])
 # argument: the exercise each solves. A learner sees one only after passing that
 # exercise (guests never have); before, the outline for it (``outlines.yaml``).
 SOLUTIONS: dict[str, str] = {
-    "labs/allreduce.py::ring_allreduce": "ring-allreduce",
-    "labs/allreduce.py::ring_allreduce_pipelined": "ring-allreduce",
-    "labs/ddp_rank.py::naive_sync_gradients": "average-gradients",
-    "labs/zero.py::Zero2": "sharded-optimizer",
+    "labs/ring/allreduce.py::ring_allreduce": "ring-allreduce",
+    "labs/ring/allreduce.py::ring_allreduce_pipelined": "ring-allreduce",
+    "labs/ddp/rank.py::naive_sync_gradients": "average-gradients",
+    "labs/sharding/zero.py::Zero2": "sharded-optimizer",
 }
 
 

@@ -92,7 +92,7 @@ class LabRun(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow)
     started_at: datetime | None = None
     finished_at: datetime | None = None
-    # The job queue (academy/labqueue.py, migration 0004): which hardware queue
+    # The job queue (academy/labruns/queue.py, migration 0004): which hardware queue
     # the run waits in, the worker that claimed it, the worker's heartbeat on
     # it (a run whose heartbeat stops is failed by the reaper), the newest
     # progress event, and the learner's cancel request the worker acts on.

@@ -237,8 +237,8 @@ class _Sandboxes:
         self.warm = None
 
     def _start(self) -> None:
-        from labs import sandbox
         from labs.exercises import grader
+        from labs.sandbox import run as sandbox
 
         try:
             self.waiting = grader.prestart()

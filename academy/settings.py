@@ -6,7 +6,7 @@ part, the limits of one run (``LAB_TIMEOUT_S`` and the like), is
 ``labs.settings.Limits``, nested here as ``Settings.labs``: ``python -m labs``
 reads the same class on its own (also under torchrun). The exercise sandbox's
 part (``EXERCISE_SANDBOX``, ``EXERCISE_MEMORY_MB`` and the like) is
-``labs.sandbox_limits.Limits``, nested as ``Settings.exercises``: the grader
+``labs.sandbox.limits.Limits``, nested as ``Settings.exercises``: the grader
 reads the same class on its own.
 """
 
@@ -20,7 +20,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from labs import content, sandbox_limits
+from labs import content
+from labs.sandbox import limits as sandbox_limits
 from labs.settings import Limits
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,7 +89,7 @@ class Settings(BaseSettings):
     # ones keep their status and summary.
     lab_result_max_bytes: int = 64 * 1024
     lab_keep_full_results: int = 5
-    # The lab job queue (academy/labqueue.py). Empty: huey's SQLite storage in
+    # The lab job queue (academy/labruns/queue.py). Empty: huey's SQLite storage in
     # a file beside the database, for one machine with no extra server.
     # ``redis://host:6379/0``: Redis, for web servers and workers on several machines.
     lab_queue_url: str = ""
@@ -106,11 +107,11 @@ class Settings(BaseSettings):
     lab_max_nodes: int = 1
     lab_rendezvous_endpoint: str = ""
     lab_node_wait_s: int = 60
-    # Warm lab processes per worker (PyTorch imported, academy.labpool): a single-node
+    # Warm lab processes per worker (PyTorch imported, academy.labruns.pool): a single-node
     # CPU lab starts in one without a fresh import; 0 turns them off. Fewer when memory is short.
     lab_warm_pool: int = Field(default=1, ge=0, le=8)
-    # Warm graders per worker (academy.labpool.GraderPool): a sandbox started ahead up to the
-    # point where the exercise is chosen, so it grades any exercise; each grades one
+    # Warm graders per worker (academy.labruns.pool.GraderPool): a sandbox started ahead up to
+    # the point where the exercise is chosen, so it grades any exercise; each grades one
     # submission and is then discarded; 0 turns them off. Fewer when memory is short.
     lab_warm_exercises: int = Field(default=1, ge=0, le=8)
     # Coding exercises (issue #16): how the worker runs learners' code (EXERCISE_SANDBOX:

@@ -7,7 +7,7 @@
     python -m academy.worker --queues cpu,gpu --devices 0
 
 The worker reads the same settings as the app (DATABASE_URL, LAB_QUEUE_URL;
-see the README's multi-machine layout): it must reach the database and the
+see docs/operators/several-machines.md): it must reach the database and the
 queue, nothing else. Each run is ``python -m labs ...`` in its own process
 group under this process, so the web servers never start a rank. SIGTERM or
 Ctrl-C stops the worker: labs still going are stopped and recorded as failed
@@ -16,7 +16,7 @@ labs with it, and the reaper fails its runs once their heartbeat is stale.
 
 A node of a multi-node run (LAB_MAX_NODES > 1) is a job like any other: the
 worker that takes it starts that node's torchrun, whose rendezvous at
-LAB_RENDEZVOUS_ENDPOINT meets the other nodes' (see academy/labjob.py).
+LAB_RENDEZVOUS_ENDPOINT meets the other nodes' (see academy/labruns/job.py).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def _gpu_count() -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from academy.labqueue import QUEUES
+    from academy.labruns.queue import QUEUES
 
     parser = argparse.ArgumentParser(prog="python -m academy.worker", description=__doc__.split("\n")[0])
     parser.add_argument("--queues",
@@ -74,9 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from huey.consumer import Consumer
 
-    from academy import labjob, labqueue
     from academy.db import get_engine
-    from academy.labpool import GraderPool, WarmPool, lab_env
+    from academy.labruns import job as labjob
+    from academy.labruns import queue as labqueue
+    from academy.labruns.pool import GraderPool, WarmPool, lab_env
     from academy.settings import ROOT, get_settings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     # once, so its first heartbeat never waits on an import.
     labjob.load_labs()
     if "cpu" in queues and get_settings().lab_warm_pool:
-        # A warm lab process (academy.labpool): a CPU lab run forks from it, PyTorch imported.
+        # A warm lab process (academy.labruns.pool): a CPU lab run forks from it, PyTorch imported.
         # A run waits for it (importing, then its answer) a quarter of the time the reaper
         # allows a silent heartbeat, and one second more at most.
         state.pool = WarmPool(get_settings().lab_warm_pool, lab_env(), ROOT, labjob._die_with_worker,

@@ -27,7 +27,7 @@ OPTIMIZERS = {"sgd": 0, "sgd-momentum": 4, "adam": 8}
 # Common device memory sizes in GB (decimal, as vendors state them).
 DEVICES = {"24 GB (RTX 4090 / L4)": 24, "80 GB (H100)": 80, "141 GB (H200)": 141}
 # Typical links: per-message latency alpha (s) and one-way bandwidth B (B/s).
-# loopback-gloo: the README benchmark on a 2-vCPU machine fits B = 1.41-1.46 GB/s
+# loopback-gloo: an earlier `make bench` on a 2-vCPU machine fit B = 1.41-1.46 GB/s
 # for the built-in all-reduce and measures 1.0-1.4 GB/s busbw at 4-64 MiB, so
 # 1.2 GB/s is what a learner without their own bench run should expect.
 # pcie4: PCIe 4.0 x16 carries 31.5 GB/s per direction, about 25 GB/s in

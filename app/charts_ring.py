@@ -3,7 +3,7 @@
 Plain functions, data in, figure out, on the palette and template of
 ``app.charts`` (labels from the caller, in the learner's language). The sends
 come from ``app.calculators.ring_schedule`` or from a run's own trace
-(``labs.ringtrace.trace_steps``); :func:`replay` and :func:`naive_replay` derive
+(``labs.ring.ringtrace.trace_steps``); :func:`replay` and :func:`naive_replay` derive
 what each rank holds after each step from the sends alone.
 """
 
@@ -29,7 +29,7 @@ from app.charts import (
 )
 
 if TYPE_CHECKING:  # a figure needs only the shape of a send
-    from labs.ringtrace import Send
+    from labs.ring.ringtrace import Send
 
 
 def _steps_scale(colours: Sequence[str]) -> list[list]:

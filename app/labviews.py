@@ -18,7 +18,8 @@ from typing import Any
 
 import streamlit as st
 
-from academy import labqueue, labruns
+from academy.labruns import pages as labruns
+from academy.labruns import queue as labqueue
 from academy.models import LabRun
 from app import calculators as calc
 from app import charts, charts_ring, sharding
@@ -29,7 +30,7 @@ from labs import model as ring_model
 from labs import params as lab_params
 from labs import reports
 from labs import timeline as spans
-from labs.ringtrace import trace_steps
+from labs.ring.ringtrace import trace_steps
 from labs.settings import Limits
 
 NVLINK_REFERENCE = (360.0, 480.0)  # GB/s busbw, NCCL all-reduce on 8 x H100/H200

@@ -146,7 +146,7 @@ def show(run, s: ShardingSummary) -> None:
     diff = max(v.max_abs_diff_vs_ddp for v in ledger.values())
     if s.weight_check == "max":
         words = t("sharding.check_weights", diff=diff, tol=s.tolerance, moved=s.max_abs_update_ddp or 0.0)
-    else:  # bf16: the mean distance, against the mean update (labs.sharding.WEIGHT_TOLERANCE)
+    else:  # bf16: the mean distance, against the mean update (labs.sharding.lab.WEIGHT_TOLERANCE)
         words = t("sharding.check_weights_mean", diff=diff, tol=s.tolerance * 100,
                   mean=max(v.mean_abs_diff_vs_ddp for v in ledger.values()), moved=s.mean_abs_update_ddp)
     (st.success if s.equal_weights else st.error)(words)

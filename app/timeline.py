@@ -2,7 +2,7 @@
 
 Plain functions, data in, figure out, like ``app.charts`` (whose palette and
 template they use: blues for compute by part, vermillion for communication).
-The spans are the ones the ranks recorded (``labs.ddp_timeline``), typed by
+The spans are the ones the ranks recorded (``labs.ddp.timeline``), typed by
 ``labs.reports``; the figures beside them come from ``labs.timeline``. Labels come in already in
 the learner's language.
 """

@@ -23,7 +23,7 @@ from academy.accounts import (
 )
 from academy.db import session_scope
 from academy.errors import UserError
-from academy.labruns import scaling_points
+from academy.labruns.pages import scaling_points
 from academy.lessons import completed, mark_done, mark_undone
 from academy.models import Learner
 from academy.settings import get_settings
@@ -137,7 +137,7 @@ class CookieWrite:
 def _set_cookie(value: str, max_age: int) -> None:
     # Streamlit cannot set cookies from Python; a tiny script does it in the
     # page. The value is a signed token naming a revocable server session.
-    # It cannot be HttpOnly (script-set); see README "Security".
+    # It cannot be HttpOnly (script-set); see docs/contributors/security-model.md.
     secure = "; Secure" if get_settings().https else ""
     st.html(
         "<script>document.cookie = "

@@ -5,7 +5,7 @@ public metrics, no global cache flush by anonymous clients.
 ``streamlit run app/main.py`` serves the pages through Starlette with these
 rules in front (Streamlit 1.67 detects the ``st.App`` and runs it under
 uvicorn). Imports no page code; the rules are plain functions a test can call.
-What cannot be enforced here is listed in README "Security".
+What cannot be enforced here is listed in docs/contributors/security-model.md.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
   button does (``academy.exercises.submit``: the draft saved, a lab run of
   lab ``exercise`` queued), taken by one real ``python -m academy.worker``
   with its default warm grader (``LAB_WARM_EXERCISES=1``,
-  ``academy.labpool.GraderPool``; no warm lab process, ``LAB_WARM_POOL=0``,
+  ``academy.labruns.pool.GraderPool``; no warm lab process, ``LAB_WARM_POOL=0``,
   since no lab runs), graded in the bwrap sandbox, and its
   report stored with the learner's pass. Each submission waits until the
   worker's processes are idle (a learner reads the report before the next
@@ -48,8 +48,9 @@ def _through_queue(exercise: str, learner_id: int, repeats: int, parents: list[i
     each once the worker is idle."""
     from sqlmodel import select
 
-    from academy import exercises, labqueue
+    from academy import exercises
     from academy.db import session_scope
+    from academy.labruns import queue as labqueue
     from academy.models import LabRun
 
     source = exercises.reference(exercise)
@@ -111,7 +112,7 @@ def costs(cfg: Config, base: Path) -> dict:
     from academy import accounts
     from academy.db import session_scope
     from labs.exercises import EXERCISES
-    from labs.sandbox import check_available
+    from labs.sandbox.run import check_available
 
     check_available("bwrap")  # "not available: SandboxUnavailable: why" in the table
     check_available("none")  # both probes before the clock runs

@@ -13,11 +13,11 @@
 - timeline: ``labs.ddp``'s ``timeline`` section (2 ranks), run
   ``timeline_runs`` times: each variant's overlap with backward and exposed
   communication per step, median and range over the runs;
-- queue: a tiny ring lab through the job queue (``academy.labqueue``) at 1, 2
+- queue: a tiny ring lab through the job queue (``academy.labruns.queue``) at 1, 2
   and 3 workers: alone (end to end, beside the bare ``python -m labs`` run:
   the queue's overhead) and in a burst (median queue wait and end to end);
 - warm: the default ring lab (3 ranks) through the queue and one worker whose
-  warm lab process (``academy.labpool``) has finished its imports: Run to
+  warm lab process (``academy.labruns.pool``) has finished its imports: Run to
   result and Run to the first progress event the page can read, beside a bare
   ``python -c "import torch"`` measured in the same run.
 """
@@ -239,8 +239,8 @@ def warm_worker(cfg: Config, base: Path) -> dict:
     """Run to result and to first progress event of the default ring lab on a warm worker
     (``cfg.lab_repeats`` runs, one at a time, each once the warm process is ready), beside
     a bare ``python -c "import torch"`` timed in the same run."""
-    from academy import labqueue
     from academy.db import session_scope
+    from academy.labruns import queue as labqueue
     from academy.models import LabRun
 
     import_torch = median_time(
@@ -324,8 +324,8 @@ def queue(cfg: Config, base: Path) -> dict:
     """
     from sqlmodel import func, select
 
-    from academy import labqueue
     from academy.db import session_scope
+    from academy.labruns import queue as labqueue
     from academy.models import LabRun
 
     bare = median_time(_bare_lab, cfg.lab_repeats)

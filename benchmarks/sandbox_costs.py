@@ -1,5 +1,5 @@
 """What the exercise sandbox costs: the same small torch program through
-``labs.sandbox.run_python`` in mode bwrap and in mode none.
+``labs.sandbox.run.run_python`` in mode bwrap and in mode none.
 
 The program imports torch, forks 2 gloo ranks and all-reduces 1 KiB: the
 smallest thing an exercise run does. Runs alternate between the two modes so
@@ -37,7 +37,7 @@ sys.exit(max(os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in children))
 
 
 def overhead(cfg: Config) -> dict:
-    from labs.sandbox import Limits, check_available, run_python
+    from labs.sandbox.run import Limits, check_available, run_python
 
     check_available("bwrap")  # "not available: SandboxUnavailable: why" in the table
     times: dict[str, list[float]] = {"bwrap": [], "none": []}

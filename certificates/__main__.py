@@ -205,7 +205,11 @@ def cmd_verify_credential(args: argparse.Namespace) -> int:
         base = str(credential.get("id", "")).rpartition("/credentials/")[0]
         print(f"  (revoked, or replaced by a newer certificate: {base}/api/verify/{info['id']} says which)")
         return 1
-    proof = "VC-JWT (EdDSA)" if verified.form == "jwt" else "Data Integrity eddsa-jcs-2022"
+    suites = " + ".join(verified.suites)
+    if verified.form == "jwt":
+        proof = "VC-JWT (EdDSA)" + (f", with Data Integrity {suites} inside" if suites else "")
+    else:
+        proof = f"Data Integrity {suites}"
     print(f"VALID {info['id']}")
     print(f"  name:       {info['name']}")
     print(f"  course:     {info['course']}")

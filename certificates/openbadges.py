@@ -1,36 +1,45 @@
 """Every certificate is also an Open Badges 3.0 ``OpenBadgeCredential``.
 
 The credential is a W3C Verifiable Credential 2.0 (``validFrom``) whose
-subject is an ``AchievementSubject``: the learner's printed name and their
-e-mail as a salted SHA-256 ``IdentityObject`` (the plain address never
-appears), and the course as an ``Achievement`` with its criteria and the
-score as a ``Result``. The issuer is ``did:web`` of ``PUBLIC_URL``.
+subject is an ``AchievementSubject``: an ``id`` that is a random
+``urn:uuid:`` of this credential alone (it names the learner to nobody and
+links none of their credentials; Open Badges 3.0 needs it for the VC-JWT's
+``sub``), the learner's printed name and their e-mail as a salted SHA-256
+``IdentityObject`` (the plain address never appears), and the course as an
+``Achievement`` with its criteria and the score as a ``Result``. The issuer
+is ``did:web`` of ``PUBLIC_URL``.
 
-It is secured twice with the same Ed25519 key, so that any verifier finds a
-form it knows; how (the proofs, the issuer's DID document, checking a
-file) is ``certificates.proofs``:
+It is secured twice with the same Ed25519 key; how (the proofs, the issuer's
+DID document, checking a file) is ``certificates.proofs``:
 
 * ``credential_json``: the credential with an embedded Data Integrity proof,
-  cryptosuite ``eddsa-jcs-2022`` (RFC 8785 JSON canonicalisation, no RDF);
-  served at ``/credentials/<id>.json``, it is also the download.
-* ``credential_jwt``: the same credential as a VC-JWT (VC-JOSE-COSE:
-  the JWT claims are the credential; header ``alg: EdDSA``, ``typ:
-  vc+jwt``, ``kid`` = the verification method ``did:web:...#<kid>``),
-  served at ``/credentials/<id>.jwt``.
+  cryptosuite ``eddsa-rdfc-2022`` (RDF canonicalisation with the bundled
+  VC 2.0 and Open Badges 3.0 contexts), the one 1EdTech certifies; served at
+  ``/credentials/<id>.json``, it is also the download.
+* ``credential_jwt``: the same credential, proof included, as a VC-JWT the
+  way Open Badges 3.0 section 8.2 says (``typ: JWT``, ``sub``), served at
+  ``/credentials/<id>.jwt``.
 
 Both are made once per certificate (``ensure_credential``) and stored: the
-e-mail salt is random, and a credential must not change once handed out.
+e-mail salt and the subject id are random, and a credential must not change
+once handed out (those issued before, with an eddsa-jcs-2022 proof and no
+subject id, are kept as they are and keep verifying).
 Revocation is not in the credential but in the status list it points to
-(``certificates.statuslist``), which ``signed_status_list`` signs here.
+(``certificates.statuslist``), which ``signed_status_list`` signs here with
+both cryptosuites (a proof set), so that verifiers of old and new credentials
+alike can check it.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import io
 import json
 import secrets
-from datetime import UTC, datetime
+import threading
+import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -44,8 +53,9 @@ from academy.models import Certificate, Learner
 from academy.settings import Settings, get_settings
 from certificates import ids, keys, statuslist
 from certificates.i18n import texts
+from certificates.linkeddata import OB_CONTEXT, VC_CONTEXT
 from certificates.proofs import (
-    VC_CONTEXT,
+    CRYPTOSUITES,
     add_proof,
     base_url,
     did_web,
@@ -54,8 +64,6 @@ from certificates.proofs import (
     verify_any,
     verify_proof,
 )
-
-OB_CONTEXT = "https://purl.imsglobal.org/spec/ob/v3p0/context-3.0.3.json"
 
 
 def identity_hash(email: str, salt: str) -> str:
@@ -110,11 +118,13 @@ def build_credential(
     cert: Certificate,
     email: str | None,
     salt: str,
+    subject_id: str,
     status_index: int,
     settings: Settings,
 ) -> dict[str, Any]:
     """The unsigned OpenBadgeCredential of a certificate. Pure: the caller
-    chooses the salt and the status index (``ensure_credential`` does)."""
+    chooses the salt, the subject id and the status index
+    (``ensure_credential`` does)."""
     base = base_url(settings.public_url)
     did = did_web(base)
     lang = cert.language
@@ -154,6 +164,7 @@ def build_credential(
         # moment of issue, later for a reissued certificate).
         "awardedDate": f"{cert.pass_date}T00:00:00Z",
         "credentialSubject": {
+            "id": subject_id,
             "type": ["AchievementSubject"],
             "identifier": identifiers,
             "achievement": {
@@ -208,6 +219,12 @@ def summary(credential: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def new_subject_id() -> str:
+    """A credential subject id that says nothing about the learner: random,
+    and a new one for every credential (as the e-mail hash's salt)."""
+    return f"urn:uuid:{uuid.uuid4()}"
+
+
 # --- storage ----------------------------------------------------------------
 
 
@@ -229,6 +246,7 @@ def ensure_credential(*, session: Session, cert: Certificate) -> Certificate:
             cert=cert,
             email=learner.email if learner is not None else None,
             salt=secrets.token_hex(16),
+            subject_id=new_subject_id(),
             status_index=index,
             settings=settings,
         )
@@ -238,7 +256,7 @@ def ensure_credential(*, session: Session, cert: Certificate) -> Certificate:
             update(Certificate)
             .where(col(Certificate.id) == cert.id, col(Certificate.credential_json).is_(None))
             .values(status_index=index, credential_json=json.dumps(secured, ensure_ascii=False, indent=2),
-                    credential_jwt=sign_jwt(credential, key))
+                    credential_jwt=sign_jwt(secured, key))
         )
         try:
             session.exec(claim)
@@ -252,21 +270,49 @@ def ensure_credential(*, session: Session, cert: Certificate) -> Certificate:
     return cert
 
 
+# A signed list is served again, unchanged, for this long while nothing in it
+# changed (same bits, same key, same address): signing it costs ~13 ms of RDF
+# canonicalisation against ~0.2 ms for reading and packing the bits, on a public
+# route. A revocation changes the bits and so is signed and served at once; what
+# is served still has minutes of validUntil left (statuslist.VALID_FOR).
+LIST_REUSE = timedelta(seconds=30)
+_last_list: dict[str, tuple[datetime, dict[str, Any]]] = {}
+_last_list_lock = threading.Lock()
+
+
 def signed_status_list(*, session: Session, now: datetime | None = None) -> dict[str, Any]:
-    """The status list credential as it stands, signed with the active key;
-    ``validUntil`` is ``statuslist.VALID_FOR`` after ``now``."""
+    """The status list credential as it stands, signed with the active key by
+    both cryptosuites (eddsa-rdfc-2022, then eddsa-jcs-2022: a verifier set up
+    for either, checking an old credential or a new one, finds its proof);
+    ``validUntil`` is ``statuslist.VALID_FOR`` after ``now``. Without ``now``,
+    the list signed within ``LIST_REUSE`` is returned (a copy) if its bits, key
+    and address are the same."""
     settings = get_settings()
     base = base_url(settings.public_url)
-    now = now or datetime.now(UTC)
+    made = now or datetime.now(UTC)
     document = statuslist.unsigned_list_credential(
-        session=session, public_url=base, issuer=did_web(base), now=now
+        session=session, public_url=base, issuer=did_web(base), now=made
     )
-    return add_proof(document, keys.active_key(), created=document["validFrom"])
+    key = keys.active_key()
+    same = key.kid + json.dumps({k: v for k, v in document.items() if k not in ("validFrom", "validUntil")},
+                                sort_keys=True)
+    if now is None:
+        with _last_list_lock:
+            last = _last_list.get(same)
+        if last is not None and timedelta(0) <= made - last[0] < LIST_REUSE:
+            return copy.deepcopy(last[1])
+    signed = add_proof(document, key, created=document["validFrom"], cryptosuites=CRYPTOSUITES)
+    if now is None:
+        with _last_list_lock:
+            _last_list.clear()
+            _last_list[same] = (made, signed)
+        return copy.deepcopy(signed)
+    return signed
 
 
 def status_list_jwt(document: dict[str, Any]) -> str:
-    """The same status list as a VC-JWT (for verifiers that want JOSE)."""
-    return sign_jwt({k: v for k, v in document.items() if k != "proof"}, keys.active_key())
+    """The same status list, with its proofs, as a VC-JWT (for verifiers that want JOSE)."""
+    return sign_jwt(document, keys.active_key())
 
 
 def is_revoked(

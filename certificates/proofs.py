@@ -1,22 +1,38 @@
 """Securing a credential and checking one: the issuer's ``did:web`` and DID
-document, the Data Integrity proof, the VC-JWT, and reading untrusted files.
+document, the Data Integrity proofs, the VC-JWT, and reading untrusted files.
 
-A credential is secured twice with the same Ed25519 key, so that any verifier
-finds a form it knows:
+A credential is secured twice with the same Ed25519 key:
 
-* an embedded Data Integrity proof, cryptosuite ``eddsa-jcs-2022`` (RFC 8785
-  JSON canonicalisation, no RDF): ``add_proof`` / ``verify_proof``;
-* a VC-JWT (VC-JOSE-COSE: the JWT claims are the credential; header ``alg:
-  EdDSA``, ``typ: vc+jwt``, ``kid`` = the verification method
-  ``did:web:...#<kid>``): ``sign_jwt`` / ``verify_jwt``.
+* embedded Data Integrity proofs (``add_proof`` / ``verify_proof``), always
+  as a list (a proof set; the Open Badges 3.0 JSON schema requires the list):
+
+  - ``eddsa-rdfc-2022``, the one Linked Data proof 1EdTech's Open Badges 3.0
+    certification accepts: the document and the proof options are each
+    canonicalised as RDF (RDFC-1.0, with the bundled contexts only:
+    ``certificates.linkeddata``), hashed with SHA-256 and signed. Every new
+    credential carries this proof alone, so that a verifier that knows only
+    it (a certified Open Badges displayer) meets nothing else;
+  - ``eddsa-jcs-2022`` (RFC 8785 JSON canonicalisation, no RDF): the proof of
+    every credential issued before, which are never re-signed and keep
+    verifying, and the second proof of the status list, so that a verifier set
+    up for those older credentials can still check their revocation;
+
+* a VC-JWT as Open Badges 3.0 section 8.2 says: header ``alg: EdDSA``,
+  ``typ: JWT``, ``kid`` = the verification method ``did:web:...#<kid>``; the
+  payload is the credential *with* its embedded proofs (section 8.2.4: "add
+  the embedded proofs prior to creating the JWT Payload") plus ``iss``,
+  ``jti``, ``nbf``, ``sub`` (the subject's ``id``) and ``exp`` (only with a
+  ``validUntil``): ``sign_jwt`` / ``verify_jwt``. Older VC-JWTs (``typ:
+  vc+jwt``, no ``sub``, no proof inside) keep verifying.
 
 The issuer is ``did:web`` of ``PUBLIC_URL``; its DID document
 (``did_document``) lists every issuer key, rotated ones included, so
 credentials signed before a ``rotate-key`` keep verifying. ``verify_any``
 checks a file as downloaded, whichever form it holds, and trusts only a file
-that is all signed (review N-10). What the credential says is
-``certificates.openbadges``'s business; this module knows only how it is
-signed.
+that is all signed (review N-10): every proof in it must verify, and for RDF
+proofs nothing may be in the JSON that the RDF leaves out. What the
+credential says is ``certificates.openbadges``'s business; this module knows
+only how it is signed.
 """
 
 from __future__ import annotations
@@ -42,19 +58,22 @@ from joserfc.errors import JoseError
 from joserfc.jwk import OKPKey
 
 from academy.settings import get_settings
-from certificates import keys
+from certificates import keys, linkeddata
+from certificates.linkeddata import VC_CONTEXT
 from certificates.signing import b64url
 
-VC_CONTEXT = "https://www.w3.org/ns/credentials/v2"
 DID_CONTEXTS = [
     "https://www.w3.org/ns/did/v1",
     "https://w3id.org/security/multikey/v1",
     "https://w3id.org/security/suites/jws-2020/v1",
 ]
-CRYPTOSUITE = "eddsa-jcs-2022"
+RDFC = "eddsa-rdfc-2022"
+JCS = "eddsa-jcs-2022"
+CRYPTOSUITES = (RDFC, JCS)
 JWT_ALG = "EdDSA"
-JWT_TYP = "vc+jwt"
-JWT_CLAIMS = ("iss", "jti", "nbf", "exp")
+JWT_TYP = "JWT"  # Open Badges 3.0 section 8.2.3: 'If present, MUST be set to "JWT"'
+JWT_TYPES = (JWT_TYP, "vc+jwt")  # vc+jwt: VC-JWTs issued before issue #38
+JWT_CLAIMS = ("iss", "jti", "nbf", "exp", "sub")
 _COMPACT_JWT = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")  # JWT mirrors of credential fields, not the credential
 MULTIKEY_ED25519 = b"\xed\x01"  # multicodec prefix of an Ed25519 public key
 _B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"  # Bitcoin base58 alphabet
@@ -77,12 +96,14 @@ class Malformed(CredentialError):
 
 @dataclass(frozen=True)
 class Verified:
-    """A credential whose proof checked out: the credential without its proof,
-    the issuer key that signed it and which form carried it."""
+    """A credential whose proofs checked out: the credential without its proofs
+    (and, from a VC-JWT, without the JWT claims), the issuer key that signed
+    it, which form carried it and the embedded proofs' cryptosuites."""
 
     credential: dict[str, Any]
     kid: str
     form: str  # "jwt" or "data-integrity"
+    suites: tuple[str, ...] = ()  # the cryptosuites of the embedded proofs it carried
 
 
 # --- reading untrusted JSON -------------------------------------------------
@@ -204,34 +225,53 @@ def did_document(public_url: str, public_keys: dict[str, Ed25519PublicKey]) -> d
     }
 
 
-# --- securing: Data Integrity eddsa-jcs-2022 ---------------------------------
+# --- securing: Data Integrity (eddsa-rdfc-2022, eddsa-jcs-2022) ------------
 
 
-def _hash_data(document: dict[str, Any], proof_options: dict[str, Any]) -> bytes:
-    """SHA-256 of the canonical proof options, then of the canonical
-    document (vc-di-eddsa, eddsa-jcs-2022 "Hashing")."""
-    return (
-        hashlib.sha256(rfc8785.dumps(proof_options)).digest()
-        + hashlib.sha256(rfc8785.dumps(document)).digest()
-    )
+def _hash_data(document: dict[str, Any], options: dict[str, Any]) -> bytes:
+    """SHA-256 of the canonical proof options, then of the canonical document
+    (vc-di-eddsa, "Hashing" of each cryptosuite). For eddsa-rdfc-2022 the
+    options are read with the document's ``@context`` (its "Proof
+    Configuration"), whether or not the proof repeats it."""
+    if options.get("cryptosuite") == JCS:
+        return hashlib.sha256(rfc8785.dumps(options)).digest() + hashlib.sha256(rfc8785.dumps(document)).digest()
+    config = {**options, "@context": document.get("@context")}
+    try:
+        return (
+            hashlib.sha256(linkeddata.canonical_nquads(config).encode("utf-8")).digest()
+            + hashlib.sha256(linkeddata.canonical_nquads(document).encode("utf-8")).digest()
+        )
+    except linkeddata.LinkedDataError as e:
+        raise Malformed(f"credential cannot be canonicalised as RDF: {e}") from e
 
 
-def add_proof(document: dict[str, Any], key: keys.IssuerKey, *, created: str) -> dict[str, Any]:
-    """``document`` with a ``DataIntegrityProof`` (eddsa-jcs-2022) by ``key``,
-    its verification method the Multikey of the issuer's DID."""
-    assert key.private is not None
-    issuer = document["issuer"]
-    did = issuer["id"] if isinstance(issuer, dict) else issuer
-    proof = {
+def make_proof(
+    document: dict[str, Any], key: keys.IssuerKey, *, created: str, cryptosuite: str = RDFC
+) -> dict[str, Any]:
+    """One ``DataIntegrityProof`` of ``document`` (without its ``proof``) by
+    ``key``, its verification method the Multikey of the issuer's DID. An
+    eddsa-jcs-2022 proof carries the document's ``@context`` (that suite signs
+    the proof's JSON as it stands); an eddsa-rdfc-2022 one does not need to."""
+    assert key.private is not None and cryptosuite in CRYPTOSUITES
+    options: dict[str, Any] = {
         "type": "DataIntegrityProof",
-        "cryptosuite": CRYPTOSUITE,
+        "cryptosuite": cryptosuite,
         "created": created,
-        "verificationMethod": f"{did}#{multikey(key.public)}",
+        "verificationMethod": f"{issuer_id(document)}#{multikey(key.public)}",
         "proofPurpose": "assertionMethod",
-        "@context": document["@context"],
     }
-    signature = key.private.sign(_hash_data(document, proof))
-    return {**document, "proof": {**proof, "proofValue": "z" + b58encode(signature)}}
+    if cryptosuite == JCS:
+        options["@context"] = document["@context"]
+    signature = key.private.sign(_hash_data(document, options))
+    return {**options, "proofValue": "z" + b58encode(signature)}
+
+
+def add_proof(
+    document: dict[str, Any], key: keys.IssuerKey, *, created: str, cryptosuites: tuple[str, ...] = (RDFC,)
+) -> dict[str, Any]:
+    """``document`` with a proof set: one proof per cryptosuite, each over the
+    document without proofs (Data Integrity "proof sets", not chains)."""
+    return {**document, "proof": [make_proof(document, key, created=created, cryptosuite=c) for c in cryptosuites]}
 
 
 def issuer_id(credential: dict[str, Any]) -> str:
@@ -253,20 +293,39 @@ def _trusted(public_keys: dict[str, Ed25519PublicKey], public: Ed25519PublicKey)
 def verify_proof(
     secured: dict[str, Any], public_keys: dict[str, Ed25519PublicKey]
 ) -> Verified:
-    """Check an embedded eddsa-jcs-2022 proof against the trusted keys. The
-    proof must cover the whole document: extra ``@context`` entries after the
-    signed ones (which the spec would allow) are refused as ``Malformed``."""
-    proof = secured.get("proof")
-    if not isinstance(proof, dict):
-        raise Malformed("no single embedded proof")
-    if proof.get("type") != "DataIntegrityProof" or proof.get("cryptosuite") != CRYPTOSUITE:
-        raise Malformed(f"unsupported proof {proof.get('type')!r}/{proof.get('cryptosuite')!r}")
+    """Check the embedded proofs against the trusted keys: one proof (older
+    credentials) or a proof set, *every* proof of which must verify, each by
+    the credential's issuer (eddsa-rdfc-2022 or eddsa-jcs-2022; a chain, with
+    ``previousProof``, is refused). A proof must cover the whole document:
+    ``@context`` entries beyond what a proof names (which the spec would let a
+    holder append) are refused as ``Malformed``, and so is anything an
+    eddsa-rdfc-2022 proof would leave unsigned (``linkeddata``)."""
+    listed = secured.get("proof")
+    proofs = [listed] if isinstance(listed, dict) else listed
+    if not isinstance(proofs, list) or not proofs or not all(isinstance(p, dict) for p in proofs):
+        raise Malformed("no embedded proof")
+    document = {k: v for k, v in secured.items() if k != "proof"}
+    kids = [_verify_one(document, proof, public_keys) for proof in proofs]
+    suites = tuple(str(p["cryptosuite"]) for p in proofs)
+    # Exactly what was signed: the whole file but its proofs.
+    return Verified(credential=document, kid=kids[0], form="data-integrity", suites=suites)
+
+
+def _verify_one(document: dict[str, Any], proof: dict[str, Any], public_keys: dict[str, Ed25519PublicKey]) -> str:
+    """The kid of the trusted key that made ``proof`` over ``document``."""
+    if proof.get("type") != "DataIntegrityProof" or proof.get("cryptosuite") not in CRYPTOSUITES:
+        raise Malformed(f"unsupported proof {str(proof.get('type'))[:40]!r}/{str(proof.get('cryptosuite'))[:40]!r}")
+    if "previousProof" in proof:
+        raise Malformed("proof chains are not supported")
     if proof.get("proofPurpose") != "assertionMethod":
         raise CredentialError("proof is not for assertion")
-    document = {k: v for k, v in secured.items() if k != "proof"}
     options = {k: v for k, v in proof.items() if k != "proofValue"}
-    if "@context" in options:
-        context = options["@context"]
+    if proof["cryptosuite"] == RDFC and document.get("@context") not in linkeddata.CONTEXT_LISTS:
+        # Any other context (one appended, one inline) could change what the signed RDF
+        # means to a reader, and is not fetched anyway (N-10).
+        raise Malformed("the file holds unsigned data: @context is not the bundled contexts alone")
+    if "@context" in options or proof["cryptosuite"] == JCS:
+        context = options.get("@context")
         doc_context = document.get("@context")
         if (
             not isinstance(context, list)
@@ -303,8 +362,7 @@ def verify_proof(
         public_keys[kid].verify(signature, data)
     except InvalidSignature as e:
         raise CredentialError("proof does not match the credential") from e
-    # Exactly what was signed: the whole file but its proofValue.
-    return Verified(credential=document, kid=kid, form="data-integrity")
+    return kid
 
 
 # --- securing: VC-JWT (joserfc signs; tests verify with PyJWT too) ----------
@@ -320,21 +378,26 @@ def _quiet_eddsa() -> Iterator[None]:
         yield
 
 
-def sign_jwt(credential: dict[str, Any], key: keys.IssuerKey) -> str:
-    """The compact VC-JWT of ``credential``: its claims are the credential
-    itself plus ``iss``/``jti``/``nbf`` (and ``exp`` for a credential with
-    ``validUntil``, such as the status list) mirroring issuer, id and validity
-    for plain JWT libraries."""
+def sign_jwt(secured: dict[str, Any], key: keys.IssuerKey) -> str:
+    """The compact VC-JWT of ``secured`` (a credential with its embedded
+    proofs, which Open Badges 3.0 section 8.2.4 says to add first): its claims
+    are the credential itself plus the registered claims that section maps:
+    ``iss`` (issuer id), ``jti`` (id), ``nbf`` (validFrom), ``sub``
+    (credentialSubject id, when it has one) and ``exp`` (validUntil, when it
+    has one, such as the status list)."""
     assert key.private is not None
-    did = issuer_id(credential)
+    did = issuer_id(secured)
     claims = {
-        **credential,
+        **secured,
         "iss": did,
-        "jti": credential["id"],
-        "nbf": _epoch(credential["validFrom"]),
+        "jti": secured["id"],
+        "nbf": _epoch(secured["validFrom"]),
     }
-    if "validUntil" in credential:
-        claims["exp"] = _epoch(credential["validUntil"])
+    subject = secured.get("credentialSubject")
+    if isinstance(subject, dict) and "id" in subject:
+        claims["sub"] = subject["id"]
+    if "validUntil" in secured:
+        claims["exp"] = _epoch(secured["validUntil"])
     header = {"alg": JWT_ALG, "typ": JWT_TYP, "kid": f"{did}#{key.kid}"}
     okp = OKPKey.import_key(_private_pem(key))
     payload = json.dumps(claims, ensure_ascii=False).encode("utf-8")
@@ -356,8 +419,11 @@ def _private_pem(key: keys.IssuerKey) -> bytes:
 
 
 def verify_jwt(token: str, public_keys: dict[str, Ed25519PublicKey]) -> Verified:
-    """Check a compact VC-JWT: header (EdDSA, vc+jwt, a kid of the issuer's
-    DID), signature by a trusted key, and claims that agree with the credential."""
+    """Check a compact VC-JWT: header (EdDSA, typ JWT or, before issue #38,
+    vc+jwt, a kid of the issuer's DID), signature by a trusted key, claims
+    that agree with the credential (Open Badges 3.0 section 8.2.6.1: iss, jti,
+    nbf, sub, exp) and the embedded proofs in the payload, if any, which must
+    verify as well: a file is trusted only when all of it is."""
     token = token.strip()
     if not _COMPACT_JWT.fullmatch(token):  # three base64url parts and nothing else
         raise Malformed("not a compact JWT")
@@ -370,8 +436,8 @@ def verify_jwt(token: str, public_keys: dict[str, Ed25519PublicKey]) -> Verified
         raise Malformed("JWT header is not a JSON object")
     if header.get("alg") != JWT_ALG:
         raise Malformed(f"JWT algorithm {header.get('alg')!r} is not {JWT_ALG}")
-    if header.get("typ") != JWT_TYP:
-        raise Malformed(f"JWT type {header.get('typ')!r} is not {JWT_TYP}")
+    if header.get("typ") not in JWT_TYPES:
+        raise Malformed(f"JWT type {str(header.get('typ'))[:40]!r} is not {JWT_TYP}")
     did, _, kid = str(header.get("kid", "")).partition("#")
     public = public_keys.get(kid)
     if public is None:
@@ -388,10 +454,31 @@ def verify_jwt(token: str, public_keys: dict[str, Ed25519PublicKey]) -> Verified
     claims = parse_json(obj.payload)
     if not isinstance(claims, dict) or issuer_id(claims) != did or claims.get("iss") != did:
         raise CredentialError("JWT key is not the credential issuer's")
+    _check_claims(claims)
+    secured = {k: v for k, v in claims.items() if k not in JWT_CLAIMS}
+    if "proof" not in secured:  # a VC-JWT from before issue #38
+        return Verified(credential=secured, kid=kid, form="jwt")
+    inner = verify_proof(secured, public_keys)
+    return Verified(credential=inner.credential, kid=kid, form="jwt", suites=inner.suites)
+
+
+def _check_claims(claims: dict[str, Any]) -> None:
+    """The registered claims must say what the credential says (section 8.2.6.1);
+    ``sub`` and ``nbf`` are absent only from VC-JWTs made before issue #38."""
     if claims.get("jti") != claims.get("id"):
         raise CredentialError("JWT id does not match the credential")
-    credential = {k: v for k, v in claims.items() if k not in JWT_CLAIMS}
-    return Verified(credential=credential, kid=kid, form="jwt")
+    subject = claims.get("credentialSubject")
+    subject_id = subject.get("id") if isinstance(subject, dict) else None
+    if claims.get("sub") != subject_id:
+        raise CredentialError("JWT sub does not match the credential subject")
+    for claim, field in (("nbf", "validFrom"), ("exp", "validUntil")):
+        if claim in claims or field in claims:
+            try:
+                agree = claims.get(claim) == _epoch(str(claims.get(field)))
+            except ValueError:
+                agree = False
+            if not agree:
+                raise CredentialError(f"JWT {claim} does not match the credential's {field}")
 
 
 def verify_any(text: str | bytes, public_keys: dict[str, Ed25519PublicKey]) -> Verified:

@@ -1,7 +1,8 @@
 """What a lab needs, under our launcher and under torchrun: its rank, failures, the clock.
 
-A lab is a module (``labs.ring``, ``labs.bench``, ``labs.ddp``, ``labs.sharding``)
-that imports no torch, so that the platform reads it freely, with these names:
+A lab is a folder ``labs/<name>/`` named in `LABS`. Its ``lab`` module
+(``labs.ring.lab``, ``labs.bench.lab``, ...) imports no torch, so that the
+platform reads it freely, and has these names:
 
 - ``Params``: the lab's parameters, a pydantic dataclass made with
   ``labs.params.dataclass``, each field declared with ``labs.params.option``
@@ -13,7 +14,13 @@ that imports no torch, so that the platform reads it freely, with these names:
   rank (JSON-serialisable, with ``work_s``, the seconds of timed work); ``ctx``
   is a `RankContext`; that module imports torch;
 - ``summarize(params, ranks, *, world_size, backend) -> dict`` and
-  ``format_text(summary) -> str``: combine the ranks' results and print them.
+  ``format_text(summary) -> str``: combine the ranks' results and print them;
+- ``SUMMARY``: the type of that summary as the pages read it, a model of
+  ``labs.reports`` (`labs.reports.read` finds it here);
+- optionally ``DEFAULT_WORLD_SIZE`` (`world_size_default`).
+
+Beside it, the folder holds the rank code (torch and all), a ``__main__``
+(``torchrun -m labs.<name>``) and whatever else only that lab uses.
 
 This module is the labs' side of the contract: `RankContext` (who am I, which
 device, report progress), `FailSpec` (inject a crash or a hang for the
@@ -49,7 +56,9 @@ from labs.settings import Limits
 if TYPE_CHECKING:
     import torch
 
-LABS = {"ring": "labs.ring", "bench": "labs.bench", "ddp": "labs.ddp", "sharding": "labs.sharding"}
+# The labs, in the course's order: each is a folder labs/<name>/ whose ``lab`` module
+# has the names above. Adding a lab is adding its folder and its name here.
+LABS = ("ring", "bench", "ddp", "sharding")
 INJECTED_CRASH_EXIT = 13
 
 
@@ -167,10 +176,13 @@ def resolve_backend(backend: str, world_size: int) -> str:
 
 
 def load_lab(lab: str):
-    """A lab module by short name ("ring") or, for experiments, by module path."""
-    if lab not in LABS and "." not in lab:
+    """A lab's ``lab`` module by short name ("ring": ``labs.ring.lab``) or, for
+    experiments, by module path."""
+    if lab in LABS:
+        return importlib.import_module(f"labs.{lab}.lab")
+    if "." not in lab:
         raise ValueError(f"unknown lab {lab!r}: choose one of {', '.join(LABS)}")
-    return importlib.import_module(LABS.get(lab, lab))
+    return importlib.import_module(lab)
 
 
 def rank_code(lab: str):

@@ -14,7 +14,7 @@ Everything else is read from the model:
 - a model checks itself on construction for what it can know alone
   (choices, fixed ranges), and `check` checks it again against the
   `labs.settings.Limits` in force: `validate` (build, then check) is one
-  call per model in ``academy.labruns.validate`` (in the page's narrower ranges)
+  call per model in ``academy.labruns.pages.validate`` (in the page's narrower ranges)
   and in ``python -m labs``; ``labs.launch.run_lab`` checks the models it
   builds.
 

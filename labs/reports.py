@@ -10,7 +10,7 @@ optional, with the value the page assumed for older runs. A result that does
 not fit raises `ReportError`.
 
 Plain data stays plain where it is only passed on: a ring trace's records
-(``labs.ringtrace`` reads them) and a breakdown's per-part milliseconds
+(``labs.ring.ringtrace`` reads them) and a breakdown's per-part milliseconds
 (``app.charts`` draws dicts; a benchmark's rows and a timeline's variants go
 to it and to ``labs.timeline`` as ``model_dump``s). Torch-free, like every module
 the platform reads.
@@ -32,7 +32,7 @@ class _Model(BaseModel):
 
 
 class Spread(_Model):
-    """Repeated measurements: median, min and max (``labs.ring.spread``)."""
+    """Repeated measurements: median, min and max (``labs.ring.lab.spread``)."""
 
     median: float
     min: float
@@ -40,7 +40,7 @@ class Spread(_Model):
 
 
 # --------------------------------------------------------------------------
-# ring (labs.ring.summarize)
+# ring (labs.ring.lab.summarize)
 
 
 class RingSummary(_Model):
@@ -59,11 +59,11 @@ class RingSummary(_Model):
     busbw_GBps: float
     correct: bool
     max_abs_err: float | None = None
-    traces: list[list[dict[str, Any]]]  # each rank's step records, read by labs.ringtrace
+    traces: list[list[dict[str, Any]]]  # each rank's step records, read by labs.ring.ringtrace
 
 
 # --------------------------------------------------------------------------
-# bench (labs.bench.summarize)
+# bench (labs.bench.lab.summarize)
 
 
 class BenchRow(_Model):
@@ -102,7 +102,7 @@ class BenchSummary(_Model):
 
 
 # --------------------------------------------------------------------------
-# ddp (labs.ddp.summarize; the sections of labs.ddp_rank and labs.ddp_timeline)
+# ddp (labs.ddp.lab.summarize; the sections of labs.ddp.rank and labs.ddp.timeline)
 
 
 class Equivalence(_Model):
@@ -117,7 +117,7 @@ class Equivalence(_Model):
 
 
 class Quartiles(_Model):
-    """Per-step samples in ms (``labs.ddp_setup.spread_ms``)."""
+    """Per-step samples in ms (``labs.ddp.setup.spread_ms``)."""
 
     median: float
     q1: float
@@ -268,11 +268,11 @@ class DdpSummary(_Model):
 
 
 # --------------------------------------------------------------------------
-# sharding (labs.sharding.summarize)
+# sharding (labs.sharding.lab.summarize)
 
 
 class Collective(_Model):
-    """One kind of collective at one stage of the step, as rank 0 called it (``labs.zero.WireCounter``)."""
+    """One kind of collective at one stage of the step, as rank 0 called it (``labs.sharding.zero.WireCounter``)."""
 
     kind: str
     stage: str
@@ -321,8 +321,9 @@ class ShardingSummary(_Model):
 # --------------------------------------------------------------------------
 # The report and its one reader
 
+# What the pages draw (a type for their signatures; each lab names its own as ``SUMMARY``).
 Summary = RingSummary | BenchSummary | DdpSummary | ShardingSummary
-S = TypeVar("S", RingSummary, BenchSummary, DdpSummary, ShardingSummary)
+S = TypeVar("S", bound=_Model)
 
 
 class Report(_Model, Generic[S]):
@@ -333,20 +334,21 @@ class Report(_Model, Generic[S]):
     overhead_s: float = 0.0
 
 
-SUMMARIES: dict[str, type] = {"ring": RingSummary, "bench": BenchSummary, "ddp": DdpSummary,
-                              "sharding": ShardingSummary}
-
-
 def read(lab: str, result: Any) -> Report:
     """``result`` (``LabRun.result`` of a finished run of ``lab``) as a typed `Report`.
 
-    Raises `ReportError`, naming the lab and the first fields that do not fit,
-    for a lab without a summary type or a result that is not its report.
+    The summary's type is the one the lab names (its ``SUMMARY``). Raises
+    `ReportError`, naming the lab and the first fields that do not fit, for an
+    unknown lab or a result that is not its report.
     """
-    if lab not in SUMMARIES:
-        raise ReportError(f"no report type for the lab {lab!r}")
+    from labs.context import load_lab
+
     try:
-        return Report[SUMMARIES[lab]].model_validate(result)
+        summary = load_lab(lab).SUMMARY
+    except (ValueError, ImportError, AttributeError):
+        raise ReportError(f"no report type for the lab {lab!r}") from None
+    try:
+        return Report[summary].model_validate(result)
     except ValidationError as err:
         wrong = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'result'}: {e['msg']}" for e in err.errors()[:3])
         raise ReportError(f"the {lab} lab's stored result cannot be read ({wrong})") from None

@@ -10,7 +10,7 @@ validation and ``python -m labs`` together, and each default is written once,
 here. The worker also hands its values to the CLI it starts in those
 variables (`Limits.environ`), since the CLI's working directory need not hold
 the app's ``.env``. The exercise sandbox's ``EXERCISE_*`` settings are a class
-of the same kind (``labs.sandbox_limits.Limits``, ``Settings.exercises``);
+of the same kind (``labs.sandbox.limits.Limits``, ``Settings.exercises``);
 both are read with `read`, whose error names the variable at fault.
 
 This module imports neither torch nor the app.

@@ -3,7 +3,7 @@
 A span is ``{"kind": "compute" | "comm", "name", "start_ms", "end_ms", "step"}``:
 compute spans are forward, backward and optimizer; a comm span is one
 all-reduce from its launch to its completion. The DDP lab's ``timeline``
-section records them on every rank (``labs.ddp_timeline``); this module does
+section records them on every rank (``labs.ddp.timeline``); this module does
 the arithmetic on them, and writes them as a Chrome/Perfetto trace. It
 imports neither torch nor the app, so the page and the tests use it freely.
 

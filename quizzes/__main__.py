@@ -2,8 +2,9 @@
 
     python -m quizzes check [--bank content/quiz-bank]
 
-Prints every problem and the question counts per language and type; exits 1
-when there is a problem.
+Prints every problem, the question counts per language and type, and in how
+many single-choice questions the answer is the longest option; exits 1 when
+there is a problem.
 """
 
 from __future__ import annotations
@@ -14,10 +15,15 @@ from collections import Counter
 from pathlib import Path
 
 from quizzes.bank import TYPES, Bank, Question, load_bank
+from quizzes.lengths import answer_is_longest
 
 # What the course asks of the bank as a whole (issue 5, COURSE_BRIEF.md).
 MIN_QUESTIONS = 40
 FAQ_QUESTIONS = 6
+# With four options a blind guess is right a quarter of the time; if the answer
+# were the longest option much more often than that, "pick the longest" would
+# pay (journey review, Minor 8).
+MAX_LONGEST_ANSWER_SHARE = 0.4
 
 
 def coverage_problems(bank: Bank) -> list[str]:
@@ -35,6 +41,26 @@ def coverage_problems(bank: Bank) -> list[str]:
     return problems
 
 
+def longest_answers(bank: Bank, lang: str) -> tuple[int, int]:
+    """(single-choice questions whose answer is the widest option in `lang`, all single-choice questions)."""
+    singles = [q for q in bank.questions.values() if q.type == "single"]
+    return sum(answer_is_longest(q, lang) for q in singles), len(singles)
+
+
+def answer_length_problems(bank: Bank) -> list[str]:
+    """The bank as a whole must not reward picking the longest option."""
+    problems = []
+    for lang in bank.languages:
+        longest, singles = longest_answers(bank, lang)
+        if singles and longest > MAX_LONGEST_ANSWER_SHARE * singles:
+            problems.append(
+                f"bank: options.{lang}: the answer is the longest option in {longest} of {singles} single-choice "
+                f"questions, more than {MAX_LONGEST_ANSWER_SHARE:.0%}: picking the longest would pay; "
+                "lengthen some wrong options or shorten some answers"
+            )
+    return problems
+
+
 def complete_in(question: Question, lang: str) -> bool:
     """Whether every text of a question exists in `lang`."""
     texts = [question.text, question.explain or {lang: "-"}, question.unit or {lang: "-"}]
@@ -45,7 +71,7 @@ def complete_in(question: Question, lang: str) -> bool:
 
 def check(directory: Path | None = None) -> int:
     bank = load_bank(directory)
-    problems = list(bank.problems) + coverage_problems(bank)
+    problems = list(bank.problems) + coverage_problems(bank) + answer_length_problems(bank)
     for problem in problems:
         print(f"PROBLEM {problem}")
     questions = list(bank.questions.values())
@@ -59,6 +85,8 @@ def check(directory: Path | None = None) -> int:
     topics = Counter(q.topic for q in questions)
     print("\nper section: " + ", ".join(f"{t} {topics[t]}" for t in bank.topics))
     print(f"faq: {sum(q.faq for q in questions)}")
+    counts = {lang: longest_answers(bank, lang) for lang in bank.languages}
+    print("answer is the longest option: " + ", ".join(f"{lang} {n} of {m}" for lang, (n, m) in counts.items()))
     print(f"\n{len(problems)} problem(s)" if problems else "\nOK")
     return 1 if problems else 0
 

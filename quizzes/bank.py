@@ -23,6 +23,10 @@ the lesson section(s) it comes from by id (``see``); the title is read from
 each language's ``toc.yaml`` when the explanation is shown, so a renamed
 section can never leave a stale title behind.
 
+A choice question must not give its answer away by length: the answer (or,
+for multiple choice, every correct option) may not be far wider than every
+wrong option in any language (``quizzes.lengths``).
+
 A numeric question states the precision it wants (``precision``: {sig: 3}
 or {decimals: 0}; the engine words it in every language) and lists its
 common ``mistakes`` as formulas. The check evaluates the answer and every
@@ -75,6 +79,7 @@ from quizzes.formula import (
     parse_expression,
     round_to,
 )
+from quizzes.lengths import length_cue_problems
 from quizzes.numbers import format_number, parse_number, within_tolerance
 
 MAX_SEE = 2  # sections one explanation may cite (the wording has one and two)
@@ -425,6 +430,7 @@ def _load_bank(directory: Path, languages: tuple[str, ...], topics: tuple[str, .
                 continue
             problems.extend(placement_problems(question, where, path.stem, topics))
             problems.extend(see_problems(question, where, topics))
+            problems.extend(length_cue_problems(question, where, languages))
             if isinstance(question, NumericQuestion):
                 gradable, found = numeric_problems(question, where, languages)
                 problems.extend(found)

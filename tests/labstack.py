@@ -70,7 +70,7 @@ def with_group(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, sig)
 
 
-# A worker's warm grader (academy.labpool.GraderPool) is a sandbox with PyTorch imported:
+# A worker's warm grader (academy.labruns.pool.GraderPool) is a sandbox with PyTorch imported:
 # about 2.5 s of CPU, and the CPU a test's own labs wait for, at every worker's start. A
 # test worker starts none unless its test grades exercises through it and says so
 # (``LAB_WARM_EXERCISES`` in ``env`` or the test's environment).
@@ -101,7 +101,7 @@ class Worker:
             time.sleep(0.1)
 
     def wait_warm(self, timeout: float = 60) -> None:
-        """Until its warm lab process (academy.labpool) has imported PyTorch: a run taken
+        """Until its warm lab process (academy.labruns.pool) has imported PyTorch: a run taken
         after this forks from it. One taken before waits a moment, then starts fresh and
         imports PyTorch a second time, beside the warm process's import. With none started
         (memory short: the worker's runs all start fresh) there is nothing to wait for."""
@@ -203,8 +203,8 @@ def learners_main(argv: list[str] | None = None) -> None:
     import json
     import threading
 
-    from academy import labruns
     from academy.db import session_scope
+    from academy.labruns import pages as labruns
     from academy.models import LabRun, Learner
 
     parser = argparse.ArgumentParser()

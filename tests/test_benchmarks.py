@@ -160,7 +160,7 @@ def test_lab_queue_warm_worker_and_sandbox_have_every_figure():
 
 
 def sandbox_works() -> bool:
-    from labs.sandbox import SandboxUnavailable, check_available
+    from labs.sandbox.run import SandboxUnavailable, check_available
 
     try:
         check_available("bwrap")

@@ -22,7 +22,7 @@ from app import calculators as calc
 from app import charts, charts_ring
 
 if TYPE_CHECKING:
-    from labs.ringtrace import Send
+    from labs.ring.ringtrace import Send
 
 ROOT = Path(__file__).resolve().parent.parent
 LABELS = {k: k for k in ["rank", "chunk", "holds", "start", "play", "pause", "step", "reduce-scatter",

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("academy", "quizzes", "certificates", "labs", "app")
 # The modules that define the errors a page can show (importing them registers the classes).
 MODULES = ("academy.accounts", "quizzes.store", "quizzes.engine", "certificates.store", "certificates.ids",
-           "academy.labqueue")
+           "academy.labruns.queue")
 
 
 def error_classes() -> list[type[UserError]]:
@@ -123,7 +123,7 @@ def test_every_error_key_is_in_every_language():
 
 @pytest.mark.parametrize("lang", i18n.languages())
 def test_errors_that_fill_their_own_values_read_whole(lang):
-    from academy.labruns import LabRequestError
+    from academy.labruns.pages import LabRequestError
     from certificates import ids, names
     from certificates.errors import AlreadyCertified
 

@@ -105,7 +105,7 @@ def test_the_cache_folder_is_a_setting_of_the_exercises(tmp_path, monkeypatch):
     """``EXERCISE_DDP_CACHE`` is read with the other ``EXERCISE_*`` settings (environment or
     ``.env``; ``Settings.exercises``), by default a folder of this user's; a bad value names it."""
     from academy.settings import Settings
-    from labs.sandbox_limits import Limits
+    from labs.sandbox.limits import Limits
     from labs.settings import SettingError, read
 
     monkeypatch.delenv("EXERCISE_DDP_CACHE", raising=False)

@@ -13,8 +13,9 @@ import uuid
 
 import pytest
 
-from academy import exercises, i18n, labjob
+from academy import exercises, i18n
 from academy.db import session_scope
+from academy.labruns import job as labjob
 from academy.models import Learner
 from labs.exercises import ddp_lanes, grader, load, reference
 from tests.apptest import open_page

@@ -27,10 +27,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from labs import exercises, sandbox
+from labs import exercises
 from labs.exercises import grader
 from labs.exercises.broadcast import exercise as bcast_ex
 from labs.exercises.ring_allreduce import exercise as ring_ex
+from labs.sandbox import run as sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "exercises"
@@ -220,7 +221,7 @@ def test_the_reference_passes_and_the_ring_report_has_the_learners_trace():
     trace = report["trace"]
     assert trace["world_size"] == 4 and len(trace["traces"]) == 4
     assert (trace["size"], trace["size_bytes"], trace["dtype"]) == (10, 40, "float32")
-    from labs.ringtrace import trace_steps
+    from labs.ring.ringtrace import trace_steps
 
     steps, durations = trace_steps(trace["traces"])
     assert len(steps) == 2 * (4 - 1) == len(durations)
@@ -238,7 +239,7 @@ def test_a_ring_with_its_own_chunk_split_still_draws_its_chunks():
     report = grader.grade("ring-allreduce", (FIXTURES / "ring_floor_chunks.py").read_text("utf-8"),
                           case_ids=["w4-n10-float32"])
     assert report["status"] == "passed", failing(report)
-    from labs.ringtrace import trace_steps
+    from labs.ring.ringtrace import trace_steps
 
     steps, _ = trace_steps(report["trace"]["traces"])
     assert sorted(steps[0]) == [(r, (r + 1) % 4, r, "reduce-scatter") for r in range(4)]

@@ -28,7 +28,7 @@ CODE = ROOT / "labs" / "exercises"
 CONTENT = content.path(content.EXERCISES)
 LANGS = ("en", "zh", "nl")
 MINE = ("ring-allreduce", "broadcast")
-STOPPED = ("wall_time", "output", "memory", "cpu_time", "processes")  # labs.sandbox.Outcome.stopped
+STOPPED = ("wall_time", "output", "memory", "cpu_time", "processes")  # labs.sandbox.run.Outcome.stopped
 
 
 def _const(node) -> list[str]:

@@ -29,9 +29,9 @@ from pathlib import Path
 import pytest
 
 from academy import content
-from labs import sandbox
 from labs.exercises import EXERCISES, grader, load, messages, reference
 from labs.exercises.bucketed_overlap.exercise import buckets
+from labs.sandbox import run as sandbox
 from tests.test_terminology import LESSONS, findings, fixture_rules, report, rules_from, yaml_texts
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,8 +16,9 @@ import uuid
 import pytest
 from sqlmodel import select
 
-from academy import exercises, i18n, labjob
+from academy import exercises, i18n
 from academy.db import session_scope
+from academy.labruns import job as labjob
 from academy.models import ExercisePass, LabRun, Learner
 from app import labviews
 from tests import exercisefakes

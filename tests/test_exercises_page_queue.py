@@ -36,7 +36,7 @@ def sandbox_mode():
     """Before the module's worker starts (autouse fixtures come first): the mode it passes to
     the grader, and its warm grader (the product's default; tests' workers start none). No
     warm lab process: no lab runs here, and it would import PyTorch for nothing."""
-    from labs import sandbox
+    from labs.sandbox import run as sandbox
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("LAB_WARM_EXERCISES", "1")

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from labs import exercises, sandbox
+from labs import exercises
 from labs.exercises.__main__ import render
 from labs.exercises.grader import grade
+from labs.sandbox import run as sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = {"ring-allreduce": {"w2-n5-float32"}, "broadcast": {"w2-src1-n6-int64"}}
@@ -437,7 +438,7 @@ def test_the_rank_filter_decides_each_call_as_documented():
     """The rank's program on every machine we have numbers for (no kernel needed)."""
     import errno
 
-    from labs import seccomp
+    from labs.sandbox import seccomp
     from tests.test_sandbox import run_filter
 
     for machine, arch in seccomp.AUDIT_ARCH.items():
@@ -483,7 +484,7 @@ def test_the_sealed_filter_decides_each_call_as_documented():
     import errno
     import os
 
-    from labs import seccomp
+    from labs.sandbox import seccomp
 
     eperm, pid = ("errno", errno.EPERM), 4242
     for machine, arch in seccomp.AUDIT_ARCH.items():
@@ -570,7 +571,7 @@ def test_a_reader_that_stops_early_gets_no_traceback(args, tmp_path):
 
 
 # --------------------------------------------------------------------------
-# The trust design (README, "How grading works"): nothing in a rank to find, no group to use
+# The trust design (docs/contributors/grading.md): nothing in a rank to find, no group to use
 
 
 @pytest.mark.slow

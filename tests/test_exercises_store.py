@@ -15,8 +15,9 @@ import pytest
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from academy import exercises, labqueue
+from academy import exercises
 from academy.db import make_engine, migrate, session_scope
+from academy.labruns import queue as labqueue
 from academy.models import EXERCISE_SOURCE_MAX, ExerciseDraft, ExercisePass, LabRun, Learner, utcnow
 from tests import exercisefakes
 from tests.conftest import copy_of
@@ -457,7 +458,7 @@ def test_a_first_hint_never_overwrites_code_saved_in_between(db, monkeypatch):
 def test_old_reports_are_slimmed_on_sqlite_and_postgresql(db):
     """N-6: the pruning query (a JSON path on the report) on both databases: beyond the newest
     five runs of an exercise, a learner's reports keep their status and summary only."""
-    from academy import labqueue
+    from academy.labruns import queue as labqueue
 
     me = learner(db)
     runs = [finished_run(db, me, "broadcast") for _ in range(7)]

@@ -3,7 +3,7 @@ on loopback, each starting its own torchrun, gathered by a c10d rendezvous.
 
 This is as close to two machines as one machine gets: the workers share only
 the database, the queue and the rendezvous endpoint, as separate hosts would.
-What it cannot show (real network between hosts, GPUs) the README says.
+What it cannot show (real network between hosts, GPUs) docs/operators/multi-node.md says.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import time
 import pytest
 from sqlmodel import select
 
-from academy import labqueue
 from academy.db import session_scope
+from academy.labruns import queue as labqueue
 from academy.models import LabRunNode
 from academy.settings import get_settings
 from tests.labstack import descendants, free_port
@@ -52,7 +52,7 @@ def node_rows(run_id: int) -> list[LabRunNode]:
 @pytest.fixture(autouse=True)
 def no_warm_processes(monkeypatch):
     """These tests watch the torchrun and ranks under each worker; a multi-node run never
-    uses a warm lab process or grader (academy.labpool), so the workers start none."""
+    uses a warm lab process or grader (academy.labruns.pool), so the workers start none."""
     monkeypatch.setenv("LAB_WARM_POOL", "0")
     monkeypatch.setenv("LAB_WARM_EXERCISES", "0")
 

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from academy import i18n, labjob, labqueue
+from academy import i18n
 from academy.db import session_scope
+from academy.labruns import job as labjob
+from academy.labruns import queue as labqueue
 from academy.models import LabRun, LabWorker, utcnow
 from tests.apptest import open_page, press
 
@@ -157,7 +159,7 @@ def stored(run_id: int) -> LabRun:
 
 @pytest.mark.usefixtures("app_db")
 def test_more_than_one_node_is_refused_in_the_learners_language_unless_allowed(monkeypatch):
-    from academy import labruns
+    from academy.labruns import pages as labruns
     from academy.settings import get_settings
 
     def ask(nodes: int, lab: str = "ring") -> tuple[str, dict]:
@@ -371,12 +373,13 @@ def test_the_largest_live_gpu_set_says_how_many_ranks_an_nccl_lab_may_have():
     assert labqueue.largest_gpu_set() == 2
 
 
-def test_labs_worker_is_the_academy_worker():
-    """`python -m labs.worker` (the name issue #15 gives) runs academy.worker itself."""
+def test_the_worker_starts_by_its_one_name():
+    """`python -m academy.worker` is the worker's command (Makefile, docs); the alias
+    `python -m labs.worker` is gone (issue #37)."""
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "labs.worker", "--help"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "academy.worker", "--help"], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0 and "--queues" in out.stdout and "academy.worker" in out.stdout
 

@@ -23,8 +23,8 @@ from collections import Counter
 import pytest
 from sqlmodel import select
 
-from academy import labqueue
 from academy.db import session_scope
+from academy.labruns import queue as labqueue
 from academy.models import LabRun
 from tests.conftest import ROOT, use_database
 from tests.labstack import TERMINAL, Worker, descendants, is_lab, processes_with_env

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from sqlmodel import select
 
-from academy import labqueue
 from academy.db import session_scope
+from academy.labruns import queue as labqueue
 from academy.models import LabRun, LabWorker, utcnow
 from tests.conftest import copy_of, use_database
 from tests.labstack import (
@@ -303,7 +303,7 @@ def test_a_kill_mid_run_fails_the_run_with_a_reason_and_leaves_no_rank(stack, vi
 
 
 def warm_grader(worker: Worker, timeout: float = 60, *, other_than: int | None = None) -> int:
-    """The worker's waiting warm grader (``python -m labs.exercises warm``, academy.labpool.GraderPool)."""
+    """The worker's waiting warm grader (``python -m labs.exercises warm``, academy.labruns.pool.GraderPool)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         waiting = [p for p in descendants(worker.pid) if cmdline(p)[1:4] == ["-m", "labs.exercises", "warm"]

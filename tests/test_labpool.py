@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from academy import labpool
+from academy.labruns import pool as labpool
 from tests.conftest import ROOT
 
 ARGV = [sys.executable, "-m", "labs", "ring"]

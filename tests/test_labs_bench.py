@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from labs import bench
+from labs.bench import lab as bench
 from labs.launch import run_lab
 
 

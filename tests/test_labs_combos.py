@@ -21,8 +21,9 @@ import pytest
 import torch
 from sqlmodel import func, select
 
-from academy import i18n, labruns
+from academy import i18n
 from academy.db import session_scope
+from academy.labruns import pages as labruns
 from academy.models import LabRun
 from labs.launch import run_lab
 from tests.apptest import open_page

@@ -10,7 +10,9 @@ import json
 import pytest
 import torch
 
-from labs import ddp, ddp_rank, ddp_setup
+from labs.ddp import lab as ddp
+from labs.ddp import rank as ddp_rank
+from labs.ddp import setup as ddp_setup
 from labs.launch import run_lab
 
 

@@ -169,13 +169,13 @@ def test_machine_summary():
 
 def test_labs_import_only_the_lab_side():
     """A rank under torchrun needs no supervisor: the labs and their rank code never import labs.launch."""
-    code = ("import json, sys, labs.ring, labs.bench, labs.ddp, labs.sharding; "
-            "import labs.allreduce, labs.bench_rank, labs.ddp_rank, labs.zero; "
+    code = ("import json, sys, labs.ring.lab, labs.bench.lab, labs.ddp.lab, labs.sharding.lab; "
+            "import labs.ring.allreduce, labs.bench.rank, labs.ddp.rank, labs.sharding.zero; "
             "print(json.dumps(sorted(m for m in sys.modules if m.startswith('labs'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120).stdout
     loaded = json.loads(out)
-    assert "labs.context" in loaded and "labs.ring" in loaded
+    assert "labs.context" in loaded and "labs.ring.lab" in loaded
     assert "labs.launch" not in loaded and "labs.verdict" not in loaded, loaded
 
 

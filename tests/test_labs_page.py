@@ -8,9 +8,13 @@ import time
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from academy import i18n, labjob, labqueue, labruns
+from academy import i18n
+from academy.labruns import job as labjob
+from academy.labruns import pages as labruns
+from academy.labruns import queue as labqueue
 from app import charts, charts_ring, labviews
-from labs import context, ringtrace
+from labs import context
+from labs.ring import ringtrace
 from tests.apptest import MAIN, login_token, open_page, record_cadence
 from tests.procs import gone, lab_pids
 

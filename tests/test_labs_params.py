@@ -20,13 +20,16 @@ from pathlib import Path
 
 import pytest
 
-from academy import i18n, labruns
+from academy import i18n
 from academy.db import session_scope
+from academy.labruns import pages as labruns
 from academy.models import LabRun
 from academy.settings import get_settings
-from labs import params, ring
+from labs import params
 from labs.__main__ import _parser
+from labs.context import load_lab
 from labs.launch import run_lab
+from labs.ring import lab as ring
 from labs.settings import Limits
 from tests.apptest import open_page
 
@@ -58,7 +61,7 @@ def test_the_documented_flags_are_generated_from_the_fields():
     # Every Params field has an option, with the field's default.
     for lab in labruns.lab_names():
         parsed = vars(_parser(Limits()).parse_args([lab]))
-        for name, (field, spec) in params.specs(__import__(f"labs.{lab}", fromlist=["Params"]).Params).items():
+        for name, (field, spec) in params.specs(load_lab(lab).Params).items():
             assert parsed[name] == params.default(field, spec), (lab, name)
 
 

@@ -16,9 +16,11 @@ from datetime import timedelta
 import pytest
 from sqlmodel import func, select
 
-from academy import i18n, labqueue, labruns
+from academy import i18n
 from academy.accounts import sign_up
 from academy.db import session_scope
+from academy.labruns import pages as labruns
+from academy.labruns import queue as labqueue
 from academy.models import ACTIVE, LabRun, utcnow
 from academy.settings import get_settings
 from tests.apptest import open_page

@@ -23,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from academy import i18n, labruns
+from academy import i18n
 from academy.db import session_scope
+from academy.labruns import pages as labruns
 from academy.models import LabRun
 from app import calculators
 from labs import model

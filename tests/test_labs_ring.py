@@ -22,8 +22,9 @@ import torch.distributed as dist
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from labs import allreduce, ring
 from labs.launch import run_lab
+from labs.ring import allreduce
+from labs.ring import lab as ring
 
 CASE_TIMEOUT_S = 60
 
@@ -265,7 +266,7 @@ def test_lesson_functions_stand_alone(name):
 
 
 def test_the_lab_knows_torch_dtypes_and_chunks_without_torch():
-    """``labs.ring`` (torch-free) says what torch would: each dtype's size and kind, the
+    """``labs.ring.lab`` (torch-free) says what torch would: each dtype's size and kind, the
     chunks ``tensor_split`` cuts, and the functions behind each algorithm's name."""
     for name, dtype in ring.DTYPES.items():
         real = allreduce.TORCH_DTYPES[name]

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-import labs.zero  # noqa: F401 - imported here so that forked ranks inherit it (FSDP, DDP)
+import labs.sharding.zero  # noqa: F401 - imported here so that forked ranks inherit it (FSDP, DDP)
 from app import calculators
-from labs import sharding
 from labs.launch import run_lab
 from labs.model import STRATEGIES, per_parameter, state_bytes, wire_factor
-from labs.zero import held_bytes
+from labs.sharding import lab as sharding
+from labs.sharding.zero import held_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 # Small: 4 layers of 64 (16 640 parameters), two steps; 2 or 4 processes on 2 cores.
@@ -185,7 +185,7 @@ def test_params_and_cli():
 
 
 def test_the_lab_module_imports_no_torch():
-    code = "import sys, labs.sharding; print([m for m in sys.modules if m.split('.')[0] == 'torch'])"
+    code = "import sys, labs.sharding.lab; print([m for m in sys.modules if m.split('.')[0] == 'torch'])"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

@@ -48,7 +48,7 @@ def run_with_a_guess(page, lang: str) -> None:
         wait_app(page)
         # A worker's first lab imports torch between the claim and its first heartbeat;
         # on a loaded machine that can outlast lab_dead_after_s and the run is reaped as
-        # "worker_lost" (academy/labqueue.py). The second run finds torch imported.
+        # "worker_lost" (academy/labruns/queue.py). The second run finds torch imported.
         if attempt or not m.get_by_test_id("stAlert").filter(has_text=t("labs.worker_lost", lang)).count():
             break
 

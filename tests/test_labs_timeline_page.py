@@ -166,8 +166,8 @@ def test_without_a_benchmark_the_page_says_how_to_get_one_and_invents_nothing(re
 def test_the_form_offers_an_optional_prediction_and_keeps_it_with_the_run():
     from sqlmodel import select
 
-    from academy import labruns
     from academy.db import session_scope
+    from academy.labruns import pages as labruns
     from academy.models import LabRun
     from tests.apptest import open_page
 

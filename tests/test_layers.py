@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -146,17 +147,39 @@ def test_the_source_is_layered_without_cycles():
     assert problems(edges, LAYERS) == []
 
 
-def test_the_readme_draws_every_package_edge():
-    """The README's drawing lists exactly the package edges the source has."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    block = readme.split("These are all the edges between our packages", 1)[1].split("```")[1]
-    drawn = set()
-    for line in block.strip().splitlines():
-        src, _, dsts = line.partition("->")
-        drawn |= {(src.strip(), d.strip()) for d in dsts.split(",")}
+def drawn_edges(drawing: int = 0) -> set[tuple[str, str]]:
+    """The arrows of a drawing in docs/contributors/architecture.md (a mermaid flowchart):
+    the first draws the packages, the second the parts of ``labs``."""
+    page = (ROOT / "docs" / "contributors" / "architecture.md").read_text(encoding="utf-8")
+    block = page.split("```mermaid")[1 + drawing].split("```", 1)[0]
+    return {(a, b) for a, b in re.findall(r"^\s*(\w+)\s*-->\s*(\w+)\s*$", block, re.MULTILINE)}
+
+
+def test_the_docs_draw_every_package_edge():
+    """The architecture page's drawing shows exactly the package edges the source has."""
+    drawn = drawn_edges()
     edges = import_edges(ROOT, tuple(p for p in LAYERS if p != "tests"))
     real = {(a.split(".")[0], b.split(".")[0]) for a, b in edges} - {(p, p) for p in LAYERS}
-    assert drawn == real, f"missing in the README: {sorted(real - drawn)}; not real: {sorted(drawn - real)}"
+    assert drawn == real, f"missing in the drawing: {sorted(real - drawn)}; not real: {sorted(drawn - real)}"
+
+
+def labs_part(module: str) -> str:
+    """A ``labs`` module's part: a lab's folder, ``exercises``, ``sandbox``, or the machinery at its root."""
+    from labs.context import LABS
+
+    part = module.split(".")[1] if module.count(".") else ""
+    return part if part in (*LABS, "exercises", "sandbox") else "machinery"
+
+
+def test_the_docs_draw_every_edge_inside_labs():
+    """One folder per lab, the sandbox apart, the run machinery at the root: the second drawing
+    shows exactly the imports between those parts, so a lab that reaches into another, or
+    machinery that imports a lab, shows up here."""
+    edges = {(labs_part(a), labs_part(b)) for a, b in import_edges(ROOT, ("labs",))}
+    real = {(a, b) for a, b in edges if a != b}
+    drawn = drawn_edges(1)
+    assert drawn == real, f"missing in the drawing: {sorted(real - drawn)}; not real: {sorted(drawn - real)}"
+    assert not {b for a, b in real if a == "machinery"}, "the machinery finds labs through LABS only"
 
 
 def test_no_module_is_over_600_lines():
@@ -207,7 +230,7 @@ def test_the_check_catches_an_upward_edge_an_import_of_app_and_cycles(tmp_path):
 
 @pytest.mark.slow
 def test_the_plain_modules_load_without_the_app():
-    code = ("import quizzes.store, certificates.store, labs.launch, labs.ring; import sys; "
+    code = ("import quizzes.store, certificates.store, labs.launch, labs.ring.lab; import sys; "
             "print(sorted(m for m in sys.modules if m == 'app' or m.startswith('app.')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -217,7 +240,7 @@ def test_the_plain_modules_load_without_the_app():
 def test_the_platform_path_imports_no_torch():
     """Issue #23: certificates, quizzes, the queue, the worker and the admin commands start
     without PyTorch (seconds of CPU each); only the processes that run a lab load it."""
-    code = ("import certificates.store, certificates.__main__, quizzes.store, academy.labqueue, "
+    code = ("import certificates.store, certificates.__main__, quizzes.store, academy.labruns.queue, "
             "academy.worker, academy.admin, academy.exercises, sys; "
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -225,12 +248,16 @@ def test_the_platform_path_imports_no_torch():
     assert out.stdout.strip() == "[]"
 
 
-def test_the_labs_page_path_imports_no_torch(tmp_path):
-    """Issue #23: the Labs page names a lab, builds its form and checks a request without
-    PyTorch: each lab's module is torch-free, its rank code (``RANK_MODULE``) is not."""
+def test_no_page_imports_torch(tmp_path):
+    """Issue #23, #37: the web process loads no PyTorch, on any page. The Labs page names
+    each lab, builds its form and checks a request without it (each lab's ``lab`` module
+    is torch-free, its rank code is not); then every page under ``app/views`` is drawn for
+    a signed-in administrator, the Labs page with a finished ring run (its animation) and
+    the Exercises page with a graded ring submission (its ring, sized from the report)."""
     code = """
 import sys
-from academy import labruns
+from pathlib import Path
+from academy.labruns import pages as labruns
 from app import labviews  # the page's helpers, imported as the page imports them
 from labs.context import LABS, load_lab, world_size_default
 from labs.params import Run, offered
@@ -241,13 +268,39 @@ for lab in LABS:
     assert labruns.validate(lab, {})["world_size"] >= 1
     assert labruns.validate(lab, {"world_size": 2, "backend": "gloo"})["world_size"] == 2
     assert labruns.validate(lab, {"world_size": 2, "backend": "auto"})["backend"] == "auto"
-from tests.apptest import open_page  # the page itself, each lab's form drawn
+from tests.apptest import open_page  # the pages themselves
 for lab in LABS:
     at = open_page("labs", lab=lab)
     assert not at.exception and at.get("form"), lab
+
+from academy.db import session_scope
+from academy.exercises import LAB
+from academy.models import LabRun, Learner
+from tests.exercisefakes import report
+from tests.test_lab_reports import OLD_RING
+
+with session_scope() as s:
+    me = Learner(email="torchless@example.org", password_hash="x", display_name="Admin", is_admin=True)
+    s.add(me)
+    s.flush()
+    ring = LabRun(lab="ring", params={"world_size": 2}, status="done", result=OLD_RING, learner_id=me.id,
+                  machine={"cpu_count": 2})
+    graded = LabRun(lab=LAB, params={"exercise": "ring-allreduce", "lang": "en"}, status="done",
+                    result=report(), learner_id=me.id, source="def ring_allreduce(tensor): ...")
+    s.add_all([ring, graded])
+    s.flush()
+    me, ring = me.id, ring.id
+pages = sorted(p.stem for p in Path("app/views").glob("*.py"))
+assert {"home", "labs", "exercises", "admin"} <= set(pages), pages
+for page in pages:
+    params = {"labs": {"lab": "ring"}, "exercises": {"exercise": "ring-allreduce"}}.get(page, {})
+    state = {"lab_run_id": ring} if page == "labs" else None
+    at = open_page(page, "en", me, state=state, **params)
+    assert not at.exception, (page, at.exception)
+    assert [m for m in sys.modules if m == "torch" or m.startswith("torch.")] == [], page
 print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))
 """
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=180,
                          env={**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'app.db'}"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"

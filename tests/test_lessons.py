@@ -60,7 +60,7 @@ def test_each_language_uses_the_same_widgets_and_code():
 
 
 def test_links_to_labs_and_quiz_topics_resolve():
-    from academy.labruns import lab_names
+    from academy.labruns.pages import lab_names
 
     topics = {q.topic for q in load_bank().questions.values()}
     for section in lessons.sections("en"):
@@ -182,7 +182,7 @@ def test_code_source_refuses_paths_outside_the_project():
     with pytest.raises(ValueError):
         lessons.function_source("../../etc/passwd::x")
     with pytest.raises(LookupError):
-        lessons.function_source("labs/ring.py::no_such_function")
+        lessons.function_source("labs/ring/lab.py::no_such_function")
 
 
 # --- calculators, hand-checked ---------------------------------------------------------------
@@ -250,7 +250,7 @@ def test_textbook_schedule_owner_after_reduce_scatter():
 
 
 def test_typical_links_match_the_lessons():
-    # gloo over loopback: the README bench fits B = 1.41-1.46 GB/s on 2 vCPUs and the lessons say
+    # gloo over loopback: an earlier `make bench` fit B = 1.41-1.46 GB/s on 2 vCPUs and the lessons say
     # 0.1-1.5 GB/s busbw; the old 0.5 GB/s made a learner's ~1 GB/s look impossible.
     assert 1e9 <= calc.LINKS["loopback-gloo"][1] <= 1.5e9
     # "PCIe 4.0 x16": 31.5 GB/s per direction on the wire, about 25 achievable; 16 GB/s is PCIe 3.0.
@@ -264,3 +264,27 @@ def test_25_mib_buckets_stay_below_the_nvlink_peak():
     for alpha, expected in ((5e-6, 267e9), (3e-6, 319e9)):
         seconds = calc.ring_allreduce_time(8, size, alpha, calc.LINKS["nvlink4"][1])
         assert calc.busbw(size, seconds, 8) == pytest.approx(expected, rel=0.01)
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_the_overview_maps_the_course_as_it_is(lang):
+    """The overview's course map (content review 3, W1) is held to the course
+    itself, not to numbers typed once: its numbered list names every section by
+    its title, in order; every lab appears with its command; every exercise
+    appears by its title, those the certificate asks for before the optional ones.
+    A new section, lab or exercise fails here until the overview names it."""
+    import re
+
+    from labs.context import LABS
+    from labs.exercises import EXERCISES, REQUIRED_FOR_CERTIFICATE
+    from labs.exercises.messages import exercise
+
+    text = (content.path("lessons", lang) / "overview.md").read_text(encoding="utf-8")
+    numbered_lists = [re.findall(r"^\d+\. \*\*(.+?)\*\*", block, re.MULTILINE)
+                      for block in re.findall(r"(?:^\d+\. .*\n)+", text, re.MULTILINE)]
+    assert [s.title for s in lessons.sections(lang)] in numbered_lists
+    assert [lab for lab in LABS if f"`python -m labs {lab}`" not in text] == []
+    where = {e: text.find(exercise(e, lang)["title"]) for e in EXERCISES}
+    assert [e for e, at in where.items() if at < 0] == []
+    optional = [where[e] for e in EXERCISES if e not in REQUIRED_FOR_CERTIFICATE]
+    assert max(where[e] for e in REQUIRED_FOR_CERTIFICATE) < min(optional, default=len(text))

@@ -24,14 +24,14 @@ from tests.apptest import open_page
 from tests.exercisepass import pass_required_exercises
 
 LANGS = sorted(i18n.languages())
-RING = "labs/allreduce.py::ring_allreduce"
-PIPELINED = "labs/allreduce.py::ring_allreduce_pipelined"
-NAIVE_SYNC = "labs/ddp_rank.py::naive_sync_gradients"
+RING = "labs/ring/allreduce.py::ring_allreduce"
+PIPELINED = "labs/ring/allreduce.py::ring_allreduce_pipelined"
+NAIVE_SYNC = "labs/ddp/rank.py::naive_sync_gradients"
 # Lab functions that solve a required exercise (ring-allreduce; average-gradients with its
 # world size taken from dist). Nothing in the labs solves broadcast.
 LAB_SOLVERS = {RING: "ring-allreduce", PIPELINED: "ring-allreduce", NAIVE_SYNC: "average-gradients"}
 
-# Lines the solutions share with labs/allreduce.py::naive_allreduce, which the lesson shows on
+# Lines the solutions share with labs/ring/allreduce.py::naive_allreduce, which the lesson shows on
 # purpose (the tutorial's ring, which fails the exercise's bytes check): argument checks,
 # the ring's neighbours, one isend/recv/wait exchange and the lab's trace record.
 SHOWN_ON_PURPOSE = frozenset({
@@ -154,7 +154,7 @@ def test_listing_withholds_until_the_exercise_is_passed():
     assert lessons.listing(RING, "zh", {"broadcast", "average-gradients"}).withheld_for == "ring-allreduce"
     shown = lessons.listing(RING, "zh", {"ring-allreduce"})
     assert (shown.withheld_for, shown.code) == (None, lessons.function_source(RING))
-    naive = lessons.listing("labs/allreduce.py::naive_allreduce", "nl", set())
+    naive = lessons.listing("labs/ring/allreduce.py::naive_allreduce", "nl", set())
     assert naive.withheld_for is None and naive.code.startswith("def naive_allreduce")
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from academy import lessons
+from quizzes.__main__ import answer_length_problems
 from quizzes.bank import bank_dir, load_bank, localized
 from quizzes.formula import ExpressionError, evaluate, expression_names, parse_expression
 
@@ -175,6 +176,17 @@ def test_expression_names_exclude_functions():
          "overview-q: option 1 explain.en: names a section by hand", 1),
         (_choice().replace("'why 0 zh'", "'参见「概览」一节。'"), "overview-q: option 1 explain.zh: names a section by hand", 1),
         (_numeric().replace("\n  see: ring-allreduce", ""), "overview-num: see: missing", 1),
+        # An answer that gives itself away by its length, in one language is enough (journey Minor 8).
+        (_choice().replace("en: 'option 0'", "en: 'option 0, with every detail that makes it right'"),
+         "overview-q: option 1 text.en: the answer is 5.9 times as long as the longest wrong option", 1),
+        (_choice().replace("zh: 'option 0 zh'", "zh: '选项零，附上让它正确的全部细节'"),
+         "overview-q: option 1 text.zh: the answer is", 1),
+        (_choice(qtype="multiple", correct=(True, True, False))
+         .replace("en: 'option 0'", "en: 'option 0, stated in full detail'")
+         .replace("en: 'option 1'", "en: 'option 1, stated in full detail'"),
+         "overview-q: options.en: every correct option is", 1),
+        # Longer, but not by far: a few words more is how answers often read.
+        (_choice().replace("en: 'option 0'", "en: 'option zero, right'"), None, 1),
         # Numeric questions state their precision and declare their mistakes.
         (_numeric(precision="{}"), "overview-num: precision: must be {sig: 1..6} or {decimals: 0..6}", 0),
         (_numeric(precision="{sig: 0}"), "overview-num: precision.sig: Input should be greater than or equal to 1", 0),
@@ -280,6 +292,26 @@ def test_validation_of_ordering_and_files(tmp_path):
     assert "broken.yaml: cannot read" in problems
     assert "mapping.yaml: must be a YAML list" in problems
     assert list(bank.questions) == ["overview-elsewhere"]
+
+
+def test_a_bank_where_the_answer_is_usually_the_longest_option_fails(tmp_path):
+    """Each answer only a little longer passes one by one; the bank as a whole
+    still rewards picking the longest option, and the check says so."""
+    longer = "".join(
+        _choice(qid=f"overview-q{i}").replace("en: 'option 0'", "en: 'option 0 +'") for i in range(3)
+    ) + _choice(qid="overview-q3")
+    bank = _bank_from(tmp_path, longer)
+    assert bank.problems == ()
+    assert answer_length_problems(bank) == [
+        "bank: options.en: the answer is the longest option in 3 of 4 single-choice questions, more than 40%: "
+        "picking the longest would pay; lengthen some wrong options or shorten some answers"
+    ]
+
+
+def test_the_real_bank_gives_no_answer_away_by_length():
+    bank = load_bank()
+    assert answer_length_problems(bank) == []
+    assert not [p for p in bank.problems if "times as long as the longest wrong option" in p]
 
 
 def _run_check(*args: str) -> subprocess.CompletedProcess[str]:

@@ -298,7 +298,7 @@ def test_real_stored_passes_honest_and_dishonest_and_what_the_pages_show(secrets
     nothing, the Admin page lists the certificate that rested on one, and the learner's
     Exercises page says why, in en, zh and nl."""
     from labs import exercises as defs
-    from labs import sandbox
+    from labs.sandbox import run as sandbox
     from tests.apptest import open_page
     from tests.test_exercises import FIXTURES
 

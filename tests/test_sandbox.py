@@ -30,8 +30,11 @@ from pathlib import Path
 
 import pytest
 
-from labs import sandbox, sandbox_layout, sandbox_limits, seccomp
-from labs.sandbox import Limits, SandboxUnavailable, run_python
+from labs.sandbox import layout as sandbox_layout
+from labs.sandbox import limits as sandbox_limits
+from labs.sandbox import run as sandbox
+from labs.sandbox import seccomp
+from labs.sandbox.run import Limits, SandboxUnavailable, run_python
 from tests.labstack import free_port
 from tests.procs import command_lines
 
@@ -712,7 +715,7 @@ def test_of_usr_only_the_libraries_and_of_the_interpreter_only_its_own_files(har
 def test_a_system_python_whose_prefix_is_usr_shows_no_more(harness):
     """Debian's python3 has /usr as its prefix: binding the prefix (as the
     sandbox did for any interpreter) showed all of /usr again at /opt/python."""
-    code = ("import sys; from pathlib import Path; from labs import sandbox; "
+    code = ("import sys; from pathlib import Path; from labs.sandbox import run as sandbox; "
             "out = sandbox.run_python('view', sys.argv[2:], files={}, mode='bwrap', "
             "harness=Path(sys.argv[1]), limits=sandbox.Limits(wall_s=30)); "
             "sys.stdout.buffer.write(out.stdout); sys.stderr.buffer.write(out.stderr)")
@@ -769,9 +772,9 @@ def test_only_internet_unix_and_netlink_sockets_and_no_reading_a_neighbour(harne
 
 
 @needs_bwrap
-def test_the_covert_channel_primitives_the_readme_lists_are_there_also_through_proc(harness):
-    """Not a wish, a record (review N-17): what the README says stays open
-    inside one run, and why refusing the calls would not close it."""
+def test_the_covert_channel_primitives_the_docs_list_are_there_also_through_proc(harness):
+    """Not a wish, a record (review N-17): what docs/contributors/sandbox.md says
+    stays open inside one run, and why refusing the calls would not close it."""
     found = report(run(harness, "channel"))
     pid, cpu = found["pid"], found["mine"]
     assert found == {"affinity": [cpu], "mine": cpu, "pgid": pid, "pid": pid, "stat_pgrp": pid,
@@ -780,7 +783,7 @@ def test_the_covert_channel_primitives_the_readme_lists_are_there_also_through_p
 
 @needs_bwrap
 def test_a_non_dumpable_parent_keeps_its_memory_from_its_children(harness):
-    """What the README tells a harness to do: /proc/PID/mem of a same-uid
+    """What docs/contributors/sandbox.md tells a harness to do: /proc/PID/mem of a same-uid
     process is readable (no filter sees it) until that process says no."""
     assert report(run(harness, "nodump")) == {"dumpable_1": "expected",
                                                "dumpable_0": "PermissionError"}
@@ -813,7 +816,7 @@ def test_no_privileges_and_nothing_the_host_shares_by_name(harness):
 
 def run_filter(program: bytes, arch: int, nr: int, arg0: int = 0) -> tuple[str, int]:
     """What the kernel would do with one call under our classic BPF program: a
-    small interpreter for the four instructions `labs.seccomp`'s programs use."""
+    small interpreter for the four instructions `labs.sandbox.seccomp`'s programs use."""
     import struct
     data = struct.pack("=iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
     insns = [struct.unpack("=HBBI", program[i:i + 8]) for i in range(0, len(program), 8)]

@@ -667,7 +667,7 @@ def test_lab_queue_files_are_readable_by_the_owner_only(tmp_path):
     import os
     import stat
 
-    from academy import labqueue
+    from academy.labruns import queue as labqueue
 
     old = tmp_path / "old" / "labqueue.db"
     old.parent.mkdir()

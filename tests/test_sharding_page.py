@@ -12,9 +12,10 @@ from academy.models import LabRun
 from app import calculators as calc
 from app import charts
 from app import sharding as page
-from labs import reports, sharding
+from labs import reports
 from labs.launch import run_lab
 from labs.model import SHARDED
+from labs.sharding import lab as sharding
 from tests.apptest import open_page
 from tests.test_charts import colours
 

@@ -1,6 +1,6 @@
 """Streamlit's own English on zh/nl pages (issue #22, review m10): every text of a widget
 that our code can set is set, from the catalog. What Streamlit does not let us set is
-listed in README ("Streamlit's own words").
+listed in docs/contributors/accessibility.md ("Streamlit's own words").
 
 A static check over app/: a multiselect passes ``placeholder`` (else "Choose options"),
 a file uploader passes ``help`` (it says the size limit in the learner's language, since

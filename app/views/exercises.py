@@ -14,12 +14,15 @@ try:  # a Streamlit component (Ace); without it the page falls back to a plain t
 except ImportError:
     code_editor = None
 
-from academy import exercises, labqueue, labruns, regrade
+from academy import exercises, regrade
 from academy.db import session_scope
+from academy.labruns import pages as labruns
+from academy.labruns import queue as labqueue
 from academy.models import ACTIVE
 from app import charts_ring, labviews, ui
 from app.widgets import chart, lang, ring_labels
-from labs.ringtrace import trace_steps
+from labs.ring.lab import DTYPES
+from labs.ring.ringtrace import trace_steps
 
 t = ui.t
 state = st.session_state
@@ -198,7 +201,10 @@ def ring(trace: dict, run_id: int) -> None:
         return
     try:
         steps, durations = trace_steps(traces)
-        whole_bytes = int(trace["size"]) * exercises.element_size(trace["dtype"])
+        # The grader writes the tensor's bytes (``size_bytes``); a report from before that
+        # is sized from the ring lab's table of element types, without importing PyTorch here.
+        whole_bytes = int(trace["size_bytes"] if "size_bytes" in trace
+                          else int(trace["size"]) * DTYPES[trace["dtype"]].itemsize)
         sends = [rec for records in traces for rec in records]
         whole = all(rec.get("send_chunk") is None and rec.get("bytes") == whole_bytes for rec in sends)
         if whole:

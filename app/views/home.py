@@ -11,7 +11,7 @@ import streamlit as st
 import certificates as certs
 from academy import exercises, lessons
 from academy.db import session_scope
-from academy.labruns import lab_run_count
+from academy.labruns.pages import lab_run_count
 from academy.settings import get_settings
 from app import ui
 from quizzes import store as quiz_store

@@ -2,7 +2,8 @@
 
 import streamlit as st
 
-from academy import labqueue, labruns
+from academy.labruns import pages as labruns
+from academy.labruns import queue as labqueue
 from academy.models import ACTIVE
 from academy.settings import get_settings
 from app import labviews, ui
@@ -15,7 +16,7 @@ st.title(t("nav.labs"))
 st.write(t("labs.intro"))
 who = ui.learner()
 settings = get_settings()
-machine = st.cache_resource(host_summary)()  # the worker records where the lab ran (academy.labjob)
+machine = st.cache_resource(host_summary)()  # the worker records where the lab ran (academy.labruns.job)
 labruns.recover_after_restart_once()
 
 LABS = labruns.lab_names()

@@ -15,7 +15,7 @@ to stderr, and no report is written). ``--json`` prints the report (the format i
 line per finished case, in the format of the labs' progress events;
 ``--out`` writes the report. ``show`` never shows the reference solution.
 
-``warm`` is the lab worker's warm grader (``academy.labpool.GraderPool``): it
+``warm`` is the lab worker's warm grader (``academy.labruns.pool.GraderPool``): it
 starts a sandbox at once (``grader.prestart``: the harness with PyTorch and
 every exercise's preloads imported and ranks forked for every exercise's
 world sizes, waiting for a plan; no exercise chosen yet), then waits on its
@@ -195,8 +195,8 @@ NO_JOB = 3  # the warm grader's exit when it ends without a job
 
 
 def cmd_warm(max_wait_s: float) -> int:
-    from labs import sandbox
     from labs.exercises.grader import prestart
+    from labs.sandbox import run as sandbox
 
     deadline = time.monotonic() + max_wait_s
     with contextlib.ExitStack() as stack:

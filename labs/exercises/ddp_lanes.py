@@ -11,7 +11,7 @@ same world size, batch per rank and number of steps, with
 ``bucket_cap_mb`` set to the case's cap in bytes. The ranks are forked by a
 child process (the command above: it prints the lanes as JSON), on gloo over
 a file store, and recorded with the DDP lab's instrumentation
-(`labs.ddp_timeline.record`: each bucket from its comm hook's launch to its
+(`labs.ddp.timeline.record`: each bucket from its comm hook's launch to its
 completion, forward, backward and the optimizer around the calls), so the
 figures come from `labs.timeline` exactly as the lab's do. `WARMUP` steps
 go first unmeasured: in a grading the traced case is not its ranks' first
@@ -22,7 +22,7 @@ lazy set-up, gloo's first connection) would compare cold with warm.
 The lanes depend on the model's shape, the cap and the world size, not on
 the case's seed, so they are made once per such key and torch version and
 kept on this machine in `cache_dir` (the setting ``EXERCISE_DDP_CACHE``,
-``labs.sandbox_limits.Limits.ddp_cache``: by default a folder of this user's
+``labs.sandbox.limits.Limits.ddp_cache``: by default a folder of this user's
 in the temporary directory, mode 0700): a later
 grading reads a small file and starts nothing. A cache folder that someone
 else owns or could write to is not used. Importing this module does not
@@ -45,7 +45,7 @@ from importlib import metadata
 from pathlib import Path
 
 from labs.processes import die_with_parent
-from labs.sandbox_limits import Limits
+from labs.sandbox.limits import Limits
 
 WARMUP = 1  # steps run before measuring (see the module's docstring)
 KEY = ("world_size", "cap", "features", "hidden", "classes", "batch", "steps", "lr")
@@ -169,7 +169,7 @@ def _rank(rank: int, case: dict, store: str, out: str, parent: int) -> None:
 
     from labs import timeline
     from labs.context import shared_clock_origin
-    from labs.ddp_timeline import record
+    from labs.ddp.timeline import record
 
     die_with_parent(parent)
     world = case["world_size"]
@@ -210,7 +210,7 @@ def main(argv: list[str]) -> int:
     import torch._dynamo  # noqa: F401
     import torch.multiprocessing as mp
 
-    import labs.ddp_timeline  # noqa: F401
+    import labs.ddp.timeline  # noqa: F401
 
     with tempfile.TemporaryDirectory() as tmp:
         store, out = os.path.join(tmp, "store"), os.path.join(tmp, "lanes.json")

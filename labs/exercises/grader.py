@@ -12,7 +12,7 @@ harness in ``runtime/``, which makes each case's inputs and expected
 results in its own process, runs the learner's code in rank processes that
 get only their own inputs and hold no process group, routes every message
 between them and prints, per case, the expected values, each rank's answer
-and the router's record of what it sent (README, "How grading works"). The report's format is in the design of issue
+and the router's record of what it sent (docs/contributors/grading.md). The report's format is in the design of issue
 #16; every text in it is a message key plus values, rendered per language
 by ``labs.exercises.messages``.
 """
@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from labs import sandbox
 from labs.exercises import available, load
 from labs.exercises.encoding import foreign_encoding
+from labs.sandbox import run as sandbox
 
 CASE_TIMEOUT_S = 5.0  # a case that takes longer is a deadlock (the cases are tiny)
 OUTPUT_BYTES_PER_RANK = 2048  # of the learner's prints, per rank and case

@@ -5,7 +5,7 @@ Revises: 0005
 Create Date: 2026-12-01 05:00:00
 
 Lab runs are now jobs that ``python -m academy.worker`` processes take from a
-huey queue (academy/labqueue.py). The run row carries what the web process
+huey queue (academy/labruns/queue.py). The run row carries what the web process
 used to keep in memory: the hardware queue it waits in, the worker that
 claimed it and that worker's heartbeat on it, the newest progress event, and
 the learner's cancel request. ``labworker`` lists the workers.

@@ -16,7 +16,7 @@ per step and the final weights are the router's and the harness's; the
 two overlap facts (made inside backward, waited for after it) are hints
 the rank's own process gives (``api.in_backward`` and the moment it
 waits), which deliberately forged frames could fake. This exercise is
-not among those a certificate requires (README, "How grading works").
+not among those a certificate requires (docs/contributors/grading.md).
 
 The report's timeline (`trace`, never graded) draws the learner's
 all-reduces as the router saw them and, `beside` them, torch DDP's on the

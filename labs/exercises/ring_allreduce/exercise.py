@@ -107,7 +107,7 @@ def check(case: dict, ranks: list[dict]) -> list[dict]:
 
 def trace(case: dict, ranks: list[dict]) -> dict:
     """The learner's sends, as the router recorded them, as ``labs.ring`` trace records
-    for ``labs.ringtrace.trace_steps``: at most 2(n-1) + `TRACE_SENDS_PER_RANK_EXTRA` per
+    for ``labs.ring.ringtrace.trace_steps``: at most 2(n-1) + `TRACE_SENDS_PER_RANK_EXTRA` per
     rank, so that no submission can make the page draw more than a ring's steps."""
     n = len(ranks)
     size = checks.size_bytes(case)

@@ -1,7 +1,7 @@
 """The guard: what the learner's code may call, armed in each rank before it is imported.
 
 The sandbox is the security boundary, and the grade rests on nothing in a
-rank (README, "How grading works": a rank holds only its own inputs and no
+rank (docs/contributors/grading.md: a rank holds only its own inputs and no
 process group; the router in the harness counts and checks). The guard is
 about a clear message when the learner reaches for what the exercise does
 not allow, and one more layer around the harness. Two layers:

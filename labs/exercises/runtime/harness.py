@@ -11,7 +11,7 @@ before it knows which exercise comes, and kills the groups the plan leaves out.
 
 Trusted code; the learner's code runs only in the ranks it forks, and the
 grade rests on nothing a rank's process holds or says about itself. The
-design (README, "How grading works"):
+design (docs/contributors/grading.md):
 
 - **Ranks hold only their own inputs.** Every rank of every group is forked
   (torch already imported, so it is fast) BEFORE this process reads the
@@ -38,7 +38,7 @@ inherit it, so none can read another's either. The guard (``guard.py``)
 still refuses forbidden calls by name so the learner reads a clear message,
 but nothing depends on it. The ranks are started, reaped and killed by
 ``processes`` (``labs/processes.py``) and filtered by ``seccomp``
-(``labs/seccomp.py``): the sandbox puts both beside this file.
+(``labs/sandbox/seccomp.py``): the sandbox puts both beside this file.
 
 Protocol on stdout, one JSON object per line: ``{"event": "start"|"case"|
 "error"|"done", ...}``. The ranks' own stdout and stderr (the learner's
