@@ -359,7 +359,8 @@ def test_exit_codes_and_the_json_report(tmp_path, broadcast_star_cli, whole_buff
     proc, _report, events = broadcast_star_cli
     assert proc.returncode == 0, proc.stdout[-2000:]
     report = json.loads(proc.stdout)
-    assert set(report) == {"exercise", "status", "ok", "error", "cases", "trace", "duration_s", "sandbox"}
+    assert set(report) == {"exercise", "status", "ok", "error", "cases", "trace", "duration_s", "sandbox", "grader"}
+    assert report["grader"] == grader.fingerprint("broadcast")  # which grader graded it (issue #35)
     assert report["sandbox"] in sandbox.MODES and report["error"] is None
     case = report["cases"][0]
     assert {"id", "world_size", "size", "dtype", "status", "findings", "output"} <= set(case)
