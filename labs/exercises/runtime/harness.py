@@ -398,11 +398,12 @@ def main() -> int:
 
     torch.set_num_threads(1)
     import api  # noqa: F401 - loaded once, here: every rank is forked with it
-    import guard  # noqa: F401
+    import guard
     import router  # noqa: F401
 
     for module in preload:  # what the exercise's ranks would each import in a case's time
         importlib.import_module(module)
+    guard.index_holders()  # where a rank's guard must look, found once here
     # All of it is ours, and stays: out of the collector's walks before the forks, so that a rank's
     # collections (and the gc.collect of a driver's setup) do not walk, and copy, PyTorch's
     # hundreds of thousands of objects: 1.9 s per rank of sharded-optimizer's setup, 0.07 s now.
