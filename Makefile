@@ -1,7 +1,7 @@
 # make run       — create .venv, install, migrate, start the app on http://localhost:$(PORT) and a lab worker
 # make test      — install the app and test tools (Debian packages too, as root; the npm
-#                  credential verifiers), lint, run every test
-# make test-fast — lint and the fast lane (-m "not slow": no browser, server, ranks or sandbox)
+#                  credential verifiers and axe-core), lint, run every test
+# make test-fast — lint and the fast lane (-m "not slow": no browser, server, ranks or sandbox); run it first
 # make docs      — serve the documentation site (docs/, mkdocs.yml) on http://127.0.0.1:8000
 # make bench     — measure the platform and its labs (docs/benchmarks.md)
 PY      ?= python3
@@ -11,7 +11,7 @@ PORT    ?= 8501
 STAMP   := $(VENV)/.installed
 DEVSTAMP := $(VENV)/.installed-dev
 
-.PHONY: run test test-fast lint docs bench migrate system-deps sandbox-deps verifiers clean
+.PHONY: run test test-fast lint docs bench migrate system-deps sandbox-deps verifiers axe clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -50,7 +50,8 @@ sandbox-deps:
 # Debian packages the tests use: Chromium for the browser tests, poppler for
 # rendering certificate PDFs, zbar to decode their QR codes, PostgreSQL for
 # the postgres-marked tests, Redis for the lab queue's multi-machine tests,
-# and bubblewrap for the sandbox (sandbox-deps).
+# npm for axe-core where the machine has no Node.js, and bubblewrap for the
+# sandbox (sandbox-deps).
 system-deps: sandbox-deps
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		missing=""; \
@@ -59,6 +60,7 @@ system-deps: sandbox-deps
 		command -v zbarimg >/dev/null || missing="$$missing zbar-tools"; \
 		ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 		command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+		command -v npm >/dev/null || missing="$$missing npm"; \
 		if [ -n "$$missing" ]; then \
 			echo "installing:$$missing"; \
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
@@ -69,12 +71,24 @@ system-deps: sandbox-deps
 
 # Third-party credential verifiers the tests run (tests/verifiers: Digital Bazaar's
 # vc with the eddsa-rdfc-2022 and eddsa-jcs-2022 suites, jose), from the npm
-# lock file; without Node.js those tests are skipped.
+# lock file; without Node.js those tests are skipped. Installed again only when the
+# lock file is newer than the install (npm writes node_modules/.package-lock.json):
+# npm ci takes about 9 s here, on every run of the fast lane otherwise.
 verifiers:
-	@if command -v npm >/dev/null; then \
-		npm ci --prefix tests/verifiers --no-audit --no-fund --loglevel=error >/dev/null; \
-	else \
+	@if ! command -v npm >/dev/null; then \
 		echo "note: no npm; the third-party credential verifier tests will be skipped"; \
+	elif [ ! tests/verifiers/node_modules/.package-lock.json -nt tests/verifiers/package-lock.json ]; then \
+		npm ci --prefix tests/verifiers --no-audit --no-fund --loglevel=error >/dev/null; \
+	fi
+
+# axe-core, the accessibility engine the browser tests run on every page (tests/browserkit.py;
+# one package, no dependencies), from its npm lock file (tests/axe). The browser tests need it:
+# as root without Node.js, system-deps installs Debian's npm.
+axe:
+	@if command -v npm >/dev/null; then \
+		npm ci --prefix tests/axe --no-audit --no-fund --loglevel=error >/dev/null; \
+	else \
+		echo "note: no npm; the browser tests' axe-core checks will fail (apt-get install npm)"; \
 	fi
 
 lint: $(DEVSTAMP)
@@ -87,7 +101,7 @@ PYTEST = start=$$(date +%s); status=0; $(BIN)/python -m pytest $(1) $(ARGS) || s
 	echo "make $@: pytest took $$((took / 60)) min $$((took % 60)) s (exit $$status)"; \
 	exit $$status
 
-test: $(DEVSTAMP) system-deps verifiers lint
+test: $(DEVSTAMP) system-deps verifiers axe lint
 	$(BIN)/python -m quizzes check
 	@$(call PYTEST,)
 
@@ -104,4 +118,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks $(ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache test-artifacts tests/verifiers/node_modules
+	rm -rf $(VENV) .pytest_cache .ruff_cache test-artifacts tests/verifiers/node_modules tests/axe/node_modules

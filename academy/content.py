@@ -30,6 +30,7 @@ from labs.content import (
     LESSONS,
     QUIZ,
     QUIZ_BANK,
+    QUIZ_TEMPLATES,
     UI,
     ContentError,
     load,
@@ -37,7 +38,7 @@ from labs.content import (
     where,
 )
 
-__all__ = ["CERTIFICATES", "CREDENTIALS", "DEFAULT_LANG", "EXERCISES", "LESSONS", "QUIZ", "QUIZ_BANK", "UI",
+__all__ = ["CERTIFICATES", "CREDENTIALS", "DEFAULT_LANG", "EXERCISES", "LESSONS", "QUIZ", "QUIZ_BANK", "QUIZ_TEMPLATES", "UI",
            "ContentError", "catalog", "catalog_languages", "languages", "load", "path", "read_yaml", "root",
            "text", "where"]
 

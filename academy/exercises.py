@@ -28,6 +28,7 @@ from typing import Any
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, col, select
 
+from academy import i18n
 from academy.content import DEFAULT_LANG
 from academy.db import session_scope
 from academy.errors import UserError
@@ -100,6 +101,26 @@ def message(key: str, lang: str, values: dict[str, Any] | None = None, exercise:
     """A grader's finding or error in the learner's language (``labs.exercises.messages``):
     the exercise's own wording first, then the shared one."""
     return messages.text(key, lang, exercise, **(values or {}))
+
+
+def case_label(exercise: str, case: dict[str, Any], lang: str) -> str:
+    """A report's case in words, as its exercise's cases are sized (the exercise's
+    ``CASE_SIZE``): a tensor's elements (the default), a data set's samples
+    (shard-indices), or a global batch of samples and features (the training
+    exercises); broadcast's cases also name the rank the tensor comes from."""
+    values = {"id": case.get("id", "?"), "world": case.get("world_size", "?"),
+              "count": case.get("size", "?"), "dtype": case.get("dtype", "?")}
+    kind = getattr(defs.load(exercise), "CASE_SIZE", "tensor") if exercise in defs.EXERCISES else "tensor"
+    shape = case.get("shape")
+    if kind == "batch" and isinstance(shape, list) and len(shape) == 2 and isinstance(values["world"], int):
+        samples, features = shape
+        return i18n.t("exercises.case_batch", lang, id=values["id"], world=values["world"], count=samples,
+                      features=features, per_rank=samples // max(1, values["world"]))
+    if kind == "dataset":
+        return i18n.t("exercises.case_dataset", lang, **values)
+    if "src" in case:  # broadcast's cases name the rank the tensor comes from (review m11)
+        return i18n.t("exercises.case_src", lang, src=case["src"], **values)
+    return i18n.t("exercises.case", lang, **values)
 
 
 def waiting(row: dict[str, Any], lang: str, exercise: str | None = None) -> str:

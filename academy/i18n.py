@@ -74,6 +74,15 @@ def languages() -> dict[str, str]:
     return {c: str(catalog(c).get("meta.name", c)) for c in content.languages()}
 
 
+def page_language(lang: str) -> tuple[str, str]:
+    """What a page in ``lang`` declares in ``<html lang dir>``: the BCP 47 tag (``meta.tag``
+    in the language's catalog, e.g. ``zh-Hans``; else the code) and the writing direction
+    from CLDR, ``"rtl"`` for a language such as Arabic, else ``"ltr"``."""
+    tag = str(catalog(lang).get("meta.tag", lang))
+    locale = babel_locale(tag.replace("-", "_")) or babel_locale(lang)
+    return tag, "rtl" if locale is not None and locale.text_direction == "rtl" else "ltr"
+
+
 @cache
 def babel_locale(lang: str) -> Locale | None:
     """Babel's locale for a language code, or None where Babel has none (a new

@@ -240,11 +240,26 @@ def body(lang: str, section_id: str) -> list[Block]:
     return _blocks(path)
 
 
+# A formula on a line of its own between $$ and $$: Streamlit's Markdown (remark-math) reads
+# it as inline math, at text size with small fractions; with each $$ on a line of its own it
+# is display math (journey review m4). Lessons write it either way; `_blocks` makes it display.
+ONE_LINE_FORMULA = re.compile(r"^\s*\$\$(?P<tex>[^$]+)\$\$\s*$")
+
+
+def _display_math(line: str) -> list[str]:
+    """``$$T = ...$$`` alone on its line as display math: ``$$``, the formula, ``$$``."""
+    match = ONE_LINE_FORMULA.match(line)
+    return ["$$", match.group("tex").strip(), "$$"] if match else [line]
+
+
 @cache
 def _blocks(path: Path) -> list[Block]:
     blocks: list[Block] = []
     text: list[str] = []
+    fenced = False  # inside a ``` block, where $$ is code, not a formula
     for line in content.text(path).splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
         match = DIRECTIVE.match(line.strip())
         if match:
             if "".join(text).strip():
@@ -252,7 +267,7 @@ def _blocks(path: Path) -> list[Block]:
             text = []
             blocks.append(Block(match.group(1), match.group(2)))
         else:
-            text.append(line)
+            text.extend([line] if fenced else _display_math(line))
     if "".join(text).strip():
         blocks.append(Block("markdown", "\n".join(text)))
     return blocks

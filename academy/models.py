@@ -261,6 +261,82 @@ class QuizAnswer(SQLModel, table=True):
     correct: bool
     credit: float = 0.0
     answered_at: datetime = Field(default_factory=utcnow)
+    # Seconds from the question being shown to this answer, as the page measured
+    # them (migration 0012); the review schedule rates a slow right answer Hard.
+    seconds: float | None = None
+
+
+class RunQuestion(SQLModel, table=True):
+    """A question built from the figures of one of the learner's finished lab runs (``quizzes.own``).
+
+    ``params`` holds the figures read from the run's stored report and the
+    values drawn for the question, from which the answer and its distractors
+    are computed; ``quizzes.own.audit`` derives them again from the run. One
+    per run and template, in the database: two sessions that build the
+    questions of a run at once make each one once.
+    """
+
+    __table_args__ = (UniqueConstraint("run_id", "template"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    learner_id: int = Field(foreign_key="learner.id", index=True)
+    run_id: int = Field(foreign_key="labrun.id", index=True)
+    lab: str = Field(max_length=32)
+    template: str = Field(max_length=96)  # a template id of content/quiz-templates
+    params: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ReviewCard(SQLModel, table=True):
+    """One question in a learner's review queue and its FSRS state (``quizzes.review``).
+
+    The question is a bank question (``question_id``) or a question built from
+    a run (``run_question_id``), exactly one of them (a check constraint), and
+    each is in the learner's queue once (unique constraints: two sessions that
+    add it at once add one card). ``reps`` counts the reviews applied: an
+    answer given to the card as it was shown is applied only while ``reps``
+    is still what it was then, so the same card answered on two devices at
+    once is scheduled once. A retired card (a run question whose template a
+    newer run of the same lab asks again) stays, with its history, out of
+    the queue.
+    """
+
+    __table_args__ = (
+        UniqueConstraint("learner_id", "question_id"),
+        UniqueConstraint("run_question_id"),
+        CheckConstraint("(question_id IS NULL) <> (run_question_id IS NULL)", name="ck_reviewcard_one_question"),
+        Index("ix_reviewcard_learner_due", "learner_id", "due"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    learner_id: int = Field(foreign_key="learner.id")  # indexed with due, below
+    question_id: str | None = Field(default=None, max_length=96)
+    run_question_id: int | None = Field(default=None, foreign_key="runquestion.id")
+    # fsrs.Card's fields: state 1 learning, 2 review, 3 relearning; step within the
+    # (re)learning steps; stability in days and difficulty 1..10 once reviewed.
+    state: int = 1
+    step: int | None = 0
+    stability: float | None = None
+    difficulty: float | None = None
+    due: datetime = Field(default_factory=utcnow)
+    last_review: datetime | None = None
+    reps: int = 0
+    retired: bool = False
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ReviewLog(SQLModel, table=True):
+    """Each review applied to a card: a quiz answer (``answer_id``, applied once:
+    unique) or an answer on the Review page."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    card_id: int = Field(foreign_key="reviewcard.id", index=True)
+    learner_id: int = Field(foreign_key="learner.id", index=True)
+    answer_id: int | None = Field(default=None, foreign_key="quizanswer.id", unique=True)
+    rating: int  # fsrs.Rating: 1 again, 2 hard, 3 good, 4 easy
+    correct: bool
+    seconds: float | None = None
+    reviewed_at: datetime = Field(default_factory=utcnow)
 
 
 # One active certificate per learner and course, enforced by the database, so
@@ -297,7 +373,7 @@ class Certificate(SQLModel, table=True):
     # (certificates/verify.py says why that is safe). None on rows issued before.
     check_mac: str | None = Field(default=None, max_length=64)
     # The same key's HMAC of the revocation state (revoked_at, revoked_reason, replaced_by,
-    # show_replacement: ``signing.status_check``, migration 0012), written with every change of
+    # show_replacement: ``signing.status_check``, migration 0013), written with every change of
     # it: a look-up that finds it wrong does not trust the row's status (review 2026-12-04 I-3).
     status_mac: str | None = Field(default=None, max_length=64)
     issued_at: datetime = Field(default_factory=utcnow)

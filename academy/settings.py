@@ -31,8 +31,14 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", extra="ignore")
 
     database_url: str = f"sqlite:///{ROOT / 'data' / 'academy.db'}"
-    # Base of the public verification links printed on certificates and QR codes.
-    public_url: str = "http://localhost:8501"
+    # The public address of the academy, e.g. https://academy.example.org: the base of every
+    # link a certificate signs (verification link, QR code, Open Badge ids, issuer did:web,
+    # status list). Empty: the address the app serves on, from Streamlit's settings
+    # (certificates.address; with a warning, as such an address is usually local).
+    public_url: str = ""
+    # Before a certificate is issued, ask the public address whether it answers as this academy
+    # (certificates.addresscheck). Off only for a server that cannot reach its own public name.
+    public_url_check: bool = True
     # Where secrets live (session-signing key, certificate issuer keys).
     # Outside the repository in production; created with owner-only permissions.
     secrets_dir: Path = ROOT / "data" / "secrets"
@@ -125,6 +131,16 @@ class Settings(BaseSettings):
     # Quiz: questions per attempt and the pass mark in percent.
     quiz_questions: int = 12
     quiz_pass_percent: int = 80
+    # The review queue (quizzes.review, issue #42). FSRS schedules each answered question
+    # so that it is recalled with this probability when it comes back; an answer is
+    # rated from its correctness and time: right within review_easy_s seconds Easy,
+    # right after more than review_hard_s Hard, right in between Good, wrong Again.
+    # A question that asks for a computation (a numeric one, one built from a run)
+    # gets review_compute_factor times as long.
+    review_retention: float = Field(default=0.9, gt=0.5, lt=1)
+    review_easy_s: float = Field(default=15.0, gt=0)
+    review_hard_s: float = Field(default=60.0, gt=0)
+    review_compute_factor: float = Field(default=3.0, ge=1)
 
     course_id: str = "data-parallelism"
     issuer: str = Field(default="Data Parallelism Academy")

@@ -38,6 +38,19 @@ LINKS = {
     "nvlink4": (3e-6, 450 * GB),
     "infiniband-ndr": (8e-6, 50 * GB),
 }
+# NVLink and PCIe join the GPUs of one node, NODE_SIZE of them (an 8-GPU HGX board); a ring
+# over more devices also crosses nodes, and its slowest hop, the network between them,
+# sets its pace: there `scaling` uses BETWEEN_NODES (journey review m3: "NVLink" drew 100 %
+# from 1 to 512 devices, which no NVLink spans).
+NODE_SIZE = 8
+WITHIN_NODE = ("pcie4", "nvlink4")
+BETWEEN_NODES = "infiniband-ndr"
+
+
+def link_for(link: str, world_size: int) -> str:
+    """The link that paces a ring of ``world_size`` devices when ``link`` joins them within a
+    node: itself up to `NODE_SIZE` devices, the network between nodes beyond."""
+    return BETWEEN_NODES if link in WITHIN_NODE and world_size > NODE_SIZE else link
 
 
 @dataclass(frozen=True)
@@ -125,13 +138,15 @@ def scaling(
     Each step computes for ``compute_time`` seconds (forward + backward), then
     all-reduces the gradients; a fraction ``overlap`` of the backward pass
     (taken as two thirds of the compute) hides communication, as DDP's
-    buckets do.
+    buckets do. A link within a node (NVLink, PCIe) carries rings of up to
+    `NODE_SIZE` devices; larger rings run at the pace of the network between
+    nodes (`link_for`).
     """
-    alpha, bandwidth = LINKS[link]
     grad_bytes = params * bytes_per_grad
     base = batch_per_device / compute_time
     points = []
     for n in world_sizes:
+        alpha, bandwidth = LINKS[link_for(link, n)]
         comm = ring_allreduce_time(n, grad_bytes, alpha, bandwidth)
         hidden = min(comm, overlap * compute_time * 2 / 3)
         step = compute_time + comm - hidden

@@ -49,6 +49,28 @@ IMPLEMENTATIONS = {
     "all_reduce": ("#882255", "x", "longdash"),
 }
 MEMORY = {"weights": "#332288", "grads": "#88CCEE", "optimizer_state": "#AA4499"}
+# The compression lab's strategies: a colour, a marker and a dash each (colour alone never
+# carries a series), every colour at least 3:1 on white; a family shares a marker's shape
+# (circles and squares: quantisation; triangles: PowerSGD; crosses: top-k). The spread
+# of the seeds is a pale band of the strategy's colour.
+STRATEGY_STYLES = {
+    "fp32": ("#332288", "circle", "solid"),
+    "fp16": ("#117733", "square", "dash"),
+    "bf16": ("#009988", "diamond", "dot"),
+    "powersgd_r1": ("#882255", "triangle-up", "solid"),
+    "powersgd_r2": ("#AA4499", "triangle-down", "dash"),
+    "powersgd_r4": ("#CC6677", "triangle-left", "dot"),
+    "topk": ("#999933", "x", "dashdot"),
+    "topk_ef": ("#CC3311", "cross", "solid"),
+}
+
+
+def band(colour: str, alpha: float = 0.15) -> str:
+    """``colour`` (``#rrggbb``) as a pale fill: what a band of spread is drawn in."""
+    value = colour.lstrip("#")
+    return f"rgba({int(value[0:2], 16)},{int(value[2:4], 16)},{int(value[4:6], 16)},{alpha})"
+
+
 # One colour per rank (Tol "muted"), cycled past nine ranks.
 RANKS = ("#332288", "#88CCEE", "#44AA99", "#117733", "#999933", "#DDCC77", "#CC6677", "#882255", "#AA4499")
 # How many ranks' data a chunk holds: Viridis, dark (1) to light (n).
@@ -61,7 +83,8 @@ def palette() -> frozenset[str]:
     """Every colour a chart may use, lower case."""
     colours = {INK, PAPER, GRID, WHITE_INK, COMPUTE, COMMUNICATION, IDLE, MODEL, REFERENCE, REFERENCE_FILL,
                *COMPUTE_PARTS.values(), *MEMORY.values(), *RANKS, *CONTRIBUTIONS,
-               *(colour for colour, _symbol, _dash in IMPLEMENTATIONS.values())}
+               *(colour for colour, _symbol, _dash in IMPLEMENTATIONS.values()),
+               *(c for colour, _symbol, _dash in STRATEGY_STYLES.values() for c in (colour, band(colour)))}
     return frozenset(c.lower() for c in colours)
 
 
@@ -181,14 +204,14 @@ def busbw_figure(rows: Sequence[dict], *, world_size: int, fit: dict | None, lab
 def breakdown_figure(parts: dict[str, dict[str, float]], labels: dict[str, str],
                      lang: str = DEFAULT_LANG) -> go.Figure:
     """Stacked per-step time (ms): forward, backward, optimizer (compute, blues) and
-    exposed communication (vermillion)."""
+    exposed communication (vermillion), one bar per way to sync (``labels["sync"]`` names them)."""
     fig = go.Figure()
     names = list(parts)
     colours = {**COMPUTE_PARTS, "exposed_comm": COMMUNICATION}
     for part in ("forward", "backward", "exposed_comm", "optimizer"):
         fig.add_bar(x=[labels[n] for n in names], y=[parts[n].get(part, 0.0) for n in names], name=labels[part],
                     marker={"color": colours[part], "line": {"color": PAPER, "width": 1}})
-    fig.update_layout(barmode="stack", height=340, yaxis_title="ms", margin={"t": 10},
+    fig.update_layout(barmode="stack", height=340, xaxis_title=labels["sync"], yaxis_title="ms", margin={"t": 10},
                       legend={"traceorder": "normal"})
     return with_marks(fig, lang)
 
@@ -215,10 +238,11 @@ def lines_figure(series: dict[str, Sequence[float]], *, x_title: str, y_title: s
 
 
 def memory_figure(parts: dict[str, float], devices: dict[str, float], *, names: dict[str, str], gb: str,
-                  lang: str = DEFAULT_LANG) -> go.Figure:
+                  parts_title: str, lang: str = DEFAULT_LANG) -> go.Figure:
     """One stacked bar of model state (GB: weights, gradients, optimizer state) and a dashed
     line per device's memory, each device labelled on its own row above the bar, so that
-    no two labels share a line however close the devices are on the axis."""
+    no two labels share a line however close the devices are on the axis. ``parts_title`` names
+    what the parts are, the head of their column in the text alternative (``table``)."""
     fig = go.Figure()
     for part, value in parts.items():
         fig.add_bar(name=names[part], x=[value], y=[0], orientation="h", width=0.6,
@@ -236,7 +260,8 @@ def memory_figure(parts: dict[str, float], devices: dict[str, float], *, names: 
                            xanchor="right" if right else "left", xshift=-4 if right else 4,
                            font={"size": 12, "color": INK}, bgcolor=PAPER)
     fig.update_layout(barmode="stack", height=200 + 28 * rows, xaxis={"title": gb, "range": [0, top]},
-                      yaxis={"visible": False, "range": [-0.5, 0.7 + 0.5 * rows]}, margin={"t": 10, "l": 10},
+                      yaxis={"visible": False, "title": parts_title, "range": [-0.5, 0.7 + 0.5 * rows]},
+                      margin={"t": 10, "l": 10},
                       legend={"traceorder": "normal"})
     return with_marks(fig, lang)
 
@@ -255,10 +280,16 @@ def ring_traffic_figure(xs: Sequence[int], sent: Sequence[float], *, buffer: flo
 
 def scaling_figure(sizes: Sequence[int], values: Sequence[float], *, labels: dict[str, str],
                    measured: Sequence[tuple[int, float]] | None = None, y_range: Sequence[float] | None = None,
+                   ideal: Sequence[float] | None = None, log_y: bool = False,
                    lang: str = DEFAULT_LANG) -> go.Figure:
     """The alpha-beta model's throughput or efficiency against the device count (log x),
-    with the learner's own measurements as points."""
+    with the learner's own measurements as points; ``ideal``, linear scaling, as a thin line
+    (``labels["ideal"]``). ``log_y``: a logarithmic y axis, on which linear scaling is a
+    straight line (on a linear one, against a log x, it looks exponential)."""
     fig = go.Figure()
+    if ideal is not None:
+        fig.add_scatter(x=list(sizes), y=list(ideal), mode="lines", name=labels["ideal"],
+                        line={"color": INK, "width": 1})
     fig.add_scatter(x=list(sizes), y=list(values), mode="lines+markers", name=labels["model"],
                     line={"color": MODEL, "dash": "dot", "width": 2}, marker={"color": MODEL, "size": 6})
     if measured:
@@ -266,7 +297,8 @@ def scaling_figure(sizes: Sequence[int], values: Sequence[float], *, labels: dic
                         marker={"size": 12, "symbol": "diamond", "color": MEASURED, "line": {"color": INK, "width": 1}},
                         name=labels["yours"])
     fig.update_layout(height=320, xaxis={"type": "log", "title": labels["devices"], "tickvals": list(sizes)},
-                      yaxis={"title": labels["y"], "range": list(y_range) if y_range else None}, margin={"t": 10})
+                      yaxis={"title": labels["y"], "range": list(y_range) if y_range else None,
+                             "type": "log" if log_y else "linear"}, margin={"t": 10})
     return with_marks(fig, lang)
 
 
@@ -284,7 +316,7 @@ def table(fig: go.Figure) -> dict:
     traces = [tr for tr in fig.data if tr.name and tr.x is not None and tr.y is not None
               and getattr(tr, "fill", None) is None]
     if all(getattr(tr, "orientation", None) == "h" for tr in traces):  # one stacked bar: a row per part
-        return {"columns": ["", fig.layout.xaxis.title.text or ""],
+        return {"columns": [fig.layout.yaxis.title.text or "", fig.layout.xaxis.title.text or ""],
                 "rows": [[tr.name, float(tr.x[0])] for tr in traces]}
     keys: list = []
     for tr in traces:

@@ -79,8 +79,8 @@ def replay(world_size: int, steps: Sequence[Sequence[Send]]) -> list[RingState]:
 # screen shapes grow while text does not, so nothing that clears there
 # collides anywhere (tests/test_charts.py checks every world size 2-8).
 MOBILE_PLOT_WIDTH = 340
-RING_HEIGHT = 640
-RING_MARGIN = {"l": 10, "r": 10, "t": 50, "b": 190}
+RING_HEIGHT = 660
+RING_MARGIN = {"l": 10, "r": 10, "t": 50, "b": 220}
 SHORT_LABELS_FROM = 6  # ranks from which an arrow says "3", not "Chunk 3"
 
 
@@ -244,7 +244,9 @@ def _step_title(k: int, steps: Sequence[Sequence[Send]], labels: dict[str, str],
 
 def _animated(frames: list[go.Frame], lay: RingLayout, *, labels: dict[str, str],
               step_durations: Sequence[float] | None) -> go.Figure:
-    """Frame 0 shown first, Play/Pause buttons and a step slider; steps paced by their durations."""
+    """Frame 0 shown first, a step slider and under it Play/Pause buttons; steps paced by their
+    durations. The slider comes first on screen as it does in Plotly's SVG, so that Tab reaches
+    them in reading order (app/static/page.js makes them focusable)."""
     steps = len(frames) - 1
     durations = [400] + [
         int(200 + 1800 * (d / (max(step_durations) or 1.0))) if step_durations else 900
@@ -258,8 +260,9 @@ def _animated(frames: list[go.Frame], lay: RingLayout, *, labels: dict[str, str]
         height=RING_HEIGHT, showlegend=False, margin=RING_MARGIN,
         xaxis={"visible": False, "range": [-x, x]},
         yaxis={"visible": False, "range": [-y, y], "scaleanchor": "x"},
-        updatemenus=[{
+        updatemenus=[{  # from the slider's top, below its height (value, rail, ticks: about 75 px)
             "type": "buttons", "direction": "left", "x": 0.0, "y": -0.2, "xanchor": "left", "yanchor": "top",
+            "pad": {"t": 88},
             "bgcolor": PAPER, "bordercolor": INK, "font": {"color": INK},
             "buttons": [
                 {"label": labels["play"], "method": "animate",
@@ -270,7 +273,8 @@ def _animated(frames: list[go.Frame], lay: RingLayout, *, labels: dict[str, str]
             ],
         }],
         sliders=[{
-            "active": 0, "y": -0.3, "x": 0.0, "len": 1.0, "yanchor": "top",
+            "active": 0, "y": -0.2, "x": 0.0, "len": 1.0, "yanchor": "top", "name": labels["step"],
+            "pad": {"t": 0, "b": 0},
             "font": {"color": INK}, "bordercolor": INK, "tickcolor": INK,
             "currentvalue": {"prefix": labels["step"] + " ", "font": {"color": INK}},
             "steps": [{"label": str(k), "method": "animate",
@@ -304,7 +308,8 @@ def ring_figure(
     measured) pace the animation; ``chunk_sizes`` (already formatted) go to
     the chunks' hover and the text alternative (``table``); ``labels`` needs
     the keys ``rank``, ``chunk``, ``holds``, ``start``, ``play``, ``pause``,
-    ``step``, ``reduce-scatter`` and ``all-gather``.
+    ``step``, ``reduce-scatter``, ``all-gather``, and ``phase`` and ``sends``
+    (the heads of the text alternative's columns).
     """
     n = world_size
     lay = ring_layout(n)
@@ -358,7 +363,7 @@ def _ring_table(steps: Sequence[Sequence[Send]], labels: dict[str, str],
                 step_durations: Sequence[float] | None, *, chunk_sizes: Sequence[str] | None = None,
                 carried: Sequence[Sequence[int]] | None = None) -> dict:
     """The animation as rows: each step's phase, time and every send with what it carried."""
-    columns = [labels["step"], labels.get("phase", ""), "ms", labels.get("sends", "→")]
+    columns = [labels["step"], labels["phase"], "ms", labels["sends"]]
     rows = []
     for k, sends in enumerate(steps, start=1):
         phase = sends[0][3] if sends else ""
@@ -420,7 +425,7 @@ def naive_ring_figure(
     (k >= 1) has a ``sends`` trace whose customdata lists the step's sends as
     (src, dst, whose data) and a ``buffers`` trace with (rank, count) per
     rank. ``labels`` needs ``rank``, ``holds``, ``start``, ``play``,
-    ``pause``, ``step``, ``pass-around``, ``buffer`` (hover text) and
+    ``pause``, ``step``, ``pass-around``, ``phase``, ``sends``, ``buffer`` (hover text) and
     ``carries`` (a template with ``{rank}``, e.g. "rank {rank}'s whole
     buffer", for the text alternative).
     """

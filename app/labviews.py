@@ -3,7 +3,8 @@
 Figures come from ``app.charts`` and ``app.charts_ring``; the numbers are the ones the processes
 measured (``LabRun.result``, typed by ``labs.reports.read``: a result that
 is not its lab's report shows as a failure, with why), never recomputed or canned, and are written
-with the learner's decimal marks (``num``). The form's widgets are built here
+with the learner's decimal marks (``num``). The DDP lab's readouts are in ``app.ddp``,
+the sharding lab's in ``app.sharding``. The form's widgets are built here
 too, from the parameters' schema in ``labs.params``; and the bucketed-overlap
 exercise's timeline, drawn with the DDP lab's lanes.
 """
@@ -13,23 +14,23 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
+from datetime import UTC
 from typing import Any
 
 import streamlit as st
 
 from academy.labruns import pages as labruns
 from academy.labruns import queue as labqueue
-from academy.models import LabRun
+from academy.models import LabRun, utcnow
 from app import calculators as calc
-from app import charts, charts_ring, sharding
+from app import charts, charts_ring, compression, sharding, topology
+from app import ddp as ddp_views
 from app import timeline as lanes
 from app.ui import labeler, t
 from app.widgets import chart, lang, num, ring_labels
 from labs import model as ring_model
 from labs import params as lab_params
 from labs import reports
-from labs import timeline as spans
 from labs.ring.ringtrace import trace_steps
 from labs.settings import Limits
 
@@ -51,7 +52,8 @@ def lab_progress(event: dict[str, Any] | None) -> tuple[float, str]:
 
     "Starting the processes" until a rank reports a step (the launcher's "launch" and
     each rank's "ready" are still the start), then the phase and step of the total with
-    the bar at that step; the launcher's "done" or "error": the ranks have ended and
+    the bar at that step, and what the rank is doing where it said (the ring lab's
+    "warm-up: untimed run 1/1"); the launcher's "done" or "error": the ranks have ended and
     the worker is collecting what they left.
     """
     event = event or {}
@@ -61,9 +63,34 @@ def lab_progress(event: dict[str, Any] | None) -> tuple[float, str]:
     if event.get("kind") == "status" or not event:
         return 0.0, t("labs.starting")
     if isinstance(step, int) and isinstance(steps, int) and steps > 0:
-        return min(max(step / steps, 0.0), 1.0), t("labs.running", phase=event.get("phase", ""), step=step,
-                                                    steps=steps)
+        said = event.get("message")
+        return min(max(step / steps, 0.0), 1.0), t("labs.running_detail" if said else "labs.running",
+                                                    phase=event.get("phase", ""), step=step, steps=steps,
+                                                    message=said)
     return 0.0, t("labs.running_plain", message=event.get("message") or event.get("phase", ""))
+
+
+ETA_FROM = 0.05  # the share of a run done before its pace says how long the rest takes
+ETA_AFTER_S = 2.0  # ...and the seconds it has run
+
+
+def how_long(run: LabRun, fraction: float) -> str | None:
+    """How long a queued or running lab should still take, in words, or None: from its own
+    pace once it is `ETA_FROM` done, else, for a run expected to take
+    ``labruns.ESTIMATE_SHOWN_S`` or longer, from this machine's recent runs of the lab
+    (``labruns.estimate_s``, looked up once per run and session)."""
+    if run.status == "running" and run.started_at is not None and fraction >= ETA_FROM:
+        started = run.started_at if run.started_at.tzinfo else run.started_at.replace(tzinfo=UTC)  # SQLite: naive
+        elapsed = (utcnow() - started).total_seconds()
+        if elapsed >= ETA_AFTER_S:
+            return t("labs.eta", seconds=round(elapsed * (1 - fraction) / fraction))
+    key = f"lab_estimate_{run.id}"
+    if key not in st.session_state:
+        st.session_state[key] = labruns.estimate_s(run.lab, {**(run.params or {})})
+    estimate = st.session_state[key]
+    if estimate is not None and estimate >= labruns.ESTIMATE_SHOWN_S:
+        return t("labs.estimate", seconds=round(estimate), cpus=_cpus(run))
+    return None
 
 
 def waiting(run_id: int, section: str) -> float | None:
@@ -96,6 +123,10 @@ def param_widget(where, cls, name: str, limits: Limits, *, none: bool = False,
     low, high = lab_params.bounds(spec, limits, page=True)
     helptext = t(page.help) if page.help else None
     widget = page.widget or ("select" if spec.choices else "sizes" if spec.unit == "bytes" else "slider")
+    if widget == "multiselect":  # a list of choices: the learner trims it (empty: the lab says what it runs)
+        return where.multiselect(t(spec.key), list(spec.choices), default=list(value), help=helptext,
+                                 format_func=labeler(spec.labels) if spec.labels else str,
+                                 placeholder=t("labs.choose_options"))
     if widget == "prediction":  # optional: empty unless the learner writes a number
         return where.number_input(t(spec.key), min_value=0.0, value=None, step=1.0, format="%.1f",
                                   placeholder=t("labs.predict.placeholder"), help=helptext)
@@ -120,20 +151,20 @@ def param_widget(where, cls, name: str, limits: Limits, *, none: bool = False,
 BENCH_IMPL = {"ring": "ring", "pipelined": "ring_pipelined", "naive": "naive"}
 
 
-def _cpus(run: LabRun) -> int:
-    """CPU cores of the machine the run reports (``LabRun.machine``), else this one's."""
-    return (run.machine or {}).get("cpu_count") or os.cpu_count() or 1
+_cpus = ddp_views.run_cpus  # the machine's cores, as the DDP readouts say them too
 
 
 def look_for(run: LabRun, s: reports.Summary) -> None:
     """The one line that opens every lab result: what to look for in it."""
     n = s.world_size
-    if isinstance(s, reports.RingSummary):
+    if isinstance(s, reports.RingSummary) and n < 2:  # no ring: no steps to compare (journey review m5)
+        text = t("labs.look.ring_one")
+    elif isinstance(s, reports.RingSummary):
         naive = s.algo == "naive"
         text = t("labs.look.ring_naive" if naive else "labs.look.ring", count=n,
                  steps=(n - 1) if naive else 2 * (n - 1))
     elif run.lab == "bench":
-        text = t("labs.look.bench_two" if n == 2 else "labs.look.bench", count=n)
+        text = t({1: "labs.look.bench_one", 2: "labs.look.bench_two"}.get(n, "labs.look.bench"), count=n)
     else:
         text = t(f"labs.look.{run.lab}")
     st.info(text, icon=":material/visibility:")
@@ -234,10 +265,12 @@ def bench(run: LabRun, s: reports.BenchSummary) -> None:
     same_bytes_on_two(s.world_size)
     st.markdown(f"**{t('labs.bench.table')}**")
     st.caption(t("labs.bench.noise", count=s.iters))
+    # Bandwidths to 3 significant figures, in the learner's marks: a 1 KiB row's 0.00012 GB/s
+    # read "0" at 4 decimals (journey review m6).
     st.dataframe([{"size": r.size, "count": r.count, "type": r.dtype, "impl": r.impl,
                    "collective": r.collective or "", "time (us)": round(r.time_us, 1),
                    "min..max (us)": f"{num(_or(r.min_us, r.time_us), '.1f')}..{num(_or(r.max_us, r.time_us), '.1f')}",
-                   "algbw (GB/s)": round(r.algbw, 4), "busbw (GB/s)": round(r.busbw, 4),
+                   "algbw (GB/s)": num(r.algbw, ".3g"), "busbw (GB/s)": num(r.busbw, ".3g"),
                    "#wrong": r.wrong} for r in rows], hide_index=True)
     labels = {"ring": t("labs.bench.ring"), "naive": t("labs.bench.naive"),
               "ring_pipelined": t("labs.bench.ring_pipelined"),
@@ -250,6 +283,10 @@ def bench(run: LabRun, s: reports.BenchSummary) -> None:
                               reference=NVLINK_REFERENCE, lang=lang()), key=f"busbw_{run.id}")
     if fit and fit.alpha_s is not None and fit.bandwidth_GBps:
         st.caption(t("labs.bench.fit", alpha=fit.alpha_s * 1e6, bw=fit.bandwidth_GBps))
+    rising = still_rising(rows)
+    if rising is not None:
+        st.info(t("labs.bench.still_rising", size=_fmt_bytes(rising[0]), before=num(rising[1], ".3g"),
+                  last=num(rising[2], ".3g")), icon=":material/trending_up:")
     ratios = s.ring_vs_all_reduce
     if ratios and ratios[-1].ratio is not None:
         st.write(t("labs.bench.ratio", ratio=ratios[-1].ratio, size=_fmt_bytes(ratios[-1].size)))
@@ -258,145 +295,18 @@ def bench(run: LabRun, s: reports.BenchSummary) -> None:
         st.info(t("labs.bench.gap", mine=mine, times=sum(NVLINK_REFERENCE) / 2 / mine))
 
 
-def breakdown(run: LabRun, bd: reports.Breakdown) -> None:
-    """Per-step time of three ways to sync, and the two effects apart: what
-    bucketing saves (fewer calls) and what overlap hides (behind backward)."""
-    st.markdown(f"**{t('labs.ddp.breakdown', count=bd.steps)}**")
-    names = {k: t(f"labs.ddp.{k}") for k in ("naive", "bucketed", "ddp", "forward", "backward",
-                                             "exposed_comm", "optimizer")}
-    chart(charts.breakdown_figure({"naive": bd.naive, "bucketed": bd.bucketed, "ddp": bd.ddp}, names, lang=lang()),
-          key=f"bd_{run.id}")
-    saving, hidden = bd.bucketing_saving, bd.overlap_hidden
-    st.markdown(t("labs.ddp.bucketing", ms=saving.ms.median, q1=saving.ms.q1, q3=saving.ms.q3,
-                  before=saving.calls_before, after=saving.calls_after, count=saving.ms.k,
-                  per_call=saving.per_call_ms or 0.0))
-    st.caption(t("labs.ddp.bucketing_why"))
-    st.markdown(t("labs.ddp.overlap", ms=hidden.ms.median, q1=hidden.ms.q1, q3=hidden.ms.q3,
-                  backward=hidden.backward_ms.median, count=hidden.buckets, cap=bd.bucket_cap_mb))
-    st.caption(t("labs.ddp.overlap_why", cpus=_cpus(run)))
+# busbw "still rising" at the sweep's largest size: more than this much above the size before.
+STILL_RISING = 1.1
 
 
-def lane_names() -> dict[str, str]:
-    """The swim lanes' words (``app.timeline.timeline_figure``'s ``labels``) in the learner's language."""
-    names = {k: t(f"labs.timeline.{k}") for k in ("rank", "compute", "comm", "ms", "span", "start", "end")}
-    names.update({k: t(f"labs.ddp.{k}") for k in ("forward", "backward", "optimizer")}, comm=t("labs.timeline.comm"))
-    return names
-
-
-def timeline(run: LabRun, s: reports.DdpSummary, tl: reports.Timeline) -> None:
-    """Every rank's compute and communication on one clock: the naive sync above, DDP
-    at the bucket cap the slider picks below, with the overlap and exposed figures."""
-    st.markdown(f"**{t('labs.timeline.title', count=tl.steps)}**")
-    st.markdown(":material/visibility: " + t("labs.timeline.look"))
-    variants, caps = tl.variants, sorted(tl.caps, key=lambda c: c.bucket_cap_mb)
-    default = next(c.bucket_cap_mb for c in tl.caps if c.variant == "ddp")
-    cap = st.select_slider(t("labs.timeline.cap"), [c.bucket_cap_mb for c in caps], value=default,
-                           format_func=lambda v: f"{num(v, 'g')} MB", key=f"tl_cap_{run.id}")
-    chosen = variants[next(c.variant for c in caps if c.bucket_cap_mb == cap)]
-    shown = [(t("labs.timeline.naive"), variants["naive"]),
-             (t("labs.timeline.ddp", cap=num(cap, "g")), chosen)]
-    left, right = st.columns([3, 1])
-    chart(lanes.timeline_figure(shown, lane_names(), lang=lang()), key=f"tl_{run.id}_{cap}",
-          caption=t("labs.timeline.alt"), where=left)
-    for title, var in shown:
-        right.metric(t("labs.timeline.overlap", name=title), num(var.overlap, ".0%"),
-                     help=t("labs.timeline.overlap_help"))
-        right.metric(t("labs.timeline.exposed", name=title), f"{num(var.exposed_comm_ms, '.2f')} ms",
-                     help=t("labs.timeline.exposed_help"))
-    idle = ", ".join(f"{r.rank}: {num(r.idle_ms, '.2f')}" for r in chosen.ranks)
-    st.caption(t("labs.timeline.idle", idle=idle, count=chosen.allreduce_calls,
-                 hidden=tl.hidden, batch=tl.batch_per_rank, cpus=_cpus(run)))
-    trace = spans.chrome_trace({name: var.plain() for name, var in variants.items()})
-    st.download_button(t("labs.timeline.download"), json.dumps(trace),
-                       file_name=f"lab-{run.id}-timeline.json", mime="application/json",
-                       key=f"trace_{run.id}", on_click="ignore")
-    predict(run, s, tl, cap, chosen)
-
-
-def _cell(value: float | None) -> str:
-    """A figure in ms, or a dash where there is none (no prediction, no benchmark)."""
-    return "—" if value is None else num(value, ".2f")
-
-
-def _ms(value: float | None) -> str:
-    return "—" if value is None else f"{_cell(value)} ms"
-
-
-def predict(run: LabRun, s: reports.DdpSummary, tl: reports.Timeline, cap: float,
-            chosen: reports.Variant) -> None:
-    """Predict, then measure: the step model (compute measured + exposed communication
-    from this machine's benchmark fit) beside the measured step and the learner's
-    prediction, with the residuals; without a benchmark, how to get one."""
-    n, backend = s.world_size, s.backend
-    st.markdown(f"**{t('labs.predict.title', cap=num(cap, 'g'), count=n)}**")
-    fit = labruns.run_machine_fit(run, "all_reduce")
-    step = spans.step_model(chosen.plain(), world_size=n, fit=fit, gradient_bytes=tl.gradient_bytes)
-    guess = (run.params or {}).get("predicted_step_ms")
-    at_guess = chosen is tl.variants["ddp"]  # the prediction was for the breakdown's DDP cap
-    c1, c2, c3 = st.columns(3)
-    c1.metric(t("labs.predict.guess"), _ms(guess if at_guess else None), help=t("labs.predict.guess_help"))
-    c2.metric(t("labs.predict.model"), _ms(step["model_ms"]), help=t("labs.predict.model_help"))
-    c3.metric(t("labs.predict.measured"), _ms(step["measured_ms"]), help=t("labs.predict.measured_help"))
-    st.dataframe([{t("labs.predict.term"): t(f"labs.predict.row_{key}"), t("labs.timeline.ms"): _cell(step[f"{key}_ms"])}
-                  for key in ("compute", "comm", "exposed", "model", "measured")], hide_index=True)
-    if fit is None:
-        st.info(t("labs.predict.no_fit", count=n, backend=backend), icon=":material/speed:")
-    else:
-        st.caption(t("labs.predict.fit", run=fit["run_id"], alpha=fit["alpha_s"] * 1e6,
-                     bw=fit["bandwidth_Bps"] / 1e9, count=n))
-        st.markdown(t("labs.predict.residual_model", ms=step["residual_ms"],
-                      share=step["residual_ms"] / step["model_ms"] if step["model_ms"] else 0.0))
-    if guess is None:
-        st.caption(t("labs.predict.no_guess"))
-    elif not at_guess:
-        st.caption(t("labs.predict.other_cap", ms=guess, cap=num(tl.variants["ddp"].bucket_cap_mb, "g")))
-    else:
-        st.markdown(t("labs.predict.residual_guess", ms=step["measured_ms"] - guess,
-                      share=(step["measured_ms"] - guess) / guess if guess else 0.0))
-
-
-def ddp(run: LabRun, s: reports.DdpSummary) -> None:
-    sec = s.sections
-    eq = sec.equivalence
-    if eq:
-        n = s.world_size
-        st.markdown(f"**{t('labs.ddp.equivalence', count=n, b=eq.batch_per_rank, nb=eq.global_batch)}**")
-        if eq.equivalent:
-            st.success(t("labs.ddp.equivalence_ok", diff=eq.max_abs_diff_vs_single_process,
-                         tol=eq.tolerance, same="✓" if eq.ranks_identical else "✗"))
-        else:
-            st.error(t("labs.ddp.equivalence_bad", diff=eq.max_abs_diff_vs_single_process, tol=eq.tolerance))
-        chart(charts.lines_figure(
-            {t("labs.ddp.loss_ranks", count=n): eq.losses, t("labs.ddp.loss_single"): eq.single_process_losses},
-            x_title=t("widgets.ring.step"), y_title=t("labs.ddp.loss"), lang=lang()), key=f"loss_{run.id}")
-    if sec.breakdown:  # None for older runs, which mixed the two effects up (labs.reports.Sections)
-        breakdown(run, sec.breakdown)
-    if sec.timeline:
-        timeline(run, s, sec.timeline)
-    buckets = sec.buckets
-    if buckets:
-        st.markdown(f"**{t('labs.ddp.buckets')}**")
-        st.dataframe([{"bucket_cap_mb": r.bucket_cap_mb, t("labs.ddp.bucket_calls"): r.allreduce_calls_per_step,
-                       t("labs.ddp.bucket_ms"): round(r.step_ms, 3)} for r in buckets.rows], hide_index=True)
-        st.caption(t("labs.ddp.bucket_noise", count=run.params.get("steps") or 0))
-    ns = sec.no_sync
-    if ns:
-        st.write(t("labs.ddp.no_sync", calls_ns=ns.no_sync.allreduce_calls_per_optimizer_step,
-                   calls=ns.sync_every_micro_batch.allreduce_calls_per_optimizer_step,
-                   bytes_ns=num(ns.no_sync.bytes_per_optimizer_step, ","),
-                   bytes=num(ns.sync_every_micro_batch.bytes_per_optimizer_step, ",")))
-    fp = sec.fp16
-    if fp:
-        st.write(t("labs.ddp.fp16", ratio=fp.bytes_ratio, loss16=fp.fp16.final_loss, loss32=fp.fp32.final_loss))
-    sampler = sec.sampler
-    if sampler:
-        st.write(t("labs.ddp.sampler", same="✓" if sampler.same_order_next_epoch_without_set_epoch else "✗"))
-    sc = sec.scaling
-    if sc and sc.rows:
-        st.markdown(f"**{t('labs.ddp.scaling')}**")
-        st.dataframe([{t("labs.ddp.world"): r.world_size, t("labs.ddp.throughput"): round(r.samples_per_s),
-                       t("labs.ddp.efficiency"): num(r.efficiency, ".0%")} for r in sc.rows], hide_index=True)
-        st.caption(t("labs.ddp.scaling_note"))
+def still_rising(rows: list) -> tuple[int, float, float] | None:
+    """(largest size, busbw at the size before, busbw at it) of the built-in all-reduce when the
+    sweep ended while its busbw still rose by more than `STILL_RISING`, else None: then
+    "levels off" is not what this run shows (journey review m6)."""
+    mine = sorted((r.size, r.busbw) for r in rows if r.impl == "all_reduce" and r.size > 0)
+    if len(mine) < 2 or mine[-2][1] <= 0 or mine[-1][1] <= STILL_RISING * mine[-2][1]:
+        return None
+    return mine[-1][0], mine[-2][1], mine[-1][1]
 
 
 def downloads(run: LabRun) -> None:
@@ -429,6 +339,10 @@ def _csv_rows(run: LabRun) -> list[dict]:
         return list(((s.get("sections") or {}).get("scaling") or {}).get("rows", []))
     if run.lab == "sharding":
         return sharding.rows(s)
+    if run.lab == "compression":
+        return compression.rows(s)
+    if run.lab == "topology":
+        return topology.rows(s)
     return []
 
 
@@ -478,7 +392,8 @@ def show_run(run: LabRun) -> None:
         failure(run)
         return
     st.success(t("labs.done", seconds=report.wall_s, overhead=report.overhead_s))
-    {"ring": ring, "bench": bench, "ddp": ddp, "sharding": sharding.show}[run.lab](run, report.summary)
+    {"ring": ring, "bench": bench, "ddp": ddp_views.ddp, "sharding": sharding.show,
+     "compression": compression.show, "topology": topology.show}[run.lab](run, report.summary)
     downloads(run)
 
 
@@ -509,7 +424,7 @@ def bucket_timeline(trace: dict, run_id: int) -> None:
             raise ValueError("more spans than the grader keeps")
         shown = [(title, reports.Variant.model_validate(var)) for title, var in stored]  # a ValueError if not one
         n, cap = int(trace["world_size"]), int(trace["cap_bytes"])
-        fig = lanes.timeline_figure(shown, lane_names(), lang=lang())
+        fig = lanes.timeline_figure(shown, ddp_views.lane_names(), lang=lang())
         if isinstance(ddp, dict):
             made = {"steps": int(ddp["steps"]), "torch": str(ddp["key"]["torch"])[:40],
                     "calls": int(ddp["allreduce_calls"]), "yours": int(mine["allreduce_calls"])}

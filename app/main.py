@@ -33,6 +33,7 @@ if __name__ != "__main__":
 
     secrets_dir()  # 0700 now, also a folder the operator made with another mode
     web.refuse_global_cache_clear()
+    web.warn_public_address()  # before anything is signed with it (certificates.address)
     # Beside the pages: the issuer's DID document, the revocation status list, each
     # credential as JSON / VC-JWT and the JSON verification API (certificates/routes.py).
     app = st.App(Path(__file__), routes=routes(), middleware=web.middleware())
@@ -45,6 +46,7 @@ else:
 
     ui.style()
     code = ui.lang()
+    ui.page_script(code)
     who = ui.learner()
     t = ui.t
 
@@ -54,6 +56,7 @@ else:
         st.Page("views/labs.py", title=t("nav.labs"), icon=":material/science:", url_path="labs"),
         st.Page("views/exercises.py", title=t("nav.exercises"), icon=":material/code:", url_path="exercises"),
         st.Page("views/quiz.py", title=t("nav.quiz"), icon=":material/quiz:", url_path="quiz"),
+        st.Page("views/review.py", title=t("nav.review"), icon=":material/event_repeat:", url_path="review"),
         st.Page(
             "views/certificate.py", title=t("nav.certificate"), icon=":material/workspace_premium:",
             url_path="certificate",

@@ -40,13 +40,13 @@ def _tick(names: dict[str, str], strategy: str, rank: int) -> str:
     return f"{names[strategy]}<br>{names['rank']} {rank}"
 
 
-def _with_table(fig: go.Figure) -> go.Figure:
+def _with_table(fig: go.Figure, head: str) -> go.Figure:
     """The figure's text alternative (``charts.table`` reads ``layout.meta``): the traces'
-    numbers by bar, with each two-line tick label on one line."""
+    numbers by bar, with each two-line tick label on one line, under ``head``."""
     traces = [tr for tr in fig.data if tr.name]
     keys = list(traces[0].x) if traces else []
     rows = [[x.replace("<br>", " · "), *(float(tr.y[i]) for tr in traces)] for i, x in enumerate(keys)]
-    fig.update_layout(meta={"table": {"columns": ["", *(tr.name for tr in traces)], "rows": rows}})
+    fig.update_layout(meta={"table": {"columns": [head, *(tr.name for tr in traces)], "rows": rows}})
     return fig
 
 
@@ -75,7 +75,7 @@ def ledger_figure(ledger: dict[str, Strategy], *, names: dict[str, str], languag
     fig.update_layout(barmode="group", height=460, yaxis_title=names["mb"], margin={"t": 10},
                       legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
                       xaxis={"tickangle": 0})
-    return _marks(_with_table(fig), language)
+    return _marks(_with_table(fig, names["rank"]), language)
 
 
 def wire_figure(ledger: dict[str, Strategy], predicted: dict[str, float], *, names: dict[str, str],
@@ -96,7 +96,7 @@ def wire_figure(ledger: dict[str, Strategy], predicted: dict[str, float], *, nam
     fig.update_layout(height=320, yaxis_title=names["mb"], margin={"t": 10},
                       legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
                       xaxis={"tickangle": 0})
-    return _marks(_with_table(fig), language)
+    return _marks(_with_table(fig, names["rank"]), language)
 
 
 def calculator_figure(totals: dict[str, calc.Memory], devices: dict[str, float], *, names: dict[str, str],
@@ -333,7 +333,11 @@ def shard_figure(strategy: str, n: int, *, parameter_bytes: float, names: dict[s
                "range": [-1, len(ANIMATED_PARTS) * (n + 1) - 1], "showgrid": False, "zeroline": False},
         yaxis={"tickvals": list(range(n)), "ticktext": [f"{names['rank']} {r}" for r in range(n)],
                "autorange": "reversed", "showgrid": False, "zeroline": False},
-        updatemenus=[{"type": "buttons", "direction": "left", "x": 0.0, "y": -0.15, "xanchor": "left",
+        # The slider, and under it the buttons: the order of Plotly's SVG, which Tab follows (side
+        # by side, a phone's narrow plot had them overlap). Both hang from the plot's bottom edge,
+        # in px, so that they keep their places for any number of ranks.
+        updatemenus=[{"type": "buttons", "direction": "left", "x": 0.0, "y": 0.0, "xanchor": "left",
+                      "pad": {"t": 62},
                       "yanchor": "top", "bgcolor": charts.PAPER, "bordercolor": charts.INK,
                       "font": {"color": charts.INK},
                       "buttons": [{"label": names["play"], "method": "animate",
@@ -342,7 +346,8 @@ def shard_figure(strategy: str, n: int, *, parameter_bytes: float, names: dict[s
                                   {"label": names["pause"], "method": "animate",
                                    "args": [[None], {"frame": {"duration": 0, "redraw": False},
                                                      "mode": "immediate"}]}]}],
-        sliders=[{"active": 0, "y": -0.15, "x": 0.25, "len": 0.75, "yanchor": "top",
+        sliders=[{"active": 0, "y": 0.0, "x": 0.0, "len": 1.0, "yanchor": "top", "name": names["step"],
+                  "pad": {"t": 12, "b": 0},
                   "font": {"color": charts.INK}, "bordercolor": charts.INK, "tickcolor": charts.INK,
                   "currentvalue": {"visible": False},
                   "steps": [{"label": str(k + 1), "method": "animate",

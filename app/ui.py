@@ -10,6 +10,8 @@ import html
 import json
 from dataclasses import dataclass
 from datetime import date, datetime
+from functools import cache
+from pathlib import Path
 
 import streamlit as st
 
@@ -23,7 +25,7 @@ from academy.accounts import (
 )
 from academy.db import session_scope
 from academy.errors import UserError
-from academy.labruns.pages import scaling_points
+from academy.labruns.pages import GUEST_RUNS_DAYS, scaling_points
 from academy.lessons import completed, mark_done, mark_undone
 from academy.models import Learner
 from academy.settings import get_settings
@@ -39,13 +41,74 @@ STYLE_RULES = {
     '[data-testid="stSliderTickBarMin"], [data-testid="stSliderTickBarMax"]': MUTED_TEXT,
     '[data-testid="stWidgetLabel"] small': MUTED_TEXT,
 }
+# Code listings: Streamlit's syntax colours stand at 2.2:1 to 3.9:1 on the listing's background
+# (accessibility review, colour-contrast); the same hues, darkened to 4.5:1 and more there.
+CODE_COLOURS = {
+    ".token.keyword, .token.tag, .token.function, .token.class-name, .token.selector": "#0b5cad",
+    ".token.attr-name, .token.property, .token.variable": "#0550ae",
+    ".token.string, .token.char, .token.attr-value": "#116329",
+    ".token.boolean, .token.constant, .token.symbol, .token.inserted": "#1a7f37",
+    ".token.number, .token.regex": "#0a6e62",
+    ".token.operator, .token.entity, .token.decorator, .token.atrule": "#953800",
+    ".token.url": "#6639ba",
+    ".token.important, .token.deleted": "#a40e26",
+    ".token.comment, .token.prolog, .token.doctype, .token.cdata, .token.punctuation, .token.unchanged":
+        MUTED_TEXT,
+}
+# Where the keyboard is: a solid ring in the theme's primary colour around whatever has
+# focus (WCAG 2.4.7, and 3:1 against what it sits on, 1.4.11). Streamlit's own rings are a
+# 1.1:1 tint on links and a 2.5:1 halo on buttons (accessibility review). Outside the control,
+# so that a filled button keeps its ring visible; inside for what fills the window or sits in a
+# scrolled strip (the main area, tabs). Radio buttons, checkboxes and sliders hide their input:
+# the label, or the slider's thumb, carries the ring. tests/test_contrast.py checks FOCUS_COLOUR
+# on every background it meets; tests/test_browser_smoke.py measures the ring as drawn.
+FOCUS_COLOUR = "#1f4e79"
+_RING = f"outline:2px solid {FOCUS_COLOUR} !important;box-shadow:none !important"
+FOCUS_RULES = {
+    ":focus-visible": f"{_RING};outline-offset:2px !important",
+    '[data-testid="stMain"]:focus-visible, [role="tab"]:focus-visible':
+        f"{_RING};outline-offset:-2px !important",
+    "label:has(input:focus-visible)": f"{_RING};outline-offset:2px !important;border-radius:4px",
+    '[data-testid="stSlider"] div:has(> div > input[type="range"]:focus-visible)':  # the thumb
+        f"{_RING};outline-offset:2px !important",
+    # Plotly's animation controls, made focusable by page.js: SVG takes the ring too.
+    ".js-plotly-plot g[tabindex]:focus-visible": f"{_RING};outline-offset:3px !important",
+}
+# Labels wrap instead of ending in "…": a course card's link, a popover's long label (journey review
+# Minor 13). Material icons are ligatures ("menu_book") and must stay on one line.
+WRAP = ('[data-testid="stPageLink-NavLink"] :not([data-testid="stIconMaterial"]), '
+        'button :not([data-testid="stIconMaterial"])')
+# A block that holds nothing but a script (page_script's, the session cookie's) takes no room;
+# the live region page.js gives an animated chart is for screen readers only.
+HIDDEN = ('[data-testid="stElementContainer"]:has(> [data-testid="stHtml"] > script:only-child){display:none}'
+          ".dpa-live{position:absolute;width:1px;height:1px;overflow:hidden;clip-path:inset(50%);white-space:nowrap}")
+PAGE_SCRIPT = Path(__file__).resolve().parent / "static" / "page.js"
 
 
 def style() -> None:
     """Our few CSS rules, once per page run (an HTML block Streamlit keeps out of the layout)."""
     rules = "".join(f"{selector}{{color:{colour} !important;opacity:1 !important}}"
                     for selector, colour in STYLE_RULES.items())
-    st.html(f"<style>{rules}</style>")
+    rules += "".join(f"{','.join(f'[data-testid=stCode] {one.strip()}' for one in selector.split(','))}"
+                     f"{{color:{colour} !important}}" for selector, colour in CODE_COLOURS.items())
+    rules += "".join(f"{selector}{{{rule}}}" for selector, rule in FOCUS_RULES.items())
+    rules += f"{WRAP}{{white-space:normal !important;overflow:visible !important;text-overflow:clip !important}}"
+    st.html(f"<style>{rules}{HIDDEN}</style>")
+
+
+def page_script(code: str) -> None:
+    """Once per page run: ``<html lang dir>`` in the page's language (WCAG 3.1.1; Streamlit's
+    page says ``lang="en"`` whatever the language, streamlit/streamlit#15726), keyboard use of
+    Plotly's animation controls with the step said in a live region, and focus for listings and
+    tables that scroll sideways (``app/static/page.js``)."""
+    tag, direction = i18n.page_language(code)
+    st.html(f"<script>({_page_js()})({json.dumps({'lang': tag, 'dir': direction})});</script>",
+            unsafe_allow_javascript=True)
+
+
+@cache
+def _page_js() -> str:
+    return PAGE_SCRIPT.read_text(encoding="utf-8")
 
 
 def cookie_name() -> str:
@@ -182,6 +245,25 @@ def flush_cookie() -> None:
         _set_cookie(write.token, get_settings().session_days * 86400)
 
 
+def cookie(name: str) -> str | None:
+    """A cookie the browser sent when this session began (Streamlit reads them then only)."""
+    return (st.context.cookies or {}).get(name)
+
+
+def guest_runs_cookie_name() -> str:
+    """The cookie of a guest's lab runs (``academy.labruns.guest_token``), named as the session's is."""
+    return "__Host-dpa_guest_labs" if get_settings().https else "dpa_guest_labs"
+
+
+def remember_guest_runs(token: str) -> None:
+    """Write the guest's signed run list to their cookie (a script, as for the session cookie)."""
+    secure = "; Secure" if get_settings().https else ""
+    age = GUEST_RUNS_DAYS * 86400
+    st.html("<script>document.cookie = " + json.dumps(
+        f"{guest_runs_cookie_name()}={token}; path=/; max-age={age}; SameSite=Strict{secure}") + ";</script>",
+        unsafe_allow_javascript=True)
+
+
 def sidebar(code: str, who: Learner | None):
     """The language choice and who is signed in, in the sidebar; returns the place of the
     latter, which :func:`show_who` corrects once the page has run."""
@@ -234,6 +316,7 @@ PAGE_PATHS = {
     "labs": "views/labs.py",
     "exercises": "views/exercises.py",
     "quiz": "views/quiz.py",
+    "review": "views/review.py",
     "certificate": "views/certificate.py",
     "verify": "views/verify.py",
     "account": "views/account.py",

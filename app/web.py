@@ -1,5 +1,6 @@
 """The HTTP side of the app: security headers, host check, websocket Origin check, no
-public metrics, no global cache flush by anonymous clients.
+public metrics, no global cache flush by anonymous clients, and the start-up warning
+when certificates would carry a local address.
 
 ``app/main.py`` defines ``app = st.App(...)`` with :func:`middleware`, so that
 ``streamlit run app/main.py`` serves the pages through Starlette with these
@@ -205,3 +206,27 @@ def refuse_global_cache_clear() -> None:
         self._session_state.clear()
 
     AppSession._handle_clear_cache_request = clear_own_state_only
+
+
+def warn_public_address() -> None:
+    """At start-up, on the console: where the links certificates sign will point, when that is
+    not a public address set with PUBLIC_URL (``certificates.address.notice``). The Admin page
+    says the same."""
+    import sys
+
+    from certificates import address
+
+    kind = address.notice()
+    if kind is None:
+        return
+    url = address.public_url()
+    if kind == address.LOCAL:
+        text = (f"WARNING: certificates issued by this app will carry {url}, a local address that only "
+                "this machine can open. Their verification link, QR code and Open Badge are signed and "
+                "can never be changed: for learners elsewhere, set PUBLIC_URL to the address they use, "
+                "e.g. PUBLIC_URL=https://academy.example.org make run.")
+    else:
+        text = (f"NOTE: PUBLIC_URL is not set, so certificates will carry {url}, the address Streamlit's "
+                "settings give. If learners reach the app by another address (a proxy, a domain name), "
+                "set PUBLIC_URL to it.")
+    print(text, file=sys.stderr, flush=True)

@@ -50,7 +50,7 @@ def chart(fig, *, key: str, caption: str | None = None, where=None) -> None:
         where.caption(caption)
     data = charts.table(fig)
     with where.expander(t("widgets.chart.table")):
-        columns = [c or " " * (i + 1) for i, c in enumerate(data["columns"])]  # unique, even when unnamed
+        columns = data["columns"]  # every one named: a header a screen reader can read (axe empty-table-header)
         st.table(pd.DataFrame([[_cell(v) for v in row] for row in data["rows"]], columns=columns))
 
 
@@ -65,7 +65,7 @@ def memory_calculator() -> None:
     mem = calc.memory_per_device(billions * 1e9, precision, optimizer)
     parts = {"weights": mem.weights / calc.GB, "grads": mem.grads / calc.GB, "optimizer_state": mem.optimizer / calc.GB}
     fig = charts.memory_figure(parts, calc.DEVICES, names={p: t(f"widgets.memory.{p}") for p in parts},
-                               gb=t("widgets.memory.gb"), lang=lang())
+                               gb=t("widgets.memory.gb"), parts_title=t("widgets.memory.part"), lang=lang())
     chart(fig, key="mem_chart")
     st.write(t("widgets.memory.total", total=mem.total / calc.GB))
     fitting = [name for name, gb in calc.DEVICES.items() if calc.fits(mem, gb)]
@@ -78,10 +78,15 @@ def memory_calculator() -> None:
                  billions=calc.max_params(calc.DEVICES[largest], precision, optimizer) / 1e9))
 
 
+# The ring calculator's device counts: every one up to 8, then steps that double every two
+# (a linear slider from 2 to 1024 could not be dragged to 3, 4 or 5; journey review m4).
+RING_SIZES = (2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+
+
 def ring_traffic() -> None:
     st.subheader(t("widgets.ring_traffic.title"))
     c1, c2 = st.columns(2)
-    n = c1.slider(t("widgets.ring_traffic.world_size"), 2, 1024, 8, key="rt_n")
+    n = c1.select_slider(t("widgets.ring_traffic.world_size"), RING_SIZES, value=8, key="rt_n")
     mb = c2.number_input(t("widgets.ring_traffic.buffer"), 0.001, 1e6, 100.0, key="rt_mb")
     traffic = calc.ring_traffic(n, mb * 1e6)
     m1, m2, m3, m4 = st.columns(4)
@@ -100,27 +105,37 @@ def ring_traffic() -> None:
 
 
 def scaling_explorer(measured: list[tuple[int, float]] | None = None) -> None:
-    """``measured``: (world size, scaling efficiency) from the learner's own DDP runs."""
+    """``measured``: (world size, scaling efficiency) from the learner's own DDP runs.
+
+    The defaults show something (journey review m3): a 1.3-billion-parameter model with bf16
+    gradients on NVLink scales perfectly within a node and loses about 40 % once the ring
+    crosses nodes (`calculators.link_for`); throughput is drawn on log-log axes beside linear
+    scaling, on which linear scaling is a straight line, not an exponential curve."""
     st.subheader(t("widgets.scaling.title"))
     c1, c2, c3 = st.columns(3)
-    millions = c1.number_input(t("widgets.scaling.params"), 0.1, 100000.0, 25.6, key="sc_params")
+    millions = c1.number_input(t("widgets.scaling.params"), 0.1, 100000.0, 1300.0, key="sc_params")
     link = c2.selectbox(t("widgets.scaling.link"), list(calc.LINKS), index=2,
                         format_func=labeler("widgets.links."), key="sc_link")
-    bytes_per_grad = c3.selectbox(t("widgets.scaling.precision"), [4, 2],
+    bytes_per_grad = c3.selectbox(t("widgets.scaling.precision"), [2, 4],
                                   format_func=lambda b: "fp32" if b == 4 else "bf16", key="sc_prec")
     c4, c5, c6 = st.columns(3)
     compute_ms = c4.number_input(t("widgets.scaling.compute"), 1.0, 100000.0, 100.0, key="sc_compute")
-    batch = c5.number_input(t("widgets.scaling.batch"), 1, 100000, 32, key="sc_batch")
-    overlap = c6.slider(t("widgets.scaling.overlap"), 0.0, 1.0, 0.8, key="sc_overlap")
+    batch = c5.number_input(t("widgets.scaling.batch"), 1, 100000, 8, key="sc_batch")
+    overlap = c6.slider(t("widgets.scaling.overlap"), 0.0, 1.0, 0.5, key="sc_overlap")
     sizes = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
     points = calc.scaling(params=millions * 1e6, bytes_per_grad=bytes_per_grad, link=link,
                           compute_time=compute_ms / 1e3, batch_per_device=int(batch),
                           overlap=overlap, world_sizes=sizes)
+    if link in calc.WITHIN_NODE:
+        st.caption(t("widgets.scaling.nodes", link=t(f"widgets.links.{link}"), count=calc.NODE_SIZE,
+                     network=t(f"widgets.links.{calc.BETWEEN_NODES}")))
     left, right = st.columns(2)
     names = {"model": t("widgets.scaling.model"), "yours": t("widgets.scaling.yours"),
              "devices": t("widgets.scaling.devices")}
-    tp = charts.scaling_figure(sizes, [p.throughput for p in points], lang=lang(),
-                               labels={**names, "y": t("widgets.scaling.throughput")})
+    tp = charts.scaling_figure(sizes, [p.throughput for p in points], lang=lang(), log_y=True,
+                               ideal=[points[0].throughput * n for n in sizes],
+                               labels={**names, "y": t("widgets.scaling.throughput"),
+                                       "ideal": t("widgets.scaling.ideal")})
     chart(tp, key="sc_tp", where=left)
     eff = charts.scaling_figure(sizes, [p.efficiency for p in points], measured=measured, y_range=[0, 1.05],
                                 lang=lang(), labels={**names, "y": t("widgets.scaling.efficiency")})

@@ -48,8 +48,9 @@ def _measure(name: str, fn: Callable[..., object], *args: object) -> object:
 
 
 PARTS = ("collectives", "labs.launch", "labs.first_event", "labs.ddp", "labs.timeline", "labs.sharding",
-         "labs.queue", "labs.warm", "labs.sandbox", "exercises", "gpu", "platform.quiz", "platform.certificate",
-         "platform.verification", "platform.arrival", "platform.pages", "platform.load", "platform.classroom")
+         "labs.compression", "labs.topology", "labs.queue", "labs.warm", "labs.sandbox", "exercises", "gpu",
+         "platform.quiz", "platform.certificate", "platform.verification", "platform.arrival",
+         "platform.pages", "platform.load", "platform.classroom")
 
 
 def run(cfg: Config, base: Path, only: tuple[str, ...] = ()) -> dict:
@@ -79,6 +80,8 @@ def run(cfg: Config, base: Path, only: tuple[str, ...] = ()) -> dict:
             "ddp": part("labs.ddp", "ddp", lab_costs.ddp, cfg),
             "timeline": part("labs.timeline", "ddp timeline", lab_costs.timeline, cfg),
             "sharding": part("labs.sharding", "sharding", lab_costs.sharding, cfg),
+            "compression": part("labs.compression", "compression", lab_costs.compression, cfg),
+            "topology": part("labs.topology", "topology", lab_costs.topology, cfg),
             "queue": part("labs.queue", "lab queue", lab_costs.queue, cfg, base),
             "warm": part("labs.warm", "warm worker", lab_costs.warm_worker, cfg, base),
             "sandbox": part("labs.sandbox", "exercise sandbox", sandbox_costs.overhead, cfg),

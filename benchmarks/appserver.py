@@ -29,7 +29,13 @@ def free_port() -> int:
 
 
 class AppServer:
-    """``base`` holds the database, secrets and ``server.log``; ``env`` adds to the defaults."""
+    """``base`` holds the database, secrets and ``server.log``; ``env`` adds to the defaults.
+
+    ``PUBLIC_URL`` is the server's own address unless ``env`` says otherwise; ``env={"PUBLIC_URL":
+    ""}`` leaves it unset, so that the app derives it from the port it serves on
+    (``certificates.address``), as ``make run PORT=...`` does. :attr:`public_url` is then the
+    address the app's certificates carry either way.
+    """
 
     def __init__(self, base: Path, *, port: int | None = None, env: dict[str, str] | None = None,
                  script: Path | None = None, worker: bool | None = None):
@@ -43,6 +49,12 @@ class AppServer:
         self.proc: subprocess.Popen | None = None
         self.want_worker = script is None if worker is None else worker  # not for a yardstick page
         self.worker: subprocess.Popen | None = None
+
+    @property
+    def public_url(self) -> str:
+        """The address the app's certificates carry: ``PUBLIC_URL``, or what Streamlit derives
+        from ``--server.address 127.0.0.1`` and the port, which is :attr:`url`."""
+        return self.env.get("PUBLIC_URL", "").rstrip("/") or self.url
 
     def start(self, timeout: float = 60) -> None:
         """Start and wait until ``/_stcore/health`` answers; RuntimeError with the log's tail if not."""

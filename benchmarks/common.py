@@ -44,6 +44,11 @@ class Config:
     timeline_runs: int = 5  # runs of labs.ddp's timeline section: the overlap's median and spread
     sharding_world_size: int = 4
     sharding_steps: int = 3
+    compression_steps: int | None = None  # None: labs.compression's own default (150 steps, 3 seeds)
+    compression_seeds: int | None = None
+    # The topology lab on 2 namespaces x 2 ranks at its default 200 Mbit/s link.
+    topology_sizes: tuple[int, ...] = (256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB)
+    topology_repeats: int = 5
     sandbox_repeats: int = 10  # runs per mode of the sandbox overhead (p50, p95)
     # Exercises: submissions of each reference solution through the queue, and
     # gradings per sandbox mode without it (p50, p95), for the exercises named.
@@ -71,6 +76,7 @@ class Config:
         return cls(quick=True, min_bytes=16 * KiB, max_bytes=8 * MiB, factor=8, warmup=1,
                    iters=3, sweeps=1, tcp_bytes=64 * MiB, tcp_repeats=3, lab_repeats=1, queue_labs=3,
                    ddp_steps=5, timeline_runs=3, sharding_world_size=2, sharding_steps=2, sandbox_repeats=3,
+                   compression_steps=100, compression_seeds=2, topology_sizes=(1 * MiB, 4 * MiB), topology_repeats=3,
                    exercise_repeats=2, exercise_direct=("ring-allreduce",), quiz_attempts=5, pdfs=2, certificates=10_000, lookups=1_000,
                    pages=("home", "quiz", "verify"), page_repeats=1,
                    load_learners=4, load_browsers=0, load_seconds=5.0,
@@ -84,7 +90,8 @@ class Config:
                    factor=4, warmup=1, iters=1, sweeps=1, tcp_bytes=16 * MiB, tcp_repeats=1,
                    lab_repeats=1, queue_workers=(1,), queue_labs=1, ddp_world_sizes=(1, 2),
                    ddp_steps=2, timeline_runs=1, sharding_world_size=2, sharding_steps=1,
-                   sandbox_repeats=1, exercise_repeats=1,
+                   compression_steps=10, compression_seeds=1,
+                   topology_sizes=(256 * KiB,), topology_repeats=1, sandbox_repeats=1, exercise_repeats=1,
                    exercise_direct=("ring-allreduce",), quiz_attempts=1, pdfs=1, certificates=1_000,
                    lookups=100, pages=("home",), page_repeats=1, load_learners=0, load_browsers=0,
                    load_seconds=0.0, classroom_sessions=(), classroom_seconds=0.0, under_load=False)
@@ -125,6 +132,9 @@ def sandbox() -> Path:
     os.environ["DATABASE_URL"] = f"sqlite:///{base / 'app.db'}"
     os.environ["SECRETS_DIR"] = str(base / "secrets")
     os.environ.setdefault("PUBLIC_URL", "http://localhost:8501")
+    # The benchmarks issue certificates in this process with no app answering at PUBLIC_URL:
+    # they measure signing and storage, not the address (certificates.addresscheck).
+    os.environ.setdefault("PUBLIC_URL_CHECK", "false")
     return base
 
 

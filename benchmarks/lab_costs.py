@@ -1,8 +1,9 @@
 """What running a lab costs beyond its collectives, and how DDP scales.
 
 - launch: ``labs.launch.run_lab("ring")`` on 4 ranks; wall time beside the
-  ring all-reduce's own time (``LabResult.work_s``), the rest is overhead
-  (start-up, rendezvous, the check, shutdown);
+  timed all-reduces' own time (each rank's ``ring_s``) and the launcher's
+  overhead beyond the ranks' whole work (``LabResult.overhead_s``: start-up,
+  rendezvous, shutdown);
 - first event: from the request to the first progress event, in-process
   (``run_lab(on_event=...)``) and the way the web app runs a lab
   (``python -m labs ring --events FILE`` in a new process), beside the bare
@@ -10,9 +11,23 @@
 - ddp: ``labs.ddp``'s ``scaling`` section (weak scaling on 1, 2, 4 ranks)
   and its ``breakdown`` (naive all-reduce after backward vs DDP's
   overlapped buckets: the step time ratio);
-- timeline: ``labs.ddp``'s ``timeline`` section (2 ranks), run
-  ``timeline_runs`` times: each variant's overlap with backward and exposed
-  communication per step, median and range over the runs;
+- compression: ``labs.compression`` on 2 ranks, every strategy: wall time, and
+  the bytes each strategy saves per step against fp32 (measured, and how far from
+  its formula), with its loss gap and median step;
+- timeline: ``labs.ddp``'s ``timeline`` section (2 ranks, the page's
+  defaults), run ``timeline_runs`` times: each variant's overlap with
+  backward and exposed communication per step, median and range over the
+  runs, with the load average as each run began; and the bucketed-overlap
+  exercise's traced case graded as many times (the reference, in the
+  default sandbox, torch DDP's lanes made afresh each time): the overlap of
+  the learner's lanes and of torch DDP's, median and range;
+- topology: ``labs.topology`` on 2 network namespaces x 2 ranks joined by a
+  200 Mbit/s shaped link: per size, the flat ring's and the hierarchical
+  all-reduce's time (median over the repeats), their ratio measured, as this
+  box's link classes predict it, and as the simulated clock projects it on
+  H100 nodes over InfiniBand; the largest gap between the link's counted
+  payload and the ranks' messages; FSDP's and HSDP's bytes over the link per
+  step. Where the namespaces cannot be made it says so (``fabric``);
 - queue: a tiny ring lab through the job queue (``academy.labruns.queue``) at 1, 2
   and 3 workers: alone (end to end, beside the bare ``python -m labs`` run:
   the queue's overhead) and in a burst (median queue wait and end to end);
@@ -36,7 +51,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from benchmarks.common import Config, median_time, scratch_stack
+from benchmarks.common import Config, median_time, scratch_stack, unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCH_WORLD = 4
@@ -63,7 +78,8 @@ def launch_overhead(cfg: Config) -> dict:
         first_progress.extend(seen)
     mid = sorted(runs, key=lambda r: r.wall_s)[len(runs) // 2]
     return {"lab": "ring", "world_size": LAUNCH_WORLD, "size_bytes": 1 << 20,
-            "launcher": mid.launcher, "wall_s": mid.wall_s, "collective_s": mid.work_s,
+            "launcher": mid.launcher, "wall_s": mid.wall_s,
+            "collective_s": max(r.get("ring_s", 0.0) for r in mid.ranks),  # the timed all-reduces alone
             "overhead_s": mid.overhead_s, "overhead_fraction": mid.overhead_s / mid.wall_s,
             "first_progress_in_process_s": statistics.median(first_progress)}
 
@@ -131,26 +147,70 @@ def ddp(cfg: Config) -> dict:
             "overlap_hidden_ms": b["overlap_hidden"]["ms"]["median"], "wall_s": outcome.wall_s}
 
 
+def _spread(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
 def timeline(cfg: Config) -> dict:
     from labs.launch import run_lab
 
-    runs = []
+    runs, loads, walls = [], [], []
     for _ in range(cfg.timeline_runs):
+        loads.append(os.getloadavg()[0])
         outcome = run_lab("ddp", {"sections": ["timeline"]}, world_size=2, backend="gloo", timeout=600,
                           hang_timeout=300)
         if not outcome.ok:
             raise RuntimeError(f"labs ddp timeline: {outcome.kind}: {outcome.message}")
         runs.append(outcome.summary["sections"]["timeline"])
-
-    def spread(values: list[float]) -> dict:
-        return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+        walls.append(outcome.wall_s)
 
     variants = {name: {"bucket_cap_mb": v["bucket_cap_mb"], "allreduce_calls": v["allreduce_calls"],
-                       "overlap": spread([r["variants"][name]["overlap"] for r in runs]),
-                       "exposed_comm_ms": spread([r["variants"][name]["exposed_comm_ms"] for r in runs])}
+                       "overlap": _spread([r["variants"][name]["overlap"] for r in runs]),
+                       "overlaps": [r["variants"][name]["overlap"] for r in runs],
+                       "exposed_comm_ms": _spread([r["variants"][name]["exposed_comm_ms"] for r in runs])}
                 for name, v in runs[0]["variants"].items()}
-    return {"world_size": 2, "runs": len(runs), "steps": runs[0]["steps"], "hidden": runs[0]["hidden"],
-            "batch_per_rank": runs[0]["batch_per_rank"], "variants": variants}
+    out = {"world_size": 2, "runs": len(runs), "steps": runs[0]["steps"], "hidden": runs[0]["hidden"],
+           "depth": runs[0].get("depth"), "batch_per_rank": runs[0]["batch_per_rank"], "variants": variants,
+           "fitted": sum(1 for r in runs if r.get("fit")), "load_1min": _spread(loads), "wall_s": _spread(walls)}
+    if cfg.smoke:  # a grading and torch DDP's lanes made afresh: seconds the smoke test does not need
+        out["exercise"] = "skipped: smoke mode"
+        return out
+    try:
+        out["exercise"] = exercise_overlap(cfg.timeline_runs)
+    except Exception as exc:  # noqa: BLE001 - no sandbox here: the lab's figures still stand
+        out["exercise"] = unavailable(exc)
+    return out
+
+
+def exercise_overlap(runs: int) -> dict:
+    """The bucketed-overlap report's two overlaps over ``runs`` gradings of the reference on
+    its traced case alone (the lanes the page draws): the learner's, from the router's
+    records, and torch DDP's, made afresh each time (a cache folder per grading)."""
+    from labs.exercises import load, reference
+    from labs.exercises.grader import grade
+
+    exercise = load("bucketed-overlap")
+    mine, ddp, loads = [], [], []
+    for _ in range(runs):
+        loads.append(os.getloadavg()[0])
+        with tempfile.TemporaryDirectory() as cache:
+            before = os.environ.get("EXERCISE_DDP_CACHE")
+            os.environ["EXERCISE_DDP_CACHE"] = cache
+            try:
+                report = grade(exercise.ID, reference(exercise.ID), case_ids=[exercise.TRACE_CASE])
+            finally:
+                if before is None:
+                    os.environ.pop("EXERCISE_DDP_CACHE", None)
+                else:
+                    os.environ["EXERCISE_DDP_CACHE"] = before
+        trace = report.get("trace") or {}
+        if report["status"] != "passed" or not trace.get("ddp"):
+            raise RuntimeError(f"bucketed-overlap: {report['status']}, {report.get('error')}, "
+                               f"torch DDP's lanes {'made' if trace.get('ddp') else 'missing'}")
+        mine.append(trace["learner"]["overlap"])
+        ddp.append(trace["ddp"]["overlap"])
+    return {"runs": runs, "case": exercise.TRACE_CASE, **exercise.TRACE_MODEL, "learner": _spread(mine),
+            "learner_overlaps": mine, "ddp": _spread(ddp), "ddp_overlaps": ddp, "load_1min": _spread(loads)}
 
 
 def sharding(cfg: Config) -> dict:
@@ -172,6 +232,60 @@ def sharding(cfg: Config) -> dict:
             "max_abs_diff_vs_ddp": max(st["max_abs_diff_vs_ddp"] for st in s["strategies"].values()),
             "zero3_vs_ddp_wire": (s["strategies"]["zero3"]["ranks"][0]["wire_bytes_per_step"]
                                   / s["strategies"]["ddp"]["ranks"][0]["wire_bytes_per_step"])}
+
+
+def compression(cfg: Config) -> dict:
+    """The compression lab (2 ranks, every strategy) at its command line's defaults, or
+    fewer steps and seeds in quick and smoke mode: wall time, and per strategy the bytes
+    each rank handed over per step, what that saves against fp32, the largest gap between
+    a measured byte count and its formula, the final loss's gap to fp32 and the median step."""
+    from labs.launch import run_lab
+
+    params = {k: v for k, v in (("steps", cfg.compression_steps), ("seeds", cfg.compression_seeds)) if v}
+    outcome = run_lab("compression", params, world_size=2, backend="gloo", timeout=1800, hang_timeout=300)
+    if not outcome.ok:
+        raise RuntimeError(f"labs compression: {outcome.kind}: {outcome.message}")
+    s = outcome.summary
+    st = s["strategies"]
+    dense = st["fp32"]["bytes_per_step"]
+    return {"world_size": s["world_size"], "steps": s["steps"], "seeds": len(s["seeds"]),
+            "wall_s": outcome.wall_s, "work_s": outcome.work_s,
+            "bytes_per_step": {n: v["bytes_per_step"] for n, v in st.items()},
+            "saved": {n: 1 - v["bytes_per_step"] / dense for n, v in st.items() if n != "fp32"},
+            "max_formula_error": max(v["formula_error"] for v in st.values()),
+            "gap": {n: v["gap"]["mean"] for n, v in st.items() if v["gap"]},
+            "step_ms": {n: v["step_time"]["median_ms"] for n, v in st.items()}}
+
+
+def topology(cfg: Config) -> dict:
+    """The topology lab (``labs.topology``): flat ring against hierarchical on a shaped link."""
+    from labs.launch import run_lab
+
+    outcome = run_lab("topology", {"sizes": list(cfg.topology_sizes), "repeats": cfg.topology_repeats},
+                      world_size=4, backend="gloo", timeout=1800, hang_timeout=300)
+    if not outcome.ok:
+        raise RuntimeError(f"labs topology: {outcome.kind}: {outcome.message}")
+    s = outcome.summary
+    rows = {(r["algo"], r["size"]): r for r in s["rows"]}
+    sizes = []
+    for size in cfg.topology_sizes:
+        flat, hier = rows[("flat", size)], rows[("hierarchical", size)]
+        sizes.append({"size": size, "flat_ms": flat["time"]["median"] * 1e3,
+                      "flat_ms_range": [flat["time"]["min"] * 1e3, flat["time"]["max"] * 1e3],
+                      "hierarchical_ms": hier["time"]["median"] * 1e3,
+                      "hierarchical_ms_range": [hier["time"]["min"] * 1e3, hier["time"]["max"] * 1e3],
+                      "ratio_measured": flat["time"]["median"] / hier["time"]["median"],
+                      "ratio_predicted": (flat["predicted_s"] / hier["predicted_s"]
+                                          if flat["predicted_s"] and hier["predicted_s"] else None),
+                      "ratio_bytes": flat["formula_bytes"] / hier["formula_bytes"] if hier["formula_bytes"] else None,
+                      "ratio_h100_ib": flat["projected"]["h100_ib"] / hier["projected"]["h100_ib"]})
+    meshes = {m["name"]: m for m in s["sharding"]}
+    return {"fabric": s["fabric"], "unavailable": s["unavailable"], "rate_mbit": s["rate_mbit"],
+            "repeats": s["repeats"], "wall_s": outcome.wall_s, "sizes": sizes,
+            "bytes_error": max((r["bytes_error"] for r in s["rows"] if r["bytes_error"] is not None), default=None),
+            "link_mb_per_step": {name: (max(m["payload_bytes"]) / 1e6 if m["payload_bytes"] else None)
+                                 for name, m in meshes.items()}}
+
 
 QUEUE_LAB = {"world_size": 2, "size": 1024}
 

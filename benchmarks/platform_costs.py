@@ -152,6 +152,7 @@ def certificate_issuance(cfg: Config, base: Path) -> dict:
     import certificates as certs
     from academy.settings import get_settings
     from certificates import signing
+    from certificates.address import public_url
     from certificates.ids import verify_url
     from certificates.store import issue_certificate
 
@@ -170,7 +171,7 @@ def certificate_issuance(cfg: Config, base: Path) -> dict:
                                            pass_date="2025-01-01", lang=lang,
                                            issuer=settings.issuer)
             sign_s.append(timed(lambda p=payload: signing.sign(p)))
-            url = verify_url(settings.public_url, payload["id"])
+            url = verify_url(public_url(), payload["id"])
             qr_s.append(timed(lambda u=url: segno.make(u, error="m", micro=False).matrix))
             t0 = time.perf_counter()
             cert = issue_certificate(session=session, learner_id=None, attempt_id=None, name=name,

@@ -130,6 +130,22 @@ def labs(lab: dict) -> list[Row]:
                          f"{_pct(o['median'])}", f"naive {_pct(naive['overlap']['median'])}",
                          f"{_pct(o['min'])}..{_pct(o['max'])}; exposed {_num(e['median'])} ms "
                          f"({_num(e['min'])}..{_num(e['max'])}), naive {_num(naive['exposed_comm_ms']['median'])} ms"))
+        if "load_1min" in tl:
+            rows.append((s, f"DDP timeline runs with their own step model fit, of {tl['runs']}",
+                         str(tl.get("fitted", 0)), "every run",
+                         f"load average {_num(tl['load_1min']['min'], 1)}..{_num(tl['load_1min']['max'], 1)}; "
+                         f"wall {_num(tl['wall_s']['min'])}..{_num(tl['wall_s']['max'])} s"))
+        ex = tl.get("exercise")
+        if isinstance(ex, str):
+            rows.append(_missing(s, "bucketed-overlap traced case: overlap", ex))
+        elif ex:
+            for who in ("learner", "ddp"):
+                o = ex[who]
+                rows.append((s, f"bucketed-overlap {ex['case']} ({ex['hidden']} wide, {ex['batch']} samples per "
+                                f"rank): {'the reference Bucketer' if who == 'learner' else 'torch DDP'}'s overlap, "
+                                f"median of {ex['runs']} gradings (min..max)",
+                             _pct(o["median"]), "", f"{_pct(o['min'])}..{_pct(o['max'])}; load average "
+                             f"{_num(ex['load_1min']['min'], 1)}..{_num(ex['load_1min']['max'], 1)}"))
     sh = lab.get("sharding")
     if isinstance(sh, str):
         rows.append(_missing(s, "sharding lab", sh))
@@ -141,6 +157,37 @@ def labs(lab: dict) -> list[Row]:
         rows.append((s, "sharding ledger, measured vs formula (largest gap): " + " · ".join(err),
                      " · ".join(f"{v:.2%}" for v in err.values()), "within 10%",
                      f"max |w - w_ddp| {sh['max_abs_diff_vs_ddp']:.1e}"))
+    c = lab.get("compression")
+    if isinstance(c, str):
+        rows.append(_missing(s, "compression lab", c))
+    elif c:
+        rows.append((s, f"compression lab, {c['world_size']} ranks, every strategy x {c['seeds']} seeds x "
+                        f"{c['steps']} steps: wall time", f"{_num(c['wall_s'])} s", f"timed work {_num(c['work_s'])} s",
+                     f"bytes within {c['max_formula_error']:.2%} of the formulas"))
+        rows.append((s, "compression: bytes saved per step against fp32 (final-loss gap to fp32)",
+                     " · ".join(f"{n} {v:.1%}" for n, v in c["saved"].items()),
+                     " · ".join(f"{n} {g:+.3f}" for n, g in c["gap"].items()),
+                     "median step " + " · ".join(f"{n} {_num(ms)} ms" for n, ms in c["step_ms"].items())))
+    tp = lab.get("topology")
+    if isinstance(tp, str):
+        rows.append(_missing(s, "topology lab", tp))
+    elif tp:
+        where = (f"2 namespaces x 2 ranks, {_num(tp['rate_mbit'])} Mbit/s link" if tp["fabric"] == "namespaces"
+                 else f"loopback only ({tp['unavailable']})")
+        for z in tp["sizes"]:
+            predicted = "" if z["ratio_predicted"] is None else f"; predicted here {_num(z['ratio_predicted'])}x"
+            rows.append((s, f"topology lab, {where}, {_size(z['size'])}: flat ring · hierarchical, median of "
+                            f"{tp['repeats']} (min..max)",
+                         f"{_num(z['flat_ms'])} · {_num(z['hierarchical_ms'])} ms",
+                         f"bytes ratio {_num(z['ratio_bytes'] or 0)}x{predicted}",
+                         f"measured {_num(z['ratio_measured'])}x ({_num(z['flat_ms_range'][0])}..{_num(z['flat_ms_range'][1])}"
+                         f" · {_num(z['hierarchical_ms_range'][0])}..{_num(z['hierarchical_ms_range'][1])} ms); "
+                         f"H100 x IB {_num(z['ratio_h100_ib'])}x"))
+        if tp["bytes_error"] is not None:
+            link = tp["link_mb_per_step"]
+            rows.append((s, "topology lab: link payload vs the ranks' messages (largest gap); FSDP · HSDP MB per step "
+                            "over the link", f"{tp['bytes_error']:.2%}", "within 2%",
+                         f"{_num(link.get('fsdp') or 0)} · {_num(link.get('hsdp') or 0)} MB"))
     q = lab.get("queue")
     if isinstance(q, str):
         rows.append(_missing(s, "lab through the job queue", q))

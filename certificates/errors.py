@@ -84,6 +84,18 @@ class TooManyReissues(CertificateError):
     key = "certificate.too_many_reissues"
 
 
+class AddressUnreachable(CertificateError):
+    """The public address a certificate would sign (``certificates.address.public_url``) does
+    not answer as this academy (``certificates.addresscheck``): ``url``, and ``reason`` and
+    ``detail`` for the operator. Nothing is issued; the learner's results are untouched."""
+
+    key = "certificate.err_address"
+
+    def __init__(self, *, url: str, reason: str, detail: str):
+        super().__init__(url=url, reason=reason, detail=detail)
+        self.url, self.reason, self.detail = url, reason, detail
+
+
 class InvalidInput(CertificateError, ValueError):
     key = "certificate.err_invalid"
 

@@ -15,6 +15,11 @@ multiple of 1021) and every swap of two neighbours, check digits included
 are awkward to type and to put in a URL, and a random string passes only
 once in ~1000 tries instead of once in 37.
 
+Text that fails its check digits is a typo only when any spaces or dashes
+in it stand where an ID has them; words that happen to add up to 18 letters
+("hello world drop table") are, like text of the wrong length or with other
+characters, not an ID at all.
+
 Reading is forgiving, as Crockford intends: case, spaces and dashes do not
 matter, I and L read as 1, O as 0, the ``DP`` prefix may be left out and a
 pasted verification URL works too. Text is NFKC-normalised first, so an ID
@@ -127,8 +132,10 @@ def _parse(text: str) -> str:
     if not isinstance(text, str):
         raise MalformedId("not text")
     text = unicodedata.normalize("NFKC", text)
-    raw = _SEPARATORS.sub("", _strip_url(text.strip())).upper()
-    if len(raw) == len(PREFIX) + BODY_DIGITS + CHECK_DIGITS and raw.startswith(PREFIX):
+    typed = _strip_url(text.strip())
+    raw = _SEPARATORS.sub("", typed).upper()
+    prefixed = len(raw) == len(PREFIX) + BODY_DIGITS + CHECK_DIGITS and raw.startswith(PREFIX)
+    if prefixed:
         raw = raw[len(PREFIX) :]
     raw = raw.translate(_ALIASES)
     if len(raw) != BODY_DIGITS + CHECK_DIGITS:
@@ -138,8 +145,22 @@ def _parse(text: str) -> str:
         raise MalformedId(f"characters not used in IDs: {''.join(bad)}")
     body, check = raw[:BODY_DIGITS], raw[BODY_DIGITS:]
     if check_digits(body) != check:
+        if not _grouped(typed, prefixed):  # words that happen to have 18 letters (journey Minor 11)
+            raise MalformedId("separators where an ID has none: words, not an ID")
         raise IdTypo("check digits do not match: a character is mistyped")
     return format_id(body)
+
+
+def _grouped(typed: str, prefixed: bool) -> bool:
+    """Whether every separator in ``typed`` stands where the printed ID has one: after ``DP``
+    and between groups of four (``DP-XXXX-XXXX-XXXX-XXXX-XX``), or none at all."""
+    where = {2, 6, 10, 14, 18} if prefixed else {4, 8, 12, 16}
+    count = 0
+    for part in _SEPARATORS.split(typed)[:-1]:
+        count += len(part)
+        if count not in where:
+            return False
+    return True
 
 
 def verify_url(public_url: str, cert_id: str) -> str:

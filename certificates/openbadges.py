@@ -125,7 +125,7 @@ def build_credential(
     """The unsigned OpenBadgeCredential of a certificate. Pure: the caller
     chooses the salt, the subject id and the status index
     (``ensure_credential`` does)."""
-    base = base_url(settings.public_url)
+    base = base_url()
     did = did_web(base)
     lang = cert.language
     ob = credential_texts(lang)
@@ -287,8 +287,7 @@ def signed_status_list(*, session: Session, now: datetime | None = None) -> dict
     ``validUntil`` is ``statuslist.VALID_FOR`` after ``now``. Without ``now``,
     the list signed within ``LIST_REUSE`` is returned (a copy) if its bits, key
     and address are the same."""
-    settings = get_settings()
-    base = base_url(settings.public_url)
+    base = base_url()
     made = now or datetime.now(UTC)
     document = statuslist.unsigned_list_credential(
         session=session, public_url=base, issuer=did_web(base), now=made
@@ -377,7 +376,7 @@ def linkedin_url(cert: Certificate, settings: Settings) -> str:
         "organizationName": settings.issuer,
         "issueYear": str(passed.year),
         "issueMonth": str(passed.month),
-        "certUrl": ids.verify_url(settings.public_url, cert.id),
+        "certUrl": ids.verify_url(base_url(), cert.id),
         "certId": cert.id,
     }
     return "https://www.linkedin.com/profile/add?" + urlencode(query)

@@ -25,7 +25,7 @@ A credential is secured twice with the same Ed25519 key:
   ``validUntil``): ``sign_jwt`` / ``verify_jwt``. Older VC-JWTs (``typ:
   vc+jwt``, no ``sub``, no proof inside) keep verifying.
 
-The issuer is ``did:web`` of ``PUBLIC_URL``; its DID document
+The issuer is ``did:web`` of the public address (``base_url``); its DID document
 (``did_document``) lists every issuer key, rotated ones included, so
 credentials signed before a ``rotate-key`` keep verifying. ``verify_any``
 checks a file as downloaded, whichever form it holds, and trusts only a file
@@ -57,8 +57,7 @@ from joserfc import jws
 from joserfc.errors import JoseError
 from joserfc.jwk import OKPKey
 
-from academy.settings import get_settings
-from certificates import keys, linkeddata
+from certificates import address, keys, linkeddata
 from certificates.linkeddata import VC_CONTEXT
 from certificates.signing import b64url
 
@@ -148,7 +147,9 @@ def _malformed_if_too_deep() -> Iterator[None]:
 
 
 def base_url(public_url: str | None = None) -> str:
-    return (public_url or get_settings().public_url).rstrip("/")
+    """``public_url`` without its trailing slash; by default the academy's public address
+    (``certificates.address.public_url``: PUBLIC_URL, or the address the app serves on)."""
+    return (public_url or address.public_url()).rstrip("/")
 
 
 def did_web(public_url: str) -> str:

@@ -129,7 +129,7 @@ def row_check(payload: str, signature: str, key: bytes) -> str:
 def status_check(cert_id: str, revoked_at: datetime | None, revoked_reason: str | None,
                  replaced_by: str | None, show_replacement: bool, key: bytes) -> str:
     """HMAC-SHA256 under ``key`` (``keys.check_key``) of a row's revocation state, base64url:
-    what the database keeps beside it (``Certificate.status_mac``, migration 0012), so that
+    what the database keeps beside it (``Certificate.status_mac``, migration 0013), so that
     someone who can write the database but not read the secrets folder cannot revoke,
     un-revoke or re-point a certificate unseen (review 2026-12-04 I-3). ``revoked_at`` counts
     to the second, in UTC (a naive time is taken as UTC, as the database gives it back)."""

@@ -25,6 +25,13 @@ Each row also carries the server's keyed check of its payload and signature
 (``signing.row_check``), which lets a look-up trust it without an Ed25519
 verify; ``add_checks`` gives one to rows issued before there was one.
 
+What a certificate signs names the academy by its public address
+(``certificates.address.public_url``); issuing and reissuing ask that address
+first whether it answers as this academy (``certificates.addresscheck``), so
+that no certificate is made with a dead link. A certificate keeps the address
+it was issued under in its Open Badge; its PDF and verification link are made
+with the address of the day.
+
 Neighbours: the refusals are ``certificates.errors``; which names may be
 printed is ``certificates.names`` (``clean_name``); whether a certificate is
 genuine and in force (the Verify page, the API, the CLI) is
@@ -44,7 +51,7 @@ from sqlmodel import Session, col, func, select, update
 from academy import exercises as exercise_store
 from academy.models import Certificate, CertificateEvent, Learner, QuizAttempt, utcnow
 from academy.settings import get_settings
-from certificates import ids, keys, openbadges, pdf, signing
+from certificates import address, addresscheck, ids, keys, openbadges, pdf, signing
 from certificates.eligibility import active_certificate, eligibility, eligible_attempt
 from certificates.errors import (
     AlreadyCertified,
@@ -182,6 +189,8 @@ def issue_certificate(
     ``certificate_requires_exercises`` on, the required exercises passed
     (``ExercisesMissing``), which the certificate then names. ``learner_id=None`` and ``attempt_id=None`` issue a
     certificate tied to nobody (admin CLI), which the policy does not limit.
+    Either way the public address must answer as this academy first
+    (``certificates.addresscheck``, else ``AddressUnreachable``).
     """
     name = clean_name(name)
     if lang not in languages():
@@ -207,6 +216,8 @@ def issue_certificate(
         if not verdict.eligible:
             raise NotEligible
         passed_exercises = exercise_store.certified_exercises(session=session, learner_id=learner_id)
+    # The links it signs must reach this academy, or the certificate is dead on arrival.
+    addresscheck.require()
 
     def make(cert_id: str) -> list[Any]:
         cert = _build(
@@ -398,6 +409,7 @@ def reissue(
     old_id, attempt_id, score, pass_date = old.id, old.attempt_id, old.score, old.pass_date
     # The same achievement under a new name: the exercises it stated, and no others.
     passed_exercises = stated_exercises(old)
+    addresscheck.require()  # before the old one is replaced: its links must reach us
 
     def make(new_id: str) -> list[Any]:
         # Claimed again for each new ID: a collision's rollback undoes the UPDATE too.
@@ -438,7 +450,7 @@ def add_checks(*, session: Session, batch: int = 1000) -> AddedChecks:
     it is (a look-up answers "bad_signature" or "unknown_key" for it, as before).
 
     The same for the check of each row's revocation state (``status_mac``, migration
-    0012): a row whose state has no right check (the migration ran away from the keys,
+    0013): a row whose state has no right check (the migration ran away from the keys,
     or the check key was replaced) gets one for its state as it stands now. That trusts
     the database as it is at this moment: run it only where nobody else has written it.
     Commits per ``batch`` rows, so it may run beside the server."""
@@ -499,14 +511,14 @@ def events_of(*, session: Session, cert_id: str) -> list[CertificateEvent]:
 
 def verify_link(cert: Certificate) -> str:
     """The public verification link (what the QR code holds)."""
-    return ids.verify_url(get_settings().public_url, cert.id)
+    return ids.verify_url(address.public_url(), cert.id)
 
 
 def render_pdf(cert: Certificate) -> bytes:
     """The certificate PDF, carrying its signed payload (for ``verify FILE.pdf``) and its
     Open Badges credential as attached files."""
     printed = pdf.render(
-        payload=cert.payload, signature=cert.signature, public_url=get_settings().public_url
+        payload=cert.payload, signature=cert.signature, public_url=address.public_url()
     )
     return openbadges.attach_to_pdf(printed, cert)
 

@@ -220,7 +220,7 @@ def status_trusted(cert_id: str, row: Any) -> bool:
     """Whether the row's revocation state (``revoked_at``, ``revoked_reason``, ``replaced_by``,
     ``show_replacement``) is the one this server wrote: its ``status_mac`` is right under
     the row-check key (review 2026-12-04 I-3). Written with every change of that state
-    (``store``) and for the rows already there by migration 0012, so a missing or wrong one
+    (``store``) and for the rows already there by migration 0013, so a missing or wrong one
     is someone else's writing: the look-up then trusts neither "valid" nor "revoked". It
     stops a change made in the database alone; a writer who kept an older copy of the same
     row (a backup from before its revocation) can put that copy back whole, check and all."""

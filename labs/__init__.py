@@ -13,6 +13,14 @@ One folder per lab, each named in ``labs.context.LABS``; its ``lab`` module
 - ``labs.sharding``: the memory each rank holds under DDP, ZeRO-1, ZeRO-2
   and ZeRO-3 (FSDP2), measured beside the lessons' formula; its rank code,
   ZeRO-2 written by hand included, is ``labs.sharding.zero``.
+- ``labs.compression``: DDP under fp16/bf16, PowerSGD and top-k communication
+  hooks, the bytes each rank hands over counted beside their formulas and the
+  loss over several seeds; its rank code is ``labs.compression.rank``, its
+  hooks and byte counter ``labs.compression.hooks``.
+- ``labs.topology``: two "nodes" in one box (network namespaces joined by a
+  shaped veth), the flat ring against the hierarchical all-reduce with the
+  link's own byte counters, FSDP against HSDP; its rank code is
+  ``labs.topology.rank``, its namespaces ``labs.topology.netns``.
 
 The run machinery, shared by every lab, sits here at the root:
 
@@ -30,6 +38,8 @@ The run machinery, shared by every lab, sits here at the root:
 - ``labs.timeline``: per-rank spans, overlap and the step model (no torch).
 - ``labs.model``: busbw, the alpha-beta ring model and the sharded memory
   ledger, shared with the lessons' calculators.
+- ``labs.simclock``: the simulated clock, a message log replayed on a model
+  of real hardware (the topology lab's and an exercise report's projections).
 - ``labs.warm``: a process that imported PyTorch ahead, forked per run.
 - ``labs.settings``: the limits of a run (``LAB_*``), the class the web
   app's settings nest; ``labs.content``: the one loader of ``content/``.
@@ -37,8 +47,8 @@ The run machinery, shared by every lab, sits here at the root:
 Beside them: ``labs.exercises`` (the coding exercises and their grader) and
 ``labs.sandbox`` (the boundary around code we did not write).
 
-Run a lab with ``python -m labs ring|bench|ddp|sharding --world-size N`` or under
-``torchrun -m labs.<name>``; see each lab's docstring. Importing this package, or
-a lab's ``lab`` module, is cheap: only a lab's rank code (and ``labs.launch``)
+Run a lab with ``python -m labs ring|bench|ddp|sharding|compression|topology --world-size N``
+or under ``torchrun -m labs.<name>``; see each lab's docstring. Importing this package,
+or a lab's ``lab`` module, is cheap: only a lab's rank code (and ``labs.launch``)
 imports torch.
 """

@@ -8,6 +8,8 @@ Every kind of learner-visible text has one folder there:
 - ``exercises/<lang>/``: each exercise's texts and the shared ``feedback.yaml``
   (``labs.exercises.messages``);
 - ``quiz-bank/<section>.yaml``: the questions, every language inside (``quizzes.bank``);
+- ``quiz-templates/<lab>.yaml``: questions built from a learner's own lab runs,
+  every language inside (``quizzes.templates``);
 - ``quizzes/<lang>.yaml``: the quiz engine's words (``quizzes.numbers``);
 - ``certificates/<lang>.yaml``: the certificate PDF and the Verify page
   (``certificates.i18n``);
@@ -49,6 +51,7 @@ LESSONS = "lessons"
 UI = "i18n"
 EXERCISES = "exercises"
 QUIZ_BANK = "quiz-bank"
+QUIZ_TEMPLATES = "quiz-templates"
 QUIZ = "quizzes"
 CERTIFICATES = "certificates"
 CREDENTIALS = "credentials"

@@ -13,8 +13,10 @@ platform reads it freely, and has these names:
   (`rank_code`), whose ``run_rank(ctx, params) -> dict`` does the work of one
   rank (JSON-serialisable, with ``work_s``, the seconds of timed work); ``ctx``
   is a `RankContext`; that module imports torch;
-- ``summarize(params, ranks, *, world_size, backend) -> dict`` and
+- ``summarize(params, ranks, *, world_size, backend)`` and
   ``format_text(summary) -> str``: combine the ranks' results and print them;
+  ``summarize`` returns a dict, or the lab's typed report (its ``SUMMARY``),
+  which `stored_summary` turns into the dict a result keeps;
 - ``SUMMARY``: the type of that summary as the pages read it, a model of
   ``labs.reports`` (`labs.reports.read` finds it here);
 - optionally ``DEFAULT_WORLD_SIZE`` (`world_size_default`).
@@ -58,7 +60,7 @@ if TYPE_CHECKING:
 
 # The labs, in the course's order: each is a folder labs/<name>/ whose ``lab`` module
 # has the names above. Adding a lab is adding its folder and its name here.
-LABS = ("ring", "bench", "ddp", "sharding")
+LABS = ("ring", "bench", "ddp", "sharding", "compression", "topology")
 INJECTED_CRASH_EXIT = 13
 
 
@@ -199,6 +201,12 @@ def world_size_default(lab: str) -> int:
     The ring and bench labs ask for 3: on 2 ranks the naive ring and the
     chunked ring send the same bytes, so their comparison shows nothing."""
     return getattr(load_lab(lab), "DEFAULT_WORLD_SIZE", Run.__pydantic_fields__["world_size"].default)
+
+
+def stored_summary(summary) -> dict:
+    """What a result keeps of a lab's summary: a typed report (a pydantic model) as plain
+    JSON values, which ``labs.reports.read`` turns back into the same model; a dict as it is."""
+    return summary.model_dump(mode="json") if hasattr(summary, "model_dump") else summary
 
 
 def params_dict(params) -> dict:
@@ -352,7 +360,7 @@ def run_in_env(lab: str, params=None, *, backend: str = "auto", timeout: float |
     wall = time.perf_counter() - t0
     work = max(float(r.get("work_s", 0.0)) for r in gathered)
     return LabResult(lab=lab, world_size=world_size, backend=resolved, params=params_dict(p),
-                     summary=module.summarize(p, gathered, world_size=world_size,
-                                              backend=resolved),
+                     summary=stored_summary(module.summarize(p, gathered, world_size=world_size,
+                                                             backend=resolved)),
                      ranks=gathered, wall_s=wall, work_s=work, overhead_s=max(0.0, wall - work),
                      pids=[], launcher="torchrun", machine=machine_summary())

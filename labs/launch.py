@@ -69,6 +69,7 @@ from labs.context import (
     params_dict,
     rank_code,
     resolve_backend,
+    stored_summary,
 )
 from labs.params import Limits, Run, check
 from labs.verdict import HEARTBEAT_S, RankSnapshot, exit_text, judge
@@ -288,7 +289,7 @@ def run_lab(lab: str, params=None, *, world_size: int = 2, backend: str = "auto"
     if fail is not None and fail.step >= max(s.total_steps for s in snaps):
         warnings.append(f"nothing injected: the lab has {max(s.total_steps for s in snaps)} "
                         f"steps, fail step {fail.step} was never reached")
-    summary = module.summarize(p, ranks, world_size=world_size, backend=resolved)
+    summary = stored_summary(module.summarize(p, ranks, world_size=world_size, backend=resolved))
     result = LabResult(lab=name, world_size=world_size, backend=resolved, params=params_dict(p),
                        summary=summary, ranks=ranks, wall_s=wall, work_s=work,
                        overhead_s=max(0.0, wall - work), pids=sup.pids, launcher=start,

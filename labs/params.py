@@ -52,7 +52,8 @@ class Page:
     another default (a run started from a browser should stay short); what it
     offers is also all that ``academy.labruns`` accepts from the page."""
 
-    widget: str = ""  # "slider", "number", "select", "sizes" or "prediction" (optional float); "" = from the type
+    widget: str = ""  # "slider", "number", "select", "multiselect" (a list), "sizes" or "prediction"
+    # (optional float); "" = from the type
     low: float | None = None
     high: float | None = None
     default: Any = None

@@ -140,6 +140,9 @@ class Hidden(_Model):
 
 class Breakdown(_Model):
     steps: int
+    hidden: int | None = None  # the overlap model's (older runs: the lab's small MLP, not said)
+    depth: int | None = None
+    batch_per_rank: int | None = None
     bucket_cap_mb: float
     naive: dict[str, float]  # ms per part, for app.charts.breakdown_figure
     bucketed: dict[str, float]
@@ -157,6 +160,7 @@ class Span(_Model):
     end_ms: float
     step: int = 0
     bytes: float | None = None  # older runs: an equal share of the gradients
+    ready_ms: float | None = None  # a comm span: when every rank had started it (older runs: none)
 
 
 class LaneRank(_Model):
@@ -168,8 +172,10 @@ class LaneRank(_Model):
 class Variant(_Model):
     """One way to sync as ``labs.timeline.variant`` returns it: each rank's spans and the figures."""
 
-    overlap: float
+    overlap: float  # the median step's (older runs: every step pooled)
+    overlap_steps: list[float] = []  # each step's, in order (older runs: none)
     exposed_comm_ms: float
+    comm_ms: float | None = None  # an all-reduce in flight, per step and rank (read by quizzes.figures)
     allreduce_calls: int | None = None
     bucket_cap_mb: float | None = None  # None: the naive sync
     ranks: list[LaneRank]
@@ -187,10 +193,12 @@ class Cap(_Model):
 class Timeline(_Model):
     steps: int
     hidden: int
+    depth: int | None = None  # older runs: the lab's depth, not said
     batch_per_rank: int
     gradient_bytes: float = 0.0
     variants: dict[str, Variant]
     caps: list[Cap]
+    fit: Fit | None = None  # dist.all_reduce alone, timed by this run (older runs: none)
 
 
 class BucketRow(_Model):
@@ -319,10 +327,173 @@ class ShardingSummary(_Model):
 
 
 # --------------------------------------------------------------------------
+# compression (labs.compression.lab.summarize builds these)
+
+
+class Band(_Model):
+    """A figure over the seeds: its median, and the lowest and highest seed's."""
+
+    median: float
+    min: float
+    max: float
+
+
+class Gap(_Model):
+    """A strategy's final loss minus fp32's, seed by seed (same weights and batches at the start)."""
+
+    mean: float
+    half_width: float | None  # of the 95 % confidence interval (Student's t); None with one seed
+    seeds: list[float]
+
+
+class StepTime(_Model):
+    """Time per step in ms over every measured step of every seed (``samples`` of them)."""
+
+    median_ms: float
+    q1_ms: float
+    q3_ms: float
+    samples: int
+
+
+class CompressionStrategy(_Model):
+    bytes_per_step: int  # measured: what each rank handed to the collectives in a compressed step
+    formula_bytes: int  # the family's formula (labs.model)
+    formula_error: float  # |measured - formula| / formula
+    dense_steps: int  # steps sent uncompressed before compression began (PowerSGD's first two)
+    by_kind: dict[str, int]  # the measured bytes by collective: all_reduce, all_gather
+    sent_per_step: float  # what that sends per rank on a ring (labs.model.ring_sent)
+    dtypes: list[str]
+    ratio: float | None  # fp32's bytes over these (None: nothing was sent)
+    curve: list[Band]  # the evaluation loss at CompressionSummary.curve_steps
+    final: Band
+    finals: list[float]  # per seed, in CompressionSummary.seeds' order
+    gap: Gap | None  # None for fp32, the reference
+    step_time: StepTime
+    replicas_equal: bool  # every rank ended every seed with the same weights
+    ranks_sent_alike: bool  # every rank handed over the same bytes at every step
+
+
+class CompressionSummary(_Model):
+    world_size: int
+    backend: str = "gloo"
+    parameters: int
+    gradient_bytes: int
+    shapes: list[list[int]]
+    seeds: list[int]
+    steps: int
+    curve_steps: list[int]
+    density: float
+    buckets: int  # DDP buckets per step, as the hook was handed them
+    powersgd_chain: str  # "serial" (each bucket's all-reduces done before the next) or "overlapped"
+    strategies: dict[str, CompressionStrategy]
+    formula_tolerance: float
+    within_formula: bool
+    pareto: list[str]  # the strategies no other beats on both bytes sent and final loss
+
+
+# --------------------------------------------------------------------------
+# topology (labs.topology.lab.summarize)
+
+
+class LinkClass(_Model):
+    """One class of link as the ping-pong measured it (``labs.topology.rank.probe``)."""
+
+    alpha_s: float
+    bandwidth_Bps: float
+    probe_bytes: int
+    rate_Bps: float | None = None  # the rate tbf shapes the link to; None: not shaped
+    small: Spread  # one-way seconds of a small message, over the repeats
+    large: Spread  # one-way seconds of ``probe_bytes``
+
+
+class TopologyRow(_Model):
+    """One all-reduce algorithm at one size: measured, counted, logged and projected."""
+
+    algo: str  # "flat" | "hierarchical"
+    size: int
+    time: Spread  # seconds per all-reduce: the slowest rank's, over the repeats
+    link_bytes: list[float] | None = None  # per all-reduce, node 0 -> 1 and 1 -> 0, from the veth's counters
+    link_frames: list[float] | None = None  # frames the same counters counted
+    payload_bytes: list[float] | None = None  # link_bytes less the frames' Ethernet/IP/TCP headers
+    retransmitted: int | None = None  # TCP segments the two nodes sent again during these repeats
+    model_bytes: list[float]  # the same two, summed from the ranks' message log
+    bytes_error: float | None = None  # the larger relative gap of the two
+    formula_bytes: float  # 2(N-1)/N S or 2(m-1)/m S (labs.simclock.inter_node_bytes)
+    predicted_s: float | None = None  # the log replayed on this box's measured link classes
+    projected: dict[str, float]  # labs.simclock target key -> seconds
+    messages: int
+    correct: bool
+    max_abs_err: float
+
+
+class ScaleRow(_Model):
+    """An algorithm's projection at a scale no lab ran (labs.simclock.schedule)."""
+
+    nodes: int
+    per_node: int
+    size: int
+    algo: str
+    projected: dict[str, float]
+    inter_bytes: float
+
+
+class MeshCollective(_Model):
+    """One kind of collective on one kind of group in a training step, as rank 0 called it."""
+
+    kind: str
+    group_size: int
+    spans_nodes: bool
+    bytes: float  # payload handed to the collective, per step
+    calls: int
+    predicted_link_bytes: float  # what it sends from node 0 to node 1 (gloo's algorithm, see the lab)
+
+
+class MeshMemory(_Model):
+    rank: int
+    measured: dict[str, float]  # params, grads, optimizer
+    predicted: dict[str, float]
+
+
+class MeshRow(_Model):
+    """FSDP over every rank, or HSDP (shard inside a node, replicate across)."""
+
+    name: str  # "fsdp" | "hsdp"
+    shard_size: int
+    replicas: int
+    parameters: int
+    link_bytes: list[float] | None = None  # per step, each way, counted (whole frames)
+    link_frames: list[float] | None = None
+    payload_bytes: list[float] | None = None  # link_bytes less the frames' headers
+    predicted_link_bytes: float  # per step, node 0 -> 1
+    collectives: list[MeshCollective]
+    memory: list[MeshMemory]
+    step_time: Spread
+    max_abs_diff: float  # weights against FSDP's after the same steps (0 for FSDP itself)
+
+
+class TopologySummary(_Model):
+    world_size: int
+    backend: str = "gloo"
+    nodes: int
+    per_node: int
+    rate_mbit: float | None = None
+    fabric: str  # "namespaces" | "loopback"
+    unavailable: str | None = None  # why not namespaces: labs.topology.netns.Unavailable.reason
+    unavailable_detail: str = ""
+    links: dict[str, LinkClass] = {}  # "intra", "inter"
+    repeats: int
+    rows: list[TopologyRow]
+    scale: list[ScaleRow] = []
+    within_tolerance: bool | None = None  # None: nothing crossed a counted link
+    tolerance: float
+    sharding: list[MeshRow] = []
+
+
+# --------------------------------------------------------------------------
 # The report and its one reader
 
 # What the pages draw (a type for their signatures; each lab names its own as ``SUMMARY``).
-Summary = RingSummary | BenchSummary | DdpSummary | ShardingSummary
+Summary = RingSummary | BenchSummary | DdpSummary | ShardingSummary | CompressionSummary | TopologySummary
 S = TypeVar("S", bound=_Model)
 
 

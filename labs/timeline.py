@@ -7,15 +7,31 @@ section records them on every rank (``labs.ddp.timeline``); this module does
 the arithmetic on them, and writes them as a Chrome/Perfetto trace. It
 imports neither torch nor the app, so the page and the tests use it freely.
 
-- overlap: of the time some all-reduce is in flight, the share during which
+A collective moves data only once every rank has started it: the k-th
+all-reduce of a step on each rank is one collective (gloo and the exercises'
+router pair them so), and `started_together` gives each comm span its
+``ready_ms``, the last of those starts. Before it a rank waits for a slower
+one, which is not communication but the slower rank's lateness: the lanes
+draw it apart, and the figures below count a comm span from its
+``ready_ms`` (a span without one, from its start).
+
+- overlap: of the time some all-reduce moves data, the share during which
   backward computes (the union of the comm spans intersected with the union
   of the backward spans, over the union of the comm spans). All-reduces in
-  flight together count once.
-- exposed communication: time some all-reduce is in flight and no compute
-  runs: what the step waits for.
+  flight together count once. A variant's overlap is its median step's,
+  each step taken whole: its all-reduces on every rank against the backward
+  of every rank (a step ends no sooner than its slowest rank's backward, so
+  data moved while any rank still computes backward cost the step nothing).
+  One step in which the scheduler held a rank back moves the median little.
+  Journey review M3: counted from each rank's own launch, a rank that waited
+  for a late peer read as communication exposed, and the figure went from
+  85 % to 1 % with the machine's load.
+- exposed communication: time some all-reduce moves data and no compute
+  runs: what the step waits for (a variant's: in a step taken whole, per
+  step; a rank's: on that rank).
 - idle: time inside a step (from its first span's start to its last span's
   end) with neither compute nor communication, e.g. waiting for the other
-  ranks at the step's barrier.
+  ranks at the step's barrier or to start a collective.
 
 `step_model` sets a step's measured compute beside the communication the
 alpha-beta fit of a benchmark predicts (``labs.model``): the page's "predict,
@@ -27,7 +43,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from statistics import fmean
+from statistics import fmean, median
 
 from labs.model import ring_time, serial_exposed
 
@@ -67,8 +83,25 @@ def intersect(left: Iterable[Interval], right: Iterable[Interval]) -> list[Inter
 
 
 def _intervals(spans: Iterable[dict], kind: str | None = None, name: str | None = None) -> list[Interval]:
-    return [(s["start_ms"], s["end_ms"]) for s in spans
-            if (kind is None or s["kind"] == kind) and (name is None or s["name"] == name)]
+    """The spans' intervals; a comm span's from its ``ready_ms`` where it has one."""
+    return [(s.get("ready_ms", s["start_ms"]) if s["kind"] == "comm" else s["start_ms"], s["end_ms"])
+            for s in spans if (kind is None or s["kind"] == kind) and (name is None or s["name"] == name)]
+
+
+def started_together(ranks: Sequence[dict]) -> list[dict]:
+    """The ranks with each comm span given its ``ready_ms``: when the last rank started the same
+    collective, the k-th all-reduce of the step on every rank (in the order each rank started
+    them); never before the span's own start. A span without a partner on some rank (the ranks
+    made different numbers of calls) keeps its own start."""
+    out = [{**r, "spans": [dict(s) for s in r["spans"]]} for r in ranks]
+    for step in {s.get("step", 0) for r in out for s in r["spans"]}:
+        calls = [sorted((s for s in r["spans"] if s["kind"] == "comm" and s.get("step", 0) == step),
+                        key=lambda s: s["start_ms"]) for r in out]
+        for k in range(min(len(c) for c in calls)):
+            ready = max(c[k]["start_ms"] for c in calls)
+            for c in calls:
+                c[k]["ready_ms"] = round(ready, 4)
+    return out
 
 
 def overlap_ms(spans: Sequence[dict]) -> float:
@@ -110,23 +143,39 @@ def rebase(ranks: Sequence[dict]) -> list[dict]:
                              "end_ms": round(s["end_ms"] - origin, 4)} for s in r["spans"]]} for r in ranks]
 
 
-def variant(ranks: Sequence[dict], **extra) -> dict:
-    """One variant's figures from each rank's spans (``[{"rank", "spans"}]``).
+def _whole_steps(ranks: Sequence[dict]) -> list[list[dict]]:
+    """Each step's spans of every rank together, in step order."""
+    return [[s for r in ranks for s in r["spans"] if s.get("step", 0) == step]
+            for step in sorted({s.get("step", 0) for r in ranks for s in r["spans"]})]
 
-    The overlap pools every rank's time; exposed communication and idle time
-    are per step, exposed on the slowest rank (a step lasts as long as the
-    slowest rank's)."""
+
+def step_overlaps(ranks: Sequence[dict]) -> list[float]:
+    """Each step's overlap, the step taken whole (every rank's all-reduces against every rank's
+    backward, comm spans from their ``ready_ms``: see `started_together`), in step order; a
+    step with no communication is left out."""
+    return [overlap_ms(spans) / comm_ms(spans) for spans in _whole_steps(ranks) if comm_ms(spans) > 0]
+
+
+def variant(ranks: Sequence[dict], **extra) -> dict:
+    """One variant's figures from each rank's spans (``[{"rank", "spans"}]``), whose comm spans
+    it gives their ``ready_ms`` (`started_together`).
+
+    The overlap is the median of `step_overlaps` (``overlap_steps``: each
+    step's; 0 without communication); exposed communication is per step, each
+    step taken whole (``exposed_comm_ms``), and per rank on that rank with its
+    idle time."""
+    ranks = started_together(ranks)
     steps = max(1, len({s.get("step", 0) for r in ranks for s in r["spans"]}))
     comm = sum(comm_ms(r["spans"]) for r in ranks)
-    hidden = sum(overlap_ms(r["spans"]) for r in ranks)
+    per_step = step_overlaps(ranks)
     out = []
     for r in ranks:
         out.append({"rank": r["rank"], "spans": r["spans"],
                     "exposed_comm_ms": exposed_ms(r["spans"]) / steps,
                     "idle_ms": idle_ms(r["spans"]) / steps,
                     "comm_ms": comm_ms(r["spans"]) / steps})
-    return {"overlap": hidden / comm if comm > 0 else 0.0,
-            "exposed_comm_ms": max((r["exposed_comm_ms"] for r in out), default=0.0),
+    return {"overlap": median(per_step) if per_step else 0.0, "overlap_steps": per_step,
+            "exposed_comm_ms": sum(exposed_ms(spans) for spans in _whole_steps(ranks)) / steps,
             "comm_ms": comm / steps / max(1, len(ranks)), "steps": steps, **extra, "ranks": out}
 
 
@@ -138,11 +187,16 @@ def step_model(var: dict, *, world_size: int, fit: dict | None, gradient_bytes: 
     the variant takes the alpha-beta time of its bytes (`labs.model.ring_time`
     with the ``fit``'s ``alpha_s`` and ``bandwidth_Bps``), starts when the rank
     launched it (its gradients were ready) and the one before has finished
-    (`labs.model.serial_exposed`); what runs past backward's end is exposed.
+    (`labs.model.serial_exposed`); what runs past backward's end is exposed,
+    the rest (``hidden_ms``) hidden behind backward. The model lets the
+    all-reduces run beside compute without slowing it, as NCCL's own stream
+    does beside a GPU's kernels: on a CPU, gloo's copies and additions take
+    the cores from backward instead, so ``hidden_ms`` is what overlap would
+    hide where communication costs compute nothing.
     A comm span without ``bytes`` (older runs) counts an equal share of
     ``gradient_bytes``. measured: from the step's first span's start to its
     last span's end. Each step counts on its slowest rank. Without a ``fit``
-    the predicted figures (comm, exposed, model, residual) are None.
+    the predicted figures (comm, exposed, hidden, model, residual) are None.
     """
     rows = []
     for step in sorted({s.get("step", 0) for r in var["ranks"] for s in r["spans"]}):
@@ -170,7 +224,8 @@ def step_model(var: dict, *, world_size: int, fit: dict | None, gradient_bytes: 
     if not fit:
         model = exposed = comm_total = None
     return {"steps": count, "compute_ms": busy, "measured_ms": measured, "comm_ms": comm_total,
-            "exposed_ms": exposed, "model_ms": model, "residual_ms": None if model is None else measured - model}
+            "exposed_ms": exposed, "hidden_ms": None if model is None else max(0.0, comm_total - exposed),
+            "model_ms": model, "residual_ms": None if model is None else measured - model}
 
 
 # --------------------------------------------------------------------------

@@ -1,10 +1,13 @@
-"""Validate the question bank.
+"""Validate the question bank and the templates over lab runs; audit the questions built from runs.
 
-    python -m quizzes check [--bank content/quiz-bank]
+    python -m quizzes check [--bank content/quiz-bank] [--templates content/quiz-templates]
+    python -m quizzes audit
 
-Prints every problem, the question counts per language and type, and in how
-many single-choice questions the answer is the longest option; exits 1 when
-there is a problem.
+``check`` prints every problem, the question counts per language and type, in
+how many single-choice questions the answer is the longest option, and the
+templates per lab; exits 1 when there is a problem. ``audit`` derives every
+question built from a learner's run, in the database that ``DATABASE_URL``
+names, again from its run (``quizzes.own.audit``); exits 1 when one differs.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 
 from quizzes.bank import TYPES, Bank, Question, load_bank
 from quizzes.lengths import answer_is_longest
+from quizzes.templates import load_templates
 
 # What the course asks of the bank as a whole (issue 5, COURSE_BRIEF.md).
 MIN_QUESTIONS = 40
@@ -69,9 +73,11 @@ def complete_in(question: Question, lang: str) -> bool:
     return all(t.get(lang) for t in texts)
 
 
-def check(directory: Path | None = None) -> int:
+def check(directory: Path | None = None, templates_dir: Path | None = None) -> int:
     bank = load_bank(directory)
-    problems = list(bank.problems) + coverage_problems(bank) + answer_length_problems(bank)
+    templates = load_templates(templates_dir)
+    problems = (list(bank.problems) + coverage_problems(bank) + answer_length_problems(bank)
+                + list(templates.problems))
     for problem in problems:
         print(f"PROBLEM {problem}")
     questions = list(bank.questions.values())
@@ -87,17 +93,35 @@ def check(directory: Path | None = None) -> int:
     print(f"faq: {sum(q.faq for q in questions)}")
     counts = {lang: longest_answers(bank, lang) for lang in bank.languages}
     print("answer is the longest option: " + ", ".join(f"{lang} {n} of {m}" for lang, (n, m) in counts.items()))
+    labs = Counter(t.lab for t in templates.templates.values())
+    print(f"templates over lab runs: {len(templates.templates)} usable "
+          f"({', '.join(f'{lab} {n}' for lab, n in sorted(labs.items()))}); each example builds a question")
     print(f"\n{len(problems)} problem(s)" if problems else "\nOK")
+    return 1 if problems else 0
+
+
+def audit() -> int:
+    from academy.db import session_scope
+    from quizzes.own import audit as audit_questions
+
+    with session_scope() as session:
+        checked, problems = audit_questions(session=session)
+    for problem in problems:
+        print(f"PROBLEM {problem}")
+    print(f"{checked} question(s) built from runs checked, {len(problems)} problem(s)")
     return 1 if problems else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m quizzes")
     sub = parser.add_subparsers(dest="command", required=True)
-    check_parser = sub.add_parser("check", help="validate the question bank")
+    check_parser = sub.add_parser("check", help="validate the question bank and the templates over lab runs")
     check_parser.add_argument("--bank", type=Path, help="folder of *.yaml files (default: content/quiz-bank)")
+    check_parser.add_argument("--templates", type=Path,
+                              help="folder of *.yaml files (default: content/quiz-templates)")
+    sub.add_parser("audit", help="derive every question built from a run again from its run")
     args = parser.parse_args(argv)
-    return check(args.bank)
+    return audit() if args.command == "audit" else check(args.bank, args.templates)
 
 
 if __name__ == "__main__":

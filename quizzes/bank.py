@@ -239,10 +239,13 @@ class _Model(BaseModel):
 
 
 class Mistake(_Model):
-    """A wrong way to compute a numeric answer that must never be graded right."""
+    """A wrong way to compute a numeric answer that must never be graded right; with
+    ``explain``, the feedback names it to a learner whose number is this mistake's
+    (placeholders: the parameters, ``{answer}`` and ``{mistake}``, the mistake's value)."""
 
     formula: Formula
     label: Annotated[str, Field(min_length=1)]  # for the check's report; never shown to learners
+    explain: Text | None = None
 
 
 class Option(_Model):
@@ -260,7 +263,9 @@ def _distinct(texts: tuple[dict[str, str], ...], what: str) -> None:
             raise _fail("duplicate_text", f"two {what}s have the same {lang} text")
 
 
-class _Question(_Model):
+class QuestionBase(_Model):
+    """The fields every question has (a run template's too, ``quizzes.templates``)."""
+
     id: Annotated[str, AfterValidator(_kebab)]
     topic: Annotated[str, AfterValidator(_known_topic)]
     text: Text
@@ -269,7 +274,7 @@ class _Question(_Model):
     see: See = ()  # sections the question's own explanation cites
 
 
-class _ChoiceQuestion(_Question):
+class _ChoiceQuestion(QuestionBase):
     options: Annotated[tuple[Option, ...], Field(min_length=3, max_length=5)]
     # What the engine reads on every question, whatever its type.
     items: ClassVar[tuple[dict[str, str], ...]] = ()
@@ -305,14 +310,21 @@ class MultipleQuestion(_ChoiceQuestion):
         return self
 
 
-class NumericQuestion(_Question):
+# A numeric question's own fields, which a run template (quizzes.templates) declares too.
+Params = dict[Annotated[str, AfterValidator(_param_name)], Annotated[Param, AfterValidator(_param_kind)]]
+Answer = Annotated[Formula, BeforeValidator(_number_as_formula)]
+SomeTolerance = Annotated[Tolerance, AfterValidator(_some_tolerance)]
+OnePrecision = Annotated[Precision, AfterValidator(_one_precision)]
+
+
+class NumericQuestion(QuestionBase):
     """A formula over parameters drawn per attempt (see README.md)."""
 
     type: Literal["numeric"]
-    params: dict[Annotated[str, AfterValidator(_param_name)], Annotated[Param, AfterValidator(_param_kind)]] = {}
-    answer: Annotated[Formula, BeforeValidator(_number_as_formula)]
-    tolerance: Annotated[Tolerance, AfterValidator(_some_tolerance)]
-    precision: Annotated[Precision, AfterValidator(_one_precision)]
+    params: Params = {}
+    answer: Answer
+    tolerance: SomeTolerance
+    precision: OnePrecision
     mistakes: Annotated[tuple[Mistake, ...], Field(min_length=1)]
     unit: Text | None = None
     explain: Text
@@ -328,7 +340,7 @@ class NumericQuestion(_Question):
         return self
 
 
-class OrderingQuestion(_Question):
+class OrderingQuestion(QuestionBase):
     type: Literal["ordering"]
     items: Annotated[tuple[Text, ...], Field(min_length=2, max_length=MAX_KEYS)]  # in the correct order
     explain: Text
@@ -513,6 +525,8 @@ def numeric_problems(question: NumericQuestion, where: str, languages: tuple[str
         ("text", question.text, names),
         ("explain", question.explain or {}, names | {"answer"}),
         ("unit", question.unit or {}, set()),
+        *((f"mistake {m.label!r}", m.explain, names | {"answer", "mistake"}) for m in question.mistakes
+          if m.explain),
     ):
         for lang, text in texts.items():
             bad = sorted(set(PLACEHOLDER.findall(text)) - allowed)

@@ -36,7 +36,7 @@ from quizzes.bank import (
     localized,
     section_titles,
 )
-from quizzes.formula import compute_answer, draw_params
+from quizzes.formula import compiled, compute_answer, draw_params, evaluate, round_to
 from quizzes.numbers import (
     InvalidResponse,
     QuestionUnavailable,
@@ -131,7 +131,10 @@ def _question(plan_item: dict[str, Any], bank: Bank) -> Question:
     return question
 
 
-def _fill(text: str, values: dict[str, Any], lang: str) -> str:
+def fill(text: str, values: dict[str, Any], lang: str) -> str:
+    """``{name}`` in ``text`` replaced by ``values[name]``, a number as ``format_number``
+    writes it in ``lang``; a name without a value stays as it is."""
+
     def sub(m: re.Match[str]) -> str:
         name = m.group(1)
         if name not in values:
@@ -177,7 +180,7 @@ def _text(question: Question, texts: dict[str, str] | None, plan_item: dict[str,
     values: dict[str, Any] = dict(plan_item.get("params", {}))
     if answer is not None:
         values["answer"] = answer
-    return _fill(text, values, lang)
+    return fill(text, values, lang)
 
 
 def public_question(plan_item: dict[str, Any], bank: Bank, lang: str) -> PublicQuestion:
@@ -229,6 +232,7 @@ class Feedback:
     see: tuple[str, ...] = ()  # the sections the question's own explanation cites
     expected: float | None = None  # numeric: the exact expected value
     value: float | None = None  # numeric: the learner's number as read
+    mistake: str | None = None  # numeric: the bank's words for the usual slip the learner's number is
     duplicate: bool = False  # store: a repeated submission; this is the first one's feedback
 
 
@@ -346,26 +350,51 @@ def _grade_ordering(question: Question, plan_item: dict[str, Any], answer: Any, 
     )
 
 
+def shown_value(value: float, question: Question) -> float:
+    """``value`` at the precision the question asks for (3 significant figures: 37.3, not
+    37.333): what the feedback shows as the right answer and in its explanation. The
+    bank's check holds that this rounding is graded right."""
+    rounded = round_to(value, question.precision)
+    return rounded[-1] if rounded else value
+
+
+def diagnose(question: Question, params: dict[str, Any], value: float, lang: str) -> str | None:
+    """The bank's words for the first declared mistake (with an ``explain``) whose value the
+    learner's number is, within the question's tolerance or as rounded to its precision;
+    None when it is none of them (journey review m7: algbw given for busbw)."""
+    for mistake in question.mistakes:
+        if not mistake.explain:
+            continue
+        wrong = evaluate(compiled(mistake.formula), params)
+        if any(within_tolerance(value, w, question.tolerance) for w in [wrong, *round_to(wrong, question.precision)]):
+            values = {**params, "answer": shown_value(compute_answer(question, params), question),
+                      "mistake": shown_value(wrong, question)}
+            return fill(localized(mistake.explain, lang), values, lang)
+    return None
+
+
 def _grade_numeric(question: Question, plan_item: dict[str, Any], answer: Any, lang: str) -> Feedback:
     expected = compute_answer(question, plan_item["params"])
     value = None if answer is None else answer["value"]
     correct = value is not None and within_tolerance(value, expected, question.tolerance)
     unit = localized(question.unit, lang) if question.unit else ""
+    shown = shown_value(expected, question)
     return Feedback(
         question_id=question.id,
         type=question.type,
         correct=correct,
         credit=1.0 if correct else 0.0,
         topic=question.topic,
-        correct_answer=[format_number(expected, lang) + (f" {unit}" if unit else "")],
+        correct_answer=[format_number(shown, lang) + (f" {unit}" if unit else "")],
         given=[] if answer is None else [answer["text"]],
         explanation=_with_see(
-            _text(question, question.explain, plan_item, lang, answer=expected), question.see, lang
+            _text(question, question.explain, plan_item, lang, answer=shown), question.see, lang
         )
         or None,
         see=question.see,
         expected=expected,
         value=value,
+        mistake=None if correct or value is None else diagnose(question, plan_item["params"], value, lang),
     )
 
 

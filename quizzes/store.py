@@ -239,8 +239,12 @@ def record_answer(
     response: Any,
     lang: str,
     bank: Bank | None = None,
+    seconds: float | None = None,
 ) -> Feedback:
     """Grade and store the answer to question `position` (0-based); commits.
+
+    ``seconds``: how long the learner took, as the page measured it (the review
+    schedule, ``quizzes.review``, rates a quick or slow right answer by it).
 
     Raises NumberParseError or InvalidResponse for an unreadable answer
     (nothing stored: the learner may try again), AttemptFinished,
@@ -271,6 +275,7 @@ def record_answer(
             response=stored,
             correct=feedback.correct,
             credit=feedback.credit,
+            seconds=seconds,
         )
     )
     try:

@@ -44,17 +44,56 @@ def press(at: AppTest, label: str) -> None:
     at.run()
 
 
-def record_cadence(monkeypatch) -> list[float | None]:
-    """The ``run_every`` of each fragment the pages start, newest last (AppTest
-    runs fragments inline and has no timer, so this is how a test sees the cadence)."""
+def record_cadence(monkeypatch, of: str = "live") -> list[float | None]:
+    """The ``run_every`` of each fragment ``of`` (its function's name: the run a page watches
+    is ``live``, the labs page's list of runs ``history``) the pages start, newest last
+    (AppTest runs fragments inline and has no timer, so this is how a test sees the cadence)."""
     import streamlit as st
 
     chosen: list[float | None] = []
     original = st.fragment
 
     def fragment(func=None, *, run_every=None, **kwargs):
-        chosen.append(run_every)
+        if getattr(func, "__name__", None) == of:
+            chosen.append(run_every)
         return original(func, run_every=run_every, **kwargs)
 
     monkeypatch.setattr(st, "fragment", fragment)
     return chosen
+
+
+def heading_levels(at: AppTest) -> list[tuple[int, str]]:
+    """(level, text) of every heading in the main area, in page order: ``st.title`` (1),
+    ``st.header`` (2), ``st.subheader`` (3) and Markdown's ``#`` lines outside code fences.
+    Collapsed expanders and hidden tabs count: their headings are in the page."""
+    import re
+
+    from streamlit.testing.v1.element_tree import Block, HeadingBase, Markdown
+
+    found: list[tuple[int, str]] = []
+
+    def walk(node) -> None:
+        if isinstance(node, Block):
+            for _, child in sorted(node.children.items()):
+                walk(child)
+        elif isinstance(node, HeadingBase):
+            found.append((int(node.tag[1]), str(node.value)))
+        elif isinstance(node, Markdown):
+            fenced = False
+            for line in str(node.value).splitlines():
+                if line.lstrip().startswith(("```", "~~~")):
+                    fenced = not fenced
+                elif not fenced and (m := re.match(r"^(#{1,6})\s+(.*)", line)):
+                    found.append((len(m.group(1)), m.group(2)))
+
+    walk(at.main)
+    return found
+
+
+def assert_headings_in_order(at: AppTest) -> None:
+    """One h1 first, and no heading more than one level below the one before it (WCAG 1.3.1;
+    axe's heading-order: a screen reader's list of headings is the page's outline)."""
+    levels = heading_levels(at)
+    assert levels and levels[0][0] == 1, levels
+    skips = [(before, after) for before, after in zip(levels, levels[1:], strict=False) if after[0] > before[0] + 1]
+    assert not skips, skips

@@ -131,6 +131,20 @@ def charts_fitted(page, timeout: int = WAIT) -> None:
     page.wait_for_timeout(150)
 
 
+def choose(page, lang: str, label_key: str, option: str) -> None:
+    """Pick ``option`` in the Labs form's select box labelled ``label_key``."""
+    box = main(page).get_by_test_id("stForm").get_by_test_id("stSelectbox").filter(has_text=t(label_key, lang))
+    box.scroll_into_view_if_needed()
+    page.wait_for_timeout(300)  # a list opened while the page still scrolls closes again
+    wanted = page.get_by_role("option", name=option, exact=True)
+    for _ in range(3):
+        box.get_by_role("combobox").click()
+        with contextlib.suppress(Exception):
+            wanted.wait_for(timeout=5_000)
+            break
+    wanted.click()
+
+
 def button(scope, key: str, lang: str, **values):
     return scope.get_by_role("button", name=t(key, lang, **values))
 
@@ -311,3 +325,142 @@ def pdf_verify_url(pdf: Path, public_url: str, render_to: Path | None = None) ->
     found = re.search(re.escape(public_url.rstrip("/")) + r"/verify\?id=[0-9A-Z-]+", page.extract_text() or "")
     assert found, "no verification URL in the PDF"
     return found.group(0), "text"
+
+
+# --- accessibility: axe-core and the keyboard -----------------------------------------------
+
+# axe-core, the engine of the accessibility audit, from npm: `make test` installs the version
+# tests/axe/package-lock.json pins (`make axe`). The rules: WCAG 2.0 and 2.1, A and AA, and
+# Deque's best practices.
+AXE_JS = Path(__file__).resolve().parent / "axe" / "node_modules" / "axe-core" / "axe.min.js"
+AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "best-practice"]
+
+
+# axe-core's findings in Streamlit's own markup, accepted here by name: rule -> the element it
+# is found on. Any other finding, of ours or of a rule not listed, fails (``axe_ours``).
+# docs/contributors/accessibility.md lists them with the upstream issue where there is one.
+STREAMLITS = {
+    # st.file_uploader's dropzone (Verify): react-dropzone's role="presentation" beside the
+    # aria-label Streamlit gives it from our label; minor, best practice; nothing we can change.
+    "presentation-role-conflict": 'data-testid="stFileUploaderDropzone"',
+}
+
+
+def streamlits(finding: dict) -> bool:
+    """Whether an ``axe`` finding is one of Streamlit's, accepted in ``STREAMLITS``."""
+    return finding["rule"] in STREAMLITS and STREAMLITS[finding["rule"]] in finding["html"]
+
+
+def axe_ours(page) -> str:
+    """The page's axe findings that ``STREAMLITS`` does not accept, one line each ("" if none)."""
+    return "\n".join(f"{f['rule']} ({f['impact']}) {f['html'][:160]}" for f in axe(page) if not streamlits(f))
+
+
+def axe(page) -> list[dict]:
+    """axe-core's violations on the page as it stands, one entry per element: ``rule``,
+    ``impact``, ``html`` (the element's opening tag) and ``target`` (its CSS path)."""
+    assert AXE_JS.is_file(), f"axe-core is not installed at {AXE_JS}: `make test` installs it (npm)"
+    if not page.evaluate("() => typeof window.axe === 'object'"):
+        page.evaluate(AXE_JS.read_text(encoding="utf-8"))
+    result = page.evaluate(
+        "tags => axe.run(document, {runOnly: {type: 'tag', values: tags}, resultTypes: ['violations']})", AXE_TAGS)
+    return [{"rule": v["id"], "impact": v["impact"], "html": node["html"], "target": " ".join(map(str, node["target"]))}
+            for v in result["violations"] for node in v["nodes"]]
+
+
+
+_CUT_SHORT = """() => [...document.querySelectorAll('a *, button *')].filter(el =>
+    el.scrollWidth > el.clientWidth + 1 && getComputedStyle(el).textOverflow === 'ellipsis'
+    && el.getBoundingClientRect().width > 0).map(el => el.closest('a, button').innerText.trim())"""
+
+
+def cut_short(page) -> list[str]:
+    """The labels of links and buttons that end in "…" because they do not fit (journey review
+    Minor 13: a course card's link, the quiz's "Finish now" popover)."""
+    return page.evaluate(_CUT_SHORT)
+
+
+# What has focus, and the box its indicator is drawn around: the input of a radio button, a
+# checkbox or a slider is hidden (1 px), the nearest box around it carries the ring (app.ui.FOCUS_RULES).
+_FOCUSED = """() => {
+    const el = document.activeElement;
+    if (!el || el === document.body) return null;
+    const again = el.dataset.kitSeen === '1';
+    el.dataset.kitSeen = '1';
+    let shown = el;
+    while (shown.parentElement && shown.getBoundingClientRect().width < 4) shown = shown.parentElement;
+    const box = shown.getBoundingClientRect();
+    const name = (el.getAttribute('aria-label') || el.innerText || el.value || '').trim().slice(0, 60);
+    return {again, tag: el.tagName.toLowerCase(), role: el.getAttribute('role') || '', name,
+            testid: el.closest('[data-testid]')?.dataset.testid || '', visible: el.matches(':focus-visible'),
+            x: box.x, y: box.y, width: box.width, height: box.height};
+}"""
+
+
+def _luminance(pixel: tuple[int, ...]) -> float:
+    def channel(v: int) -> float:
+        c = v / 255
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+    r, g, b = (channel(v) for v in pixel[:3])
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def indicator_contrast(focused: bytes, blurred: bytes) -> float:
+    """How visible a focus indicator is: the WCAG contrast, at the pixel that changed most,
+    between the control with focus and without (two PNGs of the same box). 1.0: no change."""
+    import io
+
+    from PIL import Image, ImageChops
+
+    a = Image.open(io.BytesIO(focused)).convert("RGB")
+    b = Image.open(io.BytesIO(blurred)).convert("RGB")
+    if a.size != b.size:
+        return 1.0
+    diff = ImageChops.difference(a, b).convert("L")
+    if diff.getbbox() is None:
+        return 1.0
+    best = 1.0
+    width = a.size[0]
+    # The few most-changed pixels (a ring is a line: the brightest differences are on it).
+    ranked = sorted(enumerate(diff.tobytes()), key=lambda item: item[1], reverse=True)[:200]
+    for index, _ in ranked:
+        xy = (index % width, index // width)
+        high, low = sorted((_luminance(a.getpixel(xy)), _luminance(b.getpixel(xy))), reverse=True)
+        best = max(best, (high + 0.05) / (low + 0.05))
+    return best
+
+
+def tab_walk(page, stops: int = 80, margin: int = 6) -> list[dict]:
+    """Press Tab from the top of the page up to ``stops`` times, until focus comes back to a
+    control already visited; each stop: what has focus and, for the first control of each kind
+    (tag, role, test id), its ``contrast`` (``indicator_contrast`` of its box plus ``margin`` px,
+    shot with focus and after a ``blur()``; None for the others and for what is off screen)."""
+    page.evaluate("() => { document.activeElement?.blur(); window.scrollTo(0, 0);"
+                  " document.querySelectorAll('[data-kit-seen]').forEach(el => delete el.dataset.kitSeen); }")
+    seen: list[dict] = []
+    kinds: set[tuple] = set()
+    for _ in range(stops):
+        page.keyboard.press("Tab")
+        frames(page)
+        stop = page.evaluate(_FOCUSED)
+        if stop is None:
+            continue
+        if stop.pop("again"):  # round the page once
+            break
+        clip = {"x": max(stop["x"] - margin, 0), "y": max(stop["y"] - margin, 0),
+                "width": stop["width"] + 2 * margin, "height": stop["height"] + 2 * margin}
+        kind = (stop["tag"], stop["role"], stop["testid"])
+        stop["contrast"] = None
+        if kind not in kinds and stop["width"] and stop["height"] and stop["y"] >= 0:
+            kinds.add(kind)
+            with_focus = page.screenshot(clip=clip, animations="disabled", caret="hide")
+            page.evaluate("() => document.activeElement.dataset.kitFocus = '1'")
+            page.evaluate("() => document.activeElement.blur()")
+            frames(page)
+            without = page.screenshot(clip=clip, animations="disabled", caret="hide")
+            page.evaluate("() => { const el = document.querySelector('[data-kit-focus]');"
+                          " delete el.dataset.kitFocus; el.focus({focusVisible: true}); }")
+            frames(page)
+            stop["contrast"] = round(indicator_contrast(with_focus, without), 2)
+        seen.append(stop)
+    return seen

@@ -17,6 +17,10 @@ _TMP = Path(tempfile.mkdtemp(prefix="dpa-tests-"))
 os.environ["DATABASE_URL"] = f"sqlite:///{_TMP / 'session.db'}"
 os.environ["SECRETS_DIR"] = str(_TMP / "secrets")
 os.environ.setdefault("PUBLIC_URL", "http://localhost:8501")
+# Issuing a certificate asks PUBLIC_URL whether it answers as this academy
+# (certificates.addresscheck); in-process tests issue with no app there. The
+# session's `server` turns the check on again, and tests of the check set it.
+os.environ.setdefault("PUBLIC_URL_CHECK", "false")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # A lab run whose ranks all go this long without progress counts as hung. The
 # default (20 s) is the product's; on two cores shared with a second xdist
@@ -39,13 +43,17 @@ ARTIFACTS = ROOT / "test-artifacts"
 SERVER_FIXTURES = {"server", "browser"}
 
 # "slow" (the fast lane is ``pytest -m "not slow"``): a test that starts a server,
-# a browser, a lab worker, PostgreSQL or Redis, and every test of the modules
+# a browser, a lab worker, PostgreSQL, Redis or the sandbox (``needs_sandbox``), and every test of the modules
 # below, which start lab ranks, workers or CLIs in nearly every test. Modules
 # that mix both mark their own (a real grading, a sandbox start).
 SLOW_FIXTURES = SERVER_FIXTURES | {"lab_worker", "shared_lab_worker", "stack", "postgres_url", "redis_url"}
 SLOW_MODULES = {"test_lab_worker", "test_lab_multinode", "test_lab_scale", "test_labs_launch",
                 "test_labs_cli", "test_labs_combos", "test_labs_ddp", "test_labs_bench", "test_faults",
                 "test_exercises_page_queue", "test_cert_cli"}
+# Modules whose module-scoped fixture runs a lab on real ranks or grades in the sandbox once
+# for the module (a recording the page tests then draw): the tests that use it are slow too.
+RECORDING_MODULES = {"test_labs_readouts", "test_labs_params", "test_labs_sharding", "test_sharding_page",
+                     "test_labs_timeline_page", "test_exercise_timeline_page"}
 
 
 # These modules read the command lines of the processes under their workers
@@ -59,10 +67,32 @@ def _module_fixture(item) -> bool:
     return any(d and d[-1].scope == "module" for name, d in defs.items() if name in item.fixturenames)
 
 
+@functools.cache
+def sandbox_unavailable() -> str | None:
+    """Why the exercise sandbox (bubblewrap) cannot start here, or None (asked once per process)."""
+    from labs.sandbox import run as sandbox
+
+    try:
+        sandbox.check_available("bwrap")
+    except sandbox.SandboxUnavailable as exc:
+        return exc.reason
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before the test's fixtures start anything in the sandbox
+def pytest_runtest_setup(item):
+    """``@pytest.mark.needs_sandbox``: a test that starts the exercise sandbox (a grading, a
+    red-team probe). Skipped with the reason where bubblewrap cannot start, except as root:
+    there ``make test`` installs it first, so a sandbox that does not start is a failure."""
+    if item.get_closest_marker("needs_sandbox") and os.geteuid() != 0 and (why := sandbox_unavailable()):
+        pytest.skip(f"no sandbox here: {why}")
+    _patch_apptest()
+
+
 _APPTEST_PATCHED = False
 
 
-def pytest_runtest_setup():
+def _patch_apptest():
     """Two costs Streamlit's AppTest pays per test that its real server pays once.
 
     Each new AppTest scans every installed distribution for component manifests
@@ -98,7 +128,8 @@ def pytest_collection_modifyitems(items):
         elif not grouped and _module_fixture(item):  # one worker builds it, not each
             item.add_marker(pytest.mark.xdist_group(module))
         if (SLOW_FIXTURES & fixtures or item.get_closest_marker("browser") or item.get_closest_marker("postgres")
-                or module in SLOW_MODULES):
+                or item.get_closest_marker("needs_sandbox") or module in SLOW_MODULES
+                or (module in RECORDING_MODULES and _module_fixture(item))):
             item.add_marker(pytest.mark.slow)
 
 
@@ -300,16 +331,62 @@ def postgres_url():
     stop()
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def file_engine(request, tmp_path):
+    """A migrated database that real concurrent connections share: a SQLite file in WAL
+    mode, and PostgreSQL where ``postgres_url`` can reach or start one (the races of the
+    quiz store and of the review queue run on both)."""
+    from academy.db import make_engine, migrate
+
+    if request.param == "sqlite":
+        engine = make_engine(f"sqlite:///{tmp_path / 'racing.db'}")
+    else:
+        engine = make_engine(request.getfixturevalue("postgres_url"))
+    migrate(engine)  # the production schema, its unique constraints included
+    if request.param == "sqlite":
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    yield engine
+    engine.dispose()
+
+
+def race(*jobs):
+    """Run the jobs in threads released at the same moment; their results or errors."""
+    import threading
+
+    barrier = threading.Barrier(len(jobs))
+    results: list = [None] * len(jobs)
+
+    def run(i, job):
+        barrier.wait()
+        try:
+            results[i] = job()
+        except Exception as exc:  # noqa: BLE001 (the test inspects it)
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i, job)) for i, job in enumerate(jobs)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    return results
+
+
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
-    """The real app under ``streamlit run`` on a free port with a temporary database."""
+    """The real app under ``streamlit run`` on a free port with a temporary database.
+
+    As ``make run PORT=<port>`` runs it: without PUBLIC_URL, so that every link its
+    certificates sign comes from the port it serves on (``server.public_url``), and with
+    the check that this address answers before a certificate is issued.
+    """
     import shutil
 
     from benchmarks.appserver import AppServer
 
     if shutil.which("chromium") is None:
         pytest.skip("no system Chromium (Debian package 'chromium')")
-    srv = AppServer(tmp_path_factory.mktemp("server"))
+    srv = AppServer(tmp_path_factory.mktemp("server"), env={"PUBLIC_URL": "", "PUBLIC_URL_CHECK": "true"})
     try:
         srv.start()
     except RuntimeError as exc:
@@ -320,8 +397,10 @@ def server(tmp_path_factory):
 
 @pytest.fixture
 def on_server_db(server, monkeypatch):
-    """This process uses the real server's database and secrets (issuer keys shared)."""
-    yield from use_database(monkeypatch, **{k: server.env[k] for k in ("DATABASE_URL", "SECRETS_DIR", "PUBLIC_URL")})
+    """This process uses the real server's database and secrets (issuer keys shared), and
+    names the server's public address (which this process cannot derive: it serves nothing)."""
+    yield from use_database(monkeypatch, PUBLIC_URL=server.public_url,
+                            **{k: server.env[k] for k in ("DATABASE_URL", "SECRETS_DIR")})
 
 
 @pytest.fixture(scope="module")

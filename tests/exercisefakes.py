@@ -55,4 +55,5 @@ def report(exercise: str = "ring-allreduce", *, passed: bool = True) -> dict[str
     return {"exercise": exercise, "status": "passed" if passed else "failed", "ok": passed, "error": None,
             "cases": [case_ok] if passed else [case_ok, case_bad],
             "trace": {"world_size": 3, "size": 7, "dtype": "float32", "traces": traces},
+            "pattern": {"case": "w3-n7-float32", "family": "ring", "world_size": 3, "messages": 4},
             "duration_s": 1.5, "sandbox": "none"}

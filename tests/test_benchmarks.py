@@ -32,6 +32,7 @@ FIRST_EVENT = ("first_progress_cli_s", "python_import_torch_s")
 WARM = ("runs", "run_to_result_s", "run_to_result_max_s", "first_progress_p95_s", "python_import_torch_s")
 DDP = ("naive_step_ms", "ddp_step_ms", "ddp_vs_naive_step_ratio")
 SHARDING = ("wall_s", "work_s", "max_abs_diff_vs_ddp", "zero3_vs_ddp_wire")
+COMPRESSION = ("wall_s", "work_s", "max_formula_error")  # and per strategy: bytes, saved, gap, step_ms
 QUEUE = ("single_end_to_end_s", "single_queue_wait_s", "burst_queue_wait_s", "burst_end_to_end_s",
          "burst_total_s")
 # The sandbox's cost: the same program or grading in mode bwrap and in mode none.
@@ -131,7 +132,7 @@ def test_collectives_have_every_figure():
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_lab_runs_have_every_figure():
-    labs = smoke("labs.launch,labs.first_event,labs.ddp,labs.timeline,labs.sharding")[1]["labs"]
+    labs = smoke("labs.launch,labs.first_event,labs.ddp,labs.timeline,labs.sharding,labs.compression")[1]["labs"]
     part(labs["launch"], LAUNCH, "labs.launch")
     part(labs["first_event"], FIRST_EVENT, "labs.first_event")
     if part(labs["ddp"], DDP, "labs.ddp"):
@@ -145,6 +146,14 @@ def test_lab_runs_have_every_figure():
                 part(v[key], ("median", "min", "max"), f"labs.timeline.{name}.{key}")
     if part(labs["sharding"], SHARDING, "labs.sharding"):
         part(labs["sharding"]["ledger_error"], ("ddp", "zero1", "zero2", "zero3"), "labs.sharding.ledger_error")
+    if part(labs["compression"], COMPRESSION, "labs.compression"):
+        c = labs["compression"]
+        assert c["max_formula_error"] <= 0.01 and c["saved"]["fp16"] == pytest.approx(0.5)
+        assert set(c["saved"]) == set(c["gap"]) == set(c["bytes_per_step"]) - {"fp32"} == set(c["step_ms"]) - {"fp32"}
+        from benchmarks import report
+
+        rows = report.labs({"launch": "skipped", "first_event": "skipped", "ddp": "skipped", "compression": c})
+        assert any(r[1].startswith("compression: bytes saved per step") and "topk_ef 9" in r[2] for r in rows)
 
 
 @pytest.mark.slow

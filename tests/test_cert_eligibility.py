@@ -2,30 +2,18 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import pytest
 from sqlmodel import delete
 
 import certificates as certs
-from academy.models import ExercisePass, Learner, QuizAttempt
+from academy.models import ExercisePass
 from certificates import errors, store
 from tests.exercisepass import pass_required_exercises
+from tests.factories import learner
 
 pytestmark = pytest.mark.usefixtures("secrets")  # own issuer keys (conftest.py)
 
 
-def learner(session, *, quiz=False, exercises=False, email="ann@example.org") -> int:
-    row = Learner(email=email, display_name="Ann", password_hash="x")
-    session.add(row)
-    session.commit()
-    if exercises:
-        pass_required_exercises(session, row.id)
-    if quiz:
-        session.add(QuizAttempt(learner_id=row.id, seed=1, status="finished", score=90.0, passed=True,
-                                finished_at=datetime(2026, 11, 30, 12, 0, tzinfo=UTC)))
-        session.commit()
-    return row.id
 
 
 def test_the_reasons_follow_the_learner_through_the_course(session):

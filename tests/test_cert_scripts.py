@@ -120,6 +120,7 @@ def test_every_script_issues_prints_verifies_and_extracts(script, session, tmp_p
         assert png.with_suffix(".png").stat().st_size > 0
 
 
+@pytest.mark.slow  # eight runs of the command line, each a fresh interpreter
 def test_the_issue_names_go_through_the_command_line(tmp_path):
     """``python -m certificates issue`` refused these (issue #13); now each
     issues and verifies offline with the same CLI."""
@@ -237,6 +238,7 @@ def test_script_fonts_are_embedded_as_subsets(session):
     assert len(data) < 150 * 1024
 
 
+@pytest.mark.slow  # a benchmark section: every script issued and rendered
 def test_bench_has_a_row_per_script(tmp_path):
     """``make bench`` measures each script (numbers only: timings are never
     asserted) and the report shows one row per script."""

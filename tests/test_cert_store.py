@@ -671,7 +671,7 @@ def test_a_database_writer_cannot_un_revoke_revoke_or_re_point_a_certificate_uns
                                                                                              "valid"]
 
 
-def test_migration_0012_seals_the_rows_already_there(session, engine):
+def test_migration_0013_seals_the_rows_already_there(session, engine):
     from sqlalchemy import text
 
     from tests.migrations import alembic, columns
@@ -679,9 +679,9 @@ def test_migration_0012_seals_the_rows_already_there(session, engine):
     learner = add_learner(session)
     cert = issue(session, learner, add_attempt(session, learner))
     store.revoke(session=session, cert_id=cert.id, actor_id=None, reason="issued in error")
-    alembic(engine, "downgrade", "0011")
+    alembic(engine, "downgrade", "0012")
     assert "status_mac" not in columns(engine, "certificate")
-    alembic(engine, "upgrade", "0012")
+    alembic(engine, "upgrade", "0013")
     with engine.connect() as conn:
         assert conn.execute(text("SELECT status_mac FROM certificate")).scalar() is not None
     session.expire_all()

@@ -40,6 +40,8 @@ def open_page(page: str, lang: str, learner_id: int | None = None, **params) -> 
 def test_claim_then_verify_then_revoke(lang):
     learner_id = learner_who_passed(f"cert-{lang}@example.org", "张伟" if lang == "zh" else "Zoë Ødegård")
     at = open_page("certificate", lang, learner_id)
+    # Journey Minor 12: the certificate's languages are named as the sidebar names them (简体中文).
+    assert at.selectbox[-1].options == at.sidebar.selectbox[0].options == list(i18n.languages().values())
     at.selectbox[-1].set_value(lang)
     [b for b in at.button if b.label == i18n.t("certificate.create", lang)][0].click()
     at.run()
@@ -85,7 +87,9 @@ def test_no_certificate_without_a_pass():
     ("junk", "status"),
     [("hello", "malformed"), ("DP-0000-0000-0000-0000-00", None), ("<script>alert(1)</script>", "malformed"),
      ("' OR 1=1 --", "malformed"), ("x" * 5000, "malformed"),
-     ("x://[/?id=1", "malformed"), ("http://[::1/?id=DP-32GY-9968-T9TV-JB45-KH", "malformed")],  # F-12
+     ("x://[/?id=1", "malformed"), ("http://[::1/?id=DP-32GY-9968-T9TV-JB45-KH", "malformed"),  # F-12
+     # Journey Minor 11: words are not an ID, even when their letters add up to 18 of the alphabet.
+     ("hello world'; DROP TABLE", "malformed"), ("hello world drop tabl", "malformed")],
 )
 @pytest.mark.usefixtures("app_db")
 def test_verify_junk_ids(junk, status):
@@ -95,6 +99,20 @@ def test_verify_junk_ids(junk, status):
     if status:
         assert certs.texts("nl")["status"][status] in shown
     assert not at.success
+
+
+@pytest.mark.parametrize("lang", ["en", "zh", "nl"])
+@pytest.mark.parametrize("blank", ["", "   "])
+@pytest.mark.usefixtures("app_db")
+def test_verify_with_nothing_typed_says_what_to_type(lang, blank):
+    """Journey Minor 11: Verify pressed on an empty or blank ID said nothing at all."""
+    at = open_page("verify", lang)
+    assert not at.warning and not at.error  # nothing asked yet: nothing to say
+    at.text_input[0].set_value(blank)
+    [b for b in at.button if b.label == i18n.t("verify.check", lang)][0].click()
+    at.run()
+    assert [w.value for w in at.warning] == [i18n.t("verify.empty", lang)]
+    assert not at.error and not at.success
 
 
 @pytest.mark.usefixtures("app_db")

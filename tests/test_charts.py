@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parent.parent
 LABELS = {k: k for k in ["rank", "chunk", "holds", "start", "play", "pause", "step", "reduce-scatter",
-                         "all-gather", "pass-around", "buffer"]} | {"carries": "rank {rank}'s whole buffer"}
+                         "all-gather", "pass-around", "buffer", "phase", "sends"]} | {"carries": "rank {rank}'s whole buffer"}
 ZH = LABELS | {"rank": "rank", "chunk": "块"}
 
 
@@ -52,16 +52,50 @@ def every_figure():
         "busbw": charts.busbw_figure(rows, world_size=4, fit=fit, labels=LABELS | {
             "ring": "ring", "fit": "fit", "reference": "NCCL", "size": "size"}, reference=(360.0, 480.0)),
         "breakdown": charts.breakdown_figure({"naive": parts, "ddp": parts}, {
-            "naive": "naive", "ddp": "ddp", "forward": "f", "backward": "b", "exposed_comm": "c", "optimizer": "o"}),
+            "naive": "naive", "ddp": "ddp", "forward": "f", "backward": "b", "exposed_comm": "c", "optimizer": "o",
+            "sync": "sync"}),
         "loss": charts.lines_figure({"ddp": [1.0, 0.8, 0.7], "single": [1.0, 0.8, 0.7]}, x_title="step",
                                     y_title="loss"),
         "memory": charts.memory_figure({"weights": 420.0, "grads": 140.0, "optimizer_state": 560.0}, calc.DEVICES,
-                                       names={"weights": "w", "grads": "g", "optimizer_state": "o"}, gb="GB"),
+                                       names={"weights": "w", "grads": "g", "optimizer_state": "o"}, gb="GB",
+                                       parts_title="part"),
         "traffic": charts.ring_traffic_figure([2, 4, 8, 16], [100.0, 150.0, 175.0, 187.5], buffer=100.0,
                                               labels={"sent": "sent", "devices": "n", "per_device": "MB"}),
         "scaling": charts.scaling_figure(sizes, [0.9, 0.8, 0.7, 0.6], measured=[(2, 0.5)], y_range=[0, 1.05],
                                          labels={"model": "model", "yours": "yours", "devices": "n", "y": "eff"}),
+        **topology_figures(),
     }
+
+
+def topology_figures() -> dict:
+    """The topology lab's and the hierarchical exercise's figures (``app.topology``), made-up numbers."""
+    from app import topology
+    from labs.reports import MeshCollective, MeshMemory, MeshRow, Spread, TopologyRow
+
+    names = {k: k for k in ("measured_flat", "measured_hierarchical", "predicted_flat", "predicted_hierarchical",
+                            "size", "ms", "ratio", "measured", "box", "way_0", "way_1", "predicted", "held_measured",
+                            "mb_step", "mb_rank", "rank", "fsdp", "hsdp", "short_fsdp", "short_hsdp", "mesh_axis", "params",
+                            "grads", "optimizer", "h100_node", "h100_ib", "yours", "flat", "hierarchical", "us", "hardware")}
+    rows = [TopologyRow(algo=a, size=z, time=Spread(median=t, min=t * 0.9, max=t * 1.2), model_bytes=[1.0, 1.0],
+                        formula_bytes=1.0, predicted_s=t * 0.8, projected={"h100_node": 1e-5, "h100_ib": 3e-5},
+                        messages=6, correct=True, max_abs_err=0.0)
+            for a in ("flat", "hierarchical") for z, t in ((1 << 18, 0.02), (1 << 20, 0.06))]
+    memory = [MeshMemory(rank=r, measured={"params": 1e5, "grads": 1e5, "optimizer": 2e5},
+                         predicted={"params": 1e5, "grads": 1e5, "optimizer": 2e5}) for r in range(2)]
+    meshes = [MeshRow(name=n, shard_size=2, replicas=1, parameters=1000, payload_bytes=[3e6, 3e6],
+                      predicted_link_bytes=3e6, memory=memory, step_time=Spread(median=0.1, min=0.1, max=0.1),
+                      max_abs_diff=0.0, collectives=[MeshCollective(kind="all_gather", group_size=2, spans_nodes=True,
+                                                                    bytes=1e6, calls=2, predicted_link_bytes=1e6)])
+              for n in ("fsdp", "hsdp")]
+    at = {"size_bytes": 4096, "targets": {"h100_node": {"yours": 1.4e-5, "flat": 2e-5, "hierarchical": 1.4e-5},
+                                          "h100_ib": {"yours": 3.5e-5, "flat": 8.4e-5, "hierarchical": 3.5e-5}}}
+    return {"topology_time": topology.time_figure(rows, names),
+            "topology_ratio": topology.ratio_figure([1 << 18, 1 << 20], {"measured": [1.4, 1.3], "box": [1.3, 1.4],
+                                                                         "h100_node": [1.4, 1.2], "h100_ib": [2.4, 2.4]},
+                                                    names),
+            "topology_link": topology.link_figure(meshes, names),
+            "topology_memory": topology.memory_figure(meshes, names),
+            "topology_clock": topology.clock_figure(at, names)}
 
 
 def colours(node, path=""):
@@ -252,6 +286,7 @@ def test_a_figure_s_table_has_its_numbers():
     assert steps["columns"] == ["step", "measured", "theory"]
     assert steps["rows"][1] == [2, pytest.approx(12.0), pytest.approx(0.2)]
     memory = charts.table(figs["memory"])
+    assert memory["columns"] == ["part", "GB"]
     assert memory["rows"] == [["w", 420.0], ["g", 140.0], ["o", 560.0]]
     ring = charts.table(figs["ring"])
     assert len(ring["rows"]) == 6 and "chunk 0 (1 KiB)" in ring["rows"][0][3]
@@ -269,3 +304,9 @@ def test_no_page_draws_a_chart_without_its_text_alternative():
             if re.search(r"\.plotly_chart\(", line) and not line.strip().startswith("#"):
                 bare.append(f"{path.relative_to(ROOT)}:{i}")
     assert len(bare) == 1 and bare[0].startswith("app/widgets.py:"), bare
+
+
+def test_every_column_of_a_text_alternative_has_a_name():
+    """An empty <th> says nothing to a screen reader (axe empty-table-header)."""
+    for name, fig in every_figure().items():
+        assert all(str(c).strip() for c in charts.table(fig)["columns"]), (name, charts.table(fig)["columns"])

@@ -1,10 +1,12 @@
-"""Every text at least 4.5:1 against its background (WCAG 2 AA; issue #22, review m9).
+"""Every text at least 4.5:1 against its background (WCAG 2 AA; issue #22, review m9), and
+the focus ring at least 3:1 against whatever it is drawn on (WCAG 1.4.11, issue #38).
 
 Pure Python over what sets the colours: the theme in ``.streamlit/config.toml``
-(body text, links, alerts, the primary button), the CSS rules of ``app.ui``
-(captions and the other text Streamlit draws faded) and the charts' palette
-(``tests/test_charts.py`` checks each figure's own text). A browser check of the
-computed colours is in ``tests/test_figures_browser.py``.
+(body text, links, alerts, the primary button, code listings), the CSS rules of ``app.ui``
+(captions and the other text Streamlit draws faded, code listings' syntax colours, the focus
+ring) and the charts' palette (``tests/test_charts.py`` checks each figure's own text). A
+browser check of the computed colours is in ``tests/test_figures_browser.py``; the focus
+ring as drawn, measured at every Tab stop, in ``tests/test_browser_smoke.py``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ def pairs():
         yield f"link on {where}", THEME["linkColor"], background
         for selector, colour in ui.STYLE_RULES.items():
             yield f"{selector} on {where}", colour, background
+    for selector, colour in ui.CODE_COLOURS.items():
+        yield f"code listing {selector}", colour, THEME["codeBackgroundColor"]
+    yield "code listing text", THEME["textColor"], THEME["codeBackgroundColor"]
     yield "primary button text", "#ffffff", THEME["primaryColor"]
     for hue in ("blue", "green", "yellow", "orange", "red", "violet", "gray"):
         yield f"{hue} alert", THEME[f"{hue}TextColor"], THEME[f"{hue}BackgroundColor"]
@@ -52,3 +57,24 @@ def blend(colour: str, background: str, alpha: float) -> str:
     a = [int(colour[i:i + 2], 16) for i in (1, 3, 5)]
     b = [int(background[i:i + 2], 16) for i in (1, 3, 5)]
     return "#" + "".join(f"{round(alpha * x + (1 - alpha) * y):02x}" for x, y in zip(a, b, strict=True))
+
+
+def test_code_listings_colours_cover_streamlit_s_token_classes():
+    """Every token class Streamlit colours in a listing (its Prism theme) gets one of ours."""
+    ours = {part.strip() for selector in ui.CODE_COLOURS for part in selector.split(",")}
+    streamlit_s = {".token.keyword", ".token.tag", ".token.function", ".token.class-name", ".token.selector",
+                   ".token.attr-name", ".token.property", ".token.variable", ".token.string", ".token.char",
+                   ".token.attr-value", ".token.boolean", ".token.constant", ".token.symbol", ".token.inserted",
+                   ".token.number", ".token.regex", ".token.operator", ".token.entity", ".token.decorator",
+                   ".token.atrule", ".token.url", ".token.important", ".token.deleted", ".token.comment",
+                   ".token.prolog", ".token.doctype", ".token.cdata", ".token.punctuation", ".token.unchanged"}
+    assert streamlit_s <= ours, streamlit_s - ours
+
+
+@pytest.mark.parametrize("where", ["backgroundColor", "secondaryBackgroundColor", "codeBackgroundColor",
+                                   *(f"{hue}BackgroundColor" for hue in ("blue", "green", "yellow", "orange",
+                                                                        "red", "violet", "gray"))])
+def test_focus_ring_has_3_to_1_on_every_background(where):
+    """The ring is drawn outside a control (on the page, the sidebar, a listing or an alert that
+    holds a link) or inside one that fills the window: 3:1 against each (WCAG 1.4.11)."""
+    assert charts.contrast(ui.FOCUS_COLOUR, THEME[where]) >= 3, (where, charts.contrast(ui.FOCUS_COLOUR, THEME[where]))

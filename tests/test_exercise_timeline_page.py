@@ -9,17 +9,15 @@ asserted, and the grade does not depend on it.
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
 
 from academy import exercises, i18n
-from academy.db import session_scope
 from academy.labruns import job as labjob
-from academy.models import Learner
-from labs.exercises import ddp_lanes, grader, load, reference
+from labs.exercises import ddp_lanes, load, reference
 from tests.apptest import open_page
-from tests.test_exercises_more import sandbox_mode
+from tests.exercisepass import passing_report
+from tests.factories import learner
 
 EXERCISE = "bucketed-overlap"
 
@@ -27,20 +25,10 @@ EXERCISE = "bucketed-overlap"
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> dict:
     """The reference graded on its traced case only, torch DDP's lanes made afresh (seconds)."""
-    source = reference(EXERCISE)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("EXERCISE_DDP_CACHE", str(tmp_path_factory.mktemp("ddp-lanes")))
-        out = grader.grade(EXERCISE, source, seed=7, mode=sandbox_mode(), case_ids=["w2-cap400"])
-    assert out["status"] == "passed", json.dumps(out)[:2000]
-    return out
+    return passing_report(EXERCISE, seed=7, case_ids=("w2-cap400",),
+                          EXERCISE_DDP_CACHE=str(tmp_path_factory.mktemp("ddp-lanes")))
 
 
-def learner() -> int:
-    with session_scope() as session:
-        person = Learner(email=f"tl-{uuid.uuid4().hex[:8]}@example.org", password_hash="x", display_name="TL")
-        session.add(person)
-        session.flush()
-        return person.id
 
 
 def graded(me: int, report: dict) -> int:
@@ -67,7 +55,11 @@ def test_a_grading_runs_torch_ddp_on_the_traced_case_s_own_model_ranks_and_cap(r
     case = next(c for c in load(EXERCISE).cases(7) if c["id"] == "w2-cap400")
     ddp, mine = trace["ddp"], trace["learner"]
     # Made by the grading side from the case itself: its key is the case's shape, cap and ranks.
-    assert ddp["key"] == ddp_lanes.key(case) and ddp["key"]["hidden"] == trace["hidden"] == 16
+    assert ddp["key"] == ddp_lanes.key(case) and ddp["key"]["hidden"] == trace["hidden"] == 128
+    # The traced case's own model (issue #36): a backward as wide as the all-reduces in the lanes,
+    # in five buckets at 400 bytes, where every other case trains 6-16-16-3 on 3 samples per rank.
+    assert {k: case[k] for k in load(EXERCISE).TRACE_MODEL} == load(EXERCISE).TRACE_MODEL
+    assert mine["allreduce_calls"] == ddp["allreduce_calls"] == 5
     assert ddp["bucket_cap_mb"] * (1 << 20) == pytest.approx(400)
     for var in (mine, ddp):
         assert [r["rank"] for r in var["ranks"]] == [0, 1]
@@ -96,8 +88,11 @@ def test_the_report_draws_your_bucketer_above_torch_ddp_on_the_same_model_and_ca
         assert metrics[i18n.t("labs.timeline.overlap", lang, name=name)] == i18n.format_number(var["overlap"], lang,
                                                                                                 ".0%")
     shown = texts(at)
-    assert i18n.t("exercises.timeline.source", lang, count=2, cap=400, hidden=16) in shown
-    assert i18n.t("exercises.timeline.ddp_source", lang, count=2, cap=400, hidden=16, steps=3,
+    # The case is the global batch it trains on, not "65536 elements of float32" (journey m9).
+    batch = i18n.t("exercises.case_batch", lang, id="w2-cap400", world=2, count=2048, features=32, per_rank=1024)
+    assert [e for e in at.expander if e.label.startswith(batch)], [e.label for e in at.expander]
+    assert i18n.t("exercises.timeline.source", lang, count=2, cap=400, hidden=128) in shown
+    assert i18n.t("exercises.timeline.ddp_source", lang, count=2, cap=400, hidden=128, steps=3,
                   torch=ddp["key"]["torch"], calls=ddp["allreduce_calls"], yours=mine["allreduce_calls"]) in shown
 
 

@@ -21,7 +21,6 @@ import json
 import math
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -32,16 +31,10 @@ from labs.exercises import grader
 from labs.exercises.broadcast import exercise as bcast_ex
 from labs.exercises.ring_allreduce import exercise as ring_ex
 from labs.sandbox import run as sandbox
+from tests.exercisepass import passing_report
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "exercises"
-
-
-def _sandbox_or_skip() -> None:
-    try:
-        sandbox.check_available()
-    except sandbox.SandboxUnavailable as exc:
-        pytest.skip(f"no sandbox here: {exc.reason}")
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
@@ -177,7 +170,6 @@ def test_cases_cover_what_the_issue_asks():
 def broadcast_star_cli(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict, Path]:
     """``grade broadcast broadcast_star.py --json --events E --out O`` from the command line,
     once for the module: (the process, the report it wrote, its events file)."""
-    _sandbox_or_skip()
     folder = tmp_path_factory.mktemp("broadcast-star")
     out, events = folder / "report.json", folder / "events.jsonl"
     proc = cli("grade", "broadcast", str(FIXTURES / "broadcast_star.py"), "--json", "--events", str(events),
@@ -188,36 +180,40 @@ def broadcast_star_cli(tmp_path_factory) -> tuple[subprocess.CompletedProcess, d
 @pytest.fixture(scope="module")
 def whole_buffer_cli() -> subprocess.CompletedProcess:
     """``grade ring-allreduce ring_whole_buffer.py --json`` from the command line, once for the module."""
-    _sandbox_or_skip()
     return cli("grade", "ring-allreduce", str(FIXTURES / "ring_whole_buffer.py"), "--json")
 
 
-@pytest.mark.slow
+# Each solution from scratch, and the message pattern its report names (labs.exercises.patterns).
+FROM_SCRATCH = (("ring-allreduce", "ring_isend_irecv.py", "ring"), ("ring-allreduce", "ring_pipelined.py", "pipelined_ring"),
+                ("broadcast", "broadcast_chain.py", "chain"))
+
+
+@pytest.mark.needs_sandbox
 def test_solutions_from_scratch_pass_every_case_from_the_command_line(broadcast_star_cli):
-    """broadcast_star.py through ``python -m labs.exercises grade``; the other two through
-    ``grader.grade``, the function behind it, with the exit status the command would give."""
+    """broadcast_star.py through ``python -m labs.exercises grade``; the others through
+    ``grader.grade``, the function behind it, with the exit status the command would give.
+    The ring with ceil-sized chunks sends empty chunks where a case's tensor leaves some
+    empty, and the pipelined ring sends each chunk in up to three segments: both are rings."""
     from labs.exercises.__main__ import EXIT
 
     proc, report, _events = broadcast_star_cli
-    graded = [("broadcast", "broadcast_star.py", proc.returncode, report, proc.stdout[-3000:] + proc.stderr[-2000:])]
-    for exercise_id, fixture in (("ring-allreduce", "ring_isend_irecv.py"), ("broadcast", "broadcast_chain.py")):
+    graded = [("broadcast", "broadcast_star.py", "star", proc.returncode, report,
+               proc.stdout[-3000:] + proc.stderr[-2000:])]
+    for exercise_id, fixture, family in FROM_SCRATCH:
         report = grader.grade(exercise_id, (FIXTURES / fixture).read_text("utf-8"))
-        graded.append((exercise_id, fixture, EXIT[report["status"]], report, json.dumps(report)[:3000]))
-    for exercise_id, fixture, code, report, shown in graded:
+        graded.append((exercise_id, fixture, family, EXIT[report["status"]], report, json.dumps(report)[:3000]))
+    for exercise_id, fixture, family, code, report, shown in graded:
         assert code == 0, (fixture, shown)
         assert report["status"] == "passed" and report["ok"] is True
         assert len(report["cases"]) == len(exercises.load(exercise_id).cases(0))
         assert all(f["passed"] for c in report["cases"] for f in c["findings"])
+        assert report["pattern"]["family"] == family and report["pattern"]["world_size"] == 4, (fixture, report["pattern"])
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_the_reference_passes_and_the_ring_report_has_the_learners_trace():
-    _sandbox_or_skip()
-    t0 = time.perf_counter()
-    report = grader.grade("ring-allreduce", exercises.reference("ring-allreduce"))
-    elapsed = time.perf_counter() - t0
-    print(f"\nring-allreduce, all {len(report['cases'])} cases, sandbox {report['sandbox']}: {elapsed:.2f} s")
-    assert report["status"] == "passed", failing(report)
+    report = passing_report("ring-allreduce")  # asserts that it passed
+    assert len(report["cases"]) == len(exercises.load("ring-allreduce").cases(0))
     trace = report["trace"]
     assert trace["world_size"] == 4 and len(trace["traces"]) == 4
     assert (trace["size"], trace["size_bytes"], trace["dtype"]) == (10, 40, "float32")
@@ -228,14 +224,15 @@ def test_the_reference_passes_and_the_ring_report_has_the_learners_trace():
     # Step 0 of reduce-scatter: rank r sends its own chunk r to rank r+1 (as labs.ring does).
     assert sorted(steps[0]) == [(r, (r + 1) % 4, r, "reduce-scatter") for r in range(4)]
     assert steps[-1][0][3] == "all-gather"
-    assert grader.grade("broadcast", exercises.reference("broadcast"))["status"] == "passed"
+    assert report["pattern"] == {"case": "w4-n10-float32", "family": "ring", "world_size": 4, "messages": 6}
+    broadcast = passing_report("broadcast")  # asserts that it passed
+    assert broadcast["status"] == "passed" and broadcast["pattern"]["family"] == "tree"  # binomial
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_a_ring_with_its_own_chunk_split_still_draws_its_chunks():
     """Chunks cut another way than tensor_split (floor-sized, remainder last) are
     still named in the trace, so the page animates the learner's own ring."""
-    _sandbox_or_skip()
     report = grader.grade("ring-allreduce", (FIXTURES / "ring_floor_chunks.py").read_text("utf-8"),
                           case_ids=["w4-n10-float32"])
     assert report["status"] == "passed", failing(report)
@@ -246,7 +243,7 @@ def test_a_ring_with_its_own_chunk_split_still_draws_its_chunks():
     assert all(chunk is not None for step in steps for (_src, _dst, chunk, _phase) in step)
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_a_whole_buffer_ring_passes_values_and_fails_bytes_with_an_explanation(whole_buffer_cli):
     proc = whole_buffer_cli
     assert proc.returncode == 1, proc.stderr[-2000:]
@@ -265,26 +262,27 @@ def test_a_whole_buffer_ring_passes_values_and_fails_bytes_with_an_explanation(w
     assert report["trace"]["traces"][0][0]["phase"] == "pass-around"
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_a_ring_of_blocking_sends_deadlocks_and_says_what_each_rank_waited_for():
-    _sandbox_or_skip()
     source = (FIXTURES / "ring_blocking_send.py").read_text()
     report = grader.grade("ring-allreduce", source, case_timeout_s=1.0,
                           case_ids={"w3-n7-float32", "w3-n9-float32"})
     first, second = report["cases"]
     assert first["status"] == "failed" and first["findings"][0]["key"] == "deadlock"
-    assert first["waiting"] == [{"rank": r, "op": "send", "peer": (r + 1) % 3, "bytes": 28} for r in range(3)]
+    # Each rank says where in the learner's file it blocked: line 10, its dist.send (journey m10).
+    line = 1 + source.splitlines().index("        dist.send(tensor, (me + 1) % n)")
+    assert first["waiting"] == [{"rank": r, "op": "send", "peer": (r + 1) % 3, "bytes": 28, "line": line}
+                                for r in range(3)]
     assert second["status"] == "not_run"
     assert report["status"] == "failed"
     from labs.exercises.__main__ import render
 
     text = render(report, "en")
-    assert "rank 0: waiting in send to rank 1 (28 bytes)" in text
+    assert f"rank 0: waiting in send to rank 1 (28 bytes), at line {line} of your code" in text
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_a_crash_reports_the_learners_frames_only():
-    _sandbox_or_skip()
     report = grader.grade("ring-allreduce", (FIXTURES / "ring_crash.py").read_text(),
                           case_ids={"w2-n5-float32", "w2-n8-float32"})
     for case in report["cases"]:  # every rank raised, so the next case still ran
@@ -296,18 +294,16 @@ def test_a_crash_reports_the_learners_frames_only():
         assert finding["frames"][-1] == {"line": 6, "function": "_scale", "code": "return 1 // (rank - 1)"}
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_returning_a_new_tensor_is_not_in_place():
-    _sandbox_or_skip()
     report = grader.grade("ring-allreduce", (FIXTURES / "ring_new_tensor.py").read_text(),
                           case_ids={"w3-n7-float32"})
     keys = {f["key"] for f in failing(report)["w3-n7-float32"]}
     assert "returned_new_tensor" in keys
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_the_learners_prints_reach_the_report_not_the_protocol():
-    _sandbox_or_skip()
     source = ("import torch.distributed as dist\n"
               "def ring_allreduce(tensor):\n"
               "    print('{\"event\": \"done\"}', 'hello from', dist.get_rank())\n"
@@ -318,12 +314,11 @@ def test_the_learners_prints_reach_the_report_not_the_protocol():
     assert "hello from 0" in case["output"]["0"] and "hello from 1" in case["output"]["1"]
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_a_correct_ring_that_prints_a_lot_is_still_graded():
     """Every case's values come back as JSON (about 600 KB for the ring) beside up to
     2 KiB of prints per rank and case, control characters escaped six-fold: with the
     sandbox's default 1 MiB cap a chatty correct ring ended as 'output stopped'."""
-    _sandbox_or_skip()
     noisy = exercises.reference("ring-allreduce").replace(
         "def ring_allreduce(", "def _quiet_ring(", 1) + (
         "\n\ndef ring_allreduce(tensor):\n"
@@ -338,12 +333,11 @@ def test_a_correct_ring_that_prints_a_lot_is_still_graded():
 # The command line
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_exit_codes_and_the_json_report(tmp_path, broadcast_star_cli, whole_buffer_cli):
     """Exit 2 (a syntax error, as JSON; a missing function, as text in Dutch), 0 with the
     JSON report and its events (broadcast_star.py), 1 when a case failed (a whole-buffer
     ring): the last two gradings are the module's, shared with the tests above."""
-    _sandbox_or_skip()
     broken = tmp_path / "broken.py"
     broken.write_text("def ring_allreduce(tensor)\n    return tensor\n")
     proc = cli("grade", "ring-allreduce", str(broken), "--json")
@@ -359,7 +353,8 @@ def test_exit_codes_and_the_json_report(tmp_path, broadcast_star_cli, whole_buff
     proc, _report, events = broadcast_star_cli
     assert proc.returncode == 0, proc.stdout[-2000:]
     report = json.loads(proc.stdout)
-    assert set(report) == {"exercise", "status", "ok", "error", "cases", "trace", "duration_s", "sandbox", "grader"}
+    assert set(report) == {"exercise", "status", "ok", "error", "cases", "trace", "pattern", "duration_s", "sandbox",
+                           "grader"}
     assert report["grader"] == grader.fingerprint("broadcast")  # which grader graded it (issue #35)
     assert report["sandbox"] in sandbox.MODES and report["error"] is None
     case = report["cases"][0]
@@ -465,9 +460,8 @@ def test_the_grade_command_grades_the_files_bytes_without_newline_translation(mo
     assert json.loads(out.read_text())["error"] == {"key": "source_encoding", "values": {"encoding": "utf-7"}}
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_a_file_that_never_finishes_loading_is_stopped_and_says_so():
-    _sandbox_or_skip()
     source = "print('loading')\nwhile True:\n    pass\n\ndef ring_allreduce(tensor):\n    return tensor\n"
     report = grader.grade("ring-allreduce", source, case_timeout_s=1.0, case_ids={"w2-n5-float32"})
     assert report["status"] == "error"
@@ -475,9 +469,8 @@ def test_a_file_that_never_finishes_loading_is_stopped_and_says_so():
     assert "loading" in report["error"]["output"]
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_a_rank_that_exits_is_reported_as_ended_not_as_a_deadlock():
-    _sandbox_or_skip()
     source = ("import os\nimport torch.distributed as dist\n\n\ndef ring_allreduce(tensor):\n"
               "    if dist.get_rank() == 1:\n        os._exit(0)\n    return tensor\n")
     report = grader.grade("ring-allreduce", source, case_ids={"w2-n5-float32", "w2-n8-float32"})
@@ -535,11 +528,10 @@ def test_a_grader_that_breaks_exits_2_not_1(monkeypatch, tmp_path, capsys):
     assert not out.exists()
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_a_file_that_exits_while_loading_says_so_and_does_not_blame_the_harness():
     """os._exit at the top level ended the rank before it was ready: that was reported as
     harness_failed ("this is not your fault") with its {returncode} placeholder left unfilled."""
-    _sandbox_or_skip()
     source = "import os\nprint('bye')\nos._exit(3)\n\n\ndef ring_allreduce(tensor):\n    return tensor\n"
     report = grader.grade("ring-allreduce", source, case_ids={"w2-n5-float32"})
     assert report["status"] == "error"

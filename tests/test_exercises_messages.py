@@ -2,9 +2,11 @@
 
 The keys are read from the code itself (``ast``): every ``"key": "..."`` in a
 finding or error, every ``failed(check, KEY)`` and ``passed(CHECK)`` (whose
-message is ``CHECK_ok``), every ``messages.text(KEY)``, and the families the
-code builds from a prefix (``status_*``, ``sandbox_stopped_*``,
-``waiting_*``). A key used in an exercise's ``exercise.py`` may live in that
+message is ``CHECK_ok``), every ``messages.text(KEY)`` and the router's
+``ProtocolError(KEY)``, and the families the code builds from a prefix
+(``status_*``, ``sandbox_stopped_*``, ``waiting_*``, ``pattern_*``; the
+pattern families' own ``family_*`` names are checked in
+``test_exercises_patterns.py``). A key used in an exercise's ``exercise.py`` may live in that
 exercise's own ``feedback:``; any other key must be shared
 (``feedback.yaml``). Translations keep the English placeholders, the
 statements follow each language's glossary, and every exercise has a title,
@@ -43,8 +45,9 @@ def keys_in(path: Path) -> set[str]:
     """The message keys one module can put in a report or print."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("waiting_"):
-            found.add(node.value)  # the CLI's table from a rank's state to its message
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and node.value.startswith(("waiting_", "pattern_")):
+            found.add(node.value)  # the CLI's table from a rank's state, the ring's from a family, to a message
         elif isinstance(node, ast.Dict):
             for k, v in zip(node.keys, node.values, strict=True):
                 if isinstance(k, ast.Constant) and k.value == "key":
@@ -57,7 +60,7 @@ def keys_in(path: Path) -> set[str]:
                 found.update(_const(node.args[1]))
             elif name == "passed" and node.args:
                 found.update(f"{c}_ok" for c in _const(node.args[0]))
-            elif name == "text" and node.args:
+            elif name in ("text", "ProtocolError") and node.args:
                 found.update(_const(node.args[0]))
     return found
 
@@ -84,7 +87,10 @@ def test_the_key_walk_finds_what_the_grader_uses():
             "sandbox_unavailable", "harness_failed", "values_wrong", "returned_new_tensor", "values_ok",
             "waiting_recv", "waiting_running", "waiting_raised", "waiting_other", "frame", "summary",
             "shape_changed", "dtype_ok"} <= keys[None]
-    assert {"bytes_whole_buffer", "bytes_total", "bytes_ok", "bytes_none"} <= keys["ring-allreduce"]
+    assert {"protocol_size_mismatch", "protocol_any_source", "protocol_unmatched_send", "protocol_device",
+            "broadcast_sources_differ", "pattern_shown"} <= keys[None]
+    assert {"bytes_whole_buffer", "bytes_total", "bytes_ok", "bytes_none", "pattern_direct",
+            "pattern_ok"} <= keys["ring-allreduce"]
     assert {"bytes_src_sent", "bytes_received"} <= keys["broadcast"]
 
 
@@ -223,3 +229,45 @@ def test_the_exercise_texts_are_read_by_the_one_loader(tmp_path, monkeypatch):
     finally:
         monkeypatch.delenv("CONTENT_DIR")
         get_settings.cache_clear()
+
+
+@pytest.mark.parametrize(("lang", "one", "six"), [
+    ("en", "1 all-reduce call per step", "6 all-reduce calls per step"),
+    ("nl", "1 all-reduce-aanroep per stap", "6 all-reduce-aanroepen per stap"),
+    ("zh", "每步 1 次全归约调用", "每步 6 次全归约调用")])
+def test_a_message_in_plural_forms_agrees_with_its_count(lang, one, six):
+    """"1 all-reduce calls" no more (journey review m9): the form follows ``count`` in the reader's language."""
+    for calls, start in ((1, one), (6, six)):
+        text = messages.text("bucket_calls_ok", lang, "bucketed-overlap", calls=calls, count=calls, cap=1)
+        assert text.startswith(start), text
+    check = exercises.load("bucketed-overlap")._calls_finding  # the check passes its count along
+    case = {"cap": 1 << 20}
+    ranks = [{"result": {"steps": [{"ready": [["w", 12]], "calls": [{"bytes": 12}]}]}}]
+    assert check(case, ranks)["values"]["count"] == 1
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_a_case_is_labelled_as_its_exercise_sizes_it(lang):
+    """A data set's length, a global batch, a tensor: never "37 elements of int64" for a data set
+    of 37 samples (journey review m9)."""
+    from academy import exercises as catalog
+    from academy import i18n
+
+    for exercise_id in exercises.EXERCISES:
+        case = exercises.load(exercise_id).cases(0)[0]
+        entry = {"id": case["id"], "world_size": case["world_size"], "shape": case["shape"],
+                 "size": 1 if len(case["shape"]) == 1 and case["shape"][0] == 1 else case["shape"][0],
+                 "dtype": case["dtype"], **({"src": case["src"]} if "src" in case else {})}
+        label = catalog.case_label(exercise_id, entry, lang)
+        kind = getattr(exercises.load(exercise_id), "CASE_SIZE", "tensor")
+        if kind == "batch":
+            samples, features = case["shape"]
+            assert label == i18n.t("exercises.case_batch", lang, id=case["id"], world=case["world_size"],
+                                   count=samples, features=features, per_rank=samples // case["world_size"])
+        elif kind == "dataset":
+            assert label == i18n.t("exercises.case_dataset", lang, id=case["id"], world=case["world_size"],
+                                   count=case["shape"][0])
+        else:
+            assert label.startswith(f"{case['id']}")
+            assert kind == "tensor" and exercise_id in ("ring-allreduce", "broadcast", "hierarchical-allreduce")
+    assert exercises.load("shard-indices").CASE_SIZE == "dataset"

@@ -31,7 +31,7 @@ import pytest
 from academy import content
 from labs.exercises import EXERCISES, grader, load, messages, reference
 from labs.exercises.bucketed_overlap.exercise import buckets
-from labs.sandbox import run as sandbox
+from tests.exercisepass import sandbox_mode
 from tests.test_terminology import LESSONS, findings, fixture_rules, report, rules_from, yaml_texts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -366,15 +366,6 @@ def exercises_reference(exercise_id: str) -> str:
 
 # --------------------------------------------------------------------------
 # Real grading on gloo ranks
-
-
-def sandbox_mode() -> str:
-    """The real sandbox where it can start here (CI runs as root with bwrap), else explicitly none."""
-    try:
-        sandbox.check_available("bwrap")
-        return "bwrap"
-    except sandbox.SandboxUnavailable:
-        return "none"
 
 
 def cli_grade(exercise_id: str, path: Path) -> tuple[int, dict]:

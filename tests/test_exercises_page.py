@@ -19,10 +19,12 @@ from sqlmodel import select
 from academy import exercises, i18n
 from academy.db import session_scope
 from academy.labruns import job as labjob
-from academy.models import ExercisePass, LabRun, Learner
+from academy.models import ExercisePass, LabRun
 from app import labviews
+from labs.exercises import messages
 from tests import exercisefakes
 from tests.apptest import open_page, press, record_cadence
+from tests.factories import learner
 
 
 @pytest.fixture(autouse=True)
@@ -30,13 +32,6 @@ def fake_catalog(monkeypatch, app_db):  # noqa: ARG001  (app_db: each test on a 
     exercisefakes.install(monkeypatch)
 
 
-def learner() -> int:
-    with session_scope() as session:
-        person = Learner(email=f"page-{uuid.uuid4().hex[:8]}@example.org", password_hash="x",
-                         display_name="Ex Learner")
-        session.add(person)
-        session.flush()
-        return person.id
 
 
 def texts(at) -> str:
@@ -118,6 +113,18 @@ def test_signed_out_the_page_lists_the_exercises_and_shows_statements_but_not_an
     assert len(at.text_area) == 0 and len(at.get("component_instance")) == 0
     assert not [b for b in at.button if b.label == t("exercises.run")]
     assert "REFERENCE-SOLUTION" not in page
+
+
+@pytest.mark.parametrize("lang", ["en", "zh", "nl"])
+def test_the_page_says_how_code_is_run_and_graded(lang):
+    """Issue #36: the intro and its "how" panel describe the grader as it is (the router,
+    the harness's own results, what differs from gloo); tests/test_grading_text.py keeps
+    every text free of the mechanisms it does not use."""
+    at = open_page("exercises", lang)
+    assert not at.exception, at.exception
+    assert t("exercises.intro", lang) in [m.value for m in at.markdown]
+    (how,) = [e for e in at.expander if e.label == t("exercises.how_title", lang)]
+    assert t("exercises.how", lang) in [m.value for m in how.markdown]
 
 
 def test_hints_open_one_at_a_time_and_stay_open_after_a_reload():
@@ -230,6 +237,9 @@ def test_run_queues_the_code_then_shows_the_report_and_only_after_a_pass_the_ref
     at.run()
     assert exercisefakes.message("passed", "en", {"count": 1}) in [s.value for s in at.success]
     assert len(at.get("plotly_chart")) == 1  # the learner's ring
+    # Beside it, the family the grader found in the same case (from the router's log).
+    assert "[en] pattern_shown case=w3-n7-float32 family=[en] family_ring  world_size=3" in \
+        [c.value for c in at.caption]
     assert shown_as_code(at, exercisefakes.REFERENCE["ring-allreduce"]) and shown_as_code(at, right)
     with session_scope() as session:
         [row] = session.exec(select(ExercisePass)).all()
@@ -248,6 +258,30 @@ def test_a_source_over_64_kib_is_refused_on_the_page_before_queueing(widget):  #
     with session_scope() as session:
         assert session.exec(select(LabRun)).all() == []
         assert exercises.get_draft(session=session, learner_id=me, exercise="ring-allreduce") is None
+
+
+@pytest.mark.parametrize("lang", ["en", "zh", "nl"])
+def test_refused_code_hides_the_last_report_which_graded_other_code(lang):
+    """Run with code over 64 KiB after a graded run: the refusal, and not the last run's findings
+    or verdict below it as if they were this code's (journey review m1)."""
+    me = learner()
+    at = open_page("exercises", lang, me)
+    write(at, "def ring_allreduce(tensor):\n    pass  # whole buffer\n")
+    press(at, t("exercises.run", lang))
+    with session_scope() as session:
+        run = session.exec(select(LabRun).where(LabRun.learner_id == me)).one()
+    grade(run.id, exercisefakes.report(passed=False))
+    at.run()
+    failed = t("exercises.failed", lang, passed=1, failed=1, count=2)
+    assert failed in [e.value for e in at.error]
+    write(at, "x" * 70_000)
+    press(at, t("exercises.run", lang))
+    assert not at.exception, at.exception
+    errors = [e.value for e in at.error]
+    assert errors == [t("exercises.err_too_large", lang, size=70_000, limit=65_536)]
+    assert failed not in errors and not [x for x in at.text if "bytes_whole_buffer" in x.value]
+    assert t("exercises.previous_hidden", lang) in [c.value for c in at.caption]
+    assert not [c for c in at.caption if c.value.startswith(t("exercises.duration", lang, seconds=0, sandbox="")[:6])]
 
 
 def test_a_report_that_could_not_be_graded_shows_the_reason_as_text():
@@ -343,6 +377,25 @@ def test_sends_of_the_whole_buffer_draw_the_naive_ring_and_unnamed_chunks_draw_n
         assert len(charts) == 0 and t(drawn) in [c.value for c in at.caption]
 
 
+@pytest.mark.parametrize("exercise, family, trace", [("ring-allreduce", "direct", True),
+                                                     ("broadcast", "tree", False)])
+def test_a_pattern_that_is_no_ring_is_named_and_not_drawn_as_one(exercise, family, trace):
+    """A direct exchange's sends are chunks too: drawn as a ring they would show a ring that
+    never ran. The page names the family instead; a broadcast's report has the family alone."""
+    me = learner()
+    run_id = exercises.submit(learner_id=me, exercise=exercise, source="x = 1\n", lang="en")
+    report = exercisefakes.report(exercise, passed=False)
+    report["pattern"] = {"case": "w4-n10-float32", "family": family, "world_size": 4}
+    if not trace:
+        report["trace"] = None
+    grade(run_id, report)
+    at = open_page("exercises", "en", me, exercise=exercise)
+    assert not at.exception, at.exception
+    assert len(at.get("plotly_chart")) == 0
+    assert f"[en] pattern_shown case=w4-n10-float32 family=[en] family_{family}  world_size=4" in \
+        [c.value for c in at.caption]
+
+
 def test_a_stored_trace_longer_than_a_ring_is_never_drawn():
     """Review N-4: a report whose trace lists 3,000 sends per rank (forged, or from before the
     grader clipped traces) made this page build a 3,000-frame animation: a minute of the
@@ -374,7 +427,7 @@ def test_a_deadlock_names_each_direction_and_the_headline_counts_not_run_apart(l
         run = session.exec(select(LabRun).where(LabRun.learner_id == me)).one()
     report = exercisefakes.report(passed=False)
     stuck = {**report["cases"][1], "id": "w2-n5-float32", "size": 5, "findings": [], "waiting": [
-        {"rank": 0, "op": "send", "peer": 1, "bytes": 4194304},
+        {"rank": 0, "op": "send", "peer": 1, "bytes": 4194304, "line": 12},
         {"rank": 1, "op": "recv", "peer": 0, "bytes": 0}]}
     not_run = [{**stuck, "id": f"w2-n{k}-float32", "status": "not_run", "waiting": []} for k in (6, 7)]
     grade(run.id, {**report, "cases": [*report["cases"], stuck, *not_run]})
@@ -385,6 +438,9 @@ def test_a_deadlock_names_each_direction_and_the_headline_counts_not_run_apart(l
     to, came_from = DEADLOCK_WORDS[lang]
     assert len(waits) == 2 and to in waits[0] and came_from in waits[1], waits
     assert {"en": "4,194,304", "zh": "4,194,304", "nl": "4.194.304"}[lang] in waits[0]  # the reader's marks
+    # Where the rank said it blocked, the learner's line (journey m10); the other said nothing.
+    line = messages.text("waiting_line", lang, waiting="", line=12)
+    assert waits[0].endswith(line) and line not in waits[1]
 
 
 @pytest.mark.parametrize("lang", ["en", "zh", "nl"])

@@ -80,6 +80,11 @@ def test_write_run_pass_see_the_ring_refresh_and_only_then_the_reference(server,
               timeout=GRADING)
     kit.wait_app(page)
     kit.see(page, t("exercises.ring", "en"))
+    # Beside the animation, the family the grader found in the router's log of the same case.
+    family = kit.see(page, messages.text("pattern_shown", "en", "ring-allreduce", case="w4-n10-float32", world_size=4,
+                                         family=messages.text("family_ring", "en", "ring-allreduce")))
+    family.scroll_into_view_if_needed()
+    family.screenshot(path=str(artifacts / "exercise-ring-family.png"))
     chart = kit.main(page).locator(".js-plotly-plot").first
     chart.wait_for(timeout=kit.WAIT)
     chart.scroll_into_view_if_needed()

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -24,7 +22,9 @@ from sqlmodel import select
 
 from academy import exercises
 from academy.db import session_scope
-from academy.models import ExercisePass, LabRun, Learner
+from academy.models import ExercisePass
+from tests import exercisepass
+from tests.factories import learner, wait_for_run
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MINE = (FIXTURES / "exercise_page" / "ring_mine.py").read_text()
@@ -32,40 +32,19 @@ WHOLE_BUFFER = (FIXTURES / "exercises" / "ring_whole_buffer.py").read_text()
 
 
 @pytest.fixture(scope="module", autouse=True)
-def sandbox_mode():
+def worker_settings():
     """Before the module's worker starts (autouse fixtures come first): the mode it passes to
     the grader, and its warm grader (the product's default; tests' workers start none). No
     warm lab process: no lab runs here, and it would import PyTorch for nothing."""
-    from labs.sandbox import run as sandbox
-
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("LAB_WARM_EXERCISES", "1")
         patch.setenv("LAB_WARM_POOL", "0")
-        try:
-            sandbox.check_available("bwrap")
-            patch.setenv("EXERCISE_SANDBOX", "bwrap")
-        except sandbox.SandboxUnavailable:
-            patch.setenv("EXERCISE_SANDBOX", "none")
+        patch.setenv("EXERCISE_SANDBOX", exercisepass.sandbox_mode())
         yield
 
 
-def learner() -> int:
-    with session_scope() as session:
-        person = Learner(email=f"q-{uuid.uuid4().hex[:8]}@example.org", password_hash="x")
-        session.add(person)
-        session.flush()
-        return person.id
 
 
-def finished(run_id: int, timeout: float = 120) -> LabRun:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with session_scope() as session:
-            run = session.get(LabRun, run_id)
-        if run.status not in ("queued", "running"):
-            return run
-        time.sleep(0.3)
-    raise AssertionError(f"exercise run {run_id} did not finish")
 
 
 def passes_of(learner_id: int) -> list[ExercisePass]:
@@ -100,7 +79,7 @@ def test_the_real_exercises_in_each_language_and_labs_keep_to_their_own_runs(app
 def test_a_passing_submission_records_the_pass_and_a_failing_one_does_not():
     me = learner()
     failing = exercises.submit(learner_id=me, exercise="ring-allreduce", source=WHOLE_BUFFER, lang="nl")
-    run = finished(failing)
+    run = wait_for_run(failing, timeout=120, poll=0.3)
     assert run.status == "done", run.error
     assert run.result["status"] == "failed"
     # The whole-buffer ring gets every value right and fails on the bytes it sent (as the
@@ -110,7 +89,7 @@ def test_a_passing_submission_records_the_pass_and_a_failing_one_does_not():
     assert passes_of(me) == []
 
     passing = exercises.submit(learner_id=me, exercise="ring-allreduce", source=MINE, lang="en")
-    run = finished(passing)
+    run = wait_for_run(passing, timeout=120, poll=0.3)
     assert run.status == "done", run.error
     assert run.result["status"] == "passed" and run.result["cases"]
     assert run.result["sandbox"] == os.environ["EXERCISE_SANDBOX"]  # the setting reached the grader
@@ -120,14 +99,14 @@ def test_a_passing_submission_records_the_pass_and_a_failing_one_does_not():
     assert (row.exercise, row.run_id) == ("ring-allreduce", passing)
 
     again = exercises.submit(learner_id=me, exercise="ring-allreduce", source=MINE, lang="en")
-    assert finished(again).result["status"] == "passed"
+    assert wait_for_run(again, timeout=120, poll=0.3).result["status"] == "passed"
     assert [p.run_id for p in passes_of(me)] == [passing]  # the first pass stays, one row
 
 
 @pytest.mark.usefixtures("shared_lab_worker")
 def test_code_that_cannot_be_graded_is_a_report_with_its_reason_not_a_pass():
     me = learner()
-    run = finished(exercises.submit(learner_id=me, exercise="broadcast", source="def broadcast(:\n", lang="en"))
+    run = wait_for_run(exercises.submit(learner_id=me, exercise="broadcast", source="def broadcast(:\n", lang="en"), timeout=120, poll=0.3)
     assert run.status == "done", run.error
     assert run.result["status"] == "error" and run.result["error"]["key"] == "syntax_error"
     assert passes_of(me) == []

@@ -8,20 +8,36 @@ finding or error, never a pass; reaching into the harness (frames, gc) in
 through the host's paths or by searching the file system, must find
 nothing. Each submission runs one small case on 2 ranks, in the sandbox
 mode of ``EXERCISE_SANDBOX`` (bwrap in CI).
+
+The last part is the closed router (issue #35): every channel by which the
+router once answered a rank with more than the payloads it counted (a size
+mismatch echoed as an error, a meta tensor's size, tags, an any-source
+completion, a collective's declared size or source, zero-byte and extra
+messages, receives left waiting), each at the router's level without
+processes; the property itself, tested with hypothesis; and the
+representative attacks graded end to end, with the direct reduce-scatter
+and all-gather that passed as a ring.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import torch
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from labs import exercises
 from labs.exercises.__main__ import render
 from labs.exercises.grader import grade
 from labs.sandbox import run as sandbox
+from tests.test_exercises_router import ROOMY, Rank, frames, pump, routing
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = {"ring-allreduce": {"w2-n5-float32"}, "broadcast": {"w2-src1-n6-int64"}}
@@ -29,10 +45,6 @@ HEADER = "import torch\nimport torch.distributed as dist\n\n\ndef ring_allreduce
 
 
 def _grade(body: str, exercise_id: str = "ring-allreduce", header: str = HEADER) -> dict:
-    try:
-        sandbox.check_available()
-    except sandbox.SandboxUnavailable as exc:
-        pytest.skip(f"no sandbox here: {exc.reason}")
     lines = "".join(f"    {line}\n" for line in body.strip().splitlines())
     return grade(exercise_id, header + lines + "    return tensor\n", case_ids=CASES[exercise_id])
 
@@ -75,7 +87,7 @@ ROUTES = {
 }
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 @pytest.mark.parametrize("route", ROUTES)
 def test_every_route_to_a_collective_is_a_forbidden_call(route):
     body, call = ROUTES[route]
@@ -86,7 +98,7 @@ def test_every_route_to_a_collective_is_a_forbidden_call(route):
     assert "which this exercise does not allow" in render(report, "en")
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_importing_a_collective_by_name_or_the_functional_collectives_is_refused_too():
     for header, call in (("from torch.distributed import all_reduce\n", "dist.all_reduce"),
                          ("import torch.distributed._functional_collectives\n", "_functional_collectives")):
@@ -96,14 +108,14 @@ def test_importing_a_collective_by_name_or_the_functional_collectives_is_refused
         assert call in finding["values"]["call"]
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_broadcast_by_the_built_in_is_forbidden():
     header = "import torch.distributed as dist\n\n\ndef broadcast(tensor, src):\n"
     finding = _finding(_grade("dist.broadcast(tensor, src)", "broadcast", header=header))
     assert finding["key"] == "forbidden_call" and finding["values"]["call"] == "dist.broadcast"
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 @pytest.mark.parametrize("body, what", [
     ("import gc\ngc.get_objects()", "gc.get_objects"),
     ("try:\n    1 / 0\nexcept ZeroDivisionError as exc:\n    exc.__traceback__.tb_frame.f_back", "tb_frame"),
@@ -117,7 +129,7 @@ def test_reaching_into_the_harness_is_refused(body, what):
     assert finding["values"]["call"] == what
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_the_reference_and_the_hidden_cases_cannot_be_read():
     ring = exercises.folder("ring-allreduce")
     # In bwrap the whole file system is small enough to search; without a
@@ -156,7 +168,7 @@ print("\\n".join(seen))
     assert '"groups"' not in printed and "_CASES" not in printed  # the plan, the case list
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_the_learner_cannot_send_its_own_expected_values():
     """The rank's pipe to the harness is reachable from the learner's code (the api's
     channel); an ``expected`` frame sent through it must not become the answer, and setting
@@ -175,7 +187,7 @@ api.sent = api.received = tensor.numel() * tensor.element_size()
     assert report["status"] == "failed"
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_a_pidfd_signal_to_the_harness_is_refused_by_the_kernel():
     """``os.kill`` is refused by the guard, but a pidfd signal raises no audit event: it
     killed the harness. The rank's second seccomp filter refuses ``pidfd_open`` (and
@@ -207,7 +219,7 @@ def test_a_harness_killed_by_a_signal_says_it_was_the_code(monkeypatch):
     assert "not your fault" not in text and "killed" in text
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_a_reply_the_learner_forged_is_a_finding_not_a_crash_of_the_grader():
     """A "result" the learner's code wrote to the harness's pipe, without the fields a real one
     has, crashed the grader (KeyError, exit 1, no report). It is the case's finding now."""
@@ -219,15 +231,11 @@ def test_a_reply_the_learner_forged_is_a_finding_not_a_crash_of_the_grader():
     assert "could not be read" in render(report, "en")
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_a_whole_buffer_ring_that_sets_its_own_byte_counter_does_not_pass():
     """The sum is right (whole tensors passed around the ring, n-1 times), and it sets the
     counter a rank-side api once kept to a ring's amount. The router counts outside the rank:
     every case of 3 and 4 ranks fails on its bytes, the large ones included."""
-    try:
-        sandbox.check_available()
-    except sandbox.SandboxUnavailable as exc:
-        pytest.skip(f"no sandbox here: {exc.reason}")
     source = """
 import torch
 import torch.distributed as dist
@@ -339,7 +347,7 @@ def collect(other, state, flat):
 }
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 @pytest.mark.parametrize("channel", CHANNELS)
 def test_a_side_channel_between_ranks_is_refused_by_the_kernel(channel):
     """The ranks share the tmp folder and the loopback, so a ring could send a ring's amount
@@ -347,10 +355,6 @@ def test_a_side_channel_between_ranks_is_refused_by_the_kernel(channel):
     exactly that (without the rank's second seccomp filter each passes: the router's counts
     are a ring's). The filter refuses the file, the socket and the folder with EPERM, so the
     case crashes."""
-    try:
-        sandbox.check_available()
-    except sandbox.SandboxUnavailable as exc:
-        pytest.skip(f"no sandbox here: {exc.reason}")
     source = SIDE_CHANNEL.replace("{channel}", CHANNELS[channel])
     report = grade("ring-allreduce", source, case_ids={"w3-n1001-float32"})
     finding = _finding(report)
@@ -363,7 +367,7 @@ def test_a_side_channel_between_ranks_is_refused_by_the_kernel(channel):
 # Past the audit hook: processes, links, the plan as a file, the harness's /proc
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_a_process_started_past_the_audit_hook_is_refused_by_the_kernel():
     """``_posixsubprocess.fork_exec`` raises no audit event: a /bin/cat it started read the
     plan (this run's hidden cases) and the harness's environment. Each rank's own seccomp
@@ -396,7 +400,7 @@ print("FOUND", found)
     assert "FOUND {'input': ['submission.py'], 'spawn': 1, 'symlink': 1, 'link': 1}" in printed, printed
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_threads_still_work_under_the_ranks_filter():
     """The filter refuses clone without CLONE_THREAD only: a learner's thread (as gloo's own)
     still starts, and the reference passes beside it."""
@@ -413,7 +417,7 @@ print("THREAD", seen)
     assert "THREAD [0]" in case["output"]["0"], case
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_the_harness_memory_and_environment_are_not_readable_from_a_rank():
     """torch opens files in C++, past the guard's audit hook (``torch.from_file``); the
     harness process makes itself non-dumpable before forking the ranks, so its /proc files
@@ -574,7 +578,7 @@ def test_a_reader_that_stops_early_gets_no_traceback(args, tmp_path):
 # The trust design (docs/contributors/grading.md): nothing in a rank to find, no group to use
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_no_frame_of_any_thread_in_a_rank_holds_a_seed_the_plan_or_an_expected_value():
     """The second probe's thread trick: a worker thread runs ``sys._current_frames`` with no
     frame of the learner's file on its own stack, so the guard allows it, and every frame of
@@ -613,7 +617,7 @@ print("FOUND", sorted(found), len(seen))
     assert "FOUND [] " in printed, printed
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 @pytest.mark.parametrize("body", [
     # A gloo group of its own over TCP: the sealed filter refuses the socket.
     'dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29511", rank=dist.get_rank(),\n'
@@ -630,20 +634,24 @@ def test_a_collective_by_any_route_is_a_failure_never_a_pass(body):
     report = _grade(body)
     assert report["status"] != "passed"
     finding = _finding(report)
-    assert finding["key"] in ("crash", "forbidden_call", "deadlock", "rank_died"), finding
+    assert finding["key"] in ("crash", "forbidden_call", "deadlock", "rank_died", "protocol_call_refused",
+                              "protocol_frame"), finding
     text = render(report, "en")
     assert "passed" not in text.splitlines()[0].lower() or "0 of" in text
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_a_frame_forged_to_the_router_breaks_the_protocol_and_says_so():
     body = 'dist.send.__self__.channel.send({"t": "all_reduce", "id": 5, "dtype": "float32", "op": "sum"}, b"1234")'
-    finding = _finding(_grade(body + "\nimport time\ntime.sleep(1)"))
-    assert finding["key"] == "crash" and finding["values"]["exception"] == "ProtocolError", finding
-    assert "not available" in finding["values"]["message"]
+    report = _grade(body + "\nimport time\ntime.sleep(1)")
+    finding = _finding(report)
+    assert (finding["check"], finding["key"], finding["values"]["op"]) == \
+        ("protocol", "protocol_call_refused", "all_reduce"), finding
+    assert finding["values"]["rank"] in (0, 1)  # both ranks wrote it: the router read one first
+    assert "asked the grader for dist.all_reduce" in render(report, "en")
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 def test_a_rank_holds_no_process_group_at_all():
     """Review N-2: gloo's own all-reduce was reachable from a rank through dispatcher entry
     points the guard did not wrap, because the rank held a working process group. Now none
@@ -656,3 +664,436 @@ print("GROUPS", isinstance(world.default_pg, c10d.ProcessGroup), len(world.pg_ma
     report = _grade(body)
     (case,) = report["cases"]
     assert "GROUPS False 0 0" in case["output"]["0"], case["output"]
+
+
+# --------------------------------------------------------------------------
+# The closed router: what a rank is told is its own calls' completions and the payloads
+# counted into it (router.py). Each channel of the third probe's class, without processes.
+
+from api import Api, Channel  # noqa: E402 - the runtime's flat imports (test_exercises_router puts them on the path)
+from drivers import ring_allreduce as ring_driver  # noqa: E402
+
+COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "barrier")
+
+
+@pytest.fixture
+def net():
+    """Routers over hand-driven ranks (pipes, no processes), under a case's bounds."""
+    made = []
+
+    def make(n: int, bounds=ROOMY, allowed=routing.P2P + COLLECTIVES):
+        ranks = [Rank() for _ in range(n)]
+        r = routing.Router(n, [x.up_r for x in ranks], [x.down_w for x in ranks], allowed=allowed)
+        r.reset(bounds)
+        made.append((r, ranks))
+        return r, ranks
+
+    yield make
+    for r, ranks in made:
+        r.close()
+        for x in ranks:
+            for fd in (x.up_r, x.up_w, x.down_r, x.down_w):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+
+@pytest.mark.parametrize("empty_messages, sent", [(False, b"abcd"), (True, b"")])
+def test_a_size_mismatch_answers_neither_side(net, empty_messages, sent):
+    """H-1: rank 0 posted a receive whose size was its data, rank 1 sent another size (zero
+    bytes, counted as nothing), and the router answered both "rank 1 sent 0 bytes, the receive
+    expected N": rank 1 read rank 0's data out of its own error. Now the case ends there and
+    neither rank is told anything."""
+    r, (a, b) = net(2, bounds=routing.Bounds(message_bytes=64, tags=2, empty_messages=empty_messages))
+    a.write({"t": "irecv", "id": 1, "src": 1, "tag": 0, "n": 37})  # 37: rank 0's "data"
+    b.write({"t": "send", "id": 1, "dst": 0, "tag": 0}, sent)
+    pump(r)
+    assert a.read() == [] and b.read() == []
+    assert r.failure == {"key": "protocol_size_mismatch",
+                         "values": {"rank": 0, "peer": 1, "sent": len(sent), "expected": 37}}
+    assert r.traffic(0)["received"] == 0
+
+
+def test_a_receive_larger_than_the_case_can_need_ends_it_on_its_own_frame(net):
+    """The raw-frame variant: a receive of a 4,097-digit size (1,700 bytes of data per call).
+    Refused on the receiver's own frame, before any send could meet it."""
+    r, (a, b) = net(2, bounds=routing.Bounds(message_bytes=20, tags=2))
+    a.write({"t": "irecv", "id": 1, "src": 1, "tag": 0, "n": int("7" * 4097)})
+    pump(r)
+    b.write({"t": "send", "id": 1, "dst": 0, "tag": 0}, b"x" * 20)
+    pump(r)
+    assert a.read() == [] and b.read() == []
+    assert r.failure == {"key": "protocol_message_size",
+                         "values": {"rank": 0, "op": "irecv", "bytes": "> 10^15", "limit": 20}}
+
+
+@pytest.mark.parametrize("op, tensor, device", [
+    ("irecv", torch.empty(123456789, dtype=torch.uint8, device="meta"), "meta"),
+    ("recv", torch.empty(7, device="meta"), "meta"),
+    ("isend", torch.sparse_coo_tensor([[0]], [1.0], (5,), check_invariants=True), "sparse_coo"),
+])
+def test_a_tensor_that_is_no_cpu_tensor_is_refused_and_ends_the_case(net, op, tensor, device):
+    """H-1 through the public API alone: ``dist.irecv(torch.empty(N, device="meta"), src)``
+    declared N bytes (its data) and allocated nothing. The api refuses any tensor that is not
+    a plain CPU tensor, with the reason; the frame that says so ends the case at the router."""
+    r, (a, _b) = net(2)
+    api = Api(Channel(a.up_w, a.down_r), rank=0, world=2)
+    with pytest.raises(RuntimeError, match="CPU tensors only"):
+        getattr(api, op)(tensor, 1)
+    pump(r)
+    assert r.failure == {"key": "protocol_device", "values": {"op": op, "device": device, "rank": 0}}
+
+
+def test_a_receive_from_any_source_is_refused(net):
+    """I-6: an any-source receive's answer named the rank whose send came first. No exercise
+    needs one; the case ends, and the sends that waited reach nobody."""
+    r, (a, b, c) = net(3)
+    b.write({"t": "isend", "id": 1, "dst": 0, "tag": 0}, b"abcd")
+    c.write({"t": "isend", "id": 1, "dst": 0, "tag": 0}, b"wxyz")
+    pump(r)
+    a.write({"t": "irecv", "id": 1, "src": None, "tag": 0, "n": 4})
+    pump(r)
+    assert a.read() == [] and r.failure == {"key": "protocol_any_source", "values": {"op": "irecv", "rank": 0}}
+
+
+def test_tags_are_few_and_a_receive_no_message_met_fails_the_case(net):
+    """I-6: a rank posts receives on many tags and sees which one completes. A ring's case
+    allows 2n tags (one per step); past them the case ends, and within them a receive on the
+    tag the sender did not choose is left waiting, which fails the case when the ranks return."""
+    bounds = routing.Bounds(**ring_driver.bounds({"shape": [10], "dtype": "float32"}, 4))
+    assert (bounds.tags, bounds.message_bytes) == (8, 40)
+    r, (a, *_) = net(4, bounds=bounds)
+    a.write({"t": "irecv", "id": 1, "src": 1, "tag": 8, "n": 4})
+    pump(r)
+    assert r.failure == {"key": "protocol_tag", "values": {"rank": 0, "op": "irecv", "tag": 8, "last": 7}}
+    r, (a, b, *_) = net(4, bounds=bounds)
+    for tag in (0, 1):
+        a.write({"t": "irecv", "id": tag + 1, "src": 1, "tag": tag, "n": 4})
+    b.write({"t": "send", "id": 1, "dst": 0, "tag": 1}, b"abcd")
+    pump(r)
+    assert r.failure is None and [h["id"] for h, _ in a.read()] == [2]
+    assert r.finish() == {"key": "protocol_unmatched_recv",
+                          "values": {"rank": 0, "op": "irecv", "peer": 1, "bytes": 4, "tag": 0}}
+
+
+@pytest.mark.parametrize("shape, world, empty", [([10], 4, False), ([1001], 3, False), ([16], 4, False),
+                                                 ([1], 2, True), ([3], 4, True), ([9], 4, True), ([3, 3], 4, True)])
+def test_a_message_of_zero_bytes_only_where_the_case_can_need_one(net, shape, world, empty):
+    """A zero-byte send counted nothing and carried the H-1 trick. A ring's case needs one
+    only where its tensor, cut into n chunks (ceil(m/n) elements, or fewer than n), has an
+    empty chunk; elsewhere a message of zero bytes ends the case."""
+    bounds = ring_driver.bounds({"shape": shape, "dtype": "float32"}, world)
+    assert bounds["empty_messages"] is empty
+    r, (a, b, *_) = net(world, bounds=routing.Bounds(**bounds))
+    a.write({"t": "isend", "id": 1, "dst": 1, "tag": 0}, b"")
+    b.write({"t": "recv", "id": 1, "src": 0, "tag": 0, "n": 0})
+    pump(r)
+    if empty:
+        assert r.failure is None and [h for h, _ in b.read()] == [{"t": "done", "id": 1, "src": 0}]
+    else:
+        assert r.failure["key"] == "protocol_zero_bytes" and b.read() == []
+
+
+def test_an_extra_message_fails_the_case_when_the_ranks_return(net):
+    """A send no receive took (a message beyond what the pattern needs) is no longer left behind."""
+    r, (a, _b) = net(2)
+    a.write({"t": "isend", "id": 1, "dst": 1, "tag": 0}, b"abcd")
+    pump(r)
+    assert r.finish() == {"key": "protocol_unmatched_send",
+                          "values": {"rank": 0, "op": "isend", "peer": 1, "bytes": 4, "tag": 0}}
+
+
+def _collective(kind: str, me: int, *, size: int = 8, src: int = 0, dtype: str = "uint8", op: str = "sum"):
+    header = {"t": kind, "id": 1, "dtype": dtype}
+    if kind == "all_reduce":
+        header["op"] = op
+    if kind == "broadcast":
+        header.update(src=src, n=size)
+        return header, b"\0" * size if me == src else b""
+    return header, b"\0" * size
+
+
+@pytest.mark.parametrize("calls, key", [
+    # sharded-optimizer: a receiver of a collective broadcast declares a size that is its data.
+    ([("broadcast", {}), ("broadcast", {"size": 42}), ("broadcast", {})], "protocol_collective_mismatch"),
+    # average-gradients (a required exercise): an all_reduce whose size is rank 1's data.
+    ([("all_reduce", {}), ("all_reduce", {"size": 42}), ("all_reduce", {})], "protocol_collective_mismatch"),
+    # ...or whose reduction or element type says one bit of it.
+    ([("all_reduce", {}), ("all_reduce", {"op": "max"}), ("all_reduce", {})], "protocol_collective_mismatch"),
+    ([("all_reduce", {}), ("all_reduce", {"dtype": "int8"}), ("all_reduce", {})], "protocol_collective_mismatch"),
+    # The source each rank names for one broadcast, chosen by its data.
+    ([("broadcast", {}), ("broadcast", {"src": 2}), ("broadcast", {})], "broadcast_sources_differ"),
+    ([("all_gather", {}), ("all_gather", {"size": 42}), ("barrier", {})], "protocol_collective_mismatch"),
+])
+def test_a_collectives_declared_size_source_or_operation_is_never_echoed(net, calls, key):
+    """I-6: ranks that made different collective calls were each answered with every rank's
+    size, dtype, operation or source ("rank 1: 42 bytes"). Now the case ends and no rank hears;
+    the report lists the calls."""
+    r, ranks = net(3, allowed=COLLECTIVES)
+    for me, (kind, options) in enumerate(calls):
+        ranks[me].write(*_collective(kind, me, **options))
+    pump(r)
+    assert [x.read() for x in ranks] == [[], [], []]
+    assert r.failure["key"] == key, r.failure
+
+
+# --------------------------------------------------------------------------
+# The property: two runs whose other ranks hold different data (and so write any frames at
+# all, in any order), with the same frames from rank 0, tell rank 0 the same thing until a
+# counted payload reaches it: every answer is made of rank 0's own frame and that payload.
+
+PROPERTY_BOUNDS = routing.Bounds(message_bytes=12, tags=2, empty_messages=False)
+SIZES = st.sampled_from([4, 8, 12, 4, 8, 12, 0, 16])  # now and then beyond what the case can need
+TAGS = st.sampled_from([0, 1, 0, 1, 2])  # 2 too
+WORLD = 3
+
+
+def my_calls():
+    """Rank 0's calls: sends, receives and collectives, mostly within the case's bounds."""
+    peer = st.sampled_from([1, 2])
+    return st.lists(st.one_of(
+        st.tuples(st.sampled_from(("send", "isend")), peer, TAGS, SIZES),
+        st.tuples(st.sampled_from(("recv", "irecv")), peer, TAGS, SIZES),
+        st.tuples(st.just("all_reduce"), st.just("sum"), SIZES),
+        st.tuples(st.just("broadcast"), st.integers(0, WORLD - 1), SIZES),
+        st.tuples(st.just("barrier")),
+    ), min_size=1, max_size=6)
+
+
+# How another rank answers one of rank 0's calls: as it should, or in a way its data chose.
+TWISTS = ("same",) * 6 + ("size", "tag", "any_source", "skip", "extra", "op", "src")
+
+
+@st.composite
+def their_calls(draw, mine: list[tuple]) -> list[list[tuple]]:
+    """The other ranks' calls, answering rank 0's: each answer as it should be, or twisted
+    (another size, tag, operation or source, a receive from any rank, none, one too many)."""
+    scripts: list[list[tuple]] = [[] for _ in range(WORLD)]
+    for action in mine:
+        kind = action[0]
+        twist = draw(st.sampled_from(TWISTS))
+        if kind in ("send", "isend", "recv", "irecv"):
+            _, peer, tag, size = action
+            size = draw(SIZES) if twist == "size" else size
+            tag = draw(TAGS) if twist == "tag" else tag
+            answer = ("recv", None if twist == "any_source" else 0, tag, size) if kind in ("send", "isend") \
+                else (draw(st.sampled_from(("send", "isend"))), 0, tag, size)
+            if twist != "skip":
+                scripts[peer].append(answer)
+            if twist == "extra":
+                scripts[peer].append(("isend", 0, draw(TAGS), draw(SIZES)))
+            continue
+        for other in range(1, WORLD):
+            if kind == "all_reduce":
+                answer = ("all_reduce", "max" if twist == "op" else "sum", draw(SIZES) if twist == "size" else action[2])
+            elif kind == "broadcast":
+                answer = ("broadcast", draw(st.integers(0, WORLD - 1)) if twist == "src" else action[1],
+                          draw(SIZES) if twist == "size" else action[2])
+            else:
+                answer = ("all_reduce", "sum", 4) if twist == "op" else ("barrier",)
+            if twist != "skip" or other == 1:
+                scripts[other].append(answer)
+    return scripts[1:]
+
+
+def frame(action: tuple, op_id: int, me: int, data: int) -> tuple[dict, bytes]:
+    """One call as a rank's api writes it; its payload made of the rank's ``data``."""
+    kind = action[0]
+
+    def fill(n: int) -> bytes:
+        return bytes((data + i) % 256 for i in range(n))
+    if kind in ("send", "isend"):
+        return {"t": kind, "id": op_id, "dst": action[1], "tag": action[2]}, fill(action[3])
+    if kind in ("recv", "irecv"):
+        return {"t": kind, "id": op_id, "src": action[1], "tag": action[2], "n": action[3]}, b""
+    if kind == "all_reduce":
+        return {"t": kind, "id": op_id, "dtype": "uint8", "op": action[1]}, fill(action[2])
+    if kind == "broadcast":
+        src, n = action[1], action[2]
+        return {"t": kind, "id": op_id, "src": src, "dtype": "uint8", "n": n}, fill(n) if src == me else b""
+    return {"t": "barrier", "id": op_id}, b""
+
+
+def play(scripts: list[list[tuple]], data: list[int], order: list[int]) -> tuple[list[tuple[dict, bytes]], dict]:
+    """Every rank's frames through one router, interleaved as ``order`` picks the next rank
+    (then in turn): everything rank 0 was sent, in order, and the case's failure (or None)."""
+    world = len(scripts)
+    ranks = [Rank() for _ in range(world)]
+    r = routing.Router(world, [x.up_r for x in ranks], [x.down_w for x in ranks],
+                       allowed=routing.P2P + ("all_reduce", "broadcast", "barrier"))
+    r.reset(PROPERTY_BOUNDS)
+    try:
+        queues = [[frame(a, i + 1, me, data[me]) for i, a in enumerate(script)] for me, script in enumerate(scripts)]
+        picks = iter(order)
+        got = []
+        while any(queues):
+            who = next(picks, None)
+            if who is None or not queues[who]:
+                who = next(k for k in range(world) if queues[k])
+            ranks[who].write(*queues[who].pop(0))
+            r.pump(time.monotonic())
+            got += ranks[0].read()
+            for x in ranks[1:]:
+                x.read()
+        r.finish()
+        return got + ranks[0].read(), r.failure
+    finally:
+        r.close()
+        for x in ranks:
+            for fd in (x.up_r, x.up_w, x.down_r, x.down_w):
+                os.close(fd)
+
+
+def own_answer(action: tuple, op_id: int) -> tuple[dict, int]:
+    """What rank 0's call ``op_id`` can be answered with: its header and its payload's length,
+    from its own frame alone."""
+    kind = action[0]
+    header = {"t": "done", "id": op_id}
+    if kind in ("recv", "irecv"):
+        return {**header, "src": action[1]}, action[3]
+    if kind == "broadcast":
+        return {**header, "src": action[1]}, 0 if action[1] == 0 else action[2]
+    return header, action[2] if kind == "all_reduce" else 0
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mine=my_calls(), draw=st.data())
+def test_what_a_rank_is_told_depends_only_on_its_own_frames_and_the_payloads_counted_into_it(mine, draw):
+    runs = []
+    for _ in range(2):  # the other ranks' data, and so their calls and their timing, differ
+        others = draw.draw(their_calls(mine))
+        data = draw.draw(st.tuples(st.integers(0, 255), st.integers(0, 255)))
+        order = draw.draw(st.lists(st.integers(0, WORLD - 1), max_size=24))
+        got, failure = play([mine, *others], [7, *data], order)
+        event(f"{(failure or {}).get('key', 'no failure')}; rank 0 answered {min(len(got), 3)}"
+              f"{' or more' if len(got) >= 3 else ''} times")
+        runs.append(got)
+    for got in runs:
+        for header, payload in got:  # every answer is made of rank 0's own frame
+            expected, length = own_answer(mine[header["id"] - 1], header["id"])
+            assert header == expected and len(payload) == length, (header, len(payload))
+    # Byte for byte the same, call by call, until a payload reaches rank 0 in either run.
+    before = []
+    for got in runs:
+        first = next((i for i, (_h, p) in enumerate(got) if p), len(got))
+        before.append({h["id"]: frames.encode(h, p) for h, p in got[:first]})
+    for op_id in before[0].keys() & before[1].keys():
+        assert before[0][op_id] == before[1][op_id]
+
+
+# --------------------------------------------------------------------------
+# The representative attacks, graded end to end (one case each): before the closed router
+# each passed, with no data of the other rank crossing a counted message.
+
+SIZE_ECHO_RAW = """
+import re
+
+import torch
+import torch.distributed as dist
+
+
+def ring_allreduce(tensor):
+    other = 1 - dist.get_rank()
+    channel = dist.send.__self__.channel
+    mine = tensor.numpy().tobytes()
+    # A receive whose size is my data; the other rank's zero-byte send meets it, and the
+    # router's size-mismatch answer tells that rank the size this receive expected.
+    channel.send({"t": "irecv", "id": 1000, "src": other, "tag": 0, "n": int.from_bytes(b"\\x01" + mine, "big")})
+    channel.send({"t": "send", "id": 1001, "dst": other, "tag": 0})
+    header, _ = channel.completion(1001)
+    expected = int(re.search(r"expected (\\d+)", header.get("error", "")).group(1))
+    channel.completion(1000)
+    theirs = expected.to_bytes(len(mine) + 1, "big")[1:]
+    # The bytes rule on two ranks: one tensor's worth each way, of anything.
+    work = dist.isend(torch.zeros_like(tensor), other)
+    dist.recv(torch.empty_like(tensor), other)
+    work.wait()
+    tensor += torch.frombuffer(bytearray(theirs), dtype=tensor.dtype).view_as(tensor)
+    return tensor
+"""
+
+SIZE_ECHO_META = """
+import re
+
+import torch
+import torch.distributed as dist
+
+
+def ring_allreduce(tensor):
+    other = 1 - dist.get_rank()
+    mine = tensor.numpy().tobytes()
+    theirs = b""
+    for i in range(0, len(mine), 7):
+        piece = mine[i:i + 7]
+        # A meta tensor of N bytes allocates nothing; N is 7 bytes of my data.
+        size = int.from_bytes(b"\\x01" + piece, "big")
+        work = dist.irecv(torch.empty(size, dtype=torch.uint8, device="meta"), src=other)
+        try:
+            dist.send(torch.empty(0, dtype=torch.uint8), other)
+        except RuntimeError as exc:  # "... the receive expected N"
+            theirs += int(re.search(r"expected (\\d+)", str(exc)).group(1)).to_bytes(len(piece) + 1, "big")[1:]
+        try:
+            work.wait()
+        except RuntimeError:
+            pass
+    work = dist.isend(torch.zeros_like(tensor), other)
+    dist.recv(torch.empty_like(tensor), other)
+    work.wait()
+    tensor += torch.frombuffer(bytearray(theirs), dtype=tensor.dtype).view_as(tensor)
+    return tensor
+"""
+
+
+@pytest.mark.needs_sandbox
+@pytest.mark.parametrize("source, key", [(SIZE_ECHO_RAW, "protocol_message_size"),
+                                         (SIZE_ECHO_META, "protocol_device")])
+def test_the_size_mismatch_cheat_fails_by_raw_frames_and_by_the_public_api(source, key):
+    """H-1 as the probe ran it, on two ranks: every rank reads the other's input out of the
+    router's size-mismatch answer and sums locally; a dummy message meets the bytes rule.
+    Both passed before (the raw frames at 1,700 bytes a call, the meta tensors at 7)."""
+    report = grade("ring-allreduce", source, case_ids={"w2-n5-float32"})
+    finding = _finding(report)
+    assert finding["check"] == "protocol" and finding["key"] == key, finding
+    assert report["status"] == "failed"
+
+
+DIRECT = """
+import torch
+import torch.distributed as dist
+
+
+def ring_allreduce(tensor):
+    n, me = dist.get_world_size(), dist.get_rank()
+    chunks = list(torch.tensor_split(tensor.view(-1), n))
+    # Reduce-scatter straight to each chunk's owner: rank c ends with the sum of chunk c.
+    incoming = [torch.empty_like(chunks[me]) for _ in range(n)]
+    works = [dist.isend(chunks[c], c) for c in range(n) if c != me]
+    works += [dist.irecv(incoming[p], p) for p in range(n) if p != me]
+    for work in works:
+        work.wait()
+    for p in range(n):
+        if p != me:
+            chunks[me] += incoming[p]
+    # All-gather straight from each owner.
+    works = [dist.isend(chunks[me], p) for p in range(n) if p != me]
+    works += [dist.irecv(chunks[p], p) for p in range(n) if p != me]
+    for work in works:
+        work.wait()
+    return tensor
+"""
+
+
+@pytest.mark.needs_sandbox
+def test_a_direct_reduce_scatter_and_all_gather_does_not_pass_as_a_ring():
+    """Review I-1: it moves exactly a ring's bytes and passed 23/23. Its values and bytes still
+    pass; its message pattern fails, naming the family, where it left the ring and its cost,
+    and the report names the family beside the animation (none is drawn)."""
+    report = grade("ring-allreduce", DIRECT, case_ids={"w3-n7-float32", "w4-n10-float32"})
+    assert report["status"] == "failed" and report["error"] is None
+    for case in report["cases"]:
+        failed = [f for f in case["findings"] if not f["passed"]]
+        assert [f["key"] for f in failed] == ["pattern_direct"], case
+        assert failed[0]["values"]["rank"] == 1 and failed[0]["values"]["peer"] == 0
+    assert report["pattern"] == {"case": "w4-n10-float32", "family": "direct", "world_size": 4, "messages": 6}
+    text = render(report, "en")
+    assert "they are a direct exchange" in text and "Message pattern in case w4-n10-float32" in text
+

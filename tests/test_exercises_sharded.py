@@ -19,11 +19,12 @@ import re
 import pytest
 import torch
 
-from labs.exercises import EXERCISES, REQUIRED_FOR_CERTIFICATE, grader, load, messages, reference
+from labs.exercises import EXERCISES, REQUIRED_FOR_CERTIFICATE, grader, load, messages
 from labs.exercises.sharded_optimizer.exercise import fair_limit
 from tests.apptest import open_page
-from tests.test_exercises_more import FIXTURES, LANGS, ROOT, folder, keys, sandbox_mode, texts
-from tests.test_exercises_router import Rank, frames, from_bytes, pump, routing, tensor_bytes
+from tests.exercisepass import passing_report, sandbox_mode
+from tests.test_exercises_more import FIXTURES, LANGS, ROOT, folder, keys, texts
+from tests.test_exercises_router import ROOMY, Rank, frames, from_bytes, pump, routing, tensor_bytes
 from tests.test_terminology import LESSONS, findings, fixture_rules, report, rules_from, yaml_texts
 
 ID = "sharded-optimizer"
@@ -39,6 +40,7 @@ def routed():
     def make(n: int, allowed=("send", "isend", "recv", "irecv", "all_reduce", "barrier")):
         ranks = [Rank() for _ in range(n)]
         r = routing.Router(n, [x.up_r for x in ranks], [x.down_w for x in ranks], allowed=allowed)
+        r.reset(ROOMY)
         made.append((r, ranks))
         return r, ranks
 
@@ -81,22 +83,25 @@ def test_a_broadcast_sends_the_source_tensor_to_every_other_rank_and_counts_it_o
     assert r.traffic(0)["calls"][0]["op"] == "broadcast" and r.traffic(0)["calls"][0]["peer"] == 1
 
 
-def test_ranks_that_name_different_sources_get_an_error_and_the_router_records_them(routed):
+def test_ranks_that_name_different_sources_end_the_case_and_the_report_names_them(routed):
     r, (a, b) = routed(2, allowed=COLLECTIVES)
     bcast(a, 0, 0, torch.ones(2))
     bcast(b, 1, 1, torch.ones(2))
     pump(r)
-    assert "disagree on the broadcast's source" in a.read()[0][0]["error"]
-    assert "disagree" in b.read()[0][0]["error"]
-    assert r.traffic(0)["calls"][0]["sources"] == [0, 1] and r.traffic(1)["received"] == 0
+    assert a.read() == [] and b.read() == []  # no rank learns which source another named
+    assert r.failure == {"key": "broadcast_sources_differ", "values": {"sources": "0, 1", "world_size": 2, "rank": 1}}
+    assert r.traffic(1)["received"] == 0
 
 
-def test_a_broadcast_of_different_sizes_fails_on_every_rank(routed):
+def test_a_broadcast_of_different_sizes_ends_the_case(routed):
     r, (a, b) = routed(2, allowed=COLLECTIVES)
     bcast(a, 0, 0, torch.ones(2))
     bcast(b, 0, 1, torch.ones(3))
     pump(r)
-    assert "broadcast mismatch" in a.read()[0][0]["error"] and "broadcast mismatch" in b.read()[0][0]["error"]
+    assert a.read() == [] and b.read() == []
+    assert r.failure["key"] == "protocol_collective_mismatch"
+    assert r.failure["values"]["calls"] == ("rank 0: broadcast(float32, 8 B, src=0); "
+                                            "rank 1: broadcast(float32, 12 B, src=0)")
 
 
 def test_all_gather_gives_every_rank_all_tensors_in_rank_order(routed):
@@ -110,42 +115,43 @@ def test_all_gather_gives_every_rank_all_tensors_in_rank_order(routed):
         assert r.traffic(me)["sent"] == 8 and r.traffic(me)["received"] == 16  # the others' tensors
 
 
-def test_an_all_gather_of_different_sizes_or_too_large_fails_on_every_rank(routed, monkeypatch):
+def test_an_all_gather_of_different_sizes_or_too_large_ends_the_case(routed, monkeypatch):
     r, (a, b) = routed(2, allowed=COLLECTIVES)
     a.write({"t": "all_gather", "id": 1, "dtype": "float32"}, b"\0" * 8)
     b.write({"t": "all_gather", "id": 1, "dtype": "float32"}, b"\0" * 4)
     pump(r)
-    assert "all_gather mismatch" in a.read()[0][0]["error"] and "mismatch" in b.read()[0][0]["error"]
+    assert a.read() == [] and b.read() == [] and r.failure["key"] == "protocol_collective_mismatch"
+    r, (a, b) = routed(2, allowed=COLLECTIVES)  # a failure ends the group's ranks: a new one
     monkeypatch.setattr(frames, "MAX_PAYLOAD", 12)
     for x in (a, b):
         x.write({"t": "all_gather", "id": 2, "dtype": "float32"}, b"\0" * 8)
     pump(r)
-    assert "more than 12" in a.read()[0][0]["error"]
+    assert a.read() == [] and r.failure["key"] == "protocol_message_size" and r.failure["values"]["limit"] == 12
 
 
-@pytest.mark.parametrize("frame, why", [
-    (frames.encode({"t": "broadcast", "id": 1, "src": 0, "dtype": "float32", "n": 4}, b"\0" * 4), "not available"),
-    (frames.encode({"t": "all_gather", "id": 1, "dtype": "float32"}, b"\0" * 4), "not available"),
+@pytest.mark.parametrize("frame", [
+    frames.encode({"t": "broadcast", "id": 1, "src": 0, "dtype": "float32", "n": 4}, b"\0" * 4),
+    frames.encode({"t": "all_gather", "id": 1, "dtype": "float32"}, b"\0" * 4),
 ])
-def test_broadcast_and_all_gather_are_refused_where_the_exercise_does_not_allow_them(routed, frame, why):
+def test_broadcast_and_all_gather_are_refused_where_the_exercise_does_not_allow_them(routed, frame):
     r, (a, _b) = routed(2)
     os.write(a.up_w, frame)
     pump(r)
-    assert r.broken[0] is not None and why in r.broken[0]
+    assert r.failure["key"] == "protocol_call_refused" and r.failure["values"]["rank"] == 0
 
 
-@pytest.mark.parametrize("header, payload, why", [
-    ({"t": "broadcast", "id": 1, "src": 1, "dtype": "float32", "n": 4}, b"\0" * 4, "only the source's"),
-    ({"t": "broadcast", "id": 1, "src": 0, "dtype": "float32", "n": 8}, b"\0" * 4, "only the source's"),
-    ({"t": "broadcast", "id": 1, "src": 5, "dtype": "float32", "n": 4}, b"", "out of range"),
-    ({"t": "broadcast", "id": 1, "src": 0, "dtype": "complex", "n": 4}, b"\0" * 4, "unknown dtype"),
-    ({"t": "all_gather", "id": 1, "dtype": "float32"}, b"\0" * 3, "no whole number"),
+@pytest.mark.parametrize("header, payload", [
+    ({"t": "broadcast", "id": 1, "src": 1, "dtype": "float32", "n": 4}, b"\0" * 4),  # not the source's
+    ({"t": "broadcast", "id": 1, "src": 0, "dtype": "float32", "n": 8}, b"\0" * 4),  # not n bytes
+    ({"t": "broadcast", "id": 1, "src": 5, "dtype": "float32", "n": 4}, b""),  # no such rank
+    ({"t": "broadcast", "id": 1, "src": 0, "dtype": "complex", "n": 4}, b"\0" * 4),  # unknown dtype
+    ({"t": "all_gather", "id": 1, "dtype": "float32"}, b"\0" * 3),  # no whole number of float32
 ])
-def test_a_broadcast_or_all_gather_the_protocol_does_not_allow_stops_that_rank(routed, header, payload, why):
+def test_a_broadcast_or_all_gather_the_protocol_does_not_allow_ends_the_case(routed, header, payload):
     r, (a, _b) = routed(2, allowed=COLLECTIVES)
     a.write(header, payload)
     pump(r)
-    assert r.broken[0] is not None and why in r.broken[0], r.broken
+    assert r.failure == {"key": "protocol_frame", "values": {"rank": 0}}
 
 
 def test_collectives_held_for_other_ranks_count_as_bytes_in_flight(routed, monkeypatch):
@@ -154,7 +160,7 @@ def test_collectives_held_for_other_ranks_count_as_bytes_in_flight(routed, monke
     for i in range(3):
         a.write({"t": "all_gather", "id": i + 1, "dtype": "float32"}, b"\0" * 4)
     pump(r)
-    assert "more than 10 bytes" in r.broken[0]
+    assert r.failure == {"key": "protocol_in_flight", "values": {"limit": 10, "rank": 0}}
 
 
 # --------------------------------------------------------------------------
@@ -285,8 +291,7 @@ def failing(report_: dict) -> dict[str, list[str]]:
 
 @pytest.mark.slow
 def test_the_reference_passes_every_case_and_the_report_gives_the_bytes():
-    report_ = grade(reference(ID))
-    assert report_["status"] == "passed", json.dumps(report_, indent=1)[:3000]
+    report_ = passing_report(ID, seed=SEED)  # asserts that it passed
     assert sorted(c["id"] for c in report_["cases"]) == sorted(c["id"] for c in load(ID).cases(SEED))
     for case in report_["cases"]:
         wire = next(f for f in case["findings"] if f["key"] == "zero_wire")["values"]
@@ -330,7 +335,8 @@ def test_owners_that_disagree_between_ranks_are_named():
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_the_exercises_page_lists_it_and_opens_its_statement_and_starter(app_db, lang):  # noqa: ARG001
-    from tests.test_exercises_page import in_editor, learner
+    from tests.factories import learner
+    from tests.test_exercises_page import in_editor
     from tests.test_exercises_page import texts as page_texts
 
     at = open_page("exercises", lang, learner(), exercise=ID)

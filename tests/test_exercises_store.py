@@ -9,7 +9,6 @@ certificate's list of what is missing.
 from __future__ import annotations
 
 import codecs
-import uuid
 
 import pytest
 from sqlalchemy.exc import IntegrityError
@@ -18,9 +17,10 @@ from sqlmodel import Session, select
 from academy import exercises
 from academy.db import make_engine, migrate, session_scope
 from academy.labruns import queue as labqueue
-from academy.models import EXERCISE_SOURCE_MAX, ExerciseDraft, ExercisePass, LabRun, Learner, utcnow
+from academy.models import EXERCISE_SOURCE_MAX, ExerciseDraft, ExercisePass, LabRun, utcnow
 from tests import exercisefakes
 from tests.conftest import copy_of
+from tests.factories import learner
 
 
 @pytest.fixture(autouse=True)
@@ -42,11 +42,6 @@ def db(request, tmp_path, migrated_template):
     engine.dispose()
 
 
-def learner(session) -> int:
-    person = Learner(email=f"ex-{uuid.uuid4().hex[:10]}@example.org", password_hash="x")
-    session.add(person)
-    session.commit()
-    return person.id
 
 
 def finished_run(session, learner_id: int, exercise: str = "ring-allreduce") -> int:

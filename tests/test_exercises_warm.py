@@ -19,9 +19,9 @@ import pytest
 
 from labs import exercises
 from labs.exercises import grader
-from tests.test_exercises import FIXTURES, ROOT, _sandbox_or_skip, failing
+from tests.test_exercises import FIXTURES, ROOT, failing
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.needs_sandbox  # slow, too
 
 
 def _same(value):
@@ -38,7 +38,6 @@ def _same(value):
 def test_warm_and_fresh_grade_one_submission_the_same(source):
     """The reference passes and a whole-buffer ring fails its bytes rule, warm as fresh:
     the same report, checks and findings, for the same seed."""
-    _sandbox_or_skip()
     text = exercises.reference("ring-allreduce") if source == "reference" else (FIXTURES / source).read_text()
     with grader.prestart() as warm:
         assert warm.started.alive() and list(warm.started.inputs.iterdir()) == [], \
@@ -55,7 +54,6 @@ def test_warm_and_fresh_grade_one_submission_the_same(source):
 def test_a_warm_grader_grades_one_job_from_stdin_and_exits(tmp_path):
     """``python -m labs.exercises warm``: one job line, the ``grade`` command's files and exit
     code; a second grader whose stdin closes with no job exits 3, its sandbox with it."""
-    _sandbox_or_skip()
     (tmp_path / "sub.py").write_text(exercises.reference("ring-allreduce"))
     out, events, log = tmp_path / "report.json", tmp_path / "events.jsonl", tmp_path / "run.log"
     job = {"argv": ["grade", "ring-allreduce", str(tmp_path / "sub.py"), "--json", "--events", str(events),
@@ -77,7 +75,6 @@ def test_one_warm_sandbox_grades_any_exercise(exercise):
     graded last no longer decides which submissions are graded warm: another exercise's
     (sharded-optimizer: a preload of its own, torch._dynamo) is graded in it, with the report
     a fresh grading gives; the groups its plan leaves out are not used."""
-    _sandbox_or_skip()
     sizes, preload = grader.warm_shape()
     ex = exercises.load(exercise)
     assert set(grader.world_sizes(ex)) <= set(sizes) and set(getattr(ex, "PRELOAD", ())) <= set(preload)

@@ -1,15 +1,11 @@
-"""Faults: the database locked during quiz submission, the server restarted mid-quiz,
-a lab rank that crashes or hangs. Each ends clearly, with nothing lost or duplicated."""
+"""Faults: the database locked during quiz submission, the server restarted mid-quiz. Each
+ends clearly, with nothing lost or duplicated. (A lab rank that crashes or hangs through
+``python -m labs``: tests/test_labs_cli.py.)"""
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import signal
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -224,44 +220,3 @@ def test_server_restart_mid_quiz_resumes_the_attempt(app_server, browser, artifa
     assert [a.id for a in attempts] == [attempt.id]
     assert sorted(a.position for a in answers) == [0, 1]
     assert "Traceback" not in app_server.log.read_text()
-
-
-# --- a lab rank that crashes or hangs ------------------------------------------------------------
-
-
-def _group(pgid: int) -> list[str]:
-    """Processes still in a process group, with their state (zombies included)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid:
-            found.append(f"{stat.parent.name} ({fields[0]})")
-    return found
-
-
-@pytest.mark.parametrize("mode", ["crash", "hang"])
-def test_lab_rank_failure_is_named_and_leaves_nothing_behind(mode):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "labs", "ring", "--world-size", "2", "--fail-rank", "1", "--fail-at-step", "1",
-         "--fail-mode", mode, "--timeout", "20", "--hang-timeout", "3", "--json"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    try:
-        out, err = proc.communicate(timeout=60)  # a safety net; the lab's own limit is 20 s
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"the lab ({mode}) did not end by itself")
-    assert proc.returncode == 1, err
-    outcome = json.loads(out)
-    error = outcome["error"]
-    # The failure itself, not the 20 s timeout, ended the run, and it names the rank.
-    assert outcome["ok"] is False and error["kind"] == mode and error["rank"] == 1
-    assert error["message"].startswith(f"rank 1 {'died' if mode == 'crash' else 'hung'}")
-    assert f"error ({mode} on rank 1)" in err
-    assert len(error["pids"]) == 2
-    assert _group(proc.pid) == [], "processes of the lab outlived it"

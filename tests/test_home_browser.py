@@ -1,8 +1,11 @@
 """Home in a real browser: every status state in en, zh and nl at 1400 px and 390 px, with the
-course map in reading order on the phone; and a deadlock report on the Exercises page.
+course map in reading order on the phone; a deadlock report on the Exercises page; and the
+Review page's questions built from a learner's own runs, answered in every language and width.
 
 Screenshots: ``test-artifacts/home-<state>-<lang>-<width>.png`` (guest, nothing, quiz_only,
-eligible, issued, disqualified) and ``exercise-deadlock-<lang>.png``.
+eligible, issued, disqualified), ``exercise-deadlock-<lang>.png``,
+``review-<lang>-<width>.png`` and ``review-feedback-<lang>-<width>.png`` (a question and its
+feedback) and ``home-review-nl-1400.png`` (Home's count of what is due).
 """
 
 from __future__ import annotations
@@ -164,5 +167,99 @@ def test_an_ordering_question_is_answered_position_by_position(server, browser, 
         answer(page, question, response, "en")  # picks each position, then submits
         alert(page, t("quiz.right", "en"))
         whole_page(page, artifacts / "quiz-ordering-en.png", 1400)
+    finally:
+        context.close()
+
+
+def checked(page, lang: str) -> None:
+    """axe-core finds nothing of ours (in its languages, en and zh) and no label is cut short."""
+    from tests.browserkit import axe_ours, cut_short
+
+    if lang in ("en", "zh"):
+        assert axe_ours(page) == "", lang
+    assert cut_short(page) == [], lang
+
+
+def _shown_question(page, learner_id: int, lang: str):
+    """The run question on screen (its text, in ``lang``, is visible) and its right option's text."""
+    from sqlmodel import select
+
+    from academy.models import RunQuestion
+    from quizzes import own
+
+    with session_scope() as session:
+        items = session.exec(select(RunQuestion).where(RunQuestion.learner_id == learner_id)).all()
+        for item in items:
+            plan = own.plan(item, seed=0)
+            text = own.public_question(item, plan, lang).text
+            if main(page).get_by_text(text[:40]).count():
+                return item, own.grade(item, plan, None, lang).correct_answer[0]
+    raise AssertionError("no run question of this learner is on the page")
+
+
+@pytest.mark.usefixtures("on_server_db")
+def test_review_in_every_language_and_width(server, browser, artifacts):
+    """Issue #42: a learner who ran the ring, sharding and benchmark labs answers the questions
+    built from their own figures on the Review page, in en, zh and nl, at 1400 and 390 px: each
+    question and its feedback shot; then Home's count of what is still due."""
+    from sqlmodel import select
+
+    from academy.models import ReviewCard
+    from quizzes.figures import figures
+    from quizzes.numbers import format_number
+    from tests.browserkit import alert, button, pattern
+    from tests.runquestions import learner_with_runs, result
+
+    with session_scope() as session:
+        learner_id, runs = learner_with_runs(session, ("ring", "sharding", "bench"))
+    context = signed_in(browser, server, learner_id, WIDTHS[0])
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        page.goto(f"{server.url}/review?lang={LANGS[0]}")
+        wait_app(page)
+        answered = 0
+        for lang in LANGS:
+            if lang != LANGS[0]:
+                page.set_viewport_size({"width": WIDTHS[0], "height": 900})
+                switch_language(page, lang)
+                page.mouse.move(WIDTHS[0] - 10, 10)
+                page.evaluate("() => document.activeElement?.blur()")
+            for width in WIDTHS:
+                page.set_viewport_size({"width": width, "height": 900})
+                if width < WIDTHS[0]:
+                    page.wait_for_function(SIDEBAR_AWAY, timeout=30_000)
+                main(page).get_by_text(t("review.due", lang, count=7 - answered)).wait_for(timeout=30_000)
+                item, right = _shown_question(page, learner_id, lang)
+                source = t("review.from_run", lang, lab=t(f"labs_names.{item.lab}", lang), run=runs[item.lab],
+                           section="")
+                main(page).get_by_text(source.rstrip()).first.wait_for(timeout=30_000)
+                mine = figures(item.lab, result(item.lab))
+                shown = main(page).inner_text()
+                assert any(format_number(v, lang) in shown for v in mine.values()), shown  # own figures
+                whole_page(page, artifacts / f"review-{lang}-{width}.png", width)
+                checked(page, lang)
+                main(page).get_by_test_id("stRadioOption").filter(has_text=right).first.click()
+                button(main(page), "review.submit", lang).click()
+                alert(page, t("quiz.right", lang))
+                main(page).get_by_text(pattern("review.rated_good", lang)).or_(
+                    main(page).get_by_text(pattern("review.rated_easy", lang))).or_(
+                    main(page).get_by_text(pattern("review.rated_hard", lang))).first.wait_for(timeout=30_000)
+                whole_page(page, artifacts / f"review-feedback-{lang}-{width}.png", width)
+                checked(page, lang)
+                button(main(page), "review.next", lang).click()
+                wait_app(page)
+                answered += 1
+        main(page).get_by_text(t("review.due", "nl", count=1)).wait_for(timeout=30_000)
+        with session_scope() as session:
+            cards = session.exec(select(ReviewCard).where(ReviewCard.learner_id == learner_id)).all()
+        assert sorted(c.reps for c in cards) == [0] + [1] * 6
+        page.set_viewport_size({"width": WIDTHS[0], "height": 900})
+        page.goto(f"{server.url}/?lang=nl")
+        wait_app(page)
+        main(page).get_by_text(t("home.review_due", "nl", count=1)).wait_for(timeout=30_000)
+        whole_page(page, artifacts / "home-review-nl-1400.png", WIDTHS[0])
+        assert errors == []
     finally:
         context.close()

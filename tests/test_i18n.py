@@ -238,3 +238,11 @@ def test_a_malformed_catalog_names_its_file(tmp_path, monkeypatch):
     finally:
         monkeypatch.delenv("CONTENT_DIR")
         get_settings.cache_clear()
+
+
+def test_each_language_declares_its_page_language():
+    """``<html lang dir>`` (WCAG 3.1.1): a BCP 47 tag per language, the script named for
+    Chinese, and the direction from CLDR (a right-to-left language gets ``rtl``)."""
+    assert {code: i18n.page_language(code) for code in i18n.languages()} == {
+        "en": ("en", "ltr"), "zh": ("zh-Hans", "ltr"), "nl": ("nl", "ltr")}
+    assert i18n.page_language("ar") == ("ar", "rtl")  # no catalog yet: the code, and CLDR's direction

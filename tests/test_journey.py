@@ -2,8 +2,11 @@
 
 1. In Chinese: sign up, read a lesson and mark it done, run the 2-rank ring
    lab and play its animation, pass the quiz answering from the bank's key,
-   create and download the certificate, open the URL from its QR code and see
-   it valid, then switch to Dutch and see the Verify page in Dutch.
+   create and download the certificate on a server started, as ``make run
+   PORT=<port>`` starts it, without PUBLIC_URL; open the URL from its QR code
+   and see it valid; verify its Open Badge with ``python -m certificates
+   verify`` (revocation checked, no flag); then switch to Dutch and see the
+   Verify page in Dutch.
 2. A learner who fails the quiz cannot claim a certificate, neither from the
    navigation nor by opening /certificate directly.
 
@@ -13,17 +16,24 @@ Screenshots: ``test-artifacts/journey-zh-NN-*.png`` and ``journey-fail-NN-*.png`
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import shutil
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 import certificates as certs
+from academy import i18n
 from academy.i18n import t
 from academy.models import Certificate, LabRun, LessonProgress, QuizAttempt
 from tests.browserkit import (
     WAIT,
     alert,
+    axe_ours,
     button,
     learner_row,
     main,
@@ -42,6 +52,7 @@ from tests.exercisepass import pass_required_exercises_of
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 PASSWORD = "correct horse battery staple"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -163,6 +174,7 @@ def test_chinese_journey_to_a_verified_certificate(server, new_context, artifact
         after = chart_state(page, chart)
         assert after[1] != before[1], (before, after)  # the slider's value label moved on too
         shot("lab-animation", focus=chart)
+        assert not axe_ours(page), axe_ours(page)  # a lab's results: charts, tables, expanders (#38)
         runs = learner_row(server.env["DATABASE_URL"], email, LabRun)
         assert [(r.lab, r.params["world_size"], r.status) for r in runs] == [("ring", 3, "done")]
 
@@ -173,6 +185,7 @@ def test_chinese_journey_to_a_verified_certificate(server, new_context, artifact
         see(page, re.compile(re.escape(t("quiz.score", lang, score=100, correct=total, total=total))))
         wait_app(page)
         shot("quiz-passed", focus=passed)
+        assert not axe_ours(page), axe_ours(page)  # score, review, next steps
         attempts = learner_row(server.env["DATABASE_URL"], email, QuizAttempt)
         assert [(a.status, a.passed) for a in attempts] == [("finished", True)]
 
@@ -190,7 +203,7 @@ def test_chinese_journey_to_a_verified_certificate(server, new_context, artifact
         form.wait_for(timeout=WAIT)
         assert form.get_by_role("textbox", name=t("certificate.name", lang)).input_value() == name
         form.get_by_role("combobox").click()
-        page.get_by_role("option", name=certs.texts(lang)["languages"]["zh"], exact=True).click()
+        page.get_by_role("option", name=i18n.languages()["zh"], exact=True).click()
         shot("certificate-form", focus=form)
         button(form, "certificate.create", lang).click()
         created = alert(page, t("certificate.created", lang))
@@ -201,12 +214,31 @@ def test_chinese_journey_to_a_verified_certificate(server, new_context, artifact
         pdf = artifacts / "journey-zh-certificate.pdf"
         dl.value.save_as(pdf)
         assert pdf.read_bytes().startswith(b"%PDF")
-        url, how = pdf_verify_url(pdf, server.env["PUBLIC_URL"], render_to=artifacts / "journey-zh-certificate.png")
+        url, how = pdf_verify_url(pdf, server.public_url, render_to=artifacts / "journey-zh-certificate.png")
         print(f"verification URL from the PDF ({how}): {url}")
+        if shutil.which("zbarimg") and shutil.which("pdftoppm"):
+            assert how == "qr"  # read from the QR code itself, as a phone would
         issued = learner_row(server.env["DATABASE_URL"], email, Certificate)
         assert len(issued) == 1 and issued[0].language == "zh" and issued[0].name == name
-        assert url == f"{server.env['PUBLIC_URL']}/verify?id={issued[0].id}"
+        # The server runs as `make run PORT=<port>` does, without PUBLIC_URL (conftest.server):
+        # the link names the port it serves on (journey review M1: it named 8501).
+        assert server.env["PUBLIC_URL"] == "" and server.public_url == server.url
+        assert url == f"{server.url}/verify?id={issued[0].id}"
         see(page, url)  # the page shows the same link
+
+        # The Open Badge beside it verifies with its revocation checked against that same
+        # server, from a shell that names no address and passes no flag.
+        with page.expect_download(timeout=WAIT) as dl:
+            m.get_by_test_id("stDownloadButton").get_by_role("button").nth(1).click()
+        badge = artifacts / "journey-zh-badge.json"
+        dl.value.save_as(badge)
+        shell = {k: v for k, v in os.environ.items() if k != "PUBLIC_URL"}
+        shell.update({k: server.env[k] for k in ("DATABASE_URL", "SECRETS_DIR")})
+        checked = subprocess.run([sys.executable, "-m", "certificates", "verify", str(badge)], env=shell,
+                                 cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert checked.stdout.startswith(f"VALID {issued[0].id}")
+        assert f"revocation checked against {server.url}/status/1" in checked.stdout
         from pypdf import PdfReader
 
         printed = PdfReader(str(pdf)).pages[0].extract_text()
@@ -242,12 +274,18 @@ def test_failed_quiz_gives_no_certificate(server, new_context, artifacts):
         shot("signed-up")
 
         nav(page, "nav.quiz", lang)
-        take_quiz(page, server, email, lang, right=False, shoot=shot)
+
+        def shot_and_axe(name: str, **kwargs) -> None:  # a question with its feedback (#38)
+            shot(name, **kwargs)
+            assert not axe_ours(page), axe_ours(page)
+
+        take_quiz(page, server, email, lang, right=False, shoot=shot_and_axe)
         failed = alert(page, pattern("quiz.failed", lang))
         wait_app(page)
         m = main(page)
         assert m.get_by_role("link", name=re.compile(re.escape(t("quiz.claim", lang)))).count() == 0
         shot("quiz-failed", focus=failed)
+        assert not axe_ours(page), axe_ours(page)
         attempts = learner_row(server.env["DATABASE_URL"], email, QuizAttempt)
         assert [(a.status, a.passed) for a in attempts] == [("finished", False)]
 

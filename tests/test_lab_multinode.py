@@ -19,9 +19,10 @@ from academy.db import session_scope
 from academy.labruns import queue as labqueue
 from academy.models import LabRunNode
 from academy.settings import get_settings
+from tests.factories import wait_for_run
 from tests.labstack import descendants, free_port
 from tests.procs import gone
-from tests.test_lab_worker import DEAD_AFTER_S, pg_template, redis_url, stack, wait  # noqa: F401  (fixtures)
+from tests.test_lab_worker import DEAD_AFTER_S, pg_template, redis_url, stack  # noqa: F401  (fixtures)
 
 HANG = {"world_size": 1, "size": 1024, "fail_mode": "hang", "fail_rank": 1, "fail_at_step": 0}
 
@@ -60,7 +61,7 @@ def test_two_workers_run_one_lab_as_two_nodes(two_nodes):
     a = two_nodes.worker("--concurrency", "1", name="a")
     b = two_nodes.worker("--concurrency", "1", name="b")
     run_id = submit_two_nodes({"world_size": 1, "size": 1024})
-    done = wait(run_id, timeout=60)
+    done = wait_for_run(run_id, timeout=60)
     assert done.status == "done", done.error
     # One rank per node, two nodes: the lab saw a world of two, under torchrun.
     assert done.result["world_size"] == 2 and done.result["launcher"] == "torchrun"
@@ -81,7 +82,7 @@ def test_a_killed_node_fails_the_run_with_a_reason_and_leaves_no_process(two_nod
     a = two_nodes.worker("--concurrency", "1", name="a")
     b = two_nodes.worker("--concurrency", "1", name="b")
     run_id = submit_two_nodes(HANG)  # rank 1 hangs: the run goes on until something stops it
-    wait(run_id, until=("running",), timeout=60)
+    wait_for_run(run_id, until=("running",), timeout=60)
     deadline = time.monotonic() + 60
     while len(node_rows(run_id)) < 2 or not all(descendants(w.pid) for w in (a, b)):
         assert time.monotonic() < deadline, "both nodes never started"
@@ -93,7 +94,7 @@ def test_a_killed_node_fails_the_run_with_a_reason_and_leaves_no_process(two_nod
     os.kill(doomed.pid, signal.SIGKILL)
     doomed.proc.wait()
     killed_at = time.monotonic()
-    ended = wait(run_id, timeout=DEAD_AFTER_S + 30)
+    ended = wait_for_run(run_id, timeout=DEAD_AFTER_S + 30)
     assert time.monotonic() - killed_at < DEAD_AFTER_S + 30
     assert ended.status == "failed"
     # The reason: the reaper's (node 1 stopped beating) or the survivor's (its peer vanished).
@@ -116,7 +117,7 @@ def test_cancel_reaches_every_node(two_nodes):
         assert time.monotonic() < deadline, "both nodes never started"
         time.sleep(0.1)
     assert labqueue.request_cancel(run_id)
-    ended = wait(run_id, timeout=30)
+    ended = wait_for_run(run_id, timeout=30)
     assert ended.status == "cancelled" and ended.error == {"kind": "cancelled"}
     deadline = time.monotonic() + 20
     while any(descendants(w.pid) for w in (a, b)) or \
@@ -131,7 +132,7 @@ def test_a_node_no_worker_takes_fails_the_run_as_nodes_missing(two_nodes):
     two_nodes.env["LAB_NODE_WAIT_S"] = "2"
     w = two_nodes.worker("--concurrency", "1")  # one worker, busy with node 0: node 1 waits
     run_id = submit_two_nodes({"world_size": 1, "size": 1024})
-    ended = wait(run_id, timeout=30)
+    ended = wait_for_run(run_id, timeout=30)
     assert ended.status == "failed", ended.error
     assert (ended.error["kind"], ended.error["node"]) == ("nodes_missing", 0)
     assert "1 of 2 nodes" in ended.error["message"]

@@ -89,6 +89,9 @@ def test_each_stored_parameter_becomes_the_flag_of_its_name(tmp_path):
     assert args[args.index("--world-size") + 1] == "2"
     assert args[args.index("--fail-at-step") + 1] == "3"
     assert args[args.index("--events") + 1] == str(tmp_path / "events.jsonl")
+    # a list the form offers (a multiselect) is one flag followed by its values, as argparse reads them
+    args = labjob.command("compression", {"world_size": 2, "strategies": ["topk", "topk_ef"]}, tmp_path)
+    assert args[args.index("--strategies"):][:3] == ["--strategies", "topk", "topk_ef"]
 
 
 def test_a_multi_node_run_is_one_torchrun_line_per_node(tmp_path, monkeypatch):

@@ -12,10 +12,9 @@ from __future__ import annotations
 import pytest
 
 from academy import i18n
-from academy.db import session_scope
-from academy.models import LabRun
 from labs import reports
 from tests.apptest import open_page
+from tests.factories import finished_run
 
 
 def _steps(rank: int) -> list[dict]:
@@ -63,12 +62,7 @@ def test_a_result_that_is_not_the_lab_s_report_names_what_does_not_fit():
 
 
 def _stored(lab: str, result: dict) -> int:
-    with session_scope() as s:
-        run = LabRun(lab=lab, params={"world_size": 2}, status="done", result=result,
-                     machine={"cpu_count": 2, "torch": "2.0"})
-        s.add(run)
-        s.flush()
-        return run.id
+    return finished_run(lab, result, machine={"cpu_count": 2, "torch": "2.0"})
 
 
 @pytest.mark.usefixtures("app_db")

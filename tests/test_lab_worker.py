@@ -1,9 +1,10 @@
 """Lab runs as jobs on the queue, run by ``python -m academy.worker`` processes.
 
-Each path runs twice: on the embedded stack (SQLite database, huey's SQLite
+Each path that the stack decides (claim, cancel, exactly once, fair use, the
+reaper) runs twice: on the embedded stack (SQLite database, huey's SQLite
 queue beside it) and on the multi-machine one (PostgreSQL, Redis), both
 started here from Debian's packages and skipped with the reason where they
-cannot start. The worker is a real process; the checks read /proc and the
+cannot start; what a worker does with its own processes runs on the first. The worker is a real process; the checks read /proc and the
 database, as a second machine would see them.
 """
 
@@ -23,8 +24,8 @@ from academy.db import session_scope
 from academy.labruns import queue as labqueue
 from academy.models import LabRun, LabWorker, utcnow
 from tests.conftest import copy_of, use_database
+from tests.factories import wait_for_run
 from tests.labstack import (
-    TERMINAL,
     Worker,
     cmdline,
     descendants,
@@ -133,6 +134,12 @@ def stack(request, tmp_path, monkeypatch):
     assert processes_with_env("DPA_TEST_RUN", env["DPA_TEST_RUN"]) == [], "a process outlived its test"
 
 
+# What a worker does with its processes (kill, stop, warm lab processes, warm graders) does not
+# depend on where the runs and the queue live: those tests run on the embedded stack only. The
+# paths that do (claim, cancel, exactly once, fair use, the reaper) run on both.
+SQLITE_ONLY = pytest.mark.parametrize("stack", ["sqlite"], indirect=True)
+
+
 def submit(params: dict, *, learner_id: int | None = None) -> int:
     return labqueue.submit(lab="ring", params=params, learner_id=learner_id, machine={})
 
@@ -140,16 +147,6 @@ def submit(params: dict, *, learner_id: int | None = None) -> int:
 def run(run_id: int) -> LabRun:
     with session_scope() as s:
         return s.get(LabRun, run_id)
-
-
-def wait(run_id: int, until=TERMINAL, timeout: float = 90) -> LabRun:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        row = run(run_id)
-        if row.status in until:
-            return row
-        time.sleep(0.1)
-    raise AssertionError(f"run {run_id} never became {until}; it is {run(run_id).status}")
 
 
 def lab_processes(worker: Worker, at_least: int, timeout: float = 60) -> list[int]:
@@ -166,7 +163,7 @@ def lab_processes(worker: Worker, at_least: int, timeout: float = 60) -> list[in
 def test_a_run_goes_through_the_worker_and_leaves_nothing(stack):
     w = stack.worker("--concurrency", "1")
     run_id = submit(TINY)
-    done = wait(run_id)
+    done = wait_for_run(run_id)
     assert done.status == "done", done.error
     assert done.result["summary"]["correct"]
     assert done.worker and done.worker.endswith(f":{w.pid}")
@@ -181,7 +178,7 @@ def test_cancel_kills_the_labs_process_group_and_a_queued_run_is_dropped(stack):
     w = stack.worker("--concurrency", "1", LAB_WARM_POOL="0")  # fresh (a forked run's cancel: test_labs_page)
     hang = submit(HANG)
     waiting = submit(HANG)
-    wait(hang, until=("running",))
+    wait_for_run(hang, until=("running",))
     pids = lab_processes(w, 3)  # the CLI and its two ranks, all under the worker
     assert labqueue.queue_position(waiting) == 1 and labqueue.queue_position(hang) is None
     running = run(hang)
@@ -190,7 +187,7 @@ def test_cancel_kills_the_labs_process_group_and_a_queued_run_is_dropped(stack):
     assert labqueue.request_cancel(waiting)
     assert run(waiting).status == "cancelled", "a queued run is dropped at once"
     assert labqueue.request_cancel(hang)
-    ended = wait(hang, timeout=30)
+    ended = wait_for_run(hang, timeout=30)
     assert ended.status == "cancelled" and ended.error == {"kind": "cancelled"}, ended.error
     assert all(gone(pid) for pid in pids), "cancel stopped every process of the lab"
     assert labqueue.request_cancel(hang) is False, "an ended run cannot be cancelled again"
@@ -203,10 +200,11 @@ def test_cancel_kills_the_labs_process_group_and_a_queued_run_is_dropped(stack):
     assert run(waiting).started_at is None
 
 
+@SQLITE_ONLY
 def test_a_killed_worker_leaves_a_failed_run_with_a_reason_and_no_process(stack):
     w = stack.worker("--concurrency", "1", name="doomed", LAB_WARM_POOL="0")  # forked runs: test_lab_scale
     hang = submit(HANG)
-    wait(hang, until=("running",))
+    wait_for_run(hang, until=("running",))
     pids = lab_processes(w, 3)
     os.kill(w.pid, signal.SIGKILL)  # as `kill -9`: no chance to clean up
     w.proc.wait()
@@ -228,10 +226,11 @@ def test_a_killed_worker_leaves_a_failed_run_with_a_reason_and_no_process(stack)
     assert not any(p.exists() for p in left)
 
 
+@SQLITE_ONLY
 def test_a_stopped_worker_records_its_running_lab_as_stopped(stack):
     w = stack.worker("--concurrency", "1")
     hang = submit(HANG)
-    wait(hang, until=("running",))
+    wait_for_run(hang, until=("running",))
     pids = lab_processes(w, 3)
     w.proc.send_signal(signal.SIGTERM)
     assert w.proc.wait(timeout=30) == 0
@@ -248,7 +247,7 @@ def test_two_workers_never_run_one_job_twice(stack):
     ids = [submit(TINY, learner_id=None) for _ in range(2)]
     # Guests: each submission counts against the session's own ids, none here.
     for run_id in ids:
-        assert wait(run_id).status == "done"
+        assert wait_for_run(run_id).status == "done"
     logs = a.log.read_text() + b.log.read_text()
     assert all(logs.count(f"run {i}: claimed") == 1 for i in ids)
 
@@ -267,23 +266,25 @@ def warm_process(worker: Worker, timeout: float = 60, *, other_than: int | None 
     raise AssertionError("no warm lab process under the worker")
 
 
+@SQLITE_ONLY
 def test_runs_fork_from_the_warm_process_and_one_killed_while_waiting_is_replaced(stack):
     w = stack.worker("--concurrency", "1")
     warm = warm_process(w)
     first = submit(TINY)
-    assert wait(first).status == "done" and run(first).result["summary"]["correct"]
+    assert wait_for_run(first).status == "done" and run(first).result["summary"]["correct"]
     second = submit(TINY)
-    assert wait(second).status == "done"
+    assert wait_for_run(second).status == "done"
     assert warm_process(w) == warm, "one warm process forks every run and stays"
     os.kill(warm, signal.SIGKILL)  # as `kill -9` of the waiting one: the next run starts as a fresh process
     assert gone(warm)
     third = submit(TINY)
-    done = wait(third)
+    done = wait_for_run(third)
     assert done.status == "done" and done.result["summary"]["correct"], done.error
     assert set(done.result) == set(run(first).result), "the same report, warm or fresh"
     assert warm_process(w, other_than=warm) != warm, "the worker started another after the run"
 
 
+@SQLITE_ONLY
 @pytest.mark.parametrize("victim", ["run", "warm"])
 def test_a_kill_mid_run_fails_the_run_with_a_reason_and_leaves_no_rank(stack, victim):
     """``kill -9`` of the run's process (forked from the warm one) or of the warm process
@@ -291,12 +292,12 @@ def test_a_kill_mid_run_fails_the_run_with_a_reason_and_leaves_no_rank(stack, vi
     w = stack.worker("--concurrency", "1")
     warm = warm_process(w)
     hang = submit(HANG)
-    wait(hang, until=("running",))
+    wait_for_run(hang, until=("running",))
     pids = lab_processes(w, 3)  # the run's CLI, forked from the warm process, and its two forked ranks
     assert warm not in pids
     cli = next(p for p in pids if os.getpgid(p) == p)
     os.kill(cli if victim == "run" else warm, signal.SIGKILL)
-    ended = wait(hang, timeout=30)
+    ended = wait_for_run(hang, timeout=30)
     assert ended.status == "failed" and ended.error["kind"] == "crash" and ended.error["exit_code"] == -9, \
         ended.error
     assert all(gone(pid, wait=10) for pid in pids), "its ranks died with it"
@@ -322,6 +323,7 @@ def submit_exercise(source: str) -> int:
     return exercises.submit(learner_id=me, exercise="ring-allreduce", source=source, lang="en")
 
 
+@SQLITE_ONLY
 def test_an_exercise_is_graded_by_a_warm_grader_and_one_killed_while_waiting_is_replaced(stack):
     """One warm grader per submission: it grades the run and exits, the worker starts the next;
     ``kill -9`` of a waiting one takes its sandbox with it and the next run is graded fresh."""
@@ -329,7 +331,7 @@ def test_an_exercise_is_graded_by_a_warm_grader_and_one_killed_while_waiting_is_
 
     w = stack.worker("--concurrency", "1", LAB_WARM_EXERCISES="1", LAB_WARM_POOL="0")
     first_grader = warm_grader(w)
-    first = wait(submit_exercise(reference("ring-allreduce")))
+    first = wait_for_run(submit_exercise(reference("ring-allreduce")))
     assert first.status == "done" and first.result["status"] == "passed", first.error
     assert f"warm grader {first_grader} grades" in w.log.read_text()
     assert gone(first_grader), "used for one submission, then gone"
@@ -337,12 +339,13 @@ def test_an_exercise_is_graded_by_a_warm_grader_and_one_killed_while_waiting_is_
     sandbox = descendants(waiting)
     os.kill(waiting, signal.SIGKILL)
     assert gone(waiting) and all(gone(pid, wait=10) for pid in sandbox), "its sandbox died with it"
-    fresh = wait(submit_exercise(reference("ring-allreduce")))
+    fresh = wait_for_run(submit_exercise(reference("ring-allreduce")))
     assert fresh.status == "done" and fresh.result["status"] == "passed", fresh.error
     assert f"warm grader {waiting} grades" not in w.log.read_text()
     assert set(fresh.result) == set(first.result) and fresh.result["sandbox"] == first.result["sandbox"]
 
 
+@SQLITE_ONLY
 def test_a_kill_of_the_warm_grader_mid_grading_fails_the_run_and_leaves_no_process(stack):
     """A deadlocking ring holds the grading (5 s a group) while its grader gets ``kill -9``."""
     from tests.test_exercises import FIXTURES
@@ -358,7 +361,7 @@ def test_a_kill_of_the_warm_grader_mid_grading_fails_the_run_and_leaves_no_proce
     sandbox = descendants(grader)
     assert any("harness" in cmdline(p) for p in sandbox), "its sandbox is up"
     os.kill(grader, signal.SIGKILL)
-    ended = wait(run_id, timeout=30)
+    ended = wait_for_run(run_id, timeout=30)
     assert ended.status == "failed" and ended.error["kind"] == "crash" and ended.error["exit_code"] == -9, \
         ended.error
     assert all(gone(pid, wait=10) for pid in sandbox), "the sandbox and its ranks died with it"

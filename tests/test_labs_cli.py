@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.procs import gone
+from tests.procs import gone, group_members
 
 ROOT = Path(__file__).resolve().parent.parent
 TORCHRUN = Path(sys.executable).with_name("torchrun")
@@ -24,8 +24,19 @@ def labs(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout, env=dict(os.environ, OMP_NUM_THREADS="1"))
 
 
-def _gone(pid: int, wait: float = 10.0) -> bool:
-    return gone(pid, wait)
+def labs_in_a_session(*args: str) -> tuple[subprocess.CompletedProcess, int]:
+    """``python -m labs`` in a session of its own, and its pid (the id of its process group,
+    which its ranks join). It must end by itself: 60 s is a safety net above the lab's limits."""
+    proc = subprocess.Popen([sys.executable, "-m", "labs", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"the lab {' '.join(args)} did not end by itself")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), proc.pid
 
 
 def _launch_event(events: Path, wait: float = 60.0) -> dict:
@@ -76,22 +87,31 @@ def test_bench_and_ddp_smoke():
 
 def test_crash_exit_code_and_error_json(tmp_path):
     out = tmp_path / "out.json"
-    proc = labs("ring", "--world-size", "3", "--fail-rank", "2", "--fail-at-step", "1",
-                "--out", str(out))
+    proc, group = labs_in_a_session("ring", "--world-size", "3", "--fail-rank", "2", "--fail-at-step", "1",
+                                    "--timeout", "20", "--out", str(out))
     assert proc.returncode == 1
     assert "rank 2" in proc.stderr and "crash" in proc.stderr
+    assert "error (crash on rank 2)" in proc.stderr
     doc = json.loads(out.read_text())
+    # The failure itself, not the 20 s timeout, ended the run, and it names the rank.
     assert doc["ok"] is False and doc["error"]["kind"] == "crash" and doc["error"]["rank"] == 2
-    assert all(_gone(pid) for pid in doc["error"]["pids"])
+    assert doc["error"]["message"].startswith("rank 2 died")
+    assert len(doc["error"]["pids"]) == 3
+    assert all(gone(pid, 10.0) for pid in doc["error"]["pids"])
+    assert group_members(group) == [], "processes of the lab outlived it"
 
 
-@pytest.mark.usefixtures("tmp_path")
 def test_hang_exit_code():
-    proc = labs("ring", "--world-size", "2", "--fail-rank", "1", "--fail-at-step", "1",
-                "--fail-mode", "hang", "--hang-timeout", "2", "--json")
+    proc, group = labs_in_a_session("ring", "--world-size", "2", "--fail-rank", "1", "--fail-at-step", "1",
+                                    "--fail-mode", "hang", "--timeout", "20", "--hang-timeout", "2", "--json")
     assert proc.returncode == 1
+    assert "error (hang on rank 1)" in proc.stderr
     doc = json.loads(proc.stdout)
-    assert doc["error"]["kind"] == "hang" and doc["error"]["rank"] == 1
+    # The hang, not the 20 s timeout, ended the run, and it names the rank.
+    assert doc["ok"] is False and doc["error"]["kind"] == "hang" and doc["error"]["rank"] == 1
+    assert doc["error"]["message"].startswith("rank 1 hung")
+    assert len(doc["error"]["pids"]) == 2
+    assert group_members(group) == [], "processes of the lab outlived it"
 
 
 def test_invalid_requests_exit_2():
@@ -125,7 +145,7 @@ def test_sigterm_to_the_cli_stops_every_rank(tmp_path):
     assert proc.returncode == 130
     assert "cancelled" in stderr
     assert json.loads(out.read_text())["error"]["kind"] == "cancelled"
-    assert all(_gone(pid) for pid in pids)
+    assert all(gone(pid, 10.0) for pid in pids)
 
 
 @pytest.mark.parametrize("how", ["kill the group", "kill the cli alone"])
@@ -136,7 +156,7 @@ def test_sigkill_leaves_no_rank_behind(tmp_path, how):
     else:  # the ranks notice their parent died (PR_SET_PDEATHSIG)
         proc.kill()
     proc.communicate(timeout=30)
-    assert all(_gone(pid) for pid in pids), pids
+    assert all(gone(pid, 10.0) for pid in pids), pids
 
 
 @pytest.mark.skipif(not TORCHRUN.exists() and not shutil.which("torchrun"),

@@ -31,7 +31,8 @@ def test_equivalence_with_one_process_on_the_global_batch():
 
 def test_every_section_on_three_ranks():
     params = ddp.Params(steps=4, warmup=1, accumulation=2, bucket_caps_mb=[0.01, 25.0],
-                        scaling_world_sizes=[1, 2, 3])
+                        scaling_world_sizes=[1, 2, 3], overlap_hidden=64, overlap_depth=3, overlap_batch=32,
+                        timeline_steps=2)
     result = run_lab("ddp", params, world_size=3, timeout=180)
     assert result.ok, result
     s = json.loads(json.dumps(result.summary))["sections"]
@@ -52,6 +53,10 @@ def test_every_section_on_three_ranks():
         assert set(b[kind]) >= {"forward", "backward", "exposed_comm", "optimizer", "total"}
         assert all(v >= 0 for v in b[kind].values())
     assert b["max_abs_diff_naive_vs_ddp_weights"] < 1e-5  # same maths, different plumbing
+    # The overlap model, not the lab's small MLP: the breakdown's, the buckets' and the timeline's.
+    assert (b["hidden"], b["depth"], b["batch_per_rank"]) == (64, 3, 32) == (
+        s["timeline"]["hidden"], s["timeline"]["depth"], s["timeline"]["batch_per_rank"])
+    assert b["gradient_bytes"] == s["timeline"]["gradient_bytes"] != result.summary["model"]["gradient_bytes"]
 
     rows = s["buckets"]["rows"]
     assert [r["bucket_cap_mb"] for r in rows] == [0.01, 25.0]
@@ -65,7 +70,7 @@ def test_every_section_on_three_ranks():
 
     fp = s["fp16"]
     assert fp["bytes_ratio"] == 0.5
-    assert fp["fp32"]["payload_bytes_per_step"] == b["gradient_bytes"]
+    assert fp["fp32"]["payload_bytes_per_step"] == result.summary["model"]["gradient_bytes"]
     assert abs(fp["fp16"]["final_loss"] - fp["fp32"]["final_loss"]) < 1e-2
 
     scaling = s["scaling"]["rows"]
@@ -74,7 +79,11 @@ def test_every_section_on_three_ranks():
     assert all(r["samples_per_s"] > 0 for r in scaling)
     tl = s["timeline"]["variants"]
     assert [r["rank"] for r in tl["ddp"]["ranks"]] == [0, 1, 2]
-    assert tl["naive"]["overlap"] == 0.0 and tl["naive"]["allreduce_calls"] == 8
+    assert tl["naive"]["overlap"] == 0.0 and tl["naive"]["allreduce_calls"] == 2 * (params.overlap_depth + 1)
+    # The run timed dist.all_reduce alone and fitted alpha and B: the page's step model needs no benchmark.
+    fit = s["timeline"]["fit"]
+    assert fit["sizes"][0] == 4096 and fit["sizes"][-1] >= b["gradient_bytes"] and len(fit["time_us"]) == len(fit["sizes"])
+    assert fit["points"] == len(fit["sizes"]) and fit["steps"] == 4  # 2(n-1) on 3 ranks
     assert {c["variant"] for c in s["timeline"]["caps"]} == set(tl) - {"naive"}
     assert "equivalence" in ddp.format_text(result.summary) and "[timeline]" in ddp.format_text(result.summary)
 

@@ -16,13 +16,9 @@ from labs.launch import run_lab
 from tests.procs import gone
 
 
-def _gone(pid: int, wait: float = 5.0) -> bool:
-    return gone(pid, wait)
-
-
 def _assert_no_orphans(outcome) -> None:
     assert outcome.pids, "the launcher should record its children"
-    assert all(_gone(pid) for pid in outcome.pids), outcome.pids
+    assert all(gone(pid) for pid in outcome.pids), outcome.pids
 
 
 def test_success_is_a_json_serialisable_result():

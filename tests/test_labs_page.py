@@ -16,20 +16,13 @@ from app import charts, charts_ring, labviews
 from labs import context
 from labs.ring import ringtrace
 from tests.apptest import MAIN, login_token, open_page, record_cadence
+from tests.factories import wait_for_run
 from tests.procs import gone, lab_pids
 
 LABELS = {k: k for k in ["rank", "chunk", "holds", "start", "play", "pause", "step", "reduce-scatter",
-                         "all-gather"]}
+                         "all-gather", "phase", "sends"]}
 
 
-def wait(run_id: int, timeout: float = 90) -> str:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        status = labruns.get_run(run_id).status
-        if status not in ("queued", "running"):
-            return status
-        time.sleep(0.2)
-    raise AssertionError(f"run {run_id} did not finish")
 
 
 def open_labs(lang: str = "en") -> AppTest:
@@ -68,7 +61,7 @@ def test_page_runs_the_default_three_rank_ring_and_shows_the_animation():
 def test_animation_replays_a_real_four_rank_trace(algo):
     run_id = labruns.submit(lab="ring", params={"world_size": 4, "size": 4 * 1001, "algo": algo},
                             learner_id=None, machine={})
-    assert wait(run_id) == "done"
+    assert wait_for_run(run_id, poll=0.2, reap=True).status == "done"
     summary = labruns.get_run(run_id).result["summary"]
     assert summary["correct"]
     steps, durations = ringtrace.trace_steps(summary["traces"])
@@ -95,7 +88,7 @@ def test_animation_replays_a_real_four_rank_trace(algo):
 def test_naive_animation_moves_whole_buffers_as_the_real_trace_says():
     run_id = labruns.submit(lab="ring", params={"world_size": 4, "size": 4 * 1001, "algo": "naive"},
                             learner_id=None, machine={})
-    assert wait(run_id) == "done"
+    assert wait_for_run(run_id, poll=0.2, reap=True).status == "done"
     summary = labruns.get_run(run_id).result["summary"]
     assert summary["correct"]
     steps, durations = ringtrace.trace_steps(summary["traces"])
@@ -147,9 +140,9 @@ def test_second_lab_waits_its_turn_and_cancel_leaves_no_process(shared_lab_worke
     assert labqueue.queue_position(second) == 1
     assert pids, "the hanging lab has live processes"
     labqueue.request_cancel(hang)
-    assert wait(hang) == "cancelled"
+    assert wait_for_run(hang, poll=0.2, reap=True).status == "cancelled"
     assert all(gone(pid) for pid in pids), "every process of the cancelled lab has exited"
-    assert wait(second) == "done"
+    assert wait_for_run(second, poll=0.2, reap=True).status == "done"
 
 
 @pytest.mark.usefixtures("shared_lab_worker")
@@ -157,7 +150,7 @@ def test_injected_crash_shows_a_message_naming_the_rank():
     at = open_labs("en")
     run_id = labruns.submit(lab="ring", params={"world_size": 2, "fail_mode": "crash", "fail_rank": 1,
                                                 "fail_at_step": 1}, learner_id=None, machine={})
-    assert wait(run_id) == "failed"
+    assert wait_for_run(run_id, poll=0.2, reap=True).status == "failed"
     at.session_state["lab_run_id"] = run_id
     at.run()
     errors = [e.value for e in at.error]
@@ -199,7 +192,7 @@ def test_a_running_lab_comes_back_after_a_refresh():
         assert [b for b in at.button if b.label == i18n.t("labs.cancel", "en")]
     finally:
         labqueue.request_cancel(run_id)
-        assert wait(run_id) == "cancelled"
+        assert wait_for_run(run_id, poll=0.2, reap=True).status == "cancelled"
 
 
 def test_a_run_is_looked_at_fast_while_live_and_slowly_while_it_waits():
@@ -242,4 +235,96 @@ def test_a_live_run_shows_its_honest_phases_at_the_fast_cadence(monkeypatch, lan
     t = lambda key, **v: i18n.t(key, lang, **v)  # noqa: E731
     assert seen == [(0, t("labs.starting"))] * 3 + [(25, t("labs.running", phase="ring", step=2, steps=8)),
                                                      (100, t("labs.collecting"))]
+    labjob._end_node(run_id, 0, "test-worker", "cancelled", error={"kind": "cancelled", "message": ""})
+
+
+def _cookie_written(at: AppTest) -> str | None:
+    """The guest-runs cookie a page run wrote (its script), or None."""
+    from app import ui
+
+    for block in at.get("html"):
+        body = getattr(block, "body", "") or getattr(block.proto, "body", "")
+        if f"{ui.guest_runs_cookie_name()}=" in body:
+            return body.split(f"{ui.guest_runs_cookie_name()}=", 1)[1].split(";", 1)[0]
+    return None
+
+
+@pytest.mark.usefixtures("app_db")
+@pytest.mark.parametrize("lang", ["en", "zh", "nl"])
+def test_a_guest_s_runs_are_back_after_a_reload_and_their_status_follows_them(monkeypatch, lang):
+    """"Runs in this visit" emptied on reload, and a tab kept saying "running" after its run had
+    ended (journey review m14): the list comes back from a signed cookie, and is looked at every
+    second while one of its runs is queued or running."""
+    from app import ui
+
+    at = open_page("labs", lang)
+    [b for b in at.button if b.label == i18n.t("labs.run", lang)][0].click()
+    at.run()
+    assert not at.exception, at.exception
+    run_id = at.session_state["lab_run_id"]
+    token = _cookie_written(at)
+    assert token is not None and labruns.guest_run_ids(token) == [run_id]
+    # A reload: a new session, whose browser sends the cookie back.
+    cookies = {ui.guest_runs_cookie_name(): token}
+    monkeypatch.setattr(ui, "cookie", lambda name: cookies.get(name))
+    cadences = record_cadence(monkeypatch, of="history")
+    again = open_page("labs", lang)
+    assert not again.exception, again.exception
+    queued = i18n.t("labs.status.queued", lang)
+    rows = [b.label for b in again.button if b.label.startswith(f"#{run_id} ")]
+    assert len(rows) == 1 and queued in rows[0]
+    assert cadences[-1] == labviews.IDLE_EVERY  # a run in the list is active: looked at every second
+    labjob._claim(run_id, "test-worker")
+    labjob._end_node(run_id, 0, "test-worker", "cancelled", error={"kind": "cancelled", "message": ""})
+    again.run()
+    rows = [b.label for b in again.button if b.label.startswith(f"#{run_id} ")]
+    assert i18n.t("labs.status.cancelled", lang) in rows[0]
+    assert cadences[-1] is None  # nothing active: no more looking
+    # A cookie the browser wrote itself (its signature broken) lists nothing.
+    cookies[ui.guest_runs_cookie_name()] = token[:-2] + ("AA" if not token.endswith("AA") else "BB")
+    assert not [b for b in open_page("labs", lang).button if b.label.startswith(f"#{run_id} ")]
+
+
+@pytest.mark.usefixtures("app_db")
+@pytest.mark.parametrize("lang", ["en", "zh", "nl"])
+def test_a_large_run_is_announced_with_an_estimate_then_its_pace_and_the_bar_says_what_it_does(lang):
+    """8 ranks x 64 MiB showed 65 s of "Starting the processes" with an empty bar and nothing
+    to say it would be long (journey review m2): before it starts, an estimate from this
+    machine's recent runs of the lab; once under way, the time left at its own pace; and the
+    bar names the rank's phase and what it is doing."""
+    from datetime import timedelta
+
+    from academy.db import session_scope
+    from academy.models import LabRun, utcnow
+    from labs.ring import lab as ring
+
+    small = {"size": 1 << 20, "repeats": 5, "warmup": 1, "world_size": 3}
+    with session_scope() as s:  # two finished runs: 1 s of work each for 2 x 1 MiB x 11
+        for _ in range(2):
+            s.add(LabRun(lab="ring", params=small, status="done", result={"wall_s": 3.0, "overhead_s": 2.0}))
+    big = {"size": 64 << 20, "repeats": 5, "world_size": 8}
+    run_id = labruns.submit(lab="ring", params=big, learner_id=None, machine={"cpu_count": 2})
+    unit = 1.0 / ring.cost(ring.Params(**{k: v for k, v in small.items() if k != "world_size"}), 3)
+    expected = 2.0 + unit * ring.cost(ring.Params(size=64 << 20, repeats=5), 8)
+    assert labruns.estimate_s("ring", labruns.get_run(run_id).params) == pytest.approx(expected)
+    at = open_page("labs", lang, state={"lab_run_id": run_id, "lab_runs": [run_id]})
+    assert not at.exception, at.exception
+    said = i18n.t("labs.estimate", lang, seconds=round(expected), cpus=2)
+    assert said in [c.value for c in at.caption]
+    # Under way, 30 s in and a quarter done: its own pace says 90 s more.
+    labjob._claim(run_id, "test-worker")
+    with session_scope() as s:
+        row = s.get(LabRun, run_id)
+        row.started_at = utcnow() - timedelta(seconds=30)
+        s.add(row)
+    labjob._beat_node(run_id, 0, "test-worker", context.event(0, 10, 40, "warm-up", "untimed run 1/1"))
+    at.run()
+    assert not at.exception, at.exception
+    captions = [c.value for c in at.caption]
+    assert said not in captions
+    # 90 s, or a little more as the page's own run took a moment of the clock
+    assert [c for c in captions if c in {i18n.t("labs.eta", lang, seconds=s) for s in range(90, 110)}]
+    [bar] = at.get("progress")
+    assert bar.proto.text == i18n.t("labs.running_detail", lang, phase="warm-up", message="untimed run 1/1",
+                                    step=10, steps=40)
     labjob._end_node(run_id, 0, "test-worker", "cancelled", error={"kind": "cancelled", "message": ""})

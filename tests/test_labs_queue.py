@@ -10,7 +10,6 @@ run leaves no folder and no process behind is tests/test_lab_worker.py's.
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 import pytest
@@ -24,18 +23,11 @@ from academy.labruns import queue as labqueue
 from academy.models import ACTIVE, LabRun, utcnow
 from academy.settings import get_settings
 from tests.apptest import open_page
+from tests.factories import wait_for_run
 
 HANG = {"world_size": 2, "fail_mode": "hang", "fail_rank": 1, "fail_at_step": 0}
 
 
-def wait(run_id: int, until=("done", "failed", "cancelled"), timeout: float = 60) -> str:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        status = labruns.get_run(run_id).status
-        if status in until:
-            return status
-        time.sleep(0.1)
-    raise AssertionError(f"run {run_id} never became {until}")
 
 
 def active_runs() -> int:
@@ -60,7 +52,7 @@ def cancel_all() -> None:
     with session_scope() as s:
         ids = list(s.exec(select(LabRun.id).where(LabRun.status.in_(ACTIVE))))
     for run_id in [i for i in ids if labqueue.request_cancel(i)]:
-        wait(run_id)
+        wait_for_run(run_id, timeout=60, reap=True)
 
 
 @pytest.mark.usefixtures("app_db")

@@ -41,11 +41,13 @@ def _record() -> None:
     """One real result per lab (own process: the ranks fork fast there)."""
     runs = {"ring": ("ring", {"size": 4096, "repeats": 3}, 3),
             "ring2": ("ring", {"size": 4096, "algo": "naive", "repeats": 2}, 2),
+            "ring1": ("ring", {"size": 4096, "repeats": 2}, 1),
             "bench": ("bench", {"min_bytes": 1024, "max_bytes": 16384, "iters": 3,
                                 "impls": ["ring", "naive", "all_reduce"]}, 3),
             "bench2": ("bench", {"min_bytes": 1024, "max_bytes": 4096, "iters": 2}, 2),
             "ddp": ("ddp", {"steps": 3, "warmup": 1, "sections": ["breakdown", "buckets"],
-                            "bucket_caps_mb": [0.01, 25.0]}, 2)}
+                            "bucket_caps_mb": [0.01, 25.0], "overlap_depth": 3, "overlap_hidden": 128,
+                            "overlap_batch": 64}, 2)}
     print(json.dumps({name: run_lab(lab, p, world_size=n).to_dict() for name, (lab, p, n) in runs.items()}))
 
 
@@ -273,6 +275,53 @@ def test_every_result_opens_with_what_to_look_for_and_its_noise(results, name, l
              "bench2": "labs.bench.noise", "ddp": "labs.ddp.bucket_noise"}[name]
     head = re.split(r"\{", i18n.catalog(lang)[noise])[0]
     assert any(x.startswith(head) for x in texts(at)), (head, texts(at))
+
+
+@pytest.mark.usefixtures("app_db")
+@pytest.mark.parametrize("lang", ["en", "zh", "nl"])
+def test_one_rank_says_one_thing_about_the_ring(results, lang):
+    """No "2(n-1) = 0 steps, each sending 1/1 of the buffer" above "nothing to exchange" (journey m5)."""
+    at = shown(store(results["ring1"]), lang)
+    assert at.info[0].value == i18n.t("labs.look.ring_one", lang)
+    assert i18n.t("labs.ring.one_rank", lang) in texts(at)
+    assert not [x for x in texts(at) if "2(n-1)" in x]
+    bench = json.loads(json.dumps(results["bench"]))
+    bench["summary"]["world_size"] = 1
+    assert shown(store(bench), lang).info[0].value == i18n.t("labs.look.bench_one", lang)
+
+
+def _busbw(result: dict) -> list[float]:
+    return [r["busbw"] for r in sorted(result["summary"]["rows"], key=lambda r: r["size"])
+            if r["impl"] == "all_reduce"]
+
+
+@pytest.mark.usefixtures("app_db")
+@pytest.mark.parametrize("lang", ["en", "zh", "nl"])
+def test_busbw_is_said_to_level_off_only_where_the_sweep_shows_it(results, lang):
+    """The sweep's largest size still rising gets a note; a flat end none; and the table gives
+    bandwidths to 3 significant figures, never "0" for a small message (journey m6)."""
+    from app.labviews import STILL_RISING
+
+    rising = json.loads(json.dumps(results["bench"]))
+    rows = [r for r in rising["summary"]["rows"] if r["impl"] == "all_reduce"]
+    rows.sort(key=lambda r: r["size"])
+    rows[-1]["busbw"] = 2 * rows[-2]["busbw"]
+    at = shown(store(rising), lang)
+    note = i18n.t("labs.bench.still_rising", lang, size="16 KiB", before=i18n.format_number(rows[-2]["busbw"], lang, ".3g"),
+                  last=i18n.format_number(rows[-1]["busbw"], lang, ".3g"))
+    assert note in texts(at)
+    assert "until it levels off" not in i18n.t("labs.look.bench", "en")
+    table = next(d.value for d in at.dataframe if "algbw (GB/s)" in d.value.columns)
+    decimal, _group = i18n.number_marks(lang)
+    for column, key in (("algbw (GB/s)", "algbw"), ("busbw (GB/s)", "busbw")):
+        shown_values = [float(cell.replace(decimal, ".")) for cell in table[column]]
+        assert shown_values == [float(f"{r[key]:.3g}") for r in rising["summary"]["rows"]], list(table[column])
+        assert all(v > 0 for v in shown_values)
+    flat = json.loads(json.dumps(rising))
+    rows = sorted((r for r in flat["summary"]["rows"] if r["impl"] == "all_reduce"), key=lambda r: r["size"])
+    rows[-1]["busbw"] = rows[-2]["busbw"] * (STILL_RISING - 0.05)
+    at = shown(store(flat), lang)
+    assert not [x for x in texts(at) if x.startswith(note[:10])]
 
 
 def _value(node):

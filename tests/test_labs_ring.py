@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from labs.launch import run_lab
 from labs.ring import allreduce
 from labs.ring import lab as ring
+from tests.procs import gone
 
 CASE_TIMEOUT_S = 60
 
@@ -334,13 +335,6 @@ def test_ring_on_nccl_single_gpu():
     assert result.backend == "nccl" and result.summary["correct"]
 
 
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return True
-    return state in ("Z", "X")  # dead, waiting to be reaped
 
 
 def test_pool_helper_cleans_up():
@@ -349,4 +343,21 @@ def test_pool_helper_cleans_up():
     assert p.run({"numel": 5, "dtype": "int64", "op": "sum", "algo": "ring", "layout": "flat",
                   "seed": 1})[0]["ok"]
     p.close()
-    assert all(_gone(pid) for pid in pids)
+    assert all(gone(pid, wait=0) for pid in pids)
+
+
+def test_a_ring_run_says_what_it_does_before_and_after_its_steps_and_its_work_is_all_of_it():
+    """The page's bar names the input, the warm-up and dist.all_reduce's runs, not only the ring's
+    steps; and the rank's work covers them, so that the launcher's overhead beyond it is the
+    processes' start and stop (journey review m2: "53.94 s starting and stopping" was mostly work)."""
+    events: list[dict] = []
+    result = run_lab("ring", {"size": 4096, "repeats": 2, "warmup": 1}, world_size=2, timeout=120,
+                     on_event=events.append)
+    assert result.ok, result
+    phases = [e["phase"] for e in events if e.get("kind") == "progress" and e.get("rank") == 0]
+    assert phases[0] == "input" and "warm-up" in phases and "dist.all_reduce" in phases
+    assert phases.index("warm-up") < phases.index("reduce-scatter") < phases.index("dist.all_reduce")
+    warm = next(e for e in events if e.get("phase") == "warm-up")
+    assert warm["message"] == "untimed run 1/1" and warm["step"] == 0
+    for rank in result.ranks:
+        assert 0 < rank["ring_s"] <= rank["work_s"] <= result.wall_s

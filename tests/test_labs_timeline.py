@@ -64,17 +64,40 @@ def test_comm_in_flight_together_counts_once_and_only_backward_hides():
     assert timeline.exposed_ms(spans) == 1.0  # forward and backward hide 1-4
 
 
-def test_variant_pools_ranks_and_counts_per_step():
+def test_variant_takes_each_step_whole_and_counts_per_step():
     fast = [x for s in (0, 1) for x in (span("compute", "backward", 10 * s, 10 * s + 4, s),
                                         span("comm", "b", 10 * s + 2, 10 * s + 6, s))]
     slow = [x for s in (0, 1) for x in (span("compute", "backward", 10 * s, 10 * s + 2, s),
                                         span("comm", "b", 10 * s + 2, 10 * s + 6, s))]
     v = timeline.variant([{"rank": 0, "spans": fast}, {"rank": 1, "spans": slow}], bucket_cap_mb=0.05)
     assert v["steps"] == 2 and v["bucket_cap_mb"] == 0.05
-    assert v["overlap"] == pytest.approx(4 / 16)  # 2 ms of 4 on rank 0, 0 on rank 1, each step
-    assert v["exposed_comm_ms"] == 4.0  # the slowest rank, per step
-    assert [r["exposed_comm_ms"] for r in v["ranks"]] == [2.0, 4.0]
+    # Each step: data moves 2-6 on both ranks, backward runs 0-4 on one of them: half hidden.
+    assert v["overlap"] == pytest.approx(0.5) and v["overlap_steps"] == [pytest.approx(0.5)] * 2
+    assert v["exposed_comm_ms"] == 2.0  # 4-6 per step: data moving, no rank computing
+    assert [r["exposed_comm_ms"] for r in v["ranks"]] == [2.0, 4.0]  # each rank's own view
     assert timeline.variant([{"rank": 0, "spans": [span("compute", "forward", 0, 1)]}])["overlap"] == 0.0
+
+
+def test_waiting_for_a_late_rank_is_not_communication():
+    """Journey review M3: a rank that started its all-reduce while its peer, held back by the
+    scheduler, was still in backward read as 100 ms of exposed communication. The collective
+    moves data from the last rank's start: the wait before is idle, and the step's overlap is
+    what moved while some rank still computed backward."""
+    early = [span("compute", "backward", 0, 2), span("comm", "bucket 0", 1, 12), span("comm", "bucket 1", 2, 14)]
+    late = [span("compute", "backward", 0, 12), span("comm", "bucket 0", 8, 12), span("comm", "bucket 1", 12, 14)]
+    ranks = timeline.started_together([{"rank": 0, "spans": early}, {"rank": 1, "spans": late}])
+    ready = [[s.get("ready_ms") for s in r["spans"]] for r in ranks]
+    assert ready == [[None, 8.0, 12.0], [None, 8.0, 12.0]]
+    assert early[1].get("ready_ms") is None  # a copy: the spans given are left as they were
+    assert timeline.comm_ms(ranks[0]["spans"]) == 6.0  # 8-14, not 1-14
+    assert timeline.idle_ms(ranks[0]["spans"]) == 6.0  # 2-8: waiting for rank 1 to start
+    v = timeline.variant([{"rank": 0, "spans": early}, {"rank": 1, "spans": late}])
+    assert v["overlap"] == pytest.approx(4 / 6)  # 8-12 of 8-14 ran during rank 1's backward
+    assert v["exposed_comm_ms"] == pytest.approx(2.0)
+    assert [s.get("ready_ms") for s in v["ranks"][0]["spans"]] == [None, 8.0, 12.0]  # for the lanes
+    # Unequal calls (a learner's ranks that disagree): the unmatched span keeps its own start.
+    odd = timeline.started_together([{"rank": 0, "spans": early}, {"rank": 1, "spans": late[:2]}])
+    assert [s.get("ready_ms") for s in odd[0]["spans"]] == [None, 8.0, None]
 
 
 def test_rebase_moves_every_rank_by_the_same_origin():
@@ -100,6 +123,7 @@ def test_chrome_trace_has_a_process_per_variant_and_rank_and_a_thread_per_kind(t
     assert {e["args"]["name"] for e in one if e["name"] == "process_name"} == {"naive rank 1", "ddp rank 1"}
 
 
+@pytest.mark.slow  # a lab on two ranks
 def test_the_cli_writes_a_trace_per_rank_and_ddp_overlaps_where_naive_cannot(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "labs", "ddp", "--world-size", "2", "--sections", "timeline",
                            "--trace", str(tmp_path), "--json"], cwd=ROOT, capture_output=True, text=True,

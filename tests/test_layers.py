@@ -273,23 +273,15 @@ for lab in LABS:
     at = open_page("labs", lab=lab)
     assert not at.exception and at.get("form"), lab
 
-from academy.db import session_scope
 from academy.exercises import LAB
-from academy.models import LabRun, Learner
 from tests.exercisefakes import report
+from tests.factories import finished_run, learner
 from tests.test_lab_reports import OLD_RING
 
-with session_scope() as s:
-    me = Learner(email="torchless@example.org", password_hash="x", display_name="Admin", is_admin=True)
-    s.add(me)
-    s.flush()
-    ring = LabRun(lab="ring", params={"world_size": 2}, status="done", result=OLD_RING, learner_id=me.id,
-                  machine={"cpu_count": 2})
-    graded = LabRun(lab=LAB, params={"exercise": "ring-allreduce", "lang": "en"}, status="done",
-                    result=report(), learner_id=me.id, source="def ring_allreduce(tensor): ...")
-    s.add_all([ring, graded])
-    s.flush()
-    me, ring = me.id, ring.id
+me = learner(display_name="Admin", admin=True)
+ring = finished_run("ring", OLD_RING, learner_id=me, machine={"cpu_count": 2})
+finished_run(LAB, report(), params={"exercise": "ring-allreduce", "lang": "en"}, learner_id=me,
+             source="def ring_allreduce(tensor): ...")
 pages = sorted(p.stem for p in Path("app/views").glob("*.py"))
 assert {"home", "labs", "exercises", "admin"} <= set(pages), pages
 for page in pages:

@@ -14,10 +14,10 @@ LANGS = sorted(i18n.languages())
 KNOWN_WIDGETS = {"memory_calculator", "scaling_explorer", "ring_traffic", "ring_diagram", "sharding_calculator"}
 
 
-def test_twelve_sections_in_english():
+def test_the_sections_in_english_in_order():
     assert lessons.section_ids() == [
-        "overview", "training-step", "ring-allreduce", "ddp", "sharding", "practice", "strategy",
-        "case-studies", "future", "risks", "roadmap", "faq",
+        "overview", "training-step", "ring-allreduce", "ddp", "sharding", "compression", "practice", "strategy",
+        "case-studies", "future", "topology", "risks", "roadmap", "faq",
     ]
 
 
@@ -264,6 +264,61 @@ def test_25_mib_buckets_stay_below_the_nvlink_peak():
     for alpha, expected in ((5e-6, 267e9), (3e-6, 319e9)):
         seconds = calc.ring_allreduce_time(8, size, alpha, calc.LINKS["nvlink4"][1])
         assert calc.busbw(size, seconds, 8) == pytest.approx(expected, rel=0.01)
+
+
+def test_a_link_within_a_node_paces_rings_up_to_a_node_and_the_network_beyond():
+    """"NVLink" drew 100 % efficiency from 1 to 512 devices, which no NVLink spans (journey m3)."""
+    assert calc.link_for("nvlink4", calc.NODE_SIZE) == "nvlink4"
+    assert calc.link_for("nvlink4", calc.NODE_SIZE + 1) == calc.BETWEEN_NODES
+    assert calc.link_for("loopback-gloo", 512) == "loopback-gloo"
+    points = calc.scaling(params=1.3e9, bytes_per_grad=2, link="nvlink4", compute_time=0.1, batch_per_device=8,
+                          overlap=0.5, world_sizes=[8, 16])
+    ib = calc.ring_allreduce_time(16, 2.6e9, *calc.LINKS[calc.BETWEEN_NODES])
+    assert points[0].efficiency == pytest.approx(1.0)
+    assert points[1].comm_time == pytest.approx(ib)
+
+
+def _lesson(section: str, lang: str = "en"):
+    from tests.apptest import open_page
+
+    at = open_page("lessons", lang, section=section)
+    assert not at.exception, at.exception
+    return at
+
+
+@pytest.mark.usefixtures("app_db")
+@pytest.mark.parametrize("lang", ["en", "zh", "nl"])
+def test_the_scaling_explorer_s_defaults_show_the_node_boundary_on_log_log_axes(lang):
+    import json
+
+    at = _lesson("ddp", lang)
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    throughput = next(s for s in specs if s["layout"]["yaxis"].get("type") == "log")
+    model = next(tr for tr in throughput["data"] if tr["name"] == i18n.t("widgets.scaling.model", lang))
+    ideal = next(tr for tr in throughput["data"] if tr["name"] == i18n.t("widgets.scaling.ideal", lang))
+    assert throughput["layout"]["xaxis"]["type"] == "log"
+    assert ideal["y"] == pytest.approx([model["y"][0] * n for n in ideal["x"]])
+    by_n = dict(zip(model["x"], model["y"], strict=True))
+    assert by_n[8] == pytest.approx(ideal["y"][ideal["x"].index(8)])  # within a node: linear
+    assert by_n[16] < 0.7 * ideal["y"][ideal["x"].index(16)]  # across nodes: the network's pace
+    assert any(c.value == i18n.t("widgets.scaling.nodes", lang, link=i18n.t("widgets.links.nvlink4", lang),
+                                 count=calc.NODE_SIZE, network=i18n.t("widgets.links.infiniband-ndr", lang))
+               for c in at.caption)
+
+
+@pytest.mark.usefixtures("app_db")
+def test_the_ring_calculator_offers_3_4_and_5_and_formulas_are_display_math():
+    at = _lesson("ring-allreduce")
+    slider = next(s for s in at.select_slider if s.label == i18n.t("widgets.ring_traffic.world_size", "en"))
+    assert [int(o) for o in slider.options[1:4]] == [3, 4, 5] and slider.value == 8
+    slider.set_value(3).run()
+    assert not at.exception
+    steps = next(m for m in at.metric if m.label == i18n.t("widgets.ring_traffic.steps", "en"))
+    assert steps.value == "4"  # 2(n-1) on 3 devices
+    # A formula alone on its line is display math: $$ on lines of their own (journey m4).
+    text = "\n".join(m.value for m in at.markdown)
+    assert "\n$$\nT = 2(n-1)\\alpha + \\frac{2(n-1)}{n}\\cdot\\frac{S}{B}\n$$\n" in text
+    assert not [line for line in text.splitlines() if line.startswith("$$") and line.strip() != "$$"]
 
 
 @pytest.mark.parametrize("lang", LANGS)

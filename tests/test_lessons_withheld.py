@@ -12,16 +12,16 @@ the lab's listing is there.
 from __future__ import annotations
 
 import ast
-import uuid
 
 import pytest
 
 from academy import exercises, i18n, lessons
 from academy.db import session_scope
-from academy.models import LabRun, Learner
+from academy.models import LabRun
 from labs import exercises as defs
 from tests.apptest import open_page
 from tests.exercisepass import pass_required_exercises
+from tests.factories import learner
 
 LANGS = sorted(i18n.languages())
 RING = "labs/ring/allreduce.py::ring_allreduce"
@@ -101,13 +101,6 @@ def codes(at) -> list[str]:
     return [c.value.strip() for c in at.code]
 
 
-def learner() -> int:
-    with session_scope() as session:
-        person = Learner(email=f"lesson-{uuid.uuid4().hex[:8]}@example.org", password_hash="x",
-                         display_name="Lesson Learner")
-        session.add(person)
-        session.flush()
-        return person.id
 
 
 def pass_one(learner_id: int, exercise: str) -> None:

@@ -8,9 +8,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from academy import i18n
-from tests.apptest import MAIN, open_page
+from tests.apptest import MAIN, assert_headings_in_order, open_page
 
-PAGES = ["home", "lessons", "labs", "exercises", "quiz", "certificate", "verify", "account"]
+PAGES = ["home", "lessons", "labs", "exercises", "quiz", "review", "certificate", "verify", "account"]
 
 
 def run_page(page: str, lang: str, **params) -> AppTest:
@@ -32,6 +32,7 @@ def test_page_renders(page, lang):
     assert not at.exception, at.exception
     if page not in ("home", "lessons"):
         assert at.title[0].value == i18n.t(f"nav.{page}", lang)
+    assert_headings_in_order(at)
 
 
 @pytest.mark.usefixtures("app_db")
@@ -101,9 +102,23 @@ def test_every_lesson_section_renders(lang):
         assert not at.exception, (section.id, at.exception)
         assert at.title[0].value == f"{number}. {section.title}"
         assert len(texts(at)) > 500, f"{lang}/{section.id} looks empty"
+        assert_headings_in_order(at)  # the lesson's own ## and ### under the page's h1
 
 
 def test_no_pages_folder_beside_the_entry_script():
     """A `pages/` folder would make Streamlit run a URL like /verify without main.py
     on a fresh server (its old multipage mode): the QR link would fail."""
     assert not (Path(MAIN).parent / "pages").exists()
+
+
+@pytest.mark.parametrize("lang", sorted(i18n.languages()))
+@pytest.mark.usefixtures("app_db")
+def test_the_page_says_its_language(lang):
+    """Streamlit's page says ``lang="en"`` whatever the language: every run sends the script
+    that sets ``<html lang dir>`` (app/static/page.js; the browser test reads the attribute)."""
+    import json
+
+    at = run_page("home", lang)
+    tag, direction = i18n.page_language(lang)
+    bodies = [h.proto.body for h in at.get("html")]
+    assert any(json.dumps({"lang": tag, "dir": direction}) in body for body in bodies), bodies

@@ -16,7 +16,7 @@ from quizzes import store
 from quizzes.bank import load_bank
 from quizzes.engine import draw_attempt, message
 from tests import apptest
-from tests.apptest import MAIN, open_page, press
+from tests.apptest import MAIN, assert_headings_in_order, open_page, press
 
 
 def open_quiz(learner_id: int, lang: str) -> AppTest:
@@ -76,6 +76,7 @@ def play(at, learner_id, lang, plan_answers):
         good = plan_answers(pos)
         response = (right_answer if good else wrong_answer)(item, bank, lang)
         answer(at, attempt, pos, response, lang)
+        assert_headings_in_order(at)  # the question is an h2 under the page's h1, feedback and all
         feedback = [s.value for s in at.success] if good else [e.value for e in at.error]
         expected = i18n.t("quiz.right" if good else "quiz.wrong", lang)
         assert expected in feedback, (pos, item["question_id"], response)
@@ -94,6 +95,7 @@ def test_right_and_wrong_feedback_fail_practise_then_pass(lang):
     first = play(at, learner.id, lang, lambda pos: pos % 2 == 0)  # half wrong: fails
     click(at, i18n.t("quiz.finish", lang))
     assert any(i18n.t("quiz.failed", lang, pass_mark=80) == e.value for e in at.error)
+    assert_headings_in_order(at)  # the results: score and review, h2s
     # Review lists every question; practise the missed ones (ungraded).
     assert len(at.expander) >= len(first.plan)
     missed = len(first.plan) // 2
@@ -248,3 +250,40 @@ def test_attempt_history_is_read_once_per_run(monkeypatch):
         at.run()
         assert not at.exception, at.exception
         assert calls == [learner.id]
+
+
+@pytest.mark.parametrize("lang", ["en", "zh", "nl"])
+@pytest.mark.usefixtures("app_db")
+def test_algbw_given_for_busbw_is_named_and_the_answer_has_the_asked_precision(lang):
+    """Giving algbw for a busbw question gets the bank's words for that slip, and the right answer
+    is shown to the 3 significant figures the question asks for, not 37.333 (journey review m7)."""
+    from quizzes.engine import format_number
+    from quizzes.formula import compute_answer
+
+    wanted = "ring-allreduce-busbw"
+    bank, k = load_bank(), get_settings().quiz_questions
+    seed = next(s for s in range(5000)
+                if wanted in [i["question_id"] for i in draw_attempt(bank, seed=s, k=k)])
+    with session_scope() as s:
+        learner = sign_up(session=s, email=f"busbw-{lang}@example.org", password="long enough pw")
+        store.start_attempt(session=s, learner_id=learner.id, lang=lang, seed=seed, k=k, bank=bank)
+    attempt = current(learner.id)
+    pos = [i["question_id"] for i in attempt.plan].index(wanted)
+    params = attempt.plan[pos]["params"]
+    at = open_quiz(learner.id, lang)
+    for _ in range(pos):
+        click(at, i18n.t("quiz.next", lang))
+    algbw = params["S"] / params["t"]
+    answer(at, attempt, pos, format_number(round(algbw, 2), lang), lang)
+    assert i18n.t("quiz.wrong", lang) in [e.value for e in at.error]
+    question = bank.questions[wanted]
+    slip = next(m for m in question.mistakes if m.label == "algbw for busbw")
+    said = slip.explain[lang].replace("{mistake}", format_number(float(f"{algbw:.3g}"), lang))
+    for name, value in params.items():
+        said = said.replace("{" + name + "}", format_number(value, lang))
+    assert [w.value for w in at.warning] == [said]
+    busbw = compute_answer(question, params)
+    shown = format_number(float(f"{busbw:.3g}"), lang)
+    assert any(i18n.t("quiz.correct_answer", lang, answer=f"{shown} GB/s") == m.value for m in at.markdown)
+    exact = format_number(busbw, lang)
+    assert exact == shown or not [m for m in at.markdown if exact in m.value]  # never the 5-digit value

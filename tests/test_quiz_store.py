@@ -3,18 +3,18 @@ two tabs of one learner racing each other on a real (file, WAL) SQLite."""
 
 from __future__ import annotations
 
-import threading
 import uuid
 from pathlib import Path
 
 import pytest
 from sqlmodel import Session, select
 
-from academy.db import make_engine, migrate
+from academy.db import make_engine
 from academy.models import Learner, QuizAnswer, QuizAttempt
 from quizzes import store
 from quizzes.bank import load_bank
 from quizzes.engine import KEYS, NumberParseError, grade, plan_question
+from tests.conftest import race
 
 FIXTURE = Path(__file__).parent / "fixtures" / "quiz_bank"
 K = 6  # the whole fixture bank
@@ -293,42 +293,6 @@ def test_review_shows_every_question_with_feedback(engine, learners, bank):
 # -------------------------------------------------------------- concurrency
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def file_engine(request, tmp_path):
-    """A database that real concurrent connections share: a SQLite file in
-    WAL mode, and PostgreSQL where conftest.py can reach or start one."""
-    if request.param == "sqlite":
-        engine = make_engine(f"sqlite:///{tmp_path / 'quiz.db'}")
-    else:
-        engine = make_engine(request.getfixturevalue("postgres_url"))
-    migrate(engine)  # the production schema, UniqueConstraint included
-    if request.param == "sqlite":
-        with engine.connect() as conn:
-            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
-    yield engine
-    engine.dispose()
-
-
-def _race(*jobs):
-    """Run the jobs in threads released at the same moment; results or errors."""
-    barrier = threading.Barrier(len(jobs))
-    results: list = [None] * len(jobs)
-
-    def run(i, job):
-        barrier.wait()
-        try:
-            results[i] = job()
-        except Exception as exc:  # noqa: BLE001 (the test inspects it)
-            results[i] = exc
-
-    threads = [threading.Thread(target=run, args=(i, job)) for i, job in enumerate(jobs)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    return results
-
-
 def test_two_tabs_answer_the_same_question(file_engine, bank):
     me, _ = _learners(file_engine)
     with _session(file_engine) as session:
@@ -341,7 +305,7 @@ def test_two_tabs_answer_the_same_question(file_engine, bank):
         return job
 
     for position in range(K):  # odd positions: one tab right, the other wrong
-        first, second = _race(tab(position, True), tab(position, position % 2 == 0))
+        first, second = race(tab(position, True), tab(position, position % 2 == 0))
         assert not isinstance(first, Exception), first
         assert not isinstance(second, Exception), second
         assert sorted([first.duplicate, second.duplicate]) == [False, True]
@@ -355,7 +319,7 @@ def test_two_tabs_answer_the_same_question(file_engine, bank):
         with _session(file_engine) as session:
             return store.finish_attempt(session=session, attempt_id=attempt.id, learner_id=me)
 
-    results = _race(finish, finish)
+    results = race(finish, finish)
     with _session(file_engine) as session:
         assert not any(isinstance(r, Exception) for r in results), results
         assert results[0] == results[1]
@@ -380,7 +344,7 @@ def test_answer_racing_finish_is_counted_or_refused(file_engine, bank):
             with _session(file_engine) as session:
                 return store.finish_attempt(session=session, attempt_id=attempt.id, learner_id=me)
 
-        answered, finished = _race(answer_last, finish)
+        answered, finished = race(answer_last, finish)
         assert not isinstance(finished, Exception), finished
         assert isinstance(answered, store.AttemptFinished) or answered.correct
         with _session(file_engine) as session:
@@ -398,7 +362,7 @@ def test_two_tabs_start_one_attempt(file_engine, bank):
             with _session(file_engine) as session:
                 return _start(session, bank, me).id
 
-        first, second = _race(tab, tab)
+        first, second = race(tab, tab)
         assert first == second, (first, second)
         with _session(file_engine) as session:
             open_attempts = session.exec(

@@ -288,7 +288,7 @@ def test_the_command_shows_progress_and_lists_flagged_certificates(capsys, secre
 # Real stored submissions, the real grader, and the pages
 
 
-@pytest.mark.slow
+@pytest.mark.needs_sandbox
 @pytest.mark.usefixtures("app_db")
 def test_real_stored_passes_honest_and_dishonest_and_what_the_pages_show(secrets):  # noqa: ARG001
     """An honest ring, a ring that sends its whole buffer each step (the bytes rule fails it)
@@ -298,14 +298,8 @@ def test_real_stored_passes_honest_and_dishonest_and_what_the_pages_show(secrets
     nothing, the Admin page lists the certificate that rested on one, and the learner's
     Exercises page says why, in en, zh and nl."""
     from labs import exercises as defs
-    from labs.sandbox import run as sandbox
     from tests.apptest import open_page
     from tests.test_exercises import FIXTURES
-
-    try:
-        sandbox.check_available()
-    except sandbox.SandboxUnavailable as exc:
-        pytest.skip(f"no sandbox here: {exc.reason}")
 
     honest, cheat = learner("honest@example.org"), learner("cheat@example.org")
     stored_pass(honest, defs.reference("ring-allreduce"))

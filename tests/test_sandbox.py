@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -39,18 +38,6 @@ from tests.labstack import free_port
 from tests.procs import command_lines
 
 ROOT = Path(__file__).resolve().parent.parent
-ROOTLESS_NO_BWRAP = shutil.which("bwrap") is None and os.geteuid() != 0
-_bwrap_here = pytest.mark.skipif(
-    ROOTLESS_NO_BWRAP, reason="bubblewrap is not installed and we are not root to install it "
-                              "(apt-get install bubblewrap)")
-
-
-BWRAP = (_bwrap_here, pytest.mark.slow)  # for a pytest.param
-
-
-def needs_bwrap(test):
-    """A run in bubblewrap: skipped without it, and slow (a sandbox start, often a limit's wait)."""
-    return pytest.mark.slow(_bwrap_here(test))
 as_root = pytest.mark.skipif(
     os.geteuid() != 0, reason="the per-run uid and the cgroup limits need root (CI runs as root)")
 SMALL = Limits(memory_mb=256, processes=16, file_size_mb=1, cpu_s=10, wall_s=20,
@@ -565,7 +552,7 @@ def test_ci_has_a_sandbox():
     sandbox.check_available("bwrap")
 
 
-@pytest.mark.parametrize("mode", [pytest.param("bwrap", marks=BWRAP), "none"])
+@pytest.mark.parametrize("mode", [pytest.param("bwrap", marks=pytest.mark.needs_sandbox), "none"])
 def test_the_program_sees_its_files_and_a_cleared_environment(harness, monkeypatch, mode):
     monkeypatch.setenv("DPA_FAKE_SECRET", "hunter2-in-the-host-env")
     lines = []
@@ -586,7 +573,7 @@ def test_the_program_sees_its_files_and_a_cleared_environment(harness, monkeypat
             assert found["uid"] >= sandbox_limits.UID_BASE  # not root, a uid of its own
 
 
-@pytest.mark.parametrize("mode", [pytest.param("bwrap", marks=BWRAP), "none"])
+@pytest.mark.parametrize("mode", [pytest.param("bwrap", marks=pytest.mark.needs_sandbox), "none"])
 def test_stdin_larger_than_a_pipe_reaches_the_program(harness, mode):
     import hashlib
     data = os.urandom(300 * KiB)
@@ -597,7 +584,7 @@ def test_stdin_larger_than_a_pipe_reaches_the_program(harness, mode):
 
 # --- network ---------------------------------------------------------------------------------
 
-@needs_bwrap
+@pytest.mark.needs_sandbox
 def test_the_network_is_loopback_only_and_not_the_hosts(harness):
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
@@ -620,7 +607,7 @@ def test_the_network_is_loopback_only_and_not_the_hosts(harness):
     assert found["outside"] == "ENETUNREACH"  # no route: nothing left the namespace
 
 
-@needs_bwrap
+@pytest.mark.needs_sandbox
 def test_a_program_started_ahead_of_its_input_is_as_confined_and_its_clock_starts_with_run(harness):
     """`sandbox.start_python` (the warm grader's sandbox, started long before the submission):
     the same loopback-only network and the same missing host files as `run_python`, a file
@@ -646,7 +633,7 @@ def test_a_program_started_ahead_of_its_input_is_as_confined_and_its_clock_start
 
 # --- the host's files and processes ----------------------------------------------------------
 
-@needs_bwrap
+@pytest.mark.needs_sandbox
 def test_secrets_database_and_project_files_are_out_of_reach(harness, tmp_path):
     secrets = tmp_path / "secrets"
     secrets.mkdir()
@@ -666,7 +653,7 @@ def test_secrets_database_and_project_files_are_out_of_reach(harness, tmp_path):
     assert found == dict.fromkeys(paths, "FileNotFoundError")
 
 
-@needs_bwrap
+@pytest.mark.needs_sandbox
 def test_a_layout_that_would_bind_the_project_in_is_refused(harness, monkeypatch, tmp_path):
     """The project (its data/ holds the database and the secrets by default)
     inside a folder we bind, or a copy of our packages among the site-packages
@@ -704,12 +691,12 @@ def check_view(found: dict, *, root: bool) -> None:
     assert found["/usr/bin"] == (["setpriv"] if root else "absent")
 
 
-@needs_bwrap
+@pytest.mark.needs_sandbox
 def test_of_usr_only_the_libraries_and_of_the_interpreter_only_its_own_files(harness):
     check_view(report(run(harness, "view", *SHOWN, *HIDDEN)), root=os.geteuid() == 0)
 
 
-@needs_bwrap
+@pytest.mark.needs_sandbox
 @pytest.mark.skipif(not os.path.exists("/usr/bin/python3.11") or sys.version_info[:2] != (3, 11),
                     reason="needs the system's python3.11 (Debian's), prefix /usr")
 def test_a_system_python_whose_prefix_is_usr_shows_no_more(harness):
@@ -729,7 +716,7 @@ def test_a_system_python_whose_prefix_is_usr_shows_no_more(harness):
     check_view(json.loads(done.stdout.splitlines()[-1]), root=os.geteuid() == 0)
 
 
-@needs_bwrap
+@pytest.mark.needs_sandbox
 def test_proc_shows_only_the_sandbox(harness):
     found = report(run(harness, "proc", str(os.getpid())))
     assert found["pids"] == [1, found["me"]]  # bwrap's init and the program, nothing of ours
@@ -737,7 +724,7 @@ def test_proc_shows_only_the_sandbox(harness):
     assert "DATABASE_URL" not in found["init_environ"]
 
 
-@needs_bwrap
+@pytest.mark.needs_sandbox
 def test_writes_stay_in_tmp_and_files_stop_at_the_size_limit(harness):
     targets = ["/", "/usr", "/etc", "/opt", "/opt/input", "/opt/harness", "/opt/python",
                str(harness), str(ROOT)]
@@ -749,7 +736,7 @@ def test_writes_stay_in_tmp_and_files_stop_at_the_size_limit(harness):
     assert not (harness / "pwned").exists() and not (ROOT / "pwned").exists()
 
 
-@needs_bwrap
+@pytest.mark.needs_sandbox
 @pytest.mark.skipif(not seccomp.supported(), reason="no seccomp filter for this CPU architecture")
 def test_no_user_namespace_of_its_own_and_no_ptrace(harness):
     found = report(run(harness, "nested"))
@@ -758,7 +745,7 @@ def test_no_user_namespace_of_its_own_and_no_ptrace(harness):
                      "fork": 3, "clone3": "ENOSYS"}
 
 
-@needs_bwrap
+@pytest.mark.needs_sandbox
 @pytest.mark.skipif(not seccomp.supported(), reason="no seccomp filter for this CPU architecture")
 def test_only_internet_unix_and_netlink_sockets_and_no_reading_a_neighbour(harness):
     """AF_VSOCK is not in the network namespace (it reaches the hypervisor), and
@@ -771,7 +758,7 @@ def test_only_internet_unix_and_netlink_sockets_and_no_reading_a_neighbour(harne
                      "process_vm_writev": "EPERM", "pidfd_getfd": "EPERM"}
 
 
-@needs_bwrap
+@pytest.mark.needs_sandbox
 def test_the_covert_channel_primitives_the_docs_list_are_there_also_through_proc(harness):
     """Not a wish, a record (review N-17): what docs/contributors/sandbox.md says
     stays open inside one run, and why refusing the calls would not close it."""
@@ -781,7 +768,7 @@ def test_the_covert_channel_primitives_the_docs_list_are_there_also_through_proc
                      "status_cpus": str(cpu), "tasks": [str(pid)]}
 
 
-@needs_bwrap
+@pytest.mark.needs_sandbox
 def test_a_non_dumpable_parent_keeps_its_memory_from_its_children(harness):
     """What docs/contributors/sandbox.md tells a harness to do: /proc/PID/mem of a same-uid
     process is readable (no filter sees it) until that process says no."""
@@ -789,7 +776,7 @@ def test_a_non_dumpable_parent_keeps_its_memory_from_its_children(harness):
                                                "dumpable_0": "PermissionError"}
 
 
-@needs_bwrap
+@pytest.mark.needs_sandbox
 @as_root
 def test_no_privileges_and_nothing_the_host_shares_by_name(harness):
     """no-new-privs and no capabilities (a setuid binary would stay
@@ -865,7 +852,7 @@ def test_the_seccomp_filter_decides_each_call_as_documented():
 
 # --- resource limits -------------------------------------------------------------------------
 
-@needs_bwrap
+@pytest.mark.needs_sandbox
 @as_root
 def test_a_fork_bomb_hits_the_process_limit_and_the_host_can_still_fork(harness):
     out = run(harness, "forkbomb", limits=Limits(processes=12, wall_s=2, cpu_s=5, memory_mb=256))
@@ -876,7 +863,7 @@ def test_a_fork_bomb_hits_the_process_limit_and_the_host_can_still_fork(harness)
     assert our_cgroups(os.getpid()) == []
 
 
-@needs_bwrap
+@pytest.mark.needs_sandbox
 @as_root
 def test_a_memory_bomb_is_killed_by_the_memory_limit(harness):
     out = run(harness, "membomb", limits=Limits(memory_mb=96, wall_s=20))
@@ -885,7 +872,7 @@ def test_a_memory_bomb_is_killed_by_the_memory_limit(harness):
     assert bytearray(64 << 20)  # and the host can still allocate
 
 
-@needs_bwrap
+@pytest.mark.needs_sandbox
 @as_root
 def test_no_realtime_priority_even_where_the_server_may_have_one(harness):
     """A SCHED_FIFO spinner on each core would starve the server: the run gets
@@ -909,20 +896,20 @@ def test_no_realtime_priority_even_where_the_server_may_have_one(harness):
     assert found == {"fifo": "EPERM", "rr": "EPERM", "nice": "EPERM"}
 
 
-@needs_bwrap
+@pytest.mark.needs_sandbox
 def test_an_endless_loop_is_stopped_by_the_wall_clock(harness):
     out = run(harness, "loop", limits=Limits(wall_s=1, cpu_s=30))
     assert out.stopped == "wall_time" and out.returncode is None
     assert out.stdout == b"looping\n"
 
 
-@needs_bwrap
+@pytest.mark.needs_sandbox
 def test_the_cpu_limit_ends_a_program_that_spins(harness):
     out = run(harness, "loop", limits=Limits(cpu_s=1, wall_s=20))
     assert out.stopped == "cpu_time" and out.returncode == -signal.SIGXCPU, out.details
 
 
-@needs_bwrap
+@pytest.mark.needs_sandbox
 @pytest.mark.parametrize("stream", ["stdout", "stderr"])
 def test_a_flood_of_output_stops_at_the_cap(harness, stream):
     lines = []
@@ -934,7 +921,7 @@ def test_a_flood_of_output_stops_at_the_cap(harness, stream):
     assert lines == ([b"first line"] if stream == "stdout" else [])[:len(lines)]
 
 
-@needs_bwrap
+@pytest.mark.needs_sandbox
 @as_root
 def test_tmpfs_counts_against_the_memory_limit(harness):
     """/tmp and /dev/shm live in RAM: filling both (2 x 64 MiB) must end in the
@@ -943,7 +930,7 @@ def test_tmpfs_counts_against_the_memory_limit(harness):
     assert out.stopped == "memory", (out.stdout, out.details)
 
 
-@needs_bwrap
+@pytest.mark.needs_sandbox
 @as_root
 def test_socket_buffers_count_against_the_memory_limit(harness):
     """UDP queues nobody reads, each asking for a huge buffer: cgroup v1 leaves
@@ -956,7 +943,7 @@ def test_socket_buffers_count_against_the_memory_limit(harness):
         assert found["held_mb"] <= limits.memory_mb // 2, found  # a quarter, and a margin
 
 
-@needs_bwrap
+@pytest.mark.needs_sandbox
 def test_open_files_are_capped_and_cannot_be_raised(harness):
     found = report(run(harness, "fds", limits=Limits(open_files=64)))
     assert found == {"nofile": [64, 64], "raised": False, "stop": "EMFILE",
@@ -972,7 +959,7 @@ def program_pids(module: str) -> list[int]:
             if args[0].startswith(b"/opt/python/") and args[-3:] == [b"-m", module.encode(), b""]]
 
 
-@needs_bwrap
+@pytest.mark.needs_sandbox
 @pytest.mark.xdist_group("procs")  # finds run A by its command line
 def test_killing_parent_and_everyone_reaches_only_its_own_sandbox(harness):
     """Run A holds a file and waits; run B, meanwhile, looks for A and kills
@@ -1029,7 +1016,7 @@ def test_a_slot_folder_someone_else_can_write_is_refused(tmp_path):
     assert sandbox_limits.slot_locks(tmp_path) == tmp_path / "dpa-sandbox-slots"
 
 
-@needs_bwrap
+@pytest.mark.needs_sandbox
 def test_nothing_is_left_behind_after_the_wall_clock_kill(harness):
     out = run(harness, "lingering", limits=Limits(wall_s=1.5))
     assert out.stopped == "wall_time"
@@ -1038,7 +1025,7 @@ def test_nothing_is_left_behind_after_the_wall_clock_kill(harness):
         assert our_cgroups(os.getpid()) == []
 
 
-@needs_bwrap
+@pytest.mark.needs_sandbox
 @as_root
 def test_a_daemon_the_program_leaves_behind_ends_with_it(harness):
     """setsid and a double fork, pipes closed: the run ends when the program
@@ -1048,7 +1035,7 @@ def test_a_daemon_the_program_leaves_behind_ends_with_it(harness):
     assert none_left(int(out.stdout.split()[0]))
 
 
-@needs_bwrap
+@pytest.mark.needs_sandbox
 @as_root
 def test_a_failing_on_line_still_takes_the_sandbox_down(harness):
     seen = []
@@ -1062,10 +1049,10 @@ def test_a_failing_on_line_still_takes_the_sandbox_down(harness):
     assert our_cgroups(os.getpid()) == []
 
 
-@needs_bwrap
+@pytest.mark.needs_sandbox
 @as_root
 def test_the_sandbox_dies_with_the_process_that_started_it(harness):
-    code = ("import sys; from pathlib import Path; from labs.sandbox import Limits, run_python; "
+    code = ("import sys; from pathlib import Path; from labs.sandbox.run import Limits, run_python; "
             "run_python('lingering', [], files={}, harness=Path(sys.argv[1]), mode='bwrap', "
             "limits=Limits(wall_s=120), on_line=lambda l: print(l.decode(), flush=True))")
     host = subprocess.Popen([sys.executable, "-c", code, str(harness)], cwd=ROOT,
@@ -1088,7 +1075,7 @@ def test_the_sandbox_dies_with_the_process_that_started_it(harness):
 
 # --- a real workload -------------------------------------------------------------------------
 
-@needs_bwrap
+@pytest.mark.needs_sandbox
 def test_torch_and_two_gloo_ranks_run_inside_the_default_limits(harness):
     out = run(harness, "gloo", limits=Limits(wall_s=60))
     assert out.returncode == 0 and out.stopped is None, out.stderr.decode()[-2000:]

@@ -116,3 +116,5 @@ def test_a_database_at_head_is_opened_without_alembic(tmp_path, migrated_templat
     with eng.connect() as conn:
         assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == head_revision()
         assert {"check_mac", "status_mac"} <= {c["name"] for c in inspect(conn).get_columns("certificate")}
+        assert "seconds" in {c["name"] for c in inspect(conn).get_columns("quizanswer")}
+        assert {"reviewcard", "reviewlog", "runquestion", "exerciseregrade"} <= set(inspect(conn).get_table_names())

@@ -171,8 +171,10 @@ def lesson_texts(lang: str) -> Iterator[tuple[str, str, str]]:
 
 
 def bank_texts(lang: str) -> Iterator[tuple[str, str, str]]:
-    for path in sorted(content.path(content.QUIZ_BANK).glob("*.yaml")):
-        yield from yaml_texts(path, lang=lang)
+    """The quiz bank's strings for ``lang``, and those of the templates over lab runs."""
+    for kind in (content.QUIZ_BANK, content.QUIZ_TEMPLATES):
+        for path in sorted(content.path(kind).glob("*.yaml")):
+            yield from yaml_texts(path, lang=lang)
 
 
 def findings(texts: Iterator[tuple[str, str, str]], lang: str, rules: list[Rule]) -> list[Finding]:

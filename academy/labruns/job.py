@@ -160,8 +160,8 @@ def command(lab: str, params: dict[str, Any], workdir: Path) -> list[str]:
     flags = {name: flag(name, spec) for cls in (Run, context.load_lab(lab).Params)
              for name, (_field, spec) in specs(cls).items()}
     for key, value in params.items():
-        if key != "nodes":
-            args += [flags[key], str(value)]
+        if key != "nodes":  # a list (a multiselect's choices) is one flag with its values after it
+            args += [flags[key], *(map(str, value) if isinstance(value, list) else [str(value)])]
     return args
 
 

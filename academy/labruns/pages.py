@@ -24,9 +24,11 @@ imports this module.
 from __future__ import annotations
 
 import math
+import statistics
 import threading
 from typing import Any
 
+from itsdangerous import BadSignature, URLSafeTimedSerializer
 from sqlmodel import Session, func, select
 
 from academy.db import session_scope
@@ -76,9 +78,11 @@ def validate(lab: str, params: dict[str, Any]) -> dict[str, Any]:
     try:
         # Requests the lab itself would refuse are refused here, in the
         # learner's language, instead of after starting processes.
-        for cls in (Run, context.load_lab(lab).Params):
+        module = context.load_lab(lab)
+        for cls in (Run, module.Params):
             model = lab_params.validate(cls, {k: v for k, v in clean.items() if offer[k][0] is cls}, limits, page=True)
             clean.update({k: getattr(model, k) for k in clean if offer[k][0] is cls})
+        module.check(model, clean["world_size"])  # the lab's own rule across fields (model: its Params)
     except ParamError as err:
         raise _refusal(err, offer) from None
     except (TypeError, ValueError):  # a value of the wrong type, or a lab's own rule across fields
@@ -101,6 +105,10 @@ def _refusal(err: ParamError, offer: dict[str, tuple[type, Spec]]) -> LabRequest
     high = err.values.get("high")
     if err.rule == "avg_int":
         return LabRequestError("labs_refused.avg_int")
+    if err.rule == "empty":  # a list the learner emptied (a multiselect)
+        return LabRequestError("labs_refused.empty")
+    if err.rule == "nodes":  # the topology lab: ranks split evenly over its nodes
+        return LabRequestError("labs_refused.topology_nodes")
     if err.name == "world_size" and high is not None:
         return LabRequestError("labs.err_world_size", max=high)
     if err.name == "fail_rank" and high is not None:
@@ -159,12 +167,43 @@ def history(*, learner_id: int, limit: int = 20) -> list[LabRun]:
         return list(session.exec(stmt))
 
 
+# A guest's runs are listed from a cookie (they have no account to keep them by): the ids of
+# their newest GUEST_RUNS_KEPT runs, signed so that a browser cannot list others' runs by
+# writing ids in, and kept for GUEST_RUNS_DAYS days (journey review m14: "Runs in this
+# visit" emptied on every reload).
+GUEST_RUNS_KEPT = 20
+GUEST_RUNS_DAYS = 7
+
+
+def _guest_serializer() -> URLSafeTimedSerializer:
+    from academy.keystore import session_secret
+
+    return URLSafeTimedSerializer(session_secret(), salt="dpa-guest-lab-runs")
+
+
+def guest_token(run_ids: list[int]) -> str:
+    """The guest's newest run ids (at most `GUEST_RUNS_KEPT`), signed for their cookie."""
+    return _guest_serializer().dumps([int(i) for i in run_ids][-GUEST_RUNS_KEPT:])
+
+
+def guest_run_ids(token: str | None) -> list[int]:
+    """The run ids a guest's cookie holds, oldest first; none if it is absent, forged or older
+    than `GUEST_RUNS_DAYS` days."""
+    try:
+        found = _guest_serializer().loads(token or "", max_age=GUEST_RUNS_DAYS * 86400)
+    except BadSignature:
+        return []
+    return [i for i in found if isinstance(i, int) and not isinstance(i, bool)] if isinstance(found, list) else []
+
+
 def runs(run_ids: list[int]) -> list[LabRun]:
-    """A guest's runs of this visit, newest first."""
+    """A guest's runs (this visit's and those their cookie brought back), newest first; only
+    guests' runs, never a learner's."""
     if not run_ids:
         return []
     with session_scope() as session:
-        return list(session.exec(select(LabRun).where(LabRun.id.in_(run_ids), LabRun.lab.in_(lab_names()))
+        return list(session.exec(select(LabRun).where(LabRun.id.in_(run_ids), LabRun.lab.in_(lab_names()),
+                                                      LabRun.learner_id.is_(None))
                                  .order_by(LabRun.id.desc())))
 
 
@@ -239,6 +278,67 @@ def run_machine_fit(run: LabRun, impl: str) -> dict | None:
     with session_scope() as session:
         return machine_fit(session=session, worker=run.worker, impl=impl,
                            world_size=summary.get("world_size", 0), backend=summary.get("backend", ""))
+
+
+ESTIMATE_FROM = 20  # the newest finished runs of a lab an estimate learns from
+ESTIMATE_SHOWN_S = 10.0  # the page announces runs expected to take this long or longer
+
+
+def estimate_s(lab: str, params: dict[str, Any]) -> float | None:
+    """How long a run of ``lab`` with ``params`` should take once started, judging by the
+    newest finished runs of that lab (any machine's: one queue, one kind of machine): their
+    work per unit of the lab's ``cost`` (``labs.ring.cost``: bytes a rank sends over the run),
+    times this run's, plus their median start and stop. None for a lab without a cost or
+    without a finished run to judge by (journey review m2: 65 s of "Starting the processes"
+    that nothing announced)."""
+    from labs import context
+
+    module = context.load_lab(lab)
+    if not hasattr(module, "cost"):
+        return None
+    mine = _cost(module, params)
+    if not mine:
+        return None
+    with session_scope() as session:
+        found = session.exec(select(LabRun).where(LabRun.lab == lab, LabRun.status == "done")
+                             .order_by(LabRun.id.desc()).limit(ESTIMATE_FROM)).all()
+    rates, overheads = [], []
+    for run in found:
+        result = run.result or {}
+        units = _cost(module, run.params or {})
+        wall, overhead = result.get("wall_s"), result.get("overhead_s")
+        if units and isinstance(wall, int | float) and isinstance(overhead, int | float):
+            rates.append(max(wall - overhead, 0.0) / units)
+            overheads.append(overhead)
+    if not rates:
+        return None
+    return statistics.median(overheads) + statistics.median(rates) * mine
+
+
+def _cost(module, params: dict[str, Any]) -> float | None:
+    """The lab's cost of ``params`` (a run's stored parameters), or None if they do not build."""
+    values = {k: v for k, v in params.items() if k in lab_params.specs(module.Params)}
+    try:
+        return module.cost(module.Params(**values), int(params.get("world_size", 1)))
+    except (TypeError, ValueError):
+        return None
+
+
+def step_model_fit(run: LabRun) -> dict | None:
+    """The alpha-beta fit for a DDP run's step model ("predict, then measure"), with its ``source``.
+
+    The run's own (``source`` "run"): its timeline section timed ``dist.all_reduce``
+    alone at its world size and backend, on the machine as loaded then
+    (``labs.ddp.timeline.calibrate``); else, for runs made before it did, the
+    machine's newest benchmark at that world size (`run_machine_fit`, ``source``
+    "bench", with its ``run_id``); None when neither exists.
+    """
+    summary = (run.result or {}).get("summary") or {}
+    own = ((summary.get("sections") or {}).get("timeline") or {}).get("fit")
+    if isinstance(own, dict) and _usable(own.get("alpha_s")) and _usable(own.get("bandwidth_Bps")):
+        return {**own, "source": "run", "world_size": summary.get("world_size", 0)}
+    fit = run_machine_fit(run, "all_reduce")
+    return None if fit is None else {**fit, "source": "bench"}
 
 
 def _usable(value) -> bool:

@@ -1,17 +1,23 @@
-"""Admin: learners, administrators and content checks. Admins only."""
+"""Admin: the public address certificates carry, learners, administrators, content checks, how
+each quiz question performs, and certificates. Admins only."""
 
 import streamlit as st
 from sqlmodel import func, select
 
 import certificates as certs
-from academy import exercises, i18n, regrade
+from academy import exercises, i18n, lessons, regrade
 from academy.accounts import AccountError, make_admin
 from academy.db import session_scope
 from academy.models import CertificateEvent, Learner
+from academy.settings import get_settings
 from app import ui
-from app.widgets import lang
+from certificates import address, addresscheck
+from quizzes import itemstats
+from quizzes.bank import load_bank
+from quizzes.engine import plan_question, public_question
 
 t = ui.t
+code = st.session_state["lang"]
 who = ui.learner()
 if who is None or not who.is_admin:
     # main.py does not even list this page for non-admins; this guards direct use.
@@ -19,6 +25,22 @@ if who is None or not who.is_admin:
     st.stop()
 
 st.title(t("nav.admin"))
+
+# Where every link a certificate signs points (issue #36): said first, as nothing signed can change.
+st.header(t("admin.address"))
+url = address.public_url()
+kind = address.notice()
+if kind is not None:
+    st.warning(t(f"admin.address_{kind}", url=url))
+if not get_settings().public_url_check:
+    st.info(t("admin.address_check_off"))
+else:
+    answer = addresscheck.ask(url)
+    if answer.ok:
+        st.success(t("admin.address_ok", url=url))
+    else:
+        st.error(t(f"admin.address_refused.{answer.reason}", url=url))
+        st.text(answer.detail)  # what the address answered, as text
 
 st.header(t("admin.learners"))
 with session_scope() as session:
@@ -43,6 +65,43 @@ if not any(problems.values()):
 for code, keys in problems.items():
     if keys:
         st.warning(t("admin.content_missing", lang=code, count=len(keys), keys=", ".join(keys[:10])))
+
+st.header(t("admin.items"))
+st.caption(t("admin.items_help", low=itemstats.LOW_DISCRIMINATION, min=itemstats.MIN_ATTEMPTS))
+with session_scope() as session:
+    stats = itemstats.question_stats(session=session, course_id=get_settings().course_id)
+    by_template = itemstats.template_stats(session=session)
+if not stats:
+    st.caption(t("admin.items_none"))
+else:
+    # The least discriminating first: the questions to read again head the table.
+    bank = load_bank()
+    titles = {s.id: s.title for s in lessons.sections(code)}
+
+    def question_text(qid: str) -> str:
+        question = bank.questions.get(qid)
+        return public_question(plan_question(question, seed=0), bank, code).text if question else qid
+
+    st.dataframe(
+        [{t("admin.col_question"): question_text(s.question_id),
+          t("admin.col_section"): titles.get(bank.questions[s.question_id].topic, "")
+          if s.question_id in bank.questions else "",
+          t("admin.col_asked"): s.asked, t("admin.col_answered"): s.answered,
+          t("admin.col_right"): None if s.right_share is None else round(100 * s.right_share),
+          t("admin.col_discrimination"): None if s.discrimination is None else round(s.discrimination, 2)}
+         for s in stats],
+        hide_index=True,
+        column_config={t("admin.col_right"): st.column_config.NumberColumn(format="%d %%")},
+    )
+st.subheader(t("admin.templates"))
+st.caption(t("admin.templates_help"))
+if not by_template:
+    st.caption(t("admin.templates_none"))
+else:
+    st.dataframe([{t("admin.col_template"): s.template, t("admin.col_lab"): t(f"labs_names.{s.lab}"),
+                   t("admin.col_answered"): s.answered, t("admin.col_right"): round(100 * s.right / s.answered)}
+                  for s in by_template], hide_index=True,
+                 column_config={t("admin.col_right"): st.column_config.NumberColumn(format="%d %%")})
 
 st.header(t("admin_certs.title"))
 # Neither revocation is the default (F-3 residue): Enter submits nothing and both buttons
@@ -102,8 +161,8 @@ for f in flagged:
         # Names are typed by people and reasons carry values from learners' runs: plain text.
         st.text(t("admin_regrade.row", id=f.certificate_id, name=f.name, email=f.email))
         for w in f.passes:
-            st.text(t("admin_regrade.pass", exercise=exercises.text(w.exercise, lang())["title"],
-                      date=ui.date_text(w.withdrawn_at), reason=regrade.reason_text(w.reason, lang(), w.exercise)))
+            st.text(t("admin_regrade.pass", exercise=exercises.text(w.exercise, code)["title"],
+                      date=ui.date_text(w.withdrawn_at), reason=regrade.reason_text(w.reason, code, w.exercise)))
 
 st.subheader(t("admin_certs.events"))
 with session_scope() as session:

@@ -8,7 +8,7 @@ and refuses a learner an admin disqualified: both ask ``certs.eligibility``."""
 import streamlit as st
 
 import certificates as certs
-from academy import exercises
+from academy import exercises, i18n
 from academy.db import session_scope
 from academy.settings import get_settings
 from app import ui
@@ -53,7 +53,7 @@ if verdict.reason == "quiz_missing":
 if verdict.reason == "disqualified":
     st.error(t("certificate.disqualified"))
 
-lang_names = certs.texts(code)["languages"]
+lang_names = i18n.languages()  # each in its own name, as the sidebar lists them
 
 # The quiz alone is not enough while the setting asks for exercises: say which, with links.
 if verdict.reason == "exercises_missing":

@@ -19,8 +19,9 @@ from academy.db import session_scope
 from academy.labruns import pages as labruns
 from academy.labruns import queue as labqueue
 from academy.models import ACTIVE
-from app import charts_ring, labviews, ui
+from app import charts_ring, labviews, topology, ui
 from app.widgets import chart, lang, ring_labels
+from labs.exercises import patterns
 from labs.ring.lab import DTYPES
 from labs.ring.ringtrace import trace_steps
 
@@ -29,6 +30,8 @@ state = st.session_state
 code = lang()
 st.title(t("nav.exercises"))
 st.write(t("exercises.intro"))
+with st.expander(t("exercises.how_title")):  # how the grader works, as the statements refer to it
+    st.markdown(t("exercises.how"))
 who = ui.learner()
 labruns.recover_after_restart_once()
 
@@ -39,7 +42,7 @@ with session_scope() as session:
 asked = st.query_params.get("exercise")
 current = asked if asked in ids else ids[0]
 
-st.markdown(f"#### {t('exercises.list')}")
+st.header(t("exercises.list"))
 for ex in ids:
     info = exercises.text(ex, code)
     with st.container(border=True):
@@ -130,12 +133,16 @@ if state.get(f"ex_confirm_{current}"):
         state[f"ex_confirm_{current}"] = False
         st.rerun()
 
+# Code refused as it is (too large, not text): the last run's report graded other code, so it is
+# not shown under the refusal as if it were this code's (journey review m1).
+refused = False
 if unsaved and not (save_clicked or run_clicked):  # those two save it themselves, just below
     try:
         with session_scope() as session:
             exercises.save_draft(session=session, learner_id=who.id, exercise=current, source=typed)
     except exercises.SourceRefused as err:
         st.error(ui.error_text(err))
+        refused = True
 
 if save_clicked:
     try:
@@ -144,12 +151,14 @@ if save_clicked:
         st.success(t("exercises.saved"))
     except exercises.SourceRefused as err:
         st.error(ui.error_text(err))
+        refused = True
 
 if run_clicked:
     try:
         state[f"ex_run_{current}"] = exercises.submit(learner_id=who.id, exercise=current, source=typed, lang=code)
     except labqueue.LabRequestError as err:
         st.error(ui.error_text(err))
+        refused = refused or isinstance(err, exercises.SourceRefused)
 
 flash = state.pop("_ex_flash", None)
 if flash:
@@ -183,20 +192,47 @@ def live(run_id: int, every: float) -> None:
         st.rerun(scope="app")
 
 
-def ring(trace: dict, run_id: int) -> None:
-    """The learner's own ring, animated from the sends their ranks made (as the ring lab's).
+FAMILIES = {*patterns.ALLREDUCE_FAMILIES, *patterns.BROADCAST_FAMILIES}
+
+
+def pattern_line(found, exercise: str | None) -> str | None:
+    """The message pattern the grader named (the report's ``pattern``, from the router's log:
+    ``labs.exercises.patterns``) as one line in the learner's language; None without one."""
+    family = found.get("family") if isinstance(found, dict) else None
+    if family not in FAMILIES:
+        return None
+    case = str(found.get("case", ""))
+    world = found.get("world_size")
+    return exercises.message("pattern_shown", code, {
+        "case": case if case.replace("-", "").isalnum() else "?",
+        "world_size": world if isinstance(world, int) else "?",
+        "family": exercises.message(f"family_{family}", code, None, exercise)}, exercise)
+
+
+def ring(trace: dict, found, run_id: int, exercise: str | None) -> None:
+    """The learner's own ring, animated from the sends their ranks made (as the ring lab's),
+    with the family of their message pattern beside it (broadcast: the family alone).
 
     Chunked sends draw as the ring; sends of the whole buffer as the naive
-    ring; sends the grader could not name as a chunk (another split) are not
-    drawn rather than drawn as something they were not.
+    ring; sends the grader could not name as a chunk (another split), or that
+    the grader found to be no ring (a direct exchange, a tree...), are not
+    drawn rather than drawn as something they were not: the family says what
+    they were.
     """
+    line = pattern_line(found, exercise)
     n = int(trace.get("world_size") or 0)
     traces = trace.get("traces") or []
-    if n < 2 or not any(traces):
+    no_ring = line is not None and found["family"] not in patterns.RINGS \
+        and found["family"] in patterns.ALLREDUCE_FAMILIES
+    if n < 2 or not any(traces) or no_ring:  # nothing to animate (a broadcast), or no ring
+        if line:
+            st.caption(line)
         return
     if len(traces) != n or any(len(records) > 2 * (n - 1) + 2 for records in traces):
         # More steps than a ring makes (the grader clips a trace to that): never drawn, so a
         # stored report cannot make this page build thousands of frames (review N-4).
+        if line:
+            st.caption(line)
         st.caption(t("exercises.ring_unavailable"))
         return
     try:
@@ -216,9 +252,13 @@ def ring(trace: dict, run_id: int) -> None:
         else:
             fig = charts_ring.ring_figure(n, steps, labels=ring_labels(), step_durations=durations, lang=code)
     except (KeyError, IndexError, TypeError, ValueError, AttributeError):  # sends that are no ring
+        if line:
+            st.caption(line)
         st.caption(t("exercises.ring_unavailable"))
         return
     st.markdown(f"**{t('exercises.ring_whole') if whole else t('exercises.ring')}**")
+    if line:
+        st.caption(line)  # beside the animation: the family the grader found in the same case
     chart(fig, key=f"ex_ring_{run_id}", caption=t("labs_naive.alt") if whole else t("widgets.ring.alt"))
 
 
@@ -255,10 +295,7 @@ def report(run) -> None:  # a LabRun
     first_failure = failed[0]["id"] if failed else None
     for case in cases:
         status = case.get("status", "not_run")
-        values = {"id": case.get("id", "?"), "world": case.get("world_size", "?"),
-                  "count": case.get("size", "?"), "dtype": case.get("dtype", "?")}
-        # Broadcast's cases name the rank the tensor comes from (review m11).
-        label = t("exercises.case_src", src=case["src"], **values) if "src" in case else t("exercises.case", **values)
+        label = exercises.case_label(exercise, case, code)  # a tensor, a data set or a batch, as sized
         icon = {"passed": ":material/check_circle:", "failed": ":material/cancel:"}.get(status, ":material/block:")
         with st.expander(f"{label} · {t(f'exercises.case_status.{status}')}", icon=icon,
                          expanded=case.get("id") == first_failure):
@@ -275,8 +312,9 @@ def report(run) -> None:  # a LabRun
                 if output:
                     st.caption(t("exercises.output", rank=rank))
                     st.code(output, language=None)
-    ring(res.get("trace") or {}, run.id)
+    ring(res.get("trace") or {}, res.get("pattern"), run.id, exercise)
     labviews.bucket_timeline(res.get("trace") or {}, run.id)
+    topology.exercise_clock(res.get("trace") or {}, run.id)
 
 
 run_id = state.get(f"ex_run_{current}")
@@ -288,6 +326,8 @@ if run is not None:
         # A live run is looked at ten times a second, one waiting its turn once a second.
         every = labviews.cadence(run.status, labqueue.expected_wait_s(run.id) if run.status == "queued" else None)
         st.fragment(live, run_every=every)(run.id, every)
+    elif refused:
+        st.caption(t("exercises.previous_hidden"))
     else:
         report(run)
 

@@ -1,4 +1,5 @@
-"""Home: what the course is, the course map and the learner's progress.
+"""Home: what the course is, the course map and the learner's progress, with how many
+questions are due for review.
 
 The course map is laid out row by row (one ``st.columns`` per row), so the
 page's order, which a keyboard, a screen reader and a phone's stacked
@@ -14,6 +15,7 @@ from academy.db import session_scope
 from academy.labruns.pages import lab_run_count
 from academy.settings import get_settings
 from app import ui
+from quizzes import review
 from quizzes import store as quiz_store
 
 PER_ROW = 3
@@ -23,14 +25,16 @@ code = st.session_state["lang"]
 who = ui.learner()
 settings = get_settings()
 
+# One h1, then h2s. The course's name is the h1's subtitle, not a second heading (journey
+# review Minor 13: "Data Parallelism Academy" over "Data Parallelism" read as two titles).
 st.title(t("app.title"))
-st.markdown(f"### {lessons.course_title(code)}")
+st.caption(lessons.course_title(code))
 st.write(t("home.intro"))
 
 all_sections = lessons.sections(code)
 done = ui.done_sections(who)
 count = sum(1 for s in all_sections if s.id in done)
-st.subheader(t("home.course_map"))
+st.header(t("home.course_map"))
 st.progress(count / len(all_sections), text=t("home.progress", done=count, total=len(all_sections)))
 if who is None:
     st.caption(t("home.guest_progress"))
@@ -45,14 +49,14 @@ for row_start in range(0, len(all_sections), PER_ROW):
     for number, sec, col in zip(range(row_start + 1, row_start + 1 + len(row)), row, st.columns(PER_ROW),
                                 strict=False):
         with col.container(border=True):
+            # The card's title is its link (once, and wrapped rather than cut short: Minor 13).
             mark = f" ✓ *{t('home.done_mark')}*" if sec.id in done else ""
-            st.markdown(f"**{number}. {sec.title}**{mark}")
+            ui.link("lessons", f"**{number}. {sec.title}**{mark}", ":material/menu_book:", section=sec.id)
             st.caption(sec.summary)
-            ui.link("lessons", sec.title, ":material/menu_book:", section=sec.id)
 
 # --- the learner's status: quiz, exercises, certificate, labs -------------------------
-st.subheader(t("home.status"))
-best = verdict = None
+st.header(t("home.status"))
+best = verdict = due = None
 passed_exercises: dict = {}
 runs = 0
 if who is not None:
@@ -61,6 +65,10 @@ if who is not None:
         passed_exercises = exercises.passes(session=session, learner_id=who.id)
         verdict = certs.eligibility(session=session, learner_id=who.id)
         runs = lab_run_count(session=session, learner_id=who.id)
+        # The review queue brought up to date (a finished lab run adds its questions), then counted.
+        now = review.clock()
+        review.sync(session=session, learner_id=who.id, now=now)
+        due = review.due_count(session=session, learner_id=who.id, now=now)
 required = exercises.required() if settings.certificate_requires_exercises else ()
 c_quiz, c_ex, c_cert, c_labs = st.columns(4)
 
@@ -73,6 +81,9 @@ with c_quiz.container(border=True):
     else:
         st.write(t("home.quiz_best", score=round(best.score), pass_mark=settings.quiz_pass_percent))
     ui.link("quiz", t("nav.quiz"), ":material/quiz:")
+    if due is not None:
+        st.write(t("home.review_due", count=due) if due else t("home.review_none"))
+        ui.link("review", t("nav.review"), ":material/event_repeat:")
 
 with c_ex.container(border=True):
     st.markdown(f"**{t('home.exercises_status')}**")

@@ -65,12 +65,14 @@ for block in blocks:
         except (OSError, LookupError, ValueError):
             st.warning(t("lessons.code_missing", ref=block.value))
         else:
+            # Long lines wrap: a listing that scrolls sideways on a phone is out of a keyboard's
+            # reach (Streamlit's code block takes no focus, axe scrollable-region-focusable).
             if shown.withheld_for is None:
-                st.code(shown.code, language="python")
+                st.code(shown.code, language="python", wrap_lines=True)
                 st.caption(t("lessons.code_from", path=block.value.split("::")[0]))
             else:  # the exercise first, then the listing
                 title = exercises.text(shown.withheld_for, code)["title"]
-                st.code(shown.code, language=None)
+                st.code(shown.code, language=None, wrap_lines=True)
                 st.caption(t("lessons.code_withheld", exercise=title))
                 ui.link("exercises", t("lessons.to_exercise", exercise=title), ":material/edit_note:",
                         exercise=shown.withheld_for)

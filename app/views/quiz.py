@@ -7,10 +7,10 @@ import certificates as certs
 from academy import lessons
 from academy.db import session_scope
 from academy.settings import get_settings
-from app import ui
-from quizzes import store
+from app import quizviews, ui
+from quizzes import review, store
 from quizzes.bank import load_bank
-from quizzes.engine import QuizError, message, public_question
+from quizzes.engine import QuizError, public_question
 
 t = ui.t
 code = st.session_state["lang"]
@@ -26,76 +26,7 @@ state = st.session_state
 
 
 def show_feedback(fb) -> None:
-    """Right or wrong, why, the right answer, and the section to read."""
-    if fb.duplicate:
-        st.info(t("quiz.duplicate"))
-    if fb.correct:
-        st.success(t("quiz.right"))
-    elif fb.credit > 0:
-        st.warning(t("quiz.partly", percent=round(fb.credit * 100)))
-    else:
-        st.error(t("quiz.wrong"))
-    joiner = " → " if fb.type == "ordering" else ", "  # an order reads as one, as the right answer below
-    st.markdown(t("quiz.your_answer", answer=joiner.join(fb.given) or t("quiz.unanswered")))
-    if not fb.correct:
-        st.markdown(t("quiz.correct_answer", answer=" → ".join(fb.correct_answer)
-                      if fb.type == "ordering" else ", ".join(fb.correct_answer)))
-    # Every option explains itself: a right answer still needs the caveat a
-    # distractor's explanation may carry. Explanations end in a linked
-    # "See <section>." rendered from the section ids in the bank.
-    chosen = [o for o in fb.explanations if o.chosen]
-    right = [o for o in fb.explanations if o.correct and not o.chosen]
-    others = [o for o in fb.explanations if not o.correct and not o.chosen]
-    for heading, options in ((t("quiz.why_chosen"), chosen), (t("quiz.why_correct"), right),
-                             (message("feedback.why_others", code), others)):
-        if options:
-            st.markdown(f"**{heading}**")
-            for option in options:
-                mark = ":material/check_circle:" if option.correct else ":material/cancel:"
-                st.markdown(f"{mark} *{option.text}* — {option.explain}")
-    if fb.explanation:
-        # The label's colon is the language's own (full-width in zh): it is in the catalog.
-        sep = "" if t("quiz.explanation").endswith("：") else " "
-        st.markdown(f"**{t('quiz.explanation')}**{sep}{fb.explanation}")
-    ui.link("lessons", t("quiz.read_section", title=titles.get(fb.topic, fb.topic)),
-            ":material/menu_book:", section=fb.topic)
-
-
-def answer_widget(question, key: str) -> tuple[object, bool]:
-    """The input for one question: (response or None, whether it is complete).
-
-    A partial ordering is a response (the learner started) that is not
-    complete yet; nothing at all is ``(None, False)``."""
-    if question.type == "single":
-        labels = dict(question.options)
-        choice = st.radio(t("quiz.choose_one"), list(labels), index=None, format_func=labels.get, key=key)
-        return choice, choice is not None
-    if question.type == "multiple":
-        st.caption(t("quiz.choose_many"))
-        picked = [k for k, text in question.options if st.checkbox(text, key=f"{key}_{k}")]
-        return picked or None, bool(picked)
-    if question.type == "numeric":
-        label = t("quiz.number_label", unit=question.unit) if question.unit else t("quiz.number_label_plain")
-        text = st.text_input(label, key=key, max_chars=64, help=t("quiz.number_help"))
-        return (text, True) if text.strip() else (None, False)
-    return ordering_widget(question, key)
-
-
-def ordering_widget(question, key: str) -> tuple[list[str] | None, bool]:
-    """One select box per position, 1 to n, each offering every item: a widget made for
-    putting things in order, used by keyboard (Tab, arrows, Enter) as by mouse, and read
-    top to bottom by a screen reader. The response is the item keys by position; it is
-    complete when every position holds an item and no item is placed twice."""
-    labels = dict(question.items)
-    st.caption(t("quiz.order_hint"))
-    picks = [st.selectbox(t("quiz.order_position", n=n), list(labels), index=None, format_func=labels.get,
-                          placeholder=t("quiz.order_placeholder"), key=f"{key}_{n}")
-             for n in range(1, len(labels) + 1)]
-    chosen = [k for k in picks if k is not None]
-    twice = [k for k in dict.fromkeys(chosen) if chosen.count(k) > 1]
-    for k in twice:
-        st.warning(t("quiz.order_twice", item=labels[k]))
-    return chosen or None, len(chosen) == len(labels) and not twice
+    quizviews.show_feedback(fb, titles, code)
 
 
 def certificate_link() -> None:
@@ -109,7 +40,7 @@ def certificate_link() -> None:
 
 
 def show_summary(summary) -> None:
-    st.subheader(t("quiz.score", score=round(summary.score), correct=summary.correct, total=summary.total))
+    st.header(t("quiz.score", score=round(summary.score), correct=summary.correct, total=summary.total))
     if summary.practice:
         st.info(t("quiz.practice_done", correct=summary.correct, total=summary.total))
     elif summary.passed:
@@ -139,7 +70,7 @@ if finished_id is not None:
         summary = store.attempt_summary(session=session, attempt_id=finished_id, learner_id=who.id)
         missed = store.missed_questions(session=session, attempt_id=finished_id, learner_id=who.id)
     show_summary(summary)
-    st.markdown(f"#### {t('quiz.review')}")
+    st.header(t("quiz.review"))
     show_review(finished_id)
     c1, c2 = st.columns(2)
     if missed and c1.button(t("quiz.practice_start", count=len(missed)), icon=":material/replay:"):
@@ -209,7 +140,7 @@ else:
     question = public_question(attempt.plan[pos], bank, code)
     with st.container(border=True):
         st.caption(t("quiz.question_of", n=pos + 1, total=total) + f" · {titles.get(question.topic, '')}")
-        st.markdown(f"#### {question.text}")
+        st.markdown(f"## {question.text}")
         if pos in answered:
             # The feedback record_answer returned, kept per language; graded
             # again (this one question only) after a refresh or a language switch.
@@ -224,7 +155,9 @@ else:
             else:
                 show_feedback(state[fb_key])
         else:
-            response, complete = answer_widget(question, f"ans_{attempt.id}_{pos}")
+            # When the question was first shown: the review schedule rates a slow right answer Hard.
+            shown_at = state.setdefault(f"quiz_shown_{attempt.id}_{pos}", review.clock())
+            response, complete = quizviews.answer_widget(question, f"ans_{attempt.id}_{pos}")
             if st.button(t("quiz.submit"), type="primary", key=f"submit_{attempt.id}_{pos}"):
                 if response is None:
                     st.warning(t("quiz.need_choice"))
@@ -235,7 +168,8 @@ else:
                         with session_scope() as session:
                             state[f"quiz_fb_{attempt.id}_{pos}_{code}"] = store.record_answer(
                                 session=session, attempt_id=attempt.id, learner_id=who.id,
-                                position=pos, response=response, lang=code, bank=bank)
+                                position=pos, response=response, lang=code, bank=bank,
+                                seconds=(review.clock() - shown_at).total_seconds())
                         st.rerun()
                     except QuizError as err:
                         st.error(ui.error_text(err))
@@ -276,7 +210,7 @@ else:
         st.rerun()
 
 st.divider()
-st.markdown(f"#### {t('quiz.history')}")
+st.header(t("quiz.history"))
 if not any(h.status == store.FINISHED for h in history):
     st.caption(t("quiz.no_history"))
 for h in history:

@@ -11,6 +11,7 @@ document, as no printed text is read."""
 import streamlit as st
 
 import certificates as certs
+from academy import i18n
 from academy.db import session_scope
 from app import ui
 from certificates import pdfscan
@@ -50,7 +51,7 @@ def show(result: certs.VerifyResult, *, upload: bool = False) -> None:
         labels["course"]: result.course_title or result.course,
         labels["score"]: certs.format_score(result.score, code) + " %" if result.score is not None else "",
         labels["date"]: certs.format_date(result.pass_date, code) if result.pass_date else "",
-        labels["language"]: ctext["languages"].get(result.lang, result.lang),
+        labels["language"]: i18n.languages().get(result.lang, result.lang),
     }
     if result.issued_at:
         rows[labels["issued"]] = ui.date_text(result.issued_at)
@@ -72,6 +73,8 @@ if submitted:
 if asked.strip():
     with session_scope() as session:
         show(certs.lookup(session=session, text=asked[:200]))
+elif submitted:  # Verify pressed with nothing (or only spaces) typed: say what to type
+    st.warning(t("verify.empty"))
 
 st.divider()
 upload = st.file_uploader(t("verify.pdf_check_label"), type=["pdf"],

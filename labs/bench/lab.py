@@ -96,6 +96,13 @@ def check(params: Params, world_size: int) -> None:
     """Any world size the limits allow will do (see ``labs.params.Run``)."""
 
 
+def cost(params: Params, world_size: int) -> float:
+    """What a sweep's time grows with, in bytes: (n-1) times every size, for each
+    implementation's warm-up, timed and checked calls (see ``labs.ring.cost``)."""
+    sizes = sweep_sizes(params.min_bytes, params.max_bytes, params.factor)
+    return max(world_size - 1, 0) * sum(sizes) * (params.warmup + params.iters + 1) * len(params.impls)
+
+
 def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: str) -> dict:
     rows = ranks[0]["rows"]
     fits = {}

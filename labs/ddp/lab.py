@@ -10,7 +10,11 @@ Launch:
 
 The data: a synthetic classification set (Gaussian blobs, one per class)
 generated from a fixed seed on every rank, so nothing is downloaded and every
-launcher sees the same samples. The model: an MLP (``depth`` hidden layers).
+launcher sees the same samples. The model: an MLP (``depth`` hidden layers,
+``hidden`` wide, ``batch`` samples per rank); the three sections about
+overlap (breakdown, buckets, timeline) use a larger one, the overlap model
+(``overlap_depth`` x ``overlap_hidden``, ``overlap_batch`` samples per rank),
+whose backward lasts long enough on a CPU core to hide all-reduces behind.
 
 Sections (each returns numbers; run a subset with ``--sections``):
 
@@ -26,8 +30,9 @@ Sections (each returns numbers; run a subset with ``--sections``):
   figures, kept apart: what bucketing saves (naive - bucketed: fewer calls,
   each paying the latency alpha) and what overlap hides (bucketed - DDP's
   exposed communication, at most the backward time). Each is the median of
-  ``steps`` steps with its quartiles.
-- ``buckets``: step time and all-reduce calls per step vs ``bucket_cap_mb``.
+  ``steps`` steps with its quartiles. On the overlap model.
+- ``buckets``: step time and all-reduce calls per step vs ``bucket_cap_mb``,
+  on the overlap model.
 - ``no_sync``: gradient accumulation over k micro-batches with one
   all-reduce per optimizer step instead of k, and the same gradients.
 - ``fp16``: the fp16 compression comm hook: half the bytes on the wire, and
@@ -35,9 +40,11 @@ Sections (each returns numbers; run a subset with ``--sections``):
 - ``scaling``: throughput and scaling efficiency on 1, 2, 4 ranks (subgroups
   of this run; fixed batch per rank).
 - ``timeline``: every rank's compute and communication spans, step by step,
-  for the naive sync and DDP at each bucket cap; the share of communication
-  hidden behind backward, the exposed communication and the idle time
-  (``--trace DIR`` writes them as Chrome/Perfetto traces).
+  for the naive sync and DDP at each bucket cap, on the overlap model; the
+  share of communication hidden behind backward, the exposed communication
+  and the idle time (``--trace DIR`` writes them as Chrome/Perfetto traces);
+  then ``dist.all_reduce`` alone at a few sizes, whose alpha-beta fit gives
+  the page's step model ("predict, then measure") at this run's world size.
 
 This module (parameters, summary, report) imports no torch: the platform
 reads it to build the form and check a request. What a rank runs is in the
@@ -80,16 +87,23 @@ class Params:
     lr: float = option(0.05, help="learning rate (> 0)")
     seed: int = option(0, help="seed of the data and the model")
     tolerance: float = option(1e-5, help="max |w_ddp - w_single| allowed in equivalence (> 0)")
-    bucket_caps_mb: list[float] = option([0.01, 0.05, 0.25, 25.0], help="bucket sizes to compare, MB (> 0)")
-    overlap_bucket_cap_mb: float = option(0.05, help="bucket size of the breakdown's DDP, MB (> 0): small "
-                                          "enough for several buckets, so that one can overlap backward")
+    bucket_caps_mb: list[float] = option([0.05, 0.5, 25.0], help="bucket sizes to compare in the buckets and "
+                                         "timeline sections, MB (> 0); at 0.05, 0.5 and 25 the overlap model "
+                                         "has 6, 3 and 1 buckets")
+    overlap_bucket_cap_mb: float = option(0.05, help="bucket size of the DDP in the breakdown and the timeline, "
+                                          "MB (> 0): small enough for several buckets, so that one can "
+                                          "overlap backward")
     accumulation: int = option(4, help="micro-batches per optimizer step in no_sync", low=1)
     scaling_world_sizes: list[int] = option([1, 2, 4], help="rank counts for the scaling section", low=1,
                                            flags=("--world-sizes",))
-    timeline_hidden: int = option(256, help="MLP width in the timeline section (backward long enough to "
-                                  "hide an all-reduce behind)", low=1)
-    timeline_batch: int = option(128, help="samples per rank per step in the timeline section", low=1)
-    timeline_steps: int = option(3, help="measured steps per variant in the timeline section", low=1)
+    overlap_hidden: int = option(256, help="MLP width in the breakdown and timeline sections (a backward "
+                                 "long enough to hide all-reduces behind)", low=1,
+                                 flags=("--overlap-hidden", "--timeline-hidden"))
+    overlap_depth: int = option(6, help="hidden layers in the breakdown and timeline sections (one bucket "
+                                "or more each at overlap_bucket_cap_mb)", low=1)
+    overlap_batch: int = option(256, help="samples per rank per step in the breakdown and timeline sections",
+                                low=1, flags=("--overlap-batch", "--timeline-batch"))
+    timeline_steps: int = option(5, help="measured steps per variant in the timeline section", low=1)
     sections: list[str] = option(list(SECTIONS), help="sections to run", choices=SECTIONS)
     predicted_step_ms: float | None = option(
         None, key="labs.predict.field", low=0,

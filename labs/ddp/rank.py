@@ -32,6 +32,7 @@ from labs.ddp.setup import (
     make_model,
     max_over_ranks,
     median_ms,
+    overlap_params,
     shard_batches,
     spread_ms,
     wrap,
@@ -172,13 +173,16 @@ def _breakdown(ctx, p, data, tick) -> dict:
     naive - bucketed is what bucketing saves (fewer calls, each paying the
     per-call latency alpha); bucketed - ddp's exposed communication is what
     overlap hides, at most the backward time (measured without communication,
-    under no_sync). The DDP here uses ``overlap_bucket_cap_mb``: at the
-    default 25 MB this small MLP is one bucket, ready only when backward
-    ends, so nothing could overlap.
+    under no_sync). The model is the overlap model (``overlap_params``: the
+    timeline's MLP and batch, backward long enough to hide something
+    behind) and the DDP uses ``overlap_bucket_cap_mb``: at the default 25 MB
+    the MLP is one bucket, ready only when backward ends, so nothing could
+    overlap.
     """
     inputs, labels = data
     world, rank = ctx.world_size, ctx.rank
-    batches = shard_batches(p, world_size=world, rank=rank, count=p.warmup + p.steps)
+    q = overlap_params(p, world)
+    batches = shard_batches(q, world_size=world, rank=rank, count=q.warmup + q.steps)
     layout = {"numels": []}
 
     def one_step(kind, model, opt, idx):
@@ -206,7 +210,7 @@ def _breakdown(ctx, p, data, tick) -> dict:
         return [t1 - t0, t2 - t1, t3 - t2, t4 - t3]
 
     def fresh():
-        model = make_model(p).to(ctx.device)
+        model = make_model(q).to(ctx.device)
         for param in model.parameters():  # what DDP does for us: start from rank 0's weights
             dist.broadcast(param.data, 0)
         return model, torch.optim.SGD(model.parameters(), lr=p.lr)
@@ -218,7 +222,7 @@ def _breakdown(ctx, p, data, tick) -> dict:
     with ctx.communicating():
         naive, naive_opt = fresh()
         bucketed, bucketed_opt = fresh()
-        ddp = wrap(ctx, p, bucket_cap_mb=p.overlap_bucket_cap_mb)
+        ddp = wrap(ctx, q, bucket_cap_mb=q.overlap_bucket_cap_mb)
         ddp.register_comm_hook(None, record_layout)
         ddp_opt = torch.optim.SGD(ddp.parameters(), lr=p.lr)
         # The four kinds take turns, step by step, so that each step index
@@ -262,7 +266,7 @@ def _breakdown(ctx, p, data, tick) -> dict:
     saved_ms = spread_ms(saved)
     return {
         "unit": "ms (median step, slowest rank)",
-        "steps": p.steps,
+        "steps": p.steps, "hidden": q.hidden, "depth": q.depth, "batch_per_rank": q.batch,
         "parameters": n_params, "gradient_bytes": n_params * 4, "tensors": tensors,
         "bucket_cap_mb": p.overlap_bucket_cap_mb, "buckets": buckets,
         "naive": {"forward": n_fwd, "backward": n_bwd, "exposed_comm": n_comm,
@@ -285,12 +289,15 @@ def _breakdown(ctx, p, data, tick) -> dict:
 
 
 def _buckets(ctx, p, data, tick) -> dict:
+    """Step time and all-reduces per step at each of ``bucket_caps_mb``, on the overlap model
+    (``overlap_params``): small buckets pay alpha more often, large ones start late."""
     inputs, labels = data
     world, rank = ctx.world_size, ctx.rank
-    batches = shard_batches(p, world_size=world, rank=rank, count=p.warmup + p.steps)
+    q = overlap_params(p, world)
+    batches = shard_batches(q, world_size=world, rank=rank, count=q.warmup + q.steps)
     rows = []
     for cap in p.bucket_caps_mb:
-        model = wrap(ctx, p, bucket_cap_mb=cap)
+        model = wrap(ctx, q, bucket_cap_mb=cap)
         counter = {"calls": 0, "bytes": 0}
         model.register_comm_hook(None, counting_hook(allreduce_hook, counter, 4))
         opt = torch.optim.SGD(model.parameters(), lr=p.lr)

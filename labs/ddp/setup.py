@@ -7,6 +7,7 @@ a ``labs.ddp.lab.Params``.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 
@@ -25,6 +26,14 @@ def make_dataset(p) -> tuple[torch.Tensor, torch.Tensor]:
     labels = torch.randint(0, p.classes, (p.samples,), generator=gen)
     inputs = centres[labels] + torch.randn(p.samples, p.features, generator=gen)
     return inputs, labels
+
+
+def overlap_params(p, world: int):
+    """The lab's parameters with the overlap model (the breakdown's and the timeline's MLP:
+    ``overlap_hidden`` wide, ``overlap_depth`` deep, ``overlap_batch`` samples per rank, the
+    batch cut to what the data set gives each rank)."""
+    return dataclasses.replace(p, hidden=p.overlap_hidden, depth=p.overlap_depth,
+                               batch=min(p.overlap_batch, p.samples // world))
 
 
 def make_model(p) -> nn.Module:

@@ -37,7 +37,9 @@ def format_text(summary: dict) -> str:
                      f"{u['with_set_epoch']:.0%} of positions, without {u['without_set_epoch']:.0%}")
     if "breakdown" in sec:
         b = sec["breakdown"]
-        lines.append(f"\n[breakdown] {b['unit']} of {b['steps']}: forward / backward / exposed comm / "
+        model = (f"MLP {b['depth']}x{b['hidden']}, {b['batch_per_rank']} samples per rank, "
+                 if "hidden" in b else "")
+        lines.append(f"\n[breakdown] {model}{b['unit']} of {b['steps']}: forward / backward / exposed comm / "
                      "optimizer = total (all-reduce calls)")
         for kind in ("naive", "bucketed", "ddp"):
             r = b[kind]
@@ -82,11 +84,17 @@ def format_text(summary: dict) -> str:
         lines.append(f"  ({sec['scaling']['note']})")
     if "timeline" in sec:
         tl = sec["timeline"]
-        lines.append(f"\n[timeline] MLP {m['depth']}x{tl['hidden']}, {tl['batch_per_rank']} samples per rank, "
-                     f"{tl['steps']} steps: overlap with backward, exposed comm per step, idle per rank")
+        lines.append(f"\n[timeline] MLP {tl.get('depth', m['depth'])}x{tl['hidden']}, {tl['batch_per_rank']} "
+                     f"samples per rank, {tl['steps']} steps: overlap with backward, exposed comm per step, "
+                     "idle per rank")
         for name, v in tl["variants"].items():
             idle = ", ".join(f"{r['idle_ms']:.3f}" for r in v["ranks"])
             lines.append(f"  {name:<10} {v['overlap']:6.1%} of {v['comm_ms']:8.3f} ms comm, "
                          f"exposed {v['exposed_comm_ms']:8.3f} ms, idle {idle} ms "
                          f"({v['allreduce_calls']} all-reduces)")
+        fit = tl.get("fit")
+        if fit:
+            lines.append(f"  dist.all_reduce alone, {len(fit['sizes'])} sizes up to {fit['sizes'][-1]} B: "
+                         f"alpha = {fit['alpha_s'] * 1e6:.1f} us, B = {fit['bandwidth_GBps']:.3f} GB/s "
+                         f"(rms relative error {fit['rms_rel_err']:.0%})")
     return "\n".join(lines)

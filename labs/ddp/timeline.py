@@ -21,14 +21,21 @@ bucket's launch: the last gradient is ready then, and what follows is
 waiting. ``labs.timeline`` turns the spans into the overlap fraction,
 exposed communication and idle time, and into Chrome traces.
 
-The model is the lab's MLP at ``timeline_hidden`` wide with
-``timeline_batch`` samples per rank: wide enough that backward takes
-milliseconds on a CPU core, so an all-reduce has something to hide behind.
+The model is the overlap model (``labs.ddp.setup.overlap_params``: the MLP
+``overlap_hidden`` wide and ``overlap_depth`` deep, ``overlap_batch``
+samples per rank), the breakdown's too: backward takes tens of
+milliseconds on a CPU core, in a bucket or more per layer, so the
+all-reduces have something to hide behind.
+
+Last, `calibrate` times ``dist.all_reduce`` alone at sizes up to the
+gradients' and fits the alpha-beta model to it (``labs.model``): the page's
+step model then has a fit from this run, at its world size and backend, on
+the machine as loaded at that moment, whether or not a benchmark ran.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import statistics
 import time
 
 import torch
@@ -39,7 +46,13 @@ from torch.nn.parallel import DistributedDataParallel
 
 from labs import timeline
 from labs.context import shared_clock_origin
-from labs.ddp.setup import make_model, shard_batches, wrap
+from labs.ddp.setup import make_model, overlap_params, shard_batches, wrap
+from labs.model import fit_alpha_beta
+
+# The calibration: message sizes from FIT_MIN_BYTES, times 4, until one holds every
+# gradient (at most FIT_MAX_BYTES); each timed FIT_ITERS times after FIT_WARMUP calls.
+FIT_MIN_BYTES, FIT_MAX_BYTES = 4 << 10, 16 << 20
+FIT_WARMUP, FIT_ITERS = 2, 9
 
 
 def variants(p) -> dict[str, float | None]:
@@ -52,13 +65,46 @@ def variants(p) -> dict[str, float | None]:
 
 
 def ticks(p) -> int:
-    return len(variants(p)) * (p.warmup + p.timeline_steps)
+    return len(variants(p)) * (p.warmup + p.timeline_steps) + 1  # + the calibration
 
 
-def _model_params(p, world: int):
-    """The lab's parameters with the timeline's width and batch (the batch fits the data)."""
-    return dataclasses.replace(p, hidden=p.timeline_hidden,
-                               batch=min(p.timeline_batch, p.samples // world))
+def fit_sizes(gradient_bytes: int) -> list[int]:
+    """The calibration's message sizes: powers of 4 from `FIT_MIN_BYTES` up to the first
+    that holds all ``gradient_bytes`` (never past `FIT_MAX_BYTES`)."""
+    sizes = [FIT_MIN_BYTES]
+    while sizes[-1] < min(gradient_bytes, FIT_MAX_BYTES):
+        sizes.append(sizes[-1] * 4)
+    return sizes
+
+
+def calibrate(ctx, sizes: list[int]) -> dict | None:
+    """``dist.all_reduce`` of float32 buffers of ``sizes`` bytes, each timed `FIT_ITERS` times
+    on its own (a call's time is its slowest rank's, as in the bench lab), and the
+    alpha-beta fit of the medians (`labs.model.fit_alpha_beta`, with the sizes and
+    median times in ``sizes`` and ``time_us``); None on one rank."""
+    if ctx.world_size < 2:
+        return None
+    medians = []
+    with ctx.communicating():
+        for size in sizes:
+            buf = torch.ones(size // 4, device=ctx.device)
+            for _ in range(FIT_WARMUP):
+                dist.all_reduce(buf)
+            calls = []
+            for _ in range(FIT_ITERS):
+                dist.barrier()
+                t0 = time.perf_counter()
+                dist.all_reduce(buf)
+                if ctx.device.type == "cuda":
+                    torch.cuda.synchronize(ctx.device)
+                calls.append(time.perf_counter() - t0)
+            slowest = torch.tensor(calls, dtype=torch.float64, device=ctx.device)
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+            medians.append(statistics.median(slowest.tolist()))
+    fit = fit_alpha_beta(sizes, medians, ctx.world_size)
+    if fit is None:
+        return None
+    return {**fit, "sizes": sizes, "time_us": [m * 1e6 for m in medians]}
 
 
 def record(model, opt, batches, *, warmup: int, origin: float, world: int,
@@ -154,8 +200,8 @@ def _record(ctx, q, data, tick, name: str, cap: float | None) -> tuple[list[dict
 
 
 def run(ctx, p, data, tick) -> dict:
-    """Every variant's spans from every rank; rank 0 returns the section."""
-    q = _model_params(p, ctx.world_size)
+    """Every variant's spans from every rank, then the calibration; rank 0 returns the section."""
+    q = overlap_params(p, ctx.world_size)
     out = {}
     for name, cap in variants(p).items():
         spans, calls = _record(ctx, q, data, tick, name, cap)
@@ -164,11 +210,14 @@ def run(ctx, p, data, tick) -> dict:
         ranks = timeline.rebase([{"rank": r, "spans": s} for r, s in enumerate(every)])
         out[name] = timeline.variant(ranks,
                                      bucket_cap_mb=cap, allreduce_calls=calls)
+    n_params = sum(t.numel() for t in make_model(q).parameters())
+    tick("timeline: timing dist.all_reduce alone")
+    fit = calibrate(ctx, fit_sizes(n_params * 4))
     if ctx.rank != 0:
         return {}
-    n_params = sum(t.numel() for t in make_model(q).parameters())
-    return {"variants": out, "steps": p.timeline_steps, "hidden": q.hidden, "batch_per_rank": q.batch,
-            "parameters": n_params, "gradient_bytes": n_params * 4,
+    return {"variants": out, "steps": p.timeline_steps, "hidden": q.hidden, "depth": q.depth,
+            "batch_per_rank": q.batch, "parameters": n_params, "gradient_bytes": n_params * 4,
             "caps": [{"bucket_cap_mb": cap, "variant": name} for name, cap in variants(p).items()
                      if cap is not None],
+            "fit": fit,
             "clock": "time.perf_counter, ms from the first measured span of each variant"}

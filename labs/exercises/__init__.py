@@ -21,7 +21,7 @@ from pathlib import Path
 from types import ModuleType
 
 EXERCISES = ("ring-allreduce", "broadcast", "average-gradients", "bucketed-overlap", "shard-indices",
-             "sharded-optimizer")
+             "sharded-optimizer", "compression-hook", "hierarchical-allreduce")
 REQUIRED_FOR_CERTIFICATE = ("ring-allreduce", "broadcast", "average-gradients")
 HERE = Path(__file__).resolve().parent
 

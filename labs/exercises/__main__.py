@@ -119,6 +119,13 @@ def finding_lines(finding: dict, lang: str, exercise_id: str) -> list[str]:
     return lines
 
 
+def pattern_line(pattern: dict, lang: str, exercise_id: str) -> str:
+    """The message pattern the report names (``labs.exercises.patterns``): the case, its ranks, the family."""
+    family = messages.text(f"family_{pattern.get('family')}", lang, exercise_id)
+    return messages.text("pattern_shown", lang, exercise_id, case=pattern.get("case"),
+                         world_size=pattern.get("world_size"), family=family)
+
+
 def waiting_lines(rows: list[dict], lang: str) -> list[str]:
     return [messages.waiting(row, lang) for row in rows]
 
@@ -146,6 +153,8 @@ def render(report: dict, lang: str) -> str:
             for rank, text in sorted(case.get("output", {}).items()):
                 lines.append("      " + messages.text("output", lang, rank=rank))
                 lines += ["        " + line for line in text.rstrip().splitlines()]
+    if report.get("pattern"):
+        lines.append(pattern_line(report["pattern"], lang, exercise_id))
     if cases:
         failed = sum(c["status"] == "failed" for c in cases)
         lines.append(messages.text("summary", lang, passed=passed, total=len(cases), failed=failed,

@@ -1,7 +1,7 @@
 """torch DDP's timeline on bucketed-overlap's own model and cap, for the report beside the learner's.
 
-    python -m labs.exercises.ddp_lanes '{"world_size": 2, "cap": 400, "features": 6, "hidden": 16,
-                                         "classes": 3, "batch": 3, "steps": 3, "lr": 0.5, "seed": 1}'
+    python -m labs.exercises.ddp_lanes '{"world_size": 2, "cap": 400, "features": 32, "hidden": 128,
+                                         "classes": 4, "batch": 1024, "steps": 3, "lr": 0.5, "seed": 1}'
 
 Trusted, and run only by the grading side: never in the sandbox, never in a
 rank the learner's code runs in. After a grading the grader asks `lanes` for
@@ -48,6 +48,9 @@ from labs.processes import die_with_parent
 from labs.sandbox.limits import Limits
 
 WARMUP = 1  # steps run before measuring (see the module's docstring)
+# The lanes' arithmetic (``labs.timeline.variant``) in the cache's key: lanes cached by an
+# older one (all-reduces counted from each rank's own launch) are made again.
+ARITHMETIC = 2
 KEY = ("world_size", "cap", "features", "hidden", "classes", "batch", "steps", "lr")
 TIMEOUT_S = 60.0  # fork, gloo and a few tiny steps take seconds; a child past this is stuck
 LOCK_WAIT_S = 20.0  # the longest a grading waits for another that is making the same lanes
@@ -64,7 +67,8 @@ def _torch_version() -> str:
 
 def key(case: dict) -> dict:
     """What DDP's lanes depend on: the model's shape, the batch, the steps, the cap, the ranks."""
-    return {name: case[name] for name in KEY} | {"torch": _torch_version(), "warmup": WARMUP}
+    return {name: case[name] for name in KEY} | {"torch": _torch_version(), "warmup": WARMUP,
+                                                 "arithmetic": ARITHMETIC}
 
 
 def cache_dir() -> Path:

@@ -14,7 +14,13 @@ get only their own inputs and hold no process group, routes every message
 between them and prints, per case, the expected values, each rank's answer
 and the router's record of what it sent (docs/contributors/grading.md). The report's format is in the design of issue
 #16; every text in it is a message key plus values, rendered per language
-by ``labs.exercises.messages``.
+by ``labs.exercises.messages``. A case the router ended as a protocol
+failure (``runtime/router.py``: a frame beyond what the case can need, a
+size mismatch, something left unmatched) fails with a ``protocol`` finding
+that names it. An exercise with a ``PATTERN_CASE`` also gets the message
+pattern of that case in the report (``pattern``: ``{"case", "family",
+"world_size", ...}``, from ``exercise.pattern`` over the router's log,
+``labs.exercises.patterns``).
 """
 
 from __future__ import annotations
@@ -236,7 +242,7 @@ def static_error(source: str | bytes, function: str) -> dict | None:
     return {"key": "missing_function", "values": {"function": function}}
 
 
-def _report(exercise_id: str, *, error=None, cases=(), trace=None, duration=0.0, mode="") -> dict:
+def _report(exercise_id: str, *, error=None, cases=(), trace=None, pattern=None, duration=0.0, mode="") -> dict:
     cases = list(cases)
     if error is not None:
         status = "error"
@@ -245,7 +251,7 @@ def _report(exercise_id: str, *, error=None, cases=(), trace=None, duration=0.0,
     else:
         status = "failed"
     return {"exercise": exercise_id, "status": status, "ok": status == "passed", "error": error,
-            "cases": cases, "trace": trace, "duration_s": round(duration, 3), "sandbox": mode,
+            "cases": cases, "trace": trace, "pattern": pattern, "duration_s": round(duration, 3), "sandbox": mode,
             "grader": fingerprint(exercise_id)}
 
 
@@ -261,6 +267,8 @@ def _case_entry(exercise, event: dict) -> tuple[dict, list[dict] | None]:
              "status": "not_run", "findings": [], "output": {}}
     if "src" in case:
         entry["src"] = case["src"]
+    if "nodes" in case:  # hierarchical-allreduce: the node map the case ran on
+        entry["nodes"] = case["nodes"]
     if event["status"] == "not_run":
         return entry, None
     entry["output"] = {str(r["rank"]): r["output"] for r in event["ranks"] if r.get("output")}
@@ -272,6 +280,7 @@ def _case_entry(exercise, event: dict) -> tuple[dict, list[dict] | None]:
         try:
             ranks = [{"rank": r["rank"], "expected": r["expected"], "result": r["reply"]["result"],
                       "sent": r["traffic"]["sent"], "received": r["traffic"]["received"],
+                      "sent_by_link": r["traffic"].get("sent_by_link"),  # with a node map only
                       "calls": r["traffic"]["calls"]} for r in event["ranks"]]
             entry["findings"] = exercise.check(case, ranks)
         except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError) as exc:
@@ -282,6 +291,12 @@ def _case_entry(exercise, event: dict) -> tuple[dict, list[dict] | None]:
         entry["status"] = "passed" if all(f["passed"] for f in entry["findings"]) else "failed"
         return entry, ranks
     entry["status"] = "failed"
+    if event["status"] == "protocol":
+        # The router ended the case: what a rank asked for is more than the case can need.
+        failure = event.get("protocol") or {}
+        entry["findings"] = [{"check": "protocol", "passed": False, "key": str(failure.get("key", "protocol_frame")),
+                              "values": dict(failure.get("values") or {})}]
+        return entry, None
     entry["waiting"] = event.get("waiting", [])
     if event["status"] == "timeout":
         entry["findings"] = [{"check": "deadlock", "passed": False, "key": "deadlock",
@@ -294,12 +309,6 @@ def _case_entry(exercise, event: dict) -> tuple[dict, list[dict] | None]:
             entry["findings"] = [{"check": "forbidden", "passed": False, "key": key,
                                   "values": {"call": reply["call"], "rank": r["rank"]},
                                   "frames": _frames(reply.get("frames", []))}]
-            return entry, None
-    for r in event["ranks"]:  # the router saw the ranks name different sources for one broadcast
-        sources = next((c["sources"] for c in (r.get("traffic") or {}).get("calls", []) if c.get("sources")), None)
-        if sources is not None:
-            entry["findings"] = [{"check": "crash", "passed": False, "key": "broadcast_sources_differ",
-                                  "values": {"sources": ", ".join(map(str, sources)), "world_size": len(sources)}}]
             return entry, None
     for r in event["ranks"]:
         reply = r["reply"] or {}
@@ -343,6 +352,8 @@ def _error_from_event(event: dict) -> dict:
         return {"key": key, "values": {"returncode": _code(event)}, "detail": event.get("detail", "")}
     if key == "import_timeout":
         return {"key": key, "values": {"seconds": event.get("seconds")}, "output": event.get("output", "")}
+    if key.startswith("protocol_"):  # a call while the file was loading, before any case
+        return {"key": key, "values": dict(event.get("values") or {})}
     return {"key": key, "values": {}}
 
 
@@ -378,6 +389,7 @@ def grade(exercise_id: str, source: str | bytes, *, seed: int | None = None, mod
                        duration=time.perf_counter() - t0, mode=chosen)
     the_plan = plan(exercise, secrets.randbelow(1 << 30) if seed is None else seed, case_timeout_s, case_ids)
     cases, traced_ranks = [], {}
+    kept = {getattr(exercise, "TRACE_CASE", None), getattr(exercise, "PATTERN_CASE", None)} - {None}
     error = None
     done = False
 
@@ -393,7 +405,7 @@ def grade(exercise_id: str, source: str | bytes, *, seed: int | None = None, mod
         if kind == "case":
             entry, ranks = _case_entry(exercise, dict(event, timeout_s=case_timeout_s))
             cases.append(entry)
-            if ranks is not None and entry["id"] == getattr(exercise, "TRACE_CASE", None):
+            if ranks is not None and entry["id"] in kept:
                 traced_ranks[entry["id"]] = (event["case"], ranks)
             if on_event is not None:
                 on_event({"kind": "progress", "step": event["index"], "total_steps": event["total"],
@@ -443,11 +455,14 @@ def grade(exercise_id: str, source: str | bytes, *, seed: int | None = None, mod
         # a group skipped) is our failure to grade, never the learner's pass.
         error = {"key": "harness_failed", "values": {"returncode": outcome.returncode},
                  "detail": f"{len(cases)} of {planned} cases reported"}
-    trace = None
-    if traced_ranks:
-        case, ranks = next(iter(traced_ranks.values()))
+    trace = pattern = None
+    if getattr(exercise, "TRACE_CASE", None) in traced_ranks:
+        case, ranks = traced_ranks[exercise.TRACE_CASE]
         trace = exercise.trace(case, ranks)
         if hasattr(exercise, "beside"):  # made here, outside the sandbox, from no rank's word
             trace.update(exercise.beside(case))
-    return _report(exercise_id, error=error, cases=cases, trace=trace,
+    if getattr(exercise, "PATTERN_CASE", None) in traced_ranks:  # from the router's log alone
+        case, ranks = traced_ranks[exercise.PATTERN_CASE]
+        pattern = {"case": case["id"], **exercise.pattern(case, ranks)}
+    return _report(exercise_id, error=error, cases=cases, trace=trace, pattern=pattern,
                    duration=time.perf_counter() - t0, mode=outcome.mode)

@@ -17,7 +17,9 @@ catalog (``academy.content`` builds on it; ``labs`` may not import
 Numbers in a message are written the reader's way (Babel's CLDR data, as
 ``academy.i18n`` does for the UI): "5,3" and "4.194.304" in Dutch, "5.3" and
 "4,194,304" in English. Text values (a call, an exception message, a line of
-the learner's code) are left exactly as they are.
+the learner's code) are left exactly as they are. A message may come in CLDR
+plural forms (``one:``, ``other:``...), chosen by its ``count`` value in the
+reader's language ("1 all-reduce call", "2 all-reduce calls").
 
 ``waiting(row, lang)`` renders one row of a deadlock report (``{"rank",
 "op", "peer", "bytes"}``) with its direction: a send waits *to* its peer, a
@@ -63,16 +65,33 @@ class _Keep(dict):
         return "{" + key + "}"
 
 
-def template(key: str, lang: str = DEFAULT_LANG, exercise_id: str | None = None) -> str | None:
+def template(key: str, lang: str = DEFAULT_LANG, exercise_id: str | None = None,
+             count: float | None = None) -> str | None:
+    """The message ``key``: the exercise's own wording first, then the shared one, in ``lang``
+    or the first fallback that has it; of plural forms, the one ``count`` takes there."""
     for language in content.fallbacks(lang):
+        found = None
         if exercise_id:
             found = (exercise(exercise_id, language).get("feedback") or {}).get(key)
-            if found is not None:
-                return str(found)
-        found = shared(language).get(key)
+        if found is None:
+            found = shared(language).get(key)
+        if isinstance(found, dict):
+            return str(found.get(_plural(language, count), found.get("other", "")))
         if found is not None:
             return str(found)
     return None
+
+
+def _plural(lang: str, count: float | None) -> str:
+    """The CLDR plural category of ``count`` in ``lang`` ("other" without a number)."""
+    from babel import Locale, UnknownLocaleError
+
+    if not isinstance(count, numbers.Real) or isinstance(count, bool):
+        return "other"
+    try:
+        return Locale.parse(lang).plural_form(abs(count))
+    except (UnknownLocaleError, ValueError):
+        return "other"
 
 
 @cache
@@ -119,7 +138,7 @@ class _Local(string.Formatter):
 def text(key: str, lang: str = DEFAULT_LANG, exercise: str | None = None, **values) -> str:
     """The message ``key`` in ``lang`` with ``values`` filled in (text values stay plain
     text; numbers in the language's marks)."""
-    found = template(key, lang, exercise)
+    found = template(key, lang, exercise, values.get("count"))
     if found is None:
         return key
     return _Local(lang).vformat(found, (), _Keep({k: "" if v is None else v for k, v in values.items()}))
@@ -130,15 +149,22 @@ WAITING = {"send": "waiting_send", "isend": "waiting_send", "recv": "waiting_rec
 
 
 def waiting(row: dict, lang: str = DEFAULT_LANG, exercise: str | None = None) -> str:
-    """One rank of a deadlock report (``{"rank", "op", "peer", "bytes"}``) in ``lang``: a send
+    """One rank of a deadlock report (``{"rank", "op", "peer", "bytes"}``, and ``line`` where
+    the rank said which line of the learner's file made the blocking call) in ``lang``: a send
     waits *to* its peer, a receive *from* it (or from any rank, with no peer); a collective,
     a barrier, a rank busy in the learner's code, finished or raised each have their own words."""
     key = WAITING.get(row.get("op"), "waiting_other")
     if key == "waiting_recv" and row.get("peer") is None:
         key = "waiting_recv_any"
-    return text(key, lang, exercise, **row)
+    said = text(key, lang, exercise, **{k: v for k, v in row.items() if k != "line"})
+    line = row.get("line")
+    if isinstance(line, int) and not isinstance(line, bool):
+        return text("waiting_line", lang, exercise, waiting=said, line=line)
+    return said
 
 
-def placeholders(message: str) -> set[str]:
-    """The {names} a message uses (the tests check every one is a value the grader gives)."""
-    return {name for _, name, _, _ in string.Formatter().parse(message) if name}
+def placeholders(message: str | dict) -> set[str]:
+    """The {names} a message uses, in any of its plural forms (the tests check every one is a
+    value the grader gives)."""
+    forms = message.values() if isinstance(message, dict) else [message]
+    return {name for form in forms for _, name, _, _ in string.Formatter().parse(str(form)) if name}

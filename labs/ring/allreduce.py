@@ -292,14 +292,21 @@ class _ProgressTrace(list):
 
 
 def run_rank(ctx, params: Params) -> dict:
+    """One rank's runs of ours and of dist.all_reduce, each phase reported as it begins (the
+    page says what a long run is doing: making the input, warming up, timing the built-in);
+    ``work_s`` is the whole of it, so that what the launcher reports beyond it is starting
+    and stopping the processes (journey review m2: 54 s of "overhead" were this rank's work)."""
+    began = time.perf_counter()
     allreduce = ALGOS[params.algo]
     chunked = params.algo != "naive"  # ring and pipelined: 2(n-1) steps over n chunks
     world, rank = ctx.world_size, ctx.rank
     ring_steps = 2 * (world - 1) if chunked else world - 1
     k = params.repeats
     total_steps = k * ring_steps + 1  # every repetition's ring steps, then the check
+    ctx.progress(0, total_steps, "input", f"{params.numel} elements of {params.dtype}")
     original = make_input(params, rank, ctx.device)
-    for _ in range(params.warmup):
+    for i in range(params.warmup):
+        ctx.progress(0, total_steps, "warm-up", f"untimed run {i + 1}/{params.warmup}")
         allreduce(original.clone(), op=params.op)
 
     origin, clock = shared_clock_origin(ctx.device)
@@ -323,7 +330,8 @@ def run_rank(ctx, params: Params) -> dict:
     red = dist.ReduceOp.AVG if params.op == "avg" else dist.ReduceOp.SUM
     builtin = []
     with ctx.communicating():
-        for _ in range(k):
+        for i in range(k):
+            ctx.progress(total_steps - 1, total_steps, "dist.all_reduce", f"run {i + 1}/{k}")
             reference = original.clone()
             dist.barrier()
             t2 = time.perf_counter()
@@ -351,5 +359,6 @@ def run_rank(ctx, params: Params) -> dict:
         "clock": clock,
         "input": original.double().tolist() if small else None,
         "output": ours.double().tolist() if small else None,
-        "work_s": sum(t1 - t0 for t0, t1 in spans),
+        "ring_s": sum(t1 - t0 for t0, t1 in spans),
+        "work_s": time.perf_counter() - began,
     }

@@ -112,6 +112,13 @@ def spread(values: list[float]) -> dict:
             "k": len(ordered)} if ordered else {"median": 0.0, "min": 0.0, "max": 0.0, "k": 0}
 
 
+def cost(params: Params, world_size: int) -> float:
+    """What a run's time grows with, in bytes: each rank sends about (n-1) buffers' worth per
+    all-reduce (2(n-1)/n chunked, n-1 whole), in the warm-up, ours and the built-in's runs.
+    ``academy.labruns.estimate_s`` turns it into seconds from this machine's recent runs."""
+    return max(world_size - 1, 0) * params.size * (params.warmup + 2 * params.repeats)
+
+
 def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: str) -> dict:
     dtype = DTYPES[params.dtype]
     numel = params.numel

@@ -21,6 +21,7 @@ FUNCTION = "average_gradients"
 DRIVER = "average_gradients"
 FORBID_COLLECTIVES = False  # averaging is what all_reduce is for
 ALLOWED = ("all_reduce", "get_rank", "get_world_size", "barrier")
+CASE_SIZE = "batch"  # a case's shape is the global batch's inputs, samples x features (its label)
 
 # Largest |difference| accepted, per dtype: float32 sums in another order
 # than the single process does, float64 barely differs.

@@ -11,12 +11,17 @@ The counts are the router's (``runtime/router.py``): every send and
 receive of a rank is a frame to the harness, which forwards it and counts
 its payload outside the learner's process, so the learner's code cannot set
 them, and a rank other than src has no way to src's tensor but a message
-the router counted.
+the router counted (the router answers a rank with nothing but its own
+calls' completions and the payloads it counted into it).
+
+Any correct scheme passes; the report names the one found in
+`PATTERN_CASE` (``labs.exercises.patterns.broadcast``): a star, a chain, a
+pipeline (a chain in segments), a tree, or other.
 """
 
 from __future__ import annotations
 
-from labs.exercises import checks
+from labs.exercises import checks, patterns
 
 ID = "broadcast"
 FUNCTION = "broadcast"
@@ -24,6 +29,7 @@ DRIVER = "broadcast"
 FORBID_COLLECTIVES = True
 ALLOWED = ("send", "recv", "isend", "irecv", "get_rank", "get_world_size")
 TRACE_CASE = None
+PATTERN_CASE = "w4-src3-n10-float32"  # the case whose message pattern the report names
 
 # (world size, src, shape, dtype): src is not only 0; sizes below n and 2-D too.
 _CASES = (
@@ -66,3 +72,9 @@ def check(case: dict, ranks: list[dict]) -> list[dict]:
     findings.append(checks.values(case, ranks, exact=True))
     findings.append(bytes_check(case, ranks))
     return findings
+
+
+def pattern(case: dict, ranks: list[dict]) -> dict:
+    """The report's pattern of ``PATTERN_CASE``: ``{"family", "world_size", "depth"}``."""
+    sends = [patterns.sends_of(r["calls"]) for r in ranks]
+    return patterns.broadcast(len(ranks), int(case["src"]), sends)

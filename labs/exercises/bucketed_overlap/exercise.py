@@ -37,6 +37,7 @@ FUNCTION = "Bucketer"
 DRIVER = "bucketed_overlap"
 FORBID_COLLECTIVES = False  # the buckets go through all_reduce
 ALLOWED = ("all_reduce", "get_rank", "get_world_size", "barrier")
+CASE_SIZE = "batch"  # a case's shape is the global batch's inputs, samples x features (its label)
 
 TOLERANCE = 1e-5  # float32, summed in another order than one process sums
 # 1: smaller than any parameter (one bucket each); 100 and 400: a few
@@ -44,15 +45,28 @@ TOLERANCE = 1e-5  # float32, summed in another order than one process sums
 CAPS = (1, 100, 400, 1 << 20)
 TRACE_CASE = "w2-cap400"  # the case whose timeline the report draws: 2 ranks, a few buckets
 TRACE_CALLS_PER_STEP = 32  # all-reduces drawn per rank and step, at most (the cap gives a handful)
+# The traced case's model and batch: every other case trains a 6-16-16-3 MLP on 3 samples
+# per rank, whose backward lasts microseconds, a pixel in the report's lanes beside
+# all-reduces of a millisecond (journey review M3). This one's middle layer computes two
+# 1024 x 128 x 128 matrix products in backward, milliseconds on a CPU core, and its 21 252
+# parameters make five buckets at 400 bytes: the first starts as the middle layer's backward
+# begins, so the lanes show it in flight beside a backward wider than the all-reduces.
+TRACE_MODEL = {"features": 32, "hidden": 128, "classes": 4, "batch": 1024}
 
 
 def cases(seed: int) -> list[dict]:
     batch, features = 3, 6
-    # shape and dtype: the global batch's inputs (what the report shows as the case's size)
-    return [{"id": f"w{world}-cap{cap}", "world_size": world, "seed": seed + 10 * world + i,
-             "cap": cap, "shape": [batch * world, features], "dtype": "float32",
-             "features": features, "hidden": 16, "classes": 3, "batch": batch, "steps": 3, "lr": 0.5}
-            for world in (2, 3, 4) for i, cap in enumerate(CAPS)]
+    out = []
+    for world in (2, 3, 4):
+        for i, cap in enumerate(CAPS):
+            case = {"id": f"w{world}-cap{cap}", "world_size": world, "seed": seed + 10 * world + i, "cap": cap,
+                    "dtype": "float32", "features": features, "hidden": 16, "classes": 3, "batch": batch,
+                    "steps": 3, "lr": 0.5}
+            if case["id"] == TRACE_CASE:
+                case.update(TRACE_MODEL)
+            # shape and dtype: the global batch's inputs (what the report shows as the case's size)
+            out.append(dict(case, shape=[case["batch"] * world, case["features"]]))
+    return out
 
 
 def buckets(sizes: list[int], cap: int) -> int:
@@ -108,10 +122,11 @@ def _calls_finding(case: dict, ranks: list[dict]) -> dict:
             if sent != sum(sizes):
                 return checks.failed("calls", "bucket_bytes_wrong", **where, sent=sent, total=sum(sizes))
             if calls != buckets(sizes, cap):
-                return checks.failed("calls", "bucket_calls_wrong", **where, calls=calls,
+                return checks.failed("calls", "bucket_calls_wrong", **where, calls=calls, count=calls,
                                      expected=buckets(sizes, cap), sizes=", ".join(map(str, sizes)))
     calls = len(ranks[0]["result"]["steps"][0]["calls"])
-    return {"check": "calls", "passed": True, "key": "bucket_calls_ok", "values": {"calls": calls, "cap": cap}}
+    return {"check": "calls", "passed": True, "key": "bucket_calls_ok",
+            "values": {"calls": calls, "count": calls, "cap": cap}}
 
 
 def _overlap_finding(ranks: list[dict]) -> dict:

@@ -2,8 +2,8 @@
 
 Graded per case: shape and dtype kept, the result in the tensor passed in
 (in place), every value within float rounding of the built-in sum (exact
-for integers), and the bytes each rank sent through the counted
-send/isend.
+for integers), the bytes each rank sent through the counted send/isend,
+and, from three ranks on, the message pattern: a ring.
 
 The bytes rule. A ring splits S bytes into n chunks. In reduce-scatter each
 rank sends every chunk but one (n-1 sends), in all-gather every chunk but
@@ -17,17 +17,35 @@ per rank: for n = 2 that is the same (it is then the best one can do) and
 passes, for n = 3 and 4 it fails with ``bytes_whole_buffer``. A result that
 reached a rank some way other than our send/recv counts 0 bytes and fails.
 
+The pattern rule. The bytes alone do not say who talked to whom: a direct
+reduce-scatter and all-gather (every rank sends each chunk straight to its
+owner, then each owner its finished chunk straight to everyone) moves
+exactly a ring's bytes, and so does recursive halving and doubling on four
+ranks. The certificate says "ring", so from three ranks on the router's log
+must show one (``labs.exercises.patterns``): every rank sends to one rank
+only and those sends go around all ranks, in at most 2(n-1) messages (a
+ring), or in more, each no larger than the largest chunk of the usual
+splits (a pipelined ring, its chunks in segments). Anything else fails with the family found (direct,
+halving, tree, gather to a root, extra messages, other), the rank and the
+message where it first left the ring, what it costs in the alpha-beta
+model beside the ring, and how to make it one. The report names the family
+of the traced case beside the learner's animation (`pattern`).
+
 Where the counts come from. A rank holds no process group: each send and
 receive is a frame to the harness's router, which forwards it and counts
 its payload outside the learner's process (``runtime/router.py``). The
-counts are exact (no framing), so the rule above holds in every case, and
+counts are exact (no framing), so the rules above hold in every case, and
 a result that reached a rank without passing the router cannot: the rank
-had no other way to the others' inputs, which only the harness held.
+had no other way to the others' inputs, which only the harness held, and
+the router answers a rank with nothing but its own calls' completions and
+the payloads it counted into it.
 """
 
 from __future__ import annotations
 
-from labs.exercises import checks
+import math
+
+from labs.exercises import checks, patterns
 
 ID = "ring-allreduce"
 FUNCTION = "ring_allreduce"
@@ -35,6 +53,11 @@ DRIVER = "ring_allreduce"
 FORBID_COLLECTIVES = True
 ALLOWED = ("send", "recv", "isend", "irecv", "get_rank", "get_world_size")
 TRACE_CASE = "w4-n10-float32"  # the case whose sends draw the learner's ring
+PATTERN_CASE = TRACE_CASE  # and whose message pattern the report names beside it
+# The message of each family that is no ring (labs.exercises.patterns).
+PATTERN_KEYS = {"direct": "pattern_direct", "halving": "pattern_halving", "tree": "pattern_tree",
+                "gather": "pattern_gather", "extra": "pattern_extra", "silent": "pattern_silent",
+                "other": "pattern_other"}
 
 # (world size, shape, dtype): sizes divisible by n, not divisible, smaller than n (1 too), 2-D.
 _CASES = (
@@ -97,11 +120,45 @@ def bytes_check(case: dict, ranks: list[dict]) -> dict:
     return checks.passed("bytes", expected=shown)
 
 
+def _found(case: dict, ranks: list[dict]) -> tuple[dict, list]:
+    """The family of the ranks' sends (``patterns.allreduce``), and the sends."""
+    n = len(ranks)
+    size = checks.size_bytes(case)
+    numel = math.prod(case["shape"])
+    sends = [patterns.sends_of(r["calls"]) for r in ranks]
+    # The largest chunk of the usual splits: ceil-sized (tensor_split, torch.chunk), or floor-sized
+    # with the remainder in the last one. A pipelined ring's segments are no larger.
+    largest = max(-(-numel // n), numel - (n - 1) * (numel // n))
+    return patterns.allreduce(n, sends, chunk=largest * (size // max(1, numel))), sends
+
+
+def pattern_check(case: dict, ranks: list[dict]) -> dict:
+    """From three ranks on, the messages must form a ring (or a pipelined ring): else the
+    family found, where it left the ring, and its cost in the alpha-beta model."""
+    n = len(ranks)
+    if n < 3:  # one other rank to send to: every exchange is a ring
+        return checks.passed("pattern", world_size=n)
+    found, sends = _found(case, ranks)
+    if found["family"] in patterns.RINGS:
+        return checks.passed("pattern", world_size=n, messages=found["messages"])
+    size = checks.size_bytes(case)
+    cost = patterns.cost(found["family"], n, size, sends)
+    return checks.failed("pattern", PATTERN_KEYS[found["family"]], **found["left"], **cost, world_size=n,
+                         size=size, messages=found["messages"])
+
+
+def pattern(case: dict, ranks: list[dict]) -> dict:
+    """The report's pattern of ``PATTERN_CASE``: ``{"family", "world_size", "messages"}``."""
+    found, _ = _found(case, ranks)
+    return {"family": found["family"], "world_size": found["world_size"], "messages": found["messages"]}
+
+
 def check(case: dict, ranks: list[dict]) -> list[dict]:
     findings = checks.shape_and_dtype(case, ranks)
     findings.append(checks.in_place(case, ranks))
     findings.append(checks.values(case, ranks))
     findings.append(bytes_check(case, ranks))
+    findings.append(pattern_check(case, ranks))
     return findings
 
 

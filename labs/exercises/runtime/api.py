@@ -13,13 +13,20 @@ it would there.
 Nothing here counts anything the grade uses: the router does, outside this
 process. What this side adds to a frame (the chunk a sent tensor is, for
 the animation; whether the call was made inside backward) is a hint the
-report may show.
+report may show. A tensor that is not a plain CPU tensor (``device="meta"``,
+a sparse one) is refused here for a clear message, and the frame that says
+so ends the case at the router; the router's own bounds on sizes are what
+hold whatever a rank writes.
+
+The router never answers with an error: whatever breaks the protocol ends
+the case instead (``router.py``), so a call either completes or never does.
 """
 
 from __future__ import annotations
 
 import os
 import time
+import warnings
 
 import frames
 import torch
@@ -85,6 +92,9 @@ class Channel:
         return self.commands.pop(0)
 
 
+MAX_DEPTH = 64  # stack levels `Api.learner_line` looks through for the learner's file
+
+
 class Work:
     """What isend/irecv/all_reduce(async_op=True) return: ``wait`` blocks until the router answers."""
 
@@ -96,8 +106,6 @@ class Work:
     def _finish(self, done: tuple[dict, bytes]) -> None:
         header, payload = done
         self._result = done
-        if header.get("error"):
-            raise RuntimeError(header["error"])
         self.source = header.get("src")
         if isinstance(self._into, list):  # all_gather: the ranks' tensors, one after another
             offset = 0
@@ -113,7 +121,7 @@ class Work:
     def wait(self, timeout=None) -> bool:  # noqa: ARG002 - torch's signature; the harness times cases
         if self._result is None:
             channel = self._api.channel
-            channel.send({"t": "wait", "id": self._id})
+            channel.send({"t": "wait", "id": self._id, "line": self._api.learner_line()})
             try:
                 self._finish(channel.completion(self._id))
             finally:
@@ -151,10 +159,11 @@ class Api:
     tensor is, for the animation.
     """
 
-    def __init__(self, channel: Channel, rank: int, world: int):
+    def __init__(self, channel: Channel, rank: int, world: int, source: str | None = None):
         self.channel, self.rank, self.world = channel, rank, world
         self._next = 0
         self.locate = None
+        self.source = source  # the learner's file (its path as the harness loaded it)
 
     def reset(self, locate=None) -> None:
         self.locate = locate
@@ -163,6 +172,27 @@ class Api:
     def in_backward() -> bool:
         """True while autograd's engine runs a backward (so: inside a gradient hook)."""
         return torch._C._current_autograd_node() is not None
+
+    def learner_line(self) -> int | None:
+        """The line of the learner's file innermost on this rank's stack: where the call that is
+        about to block was made (a deadlock report names it). Only shown, never graded: the
+        learner's code runs in this process and could put anything on its stack.
+
+        No frame object is touched: the guard refuses frames while the learner's code is on
+        the stack, and rightly. ``warnings.warn`` names the file and line ``stacklevel``
+        frames up from C, with no audit event; each level is asked in turn (a warning
+        recorded, never shown) until one is in the learner's file or the stack ends."""
+        if self.source is None:
+            return None
+        for level in range(2, MAX_DEPTH):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                warnings.warn("where", stacklevel=level)
+            if not caught or caught[0].filename == "sys":  # past the outermost frame
+                return None
+            if caught[0].filename == self.source:
+                return caught[0].lineno
+        return None
 
     def mark(self, step: int) -> None:
         """Tell the router a training step begins (how the report groups calls into steps)."""
@@ -182,14 +212,20 @@ class Api:
             raise ValueError(f"{what} {peer} is this rank itself")
         return peer
 
-    @staticmethod
-    def _tensor(tensor) -> torch.Tensor:
+    def _tensor(self, tensor, op: str) -> torch.Tensor:
+        """``tensor`` if it is a plain (strided) CPU tensor. Any other (a meta tensor holds no
+        data, yet says it has a size) is refused: the frame that names its device ends the
+        case at the router, and the learner's code gets the same reason as an exception."""
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"expected a torch.Tensor, got {type(tensor).__name__}")
+        if tensor.device.type != "cpu" or tensor.layout != torch.strided:
+            where = tensor.device.type if tensor.device.type != "cpu" else str(tensor.layout).removeprefix("torch.")
+            self.channel.send({"t": op, "id": self._id(), "device": where})
+            raise RuntimeError(f"dist.{op} takes CPU tensors only here, not a {where} tensor")
         return tensor
 
     def _post_send(self, op: str, tensor, dst, tag) -> Work:
-        tensor = self._tensor(tensor)
+        tensor = self._tensor(tensor, op)
         op_id = self._id()
         chunk = self.locate(tensor) if self.locate is not None else None
         self.channel.send({"t": op, "id": op_id, "dst": dst, "tag": int(tag), "chunk": chunk,
@@ -197,7 +233,7 @@ class Api:
         return Work(self, op_id, None)
 
     def _post_recv(self, op: str, tensor, src, tag) -> Work:
-        tensor = self._tensor(tensor)
+        tensor = self._tensor(tensor, op)
         op_id = self._id()
         self.channel.send({"t": op, "id": op_id, "src": src, "tag": int(tag),
                            "n": tensor.numel() * tensor.element_size(), "bw": self.in_backward()})
@@ -222,7 +258,7 @@ class Api:
         return self._post_recv("irecv", tensor, peer, tag)
 
     def all_reduce(self, tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):  # noqa: ARG002
-        tensor = self._tensor(tensor)
+        tensor = self._tensor(tensor, "all_reduce")
         op_id = self._id()
         self.channel.send({"t": "all_reduce", "id": op_id, "dtype": _dtype(tensor),
                            "op": _op_name(op), "bw": self.in_backward(),
@@ -236,7 +272,7 @@ class Api:
     def broadcast(self, tensor, src=None, group=None, async_op=False, group_src=None):  # noqa: ARG002
         """Rank ``src``'s tensor into ``tensor`` on every rank: ``src`` sends its bytes, the others
         say how many they expect; the router checks that every rank names the same ``src``."""
-        tensor = self._tensor(tensor)
+        tensor = self._tensor(tensor, "broadcast")
         peer = group_src if src is None else src
         if not isinstance(peer, int) or isinstance(peer, bool) or not 0 <= peer < self.world:
             raise ValueError(f"src must be a rank between 0 and {self.world - 1}, not {peer!r}")
@@ -253,10 +289,10 @@ class Api:
 
     def all_gather(self, tensor_list, tensor, group=None, async_op=False):  # noqa: ARG002
         """Every rank's ``tensor`` into ``tensor_list[r]``, on every rank (all the same size)."""
-        tensor = self._tensor(tensor)
+        tensor = self._tensor(tensor, "all_gather")
         if not isinstance(tensor_list, list | tuple) or len(tensor_list) != self.world:
             raise ValueError(f"tensor_list must be a list of {self.world} tensors, one per rank")
-        outs = [self._tensor(t) for t in tensor_list]
+        outs = [self._tensor(t, "all_gather") for t in tensor_list]
         size = tensor.numel() * tensor.element_size()
         if any(t.numel() * t.element_size() != size or t.dtype != tensor.dtype for t in outs):
             raise ValueError("every tensor in tensor_list must have the size and dtype of tensor")

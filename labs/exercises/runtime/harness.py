@@ -23,7 +23,11 @@ design (docs/contributors/grading.md):
   frames on their pipe to the router (``router.py``) in this process, which
   matches, forwards and reduces them and records, per rank, the bytes sent
   and received and every call in order: the counts, the message pattern
-  and the learner's animation come from there. A rank cannot make a
+  and the learner's animation come from there. The router answers a rank
+  with nothing but completions of its own calls and the payloads it
+  counted into it, under the case's bounds (``driver.bounds``); whatever
+  else a rank asks for ends the case as a protocol failure, which the case
+  event carries (``"status": "protocol"``) and no rank is told. A rank cannot make a
   connection of its own: before it runs anything of the learner's it
   installs a seccomp filter that refuses new processes and links
   (``seccomp.rank_program``) and one that refuses new sockets and every other
@@ -45,10 +49,12 @@ Protocol on stdout, one JSON object per line: ``{"event": "start"|"case"|
 prints) go to a file per rank, unlinked as soon as it is made, of which
 each case event carries the first bytes.
 
-A case ends when every rank has returned, when one has raised (the others
-get a moment to finish or raise too), or at ``case_timeout_s``: then the
-ranks are killed, the event says what each was waiting for, and the
-group's remaining cases are reported as not run.
+A case ends when every rank has returned (then a receive, send or
+collective left unmatched is a protocol failure), when one has raised (the
+others get a moment to finish or raise too), at the router's first
+protocol failure, or at ``case_timeout_s``: then the ranks are killed, the
+event says what each was waiting for, and the group's remaining cases are
+reported as not run.
 """
 
 from __future__ import annotations
@@ -149,8 +155,8 @@ def _rank_main(rank: int, world: int, channel) -> None:
     driver = importlib.import_module(f"drivers.{header['driver']}")
     if hasattr(driver, "setup"):
         driver.setup(rank, world)
-    api = Api(channel, rank, world)
     path = os.path.join(INPUT, "submission.py")
+    api = Api(channel, rank, world, source=path)
     guard.arm(api, allowed=header["allowed"], submission_path=path, input_dir=INPUT)
     channel.send({"t": "loading"})  # from here on, time spent is the learner's file loading
     try:
@@ -235,7 +241,10 @@ def _waiting_list(router, replies: dict[int, dict]) -> list[dict]:
         elif w is None:
             rows.append({"rank": rank, "op": "running", "peer": None, "bytes": None})
         else:
-            rows.append({"rank": rank, "op": w["op"], "peer": w["peer"], "bytes": w["bytes"]})
+            row = {"rank": rank, "op": w["op"], "peer": w["peer"], "bytes": w["bytes"]}
+            if w.get("line") is not None:  # the learner's line of the blocking call, as the rank said
+                row["line"] = w["line"]
+            rows.append(row)
     return rows
 
 
@@ -265,6 +274,11 @@ def public(driver, case: dict) -> dict:
     return {key: value for key, value in case.items() if key != "seed"}
 
 
+def _protocol_error(router) -> dict:
+    """The error event of a protocol failure before any case (a call while the file loads)."""
+    return {"event": "error", "key": router.failure["key"], "values": router.failure["values"]}
+
+
 def _load(router, ranks: _Ranks, plan: dict) -> dict | None:
     """Have every rank load the driver and the learner's file; None when all are ready,
     else the error event to print."""
@@ -277,6 +291,8 @@ def _load(router, ranks: _Ranks, plan: dict) -> dict | None:
     deadline = time.monotonic() + SETUP_S
     while len(ready) < ranks.world and time.monotonic() < deadline:
         router.pump(deadline)
+        if router.failure is not None:
+            return _protocol_error(router)
         for rank in range(ranks.world):
             if rank in ready:
                 continue
@@ -314,7 +330,7 @@ def _load(router, ranks: _Ranks, plan: dict) -> dict | None:
 
 def _run_group(plan: dict, driver, ranks: _Ranks, group: dict, index: int, total: int) -> tuple[int, bool]:
     """Run one group's cases; return (how many case events were printed, whether to go on)."""
-    from router import Router
+    from router import Bounds, Router
 
     world = ranks.world
     router = Router(world, ranks.ups, ranks.downs, allowed=plan["allowed"])
@@ -339,14 +355,14 @@ def _run_group(plan: dict, driver, ranks: _Ranks, group: dict, index: int, total
             expected = driver.expected(case, world, inputs)
             shown = public(driver, case)
             starts = [ranks.procs.output_size(r) for r in range(world)]
-            router.reset()
+            router.reset(Bounds(**driver.bounds(case, world)))
             for rank in range(world):
                 router.send_to(rank, *_go(shown, inputs[rank]))
             del inputs
             deadline = time.monotonic() + float(plan["case_timeout_s"])
             replies: dict[int, dict] = {}
             first_error = None
-            while len(replies) < world and time.monotonic() < deadline:
+            while len(replies) < world and time.monotonic() < deadline and router.failure is None:
                 router.pump(deadline)
                 for rank in range(world):
                     if rank in replies:
@@ -354,30 +370,33 @@ def _run_group(plan: dict, driver, ranks: _Ranks, group: dict, index: int, total
                     msg = router.take(rank, ("result", "crash", "forbidden"))
                     if msg is not None:
                         replies[rank] = _reply(msg)
-                    elif router.broken[rank] is not None:
-                        replies[rank] = {"type": "crash", "exc": "ProtocolError", "message": router.broken[rank],
-                                         "frames": []}
-                    elif router.eof[rank]:
+                    elif router.eof[rank] and router.failure is None:
                         replies[rank] = {"type": "died", "frames": []}
                     else:
                         continue
                     if replies[rank]["type"] != "result" and first_error is None:
                         first_error = time.monotonic()
                         deadline = min(deadline, first_error + CRASH_GRACE_S)
-            index += 1
-            timed_out = len(replies) < world and first_error is None
             finished = {r for r, m in replies.items() if m["type"] == "result"}
+            if len(finished) == world:
+                router.finish()  # every rank returned: nothing may be left unmatched
+            index += 1
+            timed_out = len(replies) < world and first_error is None and router.failure is None
             event_ranks = [{"rank": rank, "expected": expected[rank], "reply": replies.get(rank),
                             "output": ranks.procs.output(rank, starts[rank], per_rank_output),
                             "traffic": router.traffic(rank)} for rank in range(world)]
-            status = "timeout" if timed_out else ("done" if len(finished) == world else "error")
+            if router.failure is not None:
+                status = "protocol"
+            else:
+                status = "timeout" if timed_out else ("done" if len(finished) == world else "error")
             event = {"event": "case", "index": index, "total": total, "case": case, "status": status,
                      "ranks": event_ranks}
-            if len(replies) < world:
+            if status == "protocol":
+                event["protocol"] = router.failure
+            elif len(replies) < world:
                 event["waiting"] = _waiting_list(router, replies)
             emit(event)
-            if len(replies) < world or any(m["type"] == "died" or m.get("exc") == "ProtocolError"
-                                           for m in replies.values()):
+            if status == "protocol" or len(replies) < world or any(m["type"] == "died" for m in replies.values()):
                 # The group's state is unknown now (messages in flight, ranks blocked): stop it.
                 index = not_run(k + 1, index)
                 break

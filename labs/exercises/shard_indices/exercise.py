@@ -22,6 +22,7 @@ FUNCTION = "shard_indices"
 DRIVER = "shard_indices"
 FORBID_COLLECTIVES = True
 ALLOWED = ("get_rank", "get_world_size")
+CASE_SIZE = "dataset"  # a case's shape is the data set's length, not a tensor (the report's case label)
 
 # Below this many samples a correct shuffle can, by chance, come out in
 # order or equal to another epoch's (1 in n!), so those rules are checked

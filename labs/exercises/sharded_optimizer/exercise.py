@@ -32,6 +32,7 @@ DRIVER = "sharded_optimizer"
 FORBID_COLLECTIVES = False
 ALLOWED = ("send", "recv", "isend", "irecv", "broadcast", "all_gather", "all_reduce", "barrier",
            "get_rank", "get_world_size")
+CASE_SIZE = "batch"  # a case's shape is the global batch's inputs, samples x features (its label)
 # Imported by the harness before it forks the ranks: torch.optim's first step imports
 # torch._dynamo (seconds), which would otherwise happen in every rank inside a case's time.
 PRELOAD = ("torch._dynamo",)

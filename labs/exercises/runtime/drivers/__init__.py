@@ -20,6 +20,14 @@ In the harness process, which runs no learner code:
         one process training on the global batch). It goes to the grader
         in the case event and never to a rank.'''
 
+    def bounds(case: dict, world: int) -> dict:
+        '''What the case can need of the router (``router.Bounds``):
+        ``{"message_bytes": int, "tags": int, "empty_messages": bool}``, the
+        most bytes one message or collective tensor may carry, the tags
+        allowed (0 .. tags - 1) and whether a point-to-point message of
+        zero bytes may be sent. A frame beyond them ends the case as a
+        protocol failure.'''
+
     # optional
     def public(case: dict) -> dict:
         '''The fields of the case a rank may see (default: all but "seed").'''
@@ -59,13 +67,14 @@ exercise chooses them:
   ``all_reduce`` (``async_op=True`` too, returning a Work whose ``wait``
   blocks until the router answers), and ``barrier``; the router reduces.
 - the sharded optimizer adds ``broadcast`` and ``all_gather`` (the
-  router sends the source's tensor, or every rank's in rank order, and
-  refuses ranks that name different sources or sizes).
+  router sends the source's tensor, or every rank's in rank order; ranks
+  that name different sources or sizes end the case).
 
 The router's record of each call, which the grader receives per rank as
 ``traffic.calls``: ``{"op": "send"|"isend"|"recv"|"irecv"|"all_reduce"|
-"broadcast"|"all_gather"|"barrier"|"step", "peer": int|None (a broadcast's:
-its source), "bytes": int, "tag", "chunk": int|None,
+"broadcast"|"all_gather"|"barrier"|"step", "peer": int|None (a receive's:
+the source it named; a broadcast's: its source), "bytes": int, "tag",
+"chunk": int|None,
 "in_backward": bool, "t_start": float, "t_end": float|None, "t_wait":
 float}`` (``time.perf_counter()`` readings in the harness, a clock all
 processes of the machine share: ``t_start`` when the router got the call,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "int64": torch.int64,
@@ -18,6 +20,17 @@ def make_input(case: dict, rank: int) -> torch.Tensor:
     else:
         data = torch.randint(-1000, 1000, shape, generator=gen)
     return data.to(dtype)
+
+
+def bounds(case: dict, world: int) -> dict:
+    """What a case of a tensor exercise can need (``router.Bounds``): messages of at most the
+    whole tensor, tags below 2n (one per step of a ring, per round or per rank), and a
+    message of zero bytes only where the tensor, cut into n chunks of ceil(m/n) elements
+    (or fewer than n), leaves a chunk empty."""
+    numel = math.prod(case["shape"])
+    per = -(-numel // world)
+    return {"message_bytes": numel * torch.empty(0, dtype=DTYPES[case["dtype"]]).element_size(),
+            "tags": 2 * world, "empty_messages": (world - 1) * per >= numel}
 
 
 def as_list(tensor: torch.Tensor) -> list:

@@ -48,3 +48,11 @@ def load(model: nn.Module, tensors: dict) -> nn.Module:
         for name, p in model.named_parameters():
             p.copy_(tensors[f"param.{name}"])
     return model
+
+
+def bounds(model: nn.Module, world: int, *, tags: int | None = None) -> dict:
+    """What a case of a training exercise can need (``router.Bounds``): a message or collective
+    tensor of at most every parameter in float64 (a flat buffer of all gradients, even cast
+    up), ``tags`` tags (default 2n), and no message of zero bytes."""
+    numel = sum(p.numel() for p in model.parameters())
+    return {"message_bytes": 8 * numel, "tags": tags or 2 * world, "empty_messages": False}

@@ -8,6 +8,7 @@ In a rank: only its own input.
 from __future__ import annotations
 
 from drivers._tensors import as_list, make_input, run_in_place
+from drivers._tensors import bounds as _bounds
 from drivers._tensors import locate as _locate
 
 
@@ -20,9 +21,14 @@ def expected(case: dict, world: int, inputs: list[dict]) -> list[dict]:  # noqa:
     return [{"values": values} for _ in inputs]
 
 
+def bounds(case: dict, world: int) -> dict:
+    return _bounds(case, world)
+
+
 def locate(tensor, state):
     return _locate(tensor, state["buffer"], state["world"])
 
 
 def run(case: dict, rank: int, world: int, submission, api, state) -> dict:  # noqa: ARG001
     return run_in_place(case, world, submission, state, "broadcast", int(case["src"]))
+

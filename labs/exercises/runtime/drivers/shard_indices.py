@@ -43,6 +43,11 @@ def expected(case: dict, world: int, inputs: list[dict]) -> list[None]:  # noqa:
     return [None] * world
 
 
+def bounds(case: dict, world: int) -> dict:  # noqa: ARG001 - the interface
+    """No messages at all: the exercise allows no call that makes one."""
+    return {"message_bytes": 0, "tags": 1, "empty_messages": False}
+
+
 def as_indices(result) -> list[int] | str:
     """The result as a list of int, or the name of its type when it is not one."""
     if isinstance(result, torch.Tensor) and result.dim() == 1 and not result.is_floating_point():

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from drivers._training import bounds as _bounds
 from drivers._training import global_batch, load, params
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
@@ -84,6 +85,13 @@ def expected(case: dict, world: int, inputs: list[dict]) -> list[dict]:  # noqa:
     state = {name: sum(t.untyped_storage().nbytes() for t in opt.state[p].values() if isinstance(t, torch.Tensor))
              for name, p in single.named_parameters()}
     return [{"params": params(single), "state": state} for _ in range(world)]
+
+
+def bounds(case: dict, world: int) -> dict:
+    """A message or collective tensor of at most every parameter (in float64), tags below
+    2n or the number of parameters (one per parameter), no messages of zero bytes."""
+    model = arch(case)
+    return _bounds(model, world, tags=max(2 * world, len(list(model.parameters()))))
 
 
 def setup(rank: int, world: int) -> None:  # noqa: ARG001 - the interface

@@ -1,7 +1,7 @@
 """exercises: stored passes graded again by a newer grader, and withdrawn passes
 
-Revision ID: 0013
-Revises: 0012
+Revision ID: 0014
+Revises: 0013
 Create Date: 2026-12-04 18:00:00
 
 Issue #35: a pass earned under an older grader (one a side channel fooled) is
@@ -16,8 +16,8 @@ import sqlalchemy as sa
 import sqlmodel
 from alembic import op
 
-revision = '0013'
-down_revision = '0012'
+revision = '0014'
+down_revision = '0013'
 branch_labels = None
 depends_on = None
 

@@ -1,7 +1,7 @@
 """certificate: the server's keyed check of each row's revocation state
 
-Revision ID: 0012
-Revises: 0011
+Revision ID: 0013
+Revises: 0012
 Create Date: 2026-12-04 17:00:00
 
 Review 2026-12-04 I-3: ``revoked_at``, ``revoked_reason``, ``replaced_by`` and
@@ -22,8 +22,8 @@ import sqlalchemy as sa
 import sqlmodel
 from alembic import op
 
-revision = '0012'
-down_revision = '0011'
+revision = '0013'
+down_revision = '0012'
 branch_labels = None
 depends_on = None
 
