@@ -218,7 +218,7 @@ class WarmPool:
             self.ready = []
 
 
-GRADER_MB = 400  # a warm grader and its sandbox (harness, PyTorch and torch._dynamo, nine forked ranks): 263 MB PSS, rounded up
+GRADER_MB = 400  # a warm grader and its sandbox (harness, PyTorch and torch._dynamo, 15 ranks for 2, 3, 4 and 6): 286 MB PSS, rounded up
 GRADER_WAIT_S = 600  # a warm grader with no job this long exits; the next refill replaces it
 TAKE_MARGIN_S = 30.0  # a grader this close to its --max-wait gets no job
 IDLE_REFILL_S = 60.0  # an idle worker starts a grader at most this often (one that keeps dying costs little)
