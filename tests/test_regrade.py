@@ -338,6 +338,8 @@ def test_real_stored_passes_honest_and_dishonest_and_what_the_pages_show(secrets
         assert any(cert.id in line and "cheat@example.org" in line for line in shown), shown
         said = exercises.message("source_encoding", lang, {"encoding": "utf-7"}, "average-gradients")
         assert any(line.endswith(said) for line in shown), shown
+        title = exercises.text("average-gradients", lang)["title"]  # in the admin's language too
+        assert any(line.startswith(title) for line in shown), shown
 
         page = open_page("exercises", lang, cheat, exercise="average-gradients")
         assert not page.exception, page.exception

@@ -59,12 +59,12 @@ with st.form("make_admin"):
             st.error(ui.error_text(err))
 
 st.header(t("admin.content"))
-problems = {code: i18n.missing_keys(code) for code in i18n.languages()}
+problems = {language: i18n.missing_keys(language) for language in i18n.languages()}
 if not any(problems.values()):
     st.success(t("admin.content_ok"))
-for code, keys in problems.items():
+for language, keys in problems.items():  # not `code`: the page's language, read below
     if keys:
-        st.warning(t("admin.content_missing", lang=code, count=len(keys), keys=", ".join(keys[:10])))
+        st.warning(t("admin.content_missing", lang=language, count=len(keys), keys=", ".join(keys[:10])))
 
 st.header(t("admin.items"))
 st.caption(t("admin.items_help", low=itemstats.LOW_DISCRIMINATION, min=itemstats.MIN_ATTEMPTS))
