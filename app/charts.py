@@ -324,3 +324,88 @@ def table(fig: go.Figure) -> dict:
     columns = [fig.layout.xaxis.title.text or "", *(tr.name for tr in traces)]
     values = [dict(zip(tr.x, tr.y, strict=True)) for tr in traces]
     return {"columns": columns, "rows": [[x, *(v.get(x) for v in values)] for x in keys]}
+
+
+# --- When a rank is slow or dies (the straggler and failure labs) -----------
+
+# The fate of a stretch of a rank's time in the failure lab: one colour each (all from the palette),
+# and the lost work hatched too, so that it is told apart without colour.
+WORK = {"kept": COMPUTE, "redone": "#88CCEE", "lost": "#CC6677", "checkpoint": "#DDCC77", "start": IDLE,
+        "resume": "#AA4499"}
+
+
+def variant_steps_figure(rows: Sequence[dict], labels: dict[str, str], lang: str = DEFAULT_LANG) -> go.Figure:
+    """The measured step of each variant (bar at the median, whiskers at the quartiles) beside
+    the model's step (a black cross on a dotted line), in ms. ``rows``: ``{"name", "median",
+    "q1", "q3", "model"}`` each; ``labels``: measured, model, variant, ms."""
+    names = [r["name"] for r in rows]
+    fig = go.Figure()
+    fig.add_bar(x=names, y=[r["median"] for r in rows], name=labels["measured"], marker={"color": MEASURED},
+                error_y={"type": "data", "symmetric": False, "color": INK,
+                         "array": [r["q3"] - r["median"] for r in rows],
+                         "arrayminus": [r["median"] - r["q1"] for r in rows]})
+    fig.add_scatter(x=names, y=[r["model"] for r in rows], mode="lines+markers", name=labels["model"],
+                    line={"color": MODEL, "dash": "dot", "width": 2},
+                    marker={"color": MODEL, "symbol": "x", "size": 11})
+    fig.update_layout(height=320, xaxis_title=labels["variant"], yaxis_title=labels["ms"], margin={"t": 10})
+    return with_marks(fig, lang)
+
+
+def work_figure(lanes: Sequence[tuple[str, Sequence[dict]]], labels: dict[str, str],
+                lang: str = DEFAULT_LANG) -> go.Figure:
+    """One lane per rank on one time axis (s): each step kept, lost or redone, each checkpoint,
+    each process start and resume, as a bar from its start to its end. ``lanes``: (lane label,
+    segments ``{"kind", "start_s", "end_s", "step", "attempt"}``, a run of steps with its
+    ``last_step``); ``labels``: the kinds'
+    names, and s, rank, step, attempt, from, to and kind for the axis and the table's columns."""
+    fig = go.Figure()
+    rows = []
+    for kind, colour in WORK.items():
+        y, base, width, text = [], [], [], []
+        for lane, segments in lanes:
+            for seg in segments:
+                if seg["kind"] != kind:
+                    continue
+                y.append(lane)
+                base.append(seg["start_s"])
+                width.append(max(seg["end_s"] - seg["start_s"], 1e-4))
+                steps = seg["step"] if seg.get("last_step") is None else f"{seg['step']}–{seg['last_step']}"
+                text.append(f"{labels['attempt']} {seg['attempt']} · {labels['step']} {steps}")
+                rows.append([lane, labels[kind], seg["attempt"], steps, round(seg["start_s"], 4),
+                             round(seg["end_s"], 4)])
+        if not y:
+            continue
+        marker = {"color": colour, "line": {"color": PAPER, "width": 0.5}}
+        if kind == "lost":
+            marker["pattern"] = {"shape": "x", "fgcolor": INK, "size": 6}
+        fig.add_bar(y=y, x=width, base=base, orientation="h", name=labels[kind], customdata=text, marker=marker,
+                    hovertemplate="%{customdata}: %{base:.3f} – %{x:.3f} " + labels["s"] + "<extra></extra>")
+    order = [lane for lane, _ in lanes]
+    fig.update_layout(barmode="overlay", bargap=0.3, height=140 + 40 * len(order), margin={"t": 10, "l": 10, "r": 10},
+                      xaxis={"title": labels["s"], "rangemode": "tozero"},
+                      yaxis={"categoryorder": "array", "categoryarray": order, "autorange": "reversed",
+                             "fixedrange": True},
+                      legend={"traceorder": "normal"},
+                      meta={"table": {"columns": [labels["rank"], labels["kind"], labels["attempt"], labels["step"],
+                                                  labels["from"], labels["to"]],
+                                      "rows": sorted(rows, key=lambda row: (row[4], str(row[0])))}})
+    return with_marks(fig, lang)
+
+
+def young_daly_figure(intervals: Sequence[float], waste: Sequence[float], *, optimum: float | None, run: float,
+                      run_waste: float, labels: dict[str, str], lang: str = DEFAULT_LANG) -> go.Figure:
+    """Expected share of a run wasted (checkpoints, lost work, restarts) against the
+    checkpoint interval in steps (log x): the model's curve, the Young/Daly optimum and this
+    run's interval. ``labels``: curve, optimum, run, interval, waste."""
+    fig = go.Figure()
+    fig.add_scatter(x=list(intervals), y=[w * 100 for w in waste], mode="lines", name=labels["curve"],
+                    line={"color": MODEL, "dash": "dot", "width": 2})
+    if optimum is not None:
+        top = max(waste) * 100
+        fig.add_scatter(x=[optimum, optimum], y=[0, top], mode="lines", name=labels["optimum"],
+                        line={"color": REFERENCE, "width": 2})
+    fig.add_scatter(x=[run], y=[run_waste * 100], mode="markers", name=labels["run"],
+                    marker={"color": MEASURED, "size": 12, "symbol": "diamond", "line": {"color": INK, "width": 1}})
+    fig.update_layout(height=320, xaxis={"type": "log", "title": labels["interval"]},
+                      yaxis={"title": labels["waste"], "rangemode": "tozero"}, margin={"t": 10})
+    return with_marks(fig, lang)

@@ -23,7 +23,7 @@ from academy.labruns import pages as labruns
 from academy.labruns import queue as labqueue
 from academy.models import LabRun, utcnow
 from app import calculators as calc
-from app import charts, charts_ring, compression, sharding, topology
+from app import charts, charts_ring, compression, resilience, sharding, topology
 from app import ddp as ddp_views
 from app import timeline as lanes
 from app.ui import labeler, t
@@ -343,6 +343,12 @@ def _csv_rows(run: LabRun) -> list[dict]:
         return compression.rows(s)
     if run.lab == "topology":
         return topology.rows(s)
+    if run.lab == "straggler":  # each variant's step, model, throughput and loss (medians)
+        return [{"variant": name, "step_ms": v["step_ms"]["median"], "model_ms": v["model_ms"]["median"],
+                 "samples_per_s": v["throughput"]["median"], "loss": v["loss"]["median"]}
+                for name, v in (s.get("variants") or {}).items()]
+    if run.lab == "failure":  # every rank's segments of work
+        return [{"rank": lane["rank"], **seg} for lane in s.get("lanes", []) for seg in lane["segments"]]
     return []
 
 
@@ -393,7 +399,8 @@ def show_run(run: LabRun) -> None:
         return
     st.success(t("labs.done", seconds=report.wall_s, overhead=report.overhead_s))
     {"ring": ring, "bench": bench, "ddp": ddp_views.ddp, "sharding": sharding.show,
-     "compression": compression.show, "topology": topology.show}[run.lab](run, report.summary)
+     "compression": compression.show, "straggler": resilience.straggler, "failure": resilience.failure,
+     "topology": topology.show}[run.lab](run, report.summary)
     downloads(run)
 
 

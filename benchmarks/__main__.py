@@ -48,9 +48,9 @@ def _measure(name: str, fn: Callable[..., object], *args: object) -> object:
 
 
 PARTS = ("collectives", "labs.launch", "labs.first_event", "labs.ddp", "labs.timeline", "labs.sharding",
-         "labs.compression", "labs.topology", "labs.queue", "labs.warm", "labs.sandbox", "exercises", "gpu",
-         "platform.quiz", "platform.certificate", "platform.verification", "platform.arrival",
-         "platform.pages", "platform.load", "platform.classroom")
+         "labs.compression", "labs.straggler", "labs.topology", "labs.queue", "labs.warm", "labs.sandbox",
+         "exercises", "gpu", "platform.quiz", "platform.certificate", "platform.verification",
+         "platform.arrival", "platform.pages", "platform.load", "platform.classroom")
 
 
 def run(cfg: Config, base: Path, only: tuple[str, ...] = ()) -> dict:
@@ -64,6 +64,7 @@ def run(cfg: Config, base: Path, only: tuple[str, ...] = ()) -> dict:
         gpu,
         lab_costs,
         platform_costs,
+        resilience_costs,
         sandbox_costs,
     )
 
@@ -82,6 +83,7 @@ def run(cfg: Config, base: Path, only: tuple[str, ...] = ()) -> dict:
             "sharding": part("labs.sharding", "sharding", lab_costs.sharding, cfg),
             "compression": part("labs.compression", "compression", lab_costs.compression, cfg),
             "topology": part("labs.topology", "topology", lab_costs.topology, cfg),
+            "straggler": part("labs.straggler", "straggler", resilience_costs.straggler, cfg),
             "queue": part("labs.queue", "lab queue", lab_costs.queue, cfg, base),
             "warm": part("labs.warm", "warm worker", lab_costs.warm_worker, cfg, base),
             "sandbox": part("labs.sandbox", "exercise sandbox", sandbox_costs.overhead, cfg),

@@ -49,6 +49,10 @@ class Config:
     # The topology lab on 2 namespaces x 2 ranks at its default 200 Mbit/s link.
     topology_sizes: tuple[int, ...] = (256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB)
     topology_repeats: int = 5
+    straggler_runs: int = 3  # runs of labs.straggler per mechanism: the model's error, median and range
+    straggler_seeds: int = 3
+    straggler_steps: int = 24
+    straggler_factor: int = 3
     sandbox_repeats: int = 10  # runs per mode of the sandbox overhead (p50, p95)
     # Exercises: submissions of each reference solution through the queue, and
     # gradings per sandbox mode without it (p50, p95), for the exercises named.
@@ -77,6 +81,7 @@ class Config:
                    iters=3, sweeps=1, tcp_bytes=64 * MiB, tcp_repeats=3, lab_repeats=1, queue_labs=3,
                    ddp_steps=5, timeline_runs=3, sharding_world_size=2, sharding_steps=2, sandbox_repeats=3,
                    compression_steps=100, compression_seeds=2, topology_sizes=(1 * MiB, 4 * MiB), topology_repeats=3,
+                   straggler_runs=1, straggler_steps=12,
                    exercise_repeats=2, exercise_direct=("ring-allreduce",), quiz_attempts=5, pdfs=2, certificates=10_000, lookups=1_000,
                    pages=("home", "quiz", "verify"), page_repeats=1,
                    load_learners=4, load_browsers=0, load_seconds=5.0,
@@ -90,7 +95,7 @@ class Config:
                    factor=4, warmup=1, iters=1, sweeps=1, tcp_bytes=16 * MiB, tcp_repeats=1,
                    lab_repeats=1, queue_workers=(1,), queue_labs=1, ddp_world_sizes=(1, 2),
                    ddp_steps=2, timeline_runs=1, sharding_world_size=2, sharding_steps=1,
-                   compression_steps=10, compression_seeds=1,
+                   compression_steps=10, compression_seeds=1, straggler_runs=1, straggler_seeds=1, straggler_steps=4,
                    topology_sizes=(256 * KiB,), topology_repeats=1, sandbox_repeats=1, exercise_repeats=1,
                    exercise_direct=("ring-allreduce",), quiz_attempts=1, pdfs=1, certificates=1_000,
                    lookups=100, pages=("home",), page_repeats=1, load_learners=0, load_browsers=0,

@@ -188,6 +188,7 @@ def labs(lab: dict) -> list[Row]:
             rows.append((s, "topology lab: link payload vs the ranks' messages (largest gap); FSDP · HSDP MB per step "
                             "over the link", f"{tp['bytes_error']:.2%}", "within 2%",
                          f"{_num(link.get('fsdp') or 0)} · {_num(link.get('hsdp') or 0)} MB"))
+    rows += _straggler_rows(s, lab.get("straggler"))
     q = lab.get("queue")
     if isinstance(q, str):
         rows.append(_missing(s, "lab through the job queue", q))
@@ -219,6 +220,25 @@ def labs(lab: dict) -> list[Row]:
                      f"{_num(sb['bwrap_p50_s'])} s · {_num(sb['bwrap_p95_s'])} s",
                      f"no sandbox {_num(sb['none_p50_s'])} s · {_num(sb['none_p95_s'])} s",
                      f"{sb['overhead_p50_s']:+.2f} s (p50)"))
+    return rows
+
+
+def _straggler_rows(s: str, st: dict | str | None) -> list[Row]:
+    """The straggler lab's slowed step against its model, per mechanism (benchmarks.resilience_costs)."""
+    if isinstance(st, str):
+        return [_missing(s, "straggler lab: slowed step vs model", st)]
+    rows: list[Row] = []
+    for method, m in (st or {}).get("methods", {}).items():
+        e, a = m["model_error"], m["achieved"]
+        rows.append((s, f"straggler lab ({method}, {st['world_size']} ranks, rank 1 at 1/{st['factor']} core): "
+                        f"slowed step vs model, median of {st['runs']} runs (min..max)",
+                     f"{e['median']:+.1%}", f"within {st['target']:.0%}: {'yes' if m['within_target'] else 'no'}",
+                     f"{e['min']:+.1%}..{e['max']:+.1%}; step {_num(m['step_ms']['median'])} ms, model "
+                     f"{_num(m['model_ms']['median'])} ms; slowdown {_num(a['median'])}x"))
+        rows.append((s, f"straggler lab ({method}): throughput kept slowed · local SGD won back · loss paid",
+                     f"{_pct(m['kept']['median'])} · {m['recovered']['median']:+.0%} · {m['loss_paid']['median']:+.4f}",
+                     "", f"won back {m['recovered']['min']:+.0%}..{m['recovered']['max']:+.0%}; same weights "
+                         f"slowed or not: {'yes' if m['same_weights'] else 'NO'}"))
     return rows
 
 

@@ -19,7 +19,16 @@ platform reads it freely, and has these names:
   which `stored_summary` turns into the dict a result keeps;
 - ``SUMMARY``: the type of that summary as the pages read it, a model of
   ``labs.reports`` (`labs.reports.read` finds it here);
-- optionally ``DEFAULT_WORLD_SIZE`` (`world_size_default`).
+- optionally ``DEFAULT_WORLD_SIZE`` (`world_size_default`);
+- optionally ``LAUNCHER``: the module that starts the lab's ranks itself, for a
+  lab whose subject is the launcher (the failure lab runs ``torchrun`` with
+  elastic restarts); its ``launch(params, *, world_size, backend, timeout,
+  hang_timeout, fail, on_event, cancel)`` returns a `LabResult` or a
+  `LabError`, and ``labs.launch.run_lab`` hands the run to it once the request
+  is checked;
+- optionally ``FAILURE_INJECTION = False``: the lab fails on purpose by itself,
+  so the Labs page does not offer the injected crash or hang every other lab
+  takes (``--fail-rank``).
 
 Beside it, the folder holds the rank code (torch and all), a ``__main__``
 (``torchrun -m labs.<name>``) and whatever else only that lab uses.
@@ -60,7 +69,7 @@ if TYPE_CHECKING:
 
 # The labs, in the course's order: each is a folder labs/<name>/ whose ``lab`` module
 # has the names above. Adding a lab is adding its folder and its name here.
-LABS = ("ring", "bench", "ddp", "sharding", "compression", "topology")
+LABS = ("ring", "bench", "ddp", "sharding", "compression", "straggler", "failure", "topology")
 INJECTED_CRASH_EXIT = 13
 
 
@@ -322,6 +331,27 @@ def launched_externally() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
+def _attempt_store(world_size: int, timeout: float) -> dict:
+    """The store for ``init_process_group`` under torchrun: a prefix of this attempt's own.
+
+    torch 2.13's torchrun shares its rendezvous' TCPStore with the ranks
+    (``TORCHELASTIC_USE_AGENT_STORE``) and keeps that store across restarts
+    (``--max-restarts``), so after a restart a rank may read the address a
+    killed rank of the last attempt published and fail to connect to it
+    (pytorch/pytorch#135712, #167288). Every rank of one machine's attempt
+    has the same ``TORCHELASTIC_RESTART_COUNT``: its keys go under that.
+    Elsewhere: nothing (``init_process_group`` reads MASTER_ADDR/PORT)."""
+    import torch.distributed as dist
+
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return {}
+    shared = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
+                           is_master=False, timeout=timedelta(seconds=timeout))
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return {"store": dist.PrefixStore(f"labs/attempt-{attempt}", shared),
+            "rank": int(os.environ["RANK"]), "world_size": world_size}
+
+
 def run_in_env(lab: str, params=None, *, backend: str = "auto", timeout: float | None = None,
                fail: FailSpec | None = None,
                on_event: Callable[[dict], None] | None = None) -> LabResult | None:
@@ -347,7 +377,7 @@ def run_in_env(lab: str, params=None, *, backend: str = "auto", timeout: float |
     if resolved == "nccl":
         torch.cuda.set_device(local_rank)
     if not dist.is_initialized():
-        dist.init_process_group(resolved, timeout=timedelta(seconds=timeout))
+        dist.init_process_group(resolved, timeout=timedelta(seconds=timeout), **_attempt_store(world_size, timeout))
     ctx = RankContext(rank=rank, world_size=world_size, local_rank=local_rank, backend=resolved,
                       fail=fail, emit=on_event if rank == 0 else None)
     out = rank_code(lab).run_rank(ctx, p)

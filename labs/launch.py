@@ -37,6 +37,7 @@ How the launcher keeps its promises:
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import selectors
@@ -259,6 +260,10 @@ def run_lab(lab: str, params=None, *, world_size: int = 2, backend: str = "auto"
         module.check(p, world_size)
     except (ValueError, TypeError, ImportError) as exc:
         return invalid(str(exc))
+    if hasattr(module, "LAUNCHER"):  # a lab that starts its ranks itself (labs.context: LAUNCHER)
+        return importlib.import_module(module.LAUNCHER).launch(
+            p, world_size=world_size, backend=resolved, timeout=timeout, hang_timeout=hang_timeout,
+            fail=fail, on_event=on_event, cancel=cancel)
     if start == "auto":
         single_threaded = threading.active_count() == 1
         start = "fork" if (resolved == "gloo" and single_threaded and hasattr(os, "fork")

@@ -493,6 +493,7 @@ class TopologySummary(_Model):
 # The report and its one reader
 
 # What the pages draw (a type for their signatures; each lab names its own as ``SUMMARY``).
+# The straggler and failure labs keep theirs beside them (labs/straggler/report.py, labs/failure/report.py).
 Summary = RingSummary | BenchSummary | DdpSummary | ShardingSummary | CompressionSummary | TopologySummary
 S = TypeVar("S", bound=_Model)
 

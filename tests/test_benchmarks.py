@@ -132,7 +132,7 @@ def test_collectives_have_every_figure():
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_lab_runs_have_every_figure():
-    labs = smoke("labs.launch,labs.first_event,labs.ddp,labs.timeline,labs.sharding,labs.compression")[1]["labs"]
+    labs = smoke("labs.launch,labs.first_event,labs.ddp,labs.timeline,labs.sharding,labs.compression,labs.straggler")[1]["labs"]
     part(labs["launch"], LAUNCH, "labs.launch")
     part(labs["first_event"], FIRST_EVENT, "labs.first_event")
     if part(labs["ddp"], DDP, "labs.ddp"):
@@ -154,6 +154,11 @@ def test_lab_runs_have_every_figure():
 
         rows = report.labs({"launch": "skipped", "first_event": "skipped", "ddp": "skipped", "compression": c})
         assert any(r[1].startswith("compression: bytes saved per step") and "topk_ef 9" in r[2] for r in rows)
+    if part(labs["straggler"], ("target", "factor", "runs"), "labs.straggler"):  # the error: a figure, not asserted
+        assert "stop" in labs["straggler"]["methods"]
+        for method, m in labs["straggler"]["methods"].items():
+            for key in ("model_error", "achieved", "step_ms", "model_ms", "recovered", "loss_paid"):
+                part(m[key], ("median", "min", "max"), f"labs.straggler.{method}.{key}")
 
 
 @pytest.mark.slow

@@ -63,6 +63,18 @@ def every_figure():
                                               labels={"sent": "sent", "devices": "n", "per_device": "MB"}),
         "scaling": charts.scaling_figure(sizes, [0.9, 0.8, 0.7, 0.6], measured=[(2, 0.5)], y_range=[0, 1.05],
                                          labels={"model": "model", "yours": "yours", "devices": "n", "y": "eff"}),
+        "variants": charts.variant_steps_figure(
+            [{"name": n, "median": 10.0 * k, "q1": 9.0 * k, "q3": 11.0 * k, "model": 9.5 * k}
+             for k, n in enumerate(("even", "slow", "local"), start=1)],
+            {"measured": "measured", "model": "model", "variant": "variant", "ms": "ms"}),
+        "work": charts.work_figure(
+            [(f"rank {r}", [{"kind": kind, "start_s": float(i), "end_s": i + 0.5, "step": i, "attempt": 0}
+                            for i, kind in enumerate(charts.WORK)]) for r in range(2)],
+            {**{k: k for k in charts.WORK}, "s": "s", "rank": "rank", "step": "step", "attempt": "attempt",
+             "from": "from", "to": "to", "kind": "kind"}),
+        "young_daly": charts.young_daly_figure([1, 2, 4, 8, 16], [0.5, 0.3, 0.2, 0.25, 0.4], optimum=5.0, run=10,
+                                               run_waste=0.3, labels={"curve": "c", "optimum": "o", "run": "r",
+                                                                      "interval": "i", "waste": "w"}),
         **topology_figures(),
     }
 

@@ -442,3 +442,39 @@ def test_the_reaper_fails_only_runs_whose_heartbeat_is_stale():
     assert run(stale_id).status == "failed" and run(stale_id).error["kind"] == "worker_lost"
     assert run(stale_id).error["worker"] == "h:1"
     assert run(fresh_id).status == "running"
+
+
+def failure_processes(worker: Worker, ranks: int, timeout: float = 90) -> list[int]:
+    """The failure lab's processes under ``worker`` once its ``ranks`` ranks have started: its
+    CLI (forked from the warm process), torchrun, and the ranks torchrun started in sessions of
+    their own (``labs.processes.RANK_PRELUDE``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        below = descendants(worker.pid)
+        mine = [p for p in below if "failure" in cmdline(p) and "-c" in cmdline(p)]
+        if len(mine) >= ranks:
+            return [p for p in below if is_lab(p) or "torch.distributed.run" in cmdline(p)] + mine
+        time.sleep(0.1)
+    raise AssertionError(f"fewer than {ranks} failure-lab ranks under the worker")
+
+
+@pytest.mark.parametrize("stack", ["sqlite"], indirect=True)
+def test_the_failure_labs_torchrun_and_ranks_end_with_a_cancel_or_a_killed_worker(stack):
+    """The failure lab runs torchrun, whose ranks live in sessions of their own: a cancel (SIGTERM
+    to the CLI's group, then SIGKILL) and a ``kill -9`` of the worker each leave none of them."""
+    w = stack.worker("--concurrency", "1", name="doomed")
+    params = {"world_size": 2, "steps": 120, "kill_step": 100}
+    first = labqueue.submit(lab="failure", params=params, learner_id=None, machine={})
+    wait_for_run(first, until=("running",))
+    pids = failure_processes(w, 2)
+    assert len(pids) >= 4, "the CLI, torchrun and two ranks"
+    assert labqueue.request_cancel(first)
+    assert wait_for_run(first, timeout=60).status == "cancelled"
+    assert all(gone(pid, wait=10) for pid in pids), "cancel stopped torchrun and every rank"
+
+    second = labqueue.submit(lab="failure", params=params, learner_id=None, machine={})
+    wait_for_run(second, until=("running",))
+    pids = failure_processes(w, 2)
+    os.kill(w.pid, signal.SIGKILL)  # as `kill -9`: the CLI dies with it, torchrun with the CLI, the ranks with torchrun
+    w.proc.wait()
+    assert all(gone(pid, wait=15) for pid in pids), "nothing of the lab outlived its worker"

@@ -24,7 +24,10 @@ each result in en, zh and nl through the sidebar's language box:
   and en;
 - topology, with its fastest link (two namespaces where the worker may make
   them, else the loopback, which the result then says): its readouts, and
-  the clock's ratio chart naming both hardware targets, in each language.
+  the clock's ratio chart naming both hardware targets, in each language;
+- the straggler lab and the failure lab (torchrun with ``--max-restarts``,
+  issue #41) with the form's defaults: their readouts, the failure lab's work
+  by step, and axe-core finding nothing of ours, in two languages each.
 
 Readouts are photographed at 1400 px and 390 px:
 ``test-artifacts/lab-result-<run>-<lang>-<width>.png``; the timeline as
@@ -70,7 +73,9 @@ READOUTS = {"ring": ("ring", "labs.ring.noise", "labs.look.ring"),
             "bench": ("bench", "labs.bench.noise", "labs.look.bench"),
             "ddp": ("ddp", "labs.ddp.bucketing_why", "labs.look.ddp"),
             "compression": ("compression", "compression.curves_caption", "labs.look.compression"),
-            "topology": ("topology", "topology.clock_title", "labs.look.topology")}
+            "topology": ("topology", "topology.clock_title", "labs.look.topology"),
+            "straggler": ("straggler", "straggler.model_title", "labs.look.straggler"),
+            "failure": ("failure", "failure.timeline_title", "labs.look.failure")}
 WIDTHS = (1400, 390)
 HEIGHT = """() => Math.max(...['stMain', 'stAppViewContainer', 'stMainBlockContainer']
     .map(id => document.querySelector(`[data-testid="${id}"]`)?.scrollHeight || 0))"""
@@ -376,3 +381,24 @@ def test_the_topology_labs_two_targets_read_in_each_language(page, artifacts):
             legend = main(page).locator(".js-plotly-plot g.legend")
             for key in ("topology.target.h100_node", "topology.target.h100_ib"):
                 legend.get_by_text(t(key, lang), exact=True).first.wait_for(timeout=WAIT)
+
+
+def test_a_slowed_rank_and_a_killed_rank_read_true(page, artifacts):
+    """Issue #41: one rank slowed (every rank's timeline, the step against its model, local SGD),
+    and a rank killed under torchrun (the work kept, lost and redone; Young/Daly)."""
+    speak(page, "en")
+    with photographed_on_failure(page, artifacts, "lab-result-straggler-en"):
+        run(page, "straggler", "en")
+    for lang in ("en", "nl"):
+        with photographed_on_failure(page, artifacts, f"lab-result-straggler-{lang}"):
+            speak(page, lang)
+            read(page, artifacts, "straggler", lang)
+            assert not axe_ours(page), axe_ours(page)
+    with photographed_on_failure(page, artifacts, "lab-result-failure-nl"):
+        run(page, "failure", "nl")
+    for lang in ("nl", "zh"):
+        with photographed_on_failure(page, artifacts, f"lab-result-failure-{lang}"):
+            speak(page, lang)
+            read(page, artifacts, "failure", lang)
+            main(page).get_by_text(t("failure.steps_title", lang), exact=True).first.wait_for(timeout=WAIT)
+            assert not axe_ours(page), axe_ours(page)

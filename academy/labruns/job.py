@@ -61,6 +61,7 @@ from academy.labruns.queue import (
 from academy.models import ACTIVE, LabRun, LabRunNode, LabWorker, RunStatus, utcnow
 from academy.settings import ROOT, get_settings
 from labs.params import Run, flag, specs
+from labs.processes import RANK_PRELUDE
 
 TICK_S = 0.5  # how often a worker writes each run's heartbeat (and reads its cancel flag)
 WATCH_S = 0.05  # how often it looks at the run's process and its events file
@@ -180,13 +181,8 @@ def load_labs() -> None:
 
 JOIN_GRACE_S = 15  # torchrun's rendezvous timeout, beyond the worker's own wait for nodes
 
-# Each rank of a multi-node run is ``python -m labs`` run by this line, which first
-# asks the kernel to SIGKILL it when its torchrun dies: torchrun starts ranks in
-# sessions of their own, so without this a worker killed with ``kill -9`` (its
-# torchrun dies with it) would leave ranks running against the other nodes.
-RANK_PRELUDE = ("import ctypes, runpy, signal; "
-                "ctypes.CDLL('libc.so.6').prctl(1, signal.SIGKILL); "  # PR_SET_PDEATHSIG
-                "runpy.run_module('labs', run_name='__main__', alter_sys=True)")
+# Each rank of a multi-node run is ``python -m labs`` run by labs.processes.RANK_PRELUDE,
+# which dies with its torchrun (a worker killed with ``kill -9`` takes its torchrun along).
 
 
 def torchrun_command(lab: str, params: dict[str, Any], workdir: Path, *, run_id: int) -> list[str]:

@@ -105,6 +105,8 @@ def _refusal(err: ParamError, offer: dict[str, tuple[type, Spec]]) -> LabRequest
     high = err.values.get("high")
     if err.rule == "avg_int":
         return LabRequestError("labs_refused.avg_int")
+    if err.rule == "world_between":  # a lab that runs on fewer ranks than the limits allow
+        return LabRequestError("labs.err_world_between", low=err.values["low"], high=high)
     if err.rule == "empty":  # a list the learner emptied (a multiselect)
         return LabRequestError("labs_refused.empty")
     if err.rule == "nodes":  # the topology lab: ranks split evenly over its nodes
@@ -113,6 +115,8 @@ def _refusal(err: ParamError, offer: dict[str, tuple[type, Spec]]) -> LabRequest
         return LabRequestError("labs.err_world_size", max=high)
     if err.name == "fail_rank" and high is not None:
         return LabRequestError("labs.err_fail_rank", max=high)
+    if err.rule == "rank":  # a lab's rank field beyond the run's ranks (the straggler's, the failure lab's)
+        return LabRequestError("labs.err_rank", max=high, count=high + 1)
     if err.name in offer and offer[err.name][1].unit == "bytes" and high is not None:
         return LabRequestError("labs.err_size", low=err.values["low"], high=high)
     return LabRequestError("labs.err_value")

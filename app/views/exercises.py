@@ -156,9 +156,11 @@ if save_clicked:
 if run_clicked:
     try:
         state[f"ex_run_{current}"] = exercises.submit(learner_id=who.id, exercise=current, source=typed, lang=code)
+    except exercises.SourceRefused as err:
+        st.error(ui.error_text(err))
+        refused = True
     except labqueue.LabRequestError as err:
         st.error(ui.error_text(err))
-        refused = refused or isinstance(err, exercises.SourceRefused)
 
 flash = state.pop("_ex_flash", None)
 if flash:

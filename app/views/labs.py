@@ -49,11 +49,12 @@ with st.form("lab_form"):
         for column, (cls, name) in zip(st.columns(3), main[row:row + 3], strict=False):
             params[name] = labviews.param_widget(
                 column, cls, name, limits, default=world_size_default(lab) if name == "world_size" else None)
-    with st.expander(t("labs.advanced")):
-        chosen = {name: labviews.param_widget(column, Run, name, limits, none=name == "fail_mode")
-                  for column, name in zip(st.columns(3), advanced, strict=False)}
-        if chosen.get("fail_mode") != "none":
-            params.update(chosen)
+    if getattr(load_lab(lab), "FAILURE_INJECTION", True):  # the failure lab kills its rank itself
+        with st.expander(t("labs.advanced")):
+            chosen = {name: labviews.param_widget(column, Run, name, limits, none=name == "fail_mode")
+                      for column, name in zip(st.columns(3), advanced, strict=False)}
+            if chosen.get("fail_mode") != "none":
+                params.update(chosen)
     submitted = st.form_submit_button(t("labs.run"), type="primary", icon=":material/play_arrow:")
 
 if submitted:

@@ -108,7 +108,7 @@ def calibrate(ctx, sizes: list[int]) -> dict | None:
 
 
 def record(model, opt, batches, *, warmup: int, origin: float, world: int,
-           on_step=lambda: None) -> tuple[list[dict], int]:
+           on_step=lambda: None, start_together: bool = True) -> tuple[list[dict], int]:
     """This rank's spans of the steps after the first ``warmup``, and the all-reduces per step.
 
     ``model``: a DDP module (each bucket timed by a comm hook registered here) or
@@ -117,7 +117,9 @@ def record(model, opt, batches, *, warmup: int, origin: float, world: int,
     labels)`` per step; ``origin``: the ranks' shared clock origin
     (`shared_clock_origin`); ``on_step``: called as each step begins. The
     exercise bucketed-overlap records torch DDP on its own model with this
-    (``labs.exercises.ddp_lanes``).
+    (``labs.exercises.ddp_lanes``). ``start_together``: a barrier before each step,
+    so that each rank's spans are its own work (the straggler lab, which times
+    a training loop as it runs, turns it off: the all-reduce alone paces it).
     """
     launches: list[float] = []
     done: list[tuple[int, float, float, int]] = []
@@ -147,7 +149,8 @@ def record(model, opt, batches, *, warmup: int, origin: float, world: int,
     for i, (inputs, labels) in enumerate(batches):
         on_step()
         step = i - warmup
-        dist.barrier()  # the steps start together: what follows is this rank's own
+        if start_together:
+            dist.barrier()  # the steps start together: what follows is this rank's own
         launches.clear()
         done.clear()
         opt.zero_grad(set_to_none=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import ModuleType
 
 EXERCISES = ("ring-allreduce", "broadcast", "average-gradients", "bucketed-overlap", "shard-indices",
-             "sharded-optimizer", "compression-hook", "hierarchical-allreduce")
+             "sharded-optimizer", "compression-hook", "save-and-resume", "hierarchical-allreduce")
 REQUIRED_FOR_CERTIFICATE = ("ring-allreduce", "broadcast", "average-gradients")
 HERE = Path(__file__).resolve().parent
 

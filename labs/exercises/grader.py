@@ -60,10 +60,18 @@ def plan(exercise, seed: int, case_timeout_s: float, case_ids=None) -> dict:
             "groups": [{"world_size": w, "cases": cs} for w, cs in sorted(groups.items())]}
 
 
-def harness_args(sizes: list[int], preload=()) -> list[str]:
-    """The harness's arguments: one world size per group (it forks their ranks before it
-    reads the plan), then the modules to import before forking."""
-    return [str(w) for w in sizes] + [f"--preload={module}" for module in preload]
+def harness_args(shapes: list[str], preload=()) -> list[str]:
+    """The harness's arguments: one shape per group (it forks their ranks before it reads
+    the plan), then the modules to import before forking."""
+    return list(shapes) + [f"--preload={module}" for module in preload]
+
+
+def shapes(exercise, groups: list[dict]) -> list[str]:
+    """One shape per group of the plan: its world size, or ``WxL`` for an exercise whose cases
+    kill their ranks and restart them (``RESTARTS``): L sets of W ranks, a fresh set per case
+    beside the first."""
+    restarts = getattr(exercise, "RESTARTS", False)
+    return [f"{g['world_size']}x{len(g['cases']) + 1}" if restarts else str(g["world_size"]) for g in groups]
 
 
 def world_sizes(exercise) -> list[int]:
@@ -74,11 +82,14 @@ def world_sizes(exercise) -> list[int]:
 
 def warm_shape() -> tuple[list[int], list[str]]:
     """What a warm harness is started with so that it can grade any exercise: every world
-    size and every preload of every exercise in place (``labs.exercises.available``)."""
+    size and every preload of every exercise in place (``labs.exercises.available``) that
+    runs on one set of ranks per group (one that restarts its ranks is graded fresh)."""
     sizes: set[int] = set()
     preload: set[str] = set()
     for exercise_id in available():
         exercise = load(exercise_id)
+        if getattr(exercise, "RESTARTS", False):
+            continue
         sizes.update(world_sizes(exercise))
         preload.update(preloads(exercise))
     return sorted(sizes), sorted(preload)
@@ -104,7 +115,7 @@ class Warm:
         """Whether it can grade this plan exactly as a fresh harness would: still running, a
         forked group for each of the plan's world sizes, the exercise's preloads done, and the
         same case timeout and sandbox mode."""
-        return (self.started.alive() and set(sizes) <= set(self.sizes) and (self.case_timeout_s, self.mode)
+        return (not getattr(exercise, "RESTARTS", False) and self.started.alive() and set(sizes) <= set(self.sizes) and (self.case_timeout_s, self.mode)
                 == (case_timeout_s, mode) and set(preloads(exercise)) <= set(self.preload))
 
 
@@ -129,7 +140,7 @@ def prestart(*, case_timeout_s: float = CASE_TIMEOUT_S) -> Iterator[Warm]:
     """
     sizes, preload = warm_shape()
     chosen = sandbox.mode()
-    with sandbox.start_python("harness", harness_args(sizes, preload),
+    with sandbox.start_python("harness", harness_args([str(w) for w in sizes], preload),
                               limits=run_limits(len(sizes), case_timeout_s), mode=chosen) as started:
         yield Warm(sizes, preload, case_timeout_s, chosen, started)
 
@@ -278,10 +289,13 @@ def _case_entry(exercise, event: dict) -> tuple[dict, list[dict] | None]:
         # ``result`` is what the learner's process returned; ``sent``, ``received`` and
         # ``calls`` are the router's record, made outside it (runtime/router.py).
         try:
+            # ``calls_before``: the router's record of the ranks the harness killed in this case
+            # (save-and-resume), before it restarted them; None where it killed none.
             ranks = [{"rank": r["rank"], "expected": r["expected"], "result": r["reply"]["result"],
                       "sent": r["traffic"]["sent"], "received": r["traffic"]["received"],
                       "sent_by_link": r["traffic"].get("sent_by_link"),  # with a node map only
-                      "calls": r["traffic"]["calls"]} for r in event["ranks"]]
+                      "calls": r["traffic"]["calls"],
+                      "calls_before": (r["traffic"].get("before") or {}).get("calls")} for r in event["ranks"]]
             entry["findings"] = exercise.check(case, ranks)
         except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError) as exc:
             entry["status"] = "failed"
@@ -379,7 +393,9 @@ def grade(exercise_id: str, source: str | bytes, *, seed: int | None = None, mod
     exercise = load(exercise_id)
     chosen = mode or sandbox.mode()
     source = source.encode("utf-8", "surrogatepass") if isinstance(source, str) else bytes(source)
-    error = static_error(source, exercise.FUNCTION)
+    error = None
+    for function in (exercise.FUNCTION, *getattr(exercise, "ALSO_FUNCTIONS", ())):
+        error = error or static_error(source, function)
     if error is not None:
         return _report(exercise_id, error=error, duration=time.perf_counter() - t0, mode=chosen)
     try:
@@ -425,7 +441,7 @@ def grade(exercise_id: str, source: str | bytes, *, seed: int | None = None, mod
         warm.started.put("submission.py", source)
         outcome = warm.started.run(stdin=json.dumps(the_plan).encode(), on_line=on_line)
     else:
-        args = harness_args(sizes, preloads(exercise))
+        args = harness_args(shapes(exercise, the_plan["groups"]), preloads(exercise))
         limits = limits or run_limits(len(the_plan["groups"]), case_timeout_s)
         try:
             # The plan goes on stdin, not into the input folder: a file there could be

@@ -314,6 +314,29 @@ class Api:
         work.wait()
         return None
 
+    # -- the save-and-resume driver's calls (not torch.distributed's: no learner code needs them)
+
+    def _store(self, header: dict, payload: bytes = b"") -> bytes:
+        op_id = self._id()
+        self.channel.send({**header, "id": op_id}, payload)
+        work = Work(self, op_id, None)
+        work.wait()
+        return work._result[1]
+
+    def checkpoint_put(self, data: bytes) -> None:
+        """Keep ``data`` as this rank's checkpoint (in the harness, which gives it back to this
+        rank's successor after a restart: `checkpoint_get`)."""
+        self._store({"t": "checkpoint_put"}, data)
+
+    def checkpoint_get(self) -> bytes:
+        """This rank's last checkpoint in the case (b"" when there is none)."""
+        return self._store({"t": "checkpoint_get"})
+
+    def fetch(self, indices: list[int]) -> bytes:
+        """The rows of the case's data set at ``indices``, as the harness feeds them: every
+        row's inputs, then every row's labels (the driver knows their sizes)."""
+        return self._store({"t": "fetch", "idx": [int(i) for i in indices]})
+
     def get_rank(self, group=None):  # noqa: ARG002
         return self.rank
 

@@ -328,14 +328,60 @@ def _load(router, ranks: _Ranks, plan: dict) -> dict | None:
     return None
 
 
-def _run_group(plan: dict, driver, ranks: _Ranks, group: dict, index: int, total: int) -> tuple[int, bool]:
-    """Run one group's cases; return (how many case events were printed, whether to go on)."""
+def _play(router, ranks: _Ranks, shown: dict, inputs: list, bounds, data, timeout_s: float, *,
+          until_held: bool = False, carry=None) -> tuple[dict[int, dict], list[int], bool]:
+    """One life of a case: ``go`` to every rank, then the routing until every rank has replied
+    (or one failed and the others had their grace, or the timeout); with ``until_held``, until
+    every rank is held at the case's hold step instead; ``carry``: the router of the killed
+    life, whose checkpoints this one starts with. Returns (replies, where each rank's output
+    began, whether every rank is held)."""
+    world = ranks.world
+    starts = [ranks.procs.output_size(r) for r in range(world)]
+    router.reset(bounds, data)
+    if carry is not None:
+        router.carry(carry)
+    for rank in range(world):
+        router.send_to(rank, *_go(shown, inputs[rank]))
+    deadline = time.monotonic() + timeout_s
+    replies: dict[int, dict] = {}
+    first_error = None
+    while len(replies) < world and time.monotonic() < deadline and router.failure is None:
+        router.pump(deadline)
+        if until_held and all(router.held):
+            return replies, starts, True
+        for rank in range(world):
+            if rank in replies:
+                continue
+            msg = router.take(rank, ("result", "crash", "forbidden"))
+            if msg is not None:
+                replies[rank] = _reply(msg)
+            elif router.eof[rank] and router.failure is None:
+                replies[rank] = {"type": "died", "frames": []}
+            else:
+                continue
+            if replies[rank]["type"] != "result" and first_error is None:
+                first_error = time.monotonic()
+                deadline = min(deadline, first_error + CRASH_GRACE_S)
+    return replies, starts, False
+
+
+def _run_group(plan: dict, driver, sets: list[_Ranks], group: dict, index: int, total: int) -> tuple[int, bool]:
+    """Run one group's cases; return (how many case events were printed, whether to go on).
+
+    ``sets``: the group's ranks, forked before the plan was read; one set runs the cases,
+    and a case with a hold step (``driver.bounds``: save-and-resume) is run twice: its
+    ranks are killed with SIGKILL once every one of them is held at that step, and the
+    next set, fresh processes that never saw the case, runs it again from the start,
+    with the checkpoints the killed ranks stored (``Router.carry``). The case event
+    then carries both lives' records (``traffic.before``: the killed ranks')."""
     from router import Bounds, Router
 
-    world = ranks.world
-    router = Router(world, ranks.ups, ranks.downs, allowed=plan["allowed"])
+    world = sets[0].world
+    routers = [Router(world, s.ups, s.downs, allowed=plan["allowed"]) for s in sets]
+    live = 0  # the set whose ranks run the next case
     cases = group["cases"]
     per_rank_output = int(plan.get("output_bytes_per_rank", 2048))
+    timeout_s = float(plan["case_timeout_s"])
 
     def not_run(from_k: int, n: int) -> int:
         for case in cases[from_k:]:
@@ -345,46 +391,49 @@ def _run_group(plan: dict, driver, ranks: _Ranks, group: dict, index: int, total
         return n
 
     try:
-        error = _load(router, ranks, plan)
-        if error is not None:
-            emit(error)
-            return index, False
+        for ranks, router in zip(sets, routers, strict=True):
+            error = _load(router, ranks, plan)
+            if error is not None:
+                emit(error)
+                return index, False
         for k, case in enumerate(cases):
             # Made here, in the process no learner code runs in; each rank gets its own share.
             inputs = driver.inputs(case, world)
             expected = driver.expected(case, world, inputs)
             shown = public(driver, case)
-            starts = [ranks.procs.output_size(r) for r in range(world)]
-            router.reset(Bounds(**driver.bounds(case, world)))
-            for rank in range(world):
-                router.send_to(rank, *_go(shown, inputs[rank]))
+            bounds = driver.bounds(case, world)
+            data = driver.data(case, world) if hasattr(driver, "data") else None
+            router, ranks = routers[live], sets[live]
+            hold = bounds.get("hold_step") is not None
+            replies, starts, held = _play(router, ranks, shown, inputs, Bounds(**bounds), data, timeout_s,
+                                          until_held=hold)
+            before = None
+            if held:  # every rank waits at the hold: kill them, restart the case on fresh ranks
+                before = [{"traffic": router.traffic(r), "output": ranks.procs.output(r, starts[r], per_rank_output)}
+                          for r in range(world)]
+                ranks.procs.kill()
+                live += 1
+                if live >= len(sets):
+                    emit({"event": "error", "key": "harness_failed", "returncode": None,
+                          "detail": "no fresh ranks left for a restart"})
+                    return index, False
+                killed, router, ranks = router, routers[live], sets[live]
+                replies, starts, _ = _play(router, ranks, shown, inputs, Bounds(**dict(bounds, hold_step=None)),
+                                           data, timeout_s, carry=killed)
             del inputs
-            deadline = time.monotonic() + float(plan["case_timeout_s"])
-            replies: dict[int, dict] = {}
-            first_error = None
-            while len(replies) < world and time.monotonic() < deadline and router.failure is None:
-                router.pump(deadline)
-                for rank in range(world):
-                    if rank in replies:
-                        continue
-                    msg = router.take(rank, ("result", "crash", "forbidden"))
-                    if msg is not None:
-                        replies[rank] = _reply(msg)
-                    elif router.eof[rank] and router.failure is None:
-                        replies[rank] = {"type": "died", "frames": []}
-                    else:
-                        continue
-                    if replies[rank]["type"] != "result" and first_error is None:
-                        first_error = time.monotonic()
-                        deadline = min(deadline, first_error + CRASH_GRACE_S)
             finished = {r for r, m in replies.items() if m["type"] == "result"}
             if len(finished) == world:
                 router.finish()  # every rank returned: nothing may be left unmatched
             index += 1
-            timed_out = len(replies) < world and first_error is None and router.failure is None
+            timed_out = len(replies) < world and router.failure is None \
+                and not any(m["type"] != "result" for m in replies.values())
             event_ranks = [{"rank": rank, "expected": expected[rank], "reply": replies.get(rank),
                             "output": ranks.procs.output(rank, starts[rank], per_rank_output),
                             "traffic": router.traffic(rank)} for rank in range(world)]
+            if before is not None:
+                for entry, gone in zip(event_ranks, before, strict=True):
+                    entry["traffic"]["before"] = gone["traffic"]
+                    entry["output"] = gone["output"] + entry["output"]
             if router.failure is not None:
                 status = "protocol"
             else:
@@ -402,12 +451,17 @@ def _run_group(plan: dict, driver, ranks: _Ranks, group: dict, index: int, total
                 break
         return index, True
     finally:
-        router.close()
-        ranks.procs.kill()
+        for router in routers:
+            router.close()
+        for ranks in sets:
+            ranks.procs.kill()
 
 
 def main() -> int:
-    sizes = [int(arg) for arg in sys.argv[1:] if not arg.startswith("--preload=")]
+    # One argument per group: its world size, or "WxL" for L sets of W ranks (a case that
+    # kills its ranks and restarts them needs a fresh set for each restart).
+    shapes = [tuple(int(n) for n in arg.split("x")) for arg in sys.argv[1:] if not arg.startswith("--preload=")]
+    sizes = [shape[0] for shape in shapes]
     preload = [arg.removeprefix("--preload=") for arg in sys.argv[1:] if arg.startswith("--preload=")]
     import seccomp
 
@@ -429,21 +483,23 @@ def main() -> int:
     gc.collect()
     gc.freeze()
     open_fds: list[int] = []
-    groups = [_Ranks(world, open_fds) for world in sizes]  # before the plan exists in this process
+    # Every rank of every set, before the plan exists in this process.
+    groups = [[_Ranks(shape[0], open_fds) for _ in range(shape[1] if len(shape) > 1 else 1)] for shape in shapes]
     plan = json.loads(sys.stdin.buffer.read())
     sys.stdin.close()
     total = sum(len(g["cases"]) for g in plan["groups"])
     emit({"event": "start", "total": total})
     try:
-        forked = {ranks.world: ranks for ranks in groups}
+        forked = {sets[0].world: sets for sets in groups}
         wanted = [g["world_size"] for g in plan["groups"]]
         if len(set(wanted)) != len(wanted) or not set(wanted) <= set(forked):
             emit({"event": "error", "key": "harness_failed", "returncode": None,
                   "detail": f"ranks forked for {sizes}, the plan's groups are of sizes {wanted}"})
         else:
-            for world, ranks in forked.items():  # a warm harness forks for every exercise's sizes
+            for world, sets in forked.items():  # a warm harness forks for every exercise's sizes
                 if world not in wanted:
-                    ranks.procs.kill()
+                    for ranks in sets:
+                        ranks.procs.kill()
             driver = importlib.import_module(f"drivers.{plan['driver']}")
             index = 0
             for group in plan["groups"]:
@@ -451,8 +507,9 @@ def main() -> int:
                 if not go_on:
                     break
     finally:
-        for ranks in groups:
-            ranks.procs.kill()
+        for sets in groups:
+            for ranks in sets:
+                ranks.procs.kill()
     emit({"event": "done", "duration_s": time.perf_counter() - t0})
     return 0
 

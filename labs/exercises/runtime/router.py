@@ -47,6 +47,22 @@ The bounds come per case from the exercise's driver (``driver.bounds``, in
 the harness, from the case alone). What is left to a rank is when its
 calls complete (timing): a few bits per case, never a pass.
 
+Three more calls serve the save-and-resume exercise, whose driver (not the
+learner's code) makes them, and keep the property:
+
+- ``checkpoint_put`` stores the rank's checkpoint (bytes) here, at most
+  ``Bounds.checkpoint_bytes`` (more ends the case: the checkpoint folder is
+  bounded); ``checkpoint_get`` answers the rank with what *its own rank*
+  stored last in this case, which the harness carries over when it kills a
+  case's ranks and restarts them (`carry`): a rank's own frames, nothing else.
+- ``fetch`` answers the rows of the case's data set (``reset``'s ``data``,
+  made by the harness) at the indices the rank named, at most
+  ``Bounds.fetch_rows`` of them: the data feeder, so the record of which
+  samples each rank drew is the router's, not the rank's word.
+- with ``Bounds.hold_step`` set, a rank that marks that step (``mark``) is
+  held: nothing it writes afterwards is done or answered, so it blocks at
+  its next call, and the harness kills it there (``harness._restart``).
+
 Everything the grade rests on is recorded here, outside the learner's
 processes: per rank the bytes it sent and received, and a record per call
 (``op``, ``peer``, ``bytes``, ``tag``, the order, ``t_start`` when the router
@@ -81,6 +97,7 @@ DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "
 REDUCE_OPS = ("sum", "avg", "max", "min", "product")
 P2P = ("send", "isend", "recv", "irecv")
 COLLECTIVE = ("all_reduce", "broadcast", "all_gather", "barrier")
+STORE = ("fetch", "checkpoint_put", "checkpoint_get")  # the save-and-resume driver's (see above)
 
 
 @dataclass(frozen=True)
@@ -99,6 +116,9 @@ class Bounds:
     # The node of each rank, for an exercise with a node map (hierarchical-allreduce): each
     # send is then recorded as staying inside a node or crossing ("link"), and counted per class.
     node_of: tuple[int, ...] | None = None
+    checkpoint_bytes: int = 0  # the most one rank's checkpoint may hold (0: no checkpoint store)
+    fetch_rows: int = 0  # the most rows one fetch may name (0: no data feeder)
+    hold_step: int | None = None  # a rank that marks this step is held (killed by the harness)
 
 
 class ProtocolError(ValueError):
@@ -157,11 +177,15 @@ class Router:
 
     # -- per case
 
-    def reset(self, bounds: Bounds | None) -> None:
+    def reset(self, bounds: Bounds | None, data: tuple[list[bytes], list[bytes]] | None = None) -> None:
         """Forget the last case's calls (counts, records, whatever was left waiting) and
-        start the next one under ``bounds``; None: no case runs, and any call ends it."""
+        start the next one under ``bounds``; None: no case runs, and any call ends it.
+        ``data``: the rows a ``fetch`` answers with, each row's bytes (inputs, labels)."""
         w = self.world
         self.bounds = bounds
+        self.data = data
+        self.store: list[bytes | None] = [None] * w  # each rank's last checkpoint in this case
+        self.held = [False] * w
         self.failure: dict | None = None  # {"key", "values"}: the case's protocol failure
         self.sent, self.received = [0] * w, [0] * w
         self.node_of = bounds.node_of if bounds is not None else None
@@ -175,6 +199,10 @@ class Router:
         self.posted: list[list[dict]] = [[] for _ in range(w)]  # receives this rank posted, unmatched
         self.collective: list[list[dict]] = [[] for _ in range(w)]  # collectives, in call order
         self.waiting: list[dict | None] = [None] * w
+
+    def carry(self, other: Router) -> None:
+        """Take ``other``'s checkpoints of this case: the ranks that restart a killed case's ranks."""
+        self.store = list(other.store)
 
     def traffic(self, rank: int) -> dict:
         """What the router saw of ``rank`` in this case: the grade's only source of counts. With a
@@ -283,7 +311,9 @@ class Router:
 
     def _handle(self, rank: int, header: dict, payload: bytes) -> None:
         kind = header.get("t")
-        if kind in P2P or kind in COLLECTIVE:
+        if self.held[rank]:
+            return  # held for the kill: nothing it writes is done or answered
+        if kind in P2P or kind in COLLECTIVE or kind in STORE:
             if self.failure is None:  # after a failure the case is over: nothing more is done
                 self._call(rank, kind, header, payload)
         elif kind == "wait":
@@ -297,7 +327,11 @@ class Router:
         elif kind == "unwait":
             self.waiting[rank] = None
         elif kind == "mark":
-            self._record(rank, {"op": "step", "step": _int(header, "step", low=0, high=1 << 20)})
+            step = _int(header, "step", low=0, high=1 << 20)
+            self._record(rank, {"op": "step", "step": step})
+            hold = self.bounds.hold_step if self.bounds is not None else None
+            if hold is not None and step >= hold:
+                self.held[rank] = True
         elif isinstance(kind, str) and payload == b"":
             self.inbox[rank].append(header)  # the harness's business: ready, result, crash...
         else:
@@ -347,8 +381,37 @@ class Router:
             self._send(rank, kind, op_id, header, payload, hint_bw)
         elif kind in ("recv", "irecv"):
             self._recv(rank, kind, op_id, header, hint_bw)
+        elif kind in STORE:
+            self._store(rank, kind, op_id, header, payload)
         else:
             self._collective(rank, kind, op_id, header, payload, hint_bw)
+
+    def _store(self, rank: int, kind: str, op_id: int, header: dict, payload: bytes) -> None:
+        """A checkpoint kept or given back (this rank's own), or rows of the case's data."""
+        rec = {"op": kind, "peer": None, "bytes": len(payload), "chunk": None, "in_backward": False}
+        if kind == "checkpoint_put":
+            if len(payload) > self.bounds.checkpoint_bytes:
+                raise ProtocolError("protocol_checkpoint_size", rank=rank, bytes=len(payload),
+                                    limit=self.bounds.checkpoint_bytes)
+            self.store[rank] = payload
+            answer = b""
+        elif payload:
+            raise ProtocolError("protocol_frame")
+        elif kind == "checkpoint_get":
+            answer = self.store[rank] or b""
+            rec["bytes"] = len(answer)
+        else:  # fetch
+            rows = header.get("idx")
+            if self.data is None or not isinstance(rows, list) or not 0 < len(rows) <= self.bounds.fetch_rows:
+                raise ProtocolError("protocol_frame")
+            inputs, labels = self.data
+            if any(not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < len(inputs) for i in rows):
+                raise ProtocolError("protocol_frame")
+            answer = b"".join(inputs[i] for i in rows) + b"".join(labels[i] for i in rows)
+            rec.update(indices=list(rows), bytes=len(answer))
+        self.ops[rank][op_id] = self._record(rank, rec)
+        rec["t_end"] = time.perf_counter()
+        self.send_to(rank, {"t": "done", "id": op_id}, answer)
 
     def _send(self, rank: int, kind: str, op_id: int, header: dict, payload: bytes, hint_bw: bool) -> None:
         peer = _int(header, "dst", low=0, high=self.world - 1)
