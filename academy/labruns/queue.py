@@ -527,8 +527,10 @@ def slim_result(lab: str, result: dict[str, Any]) -> dict[str, Any]:
         values = error.get("values")
         error = {"key": error.get("key"), **({"values": values} if _size(values) <= 1024 else {})}
     cases = [{k: case.get(k) for k in CASE_KEPT} for case in result.get("cases") or [] if isinstance(case, dict)]
-    return {**{k: result.get(k) for k in EXERCISE_KEPT}, "error": error, "cases": cases, "trace": None,
-            "pruned": True}
+    # Which grader graded it (a report made since issue #35 says): academy.regrade reads it.
+    graded_by = {"grader": result["grader"]} if "grader" in result else {}
+    return {**{k: result.get(k) for k in EXERCISE_KEPT}, **graded_by, "error": error, "cases": cases,
+            "trace": None, "pruned": True}
 
 
 def prune_results(*, session, run_id: int) -> int:
