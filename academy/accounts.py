@@ -278,7 +278,8 @@ def _loopback_or_ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address 
     return mapped if mapped is not None else ip
 
 
-def client_key(peer: str | None, *, forwarded: str | None = None, hops: int = 0) -> str:
+def client_key(peer: str | None, *, forwarded: str | None = None, hops: int = 0,
+               ipv6_prefix: int | None = None) -> str:
     """Who is asking, for the per-client limits, in one spelling per client.
 
     ``peer``: the websocket's peer address as Streamlit reports it (None for
@@ -292,9 +293,12 @@ def client_key(peer: str | None, *, forwarded: str | None = None, hops: int = 0)
     :data:`UNKNOWN_CLIENT`: it is a proxy on this machine speaking for
     everybody, or the operator. A loopback peer that sends X-Forwarded-For
     while ``hops`` is 0 is such a proxy nobody told us about; that is logged
-    as an error once per process. Any other address is its compressed form
-    (an IPv4-mapped one as IPv4); text that is no address is kept as it came,
-    cut to :data:`CLIENT_MAX` characters.
+    as an error once per process. Any other IPv4 address is its compressed form
+    (an IPv4-mapped one as IPv4); an IPv6 address is its network of
+    ``ipv6_prefix`` bits (default ``CLIENT_IPV6_PREFIX``, 64), as
+    ``2001:db8:1:2::/64``: every address of one /64 is one client (review
+    2026-12-04 M-1), and 128 keeps each address apart. Text that is no
+    address is kept as it came, cut to :data:`CLIENT_MAX` characters.
     """
     peer = peer if isinstance(peer, str) else None  # what a test harness's stand-in reports
     forwarded = forwarded if isinstance(forwarded, str) else None
@@ -311,7 +315,13 @@ def client_key(peer: str | None, *, forwarded: str | None = None, hops: int = 0)
                        "limits are off. Set TRUSTED_PROXY_HOPS to the number of proxies that append "
                        "to X-Forwarded-For (docs/operators/security.md: Clients behind a proxy).")
         return UNKNOWN_CLIENT
-    return str(ip) if ip is not None else peer.strip()[:CLIENT_MAX]
+    if ip is None:
+        return peer.strip()[:CLIENT_MAX]
+    if ip.version == 6:
+        prefix = get_settings().client_ipv6_prefix if ipv6_prefix is None else ipv6_prefix
+        if prefix < 128:
+            return str(ipaddress.ip_network(f"{ip}/{prefix}", strict=False))
+    return str(ip)
 
 
 def _signin_limits(email: str, client: str) -> list[tuple[str, int]]:

@@ -36,6 +36,9 @@ class UserError(Exception):
     """
 
     key: str = "common.error"
+    #: names of ``values`` a person typed: a page shows them verbatim (``app.ui.error_text``),
+    #: never as Markdown.
+    typed: tuple[str, ...] = ()
 
     def __init__(self, key: str | None = None, /, **values: Any) -> None:
         if key is not None:
@@ -43,9 +46,10 @@ class UserError(Exception):
         self.values = values
         super().__init__(self.key)
 
-    def text(self, lang: str) -> str:
-        """The message in ``lang``; a subclass whose values need translating overrides it."""
-        return i18n.t(self.key, lang, **self.values)
+    def text(self, lang: str, **shown: Any) -> str:
+        """The message in ``lang``, with ``shown`` in place of the same values (a page's
+        verbatim form of what was typed); a subclass whose values need translating overrides it."""
+        return i18n.t(self.key, lang, **{**self.values, **shown})
 
     def __str__(self) -> str:
         """English, with the values the sentence leaves out (``field='score'``),

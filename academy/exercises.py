@@ -14,7 +14,9 @@ live in ``labs.exercises``; this module keeps what belongs to a learner:
   newer ones of the same exercise follow (:func:`slim`, :func:`series`);
 - a pass per exercise (:func:`record_pass`), written by the worker in the
   same transaction as a passing report, one row at most (the database
-  refuses a second).
+  refuses a second); one that a newer grader no longer grants is withdrawn
+  by ``academy.regrade`` (:func:`withdrawn`) and counts for nothing until the
+  learner passes again.
 
 Plain keyword-only functions over a ``Session``, as ``quizzes.store``; the
 page (``app/views/exercises.py``) only lays them out.
@@ -36,7 +38,14 @@ from academy.content import DEFAULT_LANG
 from academy.db import session_scope
 from academy.errors import UserError
 from academy.labruns import queue as labqueue
-from academy.models import EXERCISE_SOURCE_MAX, ExerciseDraft, ExercisePass, LabRun, utcnow
+from academy.models import (
+    EXERCISE_SOURCE_MAX,
+    ExerciseDraft,
+    ExercisePass,
+    ExerciseRegrade,
+    LabRun,
+    utcnow,
+)
 from academy.settings import get_settings
 from labs import exercises as defs
 from labs.exercises import messages
@@ -226,17 +235,23 @@ def show_hint(*, session: Session, learner_id: int, exercise: str) -> int:
 
 
 def record_pass(*, session: Session, learner_id: int, exercise: str, run_id: int) -> None:
-    """Record that ``run_id`` passed ``exercise`` for the learner, unless a pass is there already.
+    """Record that ``run_id`` passed ``exercise`` for the learner, unless a pass is there already;
+    a withdrawn pass (``academy.regrade``) becomes this run's pass.
 
     Does not commit: the worker (``academy.labruns.job._end_node``) calls it in the
     transaction that stores the run's report, so a pass never exists without
     its passing report. One statement that the unique constraint settles (ON
-    CONFLICT DO NOTHING), so two passing runs finishing at once leave one row.
+    CONFLICT: nothing for a standing pass, the new run for a withdrawn one), so
+    two passing runs finishing at once leave one row.
     """
     dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
-    session.exec(dialect.insert(ExercisePass.__table__).values(
-        learner_id=learner_id, exercise=exercise, run_id=run_id, passed_at=utcnow(),
-    ).on_conflict_do_nothing(index_elements=["learner_id", "exercise"]))
+    table = ExercisePass.__table__
+    stmt = dialect.insert(table).values(learner_id=learner_id, exercise=exercise, run_id=run_id, passed_at=utcnow())
+    session.exec(stmt.on_conflict_do_update(
+        index_elements=["learner_id", "exercise"],
+        set_={"run_id": stmt.excluded.run_id, "passed_at": stmt.excluded.passed_at, "withdrawn_at": None,
+              "regrade_id": None},
+        where=table.c.withdrawn_at.is_not(None)))
 
 
 # --------------------------------------------------------------------------
@@ -300,7 +315,8 @@ def outcome(run: LabRun, report: GradeReport | None, returncode: int | None) -> 
 
 
 def slim(stored: dict[str, Any]) -> dict[str, Any]:
-    """What an older submission keeps of its report (``GradeReport.slim``)."""
+    """What an older submission keeps of its report (``GradeReport.slim``: its grader too,
+    which ``academy.regrade`` reads)."""
     report = read_report(stored)
     return report.slim().dump() if report is not None else {"pruned": True}
 
@@ -310,15 +326,27 @@ def series(run: LabRun) -> list[Any]:
     return [LabRun.params["exercise"].as_string() == str((run.params or {}).get("exercise", ""))]
 
 
+STANDING = col(ExercisePass.withdrawn_at).is_(None)  # a pass that counts: not withdrawn by a re-grading
+
+
 def passes(*, session: Session, learner_id: int) -> dict[str, ExercisePass]:
-    """The learner's passes by exercise id."""
-    rows = session.exec(select(ExercisePass).where(ExercisePass.learner_id == learner_id)).all()
+    """The learner's passes by exercise id (those withdrawn by a re-grading left out)."""
+    rows = session.exec(select(ExercisePass).where(ExercisePass.learner_id == learner_id, STANDING)).all()
     return {row.exercise: row for row in rows}
 
 
 def has_passed(*, session: Session, learner_id: int, exercise: str) -> bool:
     return session.exec(select(ExercisePass.id).where(
-        ExercisePass.learner_id == learner_id, ExercisePass.exercise == exercise)).first() is not None
+        ExercisePass.learner_id == learner_id, ExercisePass.exercise == exercise, STANDING)).first() is not None
+
+
+def withdrawn(*, session: Session, learner_id: int) -> dict[str, tuple[ExercisePass, ExerciseRegrade]]:
+    """The learner's withdrawn passes by exercise id, each with the re-grading that withdrew it
+    (its ``reason``: what the newer grader found; ``academy.regrade``)."""
+    rows = session.exec(select(ExercisePass, ExerciseRegrade)
+                        .join(ExerciseRegrade, col(ExerciseRegrade.id) == col(ExercisePass.regrade_id))
+                        .where(ExercisePass.learner_id == learner_id)).all()
+    return {p.exercise: (p, r) for p, r in rows}
 
 
 def missing_for_certificate(*, session: Session, learner_id: int) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import stat
 import tempfile
 from pathlib import Path
 
@@ -12,9 +13,18 @@ from academy.settings import get_settings
 
 
 def secrets_dir() -> Path:
+    """The secrets folder, created if missing and made 0700 even when it existed with
+    another mode (the server calls this at start-up: review 2026-12-04 I-5). One whose
+    mode cannot be changed (not ours, read-only) is refused if others may enter it."""
     path = Path(get_settings().secrets_dir)
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(path, 0o700)
+    try:
+        os.chmod(path, 0o700)
+    except OSError as err:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & 0o077:
+            raise RuntimeError(f"the secrets folder {path} is open to others (mode {mode:o}) and could "
+                               f"not be made 0700: {err}") from err
     return path
 
 

@@ -152,15 +152,50 @@ class ExercisePass(SQLModel, table=True):
 
     Unique per learner and exercise in the database: two passing runs that
     finish at once record one pass. The certificate reads these.
+
+    A pass that a newer grader no longer grants (``academy.regrade``, issue #35)
+    is withdrawn, not deleted: ``withdrawn_at`` and the re-grading that withdrew
+    it (``regrade_id``, which holds the reason). A withdrawn pass counts for
+    nothing; the learner's next passing run makes it a pass again. The database
+    keeps the two columns together (both set or neither).
     """
 
-    __table_args__ = (UniqueConstraint("learner_id", "exercise"),)
+    __table_args__ = (
+        UniqueConstraint("learner_id", "exercise"),
+        CheckConstraint("(withdrawn_at IS NULL) = (regrade_id IS NULL)", name="ck_exercisepass_withdrawn"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     learner_id: int = Field(foreign_key="learner.id", index=True)
     exercise: str = Field(max_length=64)
     run_id: int = Field(foreign_key="labrun.id")
     passed_at: datetime = Field(default_factory=utcnow)
+    withdrawn_at: datetime | None = None
+    regrade_id: int | None = Field(default=None, foreign_key="exerciseregrade.id")
+
+
+class ExerciseRegrade(SQLModel, table=True):
+    """A stored passing submission graded again by a newer grader (``academy.regrade``).
+
+    One row per run and grader (``labs.exercises.grader.fingerprint``: a hash of
+    every file that decides a verdict): a re-grading done is never done again
+    under the same grader, and one cut short (killed) left no row and is done
+    on the next start. ``status`` is the new outcome beside the run's own (a
+    passed report, ``LabRun.result``); ``reason`` the first thing that failed
+    (a message key, its values and the case), which the learner's Exercises
+    page and the admin's list render in their language.
+    """
+
+    __table_args__ = (UniqueConstraint("run_id", "grader"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="labrun.id", index=True)
+    learner_id: int = Field(foreign_key="learner.id", index=True)
+    exercise: str = Field(max_length=64)
+    grader: str = Field(max_length=64)
+    status: str = Field(max_length=16)  # the new report's: "passed" | "failed" | "error"
+    reason: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    regraded_at: datetime = Field(default_factory=utcnow)
 
 
 class LabWorker(SQLModel, table=True):
@@ -337,6 +372,10 @@ class Certificate(SQLModel, table=True):
     # migration 0011): a look-up that finds it right needs no Ed25519 verify
     # (certificates/verify.py says why that is safe). None on rows issued before.
     check_mac: str | None = Field(default=None, max_length=64)
+    # The same key's HMAC of the revocation state (revoked_at, revoked_reason, replaced_by,
+    # show_replacement: ``signing.status_check``, migration 0013), written with every change of
+    # it: a look-up that finds it wrong does not trust the row's status (review 2026-12-04 I-3).
+    status_mac: str | None = Field(default=None, max_length=64)
     issued_at: datetime = Field(default_factory=utcnow)
     revoked_at: datetime | None = None
     revoked_reason: str | None = Field(default=None, max_length=500)

@@ -70,6 +70,11 @@ class Settings(BaseSettings):
     # another machine then counts as one client for everybody, one on this machine
     # as no client: loopback turns the per-client limits off, academy.accounts.client_key).
     trusted_proxy_hops: int = 0
+    # An IPv6 client is its network of this many leading bits, not its address: a host
+    # routinely holds a whole /64 (a cloud VM, most home lines), and one address each
+    # would make it 2^64 clients to the per-client limits (review 2026-12-04 M-1).
+    # 128 keys each address apart; IPv4 clients are always their address.
+    client_ipv6_prefix: int = Field(default=64, ge=1, le=128)
     # Labs: how many CPU labs one worker runs at once (0 = derived from the CPU count).
     lab_max_concurrent: int = 0
     # The limits of one run (wall clock, hang, ranks, message size): LAB_TIMEOUT_S,
@@ -111,8 +116,9 @@ class Settings(BaseSettings):
     # Warm lab processes per worker (PyTorch imported, academy.labruns.pool): a single-node
     # CPU lab starts in one without a fresh import; 0 turns them off. Fewer when memory is short.
     lab_warm_pool: int = Field(default=1, ge=0, le=8)
-    # Warm graders per worker (academy.labruns.pool.GraderPool): an exercise's sandbox started
-    # ahead, each graded one submission and then discarded; 0 turns them off. Fewer when memory is short.
+    # Warm graders per worker (academy.labruns.pool.GraderPool): a sandbox started ahead up to
+    # the point where the exercise is chosen, so it grades any exercise; each grades one
+    # submission and is then discarded; 0 turns them off. Fewer when memory is short.
     lab_warm_exercises: int = Field(default=1, ge=0, le=8)
     # Coding exercises (issue #16): how the worker runs learners' code (EXERCISE_SANDBOX:
     # "bwrap", or "none" for a single-user machine only) and the sandbox's limits

@@ -80,7 +80,7 @@ def timeline(run: LabRun, s: reports.DdpSummary, tl: reports.Timeline, fit: dict
     variants, caps = tl.variants, sorted(tl.caps, key=lambda c: c.bucket_cap_mb)
     default = next(c.bucket_cap_mb for c in tl.caps if c.variant == "ddp")
     cap = st.select_slider(t("labs.timeline.cap"), [c.bucket_cap_mb for c in caps], value=default,
-                           format_func=lambda v: f"{num(v, 'g')} MB", key=f"tl_cap_{run.id}")
+                           format_func=lambda v: f"{num(v, 'g')} MiB", key=f"tl_cap_{run.id}")
     chosen = variants[next(c.variant for c in caps if c.bucket_cap_mb == cap)]
     shown = [(t("labs.timeline.naive"), variants["naive"]),
              (t("labs.timeline.ddp", cap=num(cap, "g")), chosen)]

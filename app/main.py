@@ -28,8 +28,10 @@ from app import web  # noqa: E402
 if __name__ != "__main__":
     # Imported, not run as a page: `streamlit run app/main.py` found the st.App below and
     # serves it under uvicorn, with our middleware (headers, host check) in front.
+    from academy.keystore import secrets_dir
     from certificates.routes import routes
 
+    secrets_dir()  # 0700 now, also a folder the operator made with another mode
     web.refuse_global_cache_clear()
     web.warn_public_address()  # before anything is signed with it (certificates.address)
     # Beside the pages: the issuer's DID document, the revocation status list, each

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from dataclasses import dataclass
 from datetime import date, datetime
 from functools import cache
@@ -140,8 +141,18 @@ def t(key: str, /, **values) -> str:
 
 def error_text(err: UserError) -> str:
     """The one way a page shows an error from below: its catalog text in the
-    learner's language (``academy.errors``), never ``str(err)``, which is English."""
-    return err.text(st.session_state.get("lang", i18n.DEFAULT_LANG))
+    learner's language (``academy.errors``), never ``str(err)``, which is English;
+    what the person typed (``err.typed``) in it verbatim."""
+    shown = {name: verbatim(err.values[name]) for name in err.typed if name in err.values}
+    return err.text(st.session_state.get("lang", i18n.DEFAULT_LANG), **shown)
+
+
+def verbatim(value: object) -> str:
+    """Typed text inside Markdown as an inline code span, fenced by more backticks than
+    it holds: nothing in it is read as Markdown, HTML, an emoji or icon code or LaTeX."""
+    text = " ".join(str(value).splitlines())
+    fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}"
 
 
 def date_text(value: date | datetime, *, minutes: bool = False) -> str:

@@ -81,26 +81,56 @@ def security_headers(*, https: bool, frameable: bool = False) -> list[tuple[byte
     return [(k.lower().encode(), v.encode()) for k, v in headers.items()]
 
 
-def origin_allowed(origin: str | None, host: str | None, allowed: list[str] | tuple[str, ...] = ()) -> bool:
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin_parts(text: str, scheme: str | None = None) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of an origin as a browser writes it (``https://host[:port]``, nothing
+    more), the port filled in from the scheme; with ``scheme`` given, ``text`` is a Host
+    header (``host[:port]``) of a page of that scheme. None for anything else: a path, a
+    query, user info, white space, another scheme, a port that is no port."""
+    if not text or text != text.strip():
+        return None
+    try:
+        parts = urlsplit(f"//{text}" if scheme else text)
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = scheme or parts.scheme.lower()
+    if (scheme not in DEFAULT_PORTS or not parts.hostname or parts.path or parts.query or parts.fragment
+            or parts.username is not None or parts.password is not None or text.endswith(("?", "#"))):
+        return None
+    return scheme, parts.hostname.lower(), port if port is not None else DEFAULT_PORTS[scheme]
+
+
+def origin_allowed(origin: str | None, host: str | None, allowed: list[str] | tuple[str, ...] = (), *,
+                   scheme: str = "http") -> bool:
     """Whether a websocket handshake with this Origin may reach Streamlit (review N-12).
 
-    No Origin (not a browser), the page's own origin (its host and port are the
-    Host header), or one listed in ``server.corsAllowedOrigins``
+    No Origin (not a browser), the page's own origin (``scheme``, and the host and
+    port of the Host header), or one listed in ``server.corsAllowedOrigins``
     (``STREAMLIT_SERVER_CORS_ALLOWED_ORIGINS``: the public origin behind a proxy
-    that rewrites Host), compared as host and port. Streamlit itself also lets
+    that rewrites Host), compared as scheme, host and port (review 2026-12-04 I-4:
+    ``https://`` against an http page, an Origin with a path or trailing space
+    passed when only host and port were compared). Streamlit itself also lets
     in any port of localhost and 127.0.0.1, and for each Origin it refuses
     looks up the machine's external IP on the internet; refused here first,
     it does neither.
     """
     if origin is None:
         return True
-    netloc = urlsplit(origin.strip()).netloc.lower()
-    if not netloc:
+    found = _origin_parts(origin)
+    if found is None:
         return False
-    if host is not None and netloc == host.strip().lower():
+    if host is not None and found == _origin_parts(host.strip(), scheme):
         return True
-    listed = {urlsplit(o.strip()).netloc.lower() or o.strip().lower() for o in allowed if o and o.strip()}
-    return netloc in listed
+    return any(found == _origin_parts(o.strip()) for o in allowed if o and o.strip())
+
+
+def page_scheme(scope: Scope) -> str:
+    """The scheme of our own pages, for a websocket's Origin: https when ``PUBLIC_URL`` is
+    (TLS ends at the proxy, which need not say so) or the socket itself came over TLS."""
+    return "https" if get_settings().https or scope.get("scheme") in ("wss", "https") else "http"
 
 
 class SecurityHeaders:
@@ -117,7 +147,7 @@ class SecurityHeaders:
 
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
             if not origin_allowed(headers.get("origin"), headers.get("host"),
-                                  config.get_option("server.corsAllowedOrigins") or []):
+                                  config.get_option("server.corsAllowedOrigins") or [], scheme=page_scheme(scope)):
                 await send({"type": "websocket.close", "code": 1008})  # before accept: HTTP 403
                 return
         if scope["type"] != "http":

@@ -8,13 +8,13 @@
   since no lab runs), graded in the bwrap sandbox, and its
   report stored with the learner's pass. Each submission waits until the
   worker's processes are idle (a learner reads the report before the next
-  Run; the grader for the next one has started its sandbox by then): the
-  first of an exercise other than the ring meets a grader of the exercise
-  before (graded fresh), every other is graded warm. Timed from the call to
-  ``submit`` until a poll of the run's row (every 50 ms) finds it done; the
-  page polls once a second, so a learner sees the report up to a second
-  later. The target (issue #26; #16 asked for 10 s): the ring exercise, all
-  its cases, under 1.5 s at p95 on this 2-core machine.
+  Run; the grader for the next one has started its sandbox by then): every
+  submission, of whichever exercise, is graded warm (one warm grader serves
+  all: issue #35). Timed from the call to ``submit`` until a poll of the
+  run's row (every 50 ms) finds it done; the page polls once a second, so a
+  learner sees the report up to a second later. The target (issue #35, after
+  #26's for the ring alone; #16 asked for 10 s): every exercise, all its
+  cases, under 1.5 s at p95 on this 2-core machine.
 - direct: the same grading without the queue, the worker or the CLI's start:
   ``labs.exercises.grader.grade`` in this process, in mode ``bwrap`` and in
   mode ``none`` (``EXERCISE_SANDBOX=none``), alternating so that both see the
@@ -34,7 +34,7 @@ from pathlib import Path
 from benchmarks.common import Config, p95, scratch_stack, unavailable
 from benchmarks.lab_costs import settle, workers
 
-TARGET = ("ring-allreduce", 1.5)  # issue #26: this exercise, all cases, Run to report, p95 under 1.5 s
+TARGET_S = 1.5  # issue #35 (#26: the ring alone): every exercise, all cases, Run to report, p95 under 1.5 s
 POLL_S = 0.05
 LEARNER = "bench-exercises@example.org"
 
@@ -139,8 +139,7 @@ def costs(cfg: Config, base: Path) -> dict:
             per[ex]["direct"] = _direct(ex, cfg.exercise_repeats)
         except Exception as exc:  # noqa: BLE001
             per[ex]["direct"] = unavailable(exc)
-    exercise, limit = TARGET
-    ring = per[exercise]["queue"]
-    target = {"exercise": exercise, "p95_s": limit,
-              "met": ring["queue_p95_s"] < limit if isinstance(ring, dict) else ring}
+    queues = [per[ex]["queue"] for ex in EXERCISES]
+    target = {"exercises": list(EXERCISES), "p95_s": TARGET_S,
+              "met": all(isinstance(q, dict) and q["queue_p95_s"] < TARGET_S for q in queues)}
     return {"sandbox": "bwrap", "repeats": cfg.exercise_repeats, "target": target, "exercises": per}

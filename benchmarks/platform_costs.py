@@ -223,7 +223,7 @@ def _fill_certificates(engine, count: int) -> list[str]:
     """Insert ``count`` signed certificates with SQLAlchemy core; their IDs.
 
     Each row is signed for its own ID with the active issuer key and carries
-    its keyed check (exactly what ``certificates.store`` writes, without
+    its keyed checks, of the row and of its state (exactly what ``certificates.store`` writes, without
     re-reading the key files per row), so every lookup below takes the "valid" path.
     """
     from sqlalchemy import insert
@@ -257,6 +257,7 @@ def _fill_certificates(engine, count: int) -> list[str]:
                           "score": payload["score"], "language": lang, "pass_date": "2025-01-01",
                           "key_id": key.kid, "payload": data.decode("utf-8"), "signature": signature,
                           "check_mac": signing.row_check(data.decode("utf-8"), signature, check_key),
+                          "status_mac": signing.status_check(cert_id, None, None, None, False, check_key),
                           "issued_at": now})
             if len(batch) == 10_000:
                 conn.execute(insert(table), batch)

@@ -285,7 +285,8 @@ def cmd_add_checks(_args: argparse.Namespace) -> int:
     """Exit 1 when a row's signature does not verify (named; it is left as it was)."""
     with _session() as session:
         done = store.add_checks(session=session)
-    print(f"{done.rows} certificates read; {done.added} given their check")
+    print(f"{done.rows} certificates read; {done.added} given their check, "
+          f"{done.sealed} their revocation state's check (as the database holds it now)")
     for cert_id in done.refused:
         print(f"  {cert_id}: its signature does not verify, left without a check")
     return 1 if done.refused else 0
@@ -348,8 +349,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("rotate-key", help="make a new active issuer key")
     p.set_defaults(func=cmd_rotate_key)
 
-    p = sub.add_parser("add-checks", help="give rows issued before the keyed check theirs, each "
-                       "once its signature verifies (look-ups of such rows check Ed25519 until then)")
+    p = sub.add_parser("add-checks", help="give rows issued before the keyed checks theirs, each "
+                       "once its signature verifies (look-ups of such rows check Ed25519 until then, and "
+                       "do not trust a revocation state without its check)")
     p.set_defaults(func=cmd_add_checks)
 
     p = sub.add_parser("public-key", help="print the issuer public keys")

@@ -44,6 +44,8 @@ class InvalidName(InvalidInput):
     one letter (``kind`` "stacked") or characters no font can print (``kind``
     "unprintable"), listed in ``chars``; the page names them."""
 
+    typed = ("chars",)
+
     def __init__(self, key: str, chars: list[str] | None = None, kind: str = "other", **values: Any):
         self.chars = chars or []
         self.kind = kind
@@ -55,12 +57,12 @@ class InvalidName(InvalidInput):
             values["chars"] = ", ".join(f"U+{ord(c):04X}" for c in self.chars[:10])
         super().__init__(key, **values)
 
-    def text(self, lang: str) -> str:
+    def text(self, lang: str, **shown: Any) -> str:
         """Unprintable characters are named with their kind in ``lang``
         ("U+E000 (private-use character)"): most show as nothing or a box."""
         if self.kind == "unprintable":
             return refusal_message(self.chars[:10], lang)
-        return super().text(lang)
+        return super().text(lang, **shown)
 
 
 def clean_name(name: str) -> str:

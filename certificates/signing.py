@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
+import hashlib
 import hmac
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +124,28 @@ def row_check(payload: str, signature: str, key: bytes) -> str:
     """HMAC-SHA256 under ``key`` (``keys.check_key``) of ``framed(payload, signature)``,
     base64url: what the database keeps beside a row's signature."""
     return b64url(hmac.digest(key, framed(payload, signature), "sha256"))
+
+
+def status_check(cert_id: str, revoked_at: datetime | None, revoked_reason: str | None,
+                 replaced_by: str | None, show_replacement: bool, key: bytes) -> str:
+    """HMAC-SHA256 under ``key`` (``keys.check_key``) of a row's revocation state, base64url:
+    what the database keeps beside it (``Certificate.status_mac``, migration 0013), so that
+    someone who can write the database but not read the secrets folder cannot revoke,
+    un-revoke or re-point a certificate unseen (review 2026-12-04 I-3). ``revoked_at`` counts
+    to the second, in UTC (a naive time is taken as UTC, as the database gives it back)."""
+    when = ""
+    if revoked_at is not None:
+        aware = revoked_at if revoked_at.tzinfo is not None else revoked_at.replace(tzinfo=UTC)
+        when = aware.astimezone(UTC).isoformat(timespec="seconds")
+    fields = ("status-v1", cert_id, when, revoked_reason or "", replaced_by or "", "1" if show_replacement else "0")
+    mac = _keyed(key).copy()  # the key's pads hashed once: the status list checks every row
+    mac.update("".join(f"{len(f)}:{f}," for f in fields).encode("utf-8", "surrogatepass"))  # netstrings
+    return b64url(mac.digest())
+
+
+@functools.lru_cache(maxsize=4)
+def _keyed(key: bytes) -> hmac.HMAC:
+    return hmac.new(key, digestmod=hashlib.sha256)
 
 
 def verify(

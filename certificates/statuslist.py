@@ -33,12 +33,16 @@ from __future__ import annotations
 import base64
 import gzip
 import secrets
+import threading
+import time
+import weakref
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlmodel import Session, col, select
 
 from academy.models import Certificate
+from certificates.verify import status_trusted
 
 LIST_SIZE = 131_072  # bits: the Bitstring Status List minimum (16 KiB)
 LIST_PATH = "/status/1"
@@ -93,14 +97,37 @@ def draw_index(session: Session) -> int:
 
 
 def revoked_indexes(session: Session) -> list[int]:
-    return list(
-        session.exec(
-            select(Certificate.status_index).where(
-                col(Certificate.status_index).is_not(None),
-                col(Certificate.revoked_at).is_not(None),
-            )
-        ).all()
-    )
+    """The bits to set: revoked certificates (read afresh each time), and those whose
+    revocation state is not the one this server wrote (``verify.status_trusted``: a
+    database writer cleared ``revoked_at``, review 2026-12-04 I-3), found by a scan of
+    every row's keyed check at most every ``TAMPER_SCAN_S`` per database."""
+    revoked = session.exec(select(Certificate.status_index).where(
+        col(Certificate.status_index).is_not(None), col(Certificate.revoked_at).is_not(None))).all()
+    return sorted({*revoked, *_tampered(session)})
+
+
+TAMPER_SCAN_S = CACHE_SECONDS  # a tampered state's bit is set within the list's own cache time
+_scans: weakref.WeakKeyDictionary[Any, tuple[float, frozenset[int]]] = weakref.WeakKeyDictionary()
+_scans_lock = threading.Lock()
+
+
+def _tampered(session: Session) -> frozenset[int]:
+    """Positions of rows in force by their columns whose state's check is wrong or missing:
+    an HMAC per row (some seconds of CPU at 100,000 rows), so done once per ``TAMPER_SCAN_S``."""
+    engine = session.get_bind()
+    with _scans_lock:
+        done = _scans.get(engine)
+    if done is not None and time.monotonic() - done[0] < TAMPER_SCAN_S:
+        return done[1]
+    rows = session.exec(
+        select(Certificate.status_index, Certificate.id, Certificate.revoked_at, Certificate.revoked_reason,
+               Certificate.replaced_by, Certificate.show_replacement, Certificate.status_mac)
+        .where(col(Certificate.status_index).is_not(None), col(Certificate.revoked_at).is_(None))
+    ).all()
+    found = frozenset(row.status_index for row in rows if not status_trusted(row.id, row))
+    with _scans_lock:
+        _scans[engine] = (time.monotonic(), found)
+    return found
 
 
 def encode(indexes: list[int], size: int = LIST_SIZE) -> str:

@@ -138,6 +138,7 @@ def _build(
         payload=signed.payload,
         signature=signed.signature,
         check_mac=signing.row_check(signed.payload, signed.signature, keys.check_key()),
+        status_mac=signing.status_check(cert_id, None, None, None, False, keys.check_key()),
     )
 
 
@@ -297,14 +298,18 @@ def _check_admin(session: Session, actor_id: int | None, what: str) -> None:
             raise NotAllowed(what=what)
 
 
-def _claim(session: Session, cert_id: str, **values: Any) -> None:
-    """Revoke ``cert_id`` with ``values`` only if it is still active: a
-    conditional UPDATE whose row count says whether this request won, so two
-    concurrent revocations or reissues cannot both succeed."""
+def _claim(session: Session, cert_id: str, *, revoked_reason: str, replaced_by: str | None = None,
+           show_replacement: bool = False, **values: Any) -> None:
+    """Revoke ``cert_id`` only if it is still active: a conditional UPDATE whose row
+    count says whether this request won, so two concurrent revocations or reissues
+    cannot both succeed. The new state gets its keyed check (``status_mac``)."""
+    now = utcnow()
+    mac = signing.status_check(cert_id, now, revoked_reason, replaced_by, show_replacement, keys.check_key())
     done = session.exec(
         update(Certificate)
         .where(col(Certificate.id) == cert_id, col(Certificate.revoked_at).is_(None))
-        .values(revoked_at=utcnow(), **values)
+        .values(revoked_at=now, revoked_reason=revoked_reason, replaced_by=replaced_by,
+                show_replacement=show_replacement, status_mac=mac, **values)
     )
     if done.rowcount != 1:
         session.rollback()
@@ -434,6 +439,7 @@ class AddedChecks(NamedTuple):
     rows: int  # rows read
     added: int  # checks written
     refused: list[str]  # IDs whose signature does not verify: left without a right check
+    sealed: int = 0  # revocation states given their check (status_mac) as they stand
 
 
 def add_checks(*, session: Session, batch: int = 1000) -> AddedChecks:
@@ -442,19 +448,27 @@ def add_checks(*, session: Session, batch: int = 1000) -> AddedChecks:
     the local keys for its own ID: rows issued before migration 0011, or all of
     them after the check key was replaced. A row that does not verify is left as
     it is (a look-up answers "bad_signature" or "unknown_key" for it, as before).
+
+    The same for the check of each row's revocation state (``status_mac``, migration
+    0013): a row whose state has no right check (the migration ran away from the keys,
+    or the check key was replaced) gets one for its state as it stands now. That trusts
+    the database as it is at this moment: run it only where nobody else has written it.
     Commits per ``batch`` rows, so it may run beside the server."""
     key = keys.check_key()
     public = keys.local_public_keys()
-    rows = added = 0
+    rows = added = sealed = 0
     refused: list[str] = []
     after = ""
     while found := session.exec(
-        select(Certificate.id, Certificate.payload, Certificate.signature, Certificate.check_mac)
+        select(Certificate.id, Certificate.payload, Certificate.signature, Certificate.check_mac,
+               Certificate.revoked_at, Certificate.revoked_reason, Certificate.replaced_by,
+               Certificate.show_replacement, Certificate.status_mac)
         .where(col(Certificate.id) > after).order_by(col(Certificate.id)).limit(batch)
     ).all():
-        for cert_id, payload, signature, check in found:
+        for cert_id, payload, signature, check, revoked_at, reason, replaced_by, show, status in found:
             right = signing.row_check(payload, signature, key)
-            if check == right:
+            state = signing.status_check(cert_id, revoked_at, reason, replaced_by, bool(show), key)
+            if check == right and status == state:
                 continue
             try:
                 ok = signing.verify(payload.encode("utf-8"), signature, public)["id"] == cert_id
@@ -463,12 +477,14 @@ def add_checks(*, session: Session, batch: int = 1000) -> AddedChecks:
             if not ok:
                 refused.append(cert_id)
                 continue
-            session.exec(update(Certificate).where(col(Certificate.id) == cert_id).values(check_mac=right))
-            added += 1
+            session.exec(update(Certificate).where(col(Certificate.id) == cert_id)
+                         .values(check_mac=right, status_mac=state))
+            added += check != right
+            sealed += status != state
         session.commit()
         rows += len(found)
         after = found[-1][0]
-    return AddedChecks(rows=rows, added=added, refused=refused)
+    return AddedChecks(rows=rows, added=added, refused=refused, sealed=sealed)
 
 
 def certificates_of(*, session: Session, learner_id: int) -> list[Certificate]:

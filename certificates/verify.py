@@ -138,7 +138,7 @@ def row_status(cert: Certificate) -> str:
 # What a lookup reads of the row: the signed bytes, their check and the state that may change.
 _ROW = (Certificate.payload, Certificate.signature, Certificate.check_mac, Certificate.issued_at,
         Certificate.revoked_at, Certificate.revoked_reason, Certificate.replaced_by,
-        Certificate.show_replacement)
+        Certificate.show_replacement, Certificate.status_mac)
 _LOOKUP = select(*(col(c) for c in _ROW)).where(col(Certificate.id) == bindparam("cert_id"))
 CHECKED_MAX = 65_536  # signature checks remembered (32-byte digests: a few MiB)
 _checked: OrderedDict[bytes, None] = OrderedDict()
@@ -156,6 +156,7 @@ class _Row(NamedTuple):
     revoked_reason: str | None
     replaced_by: str | None
     show_replacement: bool
+    status_mac: str | None
 
 
 def _signed_payload(payload: str, signature: str) -> dict[str, Any]:
@@ -213,6 +214,22 @@ def _checked_payload(row: _Row) -> dict[str, Any]:
             if found.get("kid") in keys.local_public_keys():
                 return found
     return _signed_payload(row.payload, row.signature)
+
+
+def status_trusted(cert_id: str, row: Any) -> bool:
+    """Whether the row's revocation state (``revoked_at``, ``revoked_reason``, ``replaced_by``,
+    ``show_replacement``) is the one this server wrote: its ``status_mac`` is right under
+    the row-check key (review 2026-12-04 I-3). Written with every change of that state
+    (``store``) and for the rows already there by migration 0013, so a missing or wrong one
+    is someone else's writing: the look-up then trusts neither "valid" nor "revoked". It
+    stops a change made in the database alone; a writer who kept an older copy of the same
+    row (a backup from before its revocation) can put that copy back whole, check and all."""
+    key = keys.check_key(create=False)
+    if key is None or row.status_mac is None:
+        return False
+    right = signing.status_check(cert_id, row.revoked_at, row.revoked_reason, row.replaced_by,
+                                 bool(row.show_replacement), key)
+    return hmac.compare_digest(row.status_mac.encode("utf-8", "surrogatepass"), right.encode("ascii"))
 
 
 @functools.lru_cache(maxsize=8)
@@ -284,6 +301,9 @@ def lookup(*, session: Session, text: str) -> VerifyResult:
         return VerifyResult(status=e.kind, id=cert_id, detail=str(e))
     if payload["id"] != cert_id:
         return VerifyResult(status="bad_signature", id=cert_id, detail="payload is for another ID")
+    if not status_trusted(cert_id, row):
+        return VerifyResult(status="bad_signature", id=cert_id,
+                            detail="its revocation state was changed outside the issuer (status check wrong or missing)")
     status = row_status(row)
     shown = row.replaced_by if status == "replaced" and row.show_replacement else None
     return _public(row, payload, status, replaced_by=shown)

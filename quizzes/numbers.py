@@ -48,6 +48,8 @@ class QuizError(UserError):
 class NumberParseError(QuizError, ValueError):
     """The learner's text is not one number (quiz_errors.empty, quiz_errors.not_a_number, ...)."""
 
+    typed = ("text",)
+
 
 class InvalidResponse(QuizError, ValueError):
     """A response that does not fit the question (unknown option key, ...)."""

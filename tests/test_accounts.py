@@ -411,7 +411,9 @@ def test_an_overlong_address_at_sign_in_is_a_wrong_password_not_a_crash(session)
     ("::FFFF:7f00:1", None, 0, accounts.UNKNOWN_CLIENT),
     ("::ffff:203.0.113.9", None, 0, "203.0.113.9"),  # mapped: the same client as plain IPv4
     ("203.0.113.9", None, 0, "203.0.113.9"),
-    ("2001:DB8:0:0::1", None, 0, "2001:db8::1"),
+    ("2001:DB8:0:0::1", None, 0, "2001:db8::/64"),  # an IPv6 client is its /64 (M-1)
+    ("2001:db8:1:2:ffff:ffff:ffff:ffff", None, 0, "2001:db8:1:2::/64"),
+    ("[2001:db8:1:2::9%eth0]", None, 0, "2001:db8:1:2::/64"),
     # Behind our proxy: the address it appended; what the client wrote left of it is ignored.
     ("::ffff:127.0.0.1", "6.6.6.6, ::ffff:198.51.100.7", 1, "198.51.100.7"),
     ("127.0.0.1", "6.6.6.6, 198.51.100.7, 10.0.0.2", 2, "198.51.100.7"),
@@ -422,6 +424,38 @@ def test_an_overlong_address_at_sign_in_is_a_wrong_password_not_a_crash(session)
 ])
 def test_a_client_has_one_spelling_and_loopback_is_none(peer, forwarded, hops, expected):
     assert accounts.client_key(peer, forwarded=forwarded, hops=hops) == expected
+
+
+def test_ipv6_clients_are_their_64_so_one_host_cannot_be_many_clients(session, monkeypatch):
+    """Review 2026-12-04 M-1: the 45 sign-ups from ``2001:db8:1:2::1..2d`` were 45 clients, each
+    under the limit. Every address of one /64 is one client now (behind our proxy too), another
+    /64 is another client, and CLIENT_IPV6_PREFIX sets the prefix."""
+    from academy.settings import get_settings
+
+    limit = get_settings().signup_max_per_client
+    codes = []
+    for n in range(1, limit + 2):
+        try:
+            accounts.sign_up(session=session, email=f"v6-{n}@example.org", password=PW,
+                             client=accounts.client_key(f"2001:db8:1:2::{n:x}"))
+            codes.append("ok")
+        except AccountError as err:
+            codes.append(err.key)
+    assert codes == ["ok"] * limit + ["account.err_rate_limited_client"]
+    other = accounts.client_key("2001:db8:1:3::1")  # the next /64: someone else
+    assert accounts.sign_up(session=session, email="v6-other@example.org", password=PW, client=other)
+    assert accounts.client_key("127.0.0.1", forwarded="2001:db8:1:2::99", hops=1) == "2001:db8:1:2::/64"
+    assert accounts.client_key("2001:db8:1:2::1", ipv6_prefix=48) == "2001:db8:1::/48"
+    assert accounts.client_key("2001:db8:1:2::1", ipv6_prefix=128) == "2001:db8:1:2::1"
+    monkeypatch.setenv("CLIENT_IPV6_PREFIX", "56")
+    get_settings.cache_clear()
+    try:
+        assert accounts.client_key("2001:db8:1:2ff::1") == accounts.client_key("2001:db8:1:200::1") \
+            == "2001:db8:1:200::/56"
+        assert accounts.client_key("203.0.113.9") == "203.0.113.9"  # IPv4: the address, as ever
+    finally:
+        monkeypatch.delenv("CLIENT_IPV6_PREFIX")
+        get_settings.cache_clear()
 
 
 def test_a_same_host_proxy_without_trusted_hops_is_logged_once(caplog, monkeypatch):

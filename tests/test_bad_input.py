@@ -272,7 +272,17 @@ REFUSED_NUMBERS = {
     "<script>alert(1)</script>": "quiz_errors.not_a_number",
     "'; DROP TABLE quizanswer; --": "quiz_errors.not_a_number",
     "🎓": "quiz_errors.not_a_number",
+    # Markdown, an icon code, LaTeX and a backtick: shown as typed, in a code span
+    "**5**[here](http://127.0.0.1/)": "quiz_errors.not_a_number",
+    ":material/home: $x^2$": "quiz_errors.not_a_number",
+    "1`2": "quiz_errors.not_a_number",
 }
+
+
+def typed_in_markdown(typed: str) -> str:
+    """What the page puts in a message for text a learner typed (app.ui.verbatim)."""
+    fence = "``" if "`" in typed else "`"
+    return f"{fence} {typed} {fence}"
 
 
 @pytest.mark.usefixtures("app_db")
@@ -284,7 +294,7 @@ def test_unreadable_numbers_get_a_message_and_lose_nothing():
     for typed, key in REFUSED_NUMBERS.items():
         at.text_input(key=f"ans_{attempt.id}_{pos}").set_value(typed)
         press(at, t("quiz.submit"))
-        expected = i18n.t(key, "en", text=typed.strip())
+        expected = i18n.t(key, "en", text=typed_in_markdown(" ".join(typed.strip().splitlines())))
         check(problems, repr(typed), at, [e.value for e in at.error] == [expected] and answers(attempt.id) == before,
               f"expected {expected!r}")
     at.text_input(key=f"ans_{attempt.id}_{pos}").set_value("   ")

@@ -623,3 +623,66 @@ def test_migration_0011_adds_and_removes_the_check():
     alembic(engine, "upgrade", "head")
     assert "check_mac" in columns(engine, "certificate")
     engine.dispose()
+
+
+# --- Review 2026-12-04 I-3: the revocation state under its own keyed check -------------------------
+
+
+def test_a_database_writer_cannot_un_revoke_revoke_or_re_point_a_certificate_unseen(session, monkeypatch):
+    """Clearing ``revoked_at`` made a revoked row verify "valid". Every change of the state
+    now carries the row-check key's HMAC of it; a state without its right check is trusted
+    neither way (a forged revocation, a changed ``replaced_by``), and the public status list
+    sets the bit of such a credential too."""
+    from certificates import statuslist
+
+    monkeypatch.setattr(statuslist, "TAMPER_SCAN_S", 0)  # each list scans afresh
+    learner = add_learner(session)
+    cert = issue(session, learner, add_attempt(session, learner))
+    new = store.reissue(session=session, cert_id=cert.id, learner_id=learner.id, new_name="Zoë Berg", lang="nl")
+    assert (verify.lookup(session=session, text=cert.id).status,
+            verify.lookup(session=session, text=new.id).status) == ("replaced", "valid")
+    store.revoke(session=session, cert_id=new.id, actor_id=None, reason="exam fraud")
+    assert verify.lookup(session=session, text=new.id).status == "revoked"
+    index = session.get(Certificate, new.id).status_index
+    assert index is not None and index in statuslist.revoked_indexes(session)
+
+    _set_row(session, new.id, revoked_at=None, revoked_reason=None)  # un-revoked in the database alone
+    result = verify.lookup(session=session, text=new.id)
+    assert (result.status, result.name) == ("bad_signature", None) and "revocation state" in result.detail
+    assert index in statuslist.revoked_indexes(session), "the public list still says: not in force"
+
+    other = add_learner(session, "ada@example.org")
+    fine = issue(session, other, add_attempt(session, other))
+    _set_row(session, fine.id, revoked_at=datetime(2026, 1, 1, tzinfo=UTC), revoked_reason="forged")
+    assert verify.lookup(session=session, text=fine.id).status == "bad_signature"
+    _set_row(session, fine.id, revoked_at=None, revoked_reason=None)  # put back as it was: in force again
+    assert verify.lookup(session=session, text=fine.id).status == "valid"
+    _set_row(session, cert.id, replaced_by=fine.id, show_replacement=True)  # pointed at someone else's
+    assert verify.lookup(session=session, text=cert.id).status == "bad_signature"
+    _set_row(session, fine.id, status_mac=None)
+    assert verify.lookup(session=session, text=fine.id).status == "bad_signature"
+    _set_row(session, fine.id, status_mac=signing.status_check(fine.id, None, None, None, False, bytes(32)))
+    assert verify.lookup(session=session, text=fine.id).status == "bad_signature"  # a key of their own
+
+    # The operator's add-checks seals each state as the database holds it now (its docstring says so).
+    done = store.add_checks(session=session)
+    assert (done.sealed, done.refused) == (3, [])
+    assert [verify.lookup(session=session, text=c.id).status for c in (cert, new, fine)] == ["replaced", "valid",
+                                                                                             "valid"]
+
+
+def test_migration_0013_seals_the_rows_already_there(session, engine):
+    from sqlalchemy import text
+
+    from tests.migrations import alembic, columns
+
+    learner = add_learner(session)
+    cert = issue(session, learner, add_attempt(session, learner))
+    store.revoke(session=session, cert_id=cert.id, actor_id=None, reason="issued in error")
+    alembic(engine, "downgrade", "0012")
+    assert "status_mac" not in columns(engine, "certificate")
+    alembic(engine, "upgrade", "0013")
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT status_mac FROM certificate")).scalar() is not None
+    session.expire_all()
+    assert verify.lookup(session=session, text=cert.id).status == "revoked"

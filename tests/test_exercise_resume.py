@@ -229,8 +229,10 @@ def test_every_message_renders_in_every_language_with_the_values_its_check_gives
 
 def test_the_harness_forks_a_fresh_set_of_ranks_for_every_restart():
     plan = grader.plan(EX, 5, 5.0)
-    assert grader.harness_args(EX, plan["groups"]) == ["2x3", "3x2", "--preload=torch._dynamo"]
-    assert grader.static_error("def save_checkpoint(*a):\n    pass\n", "load_checkpoint")["key"] == "missing_function"
+    assert grader.shapes(EX, plan["groups"]) == ["2x3", "3x2"]
+    assert grader.harness_args(grader.shapes(EX, plan["groups"]), grader.preloads(EX)) == [
+        "2x3", "3x2", "--preload=torch._dynamo", "--preload=drivers.save_resume"]
+    assert grader.static_error("def save_checkpoint(*a):\n    pass\n", "load_checkpoint").key == "missing_function"
     for case in EX.cases(5):  # a restart goes on in the middle of an epoch: its position matters
         assert case["kill_step"] % case["every"] and (case["kill_step"] // case["every"]) * case["every"] > 0
     public = set(__import__("drivers.save_resume", fromlist=["public"]).public(EX.cases(5)[0]))

@@ -353,7 +353,9 @@ def test_exit_codes_and_the_json_report(tmp_path, broadcast_star_cli, whole_buff
     proc, _report, events = broadcast_star_cli
     assert proc.returncode == 0, proc.stdout[-2000:]
     report = json.loads(proc.stdout)
-    assert set(report) == {"exercise", "status", "ok", "error", "cases", "trace", "pattern", "duration_s", "sandbox"}
+    assert set(report) == {"exercise", "status", "ok", "error", "cases", "trace", "pattern", "duration_s", "sandbox",
+                           "grader"}
+    assert report["grader"] == grader.fingerprint("broadcast")  # which grader graded it (issue #35)
     assert report["sandbox"] in sandbox.MODES and report["error"] is None
     case = report["cases"][0]
     assert {"id", "world_size", "size", "dtype", "status", "findings", "output"} <= set(case)
@@ -418,6 +420,44 @@ def test_static_check_refuses_a_declared_encoding_that_hides_code():
         assert grader.static_error(f"{utf8}def f():\n    pass\n", "f") is None, utf8
     said = [messages.text("source_encoding", lang, encoding="utf-7") for lang in ("en", "zh", "nl")]
     assert all("utf-7" in text for text in said) and len(set(said)) == 3
+
+
+# Review 2026-12-04 L-1: a lone CR ends a line for Python's compiler, so this cookie is on line 2
+# and the file runs as utf-7 ("+ACM-" is "#": the stub's return is commented out, the hidden line runs).
+LONE_CR = b"\r# coding: utf-7\ndef ring_allreduce(tensor):\n    return tensor  +ACM-\n"
+
+
+def test_a_cookie_after_a_lone_cr_is_found_as_python_finds_it():
+    assert grader.static_error(LONE_CR, "ring_allreduce") == Problem(key="source_encoding", values={"encoding": "utf-7"})
+    assert grader.static_error(LONE_CR.decode(), "ring_allreduce").key == "source_encoding"
+    crlf = b"#!/usr/bin/env python\r\n# vim: fileencoding=latin-1\r\ndef ring_allreduce(t):\r\n    return t\r\n"
+    assert grader.static_error(crlf, "ring_allreduce").key == "source_encoding"
+    # Line 3 after CRs is past where Python looks, and after code it is a comment: both fine.
+    for fine in (b"\n\r# coding: utf-7\n", b"x = 1\r# coding: utf-7\n"):
+        assert grader.static_error(fine + b"def ring_allreduce(t):\n    return t\n", "ring_allreduce") is None
+
+
+def test_the_grade_command_grades_the_files_bytes_without_newline_translation(monkeypatch, tmp_path):
+    """The checks and the sandbox see the same bytes: read as text, the CR above became an LF."""
+    from labs.exercises import __main__ as cli_main
+
+    seen = []
+
+    def recording(_exercise, source, **_kwargs):
+        seen.append(source)
+        return grader._report("ring-allreduce", error=Problem(key="syntax_error", values={"line": 1, "message": ""}))
+
+    monkeypatch.setattr(grader, "grade", recording)
+    mine = tmp_path / "mine.py"
+    body = b"def ring_allreduce(tensor):\r    return tensor\r\n"
+    mine.write_bytes(body)
+    assert cli_main.main(["grade", "ring-allreduce", str(mine)]) == 2
+    assert seen == [body]
+    monkeypatch.undo()
+    mine.write_bytes(LONE_CR)
+    out = tmp_path / "report.json"
+    assert cli_main.main(["grade", "ring-allreduce", str(mine), "--out", str(out)]) == 2
+    assert json.loads(out.read_text())["error"] == {"key": "source_encoding", "values": {"encoding": "utf-7"}}
 
 
 @pytest.mark.needs_sandbox

@@ -65,7 +65,7 @@ def test_the_real_exercises_in_each_language_and_labs_keep_to_their_own_runs(app
     assert not at.exception, at.exception
     for ex in exercises.catalog():
         assert any(m.value.startswith(f"**{messages.exercise(ex, lang)['title']}**") for m in at.markdown), ex
-    assert at.header[0].value == messages.exercise("broadcast", lang)["title"]
+    assert messages.exercise("broadcast", lang)["title"] in [h.value for h in at.header]
     [editor] = at.get("component_instance")  # the code editor, with the starter in it
     assert json.loads(editor.proto.json_args)["code"] == exercises.starter("broadcast")
     exercises.submit(learner_id=me, exercise="broadcast", source="def broadcast(tensor, src):\n    pass\n", lang=lang)

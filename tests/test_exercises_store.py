@@ -17,7 +17,7 @@ from sqlmodel import Session, select
 from academy import exercises
 from academy.db import make_engine, migrate, session_scope
 from academy.labruns import queue as labqueue
-from academy.models import EXERCISE_SOURCE_MAX, ExerciseDraft, ExercisePass, LabRun
+from academy.models import EXERCISE_SOURCE_MAX, ExerciseDraft, ExercisePass, LabRun, utcnow
 from tests import exercisefakes
 from tests.conftest import copy_of
 from tests.factories import learner
@@ -114,6 +114,9 @@ HIDDEN = "# -*- coding: utf-7 -*-\ndef broadcast(tensor, src):\n    return tenso
     ("\ufeff# coding: cp1252\n", "cp1252"),  # a UTF-8 BOM is fine, a cookie against it is not
     ("# coding: no-such-codec\n", "no-such-codec"),  # Python would refuse it too
     (HIDDEN.encode("utf-8"), "utf-7"),  # an upload
+    # A lone CR ends a line for Python (review 2026-12-04 L-1): these cookies are on line 2.
+    ("\r# coding: utf-7\ndef broadcast(tensor, src):\n    return tensor\n", "utf-7"),
+    (b"#!/usr/bin/env python\r# coding: latin-1\rx = 1\r", "latin-1"),
     (codecs.BOM_UTF16_LE + "x = 1\n".encode("utf-16-le"), "UTF-16"),
     (codecs.BOM_UTF16_BE + "x = 1\n".encode("utf-16-be"), "UTF-16"),
     (codecs.BOM_UTF32_LE + "x = 1\n".encode("utf-32-le"), "UTF-32"),
@@ -136,6 +139,7 @@ def test_a_declared_encoding_other_than_utf8_is_refused_before_anything_is_store
     "\ufeffx = 1\n",  # a UTF-8 BOM
     b"\xef\xbb\xbf# coding: utf-8\nx = 1\n",
     "x = 1\n# coding: latin-1\n",  # after a line of code it is a comment, for Python too
+    "x = 1\r# coding: latin-1\r",  # the same with the lines ended by CRs
 ])
 def test_utf8_declared_or_not_is_accepted(db, source):
     me = learner(db)
@@ -191,6 +195,40 @@ def test_a_pass_is_recorded_once_and_the_database_refuses_a_second_row(db):
     with pytest.raises(IntegrityError):
         db.commit()
     db.rollback()
+
+
+def test_a_withdrawn_pass_counts_for_nothing_until_the_next_passing_run(db):
+    """Issue #35: a pass a re-grading withdrew (``academy.regrade``) is no pass; the worker's
+    ``record_pass`` for the learner's next passing run makes it one again, and the database keeps
+    ``withdrawn_at`` and its re-grading together."""
+    from sqlalchemy import update
+
+    from academy.models import ExerciseRegrade
+
+    me = learner(db)
+    first, second = finished_run(db, me), finished_run(db, me)
+    exercises.record_pass(session=db, learner_id=me, exercise="ring-allreduce", run_id=first)
+    regraded = ExerciseRegrade(run_id=first, learner_id=me, exercise="ring-allreduce", grader="g1", status="failed",
+                               reason={"key": "bytes_total", "values": {}, "case": "w2"})
+    db.add(regraded)
+    db.commit()
+    db.exec(update(ExercisePass).where(ExercisePass.learner_id == me).values(withdrawn_at=utcnow(),
+                                                                            regrade_id=regraded.id))
+    db.commit()
+    assert not exercises.has_passed(session=db, learner_id=me, exercise="ring-allreduce")
+    assert exercises.passes(session=db, learner_id=me) == {}
+    assert list(exercises.withdrawn(session=db, learner_id=me)) == ["ring-allreduce"]
+    with pytest.raises(IntegrityError):  # withdrawn without the re-grading that says why
+        db.exec(update(ExercisePass).where(ExercisePass.learner_id == me).values(regrade_id=None))
+        db.commit()
+    db.rollback()
+    exercises.record_pass(session=db, learner_id=me, exercise="ring-allreduce", run_id=second)
+    db.commit()
+    db.expire_all()
+    [row] = db.exec(select(ExercisePass).where(ExercisePass.learner_id == me)).all()
+    assert (row.run_id, row.withdrawn_at, row.regrade_id) == (second, None, None)
+    assert exercises.has_passed(session=db, learner_id=me, exercise="ring-allreduce")
+    assert exercises.withdrawn(session=db, learner_id=me) == {}
 
 
 def test_missing_for_certificate_follows_passes_and_the_setting(db, monkeypatch):

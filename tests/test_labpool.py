@@ -52,18 +52,18 @@ def test_a_grader_near_its_own_max_wait_gets_no_job(tmp_path):
 
     def waiting(age_s: float):  # reads its job, as a grader does, then exits
         proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
-        return ("ring-allreduce", proc, time.monotonic() - age_s)
+        return (proc, time.monotonic() - age_s)
 
     argv = [sys.executable, "-m", "labs.exercises", "grade", "ring-allreduce", "x.py"]
     old, young = waiting(100.0 - labpool.TAKE_MARGIN_S + 1), waiting(1.0)
     try:
         pool.ready = [old]
         assert pool.take(argv, env, tmp_path / "out.log") is None
-        assert old[1].poll() is not None, "the old one is stopped"
+        assert old[0].poll() is not None, "the old one is stopped"
         pool.ready = [young]
-        assert pool.take(argv, env, tmp_path / "out.log") is young[1]
-        assert young[1].wait(timeout=10) == 0, "it got its job and the end of its stdin"
+        assert pool.take(argv, env, tmp_path / "out.log") is young[0]
+        assert young[0].wait(timeout=10) == 0, "it got its job and the end of its stdin"
     finally:
-        for _exercise, proc, _started in (old, young):
+        for proc, _started in (old, young):
             if proc.poll() is None:
                 proc.kill()

@@ -84,7 +84,7 @@ def test_the_page_draws_each_rank_s_lanes_and_the_figures_beside_them(result, la
 
 
 def lanes_format(cap: float, lang: str) -> str:
-    return i18n.format_number(cap, lang, "g") + " MB"
+    return i18n.format_number(cap, lang, "g") + " MiB"
 
 
 def test_the_lanes_use_the_palette_and_carry_their_numbers_as_a_table(result):

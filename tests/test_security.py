@@ -619,6 +619,48 @@ def test_database_files_are_readable_by_the_owner_only(tmp_path):
     assert oct(stat.S_IMODE(os.stat(tmp_path / "new").st_mode)) == "0o700"
 
 
+def test_the_server_makes_the_secrets_folder_0700_at_start_up(tmp_path, monkeypatch):
+    """Review 2026-12-04 I-5: a secrets folder that existed before the first start kept its
+    0755; only its ``certificate-keys`` was made 0700. The server's start-up (``streamlit run``
+    imports app/main.py as a module) makes it 0700; one it cannot change and others may enter
+    stops it with the reason."""
+    import os
+    import runpy
+    import stat
+
+    from streamlit.runtime.app_session import AppSession
+
+    from academy import keystore
+    from academy.settings import ROOT, get_settings
+
+    folder = tmp_path / "secrets"
+    folder.mkdir(mode=0o755)
+    folder.chmod(0o755)
+    monkeypatch.setenv("SECRETS_DIR", str(folder))
+    get_settings.cache_clear()
+    before = AppSession._handle_clear_cache_request
+    try:
+        runpy.run_path(str(ROOT / "app" / "main.py"), run_name="main")
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+        folder.chmod(0o755)
+
+        def refused(*_args, **_kwargs):
+            raise PermissionError("not the owner")
+
+        with monkeypatch.context() as patched:
+            patched.setattr(keystore.os, "chmod", refused)
+            with pytest.raises(RuntimeError, match="open to others"):
+                keystore.secrets_dir()
+        folder.chmod(0o700)
+        with monkeypatch.context() as patched:
+            patched.setattr(keystore.os, "chmod", refused)
+            assert keystore.secrets_dir() == folder  # already private: fine as it is
+    finally:
+        AppSession._handle_clear_cache_request = before
+        monkeypatch.undo()
+        get_settings.cache_clear()
+
+
 def test_lab_queue_files_are_readable_by_the_owner_only(tmp_path):
     """N-16: huey's SQLite queue (``labqueue.db``), its -wal and -shm are 0600 like the
     database, also when an older version left the file 0644."""

@@ -56,6 +56,18 @@ async def _plain_app(_scope, _receive, send) -> None:
     ("null", [], False),
     ("https://academy.example.org", ["https://academy.example.org"], True),  # a proxy that rewrites Host
     ("https://academy.example.org:8443", ["https://academy.example.org"], False),
+    ("https://academy.example.org:443", ["https://academy.example.org"], True),  # the same origin, spelt out
+    ("http://academy.example.org", ["https://academy.example.org"], False),  # another scheme, another origin
+    # Review 2026-12-04 I-4: the scheme counts, and an Origin is scheme://host[:port] and nothing more.
+    ("https://127.0.0.1:8611", [], False),  # https against an http page
+    ("ws://127.0.0.1:8611", [], False),
+    ("http://127.0.0.1:8611/", [], False),
+    ("http://127.0.0.1:8611/path", [], False),
+    ("http://127.0.0.1:8611 ", [], False),
+    (" http://127.0.0.1:8611", [], False),
+    ("http://me@127.0.0.1:8611", [], False),
+    ("http://127.0.0.1:8611?x", [], False),
+    ("http://127.0.0.1:86111", [], False),
 ])
 def test_a_websocket_from_another_origin_is_refused_before_streamlit_sees_it(origin, allowed, passes):
     """N-12: Streamlit let any port of localhost/127.0.0.1 open the websocket and looked up its
@@ -86,6 +98,24 @@ def test_a_websocket_from_another_origin_is_refused_before_streamlit_sees_it(ori
         config.set_option("server.corsAllowedOrigins", before)
     assert reached == (["websocket"] if passes else [])
     assert sent == ([] if passes else [{"type": "websocket.close", "code": 1008}])
+
+
+def test_the_pages_scheme_is_https_behind_tls_or_with_an_https_public_url(monkeypatch):
+    """Behind a proxy that ends TLS the socket is plain ws, yet the page was https: with
+    PUBLIC_URL https only an https Origin is the page's own (an http page of the same host is not)."""
+    from academy.settings import get_settings
+
+    assert web.page_scheme({"scheme": "ws"}) == "http" and web.page_scheme({"scheme": "wss"}) == "https"
+    monkeypatch.setenv("PUBLIC_URL", "https://academy.example.org")
+    get_settings.cache_clear()
+    try:
+        assert web.page_scheme({"scheme": "ws"}) == "https"
+        assert web.origin_allowed("https://academy.example.org", "academy.example.org", scheme="https")
+        assert not web.origin_allowed("http://academy.example.org", "academy.example.org", scheme="https")
+        assert not web.origin_allowed("http://academy.example.org:443", "academy.example.org", scheme="https")
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
 
 
 def test_allowed_origins_are_set_explicitly():
@@ -239,6 +269,44 @@ def test_metrics_endpoint_is_not_public(server):
     assert err.value.code == 404
     with urllib.request.urlopen(f"{server.url}/_stcore/health", timeout=10) as resp:
         assert resp.status == 200 and resp.headers["X-Content-Type-Options"] == "nosniff"
+
+
+def test_websocket_messages_are_capped_at_a_few_megabytes(server):
+    """Review 2026-12-04 L-2: one 150 MB message cost the server 300 MB before it was refused.
+    ``server.maxMessageSize`` (megabytes) bounds it: room for the largest message a learner
+    sends (a 64 KiB exercise source), and a larger one is refused by its frame's header alone:
+    the server answers 1009 before a byte of the rest has come (at 200 MB it waited for it)."""
+    import base64
+    import os
+    import socket
+    import struct
+    from urllib.parse import urlsplit
+
+    from streamlit import config
+
+    from academy.models import EXERCISE_SOURCE_MAX
+
+    limit = config.get_option("server.maxMessageSize") * 10**6
+    assert 8 * EXERCISE_SOURCE_MAX < limit <= 8 * 10**6
+    where = urlsplit(server.url)
+    with socket.create_connection((where.hostname, where.port), timeout=30) as sock:
+        key = base64.b64encode(os.urandom(16)).decode()
+        sock.sendall((f"GET /_stcore/stream HTTP/1.1\r\nHost: {where.netloc}\r\nUpgrade: websocket\r\n"
+                      f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                      f"Sec-WebSocket-Protocol: streamlit\r\nOrigin: {server.url}\r\n\r\n").encode())
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            answer += sock.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 101"), answer[:200]
+        # A binary frame that declares a length one byte over the limit, and 1 KiB of it.
+        sock.sendall(struct.pack("!BBQ", 0x82, 0x80 | 127, limit + 1) + os.urandom(4) + b"\0" * 1024)
+        frame = answer.split(b"\r\n\r\n", 1)[1]
+        while len(frame) < 4:
+            chunk = sock.recv(4096)
+            assert chunk, "closed without a close frame"
+            frame += chunk
+    assert frame[0] == 0x88, frame[:20]  # a close frame...
+    assert struct.unpack("!H", frame[2:4])[0] == 1009  # ...saying "message too big"
 
 
 EDITOR_FONT = "https://fonts.googleapis.com/css2?family=Source+Code+Pro"

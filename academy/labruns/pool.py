@@ -19,7 +19,8 @@ setting (each process serves any number of runs; more than one is a spare),
 fewer when memory is short.
 
 Exercise runs have a pool of their own, :class:`GraderPool`: pre-started
-sandboxes, each used for exactly one submission and then discarded.
+sandboxes that can grade any exercise, each used for exactly one submission
+and then discarded.
 """
 
 from __future__ import annotations
@@ -217,69 +218,50 @@ class WarmPool:
             self.ready = []
 
 
-GRADER_MB = 400  # a warm grader and its sandbox (harness, PyTorch, nine forked ranks): about 210 MB PSS, rounded up
+GRADER_MB = 400  # a warm grader and its sandbox (harness, PyTorch and torch._dynamo, 15 ranks for 2, 3, 4 and 6): 286 MB PSS, rounded up
 GRADER_WAIT_S = 600  # a warm grader with no job this long exits; the next refill replaces it
 TAKE_MARGIN_S = 30.0  # a grader this close to its --max-wait gets no job
 IDLE_REFILL_S = 60.0  # an idle worker starts a grader at most this often (one that keeps dying costs little)
 
 
 class GraderPool:
-    """Warm graders for exercise runs: ``python -m labs.exercises warm EX``, each with the
-    sandbox of exercise EX started (the harness, PyTorch imported, its ranks forked),
-    waiting for one submission.
+    """Warm graders for exercise runs: ``python -m labs.exercises warm``, each with a
+    sandbox started up to the point where the exercise is chosen (the harness, PyTorch
+    and every exercise's preloads imported, ranks forked for every world size any
+    exercise uses), waiting for one submission of any exercise.
 
-    ``take`` hands a run's ``grade`` command to a waiting grader of the run's
-    exercise and returns that process, which grades it as the command alone would
-    (the seed drawn only then, the same report and exit code) and exits: each
-    grader serves exactly one submission, so nothing crosses from one learner to
-    the next. The pool keeps graders for the exercise graded last
-    (``ring-allreduce`` to begin with); ``refill``, which the worker calls once
-    each run is recorded (so a start-up does not share the CPU with that grading
-    or the storing of its report; with several runs at once it may with another's)
-    and while idle, starts them up to ``size`` (fewer when memory is short), replaces
-    those of another exercise and those that exited (killed, or no job within
-    `GRADER_WAIT_S`). None waiting, another exercise, a dead one, or a run whose
-    environment is not the pool's: ``take`` returns None and the run is graded
-    by a fresh ``grade`` process, as without a pool.
+    ``take`` hands a run's ``grade`` command to a waiting grader and returns that
+    process, which grades it as the command alone would (the seed drawn only then,
+    the same report and exit code) and exits: each grader serves exactly one
+    submission, so nothing crosses from one learner to the next. ``refill``, which
+    the worker calls once each run is recorded (so a start-up does not share the
+    CPU with that grading or the storing of its report; with several runs at once
+    it may with another's) and while idle, starts them up to ``size`` (fewer when
+    memory is short) and replaces those that exited (killed, or no job within
+    `GRADER_WAIT_S`). None waiting, a dead one, or a run whose environment is not
+    the pool's: ``take`` returns None and the run is graded by a fresh ``grade``
+    process, as without a pool.
     """
 
     def __init__(self, size: int, env: dict[str, str], cwd: Path,
-                 preexec: Callable[[], None] | None = None, *, exercise: str = "ring-allreduce",
-                 max_wait_s: float = GRADER_WAIT_S) -> None:
+                 preexec: Callable[[], None] | None = None, *, max_wait_s: float = GRADER_WAIT_S) -> None:
         self.size, self.env, self.cwd, self.preexec = size, dict(env), cwd, preexec
-        self.exercise, self.max_wait_s = exercise, max_wait_s
-        self.ready: list[tuple[str, subprocess.Popen, float]] = []  # (exercise, grader, started)
+        self.max_wait_s = max_wait_s
+        self.ready: list[tuple[subprocess.Popen, float]] = []  # (grader, started)
         self.lock = threading.Lock()
         self.started_at = -IDLE_REFILL_S
 
     def refill(self, *, idle: bool = False) -> None:
-        """Start graders of the exercise graded last, up to ``size``; ``idle`` (the worker's
-        own loop, no run going): only if none was started in the last `IDLE_REFILL_S`.
-        Graders of another exercise are stopped after the pool's lock is let go (each may
-        take seconds), so a run's `take` never waits on them."""
-        others: list[subprocess.Popen] = []
-        try:
-            self._refill(idle, others)
-        finally:
-            for proc in others:
-                _stop(proc)
-
-    def _refill(self, idle: bool, others: list[subprocess.Popen]) -> None:
+        """Start graders up to ``size``; ``idle`` (the worker's own loop, no run going): only
+        if none was started in the last `IDLE_REFILL_S`."""
         with self.lock:
             if idle and time.monotonic() - self.started_at < IDLE_REFILL_S:
                 return
-            kept = []
-            for exercise, proc, started in self.ready:
-                if proc.poll() is None and exercise == self.exercise:
-                    kept.append((exercise, proc, started))
-                elif proc.poll() is None:
-                    others.append(proc)
-            self.ready = kept
+            self.ready = [(proc, started) for proc, started in self.ready if proc.poll() is None]
             while len(self.ready) < self.size and _free_mb() > 2 * GRADER_MB:
                 try:
-                    self.ready.append((self.exercise, subprocess.Popen(
-                        [sys.executable, "-m", "labs.exercises", "warm", self.exercise,
-                         "--max-wait", str(self.max_wait_s)],
+                    self.ready.append((subprocess.Popen(
+                        [sys.executable, "-m", "labs.exercises", "warm", "--max-wait", str(self.max_wait_s)],
                         cwd=self.cwd, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                         start_new_session=True, preexec_fn=self.preexec), time.monotonic()))
                 except OSError as err:
@@ -289,17 +271,12 @@ class GraderPool:
 
     def take(self, argv: list[str], env: dict[str, str], out: Path) -> subprocess.Popen | None:
         """The warm grader now grading ``argv`` (a ``python -m labs.exercises grade EX ...``
-        command), its output to ``out``; None when none of EX is waiting."""
+        command), its output to ``out``; None when none is waiting."""
         if argv[1:4] != ["-m", "labs.exercises", "grade"] or env != self.env:
             return None
-        exercise = argv[4]
         with self.lock:
-            self.exercise = exercise  # the next refill starts graders of this one
-            for entry in list(self.ready):
-                if entry[0] != exercise:
-                    continue
-                self.ready.remove(entry)
-                proc, started = entry[1], entry[2]
+            while self.ready:
+                proc, started = self.ready.pop(0)
                 if proc.poll() is not None:
                     continue
                 if time.monotonic() - started > self.max_wait_s - TAKE_MARGIN_S:
@@ -313,14 +290,14 @@ class GraderPool:
                 except OSError:  # it died while waiting (killed): the run starts fresh
                     _stop(proc)
                     continue
-                log.info("warm grader %s grades this %s run", proc.pid, exercise)
+                log.info("warm grader %s grades this %s run", proc.pid, argv[4] if len(argv) > 4 else "?")
                 return proc
         return None
 
     def close(self) -> None:
         """Stop the waiting graders (each takes its sandbox down)."""
         with self.lock:
-            for _exercise, proc, _started in self.ready:
+            for proc, _started in self.ready:
                 _stop(proc)
             self.ready = []
 

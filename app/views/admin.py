@@ -5,7 +5,7 @@ import streamlit as st
 from sqlmodel import func, select
 
 import certificates as certs
-from academy import i18n, lessons
+from academy import exercises, i18n, lessons, regrade
 from academy.accounts import AccountError, make_admin
 from academy.db import session_scope
 from academy.models import CertificateEvent, Learner
@@ -59,12 +59,12 @@ with st.form("make_admin"):
             st.error(ui.error_text(err))
 
 st.header(t("admin.content"))
-problems = {code: i18n.missing_keys(code) for code in i18n.languages()}
+problems = {language: i18n.missing_keys(language) for language in i18n.languages()}
 if not any(problems.values()):
     st.success(t("admin.content_ok"))
-for code, keys in problems.items():
+for language, keys in problems.items():  # not `code`: the page's language, read below
     if keys:
-        st.warning(t("admin.content_missing", lang=code, count=len(keys), keys=", ".join(keys[:10])))
+        st.warning(t("admin.content_missing", lang=language, count=len(keys), keys=", ".join(keys[:10])))
 
 st.header(t("admin.items"))
 st.caption(t("admin.items_help", low=itemstats.LOW_DISCRIMINATION, min=itemstats.MIN_ATTEMPTS))
@@ -149,6 +149,20 @@ for cert in blocked:
                 st.success(t("admin_certs.lifted", id=cert.id))
             except certs.NotDisqualified as err:
                 st.warning(ui.error_text(err))
+
+st.subheader(t("admin_regrade.title"))
+st.caption(t("admin_regrade.help"))
+with session_scope() as session:
+    flagged = regrade.flagged_certificates(session=session)
+if not flagged:
+    st.caption(t("admin_regrade.none"))
+for f in flagged:
+    with st.container(border=True):
+        # Names are typed by people and reasons carry values from learners' runs: plain text.
+        st.text(t("admin_regrade.row", id=f.certificate_id, name=f.name, email=f.email))
+        for w in f.passes:
+            st.text(t("admin_regrade.pass", exercise=exercises.text(w.exercise, code)["title"],
+                      date=ui.date_text(w.withdrawn_at), reason=regrade.reason_text(w.reason, code, w.exercise)))
 
 st.subheader(t("admin_certs.events"))
 with session_scope() as session:

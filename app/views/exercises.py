@@ -14,7 +14,7 @@ try:  # a Streamlit component (Ace); without it the page falls back to a plain t
 except ImportError:
     code_editor = None
 
-from academy import exercises
+from academy import exercises, regrade
 from academy.db import session_scope
 from academy.labruns import pages as labruns
 from academy.labruns import queue as labqueue
@@ -38,6 +38,7 @@ labruns.recover_after_restart_once()
 ids = exercises.catalog()
 with session_scope() as session:
     passed = exercises.passes(session=session, learner_id=who.id) if who else {}
+    taken_back = exercises.withdrawn(session=session, learner_id=who.id) if who else {}
 asked = st.query_params.get("exercise")
 current = asked if asked in ids else ids[0]
 
@@ -46,7 +47,8 @@ for ex in ids:
     info = exercises.text(ex, code)
     with st.container(border=True):
         left, right = st.columns([5, 1])
-        mark = t("exercises.passed_mark") if ex in passed else t("exercises.not_passed")
+        mark = t("exercises.passed_mark") if ex in passed else \
+            t("exercises.withdrawn_mark") if ex in taken_back else t("exercises.not_passed")
         left.markdown(f"**{info['title']}** · {mark}")
         left.caption(info.get("summary", ""))
         if right.button(t("exercises.open"), key=f"open_{ex}", disabled=ex == current,
@@ -64,6 +66,13 @@ if who is None:
     st.markdown(f"**{t('exercises.starter')}**")
     st.code(exercises.starter(current), language="python")
     st.stop()
+
+if current in taken_back:  # a stricter grader failed the code that earned it (academy.regrade)
+    held, regraded = taken_back[current]
+    st.warning(t("exercises.withdrawn", passed=ui.date_text(held.passed_at), date=ui.date_text(held.withdrawn_at)),
+               icon=":material/undo:")
+    st.text(regrade.reason_text(regraded.reason, code, current))  # values from the learner's run: plain text
+    st.caption(t("exercises.withdrawn_again"))
 
 with session_scope() as session:
     draft = exercises.get_draft(session=session, learner_id=who.id, exercise=current)
@@ -147,9 +156,11 @@ if save_clicked:
 if run_clicked:
     try:
         state[f"ex_run_{current}"] = exercises.submit(learner_id=who.id, exercise=current, source=typed, lang=code)
+    except exercises.SourceRefused as err:
+        st.error(ui.error_text(err))
+        refused = True
     except labqueue.LabRequestError as err:
         st.error(ui.error_text(err))
-        refused = refused or isinstance(err, exercises.SourceRefused)
 
 flash = state.pop("_ex_flash", None)
 if flash:

@@ -38,7 +38,7 @@ def show(result: certs.VerifyResult, *, upload: bool = False) -> None:
     elif result.status in ("not_found", "typo"):
         st.warning(status[result.status])
     elif result.status == "too_large":
-        st.error(status["too_large"].format(limit=f"{pdfscan.MAX_BYTES // 2**20} MB"))
+        st.error(status["too_large"].format(limit=f"{pdfscan.MAX_BYTES // 2**20} MiB"))
     else:
         st.error(status.get(result.status, result.status))
     if result.name is None:

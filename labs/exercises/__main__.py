@@ -4,7 +4,7 @@
     python -m labs.exercises show ring-allreduce [--lang zh]     # statement, starter code, hints
     python -m labs.exercises grade ring-allreduce my_ring.py [--json] [--lang nl]
                                    [--events events.jsonl] [--out report.json]
-    python -m labs.exercises warm ring-allreduce [--max-wait 600]   # then, on stdin:
+    python -m labs.exercises warm [--max-wait 600]   # then, on stdin:
         {"argv": ["grade", "ring-allreduce", "my_ring.py", "--json", ...], "output": "run.log"}
 
 ``grade`` exits 0 when every case passed, 1 when a case failed, 2 when the
@@ -16,16 +16,17 @@ line per finished case, in the format of the labs' progress events;
 ``--out`` writes the report. ``show`` never shows the reference solution.
 
 ``warm`` is the lab worker's warm grader (``academy.labruns.pool.GraderPool``): it
-starts the exercise's sandbox at once (``grader.prestart``: the harness with
-PyTorch imported and its ranks forked, waiting for a plan), then waits on
-its stdin for one job, a JSON line: the arguments of a ``grade`` of that
+starts a sandbox at once (``grader.prestart``: the harness with PyTorch and
+every exercise's preloads imported and ranks forked for every exercise's
+world sizes, waiting for a plan; no exercise chosen yet), then waits on its
+stdin for one job, a JSON line: the arguments of a ``grade`` of any
 exercise, and the file its stdout and stderr go to from then on. It runs
 that ``grade`` in the waiting sandbox (the seed is drawn only now; the same
 report, files and exit code as the command alone) and exits: one submission
 per warm grader, so nothing crosses from one learner to the next. With no
 job within ``--max-wait`` seconds (or its stdin closed) it exits 3 and takes
-its sandbox down; a job for another exercise, or one that comes after the
-sandbox has died, is graded as a plain ``grade``.
+its sandbox down; a job that comes after the sandbox has died (or that it
+does not fit: ``grader.Warm.fits``) is graded as a plain ``grade``.
 """
 
 from __future__ import annotations
@@ -81,8 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     grade.add_argument("--out", metavar="PATH", help="write the report as JSON")
     grade.add_argument("--seed", type=int, default=None, help="fix the numbers of the cases")
     _lang_option(grade)
-    warm = sub.add_parser("warm", help="start the sandbox now, grade one job from stdin later")
-    warm.add_argument("exercise", choices=EXERCISES)
+    warm = sub.add_parser("warm", help="start the sandbox now, grade one job (any exercise) from stdin later")
     warm.add_argument("--max-wait", type=float, default=600.0, metavar="S",
                       help="exit if no job comes within S seconds (default 600)")
     return parser
@@ -166,7 +166,10 @@ def cmd_grade(args, warm=None) -> int:
     from labs.exercises.grader import grade
 
     try:
-        source = args.file.read_text(encoding="utf-8")
+        # Bytes, as the sandbox gets them: read as text, the file's lone CRs became LFs, so the
+        # checks saw other lines than Python runs (review 2026-12-04 L-1). UTF-8 or refused.
+        source = args.file.read_bytes()
+        source.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         print(messages.text("file_unreadable", args.lang, path=str(args.file), reason=str(exc)), file=sys.stderr)
         return 2
@@ -200,14 +203,14 @@ def cmd_grade(args, warm=None) -> int:
 NO_JOB = 3  # the warm grader's exit when it ends without a job
 
 
-def cmd_warm(exercise_id: str, max_wait_s: float) -> int:
+def cmd_warm(max_wait_s: float) -> int:
     from labs.exercises.grader import prestart
     from labs.sandbox import run as sandbox
 
     deadline = time.monotonic() + max_wait_s
     with contextlib.ExitStack() as stack:
         try:
-            warm = stack.enter_context(prestart(exercise_id))
+            warm = stack.enter_context(prestart())
         except sandbox.SandboxUnavailable:
             warm = None  # the job's grade says why, as the command alone would
         if warm is not None:  # returns at once when the job is there, or when the sandbox ended
@@ -225,7 +228,7 @@ def cmd_warm(exercise_id: str, max_wait_s: float) -> int:
         os.close(output)
         if args.command != "grade":
             return NO_JOB
-        return cmd_grade(args, warm=warm if args.exercise == exercise_id else None)
+        return cmd_grade(args, warm=warm)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -235,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "show":
         return cmd_show(args.exercise, args.lang)
     if args.command == "warm":
-        return cmd_warm(args.exercise, args.max_wait)
+        return cmd_warm(args.max_wait)
     return cmd_grade(args)
 
 

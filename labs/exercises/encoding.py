@@ -30,11 +30,15 @@ def foreign_encoding(source: str | bytes) -> str | None:
     as Python finds it (``tokenize.detect_encoding``) and its name compared after
     ``codecs.lookup``, so an alias of UTF-8 is UTF-8; a name Python does not know, or a
     cookie that contradicts a UTF-8 BOM, is refused too (Python would not run the file).
+    The lines are split as Python's compiler splits them: at LF, CRLF and a lone CR.
+    ``detect_encoding`` splits at LF only, so ``\r# coding: utf-7\n`` was one blank-looking
+    line to it and a cookie on the second line to Python (review 2026-12-04 L-1).
     """
     data = source if isinstance(source, bytes) else source.encode("utf-8", "surrogatepass")
     for mark, name in FOREIGN_MARKS:
         if data.startswith(mark):
             return name
+    data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")  # the compiler's line ends
     read: list[bytes] = []  # the lines detect_encoding looked at (two at most)
     lines = io.BytesIO(data)
 

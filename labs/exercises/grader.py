@@ -29,13 +29,16 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
+import hashlib
 import json
 import secrets
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
-from labs.exercises import load
+from labs.exercises import available, load
 from labs.exercises.encoding import foreign_encoding
 from labs.exercises.report import CaseReport, Finding, GradeReport, Pattern, Problem
 from labs.sandbox import run as sandbox
@@ -60,51 +63,148 @@ def plan(exercise, seed: int, case_timeout_s: float, case_ids=None) -> dict:
             "groups": [{"world_size": w, "cases": cs} for w, cs in sorted(groups.items())]}
 
 
-def harness_args(exercise, groups: list[dict]) -> list[str]:
-    """The harness's arguments: one world size per group of the plan (it forks their ranks
-    before it reads the plan), then the modules to import before forking. An exercise whose
-    cases kill their ranks and restart them (``RESTARTS``) has the harness fork a fresh set
-    of ranks per case beside the first: ``WxL``, L sets of W ranks."""
+def harness_args(shapes: list[str], preload=()) -> list[str]:
+    """The harness's arguments: one shape per group (it forks their ranks before it reads
+    the plan), then the modules to import before forking."""
+    return list(shapes) + [f"--preload={module}" for module in preload]
+
+
+def shapes(exercise, groups: list[dict]) -> list[str]:
+    """One shape per group of the plan: its world size, or ``WxL`` for an exercise whose cases
+    kill their ranks and restart them (``RESTARTS``): L sets of W ranks, a fresh set per case
+    beside the first."""
     restarts = getattr(exercise, "RESTARTS", False)
-    sizes = [f"{g['world_size']}x{len(g['cases']) + 1}" if restarts else str(g["world_size"]) for g in groups]
-    return sizes + [f"--preload={module}" for module in getattr(exercise, "PRELOAD", ())]
+    return [f"{g['world_size']}x{len(g['cases']) + 1}" if restarts else str(g["world_size"]) for g in groups]
+
+
+def world_sizes(exercise) -> list[int]:
+    """The exercise's world sizes, one group each: the same for every seed (the seed draws
+    numbers, not cases), so read from its cases of seed 0."""
+    return sorted({case["world_size"] for case in exercise.cases(0)})
+
+
+def warm_shape() -> tuple[list[int], list[str]]:
+    """What a warm harness is started with so that it can grade any exercise: every world
+    size and every preload of every exercise in place (``labs.exercises.available``) that
+    runs on one set of ranks per group (one that restarts its ranks is graded fresh)."""
+    sizes: set[int] = set()
+    preload: set[str] = set()
+    for exercise_id in available():
+        exercise = load(exercise_id)
+        if getattr(exercise, "RESTARTS", False):
+            continue
+        sizes.update(world_sizes(exercise))
+        preload.update(preloads(exercise))
+    return sorted(sizes), sorted(preload)
+
+
+def preloads(exercise) -> list[str]:
+    """What the harness imports before forking a grading's ranks: the exercise's ``PRELOAD``
+    and its driver (trusted code every rank would import in its first case's time)."""
+    return [*getattr(exercise, "PRELOAD", ()), f"drivers.{exercise.DRIVER}"]
 
 
 @dataclass
 class Warm:
-    """The harness of one exercise started in the sandbox ahead of its submission (`prestart`)."""
+    """A harness started in the sandbox ahead of its submission and of its exercise (`prestart`)."""
 
-    exercise: str
-    args: list[str]
+    sizes: list[int]  # a group of ranks forked for each
+    preload: list[str]  # imported before forking
     case_timeout_s: float
     mode: str
     started: sandbox.Started
 
+    def fits(self, exercise, sizes: list[int], case_timeout_s: float, mode: str) -> bool:
+        """Whether it can grade this plan exactly as a fresh harness would: still running, a
+        forked group for each of the plan's world sizes, the exercise's preloads done, and the
+        same case timeout and sandbox mode."""
+        return (not getattr(exercise, "RESTARTS", False) and self.started.alive() and set(sizes) <= set(self.sizes) and (self.case_timeout_s, self.mode)
+                == (case_timeout_s, mode) and set(preloads(exercise)) <= set(self.preload))
+
 
 @contextlib.contextmanager
-def prestart(exercise_id: str, *, case_timeout_s: float = CASE_TIMEOUT_S) -> Iterator[Warm]:
-    """The sandbox for grading ``exercise_id`` started before any submission exists: the
-    harness with PyTorch and the exercise's preloads imported, every group's ranks forked,
-    waiting on stdin for a plan; `grade` given it (``warm=``) uses it for one submission.
+def prestart(*, case_timeout_s: float = CASE_TIMEOUT_S) -> Iterator[Warm]:
+    """The sandbox for grading started before any submission exists, and before its
+    exercise is known: the harness with PyTorch and every exercise's preloads imported,
+    a group of ranks forked for every world size any exercise uses (`warm_shape`),
+    waiting on stdin for a plan; `grade` given it (``warm=``) uses it for one
+    submission of any exercise.
 
     What the sandbox holds before the submission is only ours: the harness, its
-    ranks, an empty input folder. The plan and its seed do not exist yet (`grade`
-    draws the seed once the submission is here, as without a warm start); the
-    submission is put in the input folder and the plan written to the harness's
-    stdin only then, and the ranks, forked long before, learn of the plan only
-    ``LOAD_KEYS`` and their own inputs, as ever. The limits are `run_limits`'s for
-    the exercise's plan; the wall clock counts from `grade`'s `sandbox.Started.run`,
-    not from here. The world sizes are the same for every seed (the seed draws
-    numbers, not cases), so they are read from the exercise's cases of seed 0;
-    a plan of other sizes is graded without the warm sandbox.
+    ranks, an empty input folder; no rank knows which exercise it will run (the
+    driver is named in the plan's load frame). The plan and its seed do not exist
+    yet (`grade` draws the seed once the submission is here, as without a warm
+    start); the submission is put in the input folder and the plan written to the
+    harness's stdin only then, and the ranks, forked long before, learn of the
+    plan only ``LOAD_KEYS`` and their own inputs, as ever; the groups the plan
+    does not use are killed before it runs. The limits are `run_limits`'s; the
+    wall clock is set to the plan's own and counts from `grade`'s
+    `sandbox.Started.run`, not from here.
     """
-    exercise = load(exercise_id)
-    groups = plan(exercise, 0, case_timeout_s)["groups"]
+    sizes, preload = warm_shape()
     chosen = sandbox.mode()
-    args = harness_args(exercise, groups)
-    with sandbox.start_python("harness", args, limits=run_limits(len(groups), case_timeout_s),
-                              mode=chosen) as started:
-        yield Warm(exercise_id, args, case_timeout_s, chosen, started)
+    with sandbox.start_python("harness", harness_args([str(w) for w in sizes], preload),
+                              limits=run_limits(len(sizes), case_timeout_s), mode=chosen) as started:
+        yield Warm(sizes, preload, case_timeout_s, chosen, started)
+
+
+def _imported(path: Path, root: Path) -> set[Path]:
+    """The files of our own ``labs`` package that the module at ``path`` imports (any depth
+    of ``import``/``from``, at any level of the file), as paths under ``root``."""
+    found: set[Path] = set()
+    for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        for name in names:
+            if name.split(".")[0] != "labs":
+                continue
+            base = root.joinpath(*name.split("."))
+            for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+                if candidate.is_file():
+                    found.add(candidate)
+            # ``import labs.a.b`` runs labs/__init__.py and labs/a/__init__.py too
+            for depth in range(1, len(name.split("."))):
+                init = root.joinpath(*name.split(".")[:depth], "__init__.py")
+                if init.is_file():
+                    found.add(init)
+    return found
+
+
+@functools.lru_cache(maxsize=16)
+def fingerprint(exercise_id: str) -> str:
+    """Which grader grades ``exercise_id``: 16 hex digits of SHA-256 over every file whose
+    code can decide its verdict, so that any change to them is a new grader and none
+    elsewhere is (issue #35: ``academy.regrade`` grades stored passes again under each new one).
+
+    The files: this module and the exercise's definition with everything of ``labs``
+    they import, at any depth (the sandbox, its limits, the checks, another exercise's
+    helpers); and what runs inside the sandbox: the harness's folder (``runtime/``, of
+    the drivers only this exercise's and the shared ``_*.py``) and the modules the
+    sandbox puts beside it. Texts (``content/``, ``messages``) are not among them."""
+    here = Path(__file__).resolve()
+    root = here.parents[2]
+    exercise = load(exercise_id)
+    runtime = Path(sandbox.HARNESS)
+    definition = Path(exercise.__file__).resolve()
+    files = {here, definition, definition.parent / "__init__.py", *runtime.glob("*.py")}
+    files |= {f for f in (runtime / "drivers").glob("*.py") if f.name.startswith("_") or f.stem == exercise.DRIVER}
+    files |= {Path(f).resolve() for f in sandbox.sandbox_layout.OWN_MODULES}
+    todo = [f for f in files if f.is_relative_to(root / "labs") and "runtime" not in f.parts]
+    while todo:
+        for found in _imported(todo.pop(), root) - files:
+            files.add(found)
+            todo.append(found)
+    return _digest(files, root)
+
+
+def _digest(files: set[Path], root: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(files):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 GRADING_OUTPUT_BYTES = 8 << 20  # the harness's stdout for one grading, unless EXERCISE_OUTPUT_BYTES says
@@ -127,8 +227,11 @@ def run_limits(groups: int, case_timeout_s: float) -> sandbox.Limits:
     return operator.model_copy(update=fitted)
 
 
-def static_error(source: str, function: str) -> Problem | None:
+def static_error(source: str | bytes, function: str) -> Problem | None:
     """``source_encoding``, ``syntax_error`` or ``missing_function``, found without running anything; None when fine.
+
+    ``source`` is best given as the bytes the sandbox will run: ``ast.parse`` then reads
+    them as Python does (byte order mark, coding cookie, every kind of line end).
 
     ``function`` is what the exercise asks for: a function, or a class (bucketed-overlap's
     ``Bucketer``), defined, assigned or imported at the top level."""
@@ -156,7 +259,7 @@ def static_error(source: str, function: str) -> Problem | None:
 def _report(exercise_id: str, *, error: Problem | None = None, cases=(), trace=None, pattern=None,
             duration=0.0, mode="") -> GradeReport:
     return GradeReport.of(exercise_id, error=error, cases=cases, trace=trace, pattern=pattern,
-                          duration_s=round(duration, 3), sandbox=mode)
+                          duration_s=round(duration, 3), sandbox=mode, grader=fingerprint(exercise_id))
 
 
 def _frames(frames: list[dict]) -> list[dict]:
@@ -257,10 +360,13 @@ def _error_from_event(event: dict) -> Problem:
     return Problem(key=key)
 
 
-def grade(exercise_id: str, source: str, *, seed: int | None = None, mode: str | None = None,
+def grade(exercise_id: str, source: str | bytes, *, seed: int | None = None, mode: str | None = None,
           case_timeout_s: float = CASE_TIMEOUT_S, limits: sandbox.Limits | None = None,
           case_ids=None, on_event: Callable[[dict], None] | None = None, warm: Warm | None = None) -> GradeReport:
     """Grade ``source`` for ``exercise_id``; the report (see the module docstring).
+
+    ``source``: the file's bytes (a ``str`` is taken as its UTF-8), checked here and
+    run in the sandbox byte for byte, with no newline translation between the two.
 
     ``on_event`` gets ``{"kind": "progress", "step": k, "total_steps": n,
     "case": id, "status": ...}`` as each case finishes (the CLI's --events).
@@ -268,13 +374,14 @@ def grade(exercise_id: str, source: str, *, seed: int | None = None, mode: str |
     draws new ones, so a file that prints fixed answers cannot pass.
     ``case_ids`` grades only those cases (see `plan`). ``limits`` default to
     `run_limits`: the operator's ``EXERCISE_*`` settings. ``warm`` is a sandbox
-    `prestart` made for this exercise: used when it fits this grading (same
-    world sizes, mode and case timeout, default limits) and is still running,
-    else the grading starts its own; the report is the same either way.
+    `prestart` made ahead: used when it fits this grading (`Warm.fits`; default
+    limits) and is still running, else the grading starts its own; the report
+    is the same either way.
     """
     t0 = time.perf_counter()
     exercise = load(exercise_id)
     chosen = mode or sandbox.mode()
+    source = source.encode("utf-8", "surrogatepass") if isinstance(source, str) else bytes(source)
     error = None
     for function in (exercise.FUNCTION, *getattr(exercise, "ALSO_FUNCTIONS", ())):
         error = error or static_error(source, function)
@@ -313,21 +420,24 @@ def grade(exercise_id: str, source: str, *, seed: int | None = None, mode: str |
         elif kind == "done":
             done = True
 
-    args = harness_args(exercise, the_plan["groups"])
-    if warm is not None and limits is None and warm.started.alive() \
-            and (warm.exercise, warm.args, warm.case_timeout_s, warm.mode) == (exercise_id, args, case_timeout_s, chosen):
+    sizes = [group["world_size"] for group in the_plan["groups"]]
+    if warm is not None and limits is None and warm.fits(exercise, sizes, case_timeout_s, chosen):
         # The warm harness has waited on its stdin since its ranks were forked: the
-        # submission goes in first, then the plan (the ranks open the file once told to).
-        warm.started.put("submission.py", source.encode())
+        # submission goes in first, then the plan (the ranks open the file once told to),
+        # under the wall clock a fresh grading of this plan gets.
+        warm.started.limits = warm.started.limits.model_copy(
+            update={"wall_s": run_limits(len(sizes), case_timeout_s).wall_s})
+        warm.started.put("submission.py", source)
         outcome = warm.started.run(stdin=json.dumps(the_plan).encode(), on_line=on_line)
     else:
+        args = harness_args(shapes(exercise, the_plan["groups"]), preloads(exercise))
         limits = limits or run_limits(len(the_plan["groups"]), case_timeout_s)
         try:
             # The plan goes on stdin, not into the input folder: a file there could be
             # opened by a route the guard misses; the harness reads the pipe before
             # any learner code exists.
             # The world sizes go as arguments: the harness forks every rank before it reads the plan.
-            outcome = sandbox.run_python("harness", args, files={"submission.py": source.encode()},
+            outcome = sandbox.run_python("harness", args, files={"submission.py": source},
                                          stdin=json.dumps(the_plan).encode(),
                                          limits=limits, mode=chosen, on_line=on_line)
         except sandbox.SandboxUnavailable as exc:

@@ -104,6 +104,9 @@ class GradeReport(_Model):
     pattern: Pattern | None = None  # added with the closed router: older reports have none
     duration_s: float | None = None  # None: a report that was too large to keep
     sandbox: str = ""
+    # Its grader's fingerprint (``grader.fingerprint``), which ``academy.regrade`` compares:
+    # reports from before issue #35 have none.
+    grader: str | None = Field(None, exclude_if=_absent)
     pruned: bool = Field(False, exclude_if=lambda kept: not kept)  # only a slimmed report says it
 
     @computed_field
@@ -150,12 +153,13 @@ class GradeReport(_Model):
         size = self.size()
         if size <= limit:
             return self
-        return GradeReport(exercise=self.exercise, status="error",
+        return GradeReport(exercise=self.exercise, status="error", grader=self.grader,
                            error=Problem(key=TOO_LARGE, values={"size": size, "limit": limit}))
 
     def slim(self) -> GradeReport:
         """What an older run keeps: the verdict, the error's key (and its values when small),
-        each case's id, status, ranks and size; no findings, prints, waits, trace or pattern."""
+        each case's id, status, ranks and size, and its grader; no findings, prints, waits,
+        trace or pattern."""
         error = self.error
         if error is not None:
             small = len(to_json(error.values)) <= SMALL_VALUES

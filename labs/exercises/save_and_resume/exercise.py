@@ -53,7 +53,7 @@ DRIVER = "save_resume"
 FORBID_COLLECTIVES = False  # the loop's all-reduce is the driver's; the learner's code needs none
 ALLOWED = ("all_reduce", "get_rank", "get_world_size", "fetch", "checkpoint_put", "checkpoint_get")
 PRELOAD = ("torch._dynamo",)  # SGD's first step imports it: once in the harness, not per rank
-RESTARTS = True  # every case kills its ranks once: a fresh set per case (grader.harness_args)
+RESTARTS = True  # every case kills its ranks once: a fresh set per case (grader.shapes)
 CASE_SIZE = "dataset"  # a case's shape is the data set the ranks draw from, samples x features (its label)
 
 SAMPLES, BATCH, EVERY, STEPS = 48, 4, 3, 14
