@@ -209,9 +209,9 @@ def exercise_overlap(runs: int) -> dict:
                     os.environ.pop("EXERCISE_DDP_CACHE", None)
                 else:
                     os.environ["EXERCISE_DDP_CACHE"] = before
-        trace = report.get("trace") or {}
-        if report["status"] != "passed" or not trace.get("ddp"):
-            raise RuntimeError(f"bucketed-overlap: {report['status']}, {report.get('error')}, "
+        trace = report.trace or {}
+        if report.status != "passed" or not trace.get("ddp"):
+            raise RuntimeError(f"bucketed-overlap: {report.status}, {report.error}, "
                                f"torch DDP's lanes {'made' if trace.get('ddp') else 'missing'}")
         mine.append(trace["learner"]["overlap"])
         ddp.append(trace["ddp"]["overlap"])

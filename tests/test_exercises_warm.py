@@ -84,5 +84,5 @@ def test_one_warm_sandbox_grades_any_exercise(exercise):
         warmed = grader.grade(exercise, source, seed=5, warm=warm)
         assert not warm.started.alive(), "used once, and gone"
     fresh = grader.grade(exercise, source, seed=5)
-    assert warmed["status"] == fresh["status"] == "passed", warmed["error"]
-    assert [(c["id"], c["status"]) for c in warmed["cases"]] == [(c["id"], c["status"]) for c in fresh["cases"]]
+    assert warmed.status == fresh.status == "passed", warmed.error
+    assert [(c.id, c.status) for c in warmed.cases] == [(c.id, c.status) for c in fresh.cases]
