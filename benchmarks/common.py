@@ -57,6 +57,7 @@ class Config:
     # Exercises: submissions of each reference solution through the queue, and
     # gradings per sandbox mode without it (p50, p95), for the exercises named.
     exercise_repeats: int = 5
+    exercise_queue: tuple[str, ...] = EXERCISES  # submitted through the queue (Run to report)
     exercise_direct: tuple[str, ...] = EXERCISES
     # Platform.
     quiz_attempts: int = 30
@@ -97,6 +98,7 @@ class Config:
                    ddp_steps=2, timeline_runs=1, sharding_world_size=2, sharding_steps=1,
                    compression_steps=10, compression_seeds=1, straggler_runs=1, straggler_seeds=1, straggler_steps=4,
                    topology_sizes=(256 * KiB,), topology_repeats=1, sandbox_repeats=1, exercise_repeats=1,
+                   exercise_queue=("ring-allreduce", "save-and-resume"),  # one graded warm, one fresh
                    exercise_direct=("ring-allreduce",), quiz_attempts=1, pdfs=1, certificates=1_000,
                    lookups=100, pages=("home",), page_repeats=1, load_learners=0, load_browsers=0,
                    load_seconds=0.0, classroom_sessions=(), classroom_seconds=0.0, under_load=False)

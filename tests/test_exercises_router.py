@@ -72,9 +72,11 @@ def world():
                     os.close(fd)
 
 
-def pump(r, times: int = 3) -> None:
+def pump(r, times: int = 3, wait: float = 0.05) -> None:
+    """Let the router move frames ``times`` times, each for at most ``wait`` s (the ranks
+    here are this process's pipes: what they wrote is already there)."""
     for _ in range(times):
-        r.pump(time.monotonic() + 0.05)
+        r.pump(time.monotonic() + wait)
 
 
 def test_a_send_completes_only_when_its_receive_is_posted_and_the_payload_arrives_whole(world):

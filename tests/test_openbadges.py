@@ -1065,11 +1065,16 @@ def legacy_keys() -> dict:
 
 
 def insert_legacy_row(session: Session) -> Certificate:
-    """The fixture's certificate row, as the database of a site that issued it holds it."""
+    """The fixture's certificate row, as the database of a site that issued it holds it
+    once upgraded: migration 0013 seals its revocation state as it stands (status_mac)."""
+    from certificates import keys, signing
+
     row = json.loads((LEGACY / "row.json").read_text(encoding="utf-8"))
     row.update(learner_id=None, attempt_id=None, issued_at=datetime.fromisoformat(row["issued_at"]),
                credential_json=(LEGACY / "credential.json").read_text(encoding="utf-8"),
                credential_jwt=(LEGACY / "credential.jwt").read_text(encoding="ascii"))
+    row["status_mac"] = signing.status_check(row["id"], row["revoked_at"], row["revoked_reason"],
+                                             row["replaced_by"], bool(row["show_replacement"]), keys.check_key())
     cert = Certificate(**row)
     session.add(cert)
     session.commit()
