@@ -25,7 +25,7 @@ from labs.exercises import EXERCISES, REQUIRED_FOR_CERTIFICATE, grader, load, me
 from labs.exercises.report import GradeReport
 from tests.apptest import open_page
 from tests.test_exercises_more import FIXTURES, LANGS, ROOT, folder, sandbox_mode, texts
-from tests.test_exercises_router import Rank, pump, routing, tensor_bytes
+from tests.test_exercises_router import Rank, pump, routing, tensor_bytes, world  # noqa: F401 - world: a fixture
 from tests.test_terminology import LESSONS, findings, fixture_rules, report, rules_from, yaml_texts
 
 ID = "hierarchical-allreduce"
@@ -38,26 +38,9 @@ ex = load(ID)
 
 
 @pytest.fixture
-def routed():
-    made = []
-
-    def make(n: int):
-        ranks = [Rank() for _ in range(n)]
-        r = routing.Router(n, [x.up_r for x in ranks], [x.down_w for x in ranks],
-                           allowed=("send", "isend", "recv", "irecv"))
-        made.append((r, ranks))
-        return r, ranks
-
-    yield make
-    import contextlib
-    import os
-
-    for r, ranks in made:
-        r.close()
-        for x in ranks:
-            for fd in (x.up_r, x.up_w, x.down_r, x.down_w):
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+def routed(world):  # noqa: F811 - the imported fixture, asked for by name
+    """A router over ``n`` hand-driven ranks allowed point-to-point calls; each test sets its bounds."""
+    return lambda n: world(n, allowed=("send", "isend", "recv", "irecv"))
 
 
 def test_the_router_counts_bytes_per_link_class_from_the_harness_map_alone(routed):

@@ -11,7 +11,6 @@ walk of the driver's heap on one.
 from __future__ import annotations
 
 import ast
-import contextlib
 import json
 import os
 import re
@@ -25,7 +24,16 @@ from labs.exercises.sharded_optimizer.exercise import fair_limit
 from tests.apptest import open_page
 from tests.exercisepass import passing_report, sandbox_mode
 from tests.test_exercises_more import FIXTURES, LANGS, ROOT, folder, keys, texts
-from tests.test_exercises_router import ROOMY, Rank, frames, from_bytes, pump, routing, tensor_bytes
+from tests.test_exercises_router import (  # noqa: F401
+    ROOMY,
+    Rank,
+    frames,
+    from_bytes,
+    pump,
+    routing,
+    tensor_bytes,
+    world,
+)
 from tests.test_terminology import LESSONS, findings, fixture_rules, report, rules_from, yaml_texts
 
 ID = "sharded-optimizer"
@@ -33,25 +41,7 @@ SEED = 5
 COLLECTIVES = ("broadcast", "all_gather", "all_reduce", "barrier")
 
 
-@pytest.fixture
-def routed():
-    """A router over ``n`` hand-driven ranks (as ``test_exercises_router``'s ``world``)."""
-    made = []
-
-    def make(n: int, allowed=("send", "isend", "recv", "irecv", "all_reduce", "barrier")):
-        ranks = [Rank() for _ in range(n)]
-        r = routing.Router(n, [x.up_r for x in ranks], [x.down_w for x in ranks], allowed=allowed)
-        r.reset(ROOMY)
-        made.append((r, ranks))
-        return r, ranks
-
-    yield make
-    for r, ranks in made:
-        r.close()
-        for x in ranks:
-            for fd in (x.up_r, x.up_w, x.down_r, x.down_w):
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+routed = world  # a router over n hand-driven ranks, its bounds roomy (test_exercises_router)
 
 
 # --------------------------------------------------------------------------

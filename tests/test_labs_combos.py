@@ -12,6 +12,7 @@ a new option the test does not know about fails it.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -194,3 +195,45 @@ def test_combinations_the_labs_cannot_run_are_refused_clearly():
         assert [e.value for e in at.error] == [t("labs_refused.nccl", gpus=GPUS)], lab
     with session_scope() as s:
         assert s.exec(select(func.count()).select_from(LabRun)).one() == 0, "nothing was queued"
+
+
+GROUPED = re.compile(r"\b\d{1,3}(?:\.\d{3})+\b")  # 12.345.678: Dutch grouping, not a decimal point
+
+
+def _shown(result: dict, lang: str):
+    with session_scope() as s:
+        run = LabRun(lab=result["lab"], params=result["params"], machine=result["machine"], status="done",
+                     result=result)
+        s.add(run)
+        s.flush()
+        run_id = run.id
+    at = open_page("labs", lang, state={"lab_run_id": run_id})
+    assert not at.exception, at.exception
+    texts = [e.value for kind in ("markdown", "caption", "success", "info", "error") for e in at.get(kind)]
+    texts += [m.value for m in at.metric]
+    texts = [x.replace(result["machine"]["torch"], "torch") for x in texts]  # a version, not a number
+    return texts, charts(at)
+
+
+DUTCH = {"ring": ("ring", "ring", "float32", "sum", "gloo"), "bench": ("bench", "gloo"), "ddp": ("ddp", "gloo")}
+
+
+@pytest.mark.parametrize("lab", ["ring", "bench", "ddp"])
+@pytest.mark.usefixtures("app_db")
+def test_results_in_dutch_have_decimal_commas(recorded, lab):
+    """A recorded 2-rank result of each lab, drawn in Dutch: decimal commas everywhere."""
+    results = {name: recorded[key] for name, key in DUTCH.items()}
+    texts, charts = _shown(results[lab], "nl")
+    assert charts and all(c["layout"]["separators"] == ",." for c in charts), "plotly's ticks and hover"
+    assert all("." not in c["layout"].get("title", {}).get("text", "").replace(" · ", "")
+               for c in charts), "our own numbers in chart titles"
+    pointed = [x for x in texts if re.search(r"\d\.\d", GROUPED.sub("", x))]
+    assert not pointed, pointed
+    assert any(re.search(r"\d,\d", x) for x in texts), texts
+    english, _ = _shown(results[lab], "en")
+    assert any(re.search(r"\d\.\d", x) for x in english), "the check above can fail"
+    if lab == "ring":
+        s = results["ring"]["summary"]
+        metrics = [x for x in texts if x.endswith(" ms")]
+        assert f"{i18n.format_number(s['total_time_s'] * 1e3, 'nl', '.2f')} ms" in metrics
+        assert all(re.fullmatch(r"\d+,\d\d ms", m) for m in metrics), metrics

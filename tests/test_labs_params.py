@@ -4,13 +4,13 @@ Changing a parameter's choices (one Spec, in its field) or a limit (one
 environment variable, which ``labs.settings.Limits`` reads for Settings and
 ``python -m labs`` both) must change the
 Labs page's form, the command line's ``--help`` and parsing, and what
-``academy.labruns`` and ``run_lab`` accept, together. And the Labs page writes
-its numbers with the learner's decimal marks.
+``academy.labruns`` and ``run_lab`` accept, together. (That the Labs page writes
+its numbers with the learner's decimal marks is tested on the recorded runs of
+tests/test_labs_combos.py.)
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -21,14 +21,11 @@ from pathlib import Path
 import pytest
 
 from academy import i18n
-from academy.db import session_scope
 from academy.labruns import pages as labruns
-from academy.models import LabRun
 from academy.settings import get_settings
 from labs import params
 from labs.__main__ import _parser
 from labs.context import load_lab
-from labs.launch import run_lab
 from labs.request import Request
 from labs.ring import lab as ring
 from labs.settings import Limits
@@ -149,60 +146,6 @@ def test_one_rank_reads_one_rank():
     assert i18n.t("labs.ddp.loss_ranks", "en", count=1) == "1 rank (DDP)"
     assert i18n.t("labs.ddp.loss_ranks", "nl", count=4) == "4 ranks (DDP)"
     assert i18n.t("labs.ddp.equivalence", "en", count=1, b=8, nb=8).startswith("Equivalence: 1 rank with")
-
-
-def _record() -> None:
-    """Print one real 2-rank result per lab (own process: the ranks fork fast there)."""
-    small = {"ring": {"size": 4096}, "bench": {"min_bytes": 1024, "max_bytes": 65536, "iters": 2},
-             "ddp": {"steps": 2}}
-    requests = {lab: Request.checked(lab, {**p, "world_size": 2}) for lab, p in small.items()}
-    print(json.dumps({lab: run_lab(r.run, r.params).to_dict() for lab, r in requests.items()}))
-
-
-@pytest.fixture(scope="module")
-def results() -> dict[str, dict]:
-    proc = subprocess.run([sys.executable, "-c", "from tests.test_labs_params import _record; _record()"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1], parse_constant=lambda _name: None)
-
-
-GROUPED = re.compile(r"\b\d{1,3}(?:\.\d{3})+\b")  # 12.345.678: Dutch grouping, not a decimal point
-
-
-def _shown(result: dict, lang: str):
-    with session_scope() as s:
-        run = LabRun(lab=result["lab"], params=result["params"], machine=result["machine"], status="done",
-                     result=result)
-        s.add(run)
-        s.flush()
-        run_id = run.id
-    at = open_page("labs", lang, state={"lab_run_id": run_id})
-    assert not at.exception, at.exception
-    texts = [e.value for kind in ("markdown", "caption", "success", "info", "error") for e in at.get(kind)]
-    texts += [m.value for m in at.metric]
-    texts = [x.replace(result["machine"]["torch"], "torch") for x in texts]  # a version, not a number
-    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    return texts, charts
-
-
-@pytest.mark.parametrize("lab", ["ring", "bench", "ddp"])
-@pytest.mark.usefixtures("app_db")
-def test_results_in_dutch_have_decimal_commas(results, lab):
-    texts, charts = _shown(results[lab], "nl")
-    assert charts and all(c["layout"]["separators"] == ",." for c in charts), "plotly's ticks and hover"
-    assert all("." not in c["layout"].get("title", {}).get("text", "").replace(" · ", "")
-               for c in charts), "our own numbers in chart titles"
-    pointed = [x for x in texts if re.search(r"\d\.\d", GROUPED.sub("", x))]
-    assert not pointed, pointed
-    assert any(re.search(r"\d,\d", x) for x in texts), texts
-    english, _ = _shown(results[lab], "en")
-    assert any(re.search(r"\d\.\d", x) for x in english), "the check above can fail"
-    if lab == "ring":
-        s = results["ring"]["summary"]
-        metrics = [x for x in texts if x.endswith(" ms")]
-        assert f"{i18n.format_number(s['total_time_s'] * 1e3, 'nl', '.2f')} ms" in metrics
-        assert all(re.fullmatch(r"\d+,\d\d ms", m) for m in metrics), metrics
 
 
 def test_one_settings_class_reads_the_limits_for_the_app_and_the_cli(tmp_path, monkeypatch):
