@@ -6,11 +6,12 @@ live in ``labs.exercises``; this module keeps what belongs to a learner:
 - a draft per exercise (the code as last saved, and how many hints they
   opened), so that a refresh or another device brings the same code back;
 - a submission, which is a lab run (lab ``exercise``) on the same queue, with
-  the same fair-use limits, as the labs: a worker runs the grading command on
-  it (``academy.labruns.job``) and stores the report as the run's result
-  (capped, and slimmed once newer runs follow: ``labqueue.fit_result``,
-  ``labqueue.prune_results``); what a grading run's end means is
-  :func:`outcome`;
+  the same fair-use limits, as the labs: a job of the kind *grading*
+  (``academy.labruns.kinds``), whose parts are here: the command a worker runs
+  on it (:func:`command`), the report it stores as the run's result
+  (:func:`fit`: a ``labs.exercises.report.GradeReport``, capped), what a
+  grading run's end means (:func:`outcome`), and what an older run keeps once
+  newer ones of the same exercise follow (:func:`slim`, :func:`series`);
 - a pass per exercise (:func:`record_pass`), written by the worker in the
   same transaction as a passing report, one row at most (the database
   refuses a second); one that a newer grader no longer grants is withdrawn
@@ -23,8 +24,12 @@ page (``app/views/exercises.py``) only lays them out.
 
 from __future__ import annotations
 
+import logging
+import sys
+from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, col, select
 
@@ -45,8 +50,10 @@ from academy.settings import get_settings
 from labs import exercises as defs
 from labs.exercises import messages
 from labs.exercises.encoding import foreign_encoding
+from labs.exercises.report import CaseReport, GradeReport
 
-LAB = labqueue.EXERCISE  # LabRun.lab of a submission
+LAB = "exercise"  # LabRun.lab of a submission: a job of the kind grading (academy.labruns.kinds)
+log = logging.getLogger("academy.worker")
 
 
 class SourceRefused(labqueue.LabRequestError):
@@ -103,23 +110,21 @@ def message(key: str, lang: str, values: dict[str, Any] | None = None, exercise:
     return messages.text(key, lang, exercise, **(values or {}))
 
 
-def case_label(exercise: str, case: dict[str, Any], lang: str) -> str:
+def case_label(exercise: str, case: CaseReport, lang: str) -> str:
     """A report's case in words, as its exercise's cases are sized (the exercise's
     ``CASE_SIZE``): a tensor's elements (the default), a data set's samples
     (shard-indices), or a global batch of samples and features (the training
     exercises); broadcast's cases also name the rank the tensor comes from."""
-    values = {"id": case.get("id", "?"), "world": case.get("world_size", "?"),
-              "count": case.get("size", "?"), "dtype": case.get("dtype", "?")}
+    values = {"id": case.id, "world": case.world_size, "count": case.size, "dtype": case.dtype}
     kind = getattr(defs.load(exercise), "CASE_SIZE", "tensor") if exercise in defs.EXERCISES else "tensor"
-    shape = case.get("shape")
-    if kind == "batch" and isinstance(shape, list) and len(shape) == 2 and isinstance(values["world"], int):
-        samples, features = shape
-        return i18n.t("exercises.case_batch", lang, id=values["id"], world=values["world"], count=samples,
-                      features=features, per_rank=samples // max(1, values["world"]))
+    if kind == "batch" and case.shape is not None and len(case.shape) == 2:
+        samples, features = case.shape
+        return i18n.t("exercises.case_batch", lang, id=case.id, world=case.world_size, count=samples,
+                      features=features, per_rank=samples // max(1, case.world_size))
     if kind == "dataset":
         return i18n.t("exercises.case_dataset", lang, **values)
-    if "src" in case:  # broadcast's cases name the rank the tensor comes from (review m11)
-        return i18n.t("exercises.case_src", lang, src=case["src"], **values)
+    if case.src is not None:  # broadcast's cases name the rank the tensor comes from (review m11)
+        return i18n.t("exercises.case_src", lang, src=case.src, **values)
     return i18n.t("exercises.case", lang, **values)
 
 
@@ -127,15 +132,6 @@ def waiting(row: dict[str, Any], lang: str, exercise: str | None = None) -> str:
     """One rank of a deadlock report in the learner's language, with its direction
     ("waiting in send to rank 1", "waiting in recv from rank 0"; ``labs.exercises.messages``)."""
     return messages.waiting(row, lang, exercise)
-
-
-def case_counts(cases: list[dict[str, Any]]) -> dict[str, int]:
-    """How many of a report's cases passed, failed and were not run (stopped after a failure)."""
-    counts = {"passed": 0, "failed": 0, "not_run": 0}
-    for case in cases:
-        status = case.get("status")
-        counts[status if status in counts else "not_run"] += 1
-    return counts
 
 
 # --------------------------------------------------------------------------
@@ -258,7 +254,51 @@ def record_pass(*, session: Session, learner_id: int, exercise: str, run_id: int
         where=table.c.withdrawn_at.is_not(None)))
 
 
-def outcome(run: LabRun, report: dict[str, Any] | None, returncode: int | None) -> dict[str, Any] | None:
+# --------------------------------------------------------------------------
+# A submission as a job: the grading kind of academy.labruns.kinds
+
+
+def grading_env() -> dict[str, str]:
+    """What a grading command (and a warm grader, ``academy.labruns.pool``) adds to the lab
+    processes' environment: the sandbox's settings, ``EXERCISE_*``."""
+    return get_settings().exercises.environ()
+
+
+def command(run: LabRun, workdir: Path) -> tuple[list[str], dict[str, str]]:
+    """The command that grades a submission, and what its environment adds: the learner's code
+    goes to the grader as ``workdir/submission.py``, and the grader runs it only inside the
+    sandbox the settings name (``labs/sandbox/run.py``), within their limits."""
+    (workdir / "submission.py").write_text(run.source or "", encoding="utf-8")
+    return [sys.executable, "-m", "labs.exercises", "grade", str(run.params["exercise"]),
+            str(workdir / "submission.py"), "--json", "--lang", str(run.params.get("lang", DEFAULT_LANG)),
+            "--events", str(workdir / "events.jsonl"), "--out", str(workdir / "result.json")], grading_env()
+
+
+def read_report(stored: Any) -> GradeReport | None:
+    """A grading run's stored result as its report; None when it is none (no result, or
+    not a grading report: the page then says the grader failed)."""
+    try:
+        return GradeReport.model_validate(stored) if stored is not None else None
+    except ValidationError:
+        return None
+
+
+def fit(run: LabRun, result: dict[str, Any] | None, limit: int) -> GradeReport | None:
+    """The grader's ``result.json`` as the report to keep: whole if its JSON fits in ``limit``
+    bytes, else the small error report that says so (``GradeReport.capped``: never a pass).
+    None when the grader wrote none, or something that is no report."""
+    report = read_report(result)
+    if report is None:
+        if result is not None:
+            log.warning("run %s: the grader's result is no grading report; not kept", run.id)
+        return None
+    kept = report.capped(limit)
+    if kept is not report:
+        log.warning("run %s: report over the limit of %s bytes; stored as too large", run.id, limit)
+    return kept
+
+
+def outcome(run: LabRun, report: GradeReport | None, returncode: int | None) -> dict[str, Any] | None:
     """What a grading run that ended by itself means, for the worker to record; None when it
     left no report (the run then failed as any lab's would).
 
@@ -269,9 +309,21 @@ def outcome(run: LabRun, report: dict[str, Any] | None, returncode: int | None) 
     """
     if report is None or returncode not in (0, 1, 2):
         return None
-    passed = returncode == 0 and report.get("status") == "passed" and run.learner_id is not None
-    return {"status": "done", "result": report,
+    passed = returncode == 0 and report.status == "passed" and run.learner_id is not None
+    return {"status": "done", "result": report.dump(),
             "passed": (run.learner_id, run.params["exercise"]) if passed else None}
+
+
+def slim(stored: dict[str, Any]) -> dict[str, Any]:
+    """What an older submission keeps of its report (``GradeReport.slim``: its grader too,
+    which ``academy.regrade`` reads)."""
+    report = read_report(stored)
+    return report.slim().dump() if report is not None else {"pruned": True}
+
+
+def series(run: LabRun) -> list[Any]:
+    """Reports are slimmed per exercise: a learner's newest runs of each keep theirs whole."""
+    return [LabRun.params["exercise"].as_string() == str((run.params or {}).get("exercise", ""))]
 
 
 STANDING = col(ExercisePass.withdrawn_at).is_(None)  # a pass that counts: not withdrawn by a re-grading

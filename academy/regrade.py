@@ -32,7 +32,7 @@ recorded, and makes the command exit 1: run it again.
 
 Which grader: ``labs.exercises.grader.fingerprint``, a hash of every file
 that can decide the exercise's verdict, which each report carries
-(``"grader"``). A run whose report came from the current grader, or which
+(``GradeReport.grader``). A run whose report came from the current grader, or which
 has a re-grading under it, is not graded again, so a second run of the
 command grades nothing, and one that was killed goes on where it stopped
 (each outcome is committed as it comes). After a change to one exercise's
@@ -64,12 +64,13 @@ from academy.db import session_scope
 from academy.models import Certificate, ExercisePass, ExerciseRegrade, LabRun, Learner, utcnow
 from academy.settings import get_settings
 from labs.exercises import EXERCISES
+from labs.exercises.report import GradeReport
 
 # Errors that are the grading machine's, not the code's: no verdict, the pass stays as it is.
 OURS = frozenset({"sandbox_unavailable", "harness_failed", "setup_timeout"})
 REASON_MAX = 2048  # bytes of JSON of a reason's values (a crash message is the learner's text)
 
-Grade = Callable[[str, str], dict[str, Any]]  # (exercise, source) -> a report, as grader.grade gives it
+Grade = Callable[[str, str], GradeReport]  # (exercise, source) -> its report, as grader.grade gives it
 
 
 @dataclass
@@ -102,19 +103,18 @@ class Verdict:
     regrade_id: int | None = None
 
 
-def reason(report: dict[str, Any]) -> dict[str, Any]:
+def reason(report: GradeReport) -> dict[str, Any]:
     """The first thing that failed in a report, as a message key with its values (and the
-    case): what the learner's page and the admin's list say, each in its own language."""
+    case): what the learner's page and the admin's list say, each in its own language
+    (stored as JSON with the re-grading)."""
     found: dict[str, Any] = {"key": "case_not_run", "values": {}, "case": None}
-    error = report.get("error")
-    if isinstance(error, dict) and error.get("key"):
-        found = {"key": str(error["key"]), "values": error.get("values") or {}, "case": None}
+    if report.error is not None:
+        found = {"key": report.error.key, "values": dict(report.error.values), "case": None}
     else:
-        for case in report.get("cases") or []:
-            failing = [f for f in case.get("findings") or [] if not f.get("passed", True)]
-            if case.get("status") == "failed" and failing:
-                found = {"key": str(failing[0].get("key")), "values": failing[0].get("values") or {},
-                         "case": case.get("id")}
+        for case in report.cases:
+            failing = [f for f in case.findings if not f.passed]
+            if case.status == "failed" and failing:
+                found = {"key": failing[0].key, "values": dict(failing[0].values), "case": case.id}
                 break
     if len(json.dumps(found["values"], default=str).encode()) > REASON_MAX:
         found["values"] = {}
@@ -129,24 +129,24 @@ def reason_text(found: dict[str, Any] | None, lang: str, exercise: str) -> str:
     return f"{found['case']}: {said}" if found.get("case") else said
 
 
-def _ours(report: dict[str, Any]) -> bool:
-    return report.get("status") == "error" and (report.get("error") or {}).get("key") in OURS
+def _ours(report: GradeReport) -> bool:
+    return report.status == "error" and report.error is not None and report.error.key in OURS
 
 
 def _judge(exercise: str, source: str, grade: Grade) -> tuple[str, dict[str, Any] | None, int] | None:
     """(status, reason, gradings) of the current grader for ``source``; None when it could not grade.
     A failure is graded once more, and only a second failure stands."""
     first = grade(exercise, source)
-    if first.get("status") == "passed":
+    if first.status == "passed":
         return "passed", None, 1
     if _ours(first):
         return None
     second = grade(exercise, source)
-    if second.get("status") == "passed":
+    if second.status == "passed":
         return "passed", None, 2
     if _ours(second):
         return None
-    return str(second.get("status")), reason(second), 2
+    return second.status, reason(second), 2
 
 
 def _record(run: LabRun, grader: str, status: str, found: dict[str, Any] | None) -> int:
@@ -164,7 +164,8 @@ def _record(run: LabRun, grader: str, status: str, found: dict[str, Any] | None)
 
 def _verdict(run: LabRun, grader: str, grade: Grade, counted: list[int]) -> Verdict | None:
     """The current grader's verdict on ``run``, grading it only when nothing says it yet."""
-    if (run.result or {}).get("grader") == grader and (run.result or {}).get("status") == "passed":
+    stored = store.read_report(run.result)
+    if stored is not None and stored.grader == grader and stored.status == "passed":
         return Verdict("passed")  # graded by this very grader when it was submitted
     with session_scope() as session:
         done = session.exec(select(ExerciseRegrade).where(
@@ -246,7 +247,7 @@ class _Sandboxes:
         except sandbox.SandboxUnavailable:
             self.waiting = self.warm = None  # grade() says why, as it does without a warm start
 
-    def grade(self, exercise: str, source: str) -> dict[str, Any]:
+    def grade(self, exercise: str, source: str) -> GradeReport:
         from labs.exercises import grader
 
         if self.waiting is None:
@@ -284,7 +285,7 @@ def regrade(*, exercises: Sequence[str] | None = None, grade: Grade | None = Non
     local = threading.local()
     made: list[_Sandboxes] = []
 
-    def grading(exercise: str, source: str) -> dict[str, Any]:
+    def grading(exercise: str, source: str) -> GradeReport:
         if grade is not None:
             return grade(exercise, source)
         if not hasattr(local, "sandboxes"):

@@ -74,8 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from huey.consumer import Consumer
 
+    from academy import exercises
     from academy.db import get_engine
     from academy.labruns import job as labjob
+    from academy.labruns import kinds
     from academy.labruns import queue as labqueue
     from academy.labruns.pool import GraderPool, WarmPool, lab_env
     from academy.settings import ROOT, get_settings
@@ -110,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     # Every lab's module (its parameters; no PyTorch: that is the ranks' code) loads
     # here, once, before the first claim: a claimed run's command is then built at
     # once, so its first heartbeat never waits on an import.
-    labjob.load_labs()
+    kinds.load_labs()
     if "cpu" in queues and get_settings().lab_warm_pool:
         # A warm lab process (academy.labruns.pool): a CPU lab run forks from it, PyTorch imported.
         # A run waits for it (importing, then its answer) a quarter of the time the reaper
@@ -121,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     if "cpu" in queues and get_settings().lab_warm_exercises:
         # Warm graders: an exercise run is graded in a sandbox started ahead, one per submission.
         state.graders = GraderPool(get_settings().lab_warm_exercises,
-                                   lab_env(labjob.exercise_env()), ROOT,
+                                   lab_env(exercises.grading_env()), ROOT,
                                    labjob._die_with_worker)
         state.graders.refill()
     labjob.set_worker(state)

@@ -120,7 +120,7 @@ def param_widget(where, cls, name: str, limits: Limits, *, none: bool = False,
     info, spec = lab_params.specs(cls)[name]
     page = spec.page
     value = lab_params.default(info, spec, limits, page=True) if default is None else default
-    low, high = lab_params.bounds(spec, limits, page=True)
+    low, high = lab_params.bounds(cls, name, limits, page=True)
     helptext = t(page.help) if page.help else None
     widget = page.widget or ("select" if spec.choices else "sizes" if spec.unit == "bytes" else "slider")
     if widget == "multiselect":  # a list of choices: the learner trims it (empty: the lab says what it runs)

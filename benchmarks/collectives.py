@@ -84,6 +84,7 @@ def sweep(cfg: Config, world_size: int) -> dict:
     """
     from labs.launch import run_lab
     from labs.model import busbw, fit_alpha_beta
+    from labs.request import Request
 
     params = {"min_bytes": cfg.min_bytes, "max_bytes": cfg.max_bytes, "factor": cfg.factor,
               "warmup": cfg.warmup, "iters": cfg.iters, "impls": list(IMPLS)}
@@ -93,8 +94,9 @@ def sweep(cfg: Config, world_size: int) -> dict:
         tcp_samples += [tcp_loopback_GBps(cfg.tcp_bytes) for _ in range(cfg.tcp_repeats)]
         # Generous hang_timeout: 4 ranks on 2 cores can spend many seconds
         # inside one 64 MiB row without a progress event.
-        outcome = run_lab("bench", params, world_size=world_size, backend="gloo", timeout=1800,
-                          hang_timeout=300)
+        request = Request.checked("bench", {**params, "world_size": world_size, "backend": "gloo",
+                                            "timeout": 1800, "hang_timeout": 300})
+        outcome = run_lab(request.run, request.params)
         if not outcome.ok:
             raise RuntimeError(f"labs.bench on {world_size} ranks: {outcome.kind}: "
                                f"{outcome.message}")

@@ -50,8 +50,7 @@ def _through_queue(exercise: str, learner_id: int, repeats: int, parents: list[i
 
     from academy import exercises
     from academy.db import session_scope
-    from academy.labruns import queue as labqueue
-    from academy.models import LabRun
+    from academy.models import TERMINAL, LabRun
 
     source = exercises.reference(exercise)
     wall, waits, gradings, cases = [], [], [], set()
@@ -63,19 +62,19 @@ def _through_queue(exercise: str, learner_id: int, repeats: int, parents: list[i
         while True:
             with session_scope() as s:
                 run = s.exec(select(LabRun).where(LabRun.id == run_id)).one()
-            if run.status in labqueue.TERMINAL:
+            if run.status in TERMINAL:
                 break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{exercise}: run {run_id} still {run.status} after 300 s")
             time.sleep(POLL_S)
         wall.append(time.perf_counter() - t0)
-        report = run.result or {}
-        if run.status != "done" or report.get("status") != "passed":
+        report = exercises.read_report(run.result)
+        if run.status != "done" or report is None or report.status != "passed":
             raise RuntimeError(f"{exercise}: the reference came back {run.status}, report "
-                               f"{report.get('status')}: {report.get('error') or run.error}")
+                               f"{report and report.status}: {(report and report.error) or run.error}")
         waits.append((run.started_at - run.created_at).total_seconds())
-        gradings.append(report["duration_s"])
-        cases.add(len(report["cases"]))
+        gradings.append(report.duration_s)
+        cases.add(len(report.cases))
     with session_scope() as s:
         if not exercises.has_passed(session=s, learner_id=learner_id, exercise=exercise):
             raise RuntimeError(f"{exercise}: passing reports but no pass stored")
@@ -96,8 +95,8 @@ def _direct(exercise: str, repeats: int) -> dict:
             t0 = time.perf_counter()
             report = grade(exercise, source, mode=mode)
             values.append(time.perf_counter() - t0)
-            if report["status"] != "passed" or report["sandbox"] != mode:
-                raise RuntimeError(f"{exercise}, mode {mode}: {report['status']}: {report['error']}")
+            if report.status != "passed" or report.sandbox != mode:
+                raise RuntimeError(f"{exercise}, mode {mode}: {report.status}: {report.error}")
     result = {"runs": repeats, **_spread(times["bwrap"], "bwrap"), **_spread(times["none"], "none")}
     result["overhead_p50_s"] = result["bwrap_p50_s"] - result["none_p50_s"]
     return result

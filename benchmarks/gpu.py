@@ -21,6 +21,7 @@ def run(cfg: Config) -> dict | str:
     if not torch.cuda.is_available():
         return "skipped: no CUDA"
     from labs.launch import run_lab
+    from labs.request import Request
 
     count = torch.cuda.device_count()
     names = [torch.cuda.get_device_name(i) for i in range(count)]
@@ -28,8 +29,9 @@ def run(cfg: Config) -> dict | str:
         world = min(count, 8)
         params = {"min_bytes": cfg.min_bytes, "max_bytes": cfg.max_bytes, "factor": cfg.factor,
                   "warmup": cfg.warmup, "iters": cfg.iters, "impls": list(IMPLS)}
-        outcome = run_lab("bench", params, world_size=world, backend="nccl", timeout=1800,
-                          hang_timeout=300)
+        request = Request.checked("bench", {**params, "world_size": world, "backend": "nccl", "timeout": 1800,
+                                            "hang_timeout": 300})
+        outcome = run_lab(request.run, request.params)
         if not outcome.ok:
             raise RuntimeError(f"labs.bench on NCCL: {outcome.kind}: {outcome.message}")
         summary = outcome.summary
@@ -42,7 +44,9 @@ def run(cfg: Config) -> dict | str:
     params = {"sections": ["breakdown"]}
     if cfg.ddp_steps is not None:
         params["steps"] = cfg.ddp_steps
-    outcome = run_lab("ddp", params, world_size=1, backend="nccl", timeout=600, hang_timeout=120)
+    request = Request.checked("ddp", {**params, "world_size": 1, "backend": "nccl", "timeout": 600,
+                                      "hang_timeout": 120})
+    outcome = run_lab(request.run, request.params)
     if not outcome.ok:
         raise RuntimeError(f"labs.ddp on one GPU: {outcome.kind}: {outcome.message}")
     b = outcome.summary["sections"]["breakdown"]

@@ -1,6 +1,6 @@
 """What running a lab costs beyond its collectives, and how DDP scales.
 
-- launch: ``labs.launch.run_lab("ring")`` on 4 ranks; wall time beside the
+- launch: ``labs.launch.run_lab`` of the ring lab on 4 ranks; wall time beside the
   timed all-reduces' own time (each rank's ``ring_s``) and the launcher's
   overhead beyond the ranks' whole work (``LabResult.overhead_s``: start-up,
   rendezvous, shutdown);
@@ -59,6 +59,7 @@ LAUNCH_WORLD = 4
 
 def launch_overhead(cfg: Config) -> dict:
     from labs.launch import run_lab
+    from labs.request import Request
 
     runs = []
     first_progress = []
@@ -70,8 +71,9 @@ def launch_overhead(cfg: Config) -> dict:
             if event.get("kind") == "progress" and not seen:
                 seen.append(time.perf_counter() - t0)
 
-        outcome = run_lab("ring", {"size": 1 << 20}, world_size=LAUNCH_WORLD, backend="gloo",
-                          on_event=on_event, hang_timeout=60)
+        request = Request.checked("ring", {"size": 1 << 20, "world_size": LAUNCH_WORLD, "backend": "gloo",
+                                           "hang_timeout": 60})
+        outcome = run_lab(request.run, request.params, on_event=on_event)
         if not outcome.ok:
             raise RuntimeError(f"labs ring: {outcome.kind}: {outcome.message}")
         runs.append(outcome)
@@ -124,14 +126,16 @@ def first_event(cfg: Config) -> dict:
 
 def ddp(cfg: Config) -> dict:
     from labs.launch import run_lab
+    from labs.request import Request
 
     world = max(cfg.ddp_world_sizes)
     params: dict = {"sections": ["breakdown", "scaling"],
                     "scaling_world_sizes": list(cfg.ddp_world_sizes)}
     if cfg.ddp_steps is not None:
         params["steps"] = cfg.ddp_steps
-    outcome = run_lab("ddp", params, world_size=world, backend="gloo", timeout=1800,
-                      hang_timeout=300)
+    request = Request.checked("ddp", {**params, "world_size": world, "backend": "gloo", "timeout": 1800,
+                                      "hang_timeout": 300})
+    outcome = run_lab(request.run, request.params)
     if not outcome.ok:
         raise RuntimeError(f"labs ddp: {outcome.kind}: {outcome.message}")
     sections = outcome.summary["sections"]
@@ -153,12 +157,14 @@ def _spread(values: list[float]) -> dict:
 
 def timeline(cfg: Config) -> dict:
     from labs.launch import run_lab
+    from labs.request import Request
 
     runs, loads, walls = [], [], []
     for _ in range(cfg.timeline_runs):
         loads.append(os.getloadavg()[0])
-        outcome = run_lab("ddp", {"sections": ["timeline"]}, world_size=2, backend="gloo", timeout=600,
-                          hang_timeout=300)
+        request = Request.checked("ddp", {"sections": ["timeline"], "world_size": 2, "backend": "gloo",
+                                          "timeout": 600, "hang_timeout": 300})
+        outcome = run_lab(request.run, request.params)
         if not outcome.ok:
             raise RuntimeError(f"labs ddp timeline: {outcome.kind}: {outcome.message}")
         runs.append(outcome.summary["sections"]["timeline"])
@@ -203,9 +209,9 @@ def exercise_overlap(runs: int) -> dict:
                     os.environ.pop("EXERCISE_DDP_CACHE", None)
                 else:
                     os.environ["EXERCISE_DDP_CACHE"] = before
-        trace = report.get("trace") or {}
-        if report["status"] != "passed" or not trace.get("ddp"):
-            raise RuntimeError(f"bucketed-overlap: {report['status']}, {report.get('error')}, "
+        trace = report.trace or {}
+        if report.status != "passed" or not trace.get("ddp"):
+            raise RuntimeError(f"bucketed-overlap: {report.status}, {report.error}, "
                                f"torch DDP's lanes {'made' if trace.get('ddp') else 'missing'}")
         mine.append(trace["learner"]["overlap"])
         ddp.append(trace["ddp"]["overlap"])
@@ -217,10 +223,12 @@ def sharding(cfg: Config) -> dict:
     """The sharding lab at its default size: wall time, and how far each strategy's
     measured ledger lies from the formula (the largest relative gap over ranks and parts)."""
     from labs.launch import run_lab
+    from labs.request import Request
 
     world = cfg.sharding_world_size
-    outcome = run_lab("sharding", {"steps": cfg.sharding_steps}, world_size=world, backend="gloo",
-                      timeout=1800, hang_timeout=300)
+    request = Request.checked("sharding", {"steps": cfg.sharding_steps, "world_size": world, "backend": "gloo",
+                                           "timeout": 1800, "hang_timeout": 300})
+    outcome = run_lab(request.run, request.params)
     if not outcome.ok:
         raise RuntimeError(f"labs sharding: {outcome.kind}: {outcome.message}")
     s = outcome.summary
@@ -240,9 +248,12 @@ def compression(cfg: Config) -> dict:
     each rank handed over per step, what that saves against fp32, the largest gap between
     a measured byte count and its formula, the final loss's gap to fp32 and the median step."""
     from labs.launch import run_lab
+    from labs.request import Request
 
     params = {k: v for k, v in (("steps", cfg.compression_steps), ("seeds", cfg.compression_seeds)) if v}
-    outcome = run_lab("compression", params, world_size=2, backend="gloo", timeout=1800, hang_timeout=300)
+    request = Request.checked("compression", {**params, "world_size": 2, "backend": "gloo", "timeout": 1800,
+                                              "hang_timeout": 300})
+    outcome = run_lab(request.run, request.params)
     if not outcome.ok:
         raise RuntimeError(f"labs compression: {outcome.kind}: {outcome.message}")
     s = outcome.summary
@@ -260,9 +271,11 @@ def compression(cfg: Config) -> dict:
 def topology(cfg: Config) -> dict:
     """The topology lab (``labs.topology``): flat ring against hierarchical on a shaped link."""
     from labs.launch import run_lab
+    from labs.request import Request
 
-    outcome = run_lab("topology", {"sizes": list(cfg.topology_sizes), "repeats": cfg.topology_repeats},
-                      world_size=4, backend="gloo", timeout=1800, hang_timeout=300)
+    request = Request.checked("topology", {"sizes": list(cfg.topology_sizes), "repeats": cfg.topology_repeats,
+                                           "world_size": 4, "backend": "gloo", "timeout": 1800, "hang_timeout": 300})
+    outcome = run_lab(request.run, request.params)
     if not outcome.ok:
         raise RuntimeError(f"labs topology: {outcome.kind}: {outcome.message}")
     s = outcome.summary
@@ -355,7 +368,7 @@ def warm_worker(cfg: Config, base: Path) -> dict:
     a bare ``python -c "import torch"`` timed in the same run."""
     from academy.db import session_scope
     from academy.labruns import queue as labqueue
-    from academy.models import LabRun
+    from academy.models import TERMINAL, LabRun
 
     import_torch = median_time(
         lambda: subprocess.run([sys.executable, "-c", "import torch"], check=True), cfg.lab_repeats)
@@ -374,7 +387,7 @@ def warm_worker(cfg: Config, base: Path) -> dict:
                     row = s.get(LabRun, run_id)
                 if first is None and row.progress:
                     first = time.perf_counter() - t0
-                if row.status in labqueue.TERMINAL:
+                if row.status in TERMINAL:
                     break
                 time.sleep(0.01)
             if row.status != "done":
@@ -440,7 +453,7 @@ def queue(cfg: Config, base: Path) -> dict:
 
     from academy.db import session_scope
     from academy.labruns import queue as labqueue
-    from academy.models import LabRun
+    from academy.models import TERMINAL, LabRun
 
     bare = median_time(_bare_lab, cfg.lab_repeats)
     per_workers: dict[str, dict] = {}
@@ -448,7 +461,7 @@ def queue(cfg: Config, base: Path) -> dict:
     def ended(ids: list[int]) -> bool:
         with session_scope() as s:
             return s.exec(select(func.count()).select_from(LabRun).where(
-                LabRun.id.in_(ids), LabRun.status.in_(labqueue.TERMINAL))).one() == len(ids)
+                LabRun.id.in_(ids), LabRun.status.in_(TERMINAL))).one() == len(ids)
 
     def rows(ids: list[int]) -> list[LabRun]:
         with session_scope() as s:

@@ -23,6 +23,7 @@ TARGET = 0.15  # |measured / model - 1| of the slowed step, on a quiet machine (
 
 def straggler(cfg: Config) -> dict:
     from labs.launch import run_lab
+    from labs.request import Request
     from labs.straggler.throttle import Throttle, Unavailable
 
     try:
@@ -40,8 +41,9 @@ def straggler(cfg: Config) -> dict:
     for method in methods:
         runs = []
         for _ in range(cfg.straggler_runs):
-            outcome = run_lab("straggler", {**params, "method": method}, world_size=2, backend="gloo", timeout=600,
-                              hang_timeout=120)
+            request = Request.checked("straggler", {**params, "method": method, "world_size": 2, "backend": "gloo",
+                                                    "timeout": 600, "hang_timeout": 120})
+            outcome = run_lab(request.run, request.params)
             if not outcome.ok:
                 raise RuntimeError(f"labs straggler ({method}): {outcome.kind}: {outcome.message}")
             runs.append(outcome.summary)

@@ -20,10 +20,12 @@ timeout), 2 invalid request, 130 cancelled (SIGINT/SIGTERM). SIGTERM or
 SIGINT stops every rank; so does killing this process's group.
 
 The options are generated from the fields of ``labs.params.Run`` and each
-lab's ``Params``: ``--help`` lists them all with their ranges and defaults,
-and the largest world size and the default timeouts follow
-``LAB_MAX_WORLD_SIZE``, ``LAB_TIMEOUT_S`` and ``LAB_HANG_TIMEOUT_S``
-(``labs.settings.Limits``, the class the web app's settings nest).
+lab's ``Params`` (``labs.request.parser``): ``--help`` lists them all with
+their ranges and defaults, and the largest world size and the default
+timeouts follow ``LAB_MAX_WORLD_SIZE``, ``LAB_TIMEOUT_S`` and
+``LAB_HANG_TIMEOUT_S`` (``labs.settings.Limits``, the class the web app's
+settings nest). The arguments are one ``labs.request.Request``
+(``Request.from_argv``), checked once here; the launcher takes its models.
 """
 
 from __future__ import annotations
@@ -38,61 +40,31 @@ import threading
 EXIT_FAILED, EXIT_INVALID, EXIT_CANCELLED = 1, 2, 130
 
 
+def _own(lab: str, parser: argparse.ArgumentParser) -> None:
+    """The command line's own options, beside the request's (output files, ``ddp --trace``)."""
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--events", metavar="PATH", help="append progress events as JSON lines")
+    parser.add_argument("--out", metavar="PATH", help="write the result or error as JSON")
+    if lab == "ddp":
+        parser.add_argument("--trace", metavar="DIR", help="write each rank's timeline (section "
+                            "timeline) as a Chrome/Perfetto trace, DIR/rank<r>.json")
+
+
 def _parser(limits) -> argparse.ArgumentParser:
-    """Options generated from `labs.params.Run` and each lab's Params; only the
-    command line's own (output files, ``bench --size``) are written here."""
-    from labs.context import LABS, load_lab
-    from labs.params import Run, add_arguments
+    """Options generated from `labs.params.Run` and each lab's Params (``labs.request.parser``);
+    only the command line's own (`_own`) are written here."""
+    from labs.request import parser
 
-    def common(lab_module) -> argparse.ArgumentParser:
-        # One per lab, so that a lab's own default (DEFAULT_WORLD_SIZE) stays its own:
-        # subparsers share their parents' actions.
-        parent = argparse.ArgumentParser(add_help=False)
-        own = getattr(lab_module, "DEFAULT_WORLD_SIZE", None)  # labs.context.world_size_default
-        add_arguments(parent, Run, limits, defaults={"world_size": own} if own else None)
-        parent.add_argument("--json", action="store_true", help="print the result as JSON")
-        parent.add_argument("--events", metavar="PATH", help="append progress events as JSON lines")
-        parent.add_argument("--out", metavar="PATH", help="write the result or error as JSON")
-        return parent
-
-    parser = argparse.ArgumentParser(prog="python -m labs", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="lab", required=True)
-    for lab in LABS:
-        module = load_lab(lab)
-        lab_parser = sub.add_parser(lab, parents=[common(module)], help=module.__doc__.split("\n")[0])
-        add_arguments(lab_parser, module.Params, limits)
-        if lab == "bench":
-            lab_parser.add_argument("--size", type=int, help="one message size in bytes (sets min and max)")
-        if lab == "ddp":
-            lab_parser.add_argument("--trace", metavar="DIR", help="write each rank's timeline (section "
-                                    "timeline) as a Chrome/Perfetto trace, DIR/rank<r>.json")
-    return parser
-
-
-def _run(args: argparse.Namespace) -> dict:
-    """The run's parameters (world size, backend, timeouts, failure) as given."""
-    from labs.params import Run, specs
-
-    return {name: getattr(args, name) for name in specs(Run)}
-
-
-def _params(args: argparse.Namespace) -> dict:
-    """The lab's Params fields, as the command line set them."""
-    from labs.context import load_lab
-    from labs.params import specs
-
-    values = {name: getattr(args, name) for name in specs(load_lab(args.lab).Params)}
-    if args.lab == "bench" and args.size is not None:
-        values["min_bytes"] = values["max_bytes"] = args.size
-    return values
+    return parser(limits, own=_own)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from labs.params import Run, validate
+    from labs.request import Request
     from labs.settings import Limits
 
+    argv = sys.argv[1:] if argv is None else list(argv)
     limits = Limits.from_env()
-    args = _parser(limits).parse_args(argv)
+    args = _parser(limits).parse_args(argv)  # --help, usage errors and our own options
     # A rank under torchrun needs only the lab side; the supervisor is
     # imported only to start the ranks ourselves.
     from labs import context
@@ -127,23 +99,17 @@ def main(argv: list[str] | None = None) -> int:
             events.close()
         return code
 
-    try:  # validate before starting anything
-        run = validate(Run, _run(args), limits).resolved(limits)
-        fail = None
-        if run.fail_rank is not None:
-            fail = context.FailSpec(rank=run.fail_rank, step=run.fail_at_step, mode=run.fail_mode)
-        params = _params(args)
-        module = context.load_lab(args.lab)
-        validate(module.Params, params, limits)
+    try:  # the request, checked once, before starting anything
+        request = Request.from_argv(argv, limits)
     except (ValueError, TypeError) as exc:
         err = context.LabError(kind="invalid", rank=None, message=str(exc), lab=args.lab,
                                world_size=args.world_size, backend=args.backend)
         return finish(_error_doc(err), f"error (invalid): {exc}", EXIT_INVALID)
+    module = context.load_lab(request.lab)
 
     if context.launched_externally():
         # torchrun (or similar) started us as one rank: run in place, rank 0 reports.
-        result = context.run_in_env(args.lab, params, backend=run.backend,
-                                    timeout=run.timeout, fail=fail, on_event=on_event)
+        result = context.run_in_env(request.run, request.params, on_event=on_event)
         if result is None:
             return 0
         _write_traces(args, result.summary)
@@ -158,9 +124,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    outcome = launch.run_lab(args.lab, params, world_size=run.world_size, backend=run.backend,
-                             timeout=run.timeout, hang_timeout=run.hang_timeout, fail=fail,
-                             on_event=on_event, cancel=cancel, start=run.start)
+    outcome = launch.run_lab(request.run, request.params, on_event=on_event, cancel=cancel)
     if outcome.ok:
         _write_traces(args, outcome.summary)
         return finish(outcome.to_dict(), _result_text(module, outcome), 0)

@@ -57,7 +57,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -86,6 +86,11 @@ class FailSpec:
             raise ValueError(f"fail mode must be 'crash' or 'hang', not {self.mode!r}")
         if self.rank < 0 or self.step < 0:
             raise ValueError("fail rank and step must be >= 0")
+
+    @classmethod
+    def of(cls, run: Run) -> FailSpec | None:
+        """The failure ``run`` asks for (``fail_rank``, ``fail_at_step``, ``fail_mode``), if any."""
+        return None if run.fail_rank is None else cls(rank=run.fail_rank, step=run.fail_at_step, mode=run.fail_mode)
 
 
 @dataclass
@@ -219,8 +224,16 @@ def stored_summary(summary) -> dict:
 
 
 def params_dict(params) -> dict:
-    """A lab's Params (or a dict of its fields, or None) as a plain dict."""
-    return asdict(params) if is_dataclass(params) else dict(params or {})
+    """A lab's Params as a plain dict (JSON values)."""
+    return asdict(params)
+
+
+def lab_of(params) -> str:
+    """The lab whose ``Params`` ``params`` are: its short name ("ring" for ``labs.ring.lab``),
+    or, for a lab loaded by module path (`load_lab`), that path."""
+    module = type(params).__module__
+    short = module.removeprefix("labs.").removesuffix(".lab")
+    return short if short in LABS and module == f"labs.{short}.lab" else module
 
 
 def event(rank, step, total_steps, phase, message="", *, kind="progress", **extra) -> dict:
@@ -331,6 +344,17 @@ def launched_externally() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
+def launcher_world() -> tuple[int, int] | None:
+    """(ranks per node, nodes) of the job torchrun (or similar) started this process in, from
+    its environment: what its command line leaves out (``labs.request.Request.from_argv``).
+    None when no launcher did."""
+    if not launched_externally():
+        return None
+    world = int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    return local, max(1, world // local)
+
+
 def _attempt_store(world_size: int, timeout: float) -> dict:
     """The store for ``init_process_group`` under torchrun: a prefix of this attempt's own.
 
@@ -352,35 +376,34 @@ def _attempt_store(world_size: int, timeout: float) -> dict:
             "rank": int(os.environ["RANK"]), "world_size": world_size}
 
 
-def run_in_env(lab: str, params=None, *, backend: str = "auto", timeout: float | None = None,
-               fail: FailSpec | None = None,
-               on_event: Callable[[dict], None] | None = None) -> LabResult | None:
-    """Run ``lab`` as one rank of a job whose launcher set RANK/WORLD_SIZE/MASTER_*.
+def run_in_env(run: Run, params, *, on_event: Callable[[dict], None] | None = None) -> LabResult | None:
+    """Run the lab of ``params`` as one rank of a job whose launcher set RANK/WORLD_SIZE/MASTER_*.
 
-    Every rank calls this; rank 0 returns the LabResult, the others None.
-    Failures raise: torchrun notices a failed rank and stops the others.
-    ``timeout`` (for the collectives) defaults to ``LAB_TIMEOUT_S``.
+    ``run`` and ``params`` are the checked models (``labs.request.Request``);
+    the world size is the launcher's, ``run``'s backend is chosen for this
+    node's GPUs. Every rank calls this; rank 0 returns the LabResult, the
+    others None. Failures raise: torchrun notices a failed rank and stops the
+    others. The timeout (for the collectives) is ``run.timeout``, else
+    ``LAB_TIMEOUT_S``.
     """
     import torch
     import torch.distributed as dist
 
-    if timeout is None:
-        timeout = Limits.from_env().timeout_s
+    timeout = run.timeout if run.timeout is not None else Limits.from_env().timeout_s
     t0 = time.perf_counter()
+    lab = lab_of(params)
     module = load_lab(lab)
-    p = params if is_dataclass(params) else module.Params(**params_dict(params))
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-    resolved = resolve_backend(backend, local_world)
-    module.check(p, world_size)
+    resolved = resolve_backend(run.backend, local_world)
     if resolved == "nccl":
         torch.cuda.set_device(local_rank)
     if not dist.is_initialized():
         dist.init_process_group(resolved, timeout=timedelta(seconds=timeout), **_attempt_store(world_size, timeout))
     ctx = RankContext(rank=rank, world_size=world_size, local_rank=local_rank, backend=resolved,
-                      fail=fail, emit=on_event if rank == 0 else None)
-    out = rank_code(lab).run_rank(ctx, p)
+                      fail=FailSpec.of(run), emit=on_event if rank == 0 else None)
+    out = rank_code(lab).run_rank(ctx, params)
     gathered = [None] * world_size if rank == 0 else None
     dist.gather_object(out, gathered, dst=0)
     dist.barrier()
@@ -389,8 +412,8 @@ def run_in_env(lab: str, params=None, *, backend: str = "auto", timeout: float |
         return None
     wall = time.perf_counter() - t0
     work = max(float(r.get("work_s", 0.0)) for r in gathered)
-    return LabResult(lab=lab, world_size=world_size, backend=resolved, params=params_dict(p),
-                     summary=stored_summary(module.summarize(p, gathered, world_size=world_size,
+    return LabResult(lab=lab, world_size=world_size, backend=resolved, params=params_dict(params),
+                     summary=stored_summary(module.summarize(params, gathered, world_size=world_size,
                                                              backend=resolved)),
                      ranks=gathered, wall_s=wall, work_s=work, overhead_s=max(0.0, wall - work),
                      pids=[], launcher="torchrun", machine=machine_summary())

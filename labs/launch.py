@@ -1,8 +1,9 @@
 """Run a lab on N local processes, watch them, and report what happened.
 
     from labs.launch import run_lab
-    from labs.context import FailSpec
-    outcome = run_lab("ring", {"size": 1 << 20}, world_size=4, on_event=print)
+    from labs.params import Run
+    from labs.ring import lab as ring
+    outcome = run_lab(Run(world_size=4), ring.Params(size=1 << 20), on_event=print)
     print(outcome.to_dict())          # a LabResult, or a LabError (outcome.ok is False)
 
 This is the lab side of the process machinery: what a rank runs and reports,
@@ -48,7 +49,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -65,6 +66,7 @@ from labs.context import (
     LabResult,
     RankContext,
     event,
+    lab_of,
     load_lab,
     machine_summary,
     params_dict,
@@ -72,7 +74,8 @@ from labs.context import (
     resolve_backend,
     stored_summary,
 )
-from labs.params import Limits, Run, check
+from labs.params import Run
+from labs.settings import Limits
 from labs.verdict import HEARTBEAT_S, RankSnapshot, exit_text, judge
 
 CPU_BUSY = 0.05  # a rank using more than 5% of a core between heartbeats is working
@@ -222,58 +225,54 @@ class _Rank:
                 "error": (s.error or {}).get("message"), "log_tail": log_tail}
 
 
-def run_lab(lab: str, params=None, *, world_size: int = 2, backend: str = "auto",
-            timeout: float | None = None, hang_timeout: float | None = None, fail: FailSpec | None = None,
-            on_event: Callable[[dict], None] | None = None,
-            cancel: threading.Event | None = None, start: str = "auto") -> LabResult | LabError:
-    """Run ``lab`` on ``world_size`` local processes and return its result or error.
+def run_lab(run: Run, params, *, on_event: Callable[[dict], None] | None = None,
+            cancel: threading.Event | None = None) -> LabResult | LabError:
+    """Run the lab of ``params`` (a lab's ``Params``) as ``run`` says; its result or error.
 
-    ``params`` is the lab's ``Params`` (or a dict of its fields). ``timeout``
-    bounds the whole run; ``hang_timeout`` is how long all ranks may go
-    without progress before the run counts as hung (both default to the
-    `labs.params.Limits` in force, as is the largest world size). ``on_event`` receives
-    progress dicts (kind, rank, step, total_steps, phase, fraction, message,
-    t, overall) as they happen; setting ``cancel`` stops the run. ``start``
-    is "fork", "spawn" or "auto" (see the module docstring).
+    The two models are the request as checked where it was made
+    (``labs.request.Request``): this does not check them again. What only this
+    machine can say is asked here: the backend (``run.backend``: NCCL needs a
+    GPU per rank) and the lab's modules. ``run.world_size`` local processes;
+    ``run.timeout`` bounds the whole run and ``run.hang_timeout`` is how long
+    all ranks may go without progress before the run counts as hung (None: the
+    `labs.settings.Limits` in force); ``run.fail_*`` injects a failure;
+    ``run.start`` is "fork", "spawn" or "auto" (see the module docstring).
+    ``on_event`` receives progress dicts (kind, rank, step, total_steps, phase,
+    fraction, message, t, overall) as they happen; setting ``cancel`` stops
+    the run.
     """
     t0 = time.perf_counter()
-    name = lab
-    resolved = backend
+    lab, world_size, start, fail = lab_of(params), run.world_size, run.start, FailSpec.of(run)
+    backend = run.backend
 
     def invalid(message: str) -> LabError:
-        return LabError(kind="invalid", rank=None, message=message, lab=name,
-                        world_size=world_size, backend=resolved,
-                        wall_s=time.perf_counter() - t0)
+        return LabError(kind="invalid", rank=None, message=message, lab=lab, world_size=world_size,
+                        backend=backend, wall_s=time.perf_counter() - t0)
 
     try:
         module = load_lab(lab)
         rank_code(lab)  # imported here, before the ranks fork and inherit it
-        p = params if is_dataclass(params) else module.Params(**params_dict(params))
-        limits = Limits.from_env()
-        run = Run(world_size=world_size, backend=backend, timeout=timeout, hang_timeout=hang_timeout,
-                  start=start, fail_rank=fail.rank if fail else None, fail_at_step=fail.step if fail else 0,
-                  fail_mode=fail.mode if fail else "crash").resolved(limits)
-        check(run, limits)
-        check(p, limits)
-        timeout, hang_timeout = run.timeout, run.hang_timeout
-        resolved = resolve_backend(backend, world_size)
-        module.check(p, world_size)
-    except (ValueError, TypeError, ImportError) as exc:
+        backend = resolve_backend(run.backend, world_size)
+    except (ValueError, ImportError) as exc:
         return invalid(str(exc))
+    limits = Limits.from_env() if run.timeout is None or run.hang_timeout is None else None
+    timeout = run.timeout if run.timeout is not None else limits.timeout_s
+    hang_timeout = run.hang_timeout if run.hang_timeout is not None else limits.hang_timeout_s
     if hasattr(module, "LAUNCHER"):  # a lab that starts its ranks itself (labs.context: LAUNCHER)
         return importlib.import_module(module.LAUNCHER).launch(
-            p, world_size=world_size, backend=resolved, timeout=timeout, hang_timeout=hang_timeout,
-            fail=fail, on_event=on_event, cancel=cancel)
+            run, params, backend=backend, timeout=timeout, hang_timeout=hang_timeout, on_event=on_event,
+            cancel=cancel)
     if start == "auto":
         single_threaded = threading.active_count() == 1
-        start = "fork" if (resolved == "gloo" and single_threaded and hasattr(os, "fork")
+        start = "fork" if (backend == "gloo" and single_threaded and hasattr(os, "fork")
                            and not torch.cuda.is_available()) else "spawn"
 
     emit = on_event or (lambda _e: None)
-    sup = _Supervisor(name=name, world_size=world_size, backend=resolved, timeout=timeout,
+    sup = _Supervisor(name=lab, world_size=world_size, backend=backend, timeout=timeout,
                       hang_timeout=hang_timeout, emit=emit, cancel=cancel, t0=t0)
+    plain = params_dict(params)
     try:
-        sup.start(start=start, spec={"lab": lab, "params": params_dict(p), "backend": resolved,
+        sup.start(start=start, spec={"lab": lab, "params": plain, "backend": backend,
                                      "world_size": world_size, "timeout": timeout,
                                      "fail": asdict(fail) if fail else None,
                                      "parent_pid": os.getpid()})
@@ -294,8 +293,8 @@ def run_lab(lab: str, params=None, *, world_size: int = 2, backend: str = "auto"
     if fail is not None and fail.step >= max(s.total_steps for s in snaps):
         warnings.append(f"nothing injected: the lab has {max(s.total_steps for s in snaps)} "
                         f"steps, fail step {fail.step} was never reached")
-    summary = stored_summary(module.summarize(p, ranks, world_size=world_size, backend=resolved))
-    result = LabResult(lab=name, world_size=world_size, backend=resolved, params=params_dict(p),
+    summary = stored_summary(module.summarize(params, ranks, world_size=world_size, backend=backend))
+    result = LabResult(lab=lab, world_size=world_size, backend=backend, params=plain,
                        summary=summary, ranks=ranks, wall_s=wall, work_s=work,
                        overhead_s=max(0.0, wall - work), pids=sup.pids, launcher=start,
                        machine=machine_summary(), warnings=warnings)

@@ -57,7 +57,7 @@ REAP_S = 10.0  # how long `Group.kill` waits for each SIGKILLed rank (one stuck 
 # ``python -m labs LAB ...`` that first asks the kernel to SIGKILL it when its torchrun dies.
 # torchrun starts ranks in sessions of their own, so without this a torchrun killed with
 # ``kill -9`` (or dying with the worker that started it) would leave its ranks running
-# (``academy.labruns.job.torchrun_command``, ``labs.failure.supervise``).
+# (``academy.labruns.kinds.torchrun_command``, ``labs.failure.supervise``).
 RANK_PRELUDE = ("import ctypes, runpy, signal; "
                 "ctypes.CDLL('libc.so.6').prctl(1, signal.SIGKILL); "  # PR_SET_PDEATHSIG
                 "runpy.run_module('labs', run_name='__main__', alter_sys=True)")

@@ -22,6 +22,10 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+# What a stored report says when it was too large to keep (``LAB_RESULT_MAX_BYTES``): a lab
+# run's error kind, a grading report's error key (``labs.exercises.report``).
+TOO_LARGE = "report_too_large"
+
 
 class ReportError(ValueError):
     """A stored result that is not the report its lab writes."""

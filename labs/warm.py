@@ -3,7 +3,7 @@
 The worker (``academy.labruns.pool``) starts ``python -m labs.warm`` ahead of time
 and writes one JSON line on its stdin per CPU lab run, ``{"argv": [...],
 "out": path}``: the ``python -m labs ...`` command the run would have started
-(``academy.labruns.job.command``) and the file its output goes to. For each line
+(``academy.labruns.kinds.command``) and the file its output goes to. For each line
 this process forks a child that *is* that command: in a session of its own,
 its stdout and stderr on ``out``, it runs ``labs.__main__.main`` on the same
 arguments and environment, and its ranks fork from it with the imports done.

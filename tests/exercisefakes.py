@@ -41,7 +41,8 @@ def install(monkeypatch) -> None:
 
 
 def report(exercise: str = "ring-allreduce", *, passed: bool = True) -> dict[str, Any]:
-    """A grading report as ``python -m labs.exercises grade --json`` writes it."""
+    """A grading report as ``python -m labs.exercises grade --json`` writes it (the JSON of a
+    ``labs.exercises.report.GradeReport``, as a run's result keeps it)."""
     traces = [[{"step": s, "phase": "reduce-scatter" if s < 2 else "all-gather", "send_chunk": (r - s) % 3,
                 "send_to": (r + 1) % 3, "recv_from": (r - 1) % 3, "bytes": 12,
                 "t_start": 0.001 * s, "t_end": 0.001 * s + 0.0008} for s in range(4)] for r in range(3)]

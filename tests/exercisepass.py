@@ -16,14 +16,13 @@ worker, the command line) grade their own.
 from __future__ import annotations
 
 import functools
-import json
 import os
-from typing import Any
 
 from sqlmodel import Session
 
 from academy import exercises
 from academy.models import LabRun
+from labs.exercises.report import GradeReport
 
 
 def pass_required_exercises(session: Session, learner_id: int) -> list[str]:
@@ -67,11 +66,11 @@ def sandbox_mode() -> str:
 
 
 def passing_report(exercise_id: str, *, seed: int = 0, case_ids: tuple[str, ...] | None = None,
-                   **env: str) -> dict[str, Any]:
+                   **env: str) -> GradeReport:
     """The report of ``exercise_id``'s reference graded with ``seed`` (on ``case_ids`` only, if
     given; with the ``EXERCISE_*`` settings in ``env``), asserted passing. Each distinct
     grading runs once per process; every caller gets its own copy."""
-    return json.loads(_graded(exercise_id, seed, case_ids, tuple(sorted(env.items()))))
+    return GradeReport.model_validate_json(_graded(exercise_id, seed, case_ids, tuple(sorted(env.items()))))
 
 
 @functools.cache
@@ -89,5 +88,5 @@ def _graded(exercise_id: str, seed: int, case_ids: tuple[str, ...] | None, env: 
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-    assert report["status"] == "passed", json.dumps(report)[:2000]
-    return json.dumps(report)
+    assert report.status == "passed", report.model_dump_json()[:2000]
+    return report.model_dump_json()

@@ -2,7 +2,7 @@
 
 The results in ``fixtures/runs`` are real: ``python -m labs <lab> --json`` on the course's
 2-core machine with each lab's defaults (gloo), kept as the queue keeps an old run's report
-(``academy.labruns.queue.LAB_KEPT``) and trimmed (a few trace records and spans, three bench sizes).
+(``academy.labruns.kinds.LAB_KEPT``) and trimmed (a few trace records and spans, three bench sizes).
 """
 
 from __future__ import annotations

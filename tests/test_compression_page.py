@@ -14,6 +14,7 @@ from app import compression as page
 from labs import reports
 from labs.compression import lab as compression
 from labs.launch import run_lab
+from labs.params import Run
 from tests.apptest import open_page
 from tests.test_charts import colours, font_colours
 
@@ -25,8 +26,7 @@ NAMES = {s: s for s in compression.STRATEGIES} | {"front": "front", "x": "KB", "
 @pytest.fixture(scope="module")
 def result() -> dict:
     """One real 2-rank run of every strategy (2 seeds, 20 steps), as the worker stores it (JSON)."""
-    outcome = run_lab("compression", compression.Params(steps=20, seeds=2), world_size=2, timeout=300,
-                      hang_timeout=120)
+    outcome = run_lab(Run(world_size=2, timeout=300, hang_timeout=120), compression.Params(steps=20, seeds=2))
     assert outcome.ok, outcome
     return json.loads(json.dumps(outcome.to_dict()))
 

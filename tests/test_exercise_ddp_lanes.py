@@ -95,10 +95,10 @@ def test_the_grader_puts_the_grading_side_s_lanes_in_the_trace_over_anything_a_r
 
     monkeypatch.setattr(grader.sandbox, "run_python", run_python)
     monkeypatch.setattr(grader.sandbox, "check_available", lambda *_: None)
-    monkeypatch.setattr(exercise, "check", lambda *_: [{"check": "x", "passed": True}])
+    monkeypatch.setattr(exercise, "check", lambda *_: [{"check": "x", "passed": True, "key": "x_ok"}])
     monkeypatch.setattr(exercise, "cases", lambda *_: [CASE])
     out = grader.grade("bucketed-overlap", "class Bucketer: pass\n", seed=1, mode="none")
-    assert out["trace"]["ddp"]["overlap"] == pytest.approx(0.125)
+    assert out.trace["ddp"]["overlap"] == pytest.approx(0.125)
 
 
 def test_the_cache_folder_is_a_setting_of_the_exercises(tmp_path, monkeypatch):

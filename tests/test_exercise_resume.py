@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from labs.exercises import grader, load, messages
+from labs.exercises.report import GradeReport
 from tests.exercisepass import sandbox_mode
 from tests.test_exercises_router import Rank, frames, pump, routing
 
@@ -231,7 +232,7 @@ def test_the_harness_forks_a_fresh_set_of_ranks_for_every_restart():
     assert grader.shapes(EX, plan["groups"]) == ["2x3", "3x2"]
     assert grader.harness_args(grader.shapes(EX, plan["groups"]), grader.preloads(EX)) == [
         "2x3", "3x2", "--preload=torch._dynamo", "--preload=drivers.save_resume"]
-    assert grader.static_error("def save_checkpoint(*a):\n    pass\n", "load_checkpoint")["key"] == "missing_function"
+    assert grader.static_error("def save_checkpoint(*a):\n    pass\n", "load_checkpoint").key == "missing_function"
     for case in EX.cases(5):  # a restart goes on in the middle of an epoch: its position matters
         assert case["kill_step"] % case["every"] and (case["kill_step"] // case["every"]) * case["every"] > 0
     public = set(__import__("drivers.save_resume", fromlist=["public"]).public(EX.cases(5)[0]))
@@ -250,13 +251,13 @@ def test_the_driver_checkpoint_roundtrips_through_torch_save_without_files():
 # Real gradings in the sandbox
 
 
-def graded(path: Path, case_ids=None) -> dict:
+def graded(path: Path, case_ids=None) -> GradeReport:
     return grader.grade("save-and-resume", path.read_text("utf-8"), seed=random.Random(7).randrange(1 << 30),
                         mode=sandbox_mode(), case_ids=case_ids)
 
 
-def failed_keys(report: dict) -> dict[str, list[str]]:
-    return {c["id"]: [f["key"] for f in c["findings"] if not f["passed"]] for c in report["cases"]}
+def failed_keys(report: GradeReport) -> dict[str, list[str]]:
+    return {c.id: [f.key for f in c.findings if not f.passed] for c in report.cases}
 
 
 @pytest.mark.needs_sandbox
@@ -264,10 +265,10 @@ def test_the_reference_resumes_bit_for_bit_in_every_case():
     from labs.exercises import folder
 
     report = graded(folder("save-and-resume") / "reference.py")
-    assert report["status"] == "passed", report
-    assert sorted(c["id"] for c in report["cases"]) == sorted(c["id"] for c in EX.cases(0))
-    for case in report["cases"]:
-        assert [f["key"] for f in case["findings"]] == ["resume_samples_ok", "resume_weights_ok"]
+    assert report.status == "passed", report
+    assert sorted(c.id for c in report.cases) == sorted(c["id"] for c in EX.cases(0))
+    for case in report.cases:
+        assert [f.key for f in case.findings] == ["resume_samples_ok", "resume_weights_ok"]
 
 
 @pytest.mark.needs_sandbox
@@ -276,23 +277,23 @@ def test_the_reference_resumes_bit_for_bit_in_every_case():
                                           ("forgets_rng", "resume_rng_lost")])
 def test_what_was_not_restored_is_named(fixture, key):
     report = graded(FIXTURES / f"{fixture}.py", case_ids={"w3-epoch1"})
-    assert report["status"] == "failed"
-    assert key in failed_keys(report)["w3-epoch1"], report["cases"]
+    assert report.status == "failed"
+    assert key in failed_keys(report)["w3-epoch1"], report.cases
 
 
 @pytest.mark.needs_sandbox
 def test_state_kept_in_the_process_does_not_survive_the_kill():
     report = graded(FIXTURES / "keeps_in_memory.py", case_ids={"w3-epoch1"})
-    (case,) = report["cases"]
-    assert case["status"] == "failed" and case["findings"][0]["key"] == "crash"
-    assert case["findings"][0]["values"]["exception"] == "KeyError"
+    (case,) = report.cases
+    assert case.status == "failed" and case.findings[0].key == "crash"
+    assert case.findings[0].values["exception"] == "KeyError"
 
 
 @pytest.mark.needs_sandbox
 def test_a_restart_from_scratch_has_the_right_weights_and_fails_on_the_samples_used_twice():
     report = graded(FIXTURES / "saves_nothing.py", case_ids={"w3-epoch1"})
-    (case,) = report["cases"]
-    found = {f["key"]: f for f in case["findings"]}
-    assert found["resume_weights_ok"]["passed"], "a fresh run is the uninterrupted run"
-    assert not found["resume_step_lost"]["passed"] and found["resume_step_lost"]["values"]["twice"] > 0
-    assert report["status"] == "failed"
+    (case,) = report.cases
+    found = {f.key: f for f in case.findings}
+    assert found["resume_weights_ok"].passed, "a fresh run is the uninterrupted run"
+    assert not found["resume_step_lost"].passed and found["resume_step_lost"].values["twice"] > 0
+    assert report.status == "failed"

@@ -29,6 +29,7 @@ import torch
 from labs import exercises
 from labs.exercises import grader
 from labs.exercises.broadcast import exercise as bcast_ex
+from labs.exercises.report import Finding, GradeReport, Problem
 from labs.exercises.ring_allreduce import exercise as ring_ex
 from labs.sandbox import run as sandbox
 from tests.exercisepass import passing_report
@@ -42,9 +43,8 @@ def cli(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
-def failing(report: dict) -> dict[str, list[dict]]:
-    return {c["id"]: [f for f in c["findings"] if not f["passed"]] for c in report["cases"]
-            if c["status"] != "passed"}
+def failing(report: GradeReport) -> dict[str, list[Finding]]:
+    return {c.id: [f for f in c.findings if not f.passed] for c in report.cases if c.status != "passed"}
 
 
 # --------------------------------------------------------------------------
@@ -196,25 +196,25 @@ def test_solutions_from_scratch_pass_every_case_from_the_command_line(broadcast_
     empty, and the pipelined ring sends each chunk in up to three segments: both are rings."""
     from labs.exercises.__main__ import EXIT
 
-    proc, report, _events = broadcast_star_cli
-    graded = [("broadcast", "broadcast_star.py", "star", proc.returncode, report,
+    proc, written, _events = broadcast_star_cli
+    graded = [("broadcast", "broadcast_star.py", "star", proc.returncode, GradeReport.model_validate(written),
                proc.stdout[-3000:] + proc.stderr[-2000:])]
     for exercise_id, fixture, family in FROM_SCRATCH:
         report = grader.grade(exercise_id, (FIXTURES / fixture).read_text("utf-8"))
-        graded.append((exercise_id, fixture, family, EXIT[report["status"]], report, json.dumps(report)[:3000]))
+        graded.append((exercise_id, fixture, family, EXIT[report.status], report, report.model_dump_json()[:3000]))
     for exercise_id, fixture, family, code, report, shown in graded:
         assert code == 0, (fixture, shown)
-        assert report["status"] == "passed" and report["ok"] is True
-        assert len(report["cases"]) == len(exercises.load(exercise_id).cases(0))
-        assert all(f["passed"] for c in report["cases"] for f in c["findings"])
-        assert report["pattern"]["family"] == family and report["pattern"]["world_size"] == 4, (fixture, report["pattern"])
+        assert report.status == "passed" and report.ok is True
+        assert len(report.cases) == len(exercises.load(exercise_id).cases(0))
+        assert all(f.passed for c in report.cases for f in c.findings)
+        assert report.pattern.family == family and report.pattern.world_size == 4, (fixture, report.pattern)
 
 
 @pytest.mark.needs_sandbox
 def test_the_reference_passes_and_the_ring_report_has_the_learners_trace():
     report = passing_report("ring-allreduce")  # asserts that it passed
-    assert len(report["cases"]) == len(exercises.load("ring-allreduce").cases(0))
-    trace = report["trace"]
+    assert len(report.cases) == len(exercises.load("ring-allreduce").cases(0))
+    trace = report.trace
     assert trace["world_size"] == 4 and len(trace["traces"]) == 4
     assert (trace["size"], trace["size_bytes"], trace["dtype"]) == (10, 40, "float32")
     from labs.ring.ringtrace import trace_steps
@@ -224,9 +224,9 @@ def test_the_reference_passes_and_the_ring_report_has_the_learners_trace():
     # Step 0 of reduce-scatter: rank r sends its own chunk r to rank r+1 (as labs.ring does).
     assert sorted(steps[0]) == [(r, (r + 1) % 4, r, "reduce-scatter") for r in range(4)]
     assert steps[-1][0][3] == "all-gather"
-    assert report["pattern"] == {"case": "w4-n10-float32", "family": "ring", "world_size": 4, "messages": 6}
+    assert report.pattern.model_dump() == {"case": "w4-n10-float32", "family": "ring", "world_size": 4, "messages": 6}
     broadcast = passing_report("broadcast")  # asserts that it passed
-    assert broadcast["status"] == "passed" and broadcast["pattern"]["family"] == "tree"  # binomial
+    assert broadcast.status == "passed" and broadcast.pattern.family == "tree"  # binomial
 
 
 @pytest.mark.needs_sandbox
@@ -235,10 +235,10 @@ def test_a_ring_with_its_own_chunk_split_still_draws_its_chunks():
     still named in the trace, so the page animates the learner's own ring."""
     report = grader.grade("ring-allreduce", (FIXTURES / "ring_floor_chunks.py").read_text("utf-8"),
                           case_ids=["w4-n10-float32"])
-    assert report["status"] == "passed", failing(report)
+    assert report.status == "passed", failing(report)
     from labs.ring.ringtrace import trace_steps
 
-    steps, _ = trace_steps(report["trace"]["traces"])
+    steps, _ = trace_steps(report.trace["traces"])
     assert sorted(steps[0]) == [(r, (r + 1) % 4, r, "reduce-scatter") for r in range(4)]
     assert all(chunk is not None for step in steps for (_src, _dst, chunk, _phase) in step)
 
@@ -267,14 +267,14 @@ def test_a_ring_of_blocking_sends_deadlocks_and_says_what_each_rank_waited_for()
     source = (FIXTURES / "ring_blocking_send.py").read_text()
     report = grader.grade("ring-allreduce", source, case_timeout_s=1.0,
                           case_ids={"w3-n7-float32", "w3-n9-float32"})
-    first, second = report["cases"]
-    assert first["status"] == "failed" and first["findings"][0]["key"] == "deadlock"
+    first, second = report.cases
+    assert first.status == "failed" and first.findings[0].key == "deadlock"
     # Each rank says where in the learner's file it blocked: line 10, its dist.send (journey m10).
     line = 1 + source.splitlines().index("        dist.send(tensor, (me + 1) % n)")
-    assert first["waiting"] == [{"rank": r, "op": "send", "peer": (r + 1) % 3, "bytes": 28, "line": line}
-                                for r in range(3)]
-    assert second["status"] == "not_run"
-    assert report["status"] == "failed"
+    assert first.waiting == [{"rank": r, "op": "send", "peer": (r + 1) % 3, "bytes": 28, "line": line}
+                             for r in range(3)]
+    assert second.status == "not_run"
+    assert report.status == "failed"
     from labs.exercises.__main__ import render
 
     text = render(report, "en")
@@ -285,20 +285,20 @@ def test_a_ring_of_blocking_sends_deadlocks_and_says_what_each_rank_waited_for()
 def test_a_crash_reports_the_learners_frames_only():
     report = grader.grade("ring-allreduce", (FIXTURES / "ring_crash.py").read_text(),
                           case_ids={"w2-n5-float32", "w2-n8-float32"})
-    for case in report["cases"]:  # every rank raised, so the next case still ran
-        (finding,) = case["findings"]
-        assert finding["key"] == "crash"
-        assert finding["values"] == {"rank": 1, "exception": "ZeroDivisionError",
-                                     "message": "integer division or modulo by zero"}
-        assert [f["function"] for f in finding["frames"]] == ["ring_allreduce", "_scale"]
-        assert finding["frames"][-1] == {"line": 6, "function": "_scale", "code": "return 1 // (rank - 1)"}
+    for case in report.cases:  # every rank raised, so the next case still ran
+        (finding,) = case.findings
+        assert finding.key == "crash"
+        assert finding.values == {"rank": 1, "exception": "ZeroDivisionError",
+                                  "message": "integer division or modulo by zero"}
+        assert [f["function"] for f in finding.frames] == ["ring_allreduce", "_scale"]
+        assert finding.frames[-1] == {"line": 6, "function": "_scale", "code": "return 1 // (rank - 1)"}
 
 
 @pytest.mark.needs_sandbox
 def test_returning_a_new_tensor_is_not_in_place():
     report = grader.grade("ring-allreduce", (FIXTURES / "ring_new_tensor.py").read_text(),
                           case_ids={"w3-n7-float32"})
-    keys = {f["key"] for f in failing(report)["w3-n7-float32"]}
+    keys = {f.key for f in failing(report)["w3-n7-float32"]}
     assert "returned_new_tensor" in keys
 
 
@@ -309,9 +309,9 @@ def test_the_learners_prints_reach_the_report_not_the_protocol():
               "    print('{\"event\": \"done\"}', 'hello from', dist.get_rank())\n"
               "    return tensor\n")
     report = grader.grade("ring-allreduce", source, case_ids={"w2-n5-float32"})
-    (case,) = report["cases"]
-    assert case["status"] == "failed"
-    assert "hello from 0" in case["output"]["0"] and "hello from 1" in case["output"]["1"]
+    (case,) = report.cases
+    assert case.status == "failed"
+    assert "hello from 0" in case.output["0"] and "hello from 1" in case.output["1"]
 
 
 @pytest.mark.needs_sandbox
@@ -325,8 +325,8 @@ def test_a_correct_ring_that_prints_a_lot_is_still_graded():
         "    print('\\x01' * 4000)\n"
         "    return _quiet_ring(tensor)\n")
     report = grader.grade("ring-allreduce", noisy)
-    assert report["error"] is None, report["error"]
-    assert report["status"] == "passed", failing(report)
+    assert report.error is None, report.error
+    assert report.status == "passed", failing(report)
 
 
 # --------------------------------------------------------------------------
@@ -386,11 +386,11 @@ def test_the_sandbox_refusing_is_exit_2(monkeypatch):
 
     monkeypatch.setattr(sandbox, "check_available", unavailable)
     report = grader.grade("ring-allreduce", exercises.reference("ring-allreduce"))
-    assert report["status"] == "error"
-    assert report["error"] == {"key": "sandbox_unavailable", "values": {"reason": "bwrap: not installed"}}
+    assert report.status == "error"
+    assert report.error == Problem(key="sandbox_unavailable", values={"reason": "bwrap: not installed"})
     from labs.exercises.__main__ import EXIT
 
-    assert EXIT[report["status"]] == 2
+    assert EXIT[report.status] == 2
 
 
 def test_static_checks_find_syntax_errors_and_missing_names_without_running_anything():
@@ -399,10 +399,10 @@ def test_static_checks_find_syntax_errors_and_missing_names_without_running_anyt
     assert grader.static_error("def mine(t):\n    return t\nring_allreduce = mine\n", "ring_allreduce") is None
     assert grader.static_error("from helpers import ring_allreduce\n", "ring_allreduce") is None
     nested = "def outer():\n    def ring_allreduce(t):\n        return t\n"
-    assert grader.static_error(nested, "ring_allreduce")["key"] == "missing_function"
+    assert grader.static_error(nested, "ring_allreduce").key == "missing_function"
     error = grader.static_error("x = 1\ndef f(:\n", "f")
-    assert error["key"] == "syntax_error" and error["values"]["line"] == 2
-    assert grader.static_error("x = '\0'", "f")["key"] in ("syntax_error", "missing_function")
+    assert error.key == "syntax_error" and error.values["line"] == 2
+    assert grader.static_error("x = '\0'", "f").key in ("syntax_error", "missing_function")
 
 
 def test_static_check_refuses_a_declared_encoding_that_hides_code():
@@ -414,8 +414,8 @@ def test_static_check_refuses_a_declared_encoding_that_hides_code():
 
     source = "# -*- coding: utf-7 -*-\ndef ring_allreduce(tensor):\n    return tensor  # done+AAo-import os\n"
     assert (len(ast.parse(source).body), len(ast.parse(source.encode()).body)) == (1, 2)
-    assert grader.static_error(source, "ring_allreduce") == {"key": "source_encoding", "values": {"encoding": "utf-7"}}
-    assert grader.static_error("# coding: latin-1\ndef f():\n    pass\n", "f")["key"] == "source_encoding"
+    assert grader.static_error(source, "ring_allreduce") == Problem(key="source_encoding", values={"encoding": "utf-7"})
+    assert grader.static_error("# coding: latin-1\ndef f():\n    pass\n", "f").key == "source_encoding"
     for utf8 in ("# -*- coding: utf-8 -*-\n", "# coding: UTF8\n", "x = 1\n# coding: latin-1\n"):
         assert grader.static_error(f"{utf8}def f():\n    pass\n", "f") is None, utf8
     said = [messages.text("source_encoding", lang, encoding="utf-7") for lang in ("en", "zh", "nl")]
@@ -428,10 +428,10 @@ LONE_CR = b"\r# coding: utf-7\ndef ring_allreduce(tensor):\n    return tensor  +
 
 
 def test_a_cookie_after_a_lone_cr_is_found_as_python_finds_it():
-    assert grader.static_error(LONE_CR, "ring_allreduce") == {"key": "source_encoding", "values": {"encoding": "utf-7"}}
-    assert grader.static_error(LONE_CR.decode(), "ring_allreduce")["key"] == "source_encoding"
+    assert grader.static_error(LONE_CR, "ring_allreduce") == Problem(key="source_encoding", values={"encoding": "utf-7"})
+    assert grader.static_error(LONE_CR.decode(), "ring_allreduce").key == "source_encoding"
     crlf = b"#!/usr/bin/env python\r\n# vim: fileencoding=latin-1\r\ndef ring_allreduce(t):\r\n    return t\r\n"
-    assert grader.static_error(crlf, "ring_allreduce")["key"] == "source_encoding"
+    assert grader.static_error(crlf, "ring_allreduce").key == "source_encoding"
     # Line 3 after CRs is past where Python looks, and after code it is a comment: both fine.
     for fine in (b"\n\r# coding: utf-7\n", b"x = 1\r# coding: utf-7\n"):
         assert grader.static_error(fine + b"def ring_allreduce(t):\n    return t\n", "ring_allreduce") is None
@@ -445,7 +445,7 @@ def test_the_grade_command_grades_the_files_bytes_without_newline_translation(mo
 
     def recording(_exercise, source, **_kwargs):
         seen.append(source)
-        return grader._report("ring-allreduce", error={"key": "syntax_error", "values": {"line": 1, "message": ""}})
+        return grader._report("ring-allreduce", error=Problem(key="syntax_error", values={"line": 1, "message": ""}))
 
     monkeypatch.setattr(grader, "grade", recording)
     mine = tmp_path / "mine.py"
@@ -464,9 +464,9 @@ def test_the_grade_command_grades_the_files_bytes_without_newline_translation(mo
 def test_a_file_that_never_finishes_loading_is_stopped_and_says_so():
     source = "print('loading')\nwhile True:\n    pass\n\ndef ring_allreduce(tensor):\n    return tensor\n"
     report = grader.grade("ring-allreduce", source, case_timeout_s=1.0, case_ids={"w2-n5-float32"})
-    assert report["status"] == "error"
-    assert report["error"]["key"] == "import_timeout" and report["error"]["values"] == {"seconds": 1.0}
-    assert "loading" in report["error"]["output"]
+    assert report.status == "error"
+    assert report.error.key == "import_timeout" and report.error.values == {"seconds": 1.0}
+    assert "loading" in report.error.output
 
 
 @pytest.mark.needs_sandbox
@@ -474,9 +474,9 @@ def test_a_rank_that_exits_is_reported_as_ended_not_as_a_deadlock():
     source = ("import os\nimport torch.distributed as dist\n\n\ndef ring_allreduce(tensor):\n"
               "    if dist.get_rank() == 1:\n        os._exit(0)\n    return tensor\n")
     report = grader.grade("ring-allreduce", source, case_ids={"w2-n5-float32", "w2-n8-float32"})
-    first, second = report["cases"]
-    assert first["findings"] == [{"check": "crash", "passed": False, "key": "rank_died", "values": {"rank": 1}}]
-    assert second["status"] == "not_run"
+    first, second = report.cases
+    assert first.findings == [Finding(check="crash", passed=False, key="rank_died", values={"rank": 1})]
+    assert second.status == "not_run"
 
 
 def _passing_ring_case_event(case: dict, index: int, total: int) -> dict:
@@ -505,9 +505,9 @@ def test_a_report_that_lacks_planned_cases_is_not_a_pass(monkeypatch):
     monkeypatch.setattr(sandbox, "check_available", lambda _mode=None: None)
     monkeypatch.setattr(sandbox, "run_python", harness_that_stops_early)
     report = grader.grade("ring-allreduce", exercises.reference("ring-allreduce"), case_ids=wanted)
-    assert [c["status"] for c in report["cases"]] == ["passed"]  # the one case it did report passed
-    assert report["status"] == "error" and not report["ok"]
-    assert report["error"]["key"] == "harness_failed"
+    assert [c.status for c in report.cases] == ["passed"]  # the one case it did report passed
+    assert report.status == "error" and not report.ok
+    assert report.error.key == "harness_failed"
 
 
 def test_a_grader_that_breaks_exits_2_not_1(monkeypatch, tmp_path, capsys):
@@ -534,10 +534,10 @@ def test_a_file_that_exits_while_loading_says_so_and_does_not_blame_the_harness(
     harness_failed ("this is not your fault") with its {returncode} placeholder left unfilled."""
     source = "import os\nprint('bye')\nos._exit(3)\n\n\ndef ring_allreduce(tensor):\n    return tensor\n"
     report = grader.grade("ring-allreduce", source, case_ids={"w2-n5-float32"})
-    assert report["status"] == "error"
-    assert report["error"]["key"] == "import_died", report["error"]
-    assert report["error"]["values"]["returncode"] == 3 and report["error"]["values"]["rank"] in (0, 1)
-    assert "bye" in report["error"]["output"]
+    assert report.status == "error"
+    assert report.error.key == "import_died", report.error
+    assert report.error.values["returncode"] == 3 and report.error.values["rank"] in (0, 1)
+    assert "bye" in report.error.output
     from labs.exercises.__main__ import render
 
     text = render(report, "en")
@@ -547,8 +547,8 @@ def test_a_file_that_exits_while_loading_says_so_and_does_not_blame_the_harness(
 def test_a_harness_failure_event_fills_in_its_exit_code():
     error = grader._error_from_event({"event": "error", "key": "harness_failed", "rank": 1, "returncode": -11,
                                       "detail": "Segmentation fault"})
-    assert error["values"] == {"returncode": -11}
-    assert grader._error_from_event({"event": "error", "key": "harness_failed"})["values"] == {"returncode": "?"}
+    assert error.values == {"returncode": -11}
+    assert grader._error_from_event({"event": "error", "key": "harness_failed"}).values == {"returncode": "?"}
 
 
 def test_a_line_nested_deeper_than_json_reads_is_skipped_not_a_crash_of_the_grader(monkeypatch):
@@ -570,5 +570,5 @@ def test_a_line_nested_deeper_than_json_reads_is_skipped_not_a_crash_of_the_grad
     monkeypatch.setattr(sandbox, "check_available", lambda _mode=None: None)
     monkeypatch.setattr(sandbox, "run_python", harness)
     report = grader.grade("ring-allreduce", exercises.reference("ring-allreduce"), case_ids={case["id"]})
-    assert report["status"] != "passed"
-    assert report["error"]["key"] == "harness_failed"  # the deep case event could not be read: 0 of 1 reported
+    assert report.status != "passed"
+    assert report.error.key == "harness_failed"  # the deep case event could not be read: 0 of 1 reported

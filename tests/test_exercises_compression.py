@@ -22,6 +22,7 @@ import torch
 
 from labs.exercises import EXERCISES, REQUIRED_FOR_CERTIFICATE, grader, messages, reference
 from labs.exercises.compression_hook import exercise as ex
+from labs.exercises.report import GradeReport
 from labs.model import topk_bytes
 from tests.apptest import open_page
 from tests.test_exercises_more import FIXTURES, LANGS, ROOT, folder, sandbox_mode, texts
@@ -178,7 +179,7 @@ def test_starter_has_the_signature_and_is_not_an_answer():
 # Real grading on ranks in the sandbox
 
 
-def grade(source: str, case_ids=None) -> dict:
+def grade(source: str, case_ids=None) -> GradeReport:
     return grader.grade(ID, source, seed=SEED, mode=sandbox_mode(), case_ids=case_ids)
 
 
@@ -186,19 +187,18 @@ def fixture(name: str) -> str:
     return (FIXTURES / f"compress_{name}.py").read_text("utf-8")
 
 
-def failing(report_: dict) -> dict[str, list[str]]:
-    return {c["id"]: [f["key"] for f in c["findings"] if not f["passed"]]
-            for c in report_["cases"] if c["status"] != "passed"}
+def failing(report_: GradeReport) -> dict[str, list[str]]:
+    return {c.id: [f.key for f in c.findings if not f.passed] for c in report_.cases if c.status != "passed"}
 
 
 @pytest.mark.slow
 def test_the_reference_passes_every_case_with_its_bytes_and_error_feedbacks_effect():
     report_ = grade(reference(ID))
-    assert report_["status"] == "passed", json.dumps(report_, indent=1)[:3000]
-    assert sorted(c["id"] for c in report_["cases"]) == sorted(c["id"] for c in ex.cases(SEED))
-    for c in report_["cases"]:
-        found = {f["key"]: f["values"] for f in c["findings"]}
-        numels = [132, 288] if c["id"].endswith("h32") else [196, 432]
+    assert report_.status == "passed", report_.model_dump_json(indent=1)[:3000]
+    assert sorted(c.id for c in report_.cases) == sorted(c["id"] for c in ex.cases(SEED))
+    for c in report_.cases:
+        found = {f.key: f.values for f in c.findings}
+        numels = [132, 288] if c.id.endswith("h32") else [196, 432]
         assert found["compress_bytes_ok"]["bytes"] == ex.budget(numels)[0]  # int32 indices: 8k per bucket
         loss = found["compress_converged"]
         assert loss["loss"] <= loss["fp32"] + ex.GAP and loss["loss"] <= loss["noef"] - ex.MARGIN
@@ -207,10 +207,10 @@ def test_the_reference_passes_every_case_with_its_bytes_and_error_feedbacks_effe
 @pytest.mark.slow
 def test_without_error_feedback_the_same_bytes_converge_worse_and_the_feedback_says_so():
     report_ = grade(fixture("wrong_no_feedback"), ["w2-h32", "w4-h32"])
-    assert report_["error"] is None
+    assert report_.error is None
     assert failing(report_) == {i: ["compress_loss_high", "compress_no_residual"] for i in ("w2-h32", "w4-h32")}
-    for c in report_["cases"]:
-        found = {f["key"]: f["values"] for f in c["findings"]}
+    for c in report_.cases:
+        found = {f.key: f.values for f in c.findings}
         assert "compress_bytes_ok" in found and "compress_replicas_ok" in found  # the bytes were right
         assert found["compress_no_residual"]["loss"] == pytest.approx(found["compress_no_residual"]["noef"], abs=0.02)
 
@@ -220,7 +220,7 @@ def test_without_error_feedback_the_same_bytes_converge_worse_and_the_feedback_s
                                            ("wrong_no_indices", "compress_no_indices")])
 def test_a_hook_that_sends_the_wrong_bytes_fails_naming_how(name, key):
     report_ = grade(fixture(name), ["w3-h32"])
-    assert report_["error"] is None and failing(report_)["w3-h32"][0] == key
+    assert report_.error is None and failing(report_)["w3-h32"][0] == key
 
 
 @pytest.mark.slow

@@ -22,6 +22,7 @@ import torch
 
 from labs import simclock
 from labs.exercises import EXERCISES, REQUIRED_FOR_CERTIFICATE, grader, load, messages, reference
+from labs.exercises.report import GradeReport
 from tests.apptest import open_page
 from tests.test_exercises_more import FIXTURES, LANGS, ROOT, folder, sandbox_mode, texts
 from tests.test_exercises_router import Rank, pump, routing, tensor_bytes, world  # noqa: F401 - world: a fixture
@@ -258,28 +259,27 @@ def test_starter_has_the_signature_and_is_not_an_answer():
 # Real grading on ranks in the sandbox
 
 
-def grade(source: str, case_ids=None, seed: int = SEED) -> dict:
+def grade(source: str, case_ids=None, seed: int = SEED) -> GradeReport:
     return grader.grade(ID, source, seed=seed, mode=sandbox_mode(), case_ids=case_ids)
 
 
-def failing(report_: dict) -> dict[str, list[str]]:
-    return {c["id"]: [f["key"] for f in c["findings"] if not f["passed"]]
-            for c in report_["cases"] if c["status"] != "passed"}
+def failing(report_: GradeReport) -> dict[str, list[str]]:
+    return {c.id: [f.key for f in c.findings if not f.passed] for c in report_.cases if c.status != "passed"}
 
 
 @pytest.mark.slow
 def test_the_reference_passes_every_case_and_its_clock_is_the_same_for_any_numbers():
     report_ = grade(reference(ID))
-    assert report_["status"] == "passed", json.dumps(report_, indent=1)[:3000]
-    assert sorted(c["id"] for c in report_["cases"]) == sorted(c["id"] for c in ex.cases(SEED))
-    clock = report_["trace"]
+    assert report_.status == "passed", report_.model_dump_json(indent=1)[:3000]
+    assert sorted(c.id for c in report_.cases) == sorted(c["id"] for c in ex.cases(SEED))
+    clock = report_.trace
     assert clock["kind"] == "clock" and clock["case"] == ex.TRACE_CASE
     for at in clock["at"]:
         for row in at["targets"].values():  # the reference's messages are the reference schedule's
             assert row["yours"] == row["hierarchical"] < row["flat"] or at["size_bytes"] < 1 << 20
     ib = clock["at"][1]["targets"]["h100_ib"]
     assert ib["flat"] / ib["yours"] > 2  # across InfiniBand, at 64 MiB
-    again = grade(reference(ID), [ex.TRACE_CASE], seed=SEED + 1)["trace"]
+    again = grade(reference(ID), [ex.TRACE_CASE], seed=SEED + 1).trace
     assert again["at"] == clock["at"]  # other numbers, the same messages: the same projection
 
 
@@ -295,10 +295,9 @@ TWO = ["w4-2x2-n1024-float32", "w6-2x3-n12-float32"]
 ])
 def test_a_flat_ring_a_root_gather_and_a_wrong_phase_order_fail_naming_the_phase(fixture, expected):
     report_ = grade((FIXTURES / fixture).read_text("utf-8"), TWO)
-    assert report_["error"] is None and failing(report_) == expected, json.dumps(failing(report_))
+    assert report_.error is None and failing(report_) == expected, json.dumps(failing(report_))
     text = messages.text(expected[TWO[0]][-1], "en", ID,
-                         **next(f for f in report_["cases"][0]["findings"] if not f["passed"]
-                                and f["check"] == "phases")["values"])
+                         **next(f for f in report_.cases[0].findings if not f.passed and f.check == "phases").values)
     assert text.startswith("Phase 1 is not finished")
 
 

@@ -56,7 +56,10 @@ def keys_in(path: Path) -> set[str]:
             found.update(_const(node.value))
         elif isinstance(node, ast.Call):
             name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-            if name == "failed" and len(node.args) >= 2:
+            for keyword in node.keywords:  # Problem(key=...), Finding(key=...): the report's models
+                if keyword.arg == "key":
+                    found.update(_const(keyword.value))
+            if name in ("failed", "stopped") and len(node.args) >= 2:
                 found.update(_const(node.args[1]))
             elif name == "passed" and node.args:
                 found.update(f"{c}_ok" for c in _const(node.args[0]))
@@ -194,9 +197,10 @@ def test_each_exercise_has_its_own_pass_and_reference_words(lang):
 def test_the_command_lines_summary_fills_in_every_count(lang):
     """The summary line had lost its ``total`` ("7 of {total} cases passed") in a merge."""
     from labs.exercises.__main__ import render
+    from labs.exercises.report import GradeReport
     from tests import exercisefakes
 
-    last = render(exercisefakes.report(passed=False), lang).splitlines()[-1]
+    last = render(GradeReport.model_validate(exercisefakes.report(passed=False)), lang).splitlines()[-1]
     assert "{" not in last and "2" in last, last
 
 
@@ -252,12 +256,13 @@ def test_a_case_is_labelled_as_its_exercise_sizes_it(lang):
     of 37 samples (journey review m9)."""
     from academy import exercises as catalog
     from academy import i18n
+    from labs.exercises.report import CaseReport
 
     for exercise_id in exercises.EXERCISES:
         case = exercises.load(exercise_id).cases(0)[0]
-        entry = {"id": case["id"], "world_size": case["world_size"], "shape": case["shape"],
-                 "size": 1 if len(case["shape"]) == 1 and case["shape"][0] == 1 else case["shape"][0],
-                 "dtype": case["dtype"], **({"src": case["src"]} if "src" in case else {})}
+        entry = CaseReport(id=case["id"], status="passed", world_size=case["world_size"], shape=case["shape"],
+                           size=1 if len(case["shape"]) == 1 and case["shape"][0] == 1 else case["shape"][0],
+                           dtype=case["dtype"], src=case.get("src"))
         label = catalog.case_label(exercise_id, entry, lang)
         kind = getattr(exercises.load(exercise_id), "CASE_SIZE", "tensor")
         if kind == "batch":

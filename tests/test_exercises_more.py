@@ -31,6 +31,7 @@ import pytest
 from academy import content
 from labs.exercises import EXERCISES, grader, load, messages, reference
 from labs.exercises.bucketed_overlap.exercise import buckets
+from labs.exercises.report import GradeReport
 from tests.exercisepass import sandbox_mode
 from tests.test_terminology import LESSONS, findings, fixture_rules, report, rules_from, yaml_texts
 
@@ -368,12 +369,12 @@ def exercises_reference(exercise_id: str) -> str:
 # Real grading on gloo ranks
 
 
-def cli_grade(exercise_id: str, path: Path) -> tuple[int, dict]:
+def cli_grade(exercise_id: str, path: Path) -> tuple[int, GradeReport]:
     proc = subprocess.run(
         [sys.executable, "-m", "labs.exercises", "grade", exercise_id, str(path), "--json", "--seed", str(SEED)],
         cwd=ROOT, capture_output=True, text=True, timeout=180,
         env={**os.environ, "EXERCISE_SANDBOX": sandbox_mode()})
-    return proc.returncode, json.loads(proc.stdout)
+    return proc.returncode, GradeReport.model_validate_json(proc.stdout)
 
 
 PASSING = [
@@ -388,7 +389,7 @@ PASSING = [
 ]
 
 
-def grade_passing(exercise_id: str, path: Path) -> tuple[int, dict]:
+def grade_passing(exercise_id: str, path: Path) -> tuple[int, GradeReport]:
     """The first solution through ``python -m labs.exercises grade``; the others through
     ``grader.grade``, the function behind it, with the exit status the command would give."""
     if (exercise_id, path) == PASSING[0]:
@@ -396,28 +397,27 @@ def grade_passing(exercise_id: str, path: Path) -> tuple[int, dict]:
     from labs.exercises.__main__ import EXIT
 
     report_ = grader.grade(exercise_id, path.read_text("utf-8"), seed=SEED, mode=sandbox_mode())
-    return EXIT[report_["status"]], report_
+    return EXIT[report_.status], report_
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("exercise_id", "path"), PASSING, ids=lambda v: getattr(v, "name", v))
 def test_correct_solutions_pass_every_case_from_the_cli(exercise_id, path):
     code, report_ = grade_passing(exercise_id, path)
-    assert code == 0 and report_["status"] == "passed", json.dumps(report_, indent=1)[:3000]
-    assert sorted(c["id"] for c in report_["cases"]) == sorted(c["id"] for c in load(exercise_id).cases(SEED))
-    assert all(c["status"] == "passed" and c["findings"] for c in report_["cases"])
+    assert code == 0 and report_.status == "passed", report_.model_dump_json(indent=1)[:3000]
+    assert sorted(c.id for c in report_.cases) == sorted(c["id"] for c in load(exercise_id).cases(SEED))
+    assert all(c.status == "passed" and c.findings for c in report_.cases)
 
 
-def failing(report_: dict) -> dict[str, list[str]]:
+def failing(report_: GradeReport) -> dict[str, list[str]]:
     """{case id: keys of its failed findings} for the cases that failed."""
-    return {c["id"]: [f["key"] for f in c["findings"] if not f["passed"]]
-            for c in report_["cases"] if c["status"] != "passed"}
+    return {c.id: [f.key for f in c.findings if not f.passed] for c in report_.cases if c.status != "passed"}
 
 
-def grade_fixture(exercise_id: str, name: str) -> dict:
+def grade_fixture(exercise_id: str, name: str) -> GradeReport:
     report_ = grader.grade(exercise_id, (FIXTURES / name).read_text("utf-8"), seed=SEED, mode=sandbox_mode())
-    assert report_["error"] is None, report_["error"]
-    assert report_["status"] == "failed"
+    assert report_.error is None, report_.error
+    assert report_.status == "failed"
     return report_
 
 

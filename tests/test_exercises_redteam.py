@@ -36,6 +36,7 @@ from hypothesis import strategies as st
 from labs import exercises
 from labs.exercises.__main__ import render
 from labs.exercises.grader import grade
+from labs.exercises.report import Finding, GradeReport, Problem
 from labs.sandbox import run as sandbox
 from tests.test_exercises_router import ROOMY, Rank, frames, pump, routing
 
@@ -44,18 +45,18 @@ CASES = {"ring-allreduce": {"w2-n5-float32"}, "broadcast": {"w2-src1-n6-int64"}}
 HEADER = "import torch\nimport torch.distributed as dist\n\n\ndef ring_allreduce(tensor):\n"
 
 
-def _grade(body: str, exercise_id: str = "ring-allreduce", header: str = HEADER) -> dict:
+def _grade(body: str, exercise_id: str = "ring-allreduce", header: str = HEADER) -> GradeReport:
     lines = "".join(f"    {line}\n" for line in body.strip().splitlines())
     return grade(exercise_id, header + lines + "    return tensor\n", case_ids=CASES[exercise_id])
 
 
-def _finding(report: dict) -> dict:
+def _finding(report: GradeReport) -> Finding | Problem:
     """The one failing finding of the one case (or the report's error)."""
-    assert report["status"] != "passed"
-    if report["error"] is not None:
-        return report["error"]
-    (case,) = report["cases"]
-    failed = [f for f in case["findings"] if not f["passed"]]
+    assert report.status != "passed"
+    if report.error is not None:
+        return report.error
+    (case,) = report.cases
+    failed = [f for f in case.findings if not f.passed]
     assert failed, case
     return failed[0]
 
@@ -93,8 +94,8 @@ def test_every_route_to_a_collective_is_a_forbidden_call(route):
     body, call = ROUTES[route]
     report = _grade(body)
     finding = _finding(report)
-    assert finding["key"] == "forbidden_call", finding
-    assert call in finding["values"]["call"]
+    assert finding.key == "forbidden_call", finding
+    assert call in finding.values["call"]
     assert "which this exercise does not allow" in render(report, "en")
 
 
@@ -104,15 +105,15 @@ def test_importing_a_collective_by_name_or_the_functional_collectives_is_refused
                          ("import torch.distributed._functional_collectives\n", "_functional_collectives")):
         body = "all_reduce(tensor)" if "all_reduce" in header else "pass"
         finding = _finding(_grade(body, header=header + HEADER))
-        assert finding["key"] == "forbidden_call", finding
-        assert call in finding["values"]["call"]
+        assert finding.key == "forbidden_call", finding
+        assert call in finding.values["call"]
 
 
 @pytest.mark.needs_sandbox
 def test_broadcast_by_the_built_in_is_forbidden():
     header = "import torch.distributed as dist\n\n\ndef broadcast(tensor, src):\n"
     finding = _finding(_grade("dist.broadcast(tensor, src)", "broadcast", header=header))
-    assert finding["key"] == "forbidden_call" and finding["values"]["call"] == "dist.broadcast"
+    assert finding.key == "forbidden_call" and finding.values["call"] == "dist.broadcast"
 
 
 @pytest.mark.needs_sandbox
@@ -125,8 +126,8 @@ def test_broadcast_by_the_built_in_is_forbidden():
 ])
 def test_reaching_into_the_harness_is_refused(body, what):
     finding = _finding(_grade(body))
-    assert finding["key"] == "guard_refused", finding
-    assert finding["values"]["call"] == what
+    assert finding.key == "guard_refused", finding
+    assert finding.values["call"] == what
 
 
 @pytest.mark.needs_sandbox
@@ -160,8 +161,8 @@ for top in {tops!r}:
 print("\\n".join(seen))
 """
     report = _grade(body)
-    (case,) = report["cases"]
-    printed = "\n".join(case["output"].values())
+    (case,) = report.cases
+    printed = "\n".join(case.output.values())
     assert "REFUSED" in printed  # it tried, and was refused
     assert "READ" not in printed, printed[:2000]
     assert "exchange(chunks[send_c], into)" not in printed  # a line of the reference
@@ -181,10 +182,10 @@ api.channel.send({"t": "expected", "case": "w2-n5-float32",
 api.sent = api.received = tensor.numel() * tensor.element_size()
 """
     report = _grade(body)
-    (case,) = report["cases"]
-    values = next(f for f in case["findings"] if f["check"] == "values")
-    assert not values["passed"], values
-    assert report["status"] == "failed"
+    (case,) = report.cases
+    values = next(f for f in case.findings if f.check == "values")
+    assert not values.passed, values
+    assert report.status == "failed"
 
 
 @pytest.mark.needs_sandbox
@@ -198,8 +199,8 @@ import signal
 signal.pidfd_send_signal(os.pidfd_open(os.getppid()), signal.SIGKILL)
 """
     finding = _finding(_grade(body))
-    assert finding["key"] == "crash", finding
-    assert "not permitted" in finding["values"]["message"], finding
+    assert finding.key == "crash", finding
+    assert "not permitted" in finding.values["message"], finding
 
 
 def test_a_harness_killed_by_a_signal_says_it_was_the_code(monkeypatch):
@@ -212,9 +213,9 @@ def test_a_harness_killed_by_a_signal_says_it_was_the_code(monkeypatch):
     monkeypatch.setattr(sandbox, "check_available", lambda _mode=None: None)
     monkeypatch.setattr(sandbox, "run_python", killed)
     report = grade("ring-allreduce", HEADER + "    return tensor\n", case_ids=CASES["ring-allreduce"])
-    assert report["status"] == "error"
-    assert report["error"]["key"] == "harness_killed", report["error"]
-    assert report["error"]["values"] == {"signal": 9}
+    assert report.status == "error"
+    assert report.error.key == "harness_killed", report.error
+    assert report.error.values == {"signal": 9}
     text = render(report, "en")
     assert "not your fault" not in text and "killed" in text
 
@@ -225,9 +226,9 @@ def test_a_reply_the_learner_forged_is_a_finding_not_a_crash_of_the_grader():
     has, crashed the grader (KeyError, exit 1, no report). It is the case's finding now."""
     report = _grade('dist.send.__self__.channel.send({"t": "result", "case": "x"})')
     finding = _finding(report)
-    assert finding["key"] == "reply_unreadable", finding
-    assert "KeyError" in finding["values"]["detail"]
-    assert report["status"] == "failed"
+    assert finding.key == "reply_unreadable", finding
+    assert "KeyError" in finding.values["detail"]
+    assert report.status == "failed"
     assert "could not be read" in render(report, "en")
 
 
@@ -258,10 +259,10 @@ def ring_allreduce(tensor):
     return tensor
 """
     report = grade("ring-allreduce", source, case_ids={"w3-n1001-float32", "w4-n1027-float32", "w3-n7-float32"})
-    assert report["status"] == "failed", report
-    for case in report["cases"]:
-        failed = [f for f in case["findings"] if not f["passed"]]
-        assert [f["key"] for f in failed] == ["bytes_whole_buffer"], case  # the values pass
+    assert report.status == "failed", report
+    for case in report.cases:
+        failed = [f for f in case.findings if not f.passed]
+        assert [f.key for f in failed] == ["bytes_whole_buffer"], case  # the values pass
 
 
 # A ring on zeros: exactly a ring's messages (so the api's and the wire's counts are a
@@ -358,8 +359,8 @@ def test_a_side_channel_between_ranks_is_refused_by_the_kernel(channel):
     source = SIDE_CHANNEL.replace("{channel}", CHANNELS[channel])
     report = grade("ring-allreduce", source, case_ids={"w3-n1001-float32"})
     finding = _finding(report)
-    assert finding["key"] == "crash", finding
-    text = f'{finding["values"]["exception"]} {finding["values"]["message"]}'
+    assert finding.key == "crash", finding
+    text = f'{finding.values["exception"]} {finding.values["message"]}'
     assert "not permitted" in text or "cannot be opened" in text, text
 
 
@@ -395,8 +396,8 @@ for name, call in (("symlink", os.symlink), ("link", os.link)):
 print("FOUND", found)
 """
     report = _grade(body)
-    (case,) = report["cases"]
-    printed = case["output"]["0"]
+    (case,) = report.cases
+    printed = case.output["0"]
     assert "FOUND {'input': ['submission.py'], 'spawn': 1, 'symlink': 1, 'link': 1}" in printed, printed
 
 
@@ -413,8 +414,8 @@ worker.join()
 print("THREAD", seen)
 """
     report = _grade(body)
-    (case,) = report["cases"]
-    assert "THREAD [0]" in case["output"]["0"], case
+    (case,) = report.cases
+    assert "THREAD [0]" in case.output["0"], case
 
 
 @pytest.mark.needs_sandbox
@@ -433,8 +434,8 @@ except RuntimeError as exc:
 print("OWNER", os.stat(parent + "/mem").st_uid != os.getuid())
 """
     report = _grade(body)
-    (case,) = report["cases"]
-    printed = case["output"]["0"]
+    (case,) = report.cases
+    printed = case.output["0"]
     assert "ENVIRON True" in printed and "OWNER True" in printed, printed
 
 
@@ -612,8 +613,8 @@ while todo and len(seen) < 200000:
 print("FOUND", sorted(found), len(seen))
 """
     report = _grade(body)
-    (case,) = report["cases"]
-    printed = case["output"]["0"]
+    (case,) = report.cases
+    printed = case.output["0"]
     assert "FOUND [] " in printed, printed
 
 
@@ -632,9 +633,9 @@ print("FOUND", sorted(found), len(seen))
 ])
 def test_a_collective_by_any_route_is_a_failure_never_a_pass(body):
     report = _grade(body)
-    assert report["status"] != "passed"
+    assert report.status != "passed"
     finding = _finding(report)
-    assert finding["key"] in ("crash", "forbidden_call", "deadlock", "rank_died", "protocol_call_refused",
+    assert finding.key in ("crash", "forbidden_call", "deadlock", "rank_died", "protocol_call_refused",
                               "protocol_frame"), finding
     text = render(report, "en")
     assert "passed" not in text.splitlines()[0].lower() or "0 of" in text
@@ -645,9 +646,9 @@ def test_a_frame_forged_to_the_router_breaks_the_protocol_and_says_so():
     body = 'dist.send.__self__.channel.send({"t": "all_reduce", "id": 5, "dtype": "float32", "op": "sum"}, b"1234")'
     report = _grade(body + "\nimport time\ntime.sleep(1)")
     finding = _finding(report)
-    assert (finding["check"], finding["key"], finding["values"]["op"]) == \
+    assert (finding.check, finding.key, finding.values["op"]) == \
         ("protocol", "protocol_call_refused", "all_reduce"), finding
-    assert finding["values"]["rank"] in (0, 1)  # both ranks wrote it: the router read one first
+    assert finding.values["rank"] in (0, 1)  # both ranks wrote it: the router read one first
     assert "asked the grader for dist.all_reduce" in render(report, "en")
 
 
@@ -662,8 +663,8 @@ world = c10d._world
 print("GROUPS", isinstance(world.default_pg, c10d.ProcessGroup), len(world.pg_map), len(world.pg_names))
 """
     report = _grade(body)
-    (case,) = report["cases"]
-    assert "GROUPS False 0 0" in case["output"]["0"], case["output"]
+    (case,) = report.cases
+    assert "GROUPS False 0 0" in case.output["0"], case.output
 
 
 # --------------------------------------------------------------------------
@@ -1052,8 +1053,8 @@ def test_the_size_mismatch_cheat_fails_by_raw_frames_and_by_the_public_api(sourc
     Both passed before (the raw frames at 1,700 bytes a call, the meta tensors at 7)."""
     report = grade("ring-allreduce", source, case_ids={"w2-n5-float32"})
     finding = _finding(report)
-    assert finding["check"] == "protocol" and finding["key"] == key, finding
-    assert report["status"] == "failed"
+    assert finding.check == "protocol" and finding.key == key, finding
+    assert report.status == "failed"
 
 
 DIRECT = """
@@ -1088,12 +1089,13 @@ def test_a_direct_reduce_scatter_and_all_gather_does_not_pass_as_a_ring():
     pass; its message pattern fails, naming the family, where it left the ring and its cost,
     and the report names the family beside the animation (none is drawn)."""
     report = grade("ring-allreduce", DIRECT, case_ids={"w3-n7-float32", "w4-n10-float32"})
-    assert report["status"] == "failed" and report["error"] is None
-    for case in report["cases"]:
-        failed = [f for f in case["findings"] if not f["passed"]]
-        assert [f["key"] for f in failed] == ["pattern_direct"], case
-        assert failed[0]["values"]["rank"] == 1 and failed[0]["values"]["peer"] == 0
-    assert report["pattern"] == {"case": "w4-n10-float32", "family": "direct", "world_size": 4, "messages": 6}
+    assert report.status == "failed" and report.error is None
+    for case in report.cases:
+        failed = [f for f in case.findings if not f.passed]
+        assert [f.key for f in failed] == ["pattern_direct"], case
+        assert failed[0].values["rank"] == 1 and failed[0].values["peer"] == 0
+    assert report.pattern.model_dump() == {"case": "w4-n10-float32", "family": "direct", "world_size": 4,
+                                           "messages": 6}
     text = render(report, "en")
     assert "they are a direct exchange" in text and "Message pattern in case w4-n10-float32" in text
 

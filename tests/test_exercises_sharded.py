@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from labs.exercises import EXERCISES, REQUIRED_FOR_CERTIFICATE, grader, load, messages
+from labs.exercises.report import GradeReport
 from labs.exercises.sharded_optimizer.exercise import fair_limit
 from tests.apptest import open_page
 from tests.exercisepass import passing_report, sandbox_mode
@@ -270,24 +271,23 @@ def test_starter_has_the_signature_and_is_not_an_answer():
 # Real grading on ranks in the sandbox: four gradings here, the heap walk's below
 
 
-def grade(source: str, case_ids=None) -> dict:
+def grade(source: str, case_ids=None) -> GradeReport:
     return grader.grade(ID, source, seed=SEED, mode=sandbox_mode(), case_ids=case_ids)
 
 
-def failing(report_: dict) -> dict[str, list[str]]:
-    return {c["id"]: [f["key"] for f in c["findings"] if not f["passed"]]
-            for c in report_["cases"] if c["status"] != "passed"}
+def failing(report_: GradeReport) -> dict[str, list[str]]:
+    return {c.id: [f.key for f in c.findings if not f.passed] for c in report_.cases if c.status != "passed"}
 
 
 @pytest.mark.slow
 def test_the_reference_passes_every_case_and_the_report_gives_the_bytes():
     report_ = passing_report(ID, seed=SEED)  # asserts that it passed
-    assert sorted(c["id"] for c in report_["cases"]) == sorted(c["id"] for c in load(ID).cases(SEED))
-    for case in report_["cases"]:
-        wire = next(f for f in case["findings"] if f["key"] == "zero_wire")["values"]
+    assert sorted(c.id for c in report_.cases) == sorted(c["id"] for c in load(ID).cases(SEED))
+    for case in report_.cases:
+        wire = next(f for f in case.findings if f.key == "zero_wire").values
         # A broadcast per parameter: every parameter's bytes leave its owner once.
-        assert wire["sent"] == wire["params"] * 3 and wire["received"] == wire["sent"] * (case["world_size"] - 1)
-        state = next(f for f in case["findings"] if f["check"] == "state")["values"]
+        assert wire["sent"] == wire["params"] * 3 and wire["received"] == wire["sent"] * (case.world_size - 1)
+        state = next(f for f in case.findings if f.check == "state").values
         assert 0 < state["held"] <= state["limit"] < state["total"]
 
 
@@ -298,25 +298,25 @@ FEW = ["w2-big-sgd", "w4-few-adam"]
 @pytest.mark.slow
 def test_a_rank_that_keeps_the_whole_state_fails_naming_its_bytes():
     report_ = grade((FIXTURES / "zero_wrong_full_state.py").read_text("utf-8"), FEW)
-    assert report_["error"] is None and failing(report_) == {c: ["zero_state_too_large"] for c in FEW}
-    for case in report_["cases"]:
-        state = next(f for f in case["findings"] if f["check"] == "state")["values"]
+    assert report_.error is None and failing(report_) == {c: ["zero_state_too_large"] for c in FEW}
+    for case in report_.cases:
+        state = next(f for f in case.findings if f.check == "state").values
         assert state["held"] == state["total"] > state["limit"]
 
 
 @pytest.mark.slow
 def test_parameters_never_sent_leave_the_ranks_apart():
     report_ = grade((FIXTURES / "zero_wrong_never_sent.py").read_text("utf-8"), FEW)
-    assert report_["error"] is None and sorted(failing(report_)) == sorted(FEW)
+    assert report_.error is None and sorted(failing(report_)) == sorted(FEW)
     assert all(found[0] == "zero_weights_differ" for found in failing(report_).values())
 
 
 @pytest.mark.slow
 def test_owners_that_disagree_between_ranks_are_named():
     report_ = grade((FIXTURES / "zero_wrong_owners_disagree.py").read_text("utf-8"), ["w3-mlp-adam"])
-    assert report_["error"] is None
-    [finding] = report_["cases"][0]["findings"]
-    assert finding["key"] == "broadcast_sources_differ" and finding["values"]["sources"] == "0, 1, 2"
+    assert report_.error is None
+    [finding] = report_.cases[0].findings
+    assert finding.key == "broadcast_sources_differ" and finding.values["sources"] == "0, 1, 2"
 
 
 # --------------------------------------------------------------------------
@@ -340,5 +340,5 @@ def test_the_exercises_page_lists_it_and_opens_its_statement_and_starter(app_db,
 @pytest.mark.slow
 def test_the_drivers_heap_walk_is_refused_to_the_learners_code():
     report_ = grade((FIXTURES / "zero_wrong_walks_the_heap.py").read_text("utf-8"), ["w2-few-adam"])
-    [finding] = report_["cases"][0]["findings"]
-    assert finding["key"] == "guard_refused" and finding["values"]["call"] == "gc.get_objects"
+    [finding] = report_.cases[0].findings
+    assert finding.key == "guard_refused" and finding.values["call"] == "gc.get_objects"

@@ -453,18 +453,18 @@ def test_a_first_hint_never_overwrites_code_saved_in_between(db, monkeypatch):
 def test_old_reports_are_slimmed_on_sqlite_and_postgresql(db):
     """N-6: the pruning query (a JSON path on the report) on both databases: beyond the newest
     five runs of an exercise, a learner's reports keep their status and summary only."""
-    from academy.labruns import queue as labqueue
+    from academy.labruns import kinds
 
     me = learner(db)
     runs = [finished_run(db, me, "broadcast") for _ in range(7)]
     other = finished_run(db, me, "ring-allreduce")
-    assert labqueue.prune_results(session=db, run_id=runs[-1]) == 2
+    assert kinds.prune_results(session=db, run_id=runs[-1]) == 2
     db.commit()
-    assert labqueue.prune_results(session=db, run_id=runs[-1]) == 0, "slimmed once"
+    assert kinds.prune_results(session=db, run_id=runs[-1]) == 0, "slimmed once"
     db.expire_all()
     reports = [db.get(LabRun, run_id).result for run_id in runs]
     assert [bool(r.get("pruned")) for r in reports] == [True, True] + [False] * 5
     assert reports[0]["status"] == "passed" and reports[0]["trace"] is None
     assert reports[0]["cases"] == [{"id": "w3-n7-float32", "status": "passed", "world_size": 3, "size": 7,
-                                    "dtype": "float32"}]
+                                    "dtype": "float32", "findings": [], "output": {}}]
     assert not db.get(LabRun, other).result.get("pruned")

@@ -45,10 +45,10 @@ def test_warm_and_fresh_grade_one_submission_the_same(source):
         warmed = grader.grade("ring-allreduce", text, seed=11, warm=warm)
         assert not warm.started.alive(), "used once, for this submission, and gone"
     fresh = grader.grade("ring-allreduce", text, seed=11)
-    assert _same(warmed) == _same(fresh)
-    assert warmed["status"] == ("passed" if source == "reference" else "failed")
+    assert _same(warmed.dump()) == _same(fresh.dump())
+    assert warmed.status == ("passed" if source == "reference" else "failed")
     if source != "reference":
-        assert failing(warmed) and all(f[0]["check"] == "bytes" for f in failing(warmed).values())
+        assert failing(warmed) and all(f[0].check == "bytes" for f in failing(warmed).values())
 
 
 def test_a_warm_grader_grades_one_job_from_stdin_and_exits(tmp_path):
@@ -84,5 +84,5 @@ def test_one_warm_sandbox_grades_any_exercise(exercise):
         warmed = grader.grade(exercise, source, seed=5, warm=warm)
         assert not warm.started.alive(), "used once, and gone"
     fresh = grader.grade(exercise, source, seed=5)
-    assert warmed["status"] == fresh["status"] == "passed", warmed["error"]
-    assert [(c["id"], c["status"]) for c in warmed["cases"]] == [(c["id"], c["status"]) for c in fresh["cases"]]
+    assert warmed.status == fresh.status == "passed", warmed.error
+    assert [(c.id, c.status) for c in warmed.cases] == [(c.id, c.status) for c in fresh.cases]

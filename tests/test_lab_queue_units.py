@@ -14,6 +14,7 @@ import pytest
 from academy import i18n
 from academy.db import session_scope
 from academy.labruns import job as labjob
+from academy.labruns import kinds
 from academy.labruns import queue as labqueue
 from academy.models import LabRun, LabWorker, utcnow
 from tests.apptest import open_page, press
@@ -83,40 +84,65 @@ def test_a_device_set_is_held_by_one_lab_at_a_time_even_across_workers(tmp_path)
     assert overlaps == [], "two labs held GPU 1 at once"
 
 
-def test_each_stored_parameter_becomes_the_flag_of_its_name(tmp_path):
-    args = labjob.command("ring", {"world_size": 2, "fail_at_step": 3, "size": 1024}, tmp_path)
+def test_the_stored_request_is_the_command_and_the_command_the_request(tmp_path):
+    """The worker makes the stored request again and runs its argv; ``python -m labs`` reads
+    the same request back from it: a model on each side of the argv boundary."""
+    import dataclasses
+
+    from labs.request import Request
+    from labs.settings import Limits
+
+    stored = Request.checked("ring", {"world_size": 2, "fail_at_step": 3, "size": 1024}).stored()
+    assert stored.items() >= {"world_size": 2, "fail_at_step": 3, "size": 1024}.items()
+    request = Request.checked("ring", stored, Limits())
+    args = kinds.command(request, tmp_path)
     assert args[1:4] == ["-m", "labs", "ring"]
     assert args[args.index("--world-size") + 1] == "2"
     assert args[args.index("--fail-at-step") + 1] == "3"
     assert args[args.index("--events") + 1] == str(tmp_path / "events.jsonl")
+    back = Request.from_argv(args[3:], Limits())  # the timeouts left to the command are its limits
+    assert (back.run.timeout, back.run.hang_timeout) == (Limits().timeout_s, Limits().hang_timeout_s)
+    assert dataclasses.replace(back, run=dataclasses.replace(back.run, timeout=None, hang_timeout=None)) == request
     # a list the form offers (a multiselect) is one flag followed by its values, as argparse reads them
-    args = labjob.command("compression", {"world_size": 2, "strategies": ["topk", "topk_ef"]}, tmp_path)
+    compression = Request.checked("compression", {"world_size": 2, "strategies": ["topk", "topk_ef"]}, Limits())
+    args = kinds.command(compression, tmp_path)
     assert args[args.index("--strategies"):][:3] == ["--strategies", "topk", "topk_ef"]
+    assert Request.from_argv(args[3:], Limits()).params.strategies == ["topk", "topk_ef"]
 
 
 def test_a_multi_node_run_is_one_torchrun_line_per_node(tmp_path, monkeypatch):
     from academy.settings import get_settings
+    from labs.request import Request
 
     with pytest.raises(ValueError, match="LAB_RENDEZVOUS_ENDPOINT"):
-        labjob.torchrun_command("ring", {"world_size": 4, "nodes": 2}, tmp_path, run_id=7)
+        kinds.torchrun_command(Request.checked("ring", {"world_size": 4, "nodes": 2}), tmp_path, run_id=7)
     monkeypatch.setenv("LAB_RENDEZVOUS_ENDPOINT", "head:29500")
     get_settings.cache_clear()
     try:
-        args = labjob.torchrun_command("ring", {"world_size": 4, "nodes": 2, "size": 64}, tmp_path,
-                                         run_id=7)
+        args = kinds.torchrun_command(Request.checked("ring", {"world_size": 4, "nodes": 2, "size": 64}),
+                                      tmp_path, run_id=7)
     finally:
         monkeypatch.undo()
         get_settings.cache_clear()
     line = " ".join(args)
     assert "-m torch.distributed.run --nnodes 2 --nproc-per-node 4" in line
     assert "--rdzv-backend c10d --rdzv-endpoint head:29500 --rdzv-id dpa-run-7" in line
-    assert f"--rdzv-conf join_timeout={get_settings().lab_node_wait_s + labjob.JOIN_GRACE_S}" in line
+    assert f"--rdzv-conf join_timeout={get_settings().lab_node_wait_s + kinds.JOIN_GRACE_S}" in line
     # Each rank: python -c PRELUDE ring ... (the prelude runs `python -m labs` once it
     # has asked to die with its torchrun).
-    prelude = args.index(labjob.RANK_PRELUDE)
+    prelude = args.index(kinds.RANK_PRELUDE)
     assert args[prelude - 3:prelude] == ["--no-python", args[0], "-c"] and args[prelude + 1] == "ring"
-    assert "runpy.run_module('labs'" in labjob.RANK_PRELUDE
-    assert "--world-size" not in args and "--nodes" not in args and "--size" in args
+    assert "runpy.run_module('labs'" in kinds.RANK_PRELUDE
+    assert "--world-size" not in args and "--nodes" not in args and "--start" not in args and "--size" in args
+    # A rank of that line makes the same request again, its ranks per node and nodes torchrun's:
+    # a failing rank on the second node is one the run has.
+    from labs.settings import Limits
+
+    rank_argv = [*args[prelude + 1:], "--fail-rank", "5"]
+    for name, value in {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"}.items():
+        monkeypatch.setenv(name, value)
+    back = Request.from_argv(rank_argv, Limits())
+    assert (back.run.world_size, back.nodes, back.run.fail_rank, back.params.size) == (4, 2, 5, 64)
 
 
 # --------------------------------------------------------------------------
@@ -472,20 +498,22 @@ def test_migration_0010_goes_down_and_up_again(engine):
 
 @pytest.fixture
 def fake_worker(request, tmp_path, monkeypatch):
-    """``labjob.execute`` in this process, its "lab" a one-liner that writes ``reports[run_id]``
-    as result.json and exits 0: the worker's own path from the report to the stored row."""
+    """``labjob.execute`` in this process, the command of either kind of job (a lab, a grading)
+    a one-liner that writes ``reports[run_id]`` as result.json and exits 0: the worker's own
+    path from the report to the stored row."""
+    import dataclasses
     import sys
 
     request.getfixturevalue("app_db")
     reports: dict[int, dict] = {}
 
-    def command(_lab, _params, workdir):
-        run_id = int(Path(workdir).name.split("-")[1])
-        (Path(workdir) / "want.json").write_text(json.dumps(reports[run_id]))
+    def command(run, workdir):
+        (Path(workdir) / "want.json").write_text(json.dumps(reports[run.id]))
         return [sys.executable, "-c", "import shutil, sys; shutil.copy(sys.argv[1], sys.argv[2])",
-                str(Path(workdir) / "want.json"), str(Path(workdir) / "result.json")]
+                str(Path(workdir) / "want.json"), str(Path(workdir) / "result.json")], {}
 
-    monkeypatch.setattr(labjob, "command", command)
+    for name, kind in kinds.KINDS.items():
+        monkeypatch.setitem(kinds.KINDS, name, dataclasses.replace(kind, command=command))
     labjob.set_worker(labjob.WorkerState(name="test-worker", workroot=tmp_path))
 
     def run(report: dict, *, learner_id: int | None, lab: str = "exercise", exercise: str = "broadcast",
@@ -519,7 +547,8 @@ def _exercise_report(status: str = "passed", message_bytes: int = 10) -> dict:
                           "values": {"rank": 0, "exception": "E", "message": "x" * message_bytes}}],
             "waiting": [], "output": {"0": "printed"}}
     return {"exercise": "broadcast", "status": status, "ok": status == "passed", "error": None,
-            "cases": [case], "trace": {"world_size": 2, "traces": [[], []]}, "duration_s": 1.0, "sandbox": "none"}
+            "cases": [case], "trace": {"world_size": 2, "traces": [[], []]}, "pattern": None, "duration_s": 1.0,
+            "sandbox": "none"}
 
 
 def test_a_report_over_the_limit_is_stored_as_too_large_and_never_as_a_pass(fake_worker):
@@ -579,9 +608,9 @@ def test_only_the_newest_five_runs_keep_their_full_report(fake_worker):
         assert stored[2] == _exercise_report("failed")
         for old in stored[:2]:
             assert old == {"exercise": "broadcast", "status": "failed", "ok": False, "duration_s": 1.0,
-                           "sandbox": "none", "error": None, "trace": None, "pruned": True,
+                           "sandbox": "none", "error": None, "trace": None, "pattern": None, "pruned": True,
                            "cases": [{"id": "w2-n1-float32", "status": "failed", "world_size": 2, "size": 1,
-                                      "dtype": "float32"}]}
+                                      "dtype": "float32", "findings": [], "output": {}}]}
         # Other learners, other exercises and labs count on their own.
         for kept in (theirs, elsewhere, lab):
             assert not s.get(LabRun, kept.id).result.get("pruned")

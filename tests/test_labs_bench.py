@@ -12,6 +12,7 @@ import pytest
 
 from labs.bench import lab as bench
 from labs.launch import run_lab
+from labs.params import Run
 
 
 def test_sweep_sizes_are_geometric_and_inclusive():
@@ -34,7 +35,7 @@ def test_params_validate():
 
 def test_bench_lab_json_shape_and_arithmetic():
     params = bench.Params(min_bytes=1024, max_bytes=16384, factor=4, warmup=1, iters=2)
-    result = run_lab("bench", params, world_size=2, timeout=120)
+    result = run_lab(Run(world_size=2, timeout=120), params)
     assert result.ok, result
     doc = json.loads(json.dumps(result.to_dict()))  # JSON all the way down
     summary = doc["summary"]
@@ -75,7 +76,7 @@ def test_bench_counts_wrong_results_for_other_dtypes():
     params = bench.Params(min_bytes=4096, max_bytes=4096, factor=2, warmup=0, iters=1,
                           dtype="bfloat16", op="avg",
                           impls=["ring", "ring_pipelined", "naive", "all_reduce"])
-    result = run_lab("bench", params, world_size=3, timeout=120)
+    result = run_lab(Run(world_size=3, timeout=120), params)
     assert result.ok, result
     assert all(r["wrong"] == 0 for r in result.summary["rows"])
     assert result.summary["fit"]["ring"] is None  # a single size: nothing to fit
@@ -84,7 +85,7 @@ def test_bench_counts_wrong_results_for_other_dtypes():
 def test_sweep_without_the_builtin_has_no_comparison():
     params = bench.Params(min_bytes=4096, max_bytes=4096, factor=2, warmup=0, iters=1,
                           impls=["ring_pipelined"])
-    result = run_lab("bench", params, world_size=2, timeout=120)
+    result = run_lab(Run(world_size=2, timeout=120), params)
     assert result.ok, result
     assert [r["impl"] for r in result.summary["rows"]] == ["ring_pipelined"]
     assert result.summary["rows"][0]["wrong"] == 0

@@ -27,6 +27,7 @@ from academy.db import session_scope
 from academy.labruns import pages as labruns
 from academy.models import LabRun
 from labs.launch import run_lab
+from labs.request import Request
 from tests.apptest import open_page
 
 ALGOS = ["ring", "pipelined", "naive"]
@@ -60,7 +61,8 @@ def record_all() -> None:
             for algo, dtype, op, backend in ring_combos()]
     todo += [((lab, backend), dict(SMALL[lab]), backend) for lab in ("bench", "ddp") for backend in RUNNABLE_BACKENDS]
     for key, params, backend in todo:
-        result = run_lab(key[0], params, world_size=2, backend=backend)
+        request = Request.checked(key[0], {**params, "world_size": 2, "backend": backend})
+        result = run_lab(request.run, request.params)
         assert result.ok, (key, result)
         out.append([list(key), result.to_dict()])
     print(json.dumps(out))

@@ -15,9 +15,9 @@ import pytest
 import labs.compression.rank  # noqa: F401 - imported here so that forked ranks inherit it (DDP, the hooks)
 from labs import reports
 from labs.compression import lab as compression
-from labs.context import FailSpec
 from labs.launch import run_lab
 from labs.model import mean_ci95, powersgd_elements, ring_sent, topk_bytes
+from labs.params import Run
 from tests.procs import gone
 
 pytestmark = pytest.mark.slow  # lab ranks in nearly every test
@@ -38,12 +38,12 @@ def summary_of(outcome) -> reports.CompressionSummary:
 
 @pytest.fixture(scope="module")
 def two():
-    return summary_of(run_lab("compression", TWO, world_size=2, timeout=400, hang_timeout=120))
+    return summary_of(run_lab(Run(world_size=2, timeout=400, hang_timeout=120), TWO))
 
 
 @pytest.fixture(scope="module")
 def four():
-    return summary_of(run_lab("compression", FOUR, world_size=4, timeout=400, hang_timeout=120))
+    return summary_of(run_lab(Run(world_size=4, timeout=400, hang_timeout=120), FOUR))
 
 
 def test_every_strategy_ran_with_fp32_as_the_reference(two, four):
@@ -142,16 +142,16 @@ def test_torchrun_runs_the_same_lab(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "within 1% of its formula: True" in proc.stdout  # rank 0 printed the table
     via = reports.read("compression", json.loads(out.read_text())).summary
-    ours = summary_of(run_lab("compression", compression.Params(steps=10, seeds=1, strategies=["fp16", "topk_ef"]),
-                              world_size=2, timeout=240))
+    ours = summary_of(run_lab(Run(world_size=2, timeout=240),
+                              compression.Params(steps=10, seeds=1, strategies=["fp16", "topk_ef"])))
     for name in ("fp32", "fp16", "topk_ef"):  # the same seeds, batches and hooks: the same bytes and losses
         assert via.strategies[name].bytes_per_step == ours.strategies[name].bytes_per_step
         assert via.strategies[name].finals == pytest.approx(ours.strategies[name].finals, abs=1e-6)
 
 
 def test_a_crashed_rank_is_named_and_a_cancelled_run_leaves_no_process():
-    crashed = run_lab("compression", compression.Params(steps=40, seeds=1, strategies=["topk_ef"]), world_size=2,
-                      fail=FailSpec(rank=1, step=3, mode="crash"), timeout=240, hang_timeout=120)
+    crashed = run_lab(Run(world_size=2, fail_rank=1, fail_at_step=3, fail_mode="crash", timeout=240, hang_timeout=120),
+                      compression.Params(steps=40, seeds=1, strategies=["topk_ef"]))
     assert not crashed.ok and crashed.kind == "crash" and crashed.rank == 1, crashed
     assert all(gone(pid) for pid in crashed.pids)
     cancel = threading.Event()
@@ -160,7 +160,7 @@ def test_a_crashed_rank_is_named_and_a_cancelled_run_leaves_no_process():
         if event.get("kind") == "progress" and (event.get("step") or 0) >= 2:
             cancel.set()  # as the worker does when a learner presses Cancel
 
-    stopped = run_lab("compression", compression.Params(steps=2000, seeds=3), world_size=2, cancel=cancel,
-                      on_event=on_event, timeout=240, hang_timeout=120)
+    stopped = run_lab(Run(world_size=2, timeout=240, hang_timeout=120), compression.Params(steps=2000, seeds=3),
+                      cancel=cancel, on_event=on_event)
     assert not stopped.ok and stopped.kind == "cancelled", stopped
     assert stopped.pids and all(gone(pid) for pid in stopped.pids)  # the lab writes no file of its own

@@ -14,11 +14,12 @@ from labs.ddp import lab as ddp
 from labs.ddp import rank as ddp_rank
 from labs.ddp import setup as ddp_setup
 from labs.launch import run_lab
+from labs.params import Run
 
 
 def test_equivalence_with_one_process_on_the_global_batch():
     params = ddp.Params(sections=["equivalence"], steps=8)
-    result = run_lab("ddp", params, world_size=2, timeout=120)
+    result = run_lab(Run(world_size=2, timeout=120), params)
     assert result.ok, result
     eq = result.summary["sections"]["equivalence"]
     assert eq["global_batch"] == 2 * params.batch
@@ -33,7 +34,7 @@ def test_every_section_on_three_ranks():
     params = ddp.Params(steps=4, warmup=1, accumulation=2, bucket_caps_mb=[0.01, 25.0],
                         scaling_world_sizes=[1, 2, 3], overlap_hidden=64, overlap_depth=3, overlap_batch=32,
                         timeline_steps=2)
-    result = run_lab("ddp", params, world_size=3, timeout=180)
+    result = run_lab(Run(world_size=3, timeout=180), params)
     assert result.ok, result
     s = json.loads(json.dumps(result.summary))["sections"]
     assert set(s) == set(ddp.SECTIONS)

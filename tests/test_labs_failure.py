@@ -94,8 +94,10 @@ def test_young_daly_minimises_the_expected_waste():
 
 def _run(params: dict, world_size: int) -> None:
     from labs.launch import run_lab
+    from labs.request import Request
 
-    print(json.dumps(run_lab("failure", params, world_size=world_size, timeout=400).to_dict()))
+    request = Request.checked("failure", {**params, "world_size": world_size, "timeout": 400})
+    print(json.dumps(run_lab(request.run, request.params).to_dict()))
 
 
 def launch(params: dict, world_size: int) -> dict:

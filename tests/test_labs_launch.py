@@ -11,9 +11,19 @@ import time
 import pytest
 import torch
 
-from labs.context import FailSpec, LabError, LabResult, machine_summary, resolve_backend
+from labs.context import LabError, LabResult, machine_summary, resolve_backend
 from labs.launch import run_lab
+from labs.params import Run
+from labs.request import Request
+from labs.ring import lab as ring
+from labs.settings import Limits
 from tests.procs import gone
+
+
+def launch(lab: str, values: dict, **options):
+    """``run_lab`` of the request ``values`` make for ``lab`` (its fields and `Run`'s, flat)."""
+    request = Request.checked(lab, values)
+    return run_lab(request.run, request.params, **options)
 
 
 def _assert_no_orphans(outcome) -> None:
@@ -23,7 +33,7 @@ def _assert_no_orphans(outcome) -> None:
 
 def test_success_is_a_json_serialisable_result():
     events = []
-    result = run_lab("ring", {"size": 4096}, world_size=2, timeout=60, on_event=events.append)
+    result = run_lab(Run(world_size=2, timeout=60), ring.Params(size=4096), on_event=events.append)
     assert isinstance(result, LabResult) and result.ok
     doc = json.loads(json.dumps(result.to_dict()))
     assert doc["ok"] is True and doc["lab"] == "ring" and doc["world_size"] == 2
@@ -47,46 +57,50 @@ def test_success_is_a_json_serialisable_result():
         assert fractions == sorted(fractions) and fractions[-1] == 1.0
 
 
+def failing(rank: int, step: int, mode: str) -> dict:
+    return {"fail_rank": rank, "fail_at_step": step, "fail_mode": mode}
+
+
 @pytest.mark.parametrize(("lab", "params", "world", "fail"), [
-    ("ring", {"size": 4096}, 3, FailSpec(rank=1, step=2, mode="crash")),
-    ("ring", {"size": 4096}, 4, FailSpec(rank=3, step=0, mode="crash")),
-    ("ddp", {"sections": ["equivalence"], "steps": 6}, 2, FailSpec(rank=0, step=3, mode="crash")),
-    ("bench", {"max_bytes": 4096, "iters": 1}, 2, FailSpec(rank=1, step=2, mode="crash")),
+    ("ring", {"size": 4096}, 3, failing(1, 2, "crash")),
+    ("ring", {"size": 4096}, 4, failing(3, 0, "crash")),
+    ("ddp", {"sections": ["equivalence"], "steps": 6}, 2, failing(0, 3, "crash")),
+    ("bench", {"max_bytes": 4096, "iters": 1}, 2, failing(1, 2, "crash")),
 ])
 def test_injected_crash_names_the_rank(lab, params, world, fail):
     start = time.monotonic()
-    err = run_lab(lab, params, world_size=world, fail=fail, timeout=60, hang_timeout=30)
+    err = launch(lab, {**params, **fail, "world_size": world, "timeout": 60, "hang_timeout": 30})
     assert isinstance(err, LabError) and not err.ok
-    assert err.kind == "crash" and err.rank == fail.rank, err.message
-    assert f"rank {fail.rank}" in err.message
+    assert err.kind == "crash" and err.rank == fail["fail_rank"], err.message
+    assert f"rank {fail['fail_rank']}" in err.message
     assert time.monotonic() - start < 60
     by_rank = {r["rank"]: r for r in err.ranks}
-    assert by_rank[fail.rank]["exit_code"] == 13  # the injected hard exit
-    assert "injected crash" in by_rank[fail.rank]["log_tail"]
+    assert by_rank[fail["fail_rank"]]["exit_code"] == 13  # the injected hard exit
+    assert "injected crash" in by_rank[fail["fail_rank"]]["log_tail"]
     json.dumps(err.to_dict())
     _assert_no_orphans(err)
 
 
 @pytest.mark.parametrize(("lab", "params", "world", "fail"), [
-    ("ring", {"size": 4096}, 3, FailSpec(rank=1, step=2, mode="hang")),
-    ("ring", {"size": 4096}, 2, FailSpec(rank=0, step=0, mode="hang")),
-    ("ddp", {"sections": ["equivalence"], "steps": 6}, 2, FailSpec(rank=1, step=2, mode="hang")),
+    ("ring", {"size": 4096}, 3, failing(1, 2, "hang")),
+    ("ring", {"size": 4096}, 2, failing(0, 0, "hang")),
+    ("ddp", {"sections": ["equivalence"], "steps": 6}, 2, failing(1, 2, "hang")),
 ])
 def test_injected_hang_names_the_rank(lab, params, world, fail):
     start = time.monotonic()
-    err = run_lab(lab, params, world_size=world, fail=fail, timeout=60, hang_timeout=2)
-    assert err.kind == "hang" and err.rank == fail.rank, err.message
-    assert f"rank {fail.rank}" in err.message
+    err = launch(lab, {**params, **fail, "world_size": world, "timeout": 60, "hang_timeout": 2})
+    assert err.kind == "hang" and err.rank == fail["fail_rank"], err.message
+    assert f"rank {fail['fail_rank']}" in err.message
     assert time.monotonic() - start < 60
-    others = [r for r in err.ranks if r["rank"] != fail.rank]
+    others = [r for r in err.ranks if r["rank"] != fail["fail_rank"]]
     assert all(r["waiting_on_peers"] for r in others), err.ranks
     _assert_no_orphans(err)
 
 
 def test_overall_timeout_kills_everything():
     start = time.monotonic()
-    err = run_lab("ring", {"size": 1024}, world_size=2, timeout=3, hang_timeout=300,
-                  fail=FailSpec(rank=1, step=1, mode="hang"))
+    err = run_lab(Run(world_size=2, timeout=3, hang_timeout=300, fail_rank=1, fail_at_step=1, fail_mode="hang"),
+                  ring.Params(size=1024))
     assert err.kind == "timeout"
     assert time.monotonic() - start < 15
     _assert_no_orphans(err)
@@ -99,49 +113,50 @@ def test_cancel_stops_the_run():
         if event["kind"] == "progress":
             cancel.set()
 
-    err = run_lab("ring", {"size": 1024}, world_size=2, timeout=60, hang_timeout=300,
-                  fail=FailSpec(rank=0, step=1, mode="hang"), cancel=cancel, on_event=on_event)
+    err = run_lab(Run(world_size=2, timeout=60, hang_timeout=300, fail_rank=0, fail_at_step=1, fail_mode="hang"),
+                  ring.Params(size=1024), cancel=cancel, on_event=on_event)
     assert err.kind == "cancelled"
     _assert_no_orphans(err)
 
 
-@pytest.mark.parametrize(("kwargs", "words"), [
-    ({"lab": "ring", "world_size": 0}, "world size"),
-    ({"lab": "ring", "world_size": 99}, "world size"),
-    ({"lab": "ring", "world_size": 9}, "1 to 8"),
-    ({"lab": "ring", "params": {"dtype": "float8"}}, "dtype"),
-    ({"lab": "ring", "params": {"dtype": "int64", "op": "avg"}}, "avg"),
-    ({"lab": "ring", "params": {"colour": "red"}}, "colour"),
-    ({"lab": "ring", "fail": FailSpec(rank=5, step=0)}, "fail rank"),
-    ({"lab": "ring", "backend": "mpi"}, "backend"),
-    ({"lab": "nosuchlab"}, "nosuchlab"),
-    ({"lab": "ddp", "params": {"sections": ["magic"]}}, "sections"),
+@pytest.mark.parametrize(("lab", "values", "words"), [
+    ("ring", {"world_size": 0}, "world size"),
+    ("ring", {"world_size": 99}, "world size"),
+    ("ring", {"world_size": 9}, "1 to 8"),
+    ("ring", {"dtype": "float8"}, "dtype"),
+    ("ring", {"dtype": "int64", "op": "avg"}, "avg"),
+    ("ring", {"colour": "red"}, "colour"),
+    ("ring", {"fail_rank": 5}, "fail rank"),
+    ("ring", {"backend": "mpi"}, "backend"),
+    ("nosuchlab", {}, "nosuchlab"),
+    ("ddp", {"sections": ["magic"]}, "sections"),
+    ("ddp", {"samples": 8, "batch": 8}, "8 samples"),  # the lab's own rule across the two models
 ])
-def test_invalid_requests_fail_before_starting_anything(kwargs, words):
-    kwargs = {"world_size": 2, **kwargs}
-    err = run_lab(timeout=30, **kwargs)
-    assert err.kind == "invalid" and err.rank is None and err.pids == []
-    assert words in err.message
+def test_invalid_requests_are_refused_where_they_are_made(lab, values, words):
+    """Before anything starts: the request is checked once, where it is made (the page, the
+    worker, ``python -m labs``), with the limits in force; the launcher takes it as checked."""
+    with pytest.raises((ValueError, TypeError)) as err:
+        Request.checked(lab, {"world_size": 2, "timeout": 30, **values}, Limits())
+    assert words in str(err.value)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_nccl_without_gpus_says_so():
-    err = run_lab("ring", world_size=2, backend="nccl")
-    assert err.kind == "invalid" and "GPU" in err.message and "gloo" in err.message
+    err = run_lab(Run(world_size=2, backend="nccl"), ring.Params())
+    assert err.kind == "invalid" and "GPU" in err.message and "gloo" in err.message and err.pids == []
     with pytest.raises(ValueError):
         resolve_backend("nccl", 1)
     assert resolve_backend("auto", 4) == "gloo"
 
 
 def test_unreached_fail_step_is_reported():
-    result = run_lab("ring", {"size": 64}, world_size=2, fail=FailSpec(rank=0, step=99))
+    result = run_lab(Run(world_size=2, fail_rank=0, fail_at_step=99), ring.Params(size=64))
     assert result.ok and "never reached" in result.warnings[0]
 
 
 def test_spawned_ranks_work_too():
     """The path a multi-threaded caller (a web server) gets: fresh interpreters."""
-    result = run_lab("ring", {"size": 256, "dtype": "int64"}, world_size=2, start="spawn",
-                     timeout=120)
+    result = run_lab(Run(world_size=2, start="spawn", timeout=120), ring.Params(size=256, dtype="int64"))
     assert result.ok, result
     assert result.launcher == "spawn" and result.summary["correct"]
     _assert_no_orphans(result)
@@ -150,7 +165,7 @@ def test_spawned_ranks_work_too():
 def test_auto_start_from_a_thread_spawns():
     box = {}
     thread = threading.Thread(target=lambda: box.update(r=run_lab(
-        "ring", {"size": 64}, world_size=1, timeout=120)))
+        Run(world_size=1, timeout=120), ring.Params(size=64))))
     thread.start()
     thread.join(150)
     assert box["r"].ok and box["r"].launcher == "spawn"

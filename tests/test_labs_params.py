@@ -26,7 +26,7 @@ from academy.settings import get_settings
 from labs import params
 from labs.__main__ import _parser
 from labs.context import load_lab
-from labs.launch import run_lab
+from labs.request import Request
 from labs.ring import lab as ring
 from labs.settings import Limits
 from tests.apptest import open_page
@@ -67,7 +67,8 @@ def test_timeouts_have_one_default_the_limits():
     limits = Limits(timeout_s=77, hang_timeout_s=11)
     args = _parser(limits).parse_args(["ring"])
     assert (args.timeout, args.hang_timeout) == (77, 11)
-    assert params.Run().resolved(limits).timeout == 77
+    run = Request.from_argv(["ring"], limits).run
+    assert (run.timeout, run.hang_timeout) == (77, 11)
     assert isinstance(get_settings().labs, Limits)
     assert get_settings().labs.timeout_s == Limits().timeout_s
     assert get_settings().labs.hang_timeout_s == Limits().hang_timeout_s
@@ -94,9 +95,9 @@ def test_one_change_to_the_choices_changes_form_cli_and_validation(capsys):
     assert parser.parse_args(["ring", "--dtype", "bfloat16"]).dtype == "bfloat16"
     with pytest.raises(labruns.LabRequestError):
         labruns.validate("ring", {"world_size": 2, "dtype": "float64"})
-    assert labruns.validate("ring", {"world_size": 2, "dtype": "int64"})["dtype"] == "int64"
-    err = run_lab("ring", {"dtype": "float64"}, world_size=2)
-    assert err.kind == "invalid" and "dtype" in err.message
+    assert labruns.validate("ring", {"world_size": 2, "dtype": "int64"}).params.dtype == "int64"
+    with pytest.raises(params.ParamError, match="dtype"):  # what the worker and the CLI make of a stored one
+        Request.checked("ring", {"world_size": 2, "dtype": "float64"}, Limits())
 
 
 @pytest.fixture
@@ -125,8 +126,9 @@ def test_one_change_to_a_limit_changes_form_cli_and_validation():
     with pytest.raises(labruns.LabRequestError) as err:
         labruns.validate("ring", {"world_size": 4})
     assert (err.value.key, err.value.values) == ("labs.err_world_size", {"max": 3})
-    assert labruns.validate("ring", {"world_size": 3})["world_size"] == 3
-    assert run_lab("ring", world_size=4).kind == "invalid"
+    assert labruns.validate("ring", {"world_size": 3}).run.world_size == 3
+    with pytest.raises(params.ParamError, match="1 to 3"):  # a stored run, made again by a worker of 3
+        Request.checked("ring", {"world_size": 4}, get_settings().labs)
 
 
 def test_the_page_refuses_what_its_form_does_not_offer():
@@ -136,7 +138,8 @@ def test_the_page_refuses_what_its_form_does_not_offer():
     with pytest.raises(labruns.LabRequestError) as err:
         labruns.validate("ring", {"world_size": 2, "size": 1 << 30})
     assert err.value.key == "labs.err_size" and err.value.values == {"low": 1024, "high": 64 << 20}
-    assert labruns.validate("ring", {"world_size": "2", "warmup": 99}) == {"world_size": 2}
+    kept = labruns.validate("ring", {"world_size": "2", "warmup": 99})  # warmup is not on the form
+    assert kept.run.world_size == 2 and kept.params.warmup == ring.Params().warmup
 
 
 def test_one_rank_reads_one_rank():

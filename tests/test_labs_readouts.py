@@ -32,6 +32,7 @@ from labs import model
 from labs.__main__ import _parser
 from labs.context import world_size_default
 from labs.launch import run_lab
+from labs.request import Request
 from tests.apptest import open_page
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,7 +49,8 @@ def _record() -> None:
             "ddp": ("ddp", {"steps": 3, "warmup": 1, "sections": ["breakdown", "buckets"],
                             "bucket_caps_mb": [0.01, 25.0], "overlap_depth": 3, "overlap_hidden": 128,
                             "overlap_batch": 64}, 2)}
-    print(json.dumps({name: run_lab(lab, p, world_size=n).to_dict() for name, (lab, p, n) in runs.items()}))
+    requests = {name: Request.checked(lab, {**p, "world_size": n}) for name, (lab, p, n) in runs.items()}
+    print(json.dumps({name: run_lab(r.run, r.params).to_dict() for name, r in requests.items()}))
 
 
 @pytest.fixture(scope="module")
@@ -240,9 +242,9 @@ def test_comparisons_default_to_three_ranks():
 
 @pytest.mark.usefixtures("app_db")
 def test_the_form_and_the_queue_default_to_three_ranks_for_comparisons():
-    assert labruns.validate("bench", {})["world_size"] == 3
-    assert labruns.validate("ring", {})["world_size"] == 3
-    assert labruns.validate("ddp", {})["world_size"] == 2
+    assert labruns.validate("bench", {}).run.world_size == 3
+    assert labruns.validate("ring", {}).run.world_size == 3
+    assert labruns.validate("ddp", {}).run.world_size == 2
     for lab, n in (("bench", 3), ("ring", 3), ("ddp", 2)):
         at = open_page("labs", lab=lab)
         assert [s for s in at.slider if s.label == i18n.t("labs.world_size", "en")][0].value == n

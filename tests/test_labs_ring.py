@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from labs.launch import run_lab
+from labs.params import Run
 from labs.ring import allreduce
 from labs.ring import lab as ring
 from tests.procs import gone
@@ -296,8 +297,7 @@ def test_bad_arguments_are_refused():
 
 @pytest.mark.parametrize("algo", ["ring", "naive", "pipelined"])
 def test_ring_lab_result_has_what_the_animation_needs(algo):
-    result = run_lab("ring", ring.Params(size=40, dtype="float32", algo=algo), world_size=3,
-                     timeout=60)
+    result = run_lab(Run(world_size=3, timeout=60), ring.Params(size=40, dtype="float32", algo=algo))
     assert result.ok, result
     doc = json.loads(json.dumps(result.to_dict()))
     s = doc["summary"]
@@ -322,7 +322,7 @@ def test_ring_lab_result_has_what_the_animation_needs(algo):
 
 
 def test_ring_lab_on_one_rank():
-    result = run_lab("ring", {"size": 64, "op": "avg"}, world_size=1, timeout=60)
+    result = run_lab(Run(world_size=1, timeout=60), ring.Params(size=64, op="avg"))
     assert result.ok, result
     assert result.summary["correct"] and result.summary["traces"] == [[]]
 
@@ -330,7 +330,7 @@ def test_ring_lab_on_one_rank():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_ring_on_nccl_single_gpu():
-    result = run_lab("ring", {"size": 1 << 20}, world_size=1, backend="nccl", timeout=120)
+    result = run_lab(Run(world_size=1, backend="nccl", timeout=120), ring.Params(size=1 << 20))
     assert result.ok, result
     assert result.backend == "nccl" and result.summary["correct"]
 
@@ -351,7 +351,7 @@ def test_a_ring_run_says_what_it_does_before_and_after_its_steps_and_its_work_is
     steps; and the rank's work covers them, so that the launcher's overhead beyond it is the
     processes' start and stop (journey review m2: "53.94 s starting and stopping" was mostly work)."""
     events: list[dict] = []
-    result = run_lab("ring", {"size": 4096, "repeats": 2, "warmup": 1}, world_size=2, timeout=120,
+    result = run_lab(Run(world_size=2, timeout=120), ring.Params(size=4096, repeats=2, warmup=1),
                      on_event=events.append)
     assert result.ok, result
     phases = [e["phase"] for e in events if e.get("kind") == "progress" and e.get("rank") == 0]

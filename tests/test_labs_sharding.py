@@ -14,6 +14,7 @@ import labs.sharding.zero  # noqa: F401 - imported here so that forked ranks inh
 from app import calculators
 from labs.launch import run_lab
 from labs.model import STRATEGIES, per_parameter, state_bytes, wire_factor
+from labs.params import Run
 from labs.sharding import lab as sharding
 from labs.sharding.zero import held_bytes
 
@@ -32,7 +33,7 @@ STEP_COLLECTIVES = {
 
 @pytest.fixture(scope="module", params=[2, 4])
 def result(request):
-    outcome = run_lab("sharding", SMALL, world_size=request.param, timeout=240)
+    outcome = run_lab(Run(world_size=request.param, timeout=240), SMALL)
     assert outcome.ok, outcome
     return json.loads(json.dumps(outcome.summary))  # as --json prints it
 
@@ -106,7 +107,7 @@ def test_the_text_says_what_the_json_says(result):
 @pytest.fixture(scope="module")
 def bf16() -> dict:
     params = sharding.Params(width=64, depth=4, steps=2, precision="bf16-mixed")
-    outcome = run_lab("sharding", params, world_size=2, timeout=240)
+    outcome = run_lab(Run(world_size=2, timeout=240), params)
     assert outcome.ok, outcome
     return json.loads(json.dumps(outcome.summary))
 
@@ -194,7 +195,7 @@ def test_the_lab_module_imports_no_torch():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_a_gpu_the_peak_is_the_allocators():
-    outcome = run_lab("sharding", SMALL, world_size=1, backend="nccl", timeout=240)
+    outcome = run_lab(Run(world_size=1, backend="nccl", timeout=240), SMALL)
     assert outcome.ok, outcome
     for name, s in outcome.summary["strategies"].items():
         row = s["ranks"][0]

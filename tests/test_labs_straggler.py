@@ -86,8 +86,10 @@ def test_the_page_refuses_what_the_lab_would_refuse_in_the_learners_words(lab, p
 
 def _run() -> None:
     from labs.launch import run_lab
+    from labs.request import Request
 
-    print(json.dumps(run_lab("straggler", SMALL, world_size=2, timeout=300, hang_timeout=120).to_dict()))
+    request = Request.checked("straggler", {**SMALL, "world_size": 2, "timeout": 300, "hang_timeout": 120})
+    print(json.dumps(run_lab(request.run, request.params).to_dict()))
 
 
 @pytest.fixture(scope="module")

@@ -232,8 +232,8 @@ def test_the_form_offers_an_optional_prediction_and_keeps_it_with_the_run():
     from academy.models import LabRun
     from tests.apptest import open_page
 
-    assert labruns.validate("ddp", {"predicted_step_ms": 7.5})["predicted_step_ms"] == 7.5
-    assert "predicted_step_ms" not in labruns.validate("ddp", {"predicted_step_ms": None})  # never required
+    assert labruns.validate("ddp", {"predicted_step_ms": 7.5}).params.predicted_step_ms == 7.5
+    assert "predicted_step_ms" not in labruns.validate("ddp", {"predicted_step_ms": None}).stored()  # never required
     at = open_page("labs", "en", lab="ddp")
     box = next(n for n in at.number_input if n.label == i18n.t("labs.predict.field", "en"))
     assert box.value is None

@@ -27,7 +27,7 @@ from app import charts
 from app import topology as page
 from labs import reports, simclock
 from labs.launch import run_lab
-from labs.params import ParamError
+from labs.params import ParamError, Run
 from labs.topology import lab as topology
 from labs.topology import netns
 from tests.apptest import open_page
@@ -52,7 +52,7 @@ def result() -> dict:
     if WHY_NOT is not None:
         pytest.skip(f"no network namespaces here: {WHY_NOT}")
     params = topology.Params(sizes=SIZES, repeats=2, rate_mbit=500, width=256, depth=2, steps=1)
-    outcome = run_lab("topology", params, world_size=4, timeout=300)
+    outcome = run_lab(Run(world_size=4, timeout=300), params)
     assert outcome.ok, outcome
     return json.loads(json.dumps(outcome.to_dict()))
 

@@ -265,9 +265,9 @@ from labs.params import Run, offered
 for lab in LABS:
     offered(load_lab(lab).Params), offered(Run), world_size_default(lab)
     assert labruns.offers(lab)
-    assert labruns.validate(lab, {})["world_size"] >= 1
-    assert labruns.validate(lab, {"world_size": 2, "backend": "gloo"})["world_size"] == 2
-    assert labruns.validate(lab, {"world_size": 2, "backend": "auto"})["backend"] == "auto"
+    assert labruns.validate(lab, {}).run.world_size >= 1
+    assert labruns.validate(lab, {"world_size": 2, "backend": "gloo"}).run.world_size == 2
+    assert labruns.validate(lab, {"world_size": 2, "backend": "auto"}).run.backend == "auto"
 from tests.apptest import open_page  # the pages themselves
 for lab in LABS:
     at = open_page("labs", lab=lab)

@@ -13,7 +13,7 @@ import pytest
 from sqlmodel import select
 
 from academy import lessons
-from academy.labruns.queue import slim_result
+from academy.labruns.kinds import LAB
 from academy.models import LabRun, RunQuestion
 from quizzes import own
 from quizzes.figures import FIGURES, figures
@@ -95,7 +95,7 @@ def test_the_figures_of_each_labs_real_report():
                                                         "o": 9.46, "z2": 11.8}
     for lab in LABS:
         assert set(figures(lab, result(lab))) == set(FIGURES[lab][1]), lab
-        assert figures(lab, slim_result(lab, result(lab))) == figures(lab, result(lab))  # an old run's report
+        assert figures(lab, LAB.slim(result(lab))) == figures(lab, result(lab))  # an old run's report
 
 
 def test_a_run_without_the_figures_gives_none_of_them():
@@ -202,7 +202,7 @@ def test_the_audit_derives_every_question_again_from_its_run(session):
     assert own.audit(session=session) == (len(items), [])
     # An old run keeps its summary only (the queue prunes its report): still derivable.
     for run in session.exec(select(LabRun)).all():
-        run.result = slim_result(run.lab, run.result)
+        run.result = LAB.slim(run.result)
         session.add(run)
     session.commit()
     assert own.audit(session=session, batch=3) == (len(items), [])

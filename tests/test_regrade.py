@@ -20,22 +20,20 @@ from academy import exercises, i18n, regrade
 from academy.db import session_scope
 from academy.models import ExercisePass, ExerciseRegrade, LabRun, Learner, QuizAttempt
 from certificates.eligibility import eligibility
+from labs.exercises.report import CaseReport, Finding, GradeReport, Problem
 
 HONEST, CHEAT, FLAKY, BROKEN = "# honest\n", "# cheat\n", "# flaky\n", "# broken sandbox\n"
 FINDING = {"check": "bytes", "passed": False, "key": "bytes_total",
            "values": {"sent": 0, "expected": 56, "world_size": 2, "size": 7}}
 
 
-def report(status: str, exercise: str = "ring-allreduce", grader: str | None = None) -> dict:
+def report(status: str, exercise: str = "ring-allreduce", grader: str | None = None) -> GradeReport:
     """A grading report as the grader gives it (status, error, cases with findings)."""
-    error = {"key": "harness_failed", "values": {"returncode": 1}} if status == "error" else None
-    case = {"id": "w2-n7-float32", "status": "passed" if status == "passed" else "failed",
-            "findings": [] if status == "passed" else [FINDING]}
-    found = {"exercise": exercise, "status": status, "ok": status == "passed", "error": error,
-             "cases": [] if error else [case], "trace": None, "duration_s": 0.1, "sandbox": "none"}
-    if grader:
-        found["grader"] = grader
-    return found
+    error = Problem(key="harness_failed", values={"returncode": 1}) if status == "error" else None
+    case = CaseReport(id="w2-n7-float32", status="passed" if status == "passed" else "failed", world_size=2,
+                      size=7, dtype="float32", findings=[] if status == "passed" else [Finding(**FINDING)])
+    return GradeReport(exercise=exercise, status=status, error=error, cases=[] if error else [case],
+                       duration_s=0.1, sandbox="none", grader=grader)
 
 
 class Grader:
@@ -46,7 +44,7 @@ class Grader:
         self.calls: list[tuple[str, str]] = []
         self.broken_fixed = broken_fixed
 
-    def __call__(self, exercise: str, source: str) -> dict:
+    def __call__(self, exercise: str, source: str) -> GradeReport:
         self.calls.append((exercise, source))
         if source == FLAKY:
             return report("failed" if self.calls.count((exercise, source)) == 1 else "passed", exercise)
@@ -68,7 +66,7 @@ def stored_pass(me: int, source: str, exercise: str = "ring-allreduce", *, when:
     """A passing run as an older grader stored it (no ``grader`` in its report), and the pass; the run's id."""
     with session_scope() as session:
         run = LabRun(learner_id=me, lab=exercises.LAB, params={"exercise": exercise, "lang": "en"}, status="done",
-                     source=source, result=report("passed", exercise), finished_at=when or datetime.now(UTC))
+                     source=source, result=report("passed", exercise).dump(), finished_at=when or datetime.now(UTC))
         session.add(run)
         session.flush()
         exercises.record_pass(session=session, learner_id=me, exercise=exercise, run_id=run.id)
@@ -167,7 +165,7 @@ def test_another_passing_run_keeps_the_pass_and_passing_again_gives_it_back():
     assert state(cheater)[1] is True
     with session_scope() as session:  # the worker's own call for a new passing run
         run = LabRun(learner_id=cheater, lab=exercises.LAB, params={"exercise": "ring-allreduce"}, status="done",
-                     source=HONEST, result=report("passed", grader="whatever"))
+                     source=HONEST, result=report("passed", grader="whatever").dump())
         session.add(run)
         session.flush()
         exercises.record_pass(session=session, learner_id=cheater, exercise="ring-allreduce", run_id=run.id)
@@ -215,7 +213,7 @@ def test_a_run_graded_by_the_current_grader_is_not_graded_again():
     me = learner()
     with session_scope() as session:
         run = LabRun(learner_id=me, lab=exercises.LAB, params={"exercise": "broadcast"}, status="done",
-                     source=CHEAT, result=report("passed", "broadcast", grader.fingerprint("broadcast")))
+                     source=CHEAT, result=report("passed", "broadcast", grader.fingerprint("broadcast")).dump())
         session.add(run)
         session.flush()
         exercises.record_pass(session=session, learner_id=me, exercise="broadcast", run_id=run.id)
@@ -230,7 +228,7 @@ def test_the_grader_s_fingerprint_changes_with_its_code_and_only_its_exercise_s(
 
     ring, bcast = grader.fingerprint("ring-allreduce"), grader.fingerprint("broadcast")
     assert len({ring, bcast}) == 2 and all(len(f) == 16 for f in (ring, bcast))
-    assert grader._report("ring-allreduce")["grader"] == ring
+    assert grader._report("ring-allreduce").grader == ring
     from pathlib import Path
 
     definition = Path(grader.load("ring-allreduce").__file__).resolve()

@@ -15,6 +15,7 @@ from app import sharding as page
 from labs import reports
 from labs.launch import run_lab
 from labs.model import SHARDED
+from labs.params import Run
 from labs.sharding import lab as sharding
 from tests.apptest import open_page
 from tests.test_charts import colours
@@ -28,7 +29,7 @@ NAMES = {k: k for k in ["ddp", "zero1", "zero2", "zero3", "params", "grads", "op
 @pytest.fixture(scope="module")
 def result() -> dict:
     """One real 2-rank run, as the worker stores it (JSON)."""
-    outcome = run_lab("sharding", sharding.Params(width=64, depth=4, steps=2), world_size=2, timeout=240)
+    outcome = run_lab(Run(world_size=2, timeout=240), sharding.Params(width=64, depth=4, steps=2))
     assert outcome.ok, outcome
     return json.loads(json.dumps(outcome.to_dict()))
 
@@ -186,7 +187,7 @@ def test_the_shard_map_of_a_real_run_replays_its_record(result, strategy):
 @pytest.fixture(scope="module")
 def bf16_result() -> dict:
     params = sharding.Params(width=64, depth=4, steps=2, precision="bf16-mixed")
-    outcome = run_lab("sharding", params, world_size=2, timeout=240)
+    outcome = run_lab(Run(world_size=2, timeout=240), params)
     assert outcome.ok, outcome
     return json.loads(json.dumps(outcome.to_dict()))
 

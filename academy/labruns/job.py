@@ -3,9 +3,10 @@
 ``python -m academy.worker`` consumes the huey queues of :mod:`academy.labruns.queue`;
 :func:`set_worker` names :func:`execute` as the queue's task, which runs once
 per job, in a worker thread (the queue imports nothing of this module, so the
-web side never loads it). The job starts ``python -m labs LAB ... --events F
---out G`` (or, for one node of a multi-node run, :func:`torchrun_command`'s
-line) in its own process group, and writes back to the
+web side never loads it). The job starts its kind's command (``python -m labs
+LAB ... --events F --out G``, torchrun's line for one node of a multi-node
+run, or a grading's ``python -m labs.exercises grade``) in its own process
+group, and writes back to the
 :class:`~academy.models.LabRun` row: the claim, a heartbeat and the newest
 progress event about once a second, and the result or the error at the end.
 The promises this keeps (exactly once, cancel, a dead worker, several nodes)
@@ -15,9 +16,10 @@ One node model: every run has :class:`~academy.models.LabRunNode` rows, one
 for an ordinary run (taken with the claim), N for a run over N nodes. Each
 node writes its own heartbeat (:func:`_beat_node`; node 0 beats the run's row
 too) and records its end (:func:`_end_node`), which also ends the run when it
-settles it: at once for a failure, with the last node for a success. What a
-report means is the lab's own affair: an exercise's report is read by
-``academy.exercises.outcome`` (:data:`OUTCOMES`).
+settles it: at once for a failure, with the last node for a success. What the
+run's command is, what of its report is kept and what the report means is its
+kind's affair (``academy.labruns.kinds``: a lab, or a grading): the job asks
+``kind_of(run.lab)`` and never looks inside a report.
 """
 
 from __future__ import annotations
@@ -33,11 +35,10 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,20 +49,11 @@ from sqlmodel import func, select
 
 from academy import exercises
 from academy.db import session_scope
+from academy.labruns.kinds import Ended, crashed, kind_of, prune_results
 from academy.labruns.pool import GraderPool, WarmPool, lab_env
-from academy.labruns.queue import (
-    EXERCISE,
-    REPORT_TOO_LARGE,
-    enqueue,
-    fit_result,
-    nodes_of,
-    prune_results,
-    serve,
-)
+from academy.labruns.queue import enqueue, nodes_of, serve
 from academy.models import ACTIVE, LabRun, LabRunNode, LabWorker, RunStatus, utcnow
 from academy.settings import ROOT, get_settings
-from labs.params import Run, flag, specs
-from labs.processes import RANK_PRELUDE
 
 TICK_S = 0.5  # how often a worker writes each run's heartbeat (and reads its cancel flag)
 WATCH_S = 0.05  # how often it looks at the run's process and its events file
@@ -69,13 +61,6 @@ PROGRESS_S = 0.2  # a new progress event is written this soon after the last wri
 CLAIM_POLL_S = 0.1  # how often an idle worker looks at the SQLite queue (academy.worker)
 REAP_EVERY_S = 2.0
 log = logging.getLogger("academy.worker")
-
-# What a finished run's report means, for the labs whose report is not a plain lab's:
-# (run, report, exit code) -> _end_node's arguments, or None when it is no report.
-OUTCOMES: dict[str, Callable[[LabRun, dict[str, Any] | None, int | None], dict[str, Any] | None]] = {
-    EXERCISE: exercises.outcome,
-}
-
 
 @dataclass
 class DevicePool:
@@ -138,77 +123,6 @@ def set_worker(state: WorkerState | None) -> None:
     global _worker
     _worker = state
     serve(execute if state is not None else None)
-
-
-def command(lab: str, params: dict[str, Any], workdir: Path) -> list[str]:
-    """The lab's CLI for this run, each stored parameter as its flag in the lab's schema.
-
-    An exercise submission (lab ``exercise``) is graded by ``python -m
-    labs.exercises grade``, on the source the worker wrote to the workdir.
-    """
-    settings = get_settings()
-    if lab == EXERCISE:
-        return [sys.executable, "-m", "labs.exercises", "grade", str(params["exercise"]),
-                str(workdir / "submission.py"), "--json", "--lang", str(params.get("lang", "en")),
-                "--events", str(workdir / "events.jsonl"), "--out", str(workdir / "result.json")]
-    args = [sys.executable, "-m", "labs", lab, "--json", "--timeout", str(settings.labs.timeout_s),
-            "--hang-timeout", str(settings.labs.hang_timeout_s),
-            "--events", str(workdir / "events.jsonl"), "--out", str(workdir / "result.json")]
-    # Here, not at the top: the lab modules load where a lab is named (a worker loads
-    # them once at its start: load_labs).
-    from labs import context
-
-    flags = {name: flag(name, spec) for cls in (Run, context.load_lab(lab).Params)
-             for name, (_field, spec) in specs(cls).items()}
-    for key, value in params.items():
-        if key != "nodes":  # a list (a multiselect's choices) is one flag with its values after it
-            args += [flags[key], *(map(str, value) if isinstance(value, list) else [str(value)])]
-    return args
-
-
-def exercise_env() -> dict[str, str]:
-    """What a grading command (and a warm grader, academy.labruns.pool) gets beside `lab_env`."""
-    return get_settings().exercises.environ()
-
-
-def load_labs() -> None:
-    """Import every lab's module (their parameter models, which `command` reads)."""
-    from labs import context
-
-    for lab in context.LABS:
-        context.load_lab(lab)
-
-
-JOIN_GRACE_S = 15  # torchrun's rendezvous timeout, beyond the worker's own wait for nodes
-
-# Each rank of a multi-node run is ``python -m labs`` run by labs.processes.RANK_PRELUDE,
-# which dies with its torchrun (a worker killed with ``kill -9`` takes its torchrun along).
-
-
-def torchrun_command(lab: str, params: dict[str, Any], workdir: Path, *, run_id: int) -> list[str]:
-    """One node of a multi-node run (``params["nodes"] > 1``), as its worker starts it.
-
-    Every node runs this same line (only the workdir differs); torchrun's
-    c10d rendezvous at ``Settings.lab_rendezvous_endpoint`` gathers them
-    under the run's id. torchrun gives up a little after ``lab_node_wait_s``,
-    so that the worker's own check (a node never taken: ``nodes_missing``)
-    comes first and names the cause; torchrun's timeout is for nodes that
-    were all taken yet cannot meet (an unreachable endpoint). ``world_size``
-    is ranks per node. The ranks are ``python -m labs LAB ...`` behind
-    :data:`RANK_PRELUDE`; the one that gets global rank 0 writes the events
-    and result.json in its node's workdir.
-    """
-    settings = get_settings()
-    endpoint = settings.lab_rendezvous_endpoint
-    if not endpoint:
-        raise ValueError("a multi-node lab needs LAB_RENDEZVOUS_ENDPOINT (host:port)")
-    per_node = int(params.get("world_size", 2))
-    lab_args = command(lab, {k: v for k, v in params.items() if k != "world_size"}, workdir)[3:]
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(int(params["nodes"])),
-            "--nproc-per-node", str(per_node), "--rdzv-backend", "c10d",
-            "--rdzv-endpoint", endpoint, "--rdzv-id", f"dpa-run-{run_id}",
-            "--rdzv-conf", f"join_timeout={settings.lab_node_wait_s + JOIN_GRACE_S}",
-            "--no-python", sys.executable, "-c", RANK_PRELUDE, *lab_args]
 
 
 def _libc_prctl():
@@ -432,20 +346,19 @@ def _kill(proc: subprocess.Popen) -> None:
 
 def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str, str],
              *, node: int = 0) -> None:
-    """Run the lab (``node``: this worker's node of the run) and record how it ended."""
+    """Run the run's command (``node``: this worker's node of the run) and record how it ended."""
     settings = get_settings()
-    env = lab_env(env_extra)
-    if run.lab == EXERCISE:
-        # The learner's code goes to the grader as a file; the grader runs it only
-        # inside the sandbox the settings name (labs/sandbox/run.py), within their limits.
-        (workdir / "submission.py").write_text(run.source or "", encoding="utf-8")
-        env.update(exercise_env())
+    kind = kind_of(run.lab)
+    try:
+        argv, env_kind = kind.command(run, workdir)
+    except (ValueError, TypeError) as exc:  # stored as this worker cannot run it (its limits refuse it)
+        _end_node(run.id, node, state.name, "failed", error={"kind": "invalid", "message": str(exc)})
+        return
+    env = {**lab_env(env_extra), **env_kind}
     started = time.monotonic()
     stopped_by: str | None = None
     tail = _Tail(workdir / "events.jsonl")
     nodes, joined = nodes_of(run.params), False
-    argv = command(run.lab, run.params, workdir) if nodes == 1 \
-        else torchrun_command(run.lab, run.params, workdir, run_id=run.id)
     pools = [pool for pool in (state.pool, state.graders) if pool is not None]
     with open(workdir / "output.log", "w") as out:
         # A warm process (or grader) is the same command with PyTorch already imported (the
@@ -492,10 +405,10 @@ def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str
                 _kill(proc)
             state.running.pop(run.id, None)
     tail.latest()  # the last events, written just before the CLI exited
-    result = fit_result(run, _read_json(workdir / "result.json"))
+    report = kind.fit(run, _read_json(workdir / "result.json"), settings.lab_result_max_bytes)
     output = (workdir / "output.log").read_text(errors="replace")[-4000:]
     try:
-        _ended(run, node, state.name, stopped_by=stopped_by, code=proc.returncode, result=result,
+        _ended(run, node, state.name, stopped_by=stopped_by, code=proc.returncode, report=report,
                progress=tail.last, output=output)
     finally:
         for pool in pools:  # once the run is recorded, so no import shares the CPU with either
@@ -503,18 +416,17 @@ def _run_lab(run: LabRun, state: WorkerState, workdir: Path, env_extra: dict[str
 
 
 def _ended(run: LabRun, node: int, me: str, *, stopped_by: str | None, code: int | None,
-           result: dict[str, Any] | None, progress: dict[str, Any] | None, output: str) -> None:
+           report: Any, progress: dict[str, Any] | None, output: str) -> None:
     """How this worker's node of the run ended (an ordinary run's one node), in the terms of
     :func:`_end_node`.
 
-    A node of a multi-node run names itself in its error; its result is kept
-    only when it ended well (the node of global rank 0). An ordinary run keeps
-    the report of a failed lab too, and a lab of :data:`OUTCOMES` says itself
-    what its report means.
+    Stopped by the worker (cancelled, lost, nodes missing, out of time, the
+    worker stopping), the run failed for that reason, naming where; ended by
+    itself, its kind says what its report (``report``: what the kind's ``fit``
+    kept) means, or, with nothing to go by, it crashed.
     """
     single = nodes_of(run.params) == 1
     where = {"worker": me} if single else {"node": node, "worker": me}
-    outcome = OUTCOMES.get(run.lab)
     if stopped_by == "cancelled":
         _end_node(run.id, node, me, "cancelled", error={"kind": "cancelled"})
     elif stopped_by == "lost":  # the run has ended already (the reaper, or another node failed)
@@ -527,31 +439,10 @@ def _ended(run: LabRun, node: int, me: str, *, stopped_by: str | None, code: int
     elif stopped_by:
         _end_node(run.id, node, me, "failed",
                   error={"kind": stopped_by, **where, "message": output.strip()[-500:]})
-    elif outcome is not None and (ending := outcome(run, result, code)) is not None:
-        _end_node(run.id, node, me, progress=progress, **ending)
-    elif single:
-        if result is not None and code == 0 and not result.get("error"):
-            _end_node(run.id, node, me, "done", result=result, progress=progress)
-        else:
-            error = (result or {}).get("error") or {
-                "kind": "crash", "message": output.strip().splitlines()[-1] if output.strip() else "",
-                "exit_code": code}
-            _end_node(run.id, node, me, "failed", error=error, result=result)
-    elif code == 0 and ((result or {}).get("error") or {}).get("kind") == REPORT_TOO_LARGE:
-        _end_node(run.id, node, me, "failed", error={**result["error"], **where})
-    elif code == 0:
-        ok = result is not None and not result.get("error")
-        _end_node(run.id, node, me, "done", result=result if ok else None, progress=progress)
     else:
-        error = (result or {}).get("error") or {"kind": "crash", "message": _last_line(output),
-                                                "exit_code": code}
-        _end_node(run.id, node, me, "failed", error={**error, **where})
-
-
-def _last_line(output: str) -> str:
-    """The last line that says something (torchrun ends its report with a rule of '=')."""
-    lines = [line for line in output.strip().splitlines() if line.strip(" =-")]
-    return lines[-1] if lines else ""
+        ended = Ended(code=code, report=report, output=output, where=where)
+        ending = kind_of(run.lab).outcome(run, ended) or {"status": "failed", "error": crashed(ended)}
+        _end_node(run.id, node, me, progress=progress, **ending)
 
 
 

@@ -33,11 +33,11 @@ from sqlmodel import Session, func, select
 
 from academy.db import session_scope
 from academy.labruns import queue as labqueue
-from academy.labruns.queue import EXERCISE
 from academy.models import ACTIVE, LabRun
 from academy.settings import get_settings
 from labs import params as lab_params
 from labs.params import ParamError, Run, Spec, offered
+from labs.request import NODES, Request
 
 # The page's kind of error; the queue's fair-use refusals (QueueFull) are of it too.
 LabRequestError = labqueue.LabRequestError
@@ -63,41 +63,42 @@ def offers(lab: str) -> dict[str, tuple[type, Spec]]:
             for name, (_f, spec) in offered(cls).items()}
 
 
-def validate(lab: str, params: dict[str, Any]) -> dict[str, Any]:
-    """Keep only the parameters the page offers, converted to their fields' types
-    and checked against their model (``labs.params``) and Settings' limits, in
-    the page's ranges."""
+def validate(lab: str, params: dict[str, Any], *, nodes: int = 1) -> Request:
+    """The page's request for ``lab``: only the parameters the page offers, made into a
+    ``labs.request.Request`` (`Run`'s model and the lab's) and checked once, against
+    Settings' limits in the page's ranges and by the lab's own rule, on ``nodes``
+    workers (more than one only as ``Settings.lab_max_nodes`` allows, with a
+    rendezvous endpoint). Refused with a :class:`LabRequestError` in the learner's words."""
     from labs import context
 
     if lab not in lab_names():
         raise LabRequestError("labs.err_unknown_lab", lab=lab)
     offer = offers(lab)
     clean = {key: value for key, value in params.items() if value is not None and key in offer}
-    limits = get_settings().labs
+    settings = get_settings()
+    limits = settings.labs
     clean.setdefault("world_size", min(context.world_size_default(lab), limits.max_world_size))
+    allowed = settings.lab_max_nodes if settings.lab_rendezvous_endpoint else 1
     try:
         # Requests the lab itself would refuse are refused here, in the
         # learner's language, instead of after starting processes.
-        module = context.load_lab(lab)
-        for cls in (Run, module.Params):
-            model = lab_params.validate(cls, {k: v for k, v in clean.items() if offer[k][0] is cls}, limits, page=True)
-            clean.update({k: getattr(model, k) for k in clean if offer[k][0] is cls})
-        module.check(model, clean["world_size"])  # the lab's own rule across fields (model: its Params)
+        request = Request.checked(lab, {**clean, NODES: nodes}, limits, page=True, max_nodes=allowed)
     except ParamError as err:
         raise _refusal(err, offer) from None
     except (TypeError, ValueError):  # a value of the wrong type, or a lab's own rule across fields
         raise LabRequestError("labs.err_value") from None
     # NCCL needs a GPU per rank: a live GPU worker's device set, or else this machine's GPUs.
     # Only this question loads PyTorch here (to count the GPUs); "auto" and gloo need no GPU.
-    if clean.get("backend") == "nccl" and labqueue.largest_gpu_set() < clean["world_size"]:
+    world_size = request.run.world_size
+    if request.run.backend == "nccl" and labqueue.largest_gpu_set() < world_size:
         try:
-            context.resolve_backend("nccl", clean["world_size"])
+            context.resolve_backend("nccl", world_size)
         except ValueError:
             import torch
 
             gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
             raise LabRequestError("labs_refused.nccl", gpus=gpus) from None
-    return clean
+    return request
 
 
 def _refusal(err: ParamError, offer: dict[str, tuple[type, Spec]]) -> LabRequestError:
@@ -111,6 +112,8 @@ def _refusal(err: ParamError, offer: dict[str, tuple[type, Spec]]) -> LabRequest
         return LabRequestError("labs_refused.empty")
     if err.rule == "nodes":  # the topology lab: ranks split evenly over its nodes
         return LabRequestError("labs_refused.topology_nodes")
+    if err.name == NODES:
+        return LabRequestError("labs_refused.nodes", max=max(1, high or 1))
     if err.name == "world_size" and high is not None:
         return LabRequestError("labs.err_world_size", max=high)
     if err.name == "fail_rank" and high is not None:
@@ -130,15 +133,14 @@ def submit(*, lab: str, params: dict[str, Any], learner_id: int | None, machine:
     ``client`` (``ui.client()``) and ``session_runs`` say who a guest is.
     ``nodes``: workers the run spans, ``world_size`` ranks on each (the Labs
     form does not offer it; callers of this function may). Refused with a
-    :class:`LabRequestError` when the parameters are not allowed, when more
-    nodes are asked for than ``Settings.lab_max_nodes`` allows (or no
-    rendezvous endpoint is set), by fair use (:func:`academy.labruns.queue.submit`:
-    the learner's or guest client's own limit, the guests' share, or the
-    queue's), or when the queue cannot be reached.
+    :class:`LabRequestError` when the parameters are not allowed (:func:`validate`),
+    by fair use (:func:`academy.labruns.queue.submit`: the learner's or guest
+    client's own limit, the guests' share, or the queue's), or when the queue
+    cannot be reached. The row keeps the request (``Request.stored``).
     """
-    clean = validate(lab, params)
-    return labqueue.submit(lab=lab, params=clean, learner_id=learner_id, machine=machine,
-                           session_runs=session_runs, client=client, nodes=nodes)
+    request = validate(lab, params, nodes=nodes)
+    return labqueue.submit(lab=lab, params=request.stored(), learner_id=learner_id, machine=machine,
+                           session_runs=session_runs, client=client, nodes=request.nodes)
 
 
 # --------------------------------------------------------------------------
@@ -227,7 +229,7 @@ def active_run_id(*, learner_id: int, labs: tuple[str, ...] | None = None) -> in
 def lab_run_count(*, session: Session, learner_id: int) -> int:
     """How many lab runs the learner started; exercise submissions, which share the queue, not counted."""
     return session.exec(
-        select(func.count()).where(LabRun.learner_id == learner_id, LabRun.lab != EXERCISE)
+        select(func.count()).where(LabRun.learner_id == learner_id, LabRun.lab.in_(lab_names()))
     ).one()
 
 

@@ -9,8 +9,9 @@ or the error at the end (that side, the job, is :mod:`academy.labruns.job`, whic
 the worker names as the queue's task with :func:`serve`). The
 page reads only the database, so any app replica can show any run, and the
 web process never forks a rank. This module holds the queues, what the web
-side asks of the database (submit, cancel, position, the reaper), and what
-is kept of a report.
+side asks of the database (submit, cancel, position, the reaper). What a
+run is beyond that (a lab or a grading: its command, what its report means
+and keeps) the queue does not know: that is ``academy.labruns.kinds``.
 
 Why huey: its SQLite storage needs no server, so a single machine keeps the
 one-command start (the queue lives in a file beside the database), and its
@@ -30,9 +31,8 @@ The promises and where they are kept:
   sets the same on its ranks), so nothing is left running.
 - Fair use: :func:`submit` counts, under one lock, a learner's (a guest
   client's) active runs, all guests' and the queue's (review N-3).
-- Reports: what a run stores is capped (:func:`fit_result`: too large is a
-  small error report, never a pass), and older runs keep only status and
-  summary (:func:`prune_results`, review N-6).
+- Reports: what a run stores is capped, and older runs keep only status and
+  summary (review N-6): each kind of job says how (``academy.labruns.kinds``).
 - Hardware: one huey queue per kind, ``cpu`` and ``gpu`` (NCCL labs). A GPU
   worker owns device sets and runs one lab per set at a time, holding a lock
   file per device, so two labs never share a GPU.
@@ -41,7 +41,7 @@ The promises and where they are kept:
   ordinary run's one node is node 0 too); one taking node k > 0 joins it by
   inserting the row (run, k) of :class:`~academy.models.LabRunNode` (the
   primary key settles a race). Every node starts
-  ``academy.labruns.job.torchrun_command``'s line, whose c10d rendezvous
+  ``academy.labruns.kinds.torchrun_command``'s line, whose c10d rendezvous
   gathers them; the node hosting global rank 0 gets result.json. The run is
   done when every node ended well, failed as soon as one failed (the others
   read that with their heartbeat and stop, as for a cancel), and failed with
@@ -52,7 +52,6 @@ The promises and where they are kept:
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import Callable
 from datetime import timedelta
@@ -66,11 +65,11 @@ from sqlmodel import func, select
 from academy.accounts import UNKNOWN_CLIENT
 from academy.db import owner_only, session_scope
 from academy.errors import UserError
-from academy.models import ACTIVE, TERMINAL, LabRun, LabRunNode, LabWorker, utcnow
+from academy.models import ACTIVE, LabRun, LabRunNode, LabWorker, utcnow
 from academy.settings import ROOT, get_settings
+from labs.context import LABS
 
 QUEUES = ("cpu", "gpu")
-EXERCISE = "exercise"  # the lab name of an exercise submission (academy.exercises.LAB)
 log = logging.getLogger("academy.worker")
 
 
@@ -270,13 +269,13 @@ def submit(*, lab: str, params: dict[str, Any], learner_id: int | None, machine:
     with the run for the worker that grades it. ``nodes``: workers (one
     torchrun each, ``world_size`` ranks on each) the run spans; more than
     one is refused unless ``lab_max_nodes`` allows it and
-    ``lab_rendezvous_endpoint`` is set, and for exercises.
+    ``lab_rendezvous_endpoint`` is set, and for anything but a lab.
     """
     settings = get_settings()
     queue = queue_for(params)
-    if nodes != 1:
+    if nodes != 1:  # a lab's run only: a grading is one sandbox on one worker
         allowed = settings.lab_max_nodes if settings.lab_rendezvous_endpoint else 1
-        if lab == EXERCISE or not 1 <= nodes <= allowed:
+        if lab not in LABS or not 1 <= nodes <= allowed:
             raise LabRequestError("labs_refused.nodes", max=max(1, allowed))
         params = {**params, "nodes": nodes}
     guest = learner_id is None
@@ -470,99 +469,3 @@ def forget_workers() -> None:
     cutoff = utcnow() - timedelta(minutes=10)
     with session_scope() as session:
         session.exec(LabWorker.__table__.delete().where(LabWorker.heartbeat_at < cutoff))
-
-
-# --------------------------------------------------------------------------
-# What is kept of a report (review N-6): a cap on each, the full one for the newest runs only
-
-REPORT_TOO_LARGE = "report_too_large"  # a lab's error kind; an exercise report's error key
-# What an old lab run keeps of its result: everything the page shows, not each rank's own return.
-LAB_KEPT = ("ok", "lab", "world_size", "backend", "params", "summary", "wall_s", "work_s", "overhead_s")
-EXERCISE_KEPT = ("exercise", "status", "ok", "duration_s", "sandbox")
-CASE_KEPT = ("id", "status", "world_size", "size", "dtype")
-PRUNE_BATCH = 50  # old reports slimmed per finished run: a long backlog is worked off bit by bit
-
-
-def _size(value: Any) -> int:
-    return len(json.dumps(value, separators=(",", ":"), default=str).encode())
-
-
-def fit_result(run: LabRun, result: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The report to store for ``run``: ``result`` if it fits in ``Settings.lab_result_max_bytes``.
-
-    Learner code decides much of an exercise report (crash messages, frames,
-    call records): one submission stored 2.7 MB (review N-6). Over the limit a
-    lab first drops each rank's own return value (the page shows the summary);
-    what still does not fit becomes a small report that says so: for an
-    exercise ``status`` "error" with the key ``report_too_large`` (never a
-    pass), for a lab an error of that kind (the run fails).
-    """
-    limit = get_settings().lab_result_max_bytes
-    if result is None or (size := _size(result)) <= limit:
-        return result
-    if run.lab != EXERCISE and "ranks" in result:
-        slim = {k: v for k, v in result.items() if k != "ranks"}
-        if _size(slim) <= limit:
-            return slim
-    log.warning("run %s: report of %s bytes is over the limit of %s; stored as too large", run.id, size, limit)
-    if run.lab == EXERCISE:
-        return {"exercise": str((run.params or {}).get("exercise", "")), "status": "error", "ok": False,
-                "error": {"key": REPORT_TOO_LARGE, "values": {"size": size, "limit": limit}},
-                "cases": [], "trace": None, "duration_s": None, "sandbox": ""}
-    return {"ok": False, "error": {"kind": REPORT_TOO_LARGE, "size": size, "limit": limit,
-                                   "message": f"the lab's report has {size} bytes, more than {limit}"}}
-
-
-def slim_result(lab: str, result: dict[str, Any]) -> dict[str, Any]:
-    """What an old run keeps of its report: its status and summary, marked ``pruned``.
-
-    A lab keeps what its page shows (:data:`LAB_KEPT`); an exercise report its
-    verdict, its error's key (and values, when small) and each case's id and
-    status, without findings, output, waits or the ring trace.
-    """
-    if lab != EXERCISE:
-        return {**{k: result[k] for k in LAB_KEPT if k in result}, "pruned": True}
-    error = result.get("error")
-    if isinstance(error, dict):
-        values = error.get("values")
-        error = {"key": error.get("key"), **({"values": values} if _size(values) <= 1024 else {})}
-    cases = [{k: case.get(k) for k in CASE_KEPT} for case in result.get("cases") or [] if isinstance(case, dict)]
-    # Which grader graded it (a report made since issue #35 says): academy.regrade reads it.
-    graded_by = {"grader": result["grader"]} if "grader" in result else {}
-    return {**{k: result.get(k) for k in EXERCISE_KEPT}, **graded_by, "error": error, "cases": cases,
-            "trace": None, "pruned": True}
-
-
-def prune_results(*, session, run_id: int) -> int:
-    """Slim the reports of the asker's older runs of the same lab (an exercise: of the
-    same exercise) beyond the newest ``Settings.lab_keep_full_results``; how many.
-
-    The asker is the learner, or for a guest its client. Called when a run
-    ends, in its transaction; at most :data:`PRUNE_BATCH` rows at a time.
-    """
-    run = session.get(LabRun, run_id)
-    if run is None:
-        return 0
-    group = [LabRun.lab == run.lab]
-    if run.learner_id is not None:
-        group.append(LabRun.learner_id == run.learner_id)
-    else:
-        group += [LabRun.learner_id.is_(None), LabRun.client == run.client]
-    if run.lab == EXERCISE:
-        group.append(LabRun.params["exercise"].as_string() == str((run.params or {}).get("exercise", "")))
-    newest = select(LabRun.id).where(*group).order_by(LabRun.id.desc()) \
-        .limit(get_settings().lab_keep_full_results).scalar_subquery()
-    # The row ids first, then the full reports one at a time (they may be megabytes each).
-    old = session.exec(
-        select(LabRun.id).where(*group, LabRun.status.in_(TERMINAL), LabRun.id.not_in(newest),
-                                LabRun.result.is_not(None), LabRun.result["pruned"].as_boolean().is_(None))
-        .order_by(LabRun.id.desc()).limit(PRUNE_BATCH)
-    ).all()
-    count = 0
-    for old_id in old:
-        result = session.exec(select(LabRun.result).where(LabRun.id == old_id)).one()
-        if isinstance(result, dict):
-            session.exec(update(LabRun).where(LabRun.id == old_id).values(result=slim_result(run.lab, result)))
-            count += 1
-    return count
-

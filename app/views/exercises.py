@@ -197,18 +197,15 @@ def live(run_id: int, every: float) -> None:
 FAMILIES = {*patterns.ALLREDUCE_FAMILIES, *patterns.BROADCAST_FAMILIES}
 
 
-def pattern_line(found, exercise: str | None) -> str | None:
+def pattern_line(found, exercise: str | None) -> str | None:  # a labs.exercises.report.Pattern
     """The message pattern the grader named (the report's ``pattern``, from the router's log:
     ``labs.exercises.patterns``) as one line in the learner's language; None without one."""
-    family = found.get("family") if isinstance(found, dict) else None
-    if family not in FAMILIES:
+    if found is None or found.family not in FAMILIES:
         return None
-    case = str(found.get("case", ""))
-    world = found.get("world_size")
     return exercises.message("pattern_shown", code, {
-        "case": case if case.replace("-", "").isalnum() else "?",
-        "world_size": world if isinstance(world, int) else "?",
-        "family": exercises.message(f"family_{family}", code, None, exercise)}, exercise)
+        "case": found.case if found.case.replace("-", "").isalnum() else "?",
+        "world_size": found.world_size,
+        "family": exercises.message(f"family_{found.family}", code, None, exercise)}, exercise)
 
 
 def ring(trace: dict, found, run_id: int, exercise: str | None) -> None:
@@ -224,8 +221,8 @@ def ring(trace: dict, found, run_id: int, exercise: str | None) -> None:
     line = pattern_line(found, exercise)
     n = int(trace.get("world_size") or 0)
     traces = trace.get("traces") or []
-    no_ring = line is not None and found["family"] not in patterns.RINGS \
-        and found["family"] in patterns.ALLREDUCE_FAMILIES
+    no_ring = line is not None and found.family not in patterns.RINGS \
+        and found.family in patterns.ALLREDUCE_FAMILIES
     if n < 2 or not any(traces) or no_ring:  # nothing to animate (a broadcast), or no ring
         if line:
             st.caption(line)
@@ -275,48 +272,49 @@ def report(run) -> None:  # a LabRun
         stopped = kind in ("worker_lost", "worker_stopped", "timeout", "restart", "queue_unavailable")
         st.error(t("exercises.stopped") if stopped else t("exercises.grader_failed"))
         return
-    res = run.result
+    res = exercises.read_report(run.result)
+    if res is None:  # a stored result that is no grading report: the grader broke
+        st.error(t("exercises.grader_failed"))
+        return
     exercise = run.params.get("exercise")
-    cases = res.get("cases") or []
-    failed = [c for c in cases if c.get("status") != "passed"]
-    counts = exercises.case_counts(cases)
-    if res.get("status") == "passed":
+    cases = res.cases
+    counts = res.counts()
+    if res.status == "passed":
         # The exercise's own words: what "right" means differs (bytes for the ring, not for averaging).
         st.success(exercises.message("passed", code, {"count": len(cases)}, exercise))
-    elif res.get("status") == "error" or res.get("error"):
-        err = res.get("error") or {}
+    elif res.status == "error" or res.error is not None:
         st.error(t("exercises.error"))
-        st.text(exercises.message(err.get("key", "crash"), code, err.get("values"), exercise))
+        st.text(exercises.message(res.error.key if res.error else "crash", code,
+                                  res.error.values if res.error else None, exercise))
     else:
         # Cases stopped after a failure are "not run", not failures: the headline counts them apart.
         key = "exercises.failed_not_run" if counts["not_run"] else "exercises.failed"
         st.error(t(key, passed=counts["passed"], failed=counts["failed"], not_run=counts["not_run"],
                    count=len(cases)))
-    if res.get("duration_s") is not None:
-        st.caption(t("exercises.duration", seconds=res["duration_s"], sandbox=res.get("sandbox", "?")))
-    first_failure = failed[0]["id"] if failed else None
+    if res.duration_s is not None:
+        st.caption(t("exercises.duration", seconds=res.duration_s, sandbox=res.sandbox))
+    first_failure = next((case.id for case in cases if case.status != "passed"), None)
     for case in cases:
-        status = case.get("status", "not_run")
         label = exercises.case_label(exercise, case, code)  # a tensor, a data set or a batch, as sized
-        icon = {"passed": ":material/check_circle:", "failed": ":material/cancel:"}.get(status, ":material/block:")
-        with st.expander(f"{label} · {t(f'exercises.case_status.{status}')}", icon=icon,
-                         expanded=case.get("id") == first_failure):
+        icon = {"passed": ":material/check_circle:", "failed": ":material/cancel:"}.get(case.status,
+                                                                                       ":material/block:")
+        with st.expander(f"{label} · {t(f'exercises.case_status.{case.status}')}", icon=icon,
+                         expanded=case.id == first_failure):
             # Findings and waits carry values from the learner's run: shown as plain text.
-            for finding in case.get("findings") or []:
-                if not finding.get("passed", False):
-                    st.text("✗ " + exercises.message(finding.get("key", ""), code, finding.get("values"),
-                                                     exercise))
-            if status == "not_run":
+            for finding in case.findings:
+                if not finding.passed:
+                    st.text("✗ " + exercises.message(finding.key, code, finding.values, exercise))
+            if case.status == "not_run":
                 st.caption(exercises.message("case_not_run", code))
-            for wait in case.get("waiting") or []:  # with its direction: send *to*, recv *from*
+            for wait in case.waiting or []:  # with its direction: send *to*, recv *from*
                 st.text(exercises.waiting(wait, code, exercise))
-            for rank, output in sorted((case.get("output") or {}).items()):
+            for rank, output in sorted(case.output.items()):
                 if output:
                     st.caption(t("exercises.output", rank=rank))
                     st.code(output, language=None)
-    ring(res.get("trace") or {}, res.get("pattern"), run.id, exercise)
-    labviews.bucket_timeline(res.get("trace") or {}, run.id)
-    topology.exercise_clock(res.get("trace") or {}, run.id)
+    ring(res.trace or {}, res.pattern, run.id, exercise)
+    labviews.bucket_timeline(res.trace or {}, run.id)
+    topology.exercise_clock(res.trace or {}, run.id)
 
 
 run_id = state.get(f"ex_run_{current}")

@@ -33,7 +33,6 @@ from __future__ import annotations
 from labs import reports
 from labs.model import fit_alpha_beta
 from labs.params import Page, ParamError, dataclass, limit, option
-from labs.params import check as check_values
 from labs.ring.lab import DTYPES, OPS
 
 # The default number of ranks (page and CLI): on 2 ranks the naive ring and
@@ -78,6 +77,8 @@ class Params:
     max_bytes: int = option(64 << 20, key="labs.max_size", help="largest message in bytes", low=1,
                            high=limit("max_bytes"), unit="bytes", flags=("--max-bytes", "--max-size"),
                            page=Page(widget="sizes", low=64 << 10, high=64 << 20, default=4 << 20))
+    size: int | None = option(help="one message size in bytes (sets min and max)", low=1, high=limit("max_bytes"),
+                              unit="bytes")
     factor: int = option(4, help="size multiplier between rows", low=2)
     dtype: str = option("float32", help="element type", choices=tuple(DTYPES))
     op: str = option("sum", help="reduction", choices=OPS)
@@ -86,7 +87,8 @@ class Params:
     impls: list[str] = option(list(IMPLS), help="implementations to time", choices=IMPLS)
 
     def __post_init__(self) -> None:
-        check_values(self)
+        if self.size is not None:
+            self.min_bytes = self.max_bytes = self.size
         sweep_sizes(self.min_bytes, self.max_bytes, self.factor)  # raises if nonsense
         if self.op == "avg" and not DTYPES[self.dtype].is_floating_point:
             raise ParamError("op", "avg_int", f"op avg needs a floating-point dtype, not {self.dtype}")

@@ -50,7 +50,6 @@ import statistics
 from labs import reports
 from labs.model import mean_ci95, powersgd_elements, ring_sent, topk_bytes
 from labs.params import Page, dataclass, option
-from labs.params import check as check_values
 
 STRATEGIES = ("fp32", "fp16", "bf16", "powersgd_r1", "powersgd_r2", "powersgd_r4", "topk", "topk_ef")
 REFERENCE = "fp32"  # what the loss gaps are measured from: it runs whatever the request says
@@ -95,7 +94,6 @@ class Params:
                                       "next; what gloo needs), overlapped (torch's own), auto (serial on gloo)")
 
     def __post_init__(self) -> None:
-        check_values(self)
         if not 0 < self.density <= 1 or self.lr <= 0 or not 0 <= self.momentum < 1:
             raise ValueError("need 0 < density <= 1, lr > 0 and 0 <= momentum < 1")
         if self.bucket_cap_kb is not None and self.bucket_cap_kb <= 0:

@@ -57,10 +57,13 @@ in ``labs.ddp.setup``; the ``sampler`` section in ``labs.ddp.sampler``; the
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from pydantic import Field
+
 from labs import reports
 from labs.ddp.text import format_text as format_text  # what `python -m labs ddp` prints
 from labs.params import Page, dataclass, option
-from labs.params import check as check_values
 
 SECTIONS = ("equivalence", "sampler", "breakdown", "buckets", "no_sync", "fp16", "scaling", "timeline")
 # What a rank runs (``run_rank``), with torch: imported by the ranks only (``labs.context.rank_code``).
@@ -94,8 +97,8 @@ class Params:
                                           "MB (> 0): small enough for several buckets, so that one can "
                                           "overlap backward")
     accumulation: int = option(4, help="micro-batches per optimizer step in no_sync", low=1)
-    scaling_world_sizes: list[int] = option([1, 2, 4], help="rank counts for the scaling section", low=1,
-                                           flags=("--world-sizes",))
+    scaling_world_sizes: list[Annotated[int, Field(ge=1)]] = option(
+        [1, 2, 4], help="rank counts for the scaling section", flags=("--world-sizes",))
     overlap_hidden: int = option(256, help="MLP width in the breakdown and timeline sections (a backward "
                                  "long enough to hide all-reduces behind)", low=1,
                                  flags=("--overlap-hidden", "--timeline-hidden"))
@@ -112,7 +115,6 @@ class Params:
         page=Page(widget="prediction", help="labs.predict.field_help"))
 
     def __post_init__(self) -> None:
-        check_values(self)
         if self.lr <= 0 or self.tolerance <= 0:
             raise ValueError("need lr > 0 and tolerance > 0")
         if any(c <= 0 for c in [*self.bucket_caps_mb, self.overlap_bucket_cap_mb]):

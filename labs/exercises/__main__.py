@@ -10,8 +10,8 @@
 ``grade`` exits 0 when every case passed, 1 when a case failed, 2 when the
 file cannot be graded (syntax error, missing function, refused by or not
 available in the sandbox, or the grader itself failed: its traceback goes
-to stderr, and no report is written). ``--json`` prints the report (the format in
-``labs.exercises.grader``) instead of text; ``--events`` appends one JSON
+to stderr, and no report is written). ``--json`` prints the report (the JSON of a
+``labs.exercises.report.GradeReport``) instead of text; ``--events`` appends one JSON
 line per finished case, in the format of the labs' progress events;
 ``--out`` writes the report. ``show`` never shows the reference solution.
 
@@ -42,6 +42,7 @@ import traceback
 from pathlib import Path
 
 from labs.exercises import EXERCISES, REQUIRED_FOR_CERTIFICATE, available, messages, starter
+from labs.exercises.report import Finding, GradeReport, Pattern, Problem
 
 EXIT = {"passed": 0, "failed": 1, "error": 2}
 MARK = {"passed": "+", "failed": "x", "not_run": "."}
@@ -111,55 +112,53 @@ def cmd_show(exercise_id: str, lang: str) -> int:
     return 0
 
 
-def finding_lines(finding: dict, lang: str, exercise_id: str) -> list[str]:
-    """A finding as text lines: its message, then the learner's own frames when it has them."""
-    lines = [messages.text(finding["key"], lang, exercise=exercise_id, **finding.get("values", {}))]
-    for frame in finding.get("frames") or []:
+def finding_lines(finding: Finding | Problem, lang: str, exercise_id: str) -> list[str]:
+    """A finding (or the error) as text lines: its message, then the learner's own frames when it has them."""
+    lines = [messages.text(finding.key, lang, exercise=exercise_id, **finding.values)]
+    for frame in finding.frames or []:
         lines.append("  " + messages.text("frame", lang, **frame))
     return lines
 
 
-def pattern_line(pattern: dict, lang: str, exercise_id: str) -> str:
+def pattern_line(pattern: Pattern, lang: str, exercise_id: str) -> str:
     """The message pattern the report names (``labs.exercises.patterns``): the case, its ranks, the family."""
-    family = messages.text(f"family_{pattern.get('family')}", lang, exercise_id)
-    return messages.text("pattern_shown", lang, exercise_id, case=pattern.get("case"),
-                         world_size=pattern.get("world_size"), family=family)
+    family = messages.text(f"family_{pattern.family}", lang, exercise_id)
+    return messages.text("pattern_shown", lang, exercise_id, case=pattern.case,
+                         world_size=pattern.world_size, family=family)
 
 
 def waiting_lines(rows: list[dict], lang: str) -> list[str]:
     return [messages.waiting(row, lang) for row in rows]
 
 
-def render(report: dict, lang: str) -> str:
-    exercise_id = report["exercise"]
+def render(report: GradeReport, lang: str) -> str:
+    exercise_id = report.exercise
     title = messages.exercise(exercise_id, lang).get("title", exercise_id)
-    cases = report["cases"]
-    passed = sum(c["status"] == "passed" for c in cases)
-    lines = [f"{title}: {messages.text('status_' + report['status'], lang)}"]
-    if report["error"]:
-        lines += finding_lines(report["error"], lang, exercise_id)
-        if report["error"].get("output"):
-            lines += [messages.text("output", lang, rank=0), report["error"]["output"].rstrip()]
-    for case in cases:
-        lines.append(f"  {MARK[case['status']]} {case['id']}")
-        if case["status"] == "not_run":
+    lines = [f"{title}: {messages.text('status_' + report.status, lang)}"]
+    if report.error is not None:
+        lines += finding_lines(report.error, lang, exercise_id)
+        if report.error.output:
+            lines += [messages.text("output", lang, rank=0), report.error.output.rstrip()]
+    for case in report.cases:
+        lines.append(f"  {MARK[case.status]} {case.id}")
+        if case.status == "not_run":
             lines.append("      " + messages.text("case_not_run", lang))
-        for finding in case["findings"]:
-            if not finding["passed"]:
+        for finding in case.findings:
+            if not finding.passed:
                 lines += ["      " + line for line in finding_lines(finding, lang, exercise_id)]
-        if case.get("waiting"):
-            lines += ["      " + line for line in waiting_lines(case["waiting"], lang)]
-        if case["status"] != "passed":
-            for rank, text in sorted(case.get("output", {}).items()):
+        if case.waiting:
+            lines += ["      " + line for line in waiting_lines(case.waiting, lang)]
+        if case.status != "passed":
+            for rank, text in sorted(case.output.items()):
                 lines.append("      " + messages.text("output", lang, rank=rank))
                 lines += ["        " + line for line in text.rstrip().splitlines()]
-    if report.get("pattern"):
-        lines.append(pattern_line(report["pattern"], lang, exercise_id))
-    if cases:
-        failed = sum(c["status"] == "failed" for c in cases)
-        lines.append(messages.text("summary", lang, passed=passed, total=len(cases), failed=failed,
-                                   not_run=len(cases) - passed - failed,
-                                   seconds=round(report["duration_s"], 1), sandbox=report["sandbox"]))
+    if report.pattern is not None:
+        lines.append(pattern_line(report.pattern, lang, exercise_id))
+    if report.cases:
+        counts = report.counts()
+        lines.append(messages.text("summary", lang, passed=counts["passed"], total=len(report.cases),
+                                   failed=counts["failed"], not_run=counts["not_run"],
+                                   seconds=round(report.duration_s or 0.0, 1), sandbox=report.sandbox))
     return "\n".join(lines)
 
 
@@ -194,10 +193,11 @@ def cmd_grade(args, warm=None) -> int:
     finally:
         if events is not None:
             events.close()
+    document = json.dumps(report.dump(), indent=1)
     if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=1), encoding="utf-8")
-    _emit(json.dumps(report, indent=1) if args.json else render(report, args.lang))
-    return EXIT[report["status"]]
+        Path(args.out).write_text(document, encoding="utf-8")
+    _emit(document if args.json else render(report, args.lang))
+    return EXIT[report.status]
 
 
 NO_JOB = 3  # the warm grader's exit when it ends without a job

@@ -1,8 +1,8 @@
 """Grade one submission: plan -> sandbox -> the harness's JSON lines -> checks -> report.
 
     from labs.exercises.grader import grade
-    report = grade("ring-allreduce", source)          # the dict the CLI's --json prints
-    report["status"]                                  # "passed" | "failed" | "error"
+    report = grade("ring-allreduce", source)          # a labs.exercises.report.GradeReport
+    report.status                                     # "passed" | "failed" | "error"
 
 The trusted half of the grading. Here, outside the sandbox: the syntax check
 and the check that the function exists (``ast``: nothing of the learner's
@@ -12,14 +12,16 @@ harness in ``runtime/``, which makes each case's inputs and expected
 results in its own process, runs the learner's code in rank processes that
 get only their own inputs and hold no process group, routes every message
 between them and prints, per case, the expected values, each rank's answer
-and the router's record of what it sent (docs/contributors/grading.md). The report's format is in the design of issue
-#16; every text in it is a message key plus values, rendered per language
-by ``labs.exercises.messages``. A case the router ended as a protocol
+and the router's record of what it sent (docs/contributors/grading.md). The
+report is a `labs.exercises.report.GradeReport` (its cases and findings typed
+there, its JSON what ``--json`` prints and the worker stores); every text in
+it is a message key plus values, rendered per language by
+``labs.exercises.messages``. A case the router ended as a protocol
 failure (``runtime/router.py``: a frame beyond what the case can need, a
 size mismatch, something left unmatched) fails with a ``protocol`` finding
 that names it. An exercise with a ``PATTERN_CASE`` also gets the message
-pattern of that case in the report (``pattern``: ``{"case", "family",
-"world_size", ...}``, from ``exercise.pattern`` over the router's log,
+pattern of that case in the report (``pattern``: the case, the family and
+its world size, from ``exercise.pattern`` over the router's log,
 ``labs.exercises.patterns``).
 """
 
@@ -38,6 +40,7 @@ from pathlib import Path
 
 from labs.exercises import available, load
 from labs.exercises.encoding import foreign_encoding
+from labs.exercises.report import CaseReport, Finding, GradeReport, Pattern, Problem
 from labs.sandbox import run as sandbox
 
 CASE_TIMEOUT_S = 5.0  # a case that takes longer is a deadlock (the cases are tiny)
@@ -224,7 +227,7 @@ def run_limits(groups: int, case_timeout_s: float) -> sandbox.Limits:
     return operator.model_copy(update=fitted)
 
 
-def static_error(source: str | bytes, function: str) -> dict | None:
+def static_error(source: str | bytes, function: str) -> Problem | None:
     """``source_encoding``, ``syntax_error`` or ``missing_function``, found without running anything; None when fine.
 
     ``source`` is best given as the bytes the sandbox will run: ``ast.parse`` then reads
@@ -233,13 +236,13 @@ def static_error(source: str | bytes, function: str) -> dict | None:
     ``function`` is what the exercise asks for: a function, or a class (bucketed-overlap's
     ``Bucketer``), defined, assigned or imported at the top level."""
     if (declared := foreign_encoding(source)) is not None:  # N-8: Python would run other text than this
-        return {"key": "source_encoding", "values": {"encoding": declared}}
+        return Problem(key="source_encoding", values={"encoding": declared})
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
-        return {"key": "syntax_error", "values": {"line": exc.lineno or 0, "message": exc.msg or ""}}
+        return Problem(key="syntax_error", values={"line": exc.lineno or 0, "message": exc.msg or ""})
     except ValueError as exc:  # null bytes
-        return {"key": "syntax_error", "values": {"line": 0, "message": str(exc)}}
+        return Problem(key="syntax_error", values={"line": 0, "message": str(exc)})
     for node in tree.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.name == function:
             return None
@@ -250,39 +253,35 @@ def static_error(source: str | bytes, function: str) -> dict | None:
         if isinstance(node, ast.ImportFrom | ast.Import) and any(
                 (a.asname or a.name) == function for a in node.names):
             return None
-    return {"key": "missing_function", "values": {"function": function}}
+    return Problem(key="missing_function", values={"function": function})
 
 
-def _report(exercise_id: str, *, error=None, cases=(), trace=None, pattern=None, duration=0.0, mode="") -> dict:
-    cases = list(cases)
-    if error is not None:
-        status = "error"
-    elif cases and all(c["status"] == "passed" for c in cases):
-        status = "passed"
-    else:
-        status = "failed"
-    return {"exercise": exercise_id, "status": status, "ok": status == "passed", "error": error,
-            "cases": cases, "trace": trace, "pattern": pattern, "duration_s": round(duration, 3), "sandbox": mode,
-            "grader": fingerprint(exercise_id)}
+def _report(exercise_id: str, *, error: Problem | None = None, cases=(), trace=None, pattern=None,
+            duration=0.0, mode="") -> GradeReport:
+    return GradeReport.of(exercise_id, error=error, cases=cases, trace=trace, pattern=pattern,
+                          duration_s=round(duration, 3), sandbox=mode, grader=fingerprint(exercise_id))
 
 
 def _frames(frames: list[dict]) -> list[dict]:
     return frames[-TRACEBACK_FRAMES:]
 
 
-def _case_entry(exercise, event: dict) -> tuple[dict, list[dict] | None]:
+def _case_entry(exercise, event: dict) -> tuple[CaseReport, list[dict] | None]:
     """One case of the report from the harness's case event; also the ranks' replies when all returned."""
     case = event["case"]
-    entry = {"id": case["id"], "world_size": case["world_size"],
-             "size": _numel(case), "shape": case["shape"], "dtype": case["dtype"],
-             "status": "not_run", "findings": [], "output": {}}
-    if "src" in case:
-        entry["src"] = case["src"]
-    if "nodes" in case:  # hierarchical-allreduce: the node map the case ran on
-        entry["nodes"] = case["nodes"]
+
+    def entry(status: str, findings: list[Finding], **more) -> CaseReport:
+        output = {str(r["rank"]): r["output"] for r in event["ranks"] if r.get("output")} \
+            if event["status"] != "not_run" else {}
+        return CaseReport(id=case["id"], status=status, world_size=case["world_size"], size=_numel(case),
+                          shape=case["shape"], dtype=case["dtype"], src=case.get("src"), nodes=case.get("nodes"),
+                          findings=findings, output=output, **more)
+
+    def stopped(check: str, key: str, values: dict, **more) -> Finding:
+        return Finding(check=check, passed=False, key=key, values=values, **more)
+
     if event["status"] == "not_run":
-        return entry, None
-    entry["output"] = {str(r["rank"]): r["output"] for r in event["ranks"] if r.get("output")}
+        return entry("not_run", []), None
     if event["status"] == "done":
         # A reply comes from a rank the learner's code runs in: it may have written its
         # own to the harness's pipe. One that the checks cannot read fails the case.
@@ -296,45 +295,34 @@ def _case_entry(exercise, event: dict) -> tuple[dict, list[dict] | None]:
                       "sent_by_link": r["traffic"].get("sent_by_link"),  # with a node map only
                       "calls": r["traffic"]["calls"],
                       "calls_before": (r["traffic"].get("before") or {}).get("calls")} for r in event["ranks"]]
-            entry["findings"] = exercise.check(case, ranks)
+            findings = [Finding.model_validate(f) for f in exercise.check(case, ranks)]
         except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError) as exc:
-            entry["status"] = "failed"
-            entry["findings"] = [{"check": "reply", "passed": False, "key": "reply_unreadable",
-                                  "values": {"detail": f"{type(exc).__name__}: {exc}"[:200]}}]
-            return entry, None
-        entry["status"] = "passed" if all(f["passed"] for f in entry["findings"]) else "failed"
-        return entry, ranks
-    entry["status"] = "failed"
+            return entry("failed", [stopped("reply", "reply_unreadable",
+                                            {"detail": f"{type(exc).__name__}: {exc}"[:200]})]), None
+        return entry("passed" if all(f.passed for f in findings) else "failed", findings), ranks
     if event["status"] == "protocol":
         # The router ended the case: what a rank asked for is more than the case can need.
         failure = event.get("protocol") or {}
-        entry["findings"] = [{"check": "protocol", "passed": False, "key": str(failure.get("key", "protocol_frame")),
-                              "values": dict(failure.get("values") or {})}]
-        return entry, None
-    entry["waiting"] = event.get("waiting", [])
+        return entry("failed", [stopped("protocol", str(failure.get("key", "protocol_frame")),
+                                        dict(failure.get("values") or {}))]), None
+    waiting = event.get("waiting", [])
     if event["status"] == "timeout":
-        entry["findings"] = [{"check": "deadlock", "passed": False, "key": "deadlock",
-                              "values": {"seconds": event.get("timeout_s", CASE_TIMEOUT_S)}}]
-        return entry, None
+        return entry("failed", [stopped("deadlock", "deadlock", {"seconds": event.get("timeout_s", CASE_TIMEOUT_S)})],
+                     waiting=waiting), None
     for r in event["ranks"]:  # the first rank that raised says what happened
         reply = r["reply"] or {}
         if reply.get("type") == "forbidden":
             key = "guard_refused" if reply.get("kind") == "guard" else "forbidden_call"
-            entry["findings"] = [{"check": "forbidden", "passed": False, "key": key,
-                                  "values": {"call": reply["call"], "rank": r["rank"]},
-                                  "frames": _frames(reply.get("frames", []))}]
-            return entry, None
+            return entry("failed", [stopped("forbidden", key, {"call": reply["call"], "rank": r["rank"]},
+                                            frames=_frames(reply.get("frames", [])))], waiting=waiting), None
     for r in event["ranks"]:
         reply = r["reply"] or {}
         if reply.get("type") == "crash":
-            entry["findings"] = [{"check": "crash", "passed": False, "key": "crash",
-                                  "values": {"rank": r["rank"], "exception": reply.get("exc", ""),
-                                             "message": reply.get("message", "")},
-                                  "frames": _frames(reply.get("frames", []))}]
-            return entry, None
+            return entry("failed", [stopped("crash", "crash", {"rank": r["rank"], "exception": reply.get("exc", ""),
+                                                               "message": reply.get("message", "")},
+                                            frames=_frames(reply.get("frames", [])))], waiting=waiting), None
     died = next((r["rank"] for r in event["ranks"] if (r["reply"] or {}).get("type") == "died"), None)
-    entry["findings"] = [{"check": "crash", "passed": False, "key": "rank_died", "values": {"rank": died}}]
-    return entry, None
+    return entry("failed", [stopped("crash", "rank_died", {"rank": died})], waiting=waiting), None
 
 
 def _numel(case: dict) -> int:
@@ -349,31 +337,32 @@ def _code(event: dict):
     return "?" if event.get("returncode") is None else event["returncode"]
 
 
-def _error_from_event(event: dict) -> dict:
+def _error_from_event(event: dict) -> Problem:
     key = event["key"]
     if key == "missing_function":
-        return {"key": key, "values": {"function": event.get("function", "")}}
+        return Problem(key=key, values={"function": event.get("function", "")})
     if key == "forbidden_call":
-        return {"key": "guard_refused" if event.get("kind") == "guard" else key, "values": {"call": event.get("call", ""), "rank": event.get("rank")},
-                "frames": _frames(event.get("frames", []))}
+        return Problem(key="guard_refused" if event.get("kind") == "guard" else key,
+                       values={"call": event.get("call", ""), "rank": event.get("rank")},
+                       frames=_frames(event.get("frames", [])))
     if key == "import_error":
-        return {"key": key, "values": {"exception": event.get("exc", ""), "message": event.get("message", "")},
-                "frames": _frames(event.get("frames", [])), "output": event.get("output", "")}
+        return Problem(key=key, values={"exception": event.get("exc", ""), "message": event.get("message", "")},
+                       frames=_frames(event.get("frames", [])), output=event.get("output", ""))
     if key == "import_died":
-        return {"key": key, "values": {"rank": event.get("rank"), "returncode": _code(event)},
-                "output": event.get("output", "")}
+        return Problem(key=key, values={"rank": event.get("rank"), "returncode": _code(event)},
+                       output=event.get("output", ""))
     if key == "harness_failed":
-        return {"key": key, "values": {"returncode": _code(event)}, "detail": event.get("detail", "")}
+        return Problem(key=key, values={"returncode": _code(event)}, detail=event.get("detail", ""))
     if key == "import_timeout":
-        return {"key": key, "values": {"seconds": event.get("seconds")}, "output": event.get("output", "")}
+        return Problem(key=key, values={"seconds": event.get("seconds")}, output=event.get("output", ""))
     if key.startswith("protocol_"):  # a call while the file was loading, before any case
-        return {"key": key, "values": dict(event.get("values") or {})}
-    return {"key": key, "values": {}}
+        return Problem(key=key, values=dict(event.get("values") or {}))
+    return Problem(key=key)
 
 
 def grade(exercise_id: str, source: str | bytes, *, seed: int | None = None, mode: str | None = None,
           case_timeout_s: float = CASE_TIMEOUT_S, limits: sandbox.Limits | None = None,
-          case_ids=None, on_event: Callable[[dict], None] | None = None, warm: Warm | None = None) -> dict:
+          case_ids=None, on_event: Callable[[dict], None] | None = None, warm: Warm | None = None) -> GradeReport:
     """Grade ``source`` for ``exercise_id``; the report (see the module docstring).
 
     ``source``: the file's bytes (a ``str`` is taken as its UTF-8), checked here and
@@ -401,7 +390,7 @@ def grade(exercise_id: str, source: str | bytes, *, seed: int | None = None, mod
     try:
         sandbox.check_available(chosen)
     except sandbox.SandboxUnavailable as exc:
-        return _report(exercise_id, error={"key": "sandbox_unavailable", "values": {"reason": exc.reason}},
+        return _report(exercise_id, error=Problem(key="sandbox_unavailable", values={"reason": exc.reason}),
                        duration=time.perf_counter() - t0, mode=chosen)
     the_plan = plan(exercise, secrets.randbelow(1 << 30) if seed is None else seed, case_timeout_s, case_ids)
     cases, traced_ranks = [], {}
@@ -421,11 +410,11 @@ def grade(exercise_id: str, source: str | bytes, *, seed: int | None = None, mod
         if kind == "case":
             entry, ranks = _case_entry(exercise, dict(event, timeout_s=case_timeout_s))
             cases.append(entry)
-            if ranks is not None and entry["id"] in kept:
-                traced_ranks[entry["id"]] = (event["case"], ranks)
+            if ranks is not None and entry.id in kept:
+                traced_ranks[entry.id] = (event["case"], ranks)
             if on_event is not None:
                 on_event({"kind": "progress", "step": event["index"], "total_steps": event["total"],
-                          "case": entry["id"], "status": entry["status"]})
+                          "case": entry.id, "status": entry.status})
         elif kind == "error" and error is None:
             error = _error_from_event(event)
         elif kind == "done":
@@ -452,25 +441,25 @@ def grade(exercise_id: str, source: str | bytes, *, seed: int | None = None, mod
                                          stdin=json.dumps(the_plan).encode(),
                                          limits=limits, mode=chosen, on_line=on_line)
         except sandbox.SandboxUnavailable as exc:
-            return _report(exercise_id, error={"key": "sandbox_unavailable", "values": {"reason": exc.reason}},
+            return _report(exercise_id, error=Problem(key="sandbox_unavailable", values={"reason": exc.reason}),
                            duration=time.perf_counter() - t0, mode=chosen)
     if error is None and outcome.stopped:
-        error = {"key": f"sandbox_stopped_{outcome.stopped}", "values": {"limit": outcome.stopped}}
+        error = Problem(key=f"sandbox_stopped_{outcome.stopped}", values={"limit": outcome.stopped})
     elif error is None and not done:
         tail = outcome.stderr.decode("utf-8", errors="replace")[-1500:]
         if outcome.returncode is not None and outcome.returncode < 0:
             # A signal that is not one of the sandbox's limits (those set ``stopped``): inside
             # the sandbox only the learner's ranks run beside the harness, as its own user,
             # so their code sent it (a route the guard does not see, such as a pidfd).
-            error = {"key": "harness_killed", "values": {"signal": -outcome.returncode}, "detail": tail}
+            error = Problem(key="harness_killed", values={"signal": -outcome.returncode}, detail=tail)
         else:
-            error = {"key": "harness_failed", "values": {"returncode": outcome.returncode}, "detail": tail}
+            error = Problem(key="harness_failed", values={"returncode": outcome.returncode}, detail=tail)
     planned = sum(len(group["cases"]) for group in the_plan["groups"])
     if error is None and len(cases) != planned:
         # A pass means every hidden case passed: a report that lacks some (lines lost,
         # a group skipped) is our failure to grade, never the learner's pass.
-        error = {"key": "harness_failed", "values": {"returncode": outcome.returncode},
-                 "detail": f"{len(cases)} of {planned} cases reported"}
+        error = Problem(key="harness_failed", values={"returncode": outcome.returncode},
+                        detail=f"{len(cases)} of {planned} cases reported")
     trace = pattern = None
     if getattr(exercise, "TRACE_CASE", None) in traced_ranks:
         case, ranks = traced_ranks[exercise.TRACE_CASE]
@@ -479,6 +468,6 @@ def grade(exercise_id: str, source: str | bytes, *, seed: int | None = None, mod
             trace.update(exercise.beside(case))
     if getattr(exercise, "PATTERN_CASE", None) in traced_ranks:  # from the router's log alone
         case, ranks = traced_ranks[exercise.PATTERN_CASE]
-        pattern = {"case": case["id"], **exercise.pattern(case, ranks)}
+        pattern = Pattern(case=case["id"], **exercise.pattern(case, ranks))
     return _report(exercise_id, error=error, cases=cases, trace=trace, pattern=pattern,
                    duration=time.perf_counter() - t0, mode=outcome.mode)

@@ -55,7 +55,6 @@ from collections.abc import Sequence
 from labs import reports
 from labs.failure import report
 from labs.params import Page, ParamError, dataclass, option
-from labs.params import check as check_values
 
 RANK_MODULE = "labs.failure.rank"  # what the ranks import, torch and all
 LAUNCHER = "labs.failure.supervise"  # starts torchrun (labs.context: LAUNCHER)
@@ -95,7 +94,6 @@ class Params:
                                  "the lab makes and removes)")
 
     def __post_init__(self) -> None:
-        check_values(self)
         if self.lr <= 0 or not 0 <= self.momentum < 1:
             raise ValueError("need lr > 0 and 0 <= momentum < 1")
         if self.kill_step >= self.steps:

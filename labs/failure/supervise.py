@@ -1,11 +1,11 @@
 """The failure lab's launcher: ``torchrun`` with elastic restarts, watched until it ends.
 
-``labs.launch.run_lab("failure", ...)`` (so ``python -m labs failure``, and the
-lab worker) hands the run here (the lab's ``LAUNCHER``). `launch` starts
+``labs.launch.run_lab`` (so ``python -m labs failure``, and the lab worker)
+hands the checked request's two models here (the lab's ``LAUNCHER``). `launch` starts
 
     python -m torch.distributed.run --nnodes 1 --nproc-per-node N --max-restarts R \\
         --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:0 --rdzv-id failure-<pid> --monitor-interval 0.1 \\
-        --no-python python -c RANK_PRELUDE failure <the lab's options> --run-dir DIR --events E --out O
+        --no-python python -c RANK_PRELUDE failure <the request's argv> --run-dir DIR --events E --out O
 
 (port 0: the rendezvous store takes a free port), reads the progress events
 that rank 0 of each attempt appends to ``E``, and returns the last attempt's
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import json
 import os
 import shutil
@@ -36,8 +37,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from labs.context import FailSpec, LabError, LabResult, event, params_dict
-from labs.params import flag, specs
+from labs.context import LabError, LabResult, event, params_dict
+from labs.params import Run
 from labs.processes import RANK_PRELUDE
 from labs.settings import Limits
 
@@ -66,18 +67,18 @@ def sweep(base: Path) -> None:
             continue
 
 
-def command(params, *, world_size: int, backend: str, timeout: float, folder: Path) -> list[str]:
-    """The torchrun line of this run (the lab's options as ``python -m labs failure`` spells them)."""
-    values = {**params_dict(params), "run_dir": str(folder)}
-    options = []
-    for name, (_info, spec) in specs(type(params)).items():
-        if values[name] is not None:
-            options += [flag(name, spec), str(values[name])]
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(world_size),
+def command(run: Run, params, *, folder: Path) -> list[str]:
+    """The torchrun line of this run: its ranks are ``python -m labs`` with the request's own
+    argv (``labs.request.Request.argv``), the run folder in it; torchrun gives the ranks
+    their count and starts them (its parser would also take ``--start`` for its ``--start-method``)."""
+    from labs.request import Request
+
+    request = Request("failure", run, dataclasses.replace(params, run_dir=str(folder)))
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(run.world_size),
             "--max-restarts", str(params.max_restarts), "--rdzv-backend", "c10d",
             "--rdzv-endpoint", "127.0.0.1:0", "--rdzv-id", f"failure-{os.getpid()}", "--monitor-interval", "0.1",
-            "--no-python", sys.executable, "-c", RANK_PRELUDE, "failure", *options, "--backend", backend,
-            "--timeout", str(timeout), "--events", str(folder / "events.jsonl"), "--out", str(folder / "result.json")]
+            "--no-python", sys.executable, "-c", RANK_PRELUDE, *request.argv(without=("world_size", "start")),
+            "--events", str(folder / "events.jsonl"), "--out", str(folder / "result.json")]
 
 
 class _Tail:
@@ -125,20 +126,23 @@ def _why(log: str, params, code: int) -> str:
     return f"torchrun ended with exit code {code}. Last output: {tail}"
 
 
-def launch(params, *, world_size: int, backend: str, timeout: float, hang_timeout: float,  # noqa: ARG001
-           fail: FailSpec | None = None, on_event: Callable[[dict], None] | None = None,
+def launch(run: Run, params, *, backend: str, timeout: float, hang_timeout: float,  # noqa: ARG001
+           on_event: Callable[[dict], None] | None = None,
            cancel: threading.Event | None = None) -> LabResult | LabError:
-    """Run the failure lab under torchrun; its result, or why not. ``hang_timeout`` is not
-    used: a restart takes as long as PyTorch's import, and a hung collective ends at the
-    process group's timeout (``timeout``), which torchrun answers with a restart."""
+    """Run the failure lab under torchrun, as ``run`` and ``params`` (the checked request's
+    models) say, on ``backend`` (resolved) within ``timeout`` s; its result, or why not.
+    ``hang_timeout`` is not used: a restart takes as long as PyTorch's import, and a hung
+    collective ends at the process group's timeout (``timeout``), which torchrun answers
+    with a restart."""
     t0 = time.perf_counter()
+    world_size = run.world_size
     emit = on_event or (lambda _e: None)
 
     def error(kind: str, message: str, rank: int | None = None) -> LabError:
         return LabError(kind=kind, rank=rank, message=message, lab="failure", world_size=world_size,
                         backend=backend, wall_s=time.perf_counter() - t0)
 
-    if fail is not None:
+    if run.fail_rank is not None:
         return error("invalid", "the failure lab kills its rank itself: use --kill-rank and --kill-step, "
                                 "not --fail-rank")
     base = Path(tempfile.gettempdir())
@@ -147,7 +151,7 @@ def launch(params, *, world_size: int, backend: str, timeout: float, hang_timeou
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", **Limits.from_env().environ())
     if os.path.exists("/sys/class/net/lo"):
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # local ranks talk over loopback
-    argv = command(params, world_size=world_size, backend=backend, timeout=timeout, folder=folder)
+    argv = command(dataclasses.replace(run, backend=backend, timeout=timeout), params, folder=folder)
     output = open(folder / "torchrun.log", "w+b")  # noqa: SIM115 - closed below
     emit(event(None, 0, params.steps, "launch", "starting torchrun", kind="status", t=0.0))
     proc = None

@@ -44,7 +44,6 @@ from typing import NamedTuple
 
 from labs import model, reports
 from labs.params import Page, ParamError, dataclass, limit, option
-from labs.params import check as check_values
 
 
 class DType(NamedTuple):
@@ -85,7 +84,6 @@ class Params:
                           "times are their median, with min and max", low=1)
 
     def __post_init__(self) -> None:
-        check_values(self)
         if self.op == "avg" and not DTYPES[self.dtype].is_floating_point:
             raise ParamError("op", "avg_int", f"op avg needs a floating-point dtype, not {self.dtype}")
 

@@ -45,7 +45,6 @@ from __future__ import annotations
 from labs import reports
 from labs.model import PRECISIONS, STRATEGIES, wire_factor
 from labs.params import Page, dataclass, option
-from labs.params import check as check_values
 
 PARTS = ("params", "grads", "optimizer")
 # How close a measured figure must come to its prediction (the lab's own claim).
@@ -84,7 +83,6 @@ class Params:
                                      "mean |w - w_start| in bf16-mixed (default 0.1)")
 
     def __post_init__(self) -> None:
-        check_values(self)
         if self.lr <= 0 or (self.tolerance is not None and self.tolerance <= 0):
             raise ValueError("need lr > 0 and tolerance > 0")
 

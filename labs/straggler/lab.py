@@ -46,7 +46,6 @@ from collections.abc import Sequence
 from labs import reports
 from labs import timeline as spans_math
 from labs.params import Page, ParamError, dataclass, option
-from labs.params import check as check_values
 from labs.straggler import report
 from labs.straggler.throttle import METHODS
 
@@ -83,7 +82,6 @@ class Params:
     seed: int = option(0, help="the first seed; seed i is seed + i")
 
     def __post_init__(self) -> None:
-        check_values(self)
         if self.lr <= 0:
             raise ValueError("need lr > 0")
 

@@ -53,11 +53,13 @@ This module imports no torch.
 from __future__ import annotations
 
 import statistics
+from typing import Annotated
+
+from pydantic import Field
 
 from labs import reports, simclock
 from labs.model import per_parameter, state_bytes
 from labs.params import Page, ParamError, dataclass, limit, option
-from labs.params import check as check_values
 
 ALGOS = ("flat", "hierarchical")
 PARTS = ("allreduce", "hsdp")
@@ -78,8 +80,9 @@ class Params:
                              page=Page())
     rate_mbit: int = option(200, key="topology.rate", help="rate of the link between the nodes, Mbit/s each way",
                             choices=RATES, labels="topology.rate_", page=Page())
-    sizes: list[int] = option([262144, 1048576, 4194304], help="all-reduce sizes in bytes (float32)", low=64,
-                              high=limit("max_bytes"), unit="bytes")
+    sizes: list[Annotated[int, Field(ge=64)]] = option([262144, 1048576, 4194304], unit="bytes",
+                                                       help="all-reduce sizes in bytes (float32)",
+                                                       high=limit("max_bytes"))
     repeats: int = option(3, key="topology.repeats", help="timed all-reduces per size and algorithm "
                           "(the report gives their median and spread)", low=1, high=20,
                           page=Page(widget="slider", low=2, high=5, default=3))
@@ -91,7 +94,6 @@ class Params:
     seed: int = option(0, help="seed of the values, the model and the batches")
 
     def __post_init__(self) -> None:
-        check_values(self)
         if not self.parts:
             raise ParamError("parts", "empty", "parts must not be empty")
 
