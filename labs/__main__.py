@@ -1,10 +1,12 @@
-"""Command line for the labs: ``python -m labs ring|bench|ddp|sharding|compression|topology [options]``.
+"""Command line for the labs: ``python -m labs LAB [options]``, LAB one of ``labs.context.LABS``.
 
     python -m labs ring --world-size 4
     python -m labs bench --world-size 2 --min-bytes 1048576 --max-bytes 67108864
     python -m labs ddp --world-size 2 --json --out result.json
     python -m labs sharding --world-size 4 --json
     python -m labs compression --world-size 2 --strategies topk topk_ef --seeds 5
+    python -m labs straggler --world-size 2 --slow-rank 1 --factor 3
+    python -m labs failure --world-size 2 --checkpoint-every 10 --kill-step 25   # under torchrun, restarted
     python -m labs topology --rate-mbit 100          # needs CAP_SYS_ADMIN and CAP_NET_ADMIN (root)
     python -m labs ring --world-size 4 --fail-rank 2 --fail-at-step 3 --fail-mode hang
     torchrun --standalone --nproc-per-node 4 -m labs ring   # rank 0 prints
