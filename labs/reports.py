@@ -36,7 +36,7 @@ class _Model(BaseModel):
 
 
 class Spread(_Model):
-    """Repeated measurements: median, min and max (``labs.ring.lab.spread``)."""
+    """Repeated measurements: median, min and max."""
 
     median: float
     min: float
@@ -47,23 +47,46 @@ class Spread(_Model):
 # ring (labs.ring.lab.summarize)
 
 
+class Timed(Spread):
+    """A ring run's repeated times in seconds (``labs.ring.lab.spread``): the spread and how many."""
+
+    k: int | None = None  # how many runs it is over
+
+
 class RingSummary(_Model):
-    world_size: int
+    """Everything ``labs.ring.lab.summarize`` writes, in its order: the page reads the figures and
+    the traces, the text report the rest. Fields the first runs did not store are optional."""
+
+    lab: str = "ring"
     algo: str = "ring"
-    repeats: int = 1
-    size_bytes: int
+    world_size: int
+    backend: str = "gloo"
+    numel: int | None = None
+    dtype: str = "float32"
     element_size: int
+    size_bytes: int
     chunk_numels: list[int]
     step_bytes: int | None = None  # older runs: from the size or the largest chunk
+    op: str = "sum"
+    owner_after_reduce_scatter: dict[str, int] | None = None  # rank -> the rank that owns its chunk next
+    traces: list[list[dict[str, Any]]]  # each rank's step records, read by labs.ring.ringtrace
+    repeats: int = 1
+    replayed_run: int | None = None  # which timed run the traces are
     total_time_s: float
-    total_time: Spread | None = None  # older runs: the one time
+    total_time: Timed | None = None  # older runs: the one time
     builtin_time_s: float
-    builtin_time: Spread | None = None
-    step_times: list[Spread] | None = None  # older runs: the replayed trace's steps
+    builtin_time: Timed | None = None
+    step_times: list[Timed] | None = None  # older runs: the replayed trace's steps
+    algbw_GBps: float | None = None
     busbw_GBps: float
     correct: bool
+    wrong: int | None = None  # elements that differ from dist.all_reduce's
     max_abs_err: float | None = None
-    traces: list[list[dict[str, Any]]]  # each rank's step records, read by labs.ring.ringtrace
+    checksum: str | None = None  # sha256 of rank 0's result
+    ranks_identical: bool | None = None
+    clock: str | None = None  # how the trace times line up (labs.context.shared_clock_origin)
+    inputs: list[list[float]] | None = None  # each rank's input and result, for small tensors only
+    outputs: list[list[float]] | None = None
 
 
 # --------------------------------------------------------------------------
