@@ -94,9 +94,12 @@ class RingSummary(_Model):
 
 
 class BenchRow(_Model):
+    """One implementation at one size (``labs.bench.rank``): the median of the timed calls."""
+
     size: int
     count: int
     dtype: str
+    op: str = "sum"  # "none" for all-gather
     impl: str
     collective: str | None = None  # older runs: all-reduce rows only
     time_us: float
@@ -108,8 +111,21 @@ class BenchRow(_Model):
 
 
 class Ratio(_Model):
+    """Our ring's busbw over dist.all_reduce's at one size."""
+
     size: int
+    ring_busbw: float | None = None  # older runs: only the ratio
+    all_reduce_busbw: float | None = None
     ratio: float | None = None  # None: dist.all_reduce measured nothing at that size
+
+
+class PipelinedRatio(_Model):
+    """The pipelined ring's busbw over dist.all_reduce's at one size."""
+
+    size: int
+    ring_pipelined_busbw: float
+    all_reduce_busbw: float
+    ratio: float | None = None
 
 
 class Fit(_Model):
@@ -118,14 +134,30 @@ class Fit(_Model):
     alpha_s: float | None = None
     bandwidth_Bps: float | None = None
     bandwidth_GBps: float | None = None
+    steps: int | None = None  # alpha is per step of the collective (older runs: not said)
+    collective: str | None = None
+    rms_rel_err: float | None = None  # of the fitted times against the measured ones
+    points: int | None = None  # sizes fitted
 
 
 class BenchSummary(_Model):
+    """Everything ``labs.bench.lab.summarize`` writes, in its order. Fields the first runs did not
+    store are optional."""
+
+    lab: str = "bench"
     world_size: int
+    backend: str = "gloo"
+    dtype: str = "float32"
+    op: str = "sum"
+    warmup: int | None = None
     iters: int = 1
+    sizes: list[int] | None = None  # every size a row has
     rows: list[BenchRow]
     fit: dict[str, Fit | None] = {}  # per impl; None: too few ranks or sizes
     ring_vs_all_reduce: list[Ratio] = []
+    pipelined_vs_all_reduce: list[PipelinedRatio] = []
+    wrong: int | None = None  # wrong elements over every row
+    notes: dict[str, str] | None = None  # what busbw and the collectives are, for a reader of the JSON
 
 
 # --------------------------------------------------------------------------
