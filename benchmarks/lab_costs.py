@@ -223,6 +223,7 @@ def sharding(cfg: Config) -> dict:
     """The sharding lab at its default size: wall time, and how far each strategy's
     measured ledger lies from the formula (the largest relative gap over ranks and parts)."""
     from labs.launch import run_lab
+    from labs.reports import ShardingSummary
     from labs.request import Request
 
     world = cfg.sharding_world_size
@@ -231,15 +232,15 @@ def sharding(cfg: Config) -> dict:
     outcome = run_lab(request.run, request.params)
     if not outcome.ok:
         raise RuntimeError(f"labs sharding: {outcome.kind}: {outcome.message}")
-    s = outcome.summary
-    held = {name: sum(st["ranks"][0]["measured"].values()) for name, st in s["strategies"].items()}
-    return {"world_size": world, "parameters": s["model"]["parameters"], "wall_s": outcome.wall_s,
+    s = ShardingSummary.model_validate(outcome.summary)
+    held = {name: sum(st.ranks[0].measured.values()) for name, st in s.strategies.items()}
+    return {"world_size": world, "parameters": s.model.parameters, "wall_s": outcome.wall_s,
             "work_s": outcome.work_s,
-            "ledger_error": s["ledger_error"],
+            "ledger_error": s.ledger_error,
             "rank0_bytes": held,
-            "max_abs_diff_vs_ddp": max(st["max_abs_diff_vs_ddp"] for st in s["strategies"].values()),
-            "zero3_vs_ddp_wire": (s["strategies"]["zero3"]["ranks"][0]["wire_bytes_per_step"]
-                                  / s["strategies"]["ddp"]["ranks"][0]["wire_bytes_per_step"])}
+            "max_abs_diff_vs_ddp": max(st.max_abs_diff_vs_ddp for st in s.strategies.values()),
+            "zero3_vs_ddp_wire": (s.strategies["zero3"].ranks[0].wire_bytes_per_step
+                                  / s.strategies["ddp"].ranks[0].wire_bytes_per_step)}
 
 
 def compression(cfg: Config) -> dict:

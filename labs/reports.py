@@ -27,6 +27,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 TOO_LARGE = "report_too_large"
 
 
+# A byte count as the ranks wrote it: a whole number stays one (and is stored again as one).
+Bytes = int | float
+
+
 class ReportError(ValueError):
     """A stored result that is not the report its lab writes."""
 
@@ -343,17 +347,17 @@ class Collective(_Model):
 
     kind: str
     stage: str
-    bytes: float
+    bytes: Bytes
     calls: int
     dtype: str
 
 
 class LedgerRow(_Model):
     rank: int
-    measured: dict[str, float]  # bytes per part: params, grads, optimizer
-    predicted: dict[str, float]
-    peak: float | None = None
-    wire_bytes_per_step: float
+    measured: dict[str, Bytes]  # bytes per part: params, grads, optimizer
+    predicted: dict[str, Bytes]
+    peak: Bytes | None = None
+    wire_bytes_per_step: Bytes
 
 
 class Strategy(_Model):
@@ -364,11 +368,20 @@ class Strategy(_Model):
 
 
 class ShardModel(_Model):
-    bytes: float
+    kind: str = "MLP"
+    width: int | None = None  # older runs: only the bytes
+    depth: int | None = None
+    parameters: int | None = None
+    bytes: Bytes  # of the weights, in the run's precision
 
 
 class ShardingSummary(_Model):
+    """Everything ``labs.sharding.lab.summarize`` writes, in its order. Fields the first runs did
+    not store are optional."""
+
+    lab: str = "sharding"
     world_size: int
+    backend: str = "gloo"
     model: ShardModel
     precision: str = "fp32"  # older runs: fp32, the only precision then
     wire_dtypes: list[str] = []
@@ -377,12 +390,13 @@ class ShardingSummary(_Model):
     within_ledger_tolerance: bool
     ledger_tolerance: float
     ordered: bool | None = None  # None: one rank, nothing to order
-    predicted_wire_bytes_per_step: dict[str, float]
+    predicted_wire_bytes_per_step: dict[str, Bytes]
     tolerance: float
     weight_check: str = "max"  # "max" | "mean_relative"
     max_abs_update_ddp: float | None = None
     mean_abs_update_ddp: float | None = None
     equal_weights: bool
+    steps: int | None = None  # training steps under each strategy
 
 
 # --------------------------------------------------------------------------

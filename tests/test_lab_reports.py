@@ -89,7 +89,7 @@ def test_a_broken_result_shows_the_failure_and_why():
     assert "summary.world_size" in at.code[0].value and not at.get("plotly_chart")
 
 
-@pytest.mark.parametrize("lab", ["ring", "bench"])
+@pytest.mark.parametrize("lab", ["ring", "bench", "sharding"])
 def test_a_recorded_summary_is_stored_again_as_it_was(lab):
     """The lab's ``summarize`` returns its report model, and a recorded run's summary read into that
     model gives back the same JSON through ``stored_summary``: every key the run stored is declared,
