@@ -20,6 +20,7 @@ def run(cfg: Config) -> dict | str:
 
     if not torch.cuda.is_available():
         return "skipped: no CUDA"
+    from labs.ddp.report import DdpSummary
     from labs.launch import run_lab
     from labs.reports import BenchSummary
     from labs.request import Request
@@ -50,7 +51,7 @@ def run(cfg: Config) -> dict | str:
     outcome = run_lab(request.run, request.params)
     if not outcome.ok:
         raise RuntimeError(f"labs.ddp on one GPU: {outcome.kind}: {outcome.message}")
-    b = outcome.summary["sections"]["breakdown"]
+    b = DdpSummary.model_validate(outcome.summary).sections.breakdown
     return {"mode": "single-gpu ddp", "gpus": names, "world_size": 1,
-            "ddp_step_ms": b["ddp"]["total"], "naive_step_ms": b["naive"]["total"],
-            "ddp_vs_naive_step_ratio": b["ddp"]["total"] / b["naive"]["total"]}
+            "ddp_step_ms": b.ddp["total"], "naive_step_ms": b.naive["total"],
+            "ddp_vs_naive_step_ratio": b.ddp["total"] / b.naive["total"]}

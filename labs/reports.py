@@ -3,11 +3,11 @@
 A finished run keeps its result as JSON (``LabRun.result``: the lab's
 ``summary``, written by its ``summarize``, and the launcher's ``wall_s``,
 ``overhead_s`` ...). `read` is the one place that turns it into
-these frozen pydantic models; the pages read attributes from there on. Only
-what a page reads is declared (other keys are ignored: the run's download
-keeps them all), and each field added to a lab after its first version is
-optional, with the value the page assumed for older runs. A result that does
-not fit raises `ReportError`.
+these frozen pydantic models; the pages read attributes from there on. Each
+lab's ``summarize`` builds its model, and the model declares every field it
+writes (``labs.context.stored_summary`` dumps it to the JSON a result keeps);
+each field added to a lab after its first version is optional, with the value
+the page assumed for older runs. A result that does not fit raises `ReportError`.
 
 Plain data stays plain where it is only passed on: a ring trace's records
 (``labs.ring.ringtrace`` reads them) and a breakdown's per-part milliseconds
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 # What a stored report says when it was too large to keep (``LAB_RESULT_MAX_BYTES``): a lab
 # run's error kind, a grading report's error key (``labs.exercises.report``).
@@ -165,53 +165,16 @@ class BenchSummary(_Model):
 
 
 # --------------------------------------------------------------------------
-# ddp (labs.ddp.lab.summarize; the sections of labs.ddp.rank and labs.ddp.timeline)
-
-
-class Equivalence(_Model):
-    batch_per_rank: int
-    global_batch: int
-    equivalent: bool
-    max_abs_diff_vs_single_process: float
-    tolerance: float
-    ranks_identical: bool
-    losses: list[float]
-    single_process_losses: list[float]
+# timelines (labs.timeline.variant), the DDP and straggler labs' (labs/ddp/report.py, labs/straggler/report.py)
 
 
 class Quartiles(_Model):
-    """Per-step samples in ms (``labs.ddp.setup.spread_ms``)."""
+    """Per-step samples in ms: median and quartiles, and how many (``k``)."""
 
     median: float
     q1: float
     q3: float
     k: int
-
-
-class Saving(_Model):
-    ms: Quartiles
-    calls_before: int
-    calls_after: int
-    per_call_ms: float | None = None
-
-
-class Hidden(_Model):
-    ms: Quartiles
-    backward_ms: Quartiles
-    buckets: int
-
-
-class Breakdown(_Model):
-    steps: int
-    hidden: int | None = None  # the overlap model's (older runs: the lab's small MLP, not said)
-    depth: int | None = None
-    batch_per_rank: int | None = None
-    bucket_cap_mb: float
-    naive: dict[str, float]  # ms per part, for app.charts.breakdown_figure
-    bucketed: dict[str, float]
-    ddp: dict[str, float]
-    bucketing_saving: Saving
-    overlap_hidden: Hidden
 
 
 class Span(_Model):
@@ -246,96 +209,6 @@ class Variant(_Model):
     def plain(self) -> dict[str, Any]:
         """The variant as ``labs.timeline``'s arithmetic reads it (spans as dicts)."""
         return self.model_dump(exclude_none=True)
-
-
-class Cap(_Model):
-    bucket_cap_mb: float
-    variant: str
-
-
-class Timeline(_Model):
-    steps: int
-    hidden: int
-    depth: int | None = None  # older runs: the lab's depth, not said
-    batch_per_rank: int
-    gradient_bytes: float = 0.0
-    variants: dict[str, Variant]
-    caps: list[Cap]
-    fit: Fit | None = None  # dist.all_reduce alone, timed by this run (older runs: none)
-
-
-class BucketRow(_Model):
-    bucket_cap_mb: float
-    allreduce_calls_per_step: int
-    step_ms: float
-
-
-class Buckets(_Model):
-    rows: list[BucketRow]
-
-
-class SyncCost(_Model):
-    allreduce_calls_per_optimizer_step: int
-    bytes_per_optimizer_step: int
-
-
-class NoSync(_Model):
-    no_sync: SyncCost
-    sync_every_micro_batch: SyncCost
-
-
-class FinalLoss(_Model):
-    final_loss: float
-
-
-class Fp16(_Model):
-    bytes_ratio: float
-    fp16: FinalLoss
-    fp32: FinalLoss
-
-
-class Sampler(_Model):
-    same_order_next_epoch_without_set_epoch: bool | None = None
-
-
-class ScalingRow(_Model):
-    world_size: int
-    samples_per_s: float
-    efficiency: float
-
-
-class Scaling(_Model):
-    rows: list[ScalingRow] = []
-
-
-class Sections(_Model):
-    """The sections the run asked for; one it left out (or a rank's empty ``{}``) is None."""
-
-    equivalence: Equivalence | None = None
-    breakdown: Breakdown | None = None
-    timeline: Timeline | None = None
-    buckets: Buckets | None = None
-    no_sync: NoSync | None = None
-    fp16: Fp16 | None = None
-    sampler: Sampler | None = None
-    scaling: Scaling | None = None
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _empty_is_absent(cls, value: Any) -> Any:
-        return value or None
-
-    @field_validator("breakdown", mode="before")
-    @classmethod
-    def _older_breakdown(cls, value: Any) -> Any:
-        # Runs before issue #22 mixed what bucketing saves with what overlap hides: not read.
-        return value if isinstance(value, dict) and "bucketing_saving" in value else None
-
-
-class DdpSummary(_Model):
-    world_size: int
-    backend: str = "gloo"
-    sections: Sections
 
 
 # --------------------------------------------------------------------------
@@ -566,8 +439,9 @@ class TopologySummary(_Model):
 # The report and its one reader
 
 # What the pages draw (a type for their signatures; each lab names its own as ``SUMMARY``).
-# The straggler and failure labs keep theirs beside them (labs/straggler/report.py, labs/failure/report.py).
-Summary = RingSummary | BenchSummary | DdpSummary | ShardingSummary | CompressionSummary | TopologySummary
+# The DDP, straggler and failure labs keep theirs beside them (labs/<lab>/report.py), which import
+# this module: naming them here would be an import cycle.
+Summary = RingSummary | BenchSummary | ShardingSummary | CompressionSummary | TopologySummary
 S = TypeVar("S", bound=_Model)
 
 
