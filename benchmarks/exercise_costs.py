@@ -78,9 +78,14 @@ def _through_queue(exercise: str, learner_id: int, repeats: int, parents: list[i
     with session_scope() as s:
         if not exercises.has_passed(session=s, learner_id=learner_id, exercise=exercise):
             raise RuntimeError(f"{exercise}: passing reports but no pass stored")
+    from labs.exercises import load
+
+    # An exercise whose cases kill and restart their ranks is graded by a fresh harness, never
+    # the warm one (labs.exercises.grader.shapes).
+    warm = not getattr(load(exercise), "RESTARTS", False)
     return {"runs": repeats, "cases": max(cases), **_spread(wall, "queue"),
             "queue_wait_p50_s": statistics.median(waits),
-            "grading_p50_s": statistics.median(gradings)}
+            "grading_p50_s": statistics.median(gradings), "warm": warm}
 
 
 def _direct(exercise: str, repeats: int) -> dict:

@@ -207,6 +207,7 @@ def test_exercises_have_every_figure():
             continue
         assert part(parts["queue"], EXERCISE_QUEUE, f"exercises.{ex}.queue"), parts["queue"]
         assert parts["queue"]["runs"] == SMOKE.exercise_repeats
+        assert parts["queue"]["warm"] is (ex != "save-and-resume")  # its restarts need a fresh harness
         if ex == "ring-allreduce":  # smoke mode, like quick, grades the ring alone, in both modes
             assert part(parts["direct"], SANDBOX, f"exercises.{ex}.direct"), parts["direct"]
         else:
@@ -215,6 +216,7 @@ def test_exercises_have_every_figure():
     assert len(queued) == 2 and e["target"]["exercises"] == queued and e["target"]["p95_s"] == 1.5  # #35: each
     assert isinstance(e["target"]["met"], bool)
     assert stdout.count("target: p95 under 1.5 s") == len(queued)
+    assert stdout.count("fresh grader (its cases restart their ranks)") == 1
     assert stdout.count("| exercises ") == len(EXERCISES) + 1  # a row each, and the ring's sandbox row
 
 
