@@ -4,7 +4,7 @@ timeline, "predict, then measure" beside the step model, and the other sections'
 
 Called by ``app.labviews.show_run`` for a finished DDP run; the lanes' words
 (`lane_names`) serve the bucketed-overlap exercise's timeline too. The numbers
-are the ones the ranks measured (``labs.reports.DdpSummary``), the step model
+are the ones the ranks measured (``labs.report.DdpSummary``), the step model
 ``labs.timeline.step_model``'s with the fit ``academy.labruns.pages.step_model_fit``
 chooses; every figure in the learner's marks (``num``).
 """
@@ -22,8 +22,8 @@ from app import charts
 from app import timeline as lanes
 from app.ui import t
 from app.widgets import chart, lang, num
-from labs import reports
 from labs import timeline as spans
+from labs.ddp import report
 
 
 def run_cpus(run: LabRun) -> int:
@@ -36,7 +36,7 @@ def run_cpus(run: LabRun) -> int:
 LITTLE_HIDDEN = 0.25
 
 
-def breakdown(run: LabRun, bd: reports.Breakdown, gpu: dict | None = None) -> None:
+def breakdown(run: LabRun, bd: report.Breakdown, gpu: dict | None = None) -> None:
     """Per-step time of three ways to sync, and the two effects apart: what
     bucketing saves (fewer calls) and what overlap hides (behind backward).
 
@@ -71,7 +71,7 @@ def lane_names() -> dict[str, str]:
     return names
 
 
-def timeline(run: LabRun, s: reports.DdpSummary, tl: reports.Timeline, fit: dict | None) -> None:
+def timeline(run: LabRun, s: report.DdpSummary, tl: report.Timeline, fit: dict | None) -> None:
     """Every rank's compute and communication on one clock: the naive sync above, DDP
     at the bucket cap the slider picks below, with the overlap and exposed figures, then
     "predict, then measure" with ``fit`` (`academy.labruns.step_model_fit`)."""
@@ -115,8 +115,8 @@ def _ms(value: float | None) -> str:
     return "—" if value is None else f"{_cell(value)} ms"
 
 
-def predict(run: LabRun, s: reports.DdpSummary, tl: reports.Timeline, cap: float,
-            chosen: reports.Variant, fit: dict | None) -> None:
+def predict(run: LabRun, s: report.DdpSummary, tl: report.Timeline, cap: float,
+            chosen: report.DdpVariant, fit: dict | None) -> None:
     """Predict, then measure: the step model (compute measured + exposed communication
     from ``fit``: the run's own timing of dist.all_reduce, or for an older run this
     machine's benchmark) beside the measured step and the learner's prediction, with
@@ -152,7 +152,7 @@ def predict(run: LabRun, s: reports.DdpSummary, tl: reports.Timeline, cap: float
                       share=(step["measured_ms"] - guess) / guess if guess else 0.0))
 
 
-def ddp(run: LabRun, s: reports.DdpSummary) -> None:
+def ddp(run: LabRun, s: report.DdpSummary) -> None:
     sec = s.sections
     eq = sec.equivalence
     if eq:
@@ -172,7 +172,7 @@ def ddp(run: LabRun, s: reports.DdpSummary) -> None:
     if tl and fit is not None and "ddp" in tl.variants:  # the breakdown's DDP: its bucket size, its model
         gpu = spans.step_model(tl.variants["ddp"].plain(), world_size=s.world_size, fit=fit,
                                gradient_bytes=tl.gradient_bytes)
-    if sec.breakdown:  # None for older runs, which mixed the two effects up (labs.reports.Sections)
+    if sec.breakdown:  # None for older runs, which mixed the two effects up (labs.ddp.report.Sections)
         breakdown(run, sec.breakdown, gpu)
     if tl:
         timeline(run, s, tl, fit)

@@ -84,6 +84,7 @@ def sweep(cfg: Config, world_size: int) -> dict:
     """
     from labs.launch import run_lab
     from labs.model import busbw, fit_alpha_beta
+    from labs.reports import BenchSummary
     from labs.request import Request
 
     params = {"min_bytes": cfg.min_bytes, "max_bytes": cfg.max_bytes, "factor": cfg.factor,
@@ -100,9 +101,10 @@ def sweep(cfg: Config, world_size: int) -> dict:
         if not outcome.ok:
             raise RuntimeError(f"labs.bench on {world_size} ranks: {outcome.kind}: "
                                f"{outcome.message}")
-        for r in outcome.summary["rows"]:
-            times.setdefault((r["impl"], r["size"]), []).append(r["time_us"] / 1e6)
-        wrong += outcome.summary["wrong"]
+        summary = BenchSummary.model_validate(outcome.summary)
+        for r in summary.rows:
+            times.setdefault((r.impl, r.size), []).append(r.time_us / 1e6)
+        wrong += summary.wrong
         wall += outcome.wall_s
     tcp = statistics.median(tcp_samples)
     sizes = sorted({size for _, size in times})

@@ -20,7 +20,9 @@ def run(cfg: Config) -> dict | str:
 
     if not torch.cuda.is_available():
         return "skipped: no CUDA"
+    from labs.ddp.report import DdpSummary
     from labs.launch import run_lab
+    from labs.reports import BenchSummary
     from labs.request import Request
 
     count = torch.cuda.device_count()
@@ -34,13 +36,13 @@ def run(cfg: Config) -> dict | str:
         outcome = run_lab(request.run, request.params)
         if not outcome.ok:
             raise RuntimeError(f"labs.bench on NCCL: {outcome.kind}: {outcome.message}")
-        summary = outcome.summary
-        by = {(r["impl"], r["size"]): r["busbw"] for r in summary["rows"]}
+        summary = BenchSummary.model_validate(outcome.summary)
+        by = {(r.impl, r.size): r.busbw for r in summary.rows}
         rows = [{"size_bytes": size, **{f"{impl}_busbw_GBps": by[(impl, size)] for impl in IMPLS},
                  "ring_vs_all_reduce": by[("ring", size)] / by[("all_reduce", size)]}
-                for size in summary["sizes"] if size >= cfg.report_from]
+                for size in summary.sizes if size >= cfg.report_from]
         return {"mode": "nccl", "gpus": names, "world_size": world, "rows": rows,
-                "wrong_elements": summary["wrong"]}
+                "wrong_elements": summary.wrong}
     params = {"sections": ["breakdown"]}
     if cfg.ddp_steps is not None:
         params["steps"] = cfg.ddp_steps
@@ -49,7 +51,7 @@ def run(cfg: Config) -> dict | str:
     outcome = run_lab(request.run, request.params)
     if not outcome.ok:
         raise RuntimeError(f"labs.ddp on one GPU: {outcome.kind}: {outcome.message}")
-    b = outcome.summary["sections"]["breakdown"]
+    b = DdpSummary.model_validate(outcome.summary).sections.breakdown
     return {"mode": "single-gpu ddp", "gpus": names, "world_size": 1,
-            "ddp_step_ms": b["ddp"]["total"], "naive_step_ms": b["naive"]["total"],
-            "ddp_vs_naive_step_ratio": b["ddp"]["total"] / b["naive"]["total"]}
+            "ddp_step_ms": b.ddp["total"], "naive_step_ms": b.naive["total"],
+            "ddp_vs_naive_step_ratio": b.ddp["total"] / b.naive["total"]}

@@ -3,11 +3,11 @@
 A finished run keeps its result as JSON (``LabRun.result``: the lab's
 ``summary``, written by its ``summarize``, and the launcher's ``wall_s``,
 ``overhead_s`` ...). `read` is the one place that turns it into
-these frozen pydantic models; the pages read attributes from there on. Only
-what a page reads is declared (other keys are ignored: the run's download
-keeps them all), and each field added to a lab after its first version is
-optional, with the value the page assumed for older runs. A result that does
-not fit raises `ReportError`.
+these frozen pydantic models; the pages read attributes from there on. Each
+lab's ``summarize`` builds its model, and the model declares every field it
+writes (``labs.context.stored_summary`` dumps it to the JSON a result keeps);
+each field added to a lab after its first version is optional, with the value
+the page assumed for older runs. A result that does not fit raises `ReportError`.
 
 Plain data stays plain where it is only passed on: a ring trace's records
 (``labs.ring.ringtrace`` reads them) and a breakdown's per-part milliseconds
@@ -20,11 +20,15 @@ from __future__ import annotations
 
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 # What a stored report says when it was too large to keep (``LAB_RESULT_MAX_BYTES``): a lab
 # run's error kind, a grading report's error key (``labs.exercises.report``).
 TOO_LARGE = "report_too_large"
+
+
+# A byte count as the ranks wrote it: a whole number stays one (and is stored again as one).
+Bytes = int | float
 
 
 class ReportError(ValueError):
@@ -36,7 +40,7 @@ class _Model(BaseModel):
 
 
 class Spread(_Model):
-    """Repeated measurements: median, min and max (``labs.ring.lab.spread``)."""
+    """Repeated measurements: median, min and max."""
 
     median: float
     min: float
@@ -47,23 +51,46 @@ class Spread(_Model):
 # ring (labs.ring.lab.summarize)
 
 
+class Timed(Spread):
+    """A ring run's repeated times in seconds (``labs.ring.lab.spread``): the spread and how many."""
+
+    k: int | None = None  # how many runs it is over
+
+
 class RingSummary(_Model):
-    world_size: int
+    """Everything ``labs.ring.lab.summarize`` writes, in its order: the page reads the figures and
+    the traces, the text report the rest. Fields the first runs did not store are optional."""
+
+    lab: str = "ring"
     algo: str = "ring"
-    repeats: int = 1
-    size_bytes: int
+    world_size: int
+    backend: str = "gloo"
+    numel: int | None = None
+    dtype: str = "float32"
     element_size: int
+    size_bytes: int
     chunk_numels: list[int]
     step_bytes: int | None = None  # older runs: from the size or the largest chunk
+    op: str = "sum"
+    owner_after_reduce_scatter: dict[str, int] | None = None  # rank -> the rank that owns its chunk next
+    traces: list[list[dict[str, Any]]]  # each rank's step records, read by labs.ring.ringtrace
+    repeats: int = 1
+    replayed_run: int | None = None  # which timed run the traces are
     total_time_s: float
-    total_time: Spread | None = None  # older runs: the one time
+    total_time: Timed | None = None  # older runs: the one time
     builtin_time_s: float
-    builtin_time: Spread | None = None
-    step_times: list[Spread] | None = None  # older runs: the replayed trace's steps
+    builtin_time: Timed | None = None
+    step_times: list[Timed] | None = None  # older runs: the replayed trace's steps
+    algbw_GBps: float | None = None
     busbw_GBps: float
     correct: bool
+    wrong: int | None = None  # elements that differ from dist.all_reduce's
     max_abs_err: float | None = None
-    traces: list[list[dict[str, Any]]]  # each rank's step records, read by labs.ring.ringtrace
+    checksum: str | None = None  # sha256 of rank 0's result
+    ranks_identical: bool | None = None
+    clock: str | None = None  # how the trace times line up (labs.context.shared_clock_origin)
+    inputs: list[list[float]] | None = None  # each rank's input and result, for small tensors only
+    outputs: list[list[float]] | None = None
 
 
 # --------------------------------------------------------------------------
@@ -71,9 +98,12 @@ class RingSummary(_Model):
 
 
 class BenchRow(_Model):
+    """One implementation at one size (``labs.bench.rank``): the median of the timed calls."""
+
     size: int
     count: int
     dtype: str
+    op: str = "sum"  # "none" for all-gather
     impl: str
     collective: str | None = None  # older runs: all-reduce rows only
     time_us: float
@@ -85,8 +115,21 @@ class BenchRow(_Model):
 
 
 class Ratio(_Model):
+    """Our ring's busbw over dist.all_reduce's at one size."""
+
     size: int
+    ring_busbw: float | None = None  # older runs: only the ratio
+    all_reduce_busbw: float | None = None
     ratio: float | None = None  # None: dist.all_reduce measured nothing at that size
+
+
+class PipelinedRatio(_Model):
+    """The pipelined ring's busbw over dist.all_reduce's at one size."""
+
+    size: int
+    ring_pipelined_busbw: float
+    all_reduce_busbw: float
+    ratio: float | None = None
 
 
 class Fit(_Model):
@@ -95,64 +138,43 @@ class Fit(_Model):
     alpha_s: float | None = None
     bandwidth_Bps: float | None = None
     bandwidth_GBps: float | None = None
+    steps: int | None = None  # alpha is per step of the collective (older runs: not said)
+    collective: str | None = None
+    rms_rel_err: float | None = None  # of the fitted times against the measured ones
+    points: int | None = None  # sizes fitted
 
 
 class BenchSummary(_Model):
+    """Everything ``labs.bench.lab.summarize`` writes, in its order. Fields the first runs did not
+    store are optional."""
+
+    lab: str = "bench"
     world_size: int
+    backend: str = "gloo"
+    dtype: str = "float32"
+    op: str = "sum"
+    warmup: int | None = None
     iters: int = 1
+    sizes: list[int] | None = None  # every size a row has
     rows: list[BenchRow]
     fit: dict[str, Fit | None] = {}  # per impl; None: too few ranks or sizes
     ring_vs_all_reduce: list[Ratio] = []
+    pipelined_vs_all_reduce: list[PipelinedRatio] = []
+    wrong: int | None = None  # wrong elements over every row
+    notes: dict[str, str] | None = None  # what busbw and the collectives are, for a reader of the JSON
 
 
 # --------------------------------------------------------------------------
-# ddp (labs.ddp.lab.summarize; the sections of labs.ddp.rank and labs.ddp.timeline)
-
-
-class Equivalence(_Model):
-    batch_per_rank: int
-    global_batch: int
-    equivalent: bool
-    max_abs_diff_vs_single_process: float
-    tolerance: float
-    ranks_identical: bool
-    losses: list[float]
-    single_process_losses: list[float]
+# timelines (labs.timeline.variant), the DDP and straggler labs' (labs/ddp/report.py, labs/straggler/report.py)
 
 
 class Quartiles(_Model):
-    """Per-step samples in ms (``labs.ddp.setup.spread_ms``)."""
+    """Per-step samples in ms: median and quartiles, and how many (``k``)."""
 
     median: float
     q1: float
     q3: float
     k: int
-
-
-class Saving(_Model):
-    ms: Quartiles
-    calls_before: int
-    calls_after: int
-    per_call_ms: float | None = None
-
-
-class Hidden(_Model):
-    ms: Quartiles
-    backward_ms: Quartiles
-    buckets: int
-
-
-class Breakdown(_Model):
-    steps: int
-    hidden: int | None = None  # the overlap model's (older runs: the lab's small MLP, not said)
-    depth: int | None = None
-    batch_per_rank: int | None = None
-    bucket_cap_mb: float
-    naive: dict[str, float]  # ms per part, for app.charts.breakdown_figure
-    bucketed: dict[str, float]
-    ddp: dict[str, float]
-    bucketing_saving: Saving
-    overlap_hidden: Hidden
 
 
 class Span(_Model):
@@ -189,96 +211,6 @@ class Variant(_Model):
         return self.model_dump(exclude_none=True)
 
 
-class Cap(_Model):
-    bucket_cap_mb: float
-    variant: str
-
-
-class Timeline(_Model):
-    steps: int
-    hidden: int
-    depth: int | None = None  # older runs: the lab's depth, not said
-    batch_per_rank: int
-    gradient_bytes: float = 0.0
-    variants: dict[str, Variant]
-    caps: list[Cap]
-    fit: Fit | None = None  # dist.all_reduce alone, timed by this run (older runs: none)
-
-
-class BucketRow(_Model):
-    bucket_cap_mb: float
-    allreduce_calls_per_step: int
-    step_ms: float
-
-
-class Buckets(_Model):
-    rows: list[BucketRow]
-
-
-class SyncCost(_Model):
-    allreduce_calls_per_optimizer_step: int
-    bytes_per_optimizer_step: int
-
-
-class NoSync(_Model):
-    no_sync: SyncCost
-    sync_every_micro_batch: SyncCost
-
-
-class FinalLoss(_Model):
-    final_loss: float
-
-
-class Fp16(_Model):
-    bytes_ratio: float
-    fp16: FinalLoss
-    fp32: FinalLoss
-
-
-class Sampler(_Model):
-    same_order_next_epoch_without_set_epoch: bool | None = None
-
-
-class ScalingRow(_Model):
-    world_size: int
-    samples_per_s: float
-    efficiency: float
-
-
-class Scaling(_Model):
-    rows: list[ScalingRow] = []
-
-
-class Sections(_Model):
-    """The sections the run asked for; one it left out (or a rank's empty ``{}``) is None."""
-
-    equivalence: Equivalence | None = None
-    breakdown: Breakdown | None = None
-    timeline: Timeline | None = None
-    buckets: Buckets | None = None
-    no_sync: NoSync | None = None
-    fp16: Fp16 | None = None
-    sampler: Sampler | None = None
-    scaling: Scaling | None = None
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _empty_is_absent(cls, value: Any) -> Any:
-        return value or None
-
-    @field_validator("breakdown", mode="before")
-    @classmethod
-    def _older_breakdown(cls, value: Any) -> Any:
-        # Runs before issue #22 mixed what bucketing saves with what overlap hides: not read.
-        return value if isinstance(value, dict) and "bucketing_saving" in value else None
-
-
-class DdpSummary(_Model):
-    world_size: int
-    backend: str = "gloo"
-    sections: Sections
-
-
 # --------------------------------------------------------------------------
 # sharding (labs.sharding.lab.summarize)
 
@@ -288,17 +220,17 @@ class Collective(_Model):
 
     kind: str
     stage: str
-    bytes: float
+    bytes: Bytes
     calls: int
     dtype: str
 
 
 class LedgerRow(_Model):
     rank: int
-    measured: dict[str, float]  # bytes per part: params, grads, optimizer
-    predicted: dict[str, float]
-    peak: float | None = None
-    wire_bytes_per_step: float
+    measured: dict[str, Bytes]  # bytes per part: params, grads, optimizer
+    predicted: dict[str, Bytes]
+    peak: Bytes | None = None
+    wire_bytes_per_step: Bytes
 
 
 class Strategy(_Model):
@@ -309,11 +241,20 @@ class Strategy(_Model):
 
 
 class ShardModel(_Model):
-    bytes: float
+    kind: str = "MLP"
+    width: int | None = None  # older runs: only the bytes
+    depth: int | None = None
+    parameters: int | None = None
+    bytes: Bytes  # of the weights, in the run's precision
 
 
 class ShardingSummary(_Model):
+    """Everything ``labs.sharding.lab.summarize`` writes, in its order. Fields the first runs did
+    not store are optional."""
+
+    lab: str = "sharding"
     world_size: int
+    backend: str = "gloo"
     model: ShardModel
     precision: str = "fp32"  # older runs: fp32, the only precision then
     wire_dtypes: list[str] = []
@@ -322,12 +263,13 @@ class ShardingSummary(_Model):
     within_ledger_tolerance: bool
     ledger_tolerance: float
     ordered: bool | None = None  # None: one rank, nothing to order
-    predicted_wire_bytes_per_step: dict[str, float]
+    predicted_wire_bytes_per_step: dict[str, Bytes]
     tolerance: float
     weight_check: str = "max"  # "max" | "mean_relative"
     max_abs_update_ddp: float | None = None
     mean_abs_update_ddp: float | None = None
     equal_weights: bool
+    steps: int | None = None  # training steps under each strategy
 
 
 # --------------------------------------------------------------------------
@@ -497,8 +439,9 @@ class TopologySummary(_Model):
 # The report and its one reader
 
 # What the pages draw (a type for their signatures; each lab names its own as ``SUMMARY``).
-# The straggler and failure labs keep theirs beside them (labs/straggler/report.py, labs/failure/report.py).
-Summary = RingSummary | BenchSummary | DdpSummary | ShardingSummary | CompressionSummary | TopologySummary
+# The DDP, straggler and failure labs keep theirs beside them (labs/<lab>/report.py), which import
+# this module: naming them here would be an import cycle.
+Summary = RingSummary | BenchSummary | ShardingSummary | CompressionSummary | TopologySummary
 S = TypeVar("S", bound=_Model)
 
 

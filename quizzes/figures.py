@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from labs import reports
+from labs.ddp.report import DdpSummary
 from labs.model import PRECISIONS
 
 SIG = 3  # significant figures of a figure as the question shows it
@@ -56,7 +57,7 @@ def _bench(s: reports.BenchSummary) -> dict[str, float]:
     return {"n": s.world_size, "a": rounded(fit.alpha_s * 1e6), "B": rounded(fit.bandwidth_GBps)}
 
 
-def _ddp(s: reports.DdpSummary) -> dict[str, float]:
+def _ddp(s: DdpSummary) -> dict[str, float]:
     """From the timeline's DDP variant: Y % of the communication overlapped backward, C ms
     per step and rank an all-reduce was in flight. From the scaling section: r1 and rk
     samples/s on 1 and on k ranks (k the largest world size measured)."""

@@ -9,12 +9,18 @@ No lab is started: the results are built here, in the shape of older runs.
 
 from __future__ import annotations
 
+import json
+import typing
+from typing import Any
+
 import pytest
 
 from academy import i18n
 from labs import reports
+from labs.context import load_lab, stored_summary
 from tests.apptest import open_page
 from tests.factories import finished_run
+from tests.runquestions import result as recorded_result
 
 
 def _steps(rank: int) -> list[dict]:
@@ -82,3 +88,29 @@ def test_a_broken_result_shows_the_failure_and_why():
     assert not at.exception, at.exception
     assert [e.value for e in at.error] == [i18n.t("labs.failed", "en")]
     assert "summary.world_size" in at.code[0].value and not at.get("plotly_chart")
+
+
+def _as_recorded(stored: Any, recorded: Any) -> Any:
+    """``stored`` without the keys ``recorded`` lacks, at any depth."""
+    if isinstance(stored, dict) and isinstance(recorded, dict):
+        return {key: _as_recorded(value, recorded[key]) for key, value in stored.items() if key in recorded}
+    if isinstance(stored, list) and isinstance(recorded, list):
+        return [_as_recorded(a, b) for a, b in zip(stored, recorded, strict=True)]
+    return stored
+
+
+@pytest.mark.parametrize("lab", ["ring", "bench", "sharding", "ddp"])
+def test_a_recorded_summary_is_stored_again_as_it_was(lab):
+    """The lab's ``summarize`` returns its report model, and a recorded run's summary read into that
+    model gives back the same JSON through ``stored_summary``: every key the run stored is declared,
+    with its value as it was (a whole number stays whole). A field the recording lacks (it was made
+    before the field, or trimmed) comes back at the default the page assumes, and only such fields."""
+    module = load_lab(lab)
+    assert typing.get_type_hints(module.summarize)["return"] is module.SUMMARY
+    recorded = recorded_result(lab)["summary"]
+    model = module.SUMMARY.model_validate(recorded)
+    assert json.dumps(model.model_dump(mode="json", exclude_unset=True), sort_keys=True) == json.dumps(
+        recorded, sort_keys=True)
+    stored = stored_summary(model)
+    assert json.dumps(_as_recorded(stored, recorded), sort_keys=True) == json.dumps(recorded, sort_keys=True)
+    assert module.SUMMARY.model_validate(stored) == model

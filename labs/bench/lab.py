@@ -30,6 +30,8 @@ T = 2(n-1) alpha + 2(n-1)/n * S/B to each implementation's rows
 
 from __future__ import annotations
 
+import math
+
 from labs import reports
 from labs.model import fit_alpha_beta
 from labs.params import Page, ParamError, dataclass, limit, option
@@ -105,7 +107,7 @@ def cost(params: Params, world_size: int) -> float:
     return max(world_size - 1, 0) * sum(sizes) * (params.warmup + params.iters + 1) * len(params.impls)
 
 
-def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: str) -> dict:
+def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: str) -> reports.BenchSummary:
     rows = ranks[0]["rows"]
     fits = {}
     for impl in params.impls:
@@ -125,44 +127,45 @@ def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: st
                             "ratio": r["busbw"] / builtin["busbw"] if builtin["busbw"] else None})
         return out
 
-    return {"lab": "bench", "world_size": world_size, "backend": backend, "dtype": params.dtype,
-            "op": params.op, "warmup": params.warmup, "iters": params.iters,
-            "sizes": sorted({r["size"] for r in rows}), "rows": rows, "fit": fits,
-            "ring_vs_all_reduce": versus_builtin("ring"),
-            "pipelined_vs_all_reduce": versus_builtin("ring_pipelined"),
-            "wrong": sum(r["wrong"] for r in rows),
-            "notes": {"busbw": "all-reduce: algbw*2(n-1)/n; reduce-scatter, all-gather: "
-                               "algbw*(n-1)/n",
-                      "reduce_scatter": "torch.distributed.reduce_scatter_single",
-                      "all_gather": "torch.distributed.all_gather_single"}}
+    return reports.BenchSummary(
+        lab="bench", world_size=world_size, backend=backend, dtype=params.dtype, op=params.op,
+        warmup=params.warmup, iters=params.iters, sizes=sorted({r["size"] for r in rows}), rows=rows, fit=fits,
+        ring_vs_all_reduce=versus_builtin("ring"), pipelined_vs_all_reduce=versus_builtin("ring_pipelined"),
+        wrong=sum(r["wrong"] for r in rows),
+        notes={"busbw": "all-reduce: algbw*2(n-1)/n; reduce-scatter, all-gather: algbw*(n-1)/n",
+               "reduce_scatter": "torch.distributed.reduce_scatter_single",
+               "all_gather": "torch.distributed.all_gather_single"})
 
 
-def format_text(summary: dict) -> str:
-    s = summary
-    lines = [f"# collective sweep: {s['world_size']} ranks, {s['backend']}, {s['dtype']}, "
-             f"op {s['op']}, warmup {s['warmup']}, iters {s['iters']}",
+def format_text(summary) -> str:
+    """The summary (a stored dict or the model) as text (``python -m labs bench`` prints it)."""
+    s = reports.BenchSummary.model_validate(summary)
+    lines = [f"# collective sweep: {s.world_size} ranks, {s.backend}, {s.dtype}, "
+             f"op {s.op}, warmup {s.warmup}, iters {s.iters}",
              f"# {'size':>12} {'count':>12} {'type':>9} {'redop':>6} {'impl':>15} "
              f"{'time':>11} {'min..max':>21} {'algbw':>8} {'busbw':>8} {'#wrong':>7}",
              f"# {'(B)':>12} {'(elements)':>12} {'':>9} {'':>6} {'':>15} "
              f"{'(us, median)':>11} {'(us)':>21} {'(GB/s)':>8} {'(GB/s)':>8}"]
-    for r in s["rows"]:
-        span = f"{r.get('min_us', r['time_us']):.1f}..{r.get('max_us', r['time_us']):.1f}"
-        lines.append(f"  {r['size']:>12} {r['count']:>12} {r['dtype']:>9} {r['op']:>6} "
-                     f"{r['impl']:>15} {r['time_us']:>11.1f} {span:>21} {r['algbw']:>8.3f} "
-                     f"{r['busbw']:>8.3f} {r['wrong']:>7}")
-    lines.append(f"# out of bounds values: {s['wrong']}")
+    for r in s.rows:
+        span = f"{_or(r.min_us, r.time_us):.1f}..{_or(r.max_us, r.time_us):.1f}"
+        lines.append(f"  {r.size:>12} {r.count:>12} {r.dtype:>9} {r.op:>6} "
+                     f"{r.impl:>15} {r.time_us:>11.1f} {span:>21} {r.algbw:>8.3f} "
+                     f"{r.busbw:>8.3f} {r.wrong:>7}")
+    lines.append(f"# out of bounds values: {s.wrong}")
     lines.append("# alpha-beta fit, T = steps*alpha + (busbw factor)*S/B:")
-    for impl, fit in s["fit"].items():
+    for impl, fit in s.fit.items():
         if fit is None:
             lines.append(f"#   {impl:>15}: no fit (needs 2+ ranks and 2+ sizes)")
-        else:
-            lines.append(f"#   {impl:>15}: alpha = {fit['alpha_s'] * 1e6:9.1f} us, "
-                         f"B = {fit['bandwidth_GBps']:7.3f} GB/s "
-                         f"(rms relative error {fit['rms_rel_err']:.0%})")
-    for key, name in (("ring_vs_all_reduce", "our ring"),
-                      ("pipelined_vs_all_reduce", "our pipelined ring")):
-        if s.get(key):
+        else:  # a bandwidth that could not be fitted is stored as null: infinite
+            lines.append(f"#   {impl:>15}: alpha = {fit.alpha_s * 1e6:9.1f} us, "
+                         f"B = {_or(fit.bandwidth_GBps, math.inf):7.3f} GB/s "
+                         f"(rms relative error {fit.rms_rel_err:.0%})")
+    for versus, name in ((s.ring_vs_all_reduce, "our ring"), (s.pipelined_vs_all_reduce, "our pipelined ring")):
+        if versus:
             lines.append(f"# {name} vs dist.all_reduce (busbw ratio): " + ", ".join(
-                f"{c['size']}: {c['ratio']:.2f}" for c in s[key] if c["ratio"]))
+                f"{c.size}: {c.ratio:.2f}" for c in versus if c.ratio))
     return "\n".join(lines)
 
+
+def _or(value: float | None, otherwise: float) -> float:
+    return otherwise if value is None else value

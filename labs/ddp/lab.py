@@ -61,7 +61,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from labs import reports
+from labs.ddp import report
 from labs.ddp.text import format_text as format_text  # what `python -m labs ddp` prints
 from labs.params import Page, dataclass, option
 
@@ -69,7 +69,7 @@ SECTIONS = ("equivalence", "sampler", "breakdown", "buckets", "no_sync", "fp16",
 # What a rank runs (``run_rank``), with torch: imported by the ranks only (``labs.context.rank_code``).
 RANK_MODULE = "labs.ddp.rank"
 # What the pages read of this lab's summary (``labs.reports.read``).
-SUMMARY = reports.DdpSummary
+SUMMARY = report.DdpSummary
 
 
 # --------------------------------------------------------------------------
@@ -127,13 +127,11 @@ def check(params: Params, world_size: int) -> None:
                          f"on each of {world_size} ranks")
 
 
-def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: str) -> dict:
-    return {"lab": "ddp", "world_size": world_size, "backend": backend,
-            "model": {"kind": "MLP", "depth": params.depth, "hidden": params.hidden,
-                      "parameters": ranks[0]["parameters"],
-                      "gradient_bytes": ranks[0]["parameters"] * 4},
-            "dataset": {"kind": "synthetic Gaussian blobs", "samples": params.samples,
-                        "features": params.features, "classes": params.classes,
-                        "seed": params.seed},
-            "sections": ranks[0]["sections"]}
-
+def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: str) -> report.DdpSummary:
+    return report.DdpSummary(
+        lab="ddp", world_size=world_size, backend=backend,
+        model=report.DdpModel(kind="MLP", depth=params.depth, hidden=params.hidden,
+                               parameters=ranks[0]["parameters"], gradient_bytes=ranks[0]["parameters"] * 4),
+        dataset=report.Dataset(kind="synthetic Gaussian blobs", samples=params.samples,
+                                features=params.features, classes=params.classes, seed=params.seed),
+        sections=ranks[0]["sections"])

@@ -103,11 +103,12 @@ def chunk_sizes(numel: int, world_size: int) -> list[int]:
     return [size + (i < extra) for i in range(world_size)]
 
 
-def spread(values: list[float]) -> dict:
+def spread(values: list[float]) -> reports.Timed:
     """Median, min and max of repeated measurements, and how many there were."""
     ordered = sorted(values)
-    return {"median": statistics.median(ordered), "min": ordered[0], "max": ordered[-1],
-            "k": len(ordered)} if ordered else {"median": 0.0, "min": 0.0, "max": 0.0, "k": 0}
+    if not ordered:
+        return reports.Timed(median=0.0, min=0.0, max=0.0, k=0)
+    return reports.Timed(median=statistics.median(ordered), min=ordered[0], max=ordered[-1], k=len(ordered))
 
 
 def cost(params: Params, world_size: int) -> float:
@@ -117,7 +118,7 @@ def cost(params: Params, world_size: int) -> float:
     return max(world_size - 1, 0) * params.size * (params.warmup + 2 * params.repeats)
 
 
-def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: str) -> dict:
+def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: str) -> reports.RingSummary:
     dtype = DTYPES[params.dtype]
     numel = params.numel
     chunk_numels = chunk_sizes(numel, world_size)
@@ -135,73 +136,57 @@ def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: st
     n_steps = len(ranks[0]["runs"][0])
     per_step = [[max(r["runs"][i][j]["t_end"] for r in ranks) - min(r["runs"][i][j]["t_start"] for r in ranks)
                  for i in range(k)] for j in range(n_steps)]
-    steps = [spread(d) for d in per_step]
     total = statistics.median(totals)
     size = numel * dtype.itemsize
     algbw = model.algbw(size, total) / 1e9 if total > 0 else 0.0
     busbw = model.busbw(size, total, world_size) / 1e9 if total > 0 else 0.0
-    return {
-        "lab": "ring",
-        "algo": params.algo,
-        "world_size": world_size,
-        "backend": backend,
-        "numel": numel,
-        "dtype": params.dtype,
-        "element_size": dtype.itemsize,
-        "size_bytes": size,
-        "chunk_numels": chunk_numels,
+    return reports.RingSummary(
+        lab="ring", algo=params.algo, world_size=world_size, backend=backend, numel=numel, dtype=params.dtype,
+        element_size=dtype.itemsize, size_bytes=size, chunk_numels=chunk_numels,
         # What one rank sends per step: a chunk, or (naive) the whole buffer.
-        "step_bytes": (size if params.algo == "naive" else max(chunk_numels) * dtype.itemsize),
-        "op": params.op,
-        "owner_after_reduce_scatter": {str(r): (r + 1) % world_size for r in range(world_size)},
-        "traces": traces,
-        "repeats": k,
-        "replayed_run": shown,
-        "total_time_s": total,
-        "total_time": spread(totals),
-        "builtin_time_s": statistics.median(builtin),
-        "builtin_time": spread(builtin),
-        "step_times": steps,
-        "algbw_GBps": algbw,
-        "busbw_GBps": busbw,
-        "correct": all(r["wrong"] == 0 for r in ranks),
-        "wrong": sum(r["wrong"] for r in ranks),
-        "max_abs_err": max(r["max_abs_err"] for r in ranks),
-        "checksum": ranks[0]["checksum"],
-        "ranks_identical": len({r["checksum"] for r in ranks}) == 1,
-        "clock": ranks[0]["clock"],
-        "inputs": [r["input"] for r in ranks] if ranks[0]["input"] is not None else None,
-        "outputs": [r["output"] for r in ranks] if ranks[0]["output"] is not None else None,
-    }
+        step_bytes=size if params.algo == "naive" else max(chunk_numels) * dtype.itemsize,
+        op=params.op, owner_after_reduce_scatter={str(r): (r + 1) % world_size for r in range(world_size)},
+        traces=traces, repeats=k, replayed_run=shown,
+        total_time_s=total, total_time=spread(totals),
+        builtin_time_s=statistics.median(builtin), builtin_time=spread(builtin),
+        step_times=[spread(d) for d in per_step],
+        algbw_GBps=algbw, busbw_GBps=busbw,
+        correct=all(r["wrong"] == 0 for r in ranks), wrong=sum(r["wrong"] for r in ranks),
+        max_abs_err=max(r["max_abs_err"] for r in ranks), checksum=ranks[0]["checksum"],
+        ranks_identical=len({r["checksum"] for r in ranks}) == 1, clock=ranks[0]["clock"],
+        inputs=[r["input"] for r in ranks] if ranks[0]["input"] is not None else None,
+        outputs=[r["output"] for r in ranks] if ranks[0]["output"] is not None else None)
 
 
-def format_text(summary: dict) -> str:
-    s = summary
+def format_text(summary) -> str:
+    """The summary (a stored dict or the model) as text (``python -m labs ring`` prints it)."""
+    s = reports.RingSummary.model_validate(summary)
     lines = [
-        f"{s['algo']} all-reduce: {s['world_size']} ranks, {s['backend']}, {s['numel']} x "
-        f"{s['dtype']} ({s['size_bytes']} B), op={s['op']}",
+        f"{s.algo} all-reduce: {s.world_size} ranks, {s.backend}, {s.numel} x "
+        f"{s.dtype} ({s.size_bytes} B), op={s.op}",
     ]
-    if s["algo"] != "naive":
-        lines.append(f"chunks (elements): {s['chunk_numels']}")
+    if s.algo != "naive":
+        lines.append(f"chunks (elements): {s.chunk_numels}")
     lines.append(f"{'step':>4}  {'phase':<14}  {'rank':>4}  {'sends':<10} {'to':>3}  "
                  f"{'receives':<10} {'from':>4}  {'bytes':>10}  {'start us':>10}  {'end us':>10}")
-    for rank, steps in enumerate(s["traces"]):
+    for rank, steps in enumerate(s.traces):
         for st in steps:
             send = "tensor" if st["send_chunk"] is None else f"chunk {st['send_chunk']}"
             recv = "tensor" if st["recv_chunk"] is None else f"chunk {st['recv_chunk']}"
             lines.append(f"{st['step']:>4}  {st['phase']:<14}  {rank:>4}  {send:<10} "
                          f"{st['send_to']:>3}  {recv:<10} {st['recv_from']:>4}  {st['bytes']:>10}  "
                          f"{st['t_start'] * 1e6:>10.1f}  {st['t_end'] * 1e6:>10.1f}")
-    verdict = "correct" if s["correct"] else f"WRONG ({s['wrong']} elements)"
+    verdict = "correct" if s.correct else f"WRONG ({s.wrong} elements)"
+    total = s.total_time or reports.Timed(median=s.total_time_s, min=s.total_time_s, max=s.total_time_s)
+    builtin = s.builtin_time or reports.Timed(median=s.builtin_time_s, min=s.builtin_time_s, max=s.builtin_time_s)
     lines += [
-        f"result: {verdict}: max |ours - dist.all_reduce| = {s['max_abs_err']:.3g}; "
-        f"ranks bit-identical: {s['ranks_identical']}",
-        f"time (median of {s['repeats']} runs, min..max): ours {s['total_time_s'] * 1e3:.3f} ms "
-        f"({s['total_time']['min'] * 1e3:.3f}..{s['total_time']['max'] * 1e3:.3f}), dist.all_reduce "
-        f"{s['builtin_time_s'] * 1e3:.3f} ms ({s['builtin_time']['min'] * 1e3:.3f}.."
-        f"{s['builtin_time']['max'] * 1e3:.3f}); algbw {s['algbw_GBps']:.3f} GB/s, "
-        f"busbw {s['busbw_GBps']:.3f} GB/s",
-        f"checksum of the result: {s['checksum'][:16]}",
+        f"result: {verdict}: max |ours - dist.all_reduce| = {s.max_abs_err:.3g}; "
+        f"ranks bit-identical: {s.ranks_identical}",
+        f"time (median of {s.repeats} runs, min..max): ours {s.total_time_s * 1e3:.3f} ms "
+        f"({total.min * 1e3:.3f}..{total.max * 1e3:.3f}), dist.all_reduce "
+        f"{s.builtin_time_s * 1e3:.3f} ms ({builtin.min * 1e3:.3f}.."
+        f"{builtin.max * 1e3:.3f}); algbw {s.algbw_GBps:.3f} GB/s, "
+        f"busbw {s.busbw_GBps:.3f} GB/s",
+        f"checksum of the result: {s.checksum[:16]}",
     ]
     return "\n".join(lines)
-

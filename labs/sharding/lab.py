@@ -104,7 +104,7 @@ def _error(measured: dict, predicted: dict) -> float:
     return max(abs(measured[k] - predicted[k]) / max(predicted[k], 1) for k in PARTS)
 
 
-def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: str) -> dict:
+def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: str) -> reports.ShardingSummary:
     ranks = sorted(ranks, key=lambda r: r["rank"])
     strategies = {}
     for name in STRATEGIES:
@@ -126,55 +126,51 @@ def summarize(params: Params, ranks: list[dict], *, world_size: int, backend: st
         equal = all(s["mean_abs_diff_vs_ddp"] <= tol * ranks[0]["mean_abs_update_ddp"] for s in strategies.values())
     ordered = all(held["ddp"][i] > held["zero1"][i] > held["zero2"][i] > held["zero3"][i]
                   for i in range(world_size)) if world_size > 1 else None
-    return {
-        "lab": "sharding", "world_size": world_size, "backend": backend,
-        "model": {"kind": "MLP", "width": params.width, "depth": params.depth,
-                  "parameters": total, "bytes": weight_bytes},
-        "precision": params.precision,
+    return reports.ShardingSummary(
+        lab="sharding", world_size=world_size, backend=backend,
+        model=reports.ShardModel(kind="MLP", width=params.width, depth=params.depth, parameters=total,
+                                 bytes=weight_bytes),
+        precision=params.precision,
         # what the collectives carried, from the record: bf16 under bf16-mixed, as gloo allows
-        "wire_dtypes": sorted({e["dtype"] for s in strategies.values() for e in s["step_collectives"]}),
-        "strategies": strategies,
-        "ledger_error": errors,
-        "within_ledger_tolerance": all(e <= LEDGER_TOLERANCE for e in errors.values()),
-        "ledger_tolerance": LEDGER_TOLERANCE,
-        "ordered": ordered,
-        "predicted_wire_bytes_per_step": {n: wire_factor(n, world_size) * weight_bytes for n in STRATEGIES},
-        "tolerance": tol,
-        "weight_check": "max" if params.precision == "fp32" else "mean_relative",
-        "max_abs_update_ddp": ranks[0]["max_abs_update_ddp"],  # how far training moved the weights
-        "mean_abs_update_ddp": ranks[0]["mean_abs_update_ddp"],
-        "equal_weights": equal,
-        "steps": params.steps,
-    }
+        wire_dtypes=sorted({e["dtype"] for s in strategies.values() for e in s["step_collectives"]}),
+        strategies=strategies, ledger_error=errors,
+        within_ledger_tolerance=all(e <= LEDGER_TOLERANCE for e in errors.values()),
+        ledger_tolerance=LEDGER_TOLERANCE, ordered=ordered,
+        predicted_wire_bytes_per_step={n: wire_factor(n, world_size) * weight_bytes for n in STRATEGIES},
+        tolerance=tol, weight_check="max" if params.precision == "fp32" else "mean_relative",
+        max_abs_update_ddp=ranks[0]["max_abs_update_ddp"],  # how far training moved the weights
+        mean_abs_update_ddp=ranks[0]["mean_abs_update_ddp"],
+        equal_weights=equal, steps=params.steps)
 
 
 def _mb(b: float) -> str:
     return f"{b / 1e6:7.2f}"
 
 
-def format_text(summary: dict) -> str:
-    s, m = summary, summary["model"]
-    lines = [f"Sharding lab: {s['world_size']} ranks, {s['backend']}; MLP {m['depth']}x{m['width']}, "
-             f"{m['parameters']} parameters ({m['bytes'] / 1e6:.2f} MB of weights, {s['precision']}; "
-             f"on the wire: {', '.join(s['wire_dtypes'])}), Adam, {s['steps']} steps",
+def format_text(summary) -> str:
+    """The summary (a stored dict or the model) as text (``python -m labs sharding`` prints it)."""
+    s = reports.ShardingSummary.model_validate(summary)
+    m = s.model
+    lines = [f"Sharding lab: {s.world_size} ranks, {s.backend}; MLP {m.depth}x{m.width}, "
+             f"{m.parameters} parameters ({m.bytes / 1e6:.2f} MB of weights, {s.precision}; "
+             f"on the wire: {', '.join(s.wire_dtypes)}), Adam, {s.steps} steps",
              "MB per rank, measured (predicted): params / grads / optimizer = total; wire MB per step"]
     for name in STRATEGIES:
-        st = s["strategies"][name]
-        calls = ", ".join(f"{e['kind']} ({e['stage']}) {e['bytes'] / 1e6:.2f} MB" for e in st["step_collectives"])
-        lines.append(f"[{name}] max |w - w_ddp| = {st['max_abs_diff_vs_ddp']:.1e}, "
-                     f"mean {st['mean_abs_diff_vs_ddp']:.1e}, ledger error {s['ledger_error'][name]:.1%}; "
+        st = s.strategies[name]
+        calls = ", ".join(f"{e.kind} ({e.stage}) {e.bytes / 1e6:.2f} MB" for e in st.step_collectives or [])
+        lines.append(f"[{name}] max |w - w_ddp| = {st.max_abs_diff_vs_ddp:.1e}, "
+                     f"mean {st.mean_abs_diff_vs_ddp:.1e}, ledger error {s.ledger_error[name]:.1%}; "
                      f"step: {calls}")
-        for r in st["ranks"]:
-            me, pr = r["measured"], r["predicted"]
+        for r in st.ranks:
+            me, pr = r.measured, r.predicted
             parts = " / ".join(f"{_mb(me[k])} ({_mb(pr[k]).strip()})" for k in PARTS)
-            lines.append(f"  rank {r['rank']}: {parts} = {_mb(sum(me.values()))}; "
-                         f"wire {_mb(r['wire_bytes_per_step'])}"
-                         + (f"; peak {_mb(r['peak'])}" if r["peak"] is not None else ""))
-    lines.append(f"every figure within {s['ledger_tolerance']:.0%} of its prediction: "
-                 f"{s['within_ledger_tolerance']}; ddp > zero1 > zero2 > zero3 on every rank: {s['ordered']}; "
-                 + (f"weights equal within {s['tolerance']:.0e}: {s['equal_weights']} "
-                    f"(training moved them by up to {s['max_abs_update_ddp']:.1e})" if s["weight_check"] == "max" else
-                    f"mean |w - w_ddp| within {s['tolerance']:.0%} of the mean update "
-                    f"({s['mean_abs_update_ddp']:.1e}): {s['equal_weights']}"))
+            lines.append(f"  rank {r.rank}: {parts} = {_mb(sum(me.values()))}; "
+                         f"wire {_mb(r.wire_bytes_per_step)}"
+                         + (f"; peak {_mb(r.peak)}" if r.peak is not None else ""))
+    lines.append(f"every figure within {s.ledger_tolerance:.0%} of its prediction: "
+                 f"{s.within_ledger_tolerance}; ddp > zero1 > zero2 > zero3 on every rank: {s.ordered}; "
+                 + (f"weights equal within {s.tolerance:.0e}: {s.equal_weights} "
+                    f"(training moved them by up to {s.max_abs_update_ddp:.1e})" if s.weight_check == "max" else
+                    f"mean |w - w_ddp| within {s.tolerance:.0%} of the mean update "
+                    f"({s.mean_abs_update_ddp:.1e}): {s.equal_weights}"))
     return "\n".join(lines)
-
