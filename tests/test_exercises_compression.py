@@ -14,7 +14,6 @@ from __future__ import annotations
 import ast
 import json
 import math
-import re
 import sys
 
 import pytest
@@ -25,8 +24,19 @@ from labs.exercises.compression_hook import exercise as ex
 from labs.exercises.report import GradeReport
 from labs.model import topk_bytes
 from tests.apptest import open_page
-from tests.test_exercises_more import FIXTURES, LANGS, ROOT, folder, sandbox_mode, texts
-from tests.test_terminology import LESSONS, findings, fixture_rules, report, rules_from, yaml_texts
+from tests.test_exercises_more import (
+    FIXTURES,
+    LANGS,
+    ROOT,
+    check_texts,
+    emitted_keys,
+    failing,
+    folder,
+    glossary_findings,
+    sandbox_mode,
+    texts,
+)
+from tests.test_terminology import report
 
 ID = "compression-hook"
 SEED = 5
@@ -116,31 +126,17 @@ def test_the_harness_references_separate_on_every_hidden_seed_we_tried():
 # Registry, texts, code that goes where it should
 
 
-def emitted_keys() -> set[str]:
-    tree = ast.parse((folder(ID) / "exercise.py").read_text("utf-8"))
-    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-            and re.fullmatch(r"compress_[a-z_]+", n.value)}
-
-
 def test_it_is_an_exercise_but_not_one_the_certificate_requires():
     assert ID in EXERCISES and ID not in REQUIRED_FOR_CERTIFICATE
 
 
 def test_every_language_has_the_whole_text_and_every_message():
-    en = texts(ID, "en")
-    for lang in LANGS:
-        t = texts(ID, lang)
-        assert all(isinstance(t[k], str) and t[k].strip() for k in ("title", "summary", "statement")), lang
-        assert len(t["hints"]) == len(en["hints"]) == 4, lang
-        assert set(t["feedback"]) == emitted_keys() | {"forbidden_call", "passed", "reference_note"}, lang
-        for key, message in t["feedback"].items():
-            assert messages.placeholders(message) == messages.placeholders(en["feedback"][key]), (lang, key)
+    check_texts(ID, emitted_keys(ID), hints=4)
 
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_texts_follow_the_glossary(lang):
-    rules = rules_from(LESSONS / lang / "glossary.yaml") + fixture_rules(lang)
-    found = findings(yaml_texts(ROOT / "content" / "exercises" / lang / f"{ID}.yaml"), lang, rules)
+    found = glossary_findings([ID], lang)
     assert found == [], report(found)
 
 
@@ -152,7 +148,7 @@ def test_every_message_renders_with_the_values_its_finding_gives():
                                   ([("all_gather", 36)], None, (1.35, 1.6, 1.36)),
                                   ([("all_gather", 999)], [weights(), weights(1.0)], (1.35, 1.6, 1.36))):
         made += ex.check(c, ranks(calls, params=params, exp=expected(losses=losses)))
-    assert {f["key"] for f in made} == emitted_keys()
+    assert {f["key"] for f in made} == emitted_keys(ID)
     for finding in made:
         for lang in LANGS:
             template = messages.template(finding["key"], lang, ID)
@@ -185,10 +181,6 @@ def grade(source: str, case_ids=None) -> GradeReport:
 
 def fixture(name: str) -> str:
     return (FIXTURES / f"compress_{name}.py").read_text("utf-8")
-
-
-def failing(report_: GradeReport) -> dict[str, list[str]]:
-    return {c.id: [f.key for f in c.findings if not f.passed] for c in report_.cases if c.status != "passed"}
 
 
 @pytest.mark.slow

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ast
 import json
-import re
 
 import pytest
 import torch
@@ -24,9 +23,20 @@ from labs import simclock
 from labs.exercises import EXERCISES, REQUIRED_FOR_CERTIFICATE, grader, load, messages, reference
 from labs.exercises.report import GradeReport
 from tests.apptest import open_page
-from tests.test_exercises_more import FIXTURES, LANGS, ROOT, folder, sandbox_mode, texts
+from tests.test_exercises_more import (
+    FIXTURES,
+    LANGS,
+    ROOT,
+    check_texts,
+    emitted_keys,
+    failing,
+    folder,
+    glossary_findings,
+    sandbox_mode,
+    texts,
+)
 from tests.test_exercises_router import Rank, pump, routing, tensor_bytes, world  # noqa: F401 - world: a fixture
-from tests.test_terminology import LESSONS, findings, fixture_rules, report, rules_from, yaml_texts
+from tests.test_terminology import report
 
 ID = "hierarchical-allreduce"
 SEED = 5
@@ -192,34 +202,19 @@ def test_wrong_values_fail_on_values_even_with_the_right_messages():
 # Registry, texts, code where it should be
 
 
-def emitted_keys() -> set[str]:
-    tree = ast.parse((folder(ID) / "exercise.py").read_text("utf-8"))
-    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-            and re.fullmatch(r"(hier|phase)_[a-z_]+", n.value)}
-
-
 def test_it_is_an_exercise_but_not_one_the_certificate_requires():
     assert ID in EXERCISES and ID not in REQUIRED_FOR_CERTIFICATE
 
 
 def test_every_language_has_the_whole_text_and_every_message():
-    emitted = emitted_keys()
+    emitted = emitted_keys(ID)
     assert len(emitted) == 11
-    en = texts(ID, "en")
-    for lang in LANGS:
-        t = texts(ID, lang)
-        assert all(isinstance(t[k], str) and t[k].strip() for k in ("title", "summary", "statement")), lang
-        assert len(t["hints"]) == len(en["hints"]) == 4, lang
-        assert set(t["feedback"]) == emitted | {"forbidden_call", "passed", "reference_note", "links_ok",
-                                                 "phases_ok"}, lang
-        for key, message in t["feedback"].items():
-            assert messages.placeholders(message) == messages.placeholders(en["feedback"][key]), (lang, key)
+    check_texts(ID, emitted, hints=4, page_keys=("links_ok", "phases_ok"))
 
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_texts_follow_the_glossary(lang):
-    rules = rules_from(LESSONS / lang / "glossary.yaml") + fixture_rules(lang)
-    found = findings(yaml_texts(ROOT / "content" / "exercises" / lang / f"{ID}.yaml"), lang, rules)
+    found = glossary_findings([ID], lang)
     assert found == [], report(found)
 
 
@@ -261,10 +256,6 @@ def test_starter_has_the_signature_and_is_not_an_answer():
 
 def grade(source: str, case_ids=None, seed: int = SEED) -> GradeReport:
     return grader.grade(ID, source, seed=seed, mode=sandbox_mode(), case_ids=case_ids)
-
-
-def failing(report_: GradeReport) -> dict[str, list[str]]:
-    return {c.id: [f.key for f in c.findings if not f.passed] for c in report_.cases if c.status != "passed"}
 
 
 @pytest.mark.slow

@@ -13,7 +13,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import re
 
 import pytest
 import torch
@@ -23,7 +22,18 @@ from labs.exercises.report import GradeReport
 from labs.exercises.sharded_optimizer.exercise import fair_limit
 from tests.apptest import open_page
 from tests.exercisepass import passing_report, sandbox_mode
-from tests.test_exercises_more import FIXTURES, LANGS, ROOT, folder, keys, texts
+from tests.test_exercises_more import (
+    FIXTURES,
+    LANGS,
+    ROOT,
+    check_texts,
+    emitted_keys,
+    failing,
+    folder,
+    glossary_findings,
+    keys,
+    texts,
+)
 from tests.test_exercises_router import (  # noqa: F401
     ROOMY,
     Rank,
@@ -34,7 +44,7 @@ from tests.test_exercises_router import (  # noqa: F401
     tensor_bytes,
     world,
 )
-from tests.test_terminology import LESSONS, findings, fixture_rules, report, rules_from, yaml_texts
+from tests.test_terminology import report
 
 ID = "sharded-optimizer"
 SEED = 5
@@ -208,34 +218,20 @@ def test_a_held_count_that_is_not_a_number_is_an_unreadable_reply():
 # Registry, texts, code that goes where it should
 
 
-def emitted_keys() -> set[str]:
-    tree = ast.parse((folder(ID) / "exercise.py").read_text("utf-8"))
-    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-            and re.fullmatch(r"zero_[a-z_]+", n.value)}
-
-
 def test_it_is_an_exercise_but_not_one_the_certificate_requires_by_default():
     assert ID in EXERCISES and ID not in REQUIRED_FOR_CERTIFICATE
 
 
 def test_every_language_has_the_whole_text_and_every_message():
-    emitted = emitted_keys()
+    emitted = emitted_keys(ID)
     assert emitted == {"zero_matches_single", "zero_weights_differ", "zero_state_ok", "zero_state_too_large",
                        "zero_wire"}
-    en = texts(ID, "en")
-    for lang in LANGS:
-        t = texts(ID, lang)
-        assert all(isinstance(t[k], str) and t[k].strip() for k in ("title", "summary", "statement")), lang
-        assert len(t["hints"]) == len(en["hints"]) == 4, lang
-        assert set(t["feedback"]) == emitted | {"forbidden_call", "passed", "reference_note"}, lang
-        for key, message in t["feedback"].items():
-            assert messages.placeholders(message) == messages.placeholders(en["feedback"][key]), (lang, key)
+    check_texts(ID, emitted, hints=4)
 
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_texts_follow_the_glossary(lang):
-    rules = rules_from(LESSONS / lang / "glossary.yaml") + fixture_rules(lang)
-    found = findings(yaml_texts(ROOT / "content" / "exercises" / lang / f"{ID}.yaml"), lang, rules)
+    found = glossary_findings([ID], lang)
     assert found == [], report(found)
 
 
@@ -243,7 +239,7 @@ def test_every_message_renders_with_the_values_its_finding_gives():
     ex = load(ID)
     found = ex.check(zero_case(), zero_ranks(2, [28, 12]))
     found += ex.check(zero_case(), zero_ranks(2, [28, 40], params=[{"w": [0.0] * 3, "b": [0.0]}] * 2))
-    assert {f["key"] for f in found} == emitted_keys()
+    assert {f["key"] for f in found} == emitted_keys(ID)
     sources = {"key": "broadcast_sources_differ", "values": {"sources": "0, 1", "world_size": 2}}
     for finding in [*found, sources]:
         for lang in LANGS:
@@ -273,10 +269,6 @@ def test_starter_has_the_signature_and_is_not_an_answer():
 
 def grade(source: str, case_ids=None) -> GradeReport:
     return grader.grade(ID, source, seed=SEED, mode=sandbox_mode(), case_ids=case_ids)
-
-
-def failing(report_: GradeReport) -> dict[str, list[str]]:
-    return {c.id: [f.key for f in c.findings if not f.passed] for c in report_.cases if c.status != "passed"}
 
 
 @pytest.mark.slow
