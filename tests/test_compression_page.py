@@ -16,6 +16,7 @@ from labs.compression import lab as compression
 from labs.launch import run_lab
 from labs.params import Run
 from tests.apptest import open_page
+from tests.factories import finished_run
 from tests.test_charts import colours, font_colours
 
 LANGS = sorted(i18n.languages())
@@ -62,12 +63,8 @@ def test_the_figures_draw_the_run_in_the_palette_with_their_numbers(result):
 @pytest.mark.parametrize("lang", LANGS)
 @pytest.mark.usefixtures("app_db")
 def test_the_labs_page_draws_a_finished_run(result, lang):
-    with session_scope() as session:
-        run = LabRun(lab="compression", params={"world_size": 2, **result["params"]}, status="done",
-                     result=result, machine=result["machine"])
-        session.add(run)
-        session.commit()
-        run_id = run.id
+    run_id = finished_run("compression", result, params={"world_size": 2, **result["params"]},
+                          machine=result["machine"])
     at = open_page("labs", lang, state={"lab_run_id": run_id}, lab="compression")
     assert not at.exception, at.exception
     t = lambda key, **v: i18n.t(key, lang, **v)  # noqa: E731

@@ -23,6 +23,7 @@ from labs import simclock
 from labs.exercises import EXERCISES, REQUIRED_FOR_CERTIFICATE, grader, load, messages, reference
 from labs.exercises.report import GradeReport
 from tests.apptest import open_page
+from tests.factories import finished_run
 from tests.test_exercises_more import (
     FIXTURES,
     LANGS,
@@ -298,8 +299,6 @@ def test_a_flat_ring_a_root_gather_and_a_wrong_phase_order_fail_naming_the_phase
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_the_exercises_page_opens_it_and_draws_a_reports_clock(app_db, lang):  # noqa: ARG001
-    from academy.db import session_scope
-    from academy.models import LabRun
     from tests.test_exercises_page import in_editor, learner
     from tests.test_exercises_page import texts as page_texts
 
@@ -311,13 +310,9 @@ def test_the_exercises_page_opens_it_and_draws_a_reports_clock(app_db, lang):  #
     assert "reduce_scatter(chunks, mine)" not in page  # the reference only after a pass
     case = case_of(ex.TRACE_CASE)
     trace = ex.trace(case, records(case, simclock.schedule("hierarchical", 2, 2, 4096)))
-    with session_scope() as s:
-        run = LabRun(lab="exercise", params={"exercise": ID, "world_size": 4}, status="done", learner_id=who,
-                     result={"exercise": ID, "status": "failed", "ok": False, "error": None, "cases": [],
-                             "trace": trace, "duration_s": 1.0, "sandbox": "none"})
-        s.add(run)
-        s.commit()
-        run_id = run.id
+    run_id = finished_run("exercise", {"exercise": ID, "status": "failed", "ok": False, "error": None, "cases": [],
+                                       "trace": trace, "duration_s": 1.0, "sandbox": "none"},
+                          params={"exercise": ID, "world_size": 4}, learner_id=who)
     at = open_page("exercises", lang, who, exercise=ID, state={f"ex_run_{ID}": run_id})
     assert not at.exception, at.exception
     from academy import i18n

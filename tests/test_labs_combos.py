@@ -29,6 +29,7 @@ from academy.models import LabRun
 from labs.launch import run_lab
 from labs.request import Request
 from tests.apptest import open_page
+from tests.factories import finished_run
 
 ALGOS = ["ring", "pipelined", "naive"]
 DTYPES = ["float32", "float64", "bfloat16", "int64"]
@@ -161,12 +162,7 @@ def test_each_algorithm_bench_and_ddp_run_from_the_form_and_are_drawn():
 def test_every_recorded_combination_is_drawn_by_the_real_page(recorded):
     at = open_page("labs")
     for key, result in recorded.items():
-        with session_scope() as s:
-            run = LabRun(lab=key[0], params=result["params"], machine=result["machine"], status="done",
-                         result=result)
-            s.add(run)
-            s.flush()
-            run_id = run.id
+        run_id = finished_run(key[0], result, params=result["params"], machine=result["machine"])
         at.session_state["lab_run_id"] = run_id
         at.run()
         assert not at.exception, (key, at.exception)
@@ -201,12 +197,7 @@ GROUPED = re.compile(r"\b\d{1,3}(?:\.\d{3})+\b")  # 12.345.678: Dutch grouping, 
 
 
 def _shown(result: dict, lang: str):
-    with session_scope() as s:
-        run = LabRun(lab=result["lab"], params=result["params"], machine=result["machine"], status="done",
-                     result=result)
-        s.add(run)
-        s.flush()
-        run_id = run.id
+    run_id = finished_run(result["lab"], result, params=result["params"], machine=result["machine"])
     at = open_page("labs", lang, state={"lab_run_id": run_id})
     assert not at.exception, at.exception
     texts = [e.value for kind in ("markdown", "caption", "success", "info", "error") for e in at.get(kind)]

@@ -26,6 +26,7 @@ from labs.failure import lab as failure
 from labs.failure.report import FailureSummary
 from labs.failure.supervise import PREFIX
 from tests.apptest import open_page
+from tests.factories import finished_run
 
 ROOT = Path(__file__).resolve().parent.parent
 # Small: 12 steps, a checkpoint every 4, rank 1 killed at step 7 (steps 4, 5 and 6 are lost).
@@ -147,15 +148,9 @@ def test_torchrun_gives_up_after_max_restarts_and_says_why():
 @pytest.mark.parametrize("lang", ["en", "zh", "nl"])
 def test_the_page_shows_the_work_lost_and_young_daly(result, lang):
     from academy import i18n
-    from academy.db import session_scope
-    from academy.models import LabRun
 
-    with session_scope() as s:
-        run = LabRun(lab="failure", params=result["params"], machine=result["machine"], status="done",
-                     result=result, worker="labhost:1")
-        s.add(run)
-        s.flush()
-        run_id = run.id
+    run_id = finished_run("failure", result, params=result["params"], machine=result["machine"],
+                          worker="labhost:1")
     at = open_page("labs", lang, state={"lab_run_id": run_id})
     assert not at.exception, at.exception
     assert [e for e in at.info if e.value == i18n.t("labs.look.failure", lang)]

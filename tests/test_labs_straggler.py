@@ -20,6 +20,7 @@ from labs.straggler import lab as straggler
 from labs.straggler.report import StragglerSummary
 from labs.straggler.throttle import PREFIX, Throttle, Unavailable, _cpu_dir
 from tests.apptest import open_page
+from tests.factories import finished_run
 
 ROOT = Path(__file__).resolve().parent.parent
 # Small: 2 seeds of 4 measured steps, averaging every 2 (about 10 s on 2 loaded cores).
@@ -169,15 +170,9 @@ def test_a_stop_throttle_ends_its_helper_with_us_running():
 
 
 def _store(result: dict) -> int:
-    from academy.db import session_scope
-    from academy.models import LabRun
 
-    with session_scope() as s:
-        run = LabRun(lab="straggler", params=result["params"], machine=result["machine"], status="done",
-                     result=result, worker="labhost:1")
-        s.add(run)
-        s.flush()
-        return run.id
+    return finished_run("straggler", result, params=result["params"], machine=result["machine"],
+                        worker="labhost:1")
 
 
 @pytest.mark.slow  # lab ranks

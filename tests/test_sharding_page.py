@@ -18,6 +18,7 @@ from labs.model import SHARDED
 from labs.params import Run
 from labs.sharding import lab as sharding
 from tests.apptest import open_page
+from tests.factories import finished_run
 from tests.test_charts import colours
 
 LANGS = sorted(i18n.languages())
@@ -94,12 +95,8 @@ def test_the_shard_map_shows_what_each_rank_keeps(strategy):
 @pytest.mark.parametrize("lang", LANGS)
 @pytest.mark.usefixtures("app_db")
 def test_the_labs_page_draws_a_finished_run(result, lang):
-    with session_scope() as s:
-        run = LabRun(lab="sharding", params={"world_size": 2, **result["params"]}, status="done",
-                     result=result, machine=result["machine"])
-        s.add(run)
-        s.commit()
-        run_id = run.id
+    run_id = finished_run("sharding", result, params={"world_size": 2, **result["params"]},
+                          machine=result["machine"])
     at = open_page("labs", lang, state={"lab_run_id": run_id}, lab="sharding")
     assert not at.exception, at.exception
     t = lambda key, **v: i18n.t(key, lang, **v)  # noqa: E731
@@ -212,12 +209,8 @@ def test_the_form_offers_the_precision_and_the_run_keeps_it():
 @pytest.mark.parametrize("lang", LANGS)
 @pytest.mark.usefixtures("app_db")
 def test_the_labs_page_draws_a_bf16_run(bf16_result, lang):
-    with session_scope() as s:
-        run = LabRun(lab="sharding", params={"world_size": 2, **bf16_result["params"]}, status="done",
-                     result=bf16_result, machine=bf16_result["machine"])
-        s.add(run)
-        s.commit()
-        run_id = run.id
+    run_id = finished_run("sharding", bf16_result, params={"world_size": 2, **bf16_result["params"]},
+                          machine=bf16_result["machine"])
     at = open_page("labs", lang, state={"lab_run_id": run_id}, lab="sharding")
     assert not at.exception, at.exception
     t = lambda key, **v: i18n.t(key, lang, **v)  # noqa: E731
@@ -246,12 +239,7 @@ def test_a_run_stored_before_the_record_still_draws(result):
         del summary[key]
     for s in summary["strategies"].values():
         del s["step_collectives"], s["mean_abs_diff_vs_ddp"]
-    with session_scope() as s:
-        run = LabRun(lab="sharding", params={"world_size": 2, **old["params"]}, status="done", result=old,
-                     machine=old["machine"])
-        s.add(run)
-        s.commit()
-        run_id = run.id
+    run_id = finished_run("sharding", old, params={"world_size": 2, **old["params"]}, machine=old["machine"])
     at = open_page("labs", "en", state={"lab_run_id": run_id}, lab="sharding")
     assert not at.exception, at.exception
     assert i18n.t("sharding.animation_caption", "en") in [c.value for c in at.caption]
