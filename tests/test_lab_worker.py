@@ -149,6 +149,14 @@ def run(run_id: int) -> LabRun:
         return s.get(LabRun, run_id)
 
 
+def wait_logged(worker: Worker, text: str, timeout: float = 30) -> str:
+    """The worker's log once it holds ``text`` (or as it is after ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while text not in (log := worker.log.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return log
+
+
 def lab_processes(worker: Worker, at_least: int, timeout: float = 60) -> list[int]:
     """The lab processes under ``worker`` once there are ``at_least`` (CLI + ranks)."""
     deadline = time.monotonic() + timeout
@@ -169,7 +177,9 @@ def test_a_run_goes_through_the_worker_and_leaves_nothing(stack):
     assert done.worker and done.worker.endswith(f":{w.pid}")
     assert done.progress and done.progress.get("phase"), "the worker wrote the last progress event"
     assert done.started_at and done.finished_at and done.heartbeat_at
-    assert w.log.read_text().count(f"run {run_id}: claimed") == 1
+    # The row says "done" before the worker tidies up; its log says "ended" after.
+    log = wait_logged(w, f"run {run_id}: ended")
+    assert log.count(f"run {run_id}: claimed") == 1
     assert list(stack.workroots.glob("*/run-*")) == [], "the run's folder is removed"
     assert labqueue.pending("cpu") == 0
 
@@ -192,11 +202,9 @@ def test_cancel_kills_the_labs_process_group_and_a_queued_run_is_dropped(stack):
     assert all(gone(pid) for pid in pids), "cancel stopped every process of the lab"
     assert labqueue.request_cancel(hang) is False, "an ended run cannot be cancelled again"
     # The worker took the dropped run's message and skipped it: never started.
-    deadline = time.monotonic() + 30
-    while f"run {waiting}: not queued" not in w.log.read_text() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert f"run {waiting}: not queued" in w.log.read_text()
-    assert f"run {waiting}: claimed" not in w.log.read_text()
+    log = wait_logged(w, f"run {waiting}: not queued")
+    assert f"run {waiting}: not queued" in log
+    assert f"run {waiting}: claimed" not in log
     assert run(waiting).started_at is None
 
 
