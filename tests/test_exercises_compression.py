@@ -120,7 +120,7 @@ def driver():
 def test_the_harness_references_separate_on_every_hidden_seed_we_tried():
     """The grade's two thresholds sit between the references: top-k with error feedback ends
     within GAP of fp32 and top-k without it far above, with room on both sides (measured:
-    over 100 cases from 25 seeds, ef - fp32 <= 0.022 and noef - ef >= 0.32)."""
+    over 900 cases from 300 seeds, ef - fp32 <= 0.041 and noef - ef >= 0.287)."""
     d = driver()
     for c in ex.cases(12345)[:2]:
         refs = d.expected(c, c["world_size"], d.inputs(c, c["world_size"]))[0]["loss"]
@@ -231,8 +231,8 @@ def test_without_error_feedback_the_same_bytes_converge_worse_and_the_feedback_s
 @pytest.mark.parametrize(("name", "key"), [("wrong_dense", "compress_dense"), ("wrong_bytes", "compress_bytes_wrong"),
                                            ("wrong_no_indices", "compress_no_indices")])
 def test_a_hook_that_sends_the_wrong_bytes_fails_naming_how(name, key):
-    report_ = grade(fixture(name), ["w3-h32"])
-    assert report_.error is None and failing(report_)["w3-h32"][0] == key
+    report_ = grade(fixture(name), ["w3-h48"])
+    assert report_.error is None and failing(report_)["w3-h48"][0] == key
 
 
 @pytest.mark.slow
