@@ -15,6 +15,7 @@ from sqlmodel import select
 from academy import lessons
 from academy.labruns.kinds import LAB
 from academy.models import LabRun, RunQuestion
+from labs import context
 from quizzes import own
 from quizzes.figures import FIGURES, figures
 from quizzes.numbers import InvalidResponse, QuestionUnavailable
@@ -33,6 +34,7 @@ def test_the_course_templates_pass_the_checks_of_the_bank(capsys):
     templates = load_templates()
     assert templates.problems == ()
     assert templates.languages == tuple(lessons.languages())
+    assert set(FIGURES) == set(context.LABS)  # every lab's runs ask questions (the Review page says so)
     for lab in FIGURES:
         assert len(templates.of(lab)) >= 2, lab
     assert check() == 0
