@@ -20,7 +20,9 @@ from typing import Any
 
 from labs import reports
 from labs.ddp.report import DdpSummary
-from labs.model import PRECISIONS
+from labs.failure.report import FailureSummary
+from labs.model import PRECISIONS, powersgd_elements
+from labs.straggler.report import StragglerSummary
 
 SIG = 3  # significant figures of a figure as the question shows it
 
@@ -90,12 +92,86 @@ def _sharding(s: reports.ShardingSummary) -> dict[str, float]:
             "w": w, "g": g, "o": o, "z2": rounded(sum(zero2.ranks[0].measured.values()) / 1e6)}
 
 
+def _compression(s: reports.CompressionSummary) -> dict[str, float]:
+    """Bytes each rank handed to the collectives per compressed step, measured and whole: D
+    under fp32 (all-reduce), K under top-k (all-gather), p1 and p2 under PowerSGD of rank 1
+    and 2 (all-reduce).
+
+    p1 and p2 come only where every matrix of the run's model is still compressed at rank
+    3 (``labs.model.powersgd_elements`` grows by the same step from rank 1 to 2 to 3), so
+    that rank 3's bytes follow from them as the lab would measure them."""
+    out: dict[str, float] = {}
+    ran = s.strategies
+    if "fp32" in ran and ran["fp32"].bytes_per_step > 0:
+        out["D"] = ran["fp32"].bytes_per_step
+    topk = ran.get("topk_ef") or ran.get("topk")
+    if topk is not None and topk.bytes_per_step > 0:
+        out["K"] = topk.bytes_per_step
+    one, two = ran.get("powersgd_r1"), ran.get("powersgd_r2")
+    elements = [powersgd_elements(s.shapes, r) for r in (1, 2, 3)]
+    if one is not None and two is not None and elements[2] - elements[1] == elements[1] - elements[0] > 0:
+        out.update(p1=one.bytes_per_step, p2=two.bytes_per_step)
+    return out
+
+
+def _topology(s: reports.TopologySummary) -> dict[str, float]:
+    """Two nodes of k ranks, the link between them counted: at the largest size both
+    all-reduces ran (S MB), f and h MB of payload crossed from node 0 to node 1 per
+    all-reduce under the flat ring and the hierarchical all-reduce (the veth's counters,
+    less the frames' headers). None where the nodes were not two or nothing was counted."""
+    if s.nodes != 2:
+        return {}
+    counted: dict[int, dict[str, float]] = {}
+    for row in s.rows:
+        if row.payload_bytes and _usable(row.payload_bytes[0]):
+            counted.setdefault(row.size, {})[row.algo] = row.payload_bytes[0]
+    sizes = [size for size, algos in counted.items() if {"flat", "hierarchical"} <= set(algos)]
+    if not sizes:
+        return {}
+    size = max(sizes)
+    return {"k": s.per_node, "S": rounded(size / 1e6), "f": rounded(counted[size]["flat"] / 1e6),
+            "h": rounded(counted[size]["hierarchical"] / 1e6)}
+
+
+def _straggler(s: StragglerSummary) -> dict[str, float]:
+    """n ranks. Nobody slowed: o ms per step, the longest own time of a rank (all but its
+    waiting), and a ms, one all-reduce of the gradients that waits for nobody. Local SGD,
+    averaging every H steps with one rank slowed: oL ms, the longest own time per step, and
+    aL ms, one averaging all-reduce as the last rank to arrive saw it."""
+    out: dict[str, float] = {}
+    even, local = s.variants.get("even"), s.variants.get("local_sgd")
+    if even is not None and even.own_ms and all(map(_usable, even.own_ms)) and _usable(s.allreduce_ms.median):
+        out.update(n=s.world_size, o=rounded(max(even.own_ms)), a=rounded(s.allreduce_ms.median))
+    if (local is not None and local.own_ms and all(map(_usable, local.own_ms)) and local.allreduce_ms is not None
+            and _usable(local.allreduce_ms.median)):
+        out.update(H=s.period, oL=rounded(max(local.own_ms)), aL=rounded(local.allreduce_ms.median))
+    return out
+
+
+def _failure(s: FailureSummary) -> dict[str, float]:
+    """A checkpoint every E steps of s ms (the median step); d ms, the median save on rank 0;
+    R s, the median restart (kill to the first resumed step). d only where a save was
+    timed, R only where a restart was."""
+    out: dict[str, float] = {}
+    if s.checkpoint_every > 0 and _usable(s.step_s.median):
+        out.update(E=s.checkpoint_every, s=rounded(s.step_s.median * 1e3))
+    if s.save_s is not None and _usable(s.delta_s):
+        out["d"] = rounded(s.delta_s * 1e3)
+    if s.restarts > 0 and _usable(s.restart_cost_s):
+        out["R"] = rounded(s.restart_cost_s)
+    return out
+
+
 # lab -> (what a report of it yields, the figure names it may yield)
 FIGURES: dict[str, tuple[Callable[[Any], dict[str, float]], tuple[str, ...]]] = {
     "ring": (_ring, ("n", "S", "t", "bw")),
     "bench": (_bench, ("n", "a", "B")),
     "ddp": (_ddp, ("Y", "C", "k", "r1", "rk")),
     "sharding": (_sharding, ("n", "N", "P", "w", "g", "o", "z2")),
+    "compression": (_compression, ("D", "K", "p1", "p2")),
+    "topology": (_topology, ("k", "S", "f", "h")),
+    "straggler": (_straggler, ("n", "o", "a", "H", "oL", "aL")),
+    "failure": (_failure, ("E", "s", "d", "R")),
 }
 
 

@@ -2,7 +2,8 @@
 
 The results in ``fixtures/runs`` are real: ``python -m labs <lab> --json`` on the course's
 2-core machine with each lab's defaults (gloo), kept as the queue keeps an old run's report
-(``academy.labruns.kinds.LAB_KEPT``) and trimmed (a few trace records and spans, three bench sizes).
+(``academy.labruns.kinds.LAB_KEPT``) and trimmed (a few trace records and spans, three bench sizes,
+three points of each compression loss curve, two rows of the topology lab's projections).
 """
 
 from __future__ import annotations
@@ -17,11 +18,26 @@ from quizzes import own
 from quizzes.bank import Bank
 
 RUNS = Path(__file__).resolve().parent / "fixtures" / "runs"
-LABS = ("ring", "bench", "ddp", "sharding")
+LABS = ("ring", "bench", "ddp", "sharding", "compression", "topology", "straggler", "failure")
 
 
 def result(lab: str) -> dict[str, Any]:
     return json.loads((RUNS / f"{lab}.json").read_text(encoding="utf-8"))
+
+
+def asks_its_questions(lab: str, result: dict[str, Any]) -> None:
+    """A lab test's fresh run (``result`` as the worker stores it) has every figure its lab's
+    templates read, and each template builds a question of it: the recorded runs above
+    stay what the lab writes today."""
+    from quizzes.figures import FIGURES, figures
+    from quizzes.templates import build, load_templates
+
+    found = figures(lab, result)
+    assert set(found) == set(FIGURES[lab][1]), found
+    templates = load_templates().of(lab)
+    assert templates, lab
+    for template in templates:
+        assert build(template, found, seed=own.seed_of(1, template.id)) is not None, (template.id, found)
 
 
 def learner_with_runs(session, labs: tuple[str, ...] = ("ring", "sharding"), *, email: str | None = None,

@@ -17,6 +17,7 @@ from labs.launch import run_lab
 from labs.params import Run
 from tests.apptest import open_page
 from tests.factories import finished_run
+from tests.runquestions import asks_its_questions
 from tests.test_charts import colours, font_colours
 
 LANGS = sorted(i18n.languages())
@@ -58,6 +59,10 @@ def test_the_figures_draw_the_run_in_the_palette_with_their_numbers(result):
     assert len(bands) == 3 and bands[0].fillcolor == charts.band(charts.STRATEGY_STYLES["fp32"][0])
     lines = charts.table(curves)
     assert lines["columns"] == ["step", "fp32", "topk", "topk_ef"] and len(lines["rows"]) == len(s.curve_steps)
+
+
+def test_the_run_gives_questions_built_from_its_own_figures(result):
+    asks_its_questions("compression", result)  # the recorded run of tests/fixtures/runs is still what the lab writes
 
 
 @pytest.mark.parametrize("lang", LANGS)

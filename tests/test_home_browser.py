@@ -201,7 +201,7 @@ def _shown_question(page, learner_id: int, lang: str):
 
 @pytest.mark.usefixtures("on_server_db")
 def test_review_in_every_language_and_width(server, browser, artifacts):
-    """Issue #42: a learner who ran the ring, sharding and benchmark labs answers the questions
+    """Issue #42: a learner who ran the ring, sharding and straggler labs answers the questions
     built from their own figures on the Review page, in en, zh and nl, at 1400 and 390 px: each
     question and its feedback shot; then Home's count of what is still due."""
     from sqlmodel import select
@@ -213,7 +213,7 @@ def test_review_in_every_language_and_width(server, browser, artifacts):
     from tests.runquestions import learner_with_runs, result
 
     with session_scope() as session:
-        learner_id, runs = learner_with_runs(session, ("ring", "sharding", "bench"))
+        learner_id, runs = learner_with_runs(session, ("ring", "sharding", "straggler"))
     context = signed_in(browser, server, learner_id, WIDTHS[0])
     page = context.new_page()
     errors: list[str] = []

@@ -20,6 +20,7 @@ from labs import reports
 from labs.context import load_lab, stored_summary
 from tests.apptest import open_page
 from tests.factories import finished_run
+from tests.runquestions import LABS
 from tests.runquestions import result as recorded_result
 
 
@@ -99,7 +100,7 @@ def _as_recorded(stored: Any, recorded: Any) -> Any:
     return stored
 
 
-@pytest.mark.parametrize("lab", ["ring", "bench", "sharding", "ddp"])
+@pytest.mark.parametrize("lab", LABS)
 def test_a_recorded_summary_is_stored_again_as_it_was(lab):
     """The lab's ``summarize`` returns its report model, and a recorded run's summary read into that
     model gives back the same JSON through ``stored_summary``: every key the run stored is declared,

@@ -28,6 +28,7 @@ from labs.failure.supervise import PREFIX
 from tests.apptest import open_page
 from tests.factories import finished_run
 from tests.procs import gone
+from tests.runquestions import asks_its_questions
 
 ROOT = Path(__file__).resolve().parent.parent
 # Small: 12 steps, a checkpoint every 4, rank 1 killed at step 7 (steps 4, 5 and 6 are lost).
@@ -146,6 +147,11 @@ def test_torchrun_gives_up_after_max_restarts_and_says_why():
 
 # --------------------------------------------------------------------------
 # The page
+
+
+@pytest.mark.slow  # lab ranks
+def test_the_run_gives_questions_built_from_its_own_figures(result):
+    asks_its_questions("failure", result)  # the recorded run of tests/fixtures/runs is still what the lab writes
 
 
 @pytest.mark.slow  # lab ranks

@@ -21,6 +21,7 @@ from labs.straggler.report import StragglerSummary
 from labs.straggler.throttle import PREFIX, Throttle, Unavailable, _cpu_dir
 from tests.apptest import open_page
 from tests.factories import finished_run
+from tests.runquestions import asks_its_questions
 
 ROOT = Path(__file__).resolve().parent.parent
 # Small: 2 seeds of 4 measured steps, averaging every 2 (about 10 s on 2 loaded cores).
@@ -173,6 +174,11 @@ def _store(result: dict) -> int:
 
     return finished_run("straggler", result, params=result["params"], machine=result["machine"],
                         worker="labhost:1")
+
+
+@pytest.mark.slow  # lab ranks
+def test_the_run_gives_questions_built_from_its_own_figures(result):
+    asks_its_questions("straggler", result)  # the recorded run of tests/fixtures/runs is still what the lab writes
 
 
 @pytest.mark.slow  # lab ranks

@@ -32,6 +32,7 @@ from labs.topology import lab as topology
 from labs.topology import netns
 from tests.apptest import open_page
 from tests.procs import command_lines, gone
+from tests.runquestions import asks_its_questions
 from tests.test_charts import colours
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -239,6 +240,11 @@ def _draw(stored: dict, lang: str):
 
 
 @pytest.mark.slow
+@needs_namespaces
+def test_the_run_gives_questions_built_from_its_own_figures(result):
+    asks_its_questions("topology", result)  # the recorded run of tests/fixtures/runs is still what the lab writes
+
+
 @needs_namespaces
 @pytest.mark.parametrize("lang", LANGS)
 @pytest.mark.usefixtures("app_db")

@@ -15,6 +15,7 @@ from sqlmodel import select
 from academy import lessons
 from academy.labruns.kinds import LAB
 from academy.models import LabRun, RunQuestion
+from labs import context
 from quizzes import own
 from quizzes.figures import FIGURES, figures
 from quizzes.numbers import InvalidResponse, QuestionUnavailable
@@ -33,6 +34,7 @@ def test_the_course_templates_pass_the_checks_of_the_bank(capsys):
     templates = load_templates()
     assert templates.problems == ()
     assert templates.languages == tuple(lessons.languages())
+    assert set(FIGURES) == set(context.LABS)  # every lab's runs ask questions (the Review page says so)
     for lab in FIGURES:
         assert len(templates.of(lab)) >= 2, lab
     assert check() == 0
@@ -93,6 +95,12 @@ def test_the_figures_of_each_labs_real_report():
     assert figures("ddp", result("ddp")) == {"Y": 44.4, "C": 7.85, "k": 2, "r1": 31400.0, "rk": 11700.0}
     assert figures("sharding", result("sharding")) == {"n": 2, "N": 1.18, "P": 4.73, "w": 4.73, "g": 4.73,
                                                         "o": 9.46, "z2": 11.8}
+    # Bytes handed to the collectives stay whole: they are counted, not timed.
+    assert figures("compression", result("compression")) == {"D": 27688, "K": 560, "p1": 1744, "p2": 2936}
+    assert figures("topology", result("topology")) == {"k": 2, "S": 4.19, "f": 6.29, "h": 4.19}
+    assert figures("straggler", result("straggler")) == {"n": 2, "o": 4.73, "a": 1.61, "H": 4, "oL": 9.52,
+                                                          "aL": 10.7}
+    assert figures("failure", result("failure")) == {"E": 10, "s": 6.08, "d": 2.61, "R": 4.0}
     for lab in LABS:
         assert set(figures(lab, result(lab))) == set(FIGURES[lab][1]), lab
         assert figures(lab, LAB.slim(result(lab))) == figures(lab, result(lab))  # an old run's report
@@ -108,6 +116,31 @@ def test_a_run_without_the_figures_gives_none_of_them():
     no_timeline = result("ddp")
     del no_timeline["summary"]["sections"]["timeline"]
     assert set(figures("ddp", no_timeline)) == {"k", "r1", "rk"}
+    no_topk = result("compression")
+    for name in ("topk", "topk_ef"):
+        del no_topk["summary"]["strategies"][name]
+    assert set(figures("compression", no_topk)) == {"D", "p1", "p2"}
+    # A 6 x 64 matrix is compressed at rank 2, (6 + 64) x 2 x 2 < 6 x 64, and sent whole at rank
+    # 3, (6 + 64) x 3 x 2 > 6 x 64: rank 3's bytes would not follow from rank 1's and rank 2's.
+    small = result("compression")
+    small["summary"]["shapes"] = [*small["summary"]["shapes"], [6, 64]]
+    assert set(figures("compression", small)) == {"D", "K"}
+    one_node = result("topology")
+    one_node["summary"].update(nodes=1, per_node=4)
+    assert figures("topology", one_node) == {}
+    uncounted = result("topology")  # the loopback fabric: no link, no counters
+    for row in uncounted["summary"]["rows"]:
+        row["payload_bytes"] = None
+    assert figures("topology", uncounted) == {}
+    no_local = result("straggler")
+    del no_local["summary"]["variants"]["local_sgd"]
+    assert set(figures("straggler", no_local)) == {"n", "o", "a"}
+    never_killed = result("failure")
+    never_killed["summary"].update(restarts=0, restart=[], restart_cost_s=0.0)
+    assert set(figures("failure", never_killed)) == {"E", "s", "d"}
+    never_saved = result("failure")
+    never_saved["summary"].update(save_s=None, delta_s=0.0, tau_opt_s=None)
+    assert set(figures("failure", never_saved)) == {"E", "s", "R"}
     assert figures("ring", {"summary": {"world_size": "two"}}) == {}  # not the lab's report
     assert figures("exercise", result("ring")) == {}  # a lab without templates
 
@@ -160,7 +193,7 @@ def test_no_answer_reaches_the_browser_before_the_learner_answers(session):
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_the_feedback_shows_the_working_with_the_learners_numbers(session, lang):
-    for item in _items(session, ("ring", "sharding")):
+    for item in _items(session):
         template = load_templates().templates[item.template]
         plan = own.plan(item, seed=3)
         public = own.public_question(item, plan, lang)

@@ -1,7 +1,8 @@
 """The Review page, Home's count, the Labs page's note and the Admin page's table (issue #42),
 in AppTest on a fixed clock: a learner who ran the ring lab and the sharding lab sees
 questions with their own figures in their language, answers them, and sees them come
-back on the days FSRS schedules."""
+back on the days FSRS schedules; the compression, topology, straggler and failure labs' runs
+give theirs the same way."""
 
 from __future__ import annotations
 
@@ -13,16 +14,18 @@ from sqlmodel import select
 
 from academy import i18n, lessons
 from academy.db import session_scope
-from academy.models import QuizAnswer, ReviewCard
+from academy.models import QuizAnswer, ReviewCard, RunQuestion
 from quizzes import review, store
 from quizzes.bank import load_bank
 from quizzes.figures import figures
 from quizzes.numbers import format_number
+from quizzes.templates import load_templates
 from tests.apptest import open_page, press
 from tests.runquestions import answer_for, learner_with_runs, result
 
 T0 = datetime(2026, 12, 7, 9, 0, tzinfo=UTC)
 LANGS = ("en", "zh", "nl")
+LATER_LABS = ("compression", "topology", "straggler", "failure")
 
 
 class Clock:
@@ -138,13 +141,44 @@ def test_a_guest_is_asked_to_sign_in_and_an_empty_queue_says_how_to_fill_it():
     assert i18n.t("home.review_none", "nl") in texts(home)
 
 
+@pytest.mark.parametrize("lab", ["sharding", *LATER_LABS])
 @pytest.mark.usefixtures("app_db", "clock")
-def test_the_labs_page_says_what_a_finished_run_added():
+def test_the_labs_page_says_what_a_finished_run_added(lab):
     with session_scope() as session:
-        learner_id, runs = learner_with_runs(session, ("sharding",))
-    at = open_page("labs", "en", learner_id, state={"lab_run_id": runs["sharding"]}, lab="sharding")
+        learner_id, runs = learner_with_runs(session, (lab,))
+    at = open_page("labs", "en", learner_id, state={"lab_run_id": runs[lab]}, lab=lab)
     assert not at.exception, at.exception
-    assert i18n.t("labs.own_questions", "en", count=2) in [i.value for i in at.info]
+    assert i18n.t("labs.own_questions", "en", count=len(load_templates().of(lab))) in [i.value for i in at.info]
+
+
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.usefixtures("app_db")
+def test_the_later_labs_questions_are_asked_with_their_own_figures_and_graded(lang, clock):
+    """The compression, topology, straggler and failure labs' runs: every question shows the
+    run's figures in the learner's language, is graded right, and is scheduled."""
+    with session_scope() as session:
+        learner_id, runs = learner_with_runs(session, LATER_LABS)
+    count = sum(len(load_templates().of(lab)) for lab in LATER_LABS)
+    at = open_page("review", lang, learner_id)
+    assert not at.exception, at.exception
+    assert i18n.t("review.due", lang, count=count) in texts(at)
+    asked = set()
+    for _ in range(count):
+        item = at.session_state["review_current"]["item"]
+        with session_scope() as session:
+            template = load_templates().templates[session.get(RunQuestion, item.run_question_id).template]
+        shown = "\n".join(texts(at))
+        for name in template.figures:  # each of the run's own figures, the language's way
+            assert format_number(figures(item.lab, result(item.lab))[name], lang) in shown, (template.id, name)
+        assert "{" not in shown
+        asked.add(item.lab)
+        answer_on_page(at, clock, lang, think=50)  # Good, and all eight within the 10-minute learning step
+        press(at, i18n.t("review.next", lang))
+    assert asked == set(LATER_LABS)
+    assert i18n.t("review.all_done", lang) in [s.value for s in at.success]
+    with session_scope() as session:
+        cards = session.exec(select(ReviewCard).where(ReviewCard.learner_id == learner_id)).all()
+    assert len(cards) == count and all(c.reps == 1 for c in cards)
 
 
 @pytest.mark.usefixtures("app_db")
