@@ -98,7 +98,7 @@ class Config:
                    ddp_steps=2, timeline_runs=1, sharding_world_size=2, sharding_steps=1,
                    compression_steps=10, compression_seeds=1, straggler_runs=1, straggler_seeds=1, straggler_steps=4,
                    topology_sizes=(256 * KiB,), topology_repeats=1, sandbox_repeats=1, exercise_repeats=1,
-                   exercise_queue=("ring-allreduce", "save-and-resume"),  # one graded warm, one fresh
+                   exercise_queue=("ring-allreduce", "save-and-resume"),  # the second restarts its ranks
                    exercise_direct=("ring-allreduce",), quiz_attempts=1, pdfs=1, certificates=1_000,
                    lookups=100, pages=("home",), page_repeats=1, load_learners=0, load_browsers=0,
                    load_seconds=0.0, classroom_sessions=(), classroom_seconds=0.0, under_load=False)

@@ -255,8 +255,7 @@ def exercises(e: dict | str) -> list[Row]:
         if isinstance(q, str):
             rows.append(_missing(s, f"{ex}: Run to report through the queue", q))
         else:
-            grader = "warm grader" if q.get("warm", True) else "fresh grader (its cases restart their ranks)"
-            what = f"{ex} ({q['cases']} cases): Run to report, queue + 1 worker, {grader}, p50 · p95 of {q['runs']}"
+            what = f"{ex} ({q['cases']} cases): Run to report, queue + 1 worker, warm grader, p50 · p95 of {q['runs']}"
             value = f"{_num(q['queue_p50_s'])} s · {_num(q['queue_p95_s'])} s"
             if ex in target.get("exercises", ()):
                 rows.append((s, what, value, f"target: p95 under {target['p95_s']:g} s",

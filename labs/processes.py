@@ -227,7 +227,13 @@ def _run_child(body: Callable[[], int | None], output: int, *, close: Sequence[i
 
 
 def _wait(pid: int, wait_s: float) -> int | None:
+    """``pid``'s exit code once it has exited, polled for at most ``wait_s``; None if it has not.
+
+    The polls start 0.5 ms apart and double to 10 ms: a rank just SIGKILLed is gone within
+    a millisecond or two, and an exercise's harness reaps each group's ranks before the
+    next group starts (a first sleep of 10 ms cost a grading 30 to 50 ms)."""
     deadline = time.monotonic() + wait_s
+    pause = 0.0005
     while True:
         try:
             done, status = os.waitpid(pid, os.WNOHANG)
@@ -237,7 +243,8 @@ def _wait(pid: int, wait_s: float) -> int | None:
             return os.waitstatus_to_exitcode(status)
         if time.monotonic() >= deadline:
             return None
-        time.sleep(0.01)
+        time.sleep(pause)
+        pause = min(0.01, 2 * pause)
 
 
 def _close(fds) -> None:

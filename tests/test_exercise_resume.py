@@ -229,7 +229,10 @@ def test_every_message_renders_in_every_language_with_the_values_its_check_gives
 
 def test_the_harness_forks_a_fresh_set_of_ranks_for_every_restart():
     plan = grader.plan(EX, 5, 5.0)
+    assert [g["sets"] for g in plan["groups"]] == [3, 2]
     assert grader.shapes(EX, plan["groups"]) == ["2x3", "3x2"]
+    sets, _ = grader.warm_shape()  # the warm sandbox holds as many (issue #35), beside every other size
+    assert sets[2] >= 3 and sets[3] >= 2 and set(sets) >= {2, 3, 4, 6}
     assert grader.harness_args(grader.shapes(EX, plan["groups"]), grader.preloads(EX)) == [
         "2x3", "3x2", "--preload=torch._dynamo", "--preload=drivers.save_resume"]
     assert grader.static_error("def save_checkpoint(*a):\n    pass\n", "load_checkpoint").key == "missing_function"
@@ -282,8 +285,13 @@ def test_what_was_not_restored_is_named(fixture, key):
 
 
 @pytest.mark.needs_sandbox
-def test_state_kept_in_the_process_does_not_survive_the_kill():
-    report = graded(FIXTURES / "keeps_in_memory.py", case_ids={"w3-epoch1"})
+def test_state_kept_in_the_process_does_not_survive_the_kill_even_in_a_warm_sandbox():
+    """The restarted ranks are other processes, never the killed ones: graded warm (issue #35),
+    where every set of ranks was forked long before the submission came, as fresh."""
+    with grader.prestart() as warm:
+        report = grader.grade("save-and-resume", (FIXTURES / "keeps_in_memory.py").read_text("utf-8"), seed=7,
+                              case_ids={"w3-epoch1"}, warm=warm)
+        assert not warm.started.alive(), "graded in the warm sandbox, and it is gone"
     (case,) = report.cases
     assert case.status == "failed" and case.findings[0].key == "crash"
     assert case.findings[0].values["exception"] == "KeyError"

@@ -125,6 +125,28 @@ def test_two_blocking_sends_wait_for_each_other_and_say_so(world):
     assert a.read() == [] and b.read() == []
 
 
+def test_a_blocking_call_says_in_its_own_frame_that_it_waits_and_stops_waiting_when_answered(world):
+    """A blocking call's frame carries its wait (one frame a call, not three): the router
+    knows what the rank is blocked in, and forgets it when it answers the call. A wait frame
+    for a call already answered (an isend's ``wait`` after its receive came) only stamps when
+    the rank began to wait; the rank is not shown as blocked in it."""
+    r, (a, b) = world(2)
+    a.write({"t": "send", "id": 1, "dst": 1, "tag": 0, "wait": True, "line": 7}, b"x" * 8)
+    pump(r)
+    assert (r.waiting[0]["op"], r.waiting[0]["line"], r.waiting[1]) == ("send", 7, None)
+    b.write({"t": "recv", "id": 1, "src": 0, "tag": 0, "n": 8, "wait": True, "line": 9})
+    pump(r)
+    assert r.waiting == [None, None] and len(a.read()) == 1 and len(b.read()) == 1
+    a.write({"t": "isend", "id": 2, "dst": 1, "tag": 0}, b"y" * 4)
+    b.write({"t": "recv", "id": 2, "src": 0, "tag": 0, "n": 4, "wait": True})
+    pump(r)
+    a.write({"t": "wait", "id": 2, "line": 11})
+    pump(r)
+    [isend] = [c for c in r.traffic(0)["calls"] if c["op"] == "isend"]
+    assert r.waiting == [None, None] and isend["t_wait"] >= isend["t_end"] and "line" not in isend
+    assert r.finish() is None
+
+
 def test_a_size_mismatch_ends_the_case_and_neither_side_hears_of_it(world):
     r, (a, b) = world(2)
     a.write({"t": "isend", "id": 1, "dst": 1, "tag": 0}, b"x" * 8)

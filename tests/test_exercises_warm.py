@@ -1,7 +1,8 @@
 """Warm graders (issue #26): a sandbox started before the submission grades it as a fresh one would.
 
 ``grader.prestart`` starts the harness in the sandbox (PyTorch and every
-exercise's preloads imported, ranks forked for every exercise's world sizes)
+exercise's preloads imported, ranks forked for every exercise's world sizes, as
+many sets of each as an exercise that restarts its ranks needs)
 with no submission, no plan and no exercise chosen (issue #35: one warm grader
 serves every exercise); ``grade(warm=)`` then draws the seed, puts the file in
 and writes the plan. The worker's pool of
@@ -69,18 +70,20 @@ def test_a_warm_grader_grades_one_job_from_stdin_and_exits(tmp_path):
     assert idle.returncode == 3 and idle.stdout == ""
 
 
-@pytest.mark.parametrize("exercise", ["broadcast", "sharded-optimizer"])
+@pytest.mark.parametrize("exercise", ["broadcast", "sharded-optimizer", "save-and-resume"])
 def test_one_warm_sandbox_grades_any_exercise(exercise):
     """Issue #35: the warm sandbox is started before the exercise is chosen, so the exercise
     graded last no longer decides which submissions are graded warm: another exercise's
-    (sharded-optimizer: a preload of its own, torch._dynamo) is graded in it, with the report
-    a fresh grading gives; the groups its plan leaves out are not used."""
-    sizes, preload = grader.warm_shape()
+    (sharded-optimizer: a preload of its own, torch._dynamo; save-and-resume: a fresh set of
+    ranks for each restart, forked before the plan like the first) is graded in it, with the
+    report a fresh grading gives; the groups and sets its plan leaves out are not used."""
+    sets, preload = grader.warm_shape()
     ex = exercises.load(exercise)
-    assert set(grader.world_sizes(ex)) <= set(sizes) and set(getattr(ex, "PRELOAD", ())) <= set(preload)
+    needs = grader.sets_needed(ex, grader.plan(ex, 5, grader.CASE_TIMEOUT_S)["groups"])
+    assert all(n <= sets[world] for world, n in needs.items()) and set(getattr(ex, "PRELOAD", ())) <= set(preload)
     source = exercises.reference(exercise)
     with grader.prestart() as warm:
-        assert warm.fits(ex, grader.world_sizes(ex), grader.CASE_TIMEOUT_S, warm.mode)
+        assert warm.fits(ex, needs, grader.CASE_TIMEOUT_S, warm.mode)
         warmed = grader.grade(exercise, source, seed=5, warm=warm)
         assert not warm.started.alive(), "used once, and gone"
     fresh = grader.grade(exercise, source, seed=5)

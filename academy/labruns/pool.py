@@ -218,7 +218,7 @@ class WarmPool:
             self.ready = []
 
 
-GRADER_MB = 400  # a warm grader and its sandbox (harness, PyTorch and torch._dynamo, 15 ranks for 2, 3, 4 and 6): 286 MB PSS, rounded up
+GRADER_MB = 400  # a warm grader and its sandbox (harness, PyTorch and torch._dynamo, 22 ranks: 3 sets of 2, 2 of 3, one of 4 and of 6): 302 MB PSS, rounded up
 GRADER_WAIT_S = 600  # a warm grader with no job this long exits; the next refill replaces it
 TAKE_MARGIN_S = 30.0  # a grader this close to its --max-wait gets no job
 IDLE_REFILL_S = 60.0  # an idle worker starts a grader at most this often (one that keeps dying costs little)
@@ -228,7 +228,8 @@ class GraderPool:
     """Warm graders for exercise runs: ``python -m labs.exercises warm``, each with a
     sandbox started up to the point where the exercise is chosen (the harness, PyTorch
     and every exercise's preloads imported, ranks forked for every world size any
-    exercise uses), waiting for one submission of any exercise.
+    exercise uses, as many sets of each as save-and-resume's restarts need), waiting
+    for one submission of any exercise.
 
     ``take`` hands a run's ``grade`` command to a waiting grader and returns that
     process, which grades it as the command alone would (the seed drawn only then,

@@ -49,7 +49,8 @@ TRACEBACK_FRAMES = 6
 
 
 def plan(exercise, seed: int, case_timeout_s: float, case_ids=None) -> dict:
-    """What the harness runs: the cases grouped by world size (one fork of the ranks each).
+    """What the harness runs: the cases grouped by world size (one fork of the ranks each),
+    and how many sets of that group's ranks it uses (``sets``, `sets_needed`).
 
     ``case_ids`` keeps only those cases (tests that need one case, not all)."""
     groups: dict[int, list[dict]] = {}
@@ -57,10 +58,20 @@ def plan(exercise, seed: int, case_timeout_s: float, case_ids=None) -> dict:
         if case_ids is not None and case["id"] not in case_ids:
             continue
         groups.setdefault(case["world_size"], []).append(dict(case, function=exercise.FUNCTION))
+    listed = [{"world_size": w, "cases": cs} for w, cs in sorted(groups.items())]
+    sets = sets_needed(exercise, listed)
     return {"exercise": exercise.ID, "driver": exercise.DRIVER, "function": exercise.FUNCTION,
             "allowed": list(exercise.ALLOWED), "case_timeout_s": case_timeout_s,
             "output_bytes_per_rank": OUTPUT_BYTES_PER_RANK,
-            "groups": [{"world_size": w, "cases": cs} for w, cs in sorted(groups.items())]}
+            "groups": [dict(group, sets=sets[group["world_size"]]) for group in listed]}
+
+
+def sets_needed(exercise, groups: list[dict]) -> dict[int, int]:
+    """How many sets of ranks each group (world size) of a plan needs: one, or for an exercise
+    whose cases kill their ranks and restart them (``RESTARTS``) one for each of the group's
+    cases beside the first: every restart goes on in a fresh set, forked before the plan."""
+    restarts = getattr(exercise, "RESTARTS", False)
+    return {g["world_size"]: len(g["cases"]) + 1 if restarts else 1 for g in groups}
 
 
 def harness_args(shapes: list[str], preload=()) -> list[str]:
@@ -70,11 +81,13 @@ def harness_args(shapes: list[str], preload=()) -> list[str]:
 
 
 def shapes(exercise, groups: list[dict]) -> list[str]:
-    """One shape per group of the plan: its world size, or ``WxL`` for an exercise whose cases
-    kill their ranks and restart them (``RESTARTS``): L sets of W ranks, a fresh set per case
-    beside the first."""
-    restarts = getattr(exercise, "RESTARTS", False)
-    return [f"{g['world_size']}x{len(g['cases']) + 1}" if restarts else str(g["world_size"]) for g in groups]
+    """One shape per group of the plan: its world size, or ``WxL`` for L sets of W ranks
+    (`sets_needed`: an exercise whose cases restart their ranks)."""
+    return _shapes(sets_needed(exercise, groups))
+
+
+def _shapes(sets: dict[int, int]) -> list[str]:
+    return [f"{world}x{n}" if n > 1 else str(world) for world, n in sorted(sets.items())]
 
 
 def world_sizes(exercise) -> list[int]:
@@ -83,19 +96,20 @@ def world_sizes(exercise) -> list[int]:
     return sorted({case["world_size"] for case in exercise.cases(0)})
 
 
-def warm_shape() -> tuple[list[int], list[str]]:
-    """What a warm harness is started with so that it can grade any exercise: every world
-    size and every preload of every exercise in place (``labs.exercises.available``) that
-    runs on one set of ranks per group (one that restarts its ranks is graded fresh)."""
-    sizes: set[int] = set()
+def warm_shape() -> tuple[dict[int, int], list[str]]:
+    """What a warm harness is started with so that it can grade any exercise in place
+    (``labs.exercises.available``): for every world size, as many sets of ranks as any
+    exercise's plan needs of it (`sets_needed`: save-and-resume's restarts need a fresh
+    set per case), and every exercise's preloads. The number of cases per world size is
+    the same for every seed (the seed draws numbers, not cases)."""
+    sets: dict[int, int] = {}
     preload: set[str] = set()
     for exercise_id in available():
         exercise = load(exercise_id)
-        if getattr(exercise, "RESTARTS", False):
-            continue
-        sizes.update(world_sizes(exercise))
+        for world, n in sets_needed(exercise, plan(exercise, 0, CASE_TIMEOUT_S)["groups"]).items():
+            sets[world] = max(sets.get(world, 0), n)
         preload.update(preloads(exercise))
-    return sorted(sizes), sorted(preload)
+    return dict(sorted(sets.items())), sorted(preload)
 
 
 def preloads(exercise) -> list[str]:
@@ -108,27 +122,29 @@ def preloads(exercise) -> list[str]:
 class Warm:
     """A harness started in the sandbox ahead of its submission and of its exercise (`prestart`)."""
 
-    sizes: list[int]  # a group of ranks forked for each
+    sets: dict[int, int]  # world size -> how many sets of its ranks were forked
     preload: list[str]  # imported before forking
     case_timeout_s: float
     mode: str
     started: sandbox.Started
 
-    def fits(self, exercise, sizes: list[int], case_timeout_s: float, mode: str) -> bool:
-        """Whether it can grade this plan exactly as a fresh harness would: still running, a
-        forked group for each of the plan's world sizes, the exercise's preloads done, and the
-        same case timeout and sandbox mode."""
-        return (not getattr(exercise, "RESTARTS", False) and self.started.alive() and set(sizes) <= set(self.sizes) and (self.case_timeout_s, self.mode)
-                == (case_timeout_s, mode) and set(preloads(exercise)) <= set(self.preload))
+    def fits(self, exercise, sets: dict[int, int], case_timeout_s: float, mode: str) -> bool:
+        """Whether it can grade this plan exactly as a fresh harness would: still running, as
+        many forked sets of ranks for each of the plan's world sizes as it needs (``sets``,
+        `sets_needed`), the exercise's preloads done, and the same case timeout and sandbox mode."""
+        return (self.started.alive() and all(n <= self.sets.get(world, 0) for world, n in sets.items())
+                and (self.case_timeout_s, self.mode) == (case_timeout_s, mode)
+                and set(preloads(exercise)) <= set(self.preload))
 
 
 @contextlib.contextmanager
 def prestart(*, case_timeout_s: float = CASE_TIMEOUT_S) -> Iterator[Warm]:
     """The sandbox for grading started before any submission exists, and before its
     exercise is known: the harness with PyTorch and every exercise's preloads imported,
-    a group of ranks forked for every world size any exercise uses (`warm_shape`),
-    waiting on stdin for a plan; `grade` given it (``warm=``) uses it for one
-    submission of any exercise.
+    for every world size any exercise uses as many sets of ranks forked as any of them
+    needs (`warm_shape`: a fresh set for each restart of save-and-resume), waiting on
+    stdin for a plan; `grade` given it (``warm=``) uses it for one submission of any
+    exercise.
 
     What the sandbox holds before the submission is only ours: the harness, its
     ranks, an empty input folder; no rank knows which exercise it will run (the
@@ -136,16 +152,23 @@ def prestart(*, case_timeout_s: float = CASE_TIMEOUT_S) -> Iterator[Warm]:
     yet (`grade` draws the seed once the submission is here, as without a warm
     start); the submission is put in the input folder and the plan written to the
     harness's stdin only then, and the ranks, forked long before, learn of the
-    plan only ``LOAD_KEYS`` and their own inputs, as ever; the groups the plan
-    does not use are killed before it runs. The limits are `run_limits`'s; the
+    plan only ``LOAD_KEYS`` and their own inputs, as ever; the groups and sets the
+    plan does not use are killed before it runs. The limits are `run_limits`'s; the
     wall clock is set to the plan's own and counts from `grade`'s
     `sandbox.Started.run`, not from here.
+
+    Every exercise's `fingerprint` is taken here too, while the sandbox starts: the
+    report names its grader, and hashing the grader's files took 50 to 60 ms of the
+    grading once the submission was there. Taken now, it names the code this sandbox
+    was started with.
     """
-    sizes, preload = warm_shape()
+    sets, preload = warm_shape()
     chosen = sandbox.mode()
-    with sandbox.start_python("harness", harness_args([str(w) for w in sizes], preload),
-                              limits=run_limits(len(sizes), case_timeout_s), mode=chosen) as started:
-        yield Warm(sizes, preload, case_timeout_s, chosen, started)
+    with sandbox.start_python("harness", harness_args(_shapes(sets), preload),
+                              limits=run_limits(len(sets), case_timeout_s), mode=chosen) as started:
+        for exercise_id in available():
+            fingerprint(exercise_id)
+        yield Warm(sets, preload, case_timeout_s, chosen, started)
 
 
 def _imported(path: Path, root: Path) -> set[Path]:
@@ -421,7 +444,8 @@ def grade(exercise_id: str, source: str | bytes, *, seed: int | None = None, mod
             done = True
 
     sizes = [group["world_size"] for group in the_plan["groups"]]
-    if warm is not None and limits is None and warm.fits(exercise, sizes, case_timeout_s, chosen):
+    needs = {group["world_size"]: group["sets"] for group in the_plan["groups"]}
+    if warm is not None and limits is None and warm.fits(exercise, needs, case_timeout_s, chosen):
         # The warm harness has waited on its stdin since its ranks were forked: the
         # submission goes in first, then the plan (the ranks open the file once told to),
         # under the wall clock a fresh grading of this plan gets.

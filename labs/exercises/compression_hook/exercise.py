@@ -50,9 +50,16 @@ REPLICA_TOLERANCE = 1e-5  # ranks that decode the same messages in the same orde
 
 
 def cases(seed: int) -> list[dict]:
-    """2, 3 and 4 ranks, and 2 ranks on a wider model: 40 steps each, new numbers every grading."""
+    """2, 3 and 4 ranks, the 3 on a wider model (other bucket sizes, so another k): 40 steps
+    each, new numbers every grading.
+
+    Three cases, not four: nearly all of a case's time is its 160 to 320 all-gathers through
+    the router, and one case per world size still puts both model widths in every grading
+    (issue #35: under 1.5 s from Run to report). Not fewer steps: with 30, top-k with error
+    feedback ends up to 0.06 above fp32's loss where 40 keep it within 0.03 (of GAP's 0.1).
+    """
     out = []
-    for world, hidden in ((2, 32), (3, 32), (4, 32), (2, 48)):
+    for world, hidden in ((2, 32), (3, 48), (4, 32)):
         features, batch = 8, 16
         # shape and dtype: one step's global batch of inputs (what the report shows as the case's size)
         out.append({"id": f"w{world}-h{hidden}", "world_size": world, "seed": seed + 1000 * world + hidden,

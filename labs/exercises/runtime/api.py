@@ -96,10 +96,13 @@ MAX_DEPTH = 64  # stack levels `Api.learner_line` looks through for the learner'
 
 
 class Work:
-    """What isend/irecv/all_reduce(async_op=True) return: ``wait`` blocks until the router answers."""
+    """What isend/irecv/all_reduce(async_op=True) return: ``wait`` blocks until the router answers.
 
-    def __init__(self, api: Api, op_id: int, into: torch.Tensor | list | None):
-        self._api, self._id, self._into = api, op_id, into
+    ``said``: the call's own frame told the router already that this rank waits for it
+    (a blocking call, `Api._frame`), so `wait` sends no wait frame of its own."""
+
+    def __init__(self, api: Api, op_id: int, into: torch.Tensor | list | None, *, said: bool = False):
+        self._api, self._id, self._into, self._said = api, op_id, into, said
         self._result: tuple[dict, bytes] | None = None
         self.source = None
 
@@ -121,11 +124,9 @@ class Work:
     def wait(self, timeout=None) -> bool:  # noqa: ARG002 - torch's signature; the harness times cases
         if self._result is None:
             channel = self._api.channel
-            channel.send({"t": "wait", "id": self._id, "line": self._api.learner_line()})
-            try:
-                self._finish(channel.completion(self._id))
-            finally:
-                channel.send({"t": "unwait"})
+            if not self._said:
+                channel.send({"t": "wait", "id": self._id, "line": self._api.learner_line()})
+            self._finish(channel.completion(self._id))
         return True
 
     def is_completed(self) -> bool:
@@ -204,6 +205,12 @@ class Api:
         self._next += 1
         return self._next
 
+    def _frame(self, header: dict, blocking: bool) -> dict:
+        """A call's frame; for a call that blocks until it completes, with its wait frame folded
+        in (``wait``, and the learner's line for a deadlock report): one frame per call, so one
+        wake-up of the router, where a wait frame of its own (and an end-of-wait one) cost two more."""
+        return dict(header, wait=True, line=self.learner_line()) if blocking else header
+
     def _peer(self, peer, group_peer, what: str) -> int:
         peer = group_peer if peer is None else peer
         if not isinstance(peer, int) or isinstance(peer, bool) or not 0 <= peer < self.world:
@@ -228,16 +235,17 @@ class Api:
         tensor = self._tensor(tensor, op)
         op_id = self._id()
         chunk = self.locate(tensor) if self.locate is not None else None
-        self.channel.send({"t": op, "id": op_id, "dst": dst, "tag": int(tag), "chunk": chunk,
-                           "bw": self.in_backward()}, tensor_bytes(tensor))
-        return Work(self, op_id, None)
+        self.channel.send(self._frame({"t": op, "id": op_id, "dst": dst, "tag": int(tag), "chunk": chunk,
+                                       "bw": self.in_backward()}, op == "send"), tensor_bytes(tensor))
+        return Work(self, op_id, None, said=op == "send")
 
     def _post_recv(self, op: str, tensor, src, tag) -> Work:
         tensor = self._tensor(tensor, op)
         op_id = self._id()
-        self.channel.send({"t": op, "id": op_id, "src": src, "tag": int(tag),
-                           "n": tensor.numel() * tensor.element_size(), "bw": self.in_backward()})
-        return Work(self, op_id, tensor)
+        self.channel.send(self._frame({"t": op, "id": op_id, "src": src, "tag": int(tag),
+                                       "n": tensor.numel() * tensor.element_size(), "bw": self.in_backward()},
+                                      op == "recv"))
+        return Work(self, op_id, tensor, said=op == "recv")
 
     # -- the calls, with torch.distributed's own signatures
 
@@ -260,10 +268,11 @@ class Api:
     def all_reduce(self, tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):  # noqa: ARG002
         tensor = self._tensor(tensor, "all_reduce")
         op_id = self._id()
-        self.channel.send({"t": "all_reduce", "id": op_id, "dtype": _dtype(tensor),
-                           "op": _op_name(op), "bw": self.in_backward(),
-                           "ts": time.perf_counter()}, tensor_bytes(tensor))  # for the report's timeline
-        work = Work(self, op_id, tensor)
+        self.channel.send(self._frame({"t": "all_reduce", "id": op_id, "dtype": _dtype(tensor),
+                                       "op": _op_name(op), "bw": self.in_backward(),
+                                       "ts": time.perf_counter()}, not async_op),  # ts: the report's timeline
+                          tensor_bytes(tensor))
+        work = Work(self, op_id, tensor, said=not async_op)
         if async_op:
             return work
         work.wait()
@@ -278,10 +287,10 @@ class Api:
             raise ValueError(f"src must be a rank between 0 and {self.world - 1}, not {peer!r}")
         op_id = self._id()
         mine = peer == self.rank
-        self.channel.send({"t": "broadcast", "id": op_id, "src": peer, "dtype": _dtype(tensor),
-                           "n": tensor.numel() * tensor.element_size(), "bw": self.in_backward()},
-                          tensor_bytes(tensor) if mine else b"")
-        work = Work(self, op_id, None if mine else tensor)
+        self.channel.send(self._frame({"t": "broadcast", "id": op_id, "src": peer, "dtype": _dtype(tensor),
+                                       "n": tensor.numel() * tensor.element_size(), "bw": self.in_backward()},
+                                      not async_op), tensor_bytes(tensor) if mine else b"")
+        work = Work(self, op_id, None if mine else tensor, said=not async_op)
         if async_op:
             return work
         work.wait()
@@ -297,9 +306,9 @@ class Api:
         if any(t.numel() * t.element_size() != size or t.dtype != tensor.dtype for t in outs):
             raise ValueError("every tensor in tensor_list must have the size and dtype of tensor")
         op_id = self._id()
-        self.channel.send({"t": "all_gather", "id": op_id, "dtype": _dtype(tensor), "bw": self.in_backward()},
-                          tensor_bytes(tensor))
-        work = Work(self, op_id, outs)
+        self.channel.send(self._frame({"t": "all_gather", "id": op_id, "dtype": _dtype(tensor),
+                                       "bw": self.in_backward()}, not async_op), tensor_bytes(tensor))
+        work = Work(self, op_id, outs, said=not async_op)
         if async_op:
             return work
         work.wait()
@@ -307,8 +316,8 @@ class Api:
 
     def barrier(self, group=None, async_op=False, device_ids=None):  # noqa: ARG002
         op_id = self._id()
-        self.channel.send({"t": "barrier", "id": op_id, "bw": self.in_backward()})
-        work = Work(self, op_id, None)
+        self.channel.send(self._frame({"t": "barrier", "id": op_id, "bw": self.in_backward()}, not async_op))
+        work = Work(self, op_id, None, said=not async_op)
         if async_op:
             return work
         work.wait()
@@ -317,9 +326,9 @@ class Api:
     # -- the save-and-resume driver's calls (not torch.distributed's: no learner code needs them)
 
     def _store(self, header: dict, payload: bytes = b"") -> bytes:
-        op_id = self._id()
-        self.channel.send({**header, "id": op_id}, payload)
-        work = Work(self, op_id, None)
+        op_id = self._id()  # the driver's call, not the learner's: no line to look for
+        self.channel.send({**header, "id": op_id, "wait": True}, payload)
+        work = Work(self, op_id, None, said=True)
         work.wait()
         return work._result[1]
 

@@ -3,11 +3,14 @@
     python -m harness 2 3 4 < plan.json   # one argument per group: its world size; cwd: a
                                           # private tmp folder; $SANDBOX_INPUT holds
                                           # submission.py (both from labs.exercises.grader)
-    python -m harness 2 3 4 --preload=torch._dynamo < plan.json   # modules to import before forking
+    python -m harness 2x3 3x2 --preload=torch._dynamo < plan.json   # WxL: L sets of W ranks;
+                                          # modules to import before forking
 
-The plan's groups are some of the forked ones (each size once): a warm harness
-(``grader.prestart``) forks a group for every world size of every exercise
-before it knows which exercise comes, and kills the groups the plan leaves out.
+The plan's groups are some of the forked ones (each size once), each using
+the first ``sets`` of its size's sets (a case that restarts its ranks goes
+on in the next set): a warm harness (``grader.prestart``) forks for every
+world size as many sets as any exercise needs before it knows which
+exercise comes, and kills the groups and sets the plan leaves out.
 
 Trusted code; the learner's code runs only in the ranks it forks, and the
 grade rests on nothing a rank's process holds or says about itself. The
@@ -461,7 +464,6 @@ def main() -> int:
     # One argument per group: its world size, or "WxL" for L sets of W ranks (a case that
     # kills its ranks and restarts them needs a fresh set for each restart).
     shapes = [tuple(int(n) for n in arg.split("x")) for arg in sys.argv[1:] if not arg.startswith("--preload=")]
-    sizes = [shape[0] for shape in shapes]
     preload = [arg.removeprefix("--preload=") for arg in sys.argv[1:] if arg.startswith("--preload=")]
     import seccomp
 
@@ -491,19 +493,19 @@ def main() -> int:
     emit({"event": "start", "total": total})
     try:
         forked = {sets[0].world: sets for sets in groups}
-        wanted = [g["world_size"] for g in plan["groups"]]
-        if len(set(wanted)) != len(wanted) or not set(wanted) <= set(forked):
+        wanted = {g["world_size"]: int(g.get("sets", 1)) for g in plan["groups"]}
+        if len(wanted) != len(plan["groups"]) or any(n > len(forked.get(w, ())) for w, n in wanted.items()):
             emit({"event": "error", "key": "harness_failed", "returncode": None,
-                  "detail": f"ranks forked for {sizes}, the plan's groups are of sizes {wanted}"})
+                  "detail": f"ranks forked for {sys.argv[1:]}, the plan's groups need {wanted}"})
         else:
-            for world, sets in forked.items():  # a warm harness forks for every exercise's sizes
-                if world not in wanted:
-                    for ranks in sets:
-                        ranks.procs.kill()
+            for world, sets in forked.items():  # a warm harness forks for every exercise's shapes
+                for ranks in sets[wanted.get(world, 0):]:  # the groups and sets this plan leaves out
+                    ranks.procs.kill()
             driver = importlib.import_module(f"drivers.{plan['driver']}")
             index = 0
             for group in plan["groups"]:
-                index, go_on = _run_group(plan, driver, forked[group["world_size"]], group, index, total)
+                world = group["world_size"]
+                index, go_on = _run_group(plan, driver, forked[world][:wanted[world]], group, index, total)
                 if not go_on:
                     break
     finally:

@@ -316,16 +316,10 @@ class Router:
         if kind in P2P or kind in COLLECTIVE or kind in STORE:
             if self.failure is None:  # after a failure the case is over: nothing more is done
                 self._call(rank, kind, header, payload)
+                if header.get("wait") is True:  # a blocking call: its frame is its wait frame too
+                    self._wait(rank, header)
         elif kind == "wait":
-            op = header.get("id")
-            self.waiting[rank] = self.ops[rank].get(op) if isinstance(op, int) else None
-            if self.waiting[rank] is not None:
-                self.waiting[rank].setdefault("t_wait", time.perf_counter())
-                line = header.get("line")  # the rank's word, for the deadlock report only
-                if isinstance(line, int) and not isinstance(line, bool) and 0 < line < 1 << 20:
-                    self.waiting[rank]["line"] = line
-        elif kind == "unwait":
-            self.waiting[rank] = None
+            self._wait(rank, header)
         elif kind == "mark":
             step = _int(header, "step", low=0, high=1 << 20)
             self._record(rank, {"op": "step", "step": step})
@@ -336,6 +330,19 @@ class Router:
             self.inbox[rank].append(header)  # the harness's business: ready, result, crash...
         else:
             raise ProtocolError("protocol_frame")
+
+    def _wait(self, rank: int, header: dict) -> None:
+        """``rank`` waits for its call ``header["id"]``: when it began (``t_wait``), and, while the
+        call is not complete, what it is blocked in (`waiting`, cleared when the call completes)."""
+        rec = self.ops[rank].get(header.get("id")) if isinstance(header.get("id"), int) else None
+        if rec is None:
+            return
+        rec.setdefault("t_wait", time.perf_counter())
+        if rec["t_end"] is None:
+            self.waiting[rank] = rec
+            line = header.get("line")  # the rank's word, for the deadlock report only
+            if isinstance(line, int) and not isinstance(line, bool) and 0 < line < 1 << 20:
+                rec["line"] = line
 
     def _record(self, rank: int, rec: dict) -> dict:
         if len(self.calls[rank]) >= MAX_CALLS:
@@ -351,6 +358,8 @@ class Router:
         header = {"t": "done", "id": item["id"]}
         if item["rec"]["op"] in ("recv", "irecv", "broadcast"):
             header["src"] = item["rec"]["peer"]
+        if self.waiting[rank] is item["rec"]:
+            self.waiting[rank] = None  # no longer blocked in it
         self.received[rank] += len(payload)
         self.send_to(rank, header, payload)
 
@@ -411,7 +420,7 @@ class Router:
             rec.update(indices=list(rows), bytes=len(answer))
         self.ops[rank][op_id] = self._record(rank, rec)
         rec["t_end"] = time.perf_counter()
-        self.send_to(rank, {"t": "done", "id": op_id}, answer)
+        self.send_to(rank, {"t": "done", "id": op_id}, answer)  # at once: nothing to wait for
 
     def _send(self, rank: int, kind: str, op_id: int, header: dict, payload: bytes, hint_bw: bool) -> None:
         peer = _int(header, "dst", low=0, high=self.world - 1)

@@ -80,6 +80,7 @@ float}`` (``time.perf_counter()`` readings in the harness, a clock all
 processes of the machine share: ``t_start`` when the router got the call,
 ``t_end`` when it completed, ``t_wait`` when the rank started waiting for
 it). ``chunk`` and ``in_backward`` are the rank's hints, ``t_wait`` is when
-its wait frame arrived; ``traffic.sent`` and ``traffic.received`` are the
+its wait arrived (a blocking call's own frame, or the wait frame of an
+async one); ``traffic.sent`` and ``traffic.received`` are the
 byte totals, counted by the router.
 """

@@ -88,7 +88,11 @@ def inputs(case: dict, world: int) -> list[dict]:
 def _train(case: dict, world: int, rank_inputs: list[dict], mode: str) -> nn.Module:
     """The model trained on the ranks' batches, each step's gradient averaged as ``mode`` says:
     "fp32" (the plain mean), "noef" (top-k of each rank's bucket) or "ef" (top-k of the bucket
-    plus the rank's residual, which keeps what was not sent)."""
+    plus the rank's residual, which keeps what was not sent).
+
+    The references as a reader follows them, one rank and one mode at a time: the
+    statement of `_train_together`, which gives the same losses in a tenth of the time
+    and is what `expected` runs (the tests hold the two together)."""
     model = build(case)
     residual: list[dict[int, torch.Tensor]] = [{} for _ in range(world)]
     for step in range(case["steps"]):
@@ -121,6 +125,61 @@ def _train(case: dict, world: int, rank_inputs: list[dict], mode: str) -> nn.Mod
     return model
 
 
+MODES = ("fp32", "noef", "ef")
+
+
+def _train_together(case: dict, world: int, rank_inputs: list[dict]) -> dict[str, nn.Module]:
+    """`_train` of every mode at once, as `expected` runs it: the model of each of the three
+    modes copied once per rank makes a stack of ``3 x world`` models, whose gradients on
+    their ranks' batches come from one batched forward and backward a step (written out:
+    ``Linear, tanh, Linear`` and cross-entropy), and each mode's top-k, residual and mean
+    are taken over the ranks as one tensor. The same losses as `_train`'s to float
+    rounding (the tests hold the two together); it runs in the harness before each case
+    while no rank works, where `_train`'s loops took 0.07 to 0.11 s a case (now 0.01)."""
+    n, fp32, ef = len(MODES), MODES.index("fp32"), MODES.index("ef")
+    w1, b1, w2, b2 = (p.detach() for p in build(case).parameters())
+    # Every parameter as [mode * world, ...]: all copies start from the same weights.
+    w1, b1, w2, b2 = (p.expand(n * world, *p.shape).clone() for p in (w1, b1, w2, b2))
+    x = torch.stack([rank_inputs[r]["x"] for r in range(world)], dim=1)  # [steps, world, batch, features]
+    y = torch.stack([rank_inputs[r]["y"] for r in range(world)], dim=1)
+    onehot = F.one_hot(y, case["classes"]).to(x.dtype)
+    batch = x.shape[2]
+    residual = {}  # per bucket, "ef"'s residual of every rank: [world, numel]
+    for step in range(case["steps"]):
+        xs = x[step].repeat(n, 1, 1)  # [mode * world, batch, features]: copy m * world + r sees rank r's batch
+        hidden = torch.tanh(torch.baddbmm(b1.unsqueeze(1), xs, w1.transpose(1, 2)))
+        logits = torch.baddbmm(b2.unsqueeze(1), hidden, w2.transpose(1, 2))
+        dz = (logits.softmax(dim=2) - onehot[step].repeat(n, 1, 1)) / batch  # d(mean loss)/d(logits)
+        da = (dz @ w2) * (1 - hidden * hidden)
+        # The buckets in DDP's order, the last layer first: [weight, bias] flat, per copy.
+        flat = [torch.cat([(dz.transpose(1, 2) @ hidden).reshape(n * world, -1), dz.sum(dim=1)], dim=1),
+                torch.cat([(da.transpose(1, 2) @ xs).reshape(n * world, -1), da.sum(dim=1)], dim=1)]
+        means = []
+        for index, grad in enumerate(flat):
+            grad = grad.view(n, world, -1)  # [mode, rank, numel]
+            k = top_k_count(grad.shape[2], case["density"])
+            corrected = grad.clone()
+            corrected[ef] += residual.get(index, 0.0)  # "ef" adds what it did not send before
+            chosen = corrected.abs().topk(k, dim=2).indices
+            kept = torch.zeros_like(corrected).scatter_(2, chosen, corrected.gather(2, chosen))
+            residual[index] = corrected[ef] - kept[ef]
+            kept[fp32] = grad[fp32]  # "fp32" sends everything
+            means.append(kept.mean(dim=1).repeat_interleave(world, dim=0))  # each mode's mean, to its copies
+        out_grad, hidden_grad = means
+        w2 -= case["lr"] * out_grad[:, :w2[0].numel()].view_as(w2)
+        b2 -= case["lr"] * out_grad[:, w2[0].numel():]
+        w1 -= case["lr"] * hidden_grad[:, :w1[0].numel()].view_as(w1)
+        b1 -= case["lr"] * hidden_grad[:, w1[0].numel():]
+    trained = {}
+    for m, mode in enumerate(MODES):
+        model = arch(case)
+        with torch.no_grad():
+            for p, w in zip(model.parameters(), (w1, b1, w2, b2), strict=True):
+                p.copy_(w[m * world])
+        trained[mode] = model
+    return trained
+
+
 @torch.no_grad()
 def _loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     return float(F.cross_entropy(model(x), y))
@@ -130,7 +189,7 @@ def expected(case: dict, world: int, inputs: list[dict]) -> list[dict]:
     """The three references' evaluation losses, k and the bucket sizes; rank 0's entry also
     carries the evaluation set (for the grader, which scores the learner's weights)."""
     x, y = _eval_set(case)
-    losses = {mode: _loss(_train(case, world, inputs, mode), x, y) for mode in ("fp32", "noef", "ef")}
+    losses = {mode: _loss(model, x, y) for mode, model in _train_together(case, world, inputs).items()}
     sizes = [sum(p.numel() for p in b) for b in buckets(build(case))]
     common = {"loss": losses, "initial": _loss(build(case), x, y), "numels": sizes,
               "k": [top_k_count(n, case["density"]) for n in sizes]}
