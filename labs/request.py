@@ -60,12 +60,19 @@ class Request:
         unknown = sorted(set(values) - set(shared) - set(own) - {NODES})
         if unknown:
             raise TypeError(f"the {lab} lab has no parameter {unknown[0]!r}")
-        run = checked(Run, {k: v for k, v in values.items() if k in shared}, limits, page=page)
-        params = checked(module.Params, {k: v for k, v in values.items() if k in own}, limits, page=page)
         nodes = values.get(NODES, 1)
         if not isinstance(nodes, int) or (max_nodes is not None and not 1 <= nodes <= max_nodes):
             raise ParamError(NODES, "range", f"nodes must be 1 to {max_nodes}, not {nodes}",
                              value=nodes, low=1, high=max_nodes)
+        shared_values = {k: v for k, v in values.items() if k in shared}
+        if nodes > 1 and shared_values.get("fail_rank") is not None:
+            # A failing rank on a later node is above one node's limit, the field's bound: its
+            # bound is the whole run's (below), so it is checked here without the limits.
+            fail_rank = checked(Run, {"fail_rank": shared_values.pop("fail_rank")}).fail_rank
+            run = dataclasses.replace(checked(Run, shared_values, limits, page=page), fail_rank=fail_rank)
+        else:
+            run = checked(Run, shared_values, limits, page=page)
+        params = checked(module.Params, {k: v for k, v in values.items() if k in own}, limits, page=page)
         module.check(params, run.world_size * nodes)  # the lab's rule, over the whole run's ranks
         last = run.world_size * nodes - 1  # the failing rank is one of the whole run's
         if run.fail_rank is not None and run.fail_rank > last:

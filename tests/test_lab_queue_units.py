@@ -17,6 +17,7 @@ from academy.labruns import job as labjob
 from academy.labruns import kinds
 from academy.labruns import queue as labqueue
 from academy.models import LabRun, LabWorker, utcnow
+from labs.params import ParamError
 from tests.apptest import open_page, press
 
 
@@ -143,6 +144,14 @@ def test_a_multi_node_run_is_one_torchrun_line_per_node(tmp_path, monkeypatch):
         monkeypatch.setenv(name, value)
     back = Request.from_argv(rank_argv, Limits())
     assert (back.run.world_size, back.nodes, back.run.fail_rank, back.params.size) == (4, 2, 5, 64)
+    # Nodes as full as the limit allows: a failing rank on the last node is taken, one past it is not,
+    # and on one node the limit still bounds it.
+    full = Limits(max_world_size=4)
+    assert Request.checked("ring", {"world_size": 4, "nodes": 2, "fail_rank": 7}, full).run.fail_rank == 7
+    for nodes, rank, words in ((2, 8, "fail rank must be 0 to 7, not 8"), (2, -1, "fail rank must be >= 0"),
+                               (1, 4, "fail rank must be 0 to 3, not 4")):
+        with pytest.raises(ParamError, match=words):
+            Request.checked("ring", {"world_size": 4, "nodes": nodes, "fail_rank": rank}, full)
 
 
 # --------------------------------------------------------------------------
