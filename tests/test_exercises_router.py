@@ -238,6 +238,22 @@ def test_reset_forgets_the_last_case(world):
     assert r.finish()["key"] == "protocol_unmatched_recv"
 
 
+def test_frames_for_the_harness_are_bounded_and_none_outlives_its_case(world, monkeypatch):
+    """A rank cannot pile up frames for the harness, nor leave a second result for the next case."""
+    r, (a, b) = world(2)
+    a.write({"t": "result", "value": 1})
+    a.write({"t": "result", "value": 2})  # one too many: the next case must not take it
+    pump(r)
+    assert r.take(0, ("result",)) == {"t": "result", "value": 1}
+    r.reset(ROOMY)
+    assert r.take(0, ("result",)) is None
+    monkeypatch.setattr(routing, "MAX_INBOX", 3)
+    for i in range(4):
+        b.write({"t": "whatever", "i": i})
+    pump(r)
+    assert r.failure is not None and r.failure["key"] == "protocol_frame" and r.failure["values"]["rank"] == 1
+
+
 def test_a_call_outside_a_case_ends_it(world):
     """Before the first case (the learner's file loading) there are no bounds: any call is refused."""
     r, (a, _b) = world(2, bounds=None)

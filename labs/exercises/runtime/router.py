@@ -91,6 +91,7 @@ import frames
 
 MAX_CALLS = 4096  # per rank and case: far above what any exercise needs (a ring of 4: 6 sends)
 MAX_IN_FLIGHT = 64 << 20  # bytes a rank may have sent that no receive took yet
+MAX_INBOX = 16  # a rank's frames for the harness not taken yet (an honest one has at most two)
 # The dtypes an all_reduce may carry, with their element sizes.
 DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
           "int8": 1, "uint8": 1}
@@ -167,7 +168,6 @@ class Router:
         self.readers = [frames.Reader() for _ in range(world)]
         self.outbox = [bytearray() for _ in range(world)]
         self.eof = [False] * world
-        self.inbox: list[list[dict]] = [[] for _ in range(world)]
         for rank, fd in enumerate(ups):
             os.set_blocking(fd, False)
             self.sel.register(fd, selectors.EVENT_READ, ("up", rank))
@@ -199,6 +199,8 @@ class Router:
         self.posted: list[list[dict]] = [[] for _ in range(w)]  # receives this rank posted, unmatched
         self.collective: list[list[dict]] = [[] for _ in range(w)]  # collectives, in call order
         self.waiting: list[dict | None] = [None] * w
+        # Frames for the harness left from before this case (a second "result"): none of this one's.
+        self.inbox: list[list[dict]] = [[] for _ in range(w)]
 
     def carry(self, other: Router) -> None:
         """Take ``other``'s checkpoints of this case: the ranks that restart a killed case's ranks."""
@@ -327,6 +329,8 @@ class Router:
             if hold is not None and step >= hold:
                 self.held[rank] = True
         elif isinstance(kind, str) and payload == b"":
+            if len(self.inbox[rank]) >= MAX_INBOX:
+                raise ProtocolError("protocol_frame")
             self.inbox[rank].append(header)  # the harness's business: ready, result, crash...
         else:
             raise ProtocolError("protocol_frame")
