@@ -40,11 +40,15 @@ def cases(seed: int) -> list[dict]:
 
 def _case(seed: int, world: int, unused: bool, dtype: str) -> dict:
     name = f"w{world}-{'unused-param' if unused else 'mlp'}-{dtype}"
-    batch, features = 3, 6
+    # Large enough that what a rank needs of the others, their inputs (8 KiB each in float32)
+    # or their gradients (10 KiB), cannot cross the covert channels the sandbox leaves between
+    # ranks (docs/contributors/sandbox.md, some 1,000 bit/s at the most measured) in a case's
+    # 5 s: only as the payload of the all-reduces the router counts.
+    batch, features, hidden = 128, 16, 128
     # shape: the global batch's inputs (what the report shows as the case's size)
     return {"id": name, "world_size": world, "seed": seed + 100 * world + 10 * unused + len(dtype),
             "dtype": dtype, "shape": [batch * world, features], "unused": unused,
-            "features": features, "hidden": 8, "classes": 3, "batch": batch, "steps": 3, "lr": 0.5}
+            "features": features, "hidden": hidden, "classes": 3, "batch": batch, "steps": 3, "lr": 0.5}
 
 
 def _max_diff(a: list[float], b: list[float], scale: float = 1.0) -> float:
