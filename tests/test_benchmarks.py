@@ -187,7 +187,7 @@ def sandbox_works() -> bool:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_exercises_have_every_figure():
-    """Two exercises through the queue (one graded warm, one fresh), the ring graded alone in both modes.
+    """Two exercises through the queue (the ring, and save-and-resume whose cases restart their ranks: both graded warm), the ring graded alone in both modes.
 
     Where the sandbox can start here, every figure must be a number: a reason
     instead would hide a broken path from Run to report.
